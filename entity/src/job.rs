@@ -1,0 +1,125 @@
+//! A job: what the gateway submitted, and where it is in its lifecycle (DESIGN §3).
+
+use sea_orm::entity::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Lifecycle states. Names match Ray's and the gateway's; `DISPATCHING` is ours
+/// (granted by the arbiter, being submitted to Ray).
+///
+/// `QUEUED → DISPATCHING → PENDING → RUNNING → SUCCEEDED | FAILED | STOPPED`;
+/// QUEUED or DISPATCHING can also end in STOPPED or FAILED. Terminal states never change.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize, Deserialize,
+)]
+#[sea_orm(rs_type = "String", db_type = "String(StringLen::N(16))")]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobStatus {
+    #[sea_orm(string_value = "QUEUED")]
+    Queued,
+    #[sea_orm(string_value = "DISPATCHING")]
+    Dispatching,
+    #[sea_orm(string_value = "PENDING")]
+    Pending,
+    #[sea_orm(string_value = "RUNNING")]
+    Running,
+    #[sea_orm(string_value = "SUCCEEDED")]
+    Succeeded,
+    #[sea_orm(string_value = "FAILED")]
+    Failed,
+    #[sea_orm(string_value = "STOPPED")]
+    Stopped,
+}
+
+impl JobStatus {
+    /// All states, in lifecycle order.
+    pub const ALL: [JobStatus; 7] = [
+        JobStatus::Queued,
+        JobStatus::Dispatching,
+        JobStatus::Pending,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Stopped,
+    ];
+
+    /// SUCCEEDED, FAILED and STOPPED never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::Failed | JobStatus::Stopped
+        )
+    }
+
+    /// DISPATCHING, PENDING and RUNNING hold resources on a cluster ("outstanding").
+    pub fn is_outstanding(self) -> bool {
+        matches!(
+            self,
+            JobStatus::Dispatching | JobStatus::Pending | JobStatus::Running
+        )
+    }
+
+    /// The upper-case name used in the API, the database and Ray.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "QUEUED",
+            JobStatus::Dispatching => "DISPATCHING",
+            JobStatus::Pending => "PENDING",
+            JobStatus::Running => "RUNNING",
+            JobStatus::Succeeded => "SUCCEEDED",
+            JobStatus::Failed => "FAILED",
+            JobStatus::Stopped => "STOPPED",
+        }
+    }
+
+    /// Parses an upper-case name; `None` for anything else.
+    pub fn parse(s: &str) -> Option<JobStatus> {
+        JobStatus::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One row of `jobs`.
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "jobs")]
+pub struct Model {
+    /// Our id; also Ray's `submission_id`.
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: Uuid,
+    pub user_id: String,
+    /// The gateway's own id for idempotent retries; unique with `user_id`.
+    pub external_id: Option<String>,
+    pub status: JobStatus,
+    /// Higher runs first within the user's queue (-1000..=1000).
+    pub priority: i32,
+    #[sea_orm(column_type = "Text")]
+    pub entrypoint: String,
+    pub runtime_env: Option<Json>,
+    /// String-to-string map passed to Ray as job metadata.
+    pub metadata: Option<Json>,
+    /// Cores.
+    pub cpu: f64,
+    /// GPUs.
+    pub gpu: f64,
+    /// Bytes.
+    pub memory_bytes: i64,
+    /// The Ray cluster it was dispatched to.
+    pub cluster: Option<String>,
+    #[sea_orm(column_type = "Text", nullable)]
+    pub message: Option<String>,
+    /// Seconds; `None` = the configured default.
+    pub max_runtime_s: Option<i64>,
+    pub submitted_at: DateTimeUtc,
+    pub dispatched_at: Option<DateTimeUtc>,
+    pub started_at: Option<DateTimeUtc>,
+    pub finished_at: Option<DateTimeUtc>,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

@@ -1,0 +1,10 @@
+//! SeaORM entities of fairshare: `users`, `jobs`, `job_events` (DESIGN §6).
+//!
+//! Timestamps are UTC (`DateTime<Utc>`); resources are in cores (`cpu`, `gpu`) and
+//! bytes (`memory_bytes`).
+
+pub mod job;
+pub mod job_event;
+pub mod user;
+
+pub use job::JobStatus;

@@ -1,0 +1,33 @@
+//! A user of the scheduler: the gateway's user id plus its fair-share settings.
+
+use sea_orm::entity::prelude::*;
+
+/// One row of `users`.
+#[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+#[sea_orm(table_name = "users")]
+pub struct Model {
+    /// The gateway's user id (1–128 printable characters).
+    #[sea_orm(primary_key, auto_increment = false)]
+    pub id: String,
+    /// Fair-share weight, `> 0` (default 1).
+    pub weight: f64,
+    /// Paused users get nothing new dispatched; their queued jobs stay.
+    pub paused: bool,
+    /// Cap on DISPATCHING + PENDING + RUNNING jobs; `None` = the configured default.
+    pub max_running_jobs: Option<i32>,
+    /// Cap on QUEUED jobs; `None` = the configured default.
+    pub max_queued_jobs: Option<i32>,
+    /// Cap on the user's allocation, `{"cpu","gpu","memory_bytes"}`; `None` = no cap.
+    pub max_resources: Option<Json>,
+    /// Decayed usage `h_u` (a dominant share, 0..=1) valid at `usage_at`.
+    pub usage: f64,
+    /// When `usage` was last brought up to date.
+    pub usage_at: DateTimeUtc,
+    pub created_at: DateTimeUtc,
+    pub updated_at: DateTimeUtc,
+}
+
+#[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+pub enum Relation {}
+
+impl ActiveModelBehavior for ActiveModel {}

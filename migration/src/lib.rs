@@ -1,0 +1,17 @@
+//! Database migrations of fairshare (DESIGN §6). Run at `fairshare serve` start and by
+//! `fairshare migrate`. Every migration has an `up` and a `down`; one file each
+//! (`DeriveMigrationName` takes the file name).
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261130_000001_create_tables;
+
+/// The ordered list of migrations.
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261130_000001_create_tables::Migration)]
+    }
+}

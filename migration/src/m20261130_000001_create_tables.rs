@@ -1,0 +1,253 @@
+//! `users`, `jobs`, `job_events` and their indexes.
+
+use sea_orm_migration::prelude::*;
+
+#[derive(DeriveMigrationName)]
+pub struct Migration;
+
+#[derive(DeriveIden)]
+enum Users {
+    Table,
+    Id,
+    Weight,
+    Paused,
+    MaxRunningJobs,
+    MaxQueuedJobs,
+    MaxResources,
+    Usage,
+    UsageAt,
+    CreatedAt,
+    UpdatedAt,
+}
+
+#[derive(DeriveIden)]
+enum Jobs {
+    Table,
+    Id,
+    UserId,
+    ExternalId,
+    Status,
+    Priority,
+    Entrypoint,
+    RuntimeEnv,
+    Metadata,
+    Cpu,
+    Gpu,
+    MemoryBytes,
+    Cluster,
+    Message,
+    MaxRuntimeS,
+    SubmittedAt,
+    DispatchedAt,
+    StartedAt,
+    FinishedAt,
+}
+
+#[derive(DeriveIden)]
+enum JobEvents {
+    Table,
+    Id,
+    JobId,
+    FromStatus,
+    ToStatus,
+    At,
+    Detail,
+}
+
+#[async_trait::async_trait]
+impl MigrationTrait for Migration {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .create_table(
+                Table::create()
+                    .table(Users::Table)
+                    .col(
+                        ColumnDef::new(Users::Id)
+                            .string_len(128)
+                            .not_null()
+                            .primary_key(),
+                    )
+                    .col(
+                        ColumnDef::new(Users::Weight)
+                            .double()
+                            .not_null()
+                            .default(1.0),
+                    )
+                    .col(
+                        ColumnDef::new(Users::Paused)
+                            .boolean()
+                            .not_null()
+                            .default(false),
+                    )
+                    .col(ColumnDef::new(Users::MaxRunningJobs).integer().null())
+                    .col(ColumnDef::new(Users::MaxQueuedJobs).integer().null())
+                    .col(ColumnDef::new(Users::MaxResources).json().null())
+                    .col(
+                        ColumnDef::new(Users::Usage)
+                            .double()
+                            .not_null()
+                            .default(0.0),
+                    )
+                    .col(
+                        ColumnDef::new(Users::UsageAt)
+                            .timestamp_with_time_zone()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(Users::CreatedAt)
+                            .timestamp_with_time_zone()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(Users::UpdatedAt)
+                            .timestamp_with_time_zone()
+                            .not_null(),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_table(
+                Table::create()
+                    .table(Jobs::Table)
+                    .col(ColumnDef::new(Jobs::Id).uuid().not_null().primary_key())
+                    .col(ColumnDef::new(Jobs::UserId).string_len(128).not_null())
+                    .col(ColumnDef::new(Jobs::ExternalId).string_len(256).null())
+                    .col(ColumnDef::new(Jobs::Status).string_len(16).not_null())
+                    .col(
+                        ColumnDef::new(Jobs::Priority)
+                            .integer()
+                            .not_null()
+                            .default(0),
+                    )
+                    .col(ColumnDef::new(Jobs::Entrypoint).text().not_null())
+                    .col(ColumnDef::new(Jobs::RuntimeEnv).json().null())
+                    .col(ColumnDef::new(Jobs::Metadata).json().null())
+                    .col(ColumnDef::new(Jobs::Cpu).double().not_null())
+                    .col(ColumnDef::new(Jobs::Gpu).double().not_null())
+                    .col(ColumnDef::new(Jobs::MemoryBytes).big_integer().not_null())
+                    .col(ColumnDef::new(Jobs::Cluster).string_len(128).null())
+                    .col(ColumnDef::new(Jobs::Message).text().null())
+                    .col(ColumnDef::new(Jobs::MaxRuntimeS).big_integer().null())
+                    .col(
+                        ColumnDef::new(Jobs::SubmittedAt)
+                            .timestamp_with_time_zone()
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(Jobs::DispatchedAt)
+                            .timestamp_with_time_zone()
+                            .null(),
+                    )
+                    .col(
+                        ColumnDef::new(Jobs::StartedAt)
+                            .timestamp_with_time_zone()
+                            .null(),
+                    )
+                    .col(
+                        ColumnDef::new(Jobs::FinishedAt)
+                            .timestamp_with_time_zone()
+                            .null(),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_jobs_status")
+                    .table(Jobs::Table)
+                    .col(Jobs::Status)
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_jobs_user_status")
+                    .table(Jobs::Table)
+                    .col(Jobs::UserId)
+                    .col(Jobs::Status)
+                    .to_owned(),
+            )
+            .await?;
+        // NULL external ids never collide (SQL NULL semantics on both databases).
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_jobs_user_external")
+                    .table(Jobs::Table)
+                    .col(Jobs::UserId)
+                    .col(Jobs::ExternalId)
+                    .unique()
+                    .to_owned(),
+            )
+            .await?;
+        // Cursor paging: newest first by (submitted_at, id).
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_jobs_submitted")
+                    .table(Jobs::Table)
+                    .col(Jobs::SubmittedAt)
+                    .col(Jobs::Id)
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_table(
+                Table::create()
+                    .table(JobEvents::Table)
+                    .col(
+                        ColumnDef::new(JobEvents::Id)
+                            .big_integer()
+                            .not_null()
+                            .auto_increment()
+                            .primary_key(),
+                    )
+                    .col(ColumnDef::new(JobEvents::JobId).uuid().not_null())
+                    .col(ColumnDef::new(JobEvents::FromStatus).string_len(16).null())
+                    .col(
+                        ColumnDef::new(JobEvents::ToStatus)
+                            .string_len(16)
+                            .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(JobEvents::At)
+                            .timestamp_with_time_zone()
+                            .not_null(),
+                    )
+                    .col(ColumnDef::new(JobEvents::Detail).text().null())
+                    .foreign_key(
+                        ForeignKey::create()
+                            .name("fk_job_events_job")
+                            .from(JobEvents::Table, JobEvents::JobId)
+                            .to(Jobs::Table, Jobs::Id)
+                            .on_delete(ForeignKeyAction::Cascade),
+                    )
+                    .to_owned(),
+            )
+            .await?;
+        manager
+            .create_index(
+                Index::create()
+                    .name("idx_job_events_job")
+                    .table(JobEvents::Table)
+                    .col(JobEvents::JobId)
+                    .to_owned(),
+            )
+            .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        manager
+            .drop_table(Table::drop().table(JobEvents::Table).to_owned())
+            .await?;
+        manager
+            .drop_table(Table::drop().table(Jobs::Table).to_owned())
+            .await?;
+        manager
+            .drop_table(Table::drop().table(Users::Table).to_owned())
+            .await
+    }
+}

@@ -1,0 +1,175 @@
+//! The API's error type and its JSON shape: `{"error": {"code", "message", "details"?}}`.
+//!
+//! 4xx bodies say what is wrong and, for 422, which field (`details.field`). 5xx bodies
+//! stay opaque; the cause chain goes to the log.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::store::StoreError;
+
+/// Every way a request can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400: the body is not JSON at all.
+    #[error("request body is not valid JSON: {0}")]
+    BadJson(String),
+    /// 401: no or unknown bearer token.
+    #[error("missing or invalid bearer token")]
+    Unauthorized,
+    /// 403: the token's role may not do this.
+    #[error("this token's role may not {0}")]
+    Forbidden(&'static str),
+    /// 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// 409: the request conflicts with the resource's state.
+    #[error("{0}")]
+    Conflict(String),
+    /// 413: body over `server.max_body_bytes`.
+    #[error("request body is larger than {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    /// 422: a field is missing or invalid.
+    #[error("invalid field `{field}`: {reason}")]
+    Invalid { field: String, reason: String },
+    /// 429: the user's queue is full.
+    #[error("{0}")]
+    QueueFull(String),
+    /// 503: the database or another dependency is unavailable; retry later.
+    #[error("service unavailable: {0}")]
+    Unavailable(String),
+    /// 500: a bug. The cause is logged, never shown.
+    #[error("internal error")]
+    Internal(#[source] anyhow::Error),
+}
+
+impl ApiError {
+    /// A 422 for `field`.
+    pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        ApiError::Invalid {
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The stable machine-readable code of this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::BadJson(_) => "bad_json",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::Invalid { .. } => "invalid_field",
+            ApiError::QueueFull(_) => "queue_full",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Internal(_) => "internal",
+        }
+    }
+}
+
+/// The JSON error body.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable code: bad_json, unauthorized, forbidden, not_found, method_not_allowed,
+    /// conflict, payload_too_large, invalid_field, queue_full, unavailable, internal.
+    pub code: String,
+    /// A sentence for humans.
+    pub message: String,
+    /// For invalid_field: `{"field": "...", "reason": "..."}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadJson(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::QueueFull(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let status = self.status_code();
+        if status.is_server_error() {
+            tracing::error!(error = ?anyhow_chain(self), code = self.code(), "request failed");
+        }
+        let details = match self {
+            ApiError::Invalid { field, reason } => {
+                Some(serde_json::json!({ "field": field, "reason": reason }))
+            }
+            _ => None,
+        };
+        let message = match self {
+            // Opaque: the cause chain is in the log.
+            ApiError::Unavailable(_) => {
+                "the database or a dependency is unavailable; retry later".to_string()
+            }
+            other => other.to_string(),
+        };
+        let mut resp = HttpResponse::build(status);
+        if matches!(self, ApiError::Unavailable(_) | ApiError::QueueFull(_)) {
+            resp.insert_header(("Retry-After", "1"));
+        }
+        if matches!(self, ApiError::Unauthorized) {
+            resp.insert_header(("WWW-Authenticate", "Bearer"));
+        }
+        resp.json(ErrorBody {
+            error: ErrorDetail {
+                code: self.code().to_string(),
+                message,
+                details,
+            },
+        })
+    }
+}
+
+fn anyhow_chain(e: &ApiError) -> String {
+    let mut out = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        src = s.source();
+    }
+    out
+}
+
+impl From<sea_orm::DbErr> for ApiError {
+    fn from(e: sea_orm::DbErr) -> Self {
+        crate::metrics::db_error();
+        tracing::error!(error = %e, "database error");
+        ApiError::Unavailable(e.to_string())
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Db(db) => db.into(),
+            StoreError::QueueFull { .. } => ApiError::QueueFull(e.to_string()),
+        }
+    }
+}

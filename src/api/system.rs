@@ -1,0 +1,71 @@
+//! `/v1/scheduler`, `/metrics`, `/healthz`, `/readyz`.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::error::{ApiError, ErrorBody};
+use super::AppState;
+use crate::actors::SchedulerView;
+use crate::config::Role;
+
+/// `GET /v1/scheduler`: clusters (health, capacity, free), the order of the next users,
+/// the last cycle's duration and grants.
+#[utoipa::path(get, path = "/v1/scheduler", tag = "system",
+    responses((status = 200, body = SchedulerView), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn scheduler(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    state
+        .auth
+        .require(&req, Role::Submitter, "read the scheduler")?;
+    let s = state
+        .scheduler
+        .as_ref()
+        .ok_or_else(|| ApiError::Unavailable("the scheduler is not running".into()))?;
+    Ok(HttpResponse::Ok().json(s.view().await?))
+}
+
+/// `GET /metrics`: Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = "system",
+    responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain")))]
+pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
+    if let Some(s) = &state.scheduler {
+        s.refresh_metrics().await;
+    }
+    HttpResponse::Ok()
+        .content_type("text/plain; version=0.0.4; charset=utf-8")
+        .body(crate::metrics::render())
+}
+
+/// Health answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// "ok", or what is not ready.
+    pub status: String,
+}
+
+/// `GET /healthz`: the process is alive.
+#[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, body = Health)))]
+pub async fn healthz() -> HttpResponse {
+    HttpResponse::Ok().json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// `GET /readyz`: the database answers and recovery is done (503 otherwise).
+#[utoipa::path(get, path = "/readyz", tag = "system",
+    responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]
+pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    crate::store::ping(&state.db).await?;
+    if let Some(s) = &state.scheduler {
+        if !s.ready().await {
+            return Err(ApiError::Unavailable("recovery is not done yet".into()));
+        }
+    }
+    Ok(HttpResponse::Ok().json(Health {
+        status: "ok".into(),
+    }))
+}

@@ -1,0 +1,338 @@
+//! `/v1/users`: fair-share settings and state per user; admins change them.
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use entity::{user, JobStatus};
+use serde::{Deserialize, Deserializer, Serialize};
+use utoipa::ToSchema;
+
+use super::body::{parse_json, read_body};
+use super::error::{ApiError, ErrorBody};
+use super::jobs::{validate_amount, validate_user_id, ResourcesOut};
+use super::AppState;
+use crate::config::Role;
+use crate::store::{self, UserPatch};
+
+/// Largest accepted weight (weights are relative; 1e6 to 1 is already extreme).
+pub const MAX_WEIGHT: f64 = 1.0e6;
+/// Largest accepted per-user job limits.
+pub const MAX_JOB_LIMIT: i32 = 1_000_000;
+
+/// A cap on a user's allocation; an absent resource is not capped.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceLimit {
+    /// Cores.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<f64>,
+    /// GPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<f64>,
+    /// Bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+}
+
+fn double_option<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// `PUT /v1/users/{id}` body. Absent fields stay as they are; `null` clears a limit
+/// back to the configured default.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserUpdate {
+    /// Fair-share weight, > 0 and at most 1e6.
+    pub weight: Option<f64>,
+    /// 1..=1000000, or null for the default.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<i32>)]
+    pub max_running_jobs: Option<Option<i32>>,
+    /// 0..=1000000, or null for the default.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<i32>)]
+    pub max_queued_jobs: Option<Option<i32>>,
+    /// Cap on the user's allocation, or null for none.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(value_type = Option<ResourceLimit>)]
+    pub max_resources: Option<Option<ResourceLimit>>,
+}
+
+/// `POST /v1/users/{id}/pause|resume` body: nothing, or `{}`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Empty {}
+
+/// A user: settings from the database, live fair-share state from the arbiter.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserView {
+    pub id: String,
+    pub weight: f64,
+    pub paused: bool,
+    /// The user's own cap, or null for the default.
+    pub max_running_jobs: Option<i32>,
+    pub max_queued_jobs: Option<i32>,
+    pub max_resources: Option<ResourceLimit>,
+    /// The caps in force (own or default).
+    pub effective_max_running_jobs: u32,
+    pub effective_max_queued_jobs: u32,
+    /// QUEUED jobs.
+    pub queued: u64,
+    /// DISPATCHING + PENDING + RUNNING jobs.
+    pub running: u64,
+    /// Sum of the outstanding jobs' resources.
+    pub allocation: ResourcesOut,
+    /// Dominant share of the allocation over the healthy clusters' capacity (0..1).
+    pub share: f64,
+    /// Decayed usage h_u (0..1), as of now.
+    pub usage: f64,
+    /// Fair-share key (share + usage) / weight: smallest goes next.
+    pub key: f64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+async fn user_view(
+    state: &AppState,
+    u: user::Model,
+    counts: &[(String, JobStatus, i64)],
+) -> UserView {
+    let mine = counts.iter().filter(|(id, _, _)| *id == u.id);
+    let queued = mine
+        .clone()
+        .filter(|(_, s, _)| *s == JobStatus::Queued)
+        .map(|(_, _, n)| *n as u64)
+        .sum();
+    let running = mine
+        .filter(|(_, s, _)| s.is_outstanding())
+        .map(|(_, _, n)| *n as u64)
+        .sum();
+    let live = match &state.scheduler {
+        Some(s) => s.user_state(&u.id).await,
+        None => None,
+    };
+    let sched = &state.settings.scheduler;
+    let live = live.unwrap_or_default();
+    UserView {
+        effective_max_running_jobs: u
+            .max_running_jobs
+            .map(|v| v.max(0) as u32)
+            .unwrap_or(sched.default_max_running_jobs),
+        effective_max_queued_jobs: u
+            .max_queued_jobs
+            .map(|v| v.max(0) as u32)
+            .unwrap_or(sched.default_max_queued_jobs),
+        max_resources: u
+            .max_resources
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok()),
+        id: u.id,
+        weight: u.weight,
+        paused: u.paused,
+        max_running_jobs: u.max_running_jobs,
+        max_queued_jobs: u.max_queued_jobs,
+        queued,
+        running,
+        allocation: live.allocation,
+        share: live.share,
+        usage: live.usage,
+        key: live.key,
+        created_at: u.created_at,
+        updated_at: u.updated_at,
+    }
+}
+
+/// Live fair-share state of one user, as the arbiter sees it.
+#[derive(Clone, Debug, Default)]
+pub struct LiveUser {
+    pub allocation: ResourcesOut,
+    pub share: f64,
+    pub usage: f64,
+    pub key: f64,
+}
+
+/// `GET /v1/users`.
+#[utoipa::path(get, path = "/v1/users", tag = "users",
+    responses((status = 200, body = [UserView]), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    state.auth.require(&req, Role::Submitter, "read users")?;
+    let users = store::list_users(&state.db).await?;
+    let counts = store::status_counts(&state.db).await?;
+    let mut out = Vec::with_capacity(users.len());
+    for u in users {
+        out.push(user_view(&state, u, &counts).await);
+    }
+    Ok(HttpResponse::Ok().json(out))
+}
+
+fn check_id(id: &str) -> Result<(), ApiError> {
+    validate_user_id("id", id)
+}
+
+/// `GET /v1/users/{id}`.
+#[utoipa::path(get, path = "/v1/users/{id}", tag = "users",
+    params(("id" = String, Path, description = "user id")),
+    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+) -> Result<HttpResponse, ApiError> {
+    state.auth.require(&req, Role::Submitter, "read users")?;
+    let u = store::get_user(&state.db, &id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no user with id {:?}", id.as_str())))?;
+    let counts = store::status_counts(&state.db).await?;
+    Ok(HttpResponse::Ok().json(user_view(&state, u, &counts).await))
+}
+
+impl UserUpdate {
+    fn into_patch(self) -> Result<UserPatch, ApiError> {
+        if let Some(w) = self.weight {
+            if !w.is_finite() || w <= 0.0 {
+                return Err(ApiError::invalid("weight", "must be a finite number > 0"));
+            }
+            if w > MAX_WEIGHT {
+                return Err(ApiError::invalid(
+                    "weight",
+                    format!("must be at most {MAX_WEIGHT}"),
+                ));
+            }
+        }
+        if let Some(Some(n)) = self.max_running_jobs {
+            if !(1..=MAX_JOB_LIMIT).contains(&n) {
+                return Err(ApiError::invalid(
+                    "max_running_jobs",
+                    format!("must be between 1 and {MAX_JOB_LIMIT}, or null for the default"),
+                ));
+            }
+        }
+        if let Some(Some(n)) = self.max_queued_jobs {
+            if !(0..=MAX_JOB_LIMIT).contains(&n) {
+                return Err(ApiError::invalid(
+                    "max_queued_jobs",
+                    format!("must be between 0 and {MAX_JOB_LIMIT}, or null for the default"),
+                ));
+            }
+        }
+        if let Some(Some(limit)) = &self.max_resources {
+            if let Some(c) = limit.cpu {
+                validate_amount("max_resources.cpu", c)?;
+            }
+            if let Some(g) = limit.gpu {
+                validate_amount("max_resources.gpu", g)?;
+            }
+            if limit.memory_bytes.is_some_and(|m| m > i64::MAX as u64) {
+                return Err(ApiError::invalid(
+                    "max_resources.memory_bytes",
+                    "is too large",
+                ));
+            }
+        }
+        Ok(UserPatch {
+            weight: self.weight,
+            max_running_jobs: self.max_running_jobs,
+            max_queued_jobs: self.max_queued_jobs,
+            max_resources: self
+                .max_resources
+                .map(|o| o.map(|l| serde_json::to_value(l).unwrap_or_default())),
+            paused: None,
+        })
+    }
+}
+
+/// `PUT /v1/users/{id}` (admin): changes weight and limits; creates the user if new.
+#[utoipa::path(put, path = "/v1/users/{id}", tag = "users", request_body = UserUpdate,
+    params(("id" = String, Path, description = "user id")),
+    responses((status = 200, body = UserView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[tracing::instrument(skip_all, fields(user = %id))]
+pub async fn put(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    state.auth.require(&req, Role::Admin, "change users")?;
+    check_id(&id)?;
+    let body = read_body(payload, state.settings.server.max_body_bytes).await?;
+    let update: UserUpdate = parse_json(&body, false)?;
+    let patch = update.into_patch()?;
+    apply(&state, &id, patch).await
+}
+
+async fn apply(state: &AppState, id: &str, patch: UserPatch) -> Result<HttpResponse, ApiError> {
+    let u = store::upsert_user(&state.db, id, patch).await?;
+    tracing::info!(weight = u.weight, paused = u.paused, "user updated");
+    if let Some(s) = &state.scheduler {
+        s.user_changed(&u).await;
+    }
+    let counts = store::status_counts(&state.db).await?;
+    Ok(HttpResponse::Ok().json(user_view(state, u, &counts).await))
+}
+
+async fn set_paused(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: &str,
+    payload: web::Payload,
+    paused: bool,
+) -> Result<HttpResponse, ApiError> {
+    state.auth.require(
+        &req,
+        Role::Admin,
+        if paused {
+            "pause users"
+        } else {
+            "resume users"
+        },
+    )?;
+    check_id(id)?;
+    let body = read_body(payload, state.settings.server.max_body_bytes).await?;
+    let _: Empty = parse_json(&body, true)?;
+    apply(
+        &state,
+        id,
+        UserPatch {
+            paused: Some(paused),
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+/// `POST /v1/users/{id}/pause` (admin): nothing new is dispatched for the user; queued
+/// jobs stay, running ones go on. Takes effect before the next cycle.
+#[utoipa::path(post, path = "/v1/users/{id}/pause", tag = "users",
+    params(("id" = String, Path, description = "user id")),
+    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[tracing::instrument(skip_all, fields(user = %id))]
+pub async fn pause(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(state, req, &id, payload, true).await
+}
+
+/// `POST /v1/users/{id}/resume` (admin).
+#[utoipa::path(post, path = "/v1/users/{id}/resume", tag = "users",
+    params(("id" = String, Path, description = "user id")),
+    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    security(("bearer" = [])))]
+#[tracing::instrument(skip_all, fields(user = %id))]
+pub async fn resume(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    id: web::Path<String>,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    set_paused(state, req, &id, payload, false).await
+}

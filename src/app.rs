@@ -1,0 +1,91 @@
+//! Builds the whole service from [`Settings`]: database, migrations, the scheduler's
+//! actors (with recovery), and the HTTP server.
+
+use std::net::TcpListener;
+use std::sync::Arc;
+
+use actix_web::dev::{Server, ServerHandle};
+use actix_web::{web, App, HttpServer};
+use anyhow::Context;
+
+use crate::actors::Scheduler;
+use crate::api::{self, AppState, Auth};
+use crate::config::Settings;
+use crate::store;
+
+/// A built, not yet running, service.
+pub struct Application {
+    server: Server,
+    port: u16,
+    scheduler: Scheduler,
+}
+
+impl Application {
+    /// Connects to the database, runs pending migrations, starts the actors (recovering
+    /// jobs from the database) and binds the HTTP listener. Must run inside an actix
+    /// System (`#[actix_web::main]` / `#[actix_web::test]`).
+    ///
+    /// Errors: database unreachable, migration failure, address in use.
+    pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+        let settings = Arc::new(settings);
+        let db = store::connect(&settings.database)
+            .await
+            .with_context(|| "cannot connect to the database (database.url)")?;
+        store::migrate(&db)
+            .await
+            .context("database migration failed")?;
+        let scheduler = Scheduler::start(db.clone(), settings.clone())
+            .await
+            .context("cannot start the scheduler")?;
+        let listener = TcpListener::bind(settings.server.bind)
+            .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
+        let port = listener.local_addr()?.port();
+        let state = AppState {
+            db,
+            settings: settings.clone(),
+            auth: Auth::new(settings.auth.tokens.clone()),
+            scheduler: Some(scheduler.clone()),
+        };
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .wrap(actix_web::middleware::from_fn(
+                    crate::api::request_id::middleware,
+                ))
+                .app_data(web::Data::new(state.clone()))
+                .configure(api::routes)
+        })
+        .shutdown_timeout(5)
+        .listen(listener)?;
+        if settings.server.workers > 0 {
+            server = server.workers(settings.server.workers);
+        }
+        tracing::info!(bind = %settings.server.bind, port, "listening");
+        Ok(Application {
+            server: server.run(),
+            port,
+            scheduler,
+        })
+    }
+
+    /// The bound port (useful with port 0).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The scheduler's handle.
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// A handle that stops the HTTP server.
+    pub fn handle(&self) -> ServerHandle {
+        self.server.handle()
+    }
+
+    /// Serves until the server stops (SIGINT/SIGTERM or [`ServerHandle::stop`]).
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        let result = self.server.await;
+        self.scheduler.shutdown().await;
+        result
+    }
+}

@@ -1,0 +1,376 @@
+//! Typed settings loaded with the `config` crate (DESIGN §7).
+//!
+//! Sources, later ones winning: the built-in `config/default.toml`, the file given by
+//! `--config FILE`, then environment variables `FAIRSHARE__SECTION__KEY`. Unknown keys
+//! and bad values are errors that name the key (`scheduler.usage_half_life: ...`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The built-in defaults, shipped inside the binary so it runs without files.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+/// Why the settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A source could not be read or parsed (missing file, bad TOML).
+    #[error("cannot read configuration: {0}")]
+    Source(#[from] config::ConfigError),
+    /// A key is unknown or has a bad value; `key` is its dotted path.
+    #[error("invalid configuration key `{key}`: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+/// All settings.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub scheduler: SchedulerSettings,
+    #[serde(default)]
+    pub clusters: Vec<ClusterSettings>,
+    pub monitor: MonitorSettings,
+    pub dispatcher: DispatcherSettings,
+    pub auth: AuthSettings,
+    pub telemetry: TelemetrySettings,
+}
+
+/// `[server]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Listen address, e.g. `127.0.0.1:8080` (port 0 picks a free port).
+    pub bind: SocketAddr,
+    /// Largest request body in bytes; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// HTTP worker threads; 0 = one per core.
+    pub workers: usize,
+}
+
+/// `[database]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// `sqlite://PATH?mode=rwc` or `postgres://...`.
+    pub url: String,
+    /// Pool size for PostgreSQL (SQLite always uses one connection).
+    pub max_connections: u32,
+    /// Wait for a pooled connection before answering 503.
+    #[serde(with = "humantime_serde")]
+    pub acquire_timeout: Duration,
+}
+
+/// `[scheduler]`: the fair-share policy's knobs (DESIGN §2).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerSettings {
+    /// Half-life `T` of decayed usage; zero turns history off.
+    #[serde(with = "humantime_serde")]
+    pub usage_half_life: Duration,
+    /// Wait after which a head that fits nowhere stops the cycle.
+    #[serde(with = "humantime_serde")]
+    pub starvation_guard: Duration,
+    /// Skip users whose head does not fit and go on (true), or stop the cycle (false).
+    pub backfill: bool,
+    /// Default cap on DISPATCHING + PENDING + RUNNING jobs per user.
+    pub default_max_running_jobs: u32,
+    /// Default cap on QUEUED jobs per user (429 beyond it).
+    pub default_max_queued_jobs: u32,
+    /// Safety cycle interval on top of event-driven cycles.
+    #[serde(with = "humantime_serde")]
+    pub tick: Duration,
+    /// Default cap on a job's run time.
+    #[serde(with = "humantime_serde")]
+    pub default_max_runtime: Duration,
+    /// Jobs per user queue the arbiter considers per cycle (at least 1).
+    pub queue_window: usize,
+}
+
+/// One `[[clusters]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    /// Unique name, shown in the API and metrics.
+    pub name: String,
+    /// Ray dashboard base URL, e.g. `http://127.0.0.1:8265`.
+    pub address: String,
+}
+
+/// `[monitor]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorSettings {
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Consecutive failed polls before a cluster is unhealthy (at least 1).
+    pub failure_threshold: u32,
+    /// How long a job may be missing from an answering cluster before it is FAILED.
+    #[serde(with = "humantime_serde")]
+    pub lost_job_grace: Duration,
+}
+
+/// `[dispatcher]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatcherSettings {
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Submit attempts (at least 1).
+    pub retry_attempts: u32,
+    #[serde(with = "humantime_serde")]
+    pub retry_initial_backoff: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retry_max_backoff: Duration,
+}
+
+/// `[auth]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    #[serde(default)]
+    pub tokens: Vec<TokenSettings>,
+}
+
+/// A bearer token and the role it grants.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSettings {
+    /// A label for logs (the token itself is never logged).
+    pub name: String,
+    pub token: String,
+    pub role: Role,
+}
+
+impl std::fmt::Debug for TokenSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenSettings")
+            .field("name", &self.name)
+            .field("token", &"<redacted>")
+            .field("role", &self.role)
+            .finish()
+    }
+}
+
+/// What a token may do. `Admin` can do everything a `Submitter` can.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Submitter,
+    Admin,
+}
+
+/// `[telemetry]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySettings {
+    pub log_format: LogFormat,
+    /// A `tracing` filter directive; `RUST_LOG` wins when set.
+    pub level: String,
+    /// Per-user metric series only up to this many users.
+    pub per_user_metrics_max: usize,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
+
+impl Settings {
+    /// Loads defaults, then `file` (if any), then `FAIRSHARE__*` environment variables.
+    ///
+    /// Errors: [`ConfigError::Source`] for an unreadable file, [`ConfigError::Invalid`]
+    /// naming the key for unknown keys and bad values.
+    pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
+        Self::load_with_env(file, std::env::vars())
+    }
+
+    /// [`Settings::load`] with an explicit environment (for tests).
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, ConfigError> {
+        let env: config::Map<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("FAIRSHARE__"))
+            .collect();
+        let mut builder = config::Config::builder().add_source(config::File::from_str(
+            DEFAULT_TOML,
+            config::FileFormat::Toml,
+        ));
+        if let Some(path) = file {
+            builder = builder.add_source(config::File::from(path).required(true));
+        }
+        builder = builder.add_source(
+            config::Environment::with_prefix("FAIRSHARE")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(env)),
+        );
+        let raw: serde_json::Value = builder.build()?.try_deserialize()?;
+        let settings: Settings =
+            serde_path_to_error::deserialize(raw).map_err(|e| ConfigError::Invalid {
+                key: e.path().to_string(),
+                reason: e.inner().to_string(),
+            })?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| {
+            Err(ConfigError::Invalid {
+                key: key.to_string(),
+                reason: reason.to_string(),
+            })
+        };
+        if self.server.max_body_bytes == 0 {
+            return invalid("server.max_body_bytes", "must be at least 1");
+        }
+        if !(self.database.url.starts_with("sqlite:") || self.database.url.starts_with("postgres"))
+        {
+            return invalid("database.url", "must start with sqlite: or postgres://");
+        }
+        if self.database.max_connections == 0 {
+            return invalid("database.max_connections", "must be at least 1");
+        }
+        if self.scheduler.queue_window == 0 {
+            return invalid("scheduler.queue_window", "must be at least 1");
+        }
+        if self.scheduler.default_max_running_jobs == 0 {
+            return invalid("scheduler.default_max_running_jobs", "must be at least 1");
+        }
+        if self.scheduler.tick.is_zero() {
+            return invalid("scheduler.tick", "must be longer than 0s");
+        }
+        if self.monitor.poll_interval.is_zero() {
+            return invalid("monitor.poll_interval", "must be longer than 0s");
+        }
+        if self.monitor.failure_threshold == 0 {
+            return invalid("monitor.failure_threshold", "must be at least 1");
+        }
+        if self.dispatcher.retry_attempts == 0 {
+            return invalid("dispatcher.retry_attempts", "must be at least 1");
+        }
+        if self.dispatcher.request_timeout.is_zero() {
+            return invalid("dispatcher.request_timeout", "must be longer than 0s");
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, c) in self.clusters.iter().enumerate() {
+            if c.name.trim().is_empty() {
+                return invalid(&format!("clusters[{i}].name"), "must not be empty");
+            }
+            if !names.insert(c.name.as_str()) {
+                return invalid(&format!("clusters[{i}].name"), "duplicate cluster name");
+            }
+            if !(c.address.starts_with("http://") || c.address.starts_with("https://")) {
+                return invalid(
+                    &format!("clusters[{i}].address"),
+                    "must be an http:// or https:// URL of the Ray dashboard",
+                );
+            }
+        }
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            if t.token.len() < 8 {
+                return invalid(
+                    &format!("auth.tokens[{i}].token"),
+                    "must be at least 8 characters",
+                );
+            }
+        }
+        if self.auth.tokens.is_empty() && !self.server.bind.ip().is_loopback() {
+            return invalid(
+                "auth.tokens",
+                "no token configured: the API would be open to the network; \
+                 configure [[auth.tokens]] or bind to a loopback address",
+            );
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_load_without_any_file() {
+        let s = Settings::load_with_env(None, env(&[])).unwrap();
+        assert_eq!(s.server.bind.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.scheduler.usage_half_life, Duration::from_secs(3600));
+        assert_eq!(s.monitor.poll_interval, Duration::from_millis(500));
+        assert_eq!(s.clusters.len(), 1);
+    }
+
+    #[test]
+    fn environment_overrides_defaults() {
+        let s = Settings::load_with_env(
+            None,
+            env(&[
+                ("FAIRSHARE__SCHEDULER__BACKFILL", "false"),
+                ("FAIRSHARE__SCHEDULER__USAGE_HALF_LIFE", "0s"),
+                ("FAIRSHARE__DATABASE__URL", "postgres://x@127.0.0.1/db"),
+            ]),
+        )
+        .unwrap();
+        assert!(!s.scheduler.backfill);
+        assert!(s.scheduler.usage_half_life.is_zero());
+        assert_eq!(s.database.url, "postgres://x@127.0.0.1/db");
+    }
+
+    #[test]
+    fn bad_duration_names_the_key() {
+        let err = Settings::load_with_env(
+            None,
+            env(&[("FAIRSHARE__SCHEDULER__STARVATION_GUARD", "soon")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("scheduler.starvation_guard"), "{err}");
+    }
+
+    #[test]
+    fn unknown_key_names_the_key() {
+        let err = Settings::load_with_env(None, env(&[("FAIRSHARE__SERVER__BINDD", "x")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bindd"), "{err}");
+    }
+
+    #[test]
+    fn open_api_on_a_public_address_is_refused() {
+        let err =
+            Settings::load_with_env(None, env(&[("FAIRSHARE__SERVER__BIND", "0.0.0.0:8080")]))
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("auth.tokens"), "{err}");
+    }
+
+    #[test]
+    fn a_file_overrides_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "[server]\nbind = \"0.0.0.0:9000\"\n[[auth.tokens]]\nname = \"a\"\ntoken = \"0123456789\"\nrole = \"admin\"\n",
+        )
+        .unwrap();
+        let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+        assert_eq!(s.server.bind.port(), 9000);
+        assert_eq!(s.auth.tokens[0].role, Role::Admin);
+    }
+}

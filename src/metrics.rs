@@ -1,0 +1,254 @@
+//! Prometheus metrics (DESIGN §8): names prefixed `fairshare_`, base units (seconds,
+//! bytes, cores), counters end in `_total`.
+//!
+//! The metrics live in one process-wide [`prometheus::Registry`] built on first use,
+//! as Prometheus client libraries conventionally do: they are write-only counters and
+//! gauges, not scheduler state. `GET /metrics` renders [`render`].
+
+use std::sync::LazyLock;
+
+use prometheus::{
+    Encoder, Gauge, GaugeVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// Label value under which users past `telemetry.per_user_metrics_max` are aggregated.
+pub const OTHER_USERS: &str = "_other";
+
+/// Every metric of the service.
+pub struct Metrics {
+    pub registry: Registry,
+    pub jobs_submitted: IntCounter,
+    pub jobs_dispatched: IntCounterVec,
+    pub jobs_finished: IntCounterVec,
+    pub dispatch_failures: IntCounterVec,
+    pub queued_jobs: IntGaugeVec,
+    pub running_jobs: IntGaugeVec,
+    pub user_dominant_share: GaugeVec,
+    pub user_weight: GaugeVec,
+    pub user_fair_share: GaugeVec,
+    pub users_paused: IntGauge,
+    pub queue_wait: Histogram,
+    pub dispatch_latency: Histogram,
+    pub cycle_duration: Histogram,
+    pub cycles: IntCounter,
+    pub grants: IntCounter,
+    pub last_cycle: Gauge,
+    pub cluster_capacity: GaugeVec,
+    pub cluster_used: GaugeVec,
+    pub cluster_free: GaugeVec,
+    pub cluster_healthy: IntGaugeVec,
+    pub ray_requests: IntCounterVec,
+    pub db_errors: IntCounter,
+    pub start_time: Gauge,
+    pub build_info: IntGaugeVec,
+    pub http_requests: HistogramVec,
+}
+
+fn build() -> Result<Metrics, prometheus::Error> {
+    let registry = Registry::new();
+    macro_rules! reg {
+        ($m:expr) => {{
+            let m = $m;
+            registry.register(Box::new(m.clone()))?;
+            m
+        }};
+    }
+    let wait_buckets = vec![
+        0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0,
+        21600.0, 86400.0,
+    ];
+    let m = Metrics {
+        jobs_submitted: reg!(IntCounter::new(
+            "fairshare_jobs_submitted_total",
+            "Jobs accepted by POST /v1/jobs (idempotent retries not counted)."
+        )?),
+        jobs_dispatched: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_jobs_dispatched_total",
+                "Jobs accepted by a Ray cluster."
+            ),
+            &["cluster"]
+        )?),
+        jobs_finished: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_jobs_finished_total",
+                "Jobs that reached a terminal status."
+            ),
+            &["status"]
+        )?),
+        dispatch_failures: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_dispatch_failures_total",
+                "Dispatches that did not reach Ray (reason: rejected, gave_up)."
+            ),
+            &["cluster", "reason"]
+        )?),
+        queued_jobs: reg!(IntGaugeVec::new(
+            Opts::new("fairshare_queued_jobs", "QUEUED jobs per user."),
+            &["user"]
+        )?),
+        running_jobs: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_running_jobs",
+                "Outstanding (DISPATCHING, PENDING, RUNNING) jobs per user."
+            ),
+            &["user"]
+        )?),
+        user_dominant_share: reg!(GaugeVec::new(
+            Opts::new(
+                "fairshare_user_dominant_share",
+                "Dominant share of the user's allocation (0..1)."
+            ),
+            &["user"]
+        )?),
+        user_weight: reg!(GaugeVec::new(
+            Opts::new("fairshare_user_weight", "Fair-share weight of the user."),
+            &["user"]
+        )?),
+        user_fair_share: reg!(GaugeVec::new(
+            Opts::new(
+                "fairshare_user_fair_share",
+                "Weight over the sum of weights of users with work (0..1)."
+            ),
+            &["user"]
+        )?),
+        users_paused: reg!(IntGauge::new(
+            "fairshare_users_paused",
+            "Users currently paused."
+        )?),
+        queue_wait: reg!(Histogram::with_opts(
+            HistogramOpts::new("fairshare_queue_wait_seconds", "Time from submit to grant.")
+                .buckets(wait_buckets)
+        )?),
+        dispatch_latency: reg!(Histogram::with_opts(
+            HistogramOpts::new(
+                "fairshare_dispatch_latency_seconds",
+                "Time from grant to Ray's answer to the submit."
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0
+            ])
+        )?),
+        cycle_duration: reg!(Histogram::with_opts(
+            HistogramOpts::new(
+                "fairshare_cycle_duration_seconds",
+                "Duration of one scheduling cycle."
+            )
+            .buckets(vec![
+                0.00001, 0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0
+            ])
+        )?),
+        cycles: reg!(IntCounter::new(
+            "fairshare_cycles_total",
+            "Scheduling cycles run."
+        )?),
+        grants: reg!(IntCounter::new(
+            "fairshare_grants_total",
+            "Jobs granted by scheduling cycles."
+        )?),
+        last_cycle: reg!(Gauge::new(
+            "fairshare_last_cycle_timestamp_seconds",
+            "Unix time of the last scheduling cycle."
+        )?),
+        cluster_capacity: reg!(GaugeVec::new(
+            Opts::new(
+                "fairshare_cluster_capacity",
+                "Total capacity per resource (cores, GPUs, bytes)."
+            ),
+            &["cluster", "resource"]
+        )?),
+        cluster_used: reg!(GaugeVec::new(
+            Opts::new(
+                "fairshare_cluster_used",
+                "Used capacity per resource: max(Ray's report, this service's outstanding jobs)."
+            ),
+            &["cluster", "resource"]
+        )?),
+        cluster_free: reg!(GaugeVec::new(
+            Opts::new("fairshare_cluster_free", "Free capacity per resource."),
+            &["cluster", "resource"]
+        )?),
+        cluster_healthy: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_cluster_healthy",
+                "1 when the cluster answers, else 0."
+            ),
+            &["cluster"]
+        )?),
+        ray_requests: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_ray_requests_total",
+                "Requests to Ray by endpoint and outcome."
+            ),
+            &["cluster", "endpoint", "outcome"]
+        )?),
+        db_errors: reg!(IntCounter::new(
+            "fairshare_db_errors_total",
+            "Database errors."
+        )?),
+        start_time: reg!(Gauge::new(
+            "fairshare_start_time_seconds",
+            "Unix time at which the process started."
+        )?),
+        build_info: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_build_info",
+                "Always 1; labels carry the version."
+            ),
+            &["version"]
+        )?),
+        http_requests: reg!(HistogramVec::new(
+            HistogramOpts::new(
+                "fairshare_http_request_duration_seconds",
+                "HTTP request durations."
+            )
+            .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
+            &["method", "status"]
+        )?),
+        registry,
+    };
+    m.build_info
+        .with_label_values(&[env!("CARGO_PKG_VERSION")])
+        .set(1);
+    m.start_time
+        .set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
+    Ok(m)
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| match build() {
+    Ok(m) => m,
+    // Only reachable by a programming error (a duplicate or malformed name), which
+    // the unit test below catches.
+    Err(e) => panic!("metric definitions are invalid: {e}"),
+});
+
+/// The metrics.
+pub fn get() -> &'static Metrics {
+    &METRICS
+}
+
+/// Counts a database error.
+pub fn db_error() {
+    get().db_errors.inc();
+}
+
+/// The Prometheus text exposition of every metric.
+pub fn render() -> String {
+    let mut buf = Vec::new();
+    let families = get().registry.gather();
+    if let Err(e) = TextEncoder::new().encode(&families, &mut buf) {
+        tracing::error!(error = %e, "cannot encode metrics");
+    }
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn metric_definitions_are_valid_and_render() {
+        assert!(super::build().is_ok());
+        let text = super::render();
+        assert!(text.contains("fairshare_build_info"), "{text}");
+    }
+}

@@ -1,0 +1,351 @@
+//! The fair-share policy (DESIGN §2): a pure function from a snapshot of users
+//! and clusters to the jobs to start now.
+//!
+//! No I/O, no clock, no randomness, no global state. The arbiter actor and the
+//! simulator call [`run_cycle`] with the same inputs and get the same grants,
+//! whatever the order of the `users` and `clusters` slices.
+//!
+//! # Terms and formulas
+//!
+//! - **Capacity** `C` (for shares) is the sum of [`ClusterView::total`] over the
+//!   healthy clusters. Fitting uses each healthy cluster's own
+//!   [`ClusterView::free`] = `total − max(used_reported, outstanding)`, floored
+//!   at 0, reduced as the cycle grants jobs. Unhealthy clusters are never
+//!   granted to.
+//! - **Dominant share** `s_u = max_k A_u,k / C_k` over resources with
+//!   `C_k > 0`, where `A_u` is the user's allocation (its outstanding jobs'
+//!   resources). This is Dominant Resource Fairness (DRF: A. Ghodsi, M. Zaharia,
+//!   B. Hindman, A. Konwinski, S. Shenker, I. Stoica, "Dominant Resource
+//!   Fairness: Fair Allocation of Multiple Resource Types", NSDI 2011), whose
+//!   progressive filling always serves the user with the smallest dominant
+//!   share. See [`dominant_share`].
+//! - **Decayed usage** `h_u` is an exponential moving average of `s_u(t)` with
+//!   **half-life** `T`: `h ← h·e^(−λΔt) + s·(1 − e^(−λΔt))`, `λ = ln 2 / T`, the
+//!   same decay as Slurm's multifactor priority plugin (`PriorityDecayHalfLife`).
+//!   `T = 0` turns history off (`h ≡ 0`). At the start of a cycle every user's
+//!   `h_u` is brought from its `usage_at` to `now` with the share it held
+//!   before the cycle, so all users are compared at the same instant. See
+//!   [`decay_usage`]; [`UserOrder::usage`] reports the result so the caller can
+//!   persist it with timestamp `now`.
+//! - **Fair-share key** `(s_u + h_u) / w_u` with **weight** `w_u > 0`
+//!   ([`fair_share_key`]). With all weights 1, unit jobs and history off this is
+//!   "the user with the fewest running jobs goes next".
+//!
+//! # Order
+//!
+//! Smallest key first; ties by the older `submitted_at` of the user's
+//! effective head, then by user id (string order). Keys are compared after
+//! [`quantize_key`], which clears the low 12 of the 52 mantissa bits (relative
+//! resolution 2⁻⁴⁰ ≈ 9·10⁻¹³, truncation toward zero, so it is monotone):
+//! equal histories give equal keys, and keys that differ only by floating-point
+//! noise tie exactly, so the noise never overrides the tie-break. One grant
+//! moves a key by a relative 10⁻⁹ or more even for weight 1000 on a
+//! 1,000,000-core pool, far above the resolution, so real differences survive.
+//!
+//! # Eligibility
+//!
+//! A user is served this cycle only if it is not paused, has an effective head,
+//! has fewer outstanding jobs than `max_running_jobs`, and its head would not
+//! take its allocation over `max_resources` (if set). An ineligible user is
+//! passed over (it does not stop the cycle) and its head gets the matching
+//! [`PendingReason`]. These are rechecked after each of its grants.
+//!
+//! # The cycle (progressive filling)
+//!
+//! Repeatedly take the first eligible user in order. If its effective head fits
+//! some healthy cluster's free capacity, grant it to the **best-fit** cluster
+//! (the one left tightest: smallest `Σ_k (free_k − req_k) / total_k` over
+//! resources with `total_k > 0`, ties by cluster name), add it to the user's
+//! allocation and outstanding count, take it from the cluster's free capacity,
+//! recompute the user's key and go on. If it fits nowhere:
+//!
+//! - with **backfill** on, the user is skipped for the rest of the cycle (its
+//!   head: [`PendingReason::WaitingForCapacity`]) and later users may use the
+//!   capacity, unless the head has waited longer than the **starvation** guard
+//!   (`now − submitted_at > starvation_guard`): then the whole cycle stops so
+//!   that freed capacity accumulates for it. The head gets
+//!   [`PendingReason::Starving`], every user still waiting in the order gets
+//!   [`PendingReason::ReservingForStarvedJob`], and
+//!   [`CycleOutcome::stopped_for`] names the job.
+//! - with backfill off, the cycle stops at the first head that does not fit
+//!   (strict order): it gets `WaitingForCapacity`, the users behind it
+//!   [`PendingReason::WaitingBehind`], and `stopped_for` names it too.
+//!
+//! A user's window is never reordered: it is already in queue order (priority,
+//! then `submitted_at`, then id), and a user whose head does not fit is skipped
+//! as a whole rather than having a later job of its own jump ahead.
+//!
+//! # Decisions beyond DESIGN §2
+//!
+//! - **Jobs that can never run do not block.** A job larger than every healthy
+//!   cluster's `total` ([`PendingReason::NoClusterLargeEnough`]), or larger on its
+//!   own than its user's `max_resources` ([`PendingReason::ExceedsMaxResources`]),
+//!   is stepped over inside its user's window: the next job becomes the
+//!   **effective head**. The reason is reported for every such job in the window.
+//! - **No healthy cluster**: nothing is granted; each user's effective head gets
+//!   [`PendingReason::NoHealthyCluster`] (unless the user is paused). Without
+//!   clusters no job can be judged too large, so only `ExceedsMaxResources` is
+//!   reported besides.
+//! - **Pending reasons** go to each user's effective head, plus the per-job
+//!   reasons above; a paused user's whole window gets
+//!   [`PendingReason::Paused`]. Precedence for a head: `Paused`, then
+//!   `MaxRunningJobs`, then `MaxResources`.
+//! - **`stopped_for`** is set whenever the cycle ended early to hold capacity
+//!   for one job: by the starvation guard, or because backfill is off. The
+//!   job's reason (`Starving` or `WaitingForCapacity`) tells which.
+//! - **Fitting tolerance**: [`Resources::fits_within`] allows a relative
+//!   10⁻⁹ ([`FIT_TOLERANCE`]) so that `0.1 + 0.2` cores fits in `0.3`.
+//! - **Invalid numbers** never panic: a weight that is not finite and positive
+//!   gives the key `+∞` (served last), NaN keys and timestamps sort as `+∞`, a
+//!   request with a NaN component fits nowhere.
+//! - **Uniqueness**: user names and cluster names are assumed unique (the
+//!   arbiter keys them by name). Determinism does not depend on it, but
+//!   independence from the input order does.
+//! - **Determinism**: users are processed in name order and clusters in name
+//!   order internally; [`CycleOutcome::pending`] lists users by name, then
+//!   jobs in window order.
+//!
+//! # Cost
+//!
+//! O(J·K + G·(log U + K)) for J jobs in the windows, K clusters, U users and
+//! G grants: a binary heap holds the eligible users, and a user's key changes
+//! only when that user is granted, so no entry ever goes stale. 100 users
+//! with 10,000 jobs in their windows and about 1,000 grants take about 0.2 ms
+//! per cycle in a release build on a 2-core machine.
+
+mod cycle;
+mod resources;
+mod share;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+pub use cycle::{best_fit, fits_some_cluster, run_cycle};
+pub use resources::{ClusterView, Resources, FIT_TOLERANCE};
+pub use share::{decay_usage, dominant_share, fair_share_key, quantize_key, KEY_DROPPED_BITS};
+
+/// Timestamps and durations, in seconds: Unix epoch time in the service,
+/// seconds since the trace start in the simulator.
+pub type Seconds = f64;
+
+/// A job's id (the Ray `submission_id` too).
+pub type JobId = uuid::Uuid;
+
+/// One queued job, as much of it as the policy needs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueuedJob {
+    /// The job's id.
+    pub job_id: JobId,
+    /// What it requests (cores, GPUs, bytes).
+    pub resources: Resources,
+    /// Higher first within its user's queue; the policy does not reorder by
+    /// it (the window comes in queue order), it is carried for callers.
+    pub priority: i32,
+    /// When it was submitted, seconds; an older effective head wins key ties,
+    /// and the starvation guard measures from it.
+    pub submitted_at: Seconds,
+}
+
+/// One user's fair-share state at the start of a cycle.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UserView {
+    /// The gateway's user id; unique among the users of one call.
+    pub user: String,
+    /// Weight `w_u > 0` (default 1): a user with weight 3 gets three times the
+    /// dominant share of a user with weight 1.
+    pub weight: f64,
+    /// Paused by an admin: nothing new is granted, its jobs stay queued.
+    pub paused: bool,
+    /// Cap on outstanding jobs, already resolved against the configured
+    /// default.
+    pub max_running_jobs: u32,
+    /// Cap on the user's allocation `A_u`, if any.
+    pub max_resources: Option<Resources>,
+    /// Number of its DISPATCHING, PENDING and RUNNING jobs.
+    pub outstanding_jobs: u32,
+    /// `A_u`: the sum of those jobs' resources.
+    pub allocation: Resources,
+    /// Decayed usage `h_u` (a dominant share, dimensionless), valid at
+    /// `usage_at`.
+    pub usage: f64,
+    /// When `usage` was last brought up to date, seconds.
+    pub usage_at: Seconds,
+    /// A prefix (window) of the user's QUEUED jobs, already in queue order
+    /// (priority desc, `submitted_at`, id). The policy never reorders it.
+    pub queue: Vec<QueuedJob>,
+}
+
+/// The policy's knobs (`[scheduler]` in the configuration).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PolicyConfig {
+    /// Half-life `T` of decayed usage, seconds; 0 turns history off.
+    pub usage_half_life: Seconds,
+    /// A head that fits nowhere and has waited longer than this (seconds)
+    /// stops the cycle when backfill is on. `f64::INFINITY` disables it.
+    pub starvation_guard: Seconds,
+    /// On: skip a user whose head does not fit and go on. Off: stop there.
+    pub backfill: bool,
+}
+
+impl Default for PolicyConfig {
+    /// The configuration defaults: half-life 1 h, starvation guard 5 min,
+    /// backfill on.
+    fn default() -> Self {
+        PolicyConfig {
+            usage_half_life: 3600.0,
+            starvation_guard: 300.0,
+            backfill: true,
+        }
+    }
+}
+
+/// A decision: start `job_id` of `user` on `cluster`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The job's user.
+    pub user: String,
+    /// The job to start.
+    pub job_id: JobId,
+    /// Name of the healthy cluster it goes to.
+    pub cluster: String,
+    /// The job's request, now part of the user's allocation and taken from the
+    /// cluster's free capacity.
+    pub resources: Resources,
+}
+
+/// Why a queued job was not granted this cycle. [`fmt::Display`] gives the
+/// sentence shown to users as `pending_reason`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum PendingReason {
+    /// The user is paused by an admin.
+    Paused,
+    /// The user already has `limit` outstanding jobs.
+    MaxRunningJobs {
+        /// The user's `max_running_jobs`.
+        limit: u32,
+    },
+    /// Starting the job would take the user's allocation over its
+    /// `max_resources`; it can start once some of the user's jobs finish.
+    MaxResources,
+    /// The job alone requests more than the user's `max_resources`: it cannot
+    /// start unless the limit is raised. It does not block the user's other
+    /// jobs.
+    ExceedsMaxResources,
+    /// No healthy cluster could hold the job even when empty. It does not
+    /// block the user's other jobs.
+    NoClusterLargeEnough,
+    /// No cluster is healthy.
+    NoHealthyCluster,
+    /// No healthy cluster has enough free capacity right now.
+    WaitingForCapacity,
+    /// The job fits nowhere and has waited longer than the starvation guard:
+    /// the cycle stopped so that capacity frees up for it.
+    Starving {
+        /// How long it has waited, seconds.
+        waited: Seconds,
+    },
+    /// The cycle stopped before this user's turn to hold capacity for a job
+    /// that has waited longer than the starvation guard.
+    ReservingForStarvedJob {
+        /// The starved job.
+        job_id: JobId,
+    },
+    /// Backfill is off and the cycle stopped before this user's turn, at a job
+    /// ahead in fair-share order that does not fit yet.
+    WaitingBehind {
+        /// The job that does not fit.
+        job_id: JobId,
+    },
+}
+
+impl fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PendingReason::Paused => {
+                write!(
+                    f,
+                    "the user is paused; its jobs wait until an admin resumes it"
+                )
+            }
+            PendingReason::MaxRunningJobs { limit } => write!(
+                f,
+                "the user already has {limit} jobs dispatched or running, its limit \
+                 (max_running_jobs)"
+            ),
+            PendingReason::MaxResources => write!(
+                f,
+                "starting this job would take the user's allocation over its resource limit \
+                 (max_resources); it starts when some of the user's jobs finish"
+            ),
+            PendingReason::ExceedsMaxResources => write!(
+                f,
+                "this job alone requests more than the user's resource limit (max_resources); \
+                 it cannot start unless the limit is raised"
+            ),
+            PendingReason::NoClusterLargeEnough => write!(
+                f,
+                "no healthy cluster is large enough for this job's request, even when empty"
+            ),
+            PendingReason::NoHealthyCluster => write!(f, "no cluster is healthy right now"),
+            PendingReason::WaitingForCapacity => {
+                write!(f, "waiting for enough free capacity on a cluster")
+            }
+            PendingReason::Starving { waited } => write!(
+                f,
+                "waiting for enough free capacity; it has waited {waited:.0} s, longer than the \
+                 starvation guard, so new dispatches are held until it fits"
+            ),
+            PendingReason::ReservingForStarvedJob { job_id } => write!(
+                f,
+                "held back while capacity frees up for job {job_id}, which has waited longer \
+                 than the starvation guard"
+            ),
+            PendingReason::WaitingBehind { job_id } => write!(
+                f,
+                "waiting behind job {job_id}, which comes first in fair-share order and does \
+                 not fit yet (backfill is off)"
+            ),
+        }
+    }
+}
+
+/// One user's place in the order after the cycle (the "next users" list).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UserOrder {
+    /// The user id.
+    pub user: String,
+    /// Fair-share key `(s_u + h_u) / w_u` after the cycle's grants (not
+    /// quantized; the order uses [`quantize_key`] of it).
+    pub key: f64,
+    /// Dominant share `s_u` after the cycle's grants (fraction of capacity).
+    pub share: f64,
+    /// Decayed usage `h_u` brought to the cycle's `now`; persist it with
+    /// `usage_at = now`.
+    pub usage: f64,
+}
+
+/// What a cycle decided.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CycleOutcome {
+    /// The jobs to start, in grant order.
+    pub grants: Vec<Grant>,
+    /// Jobs in the input windows that were not granted, with the reason to
+    /// show: at least each user's effective head, plus jobs that can never run
+    /// and a paused user's whole window. Listed by user name, then window
+    /// order.
+    pub pending: Vec<(JobId, PendingReason)>,
+    /// Every user whose input window was not empty, in the order the next
+    /// cycle would serve them (key, then oldest remaining head, then user id).
+    pub order: Vec<UserOrder>,
+    /// Set when the cycle stopped early to hold capacity for this job: the
+    /// starvation guard fired for it, or backfill is off and it was the first
+    /// head that did not fit.
+    pub stopped_for: Option<JobId>,
+}

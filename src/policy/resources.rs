@@ -1,0 +1,140 @@
+//! Resource vectors and what one cluster has free.
+
+use std::ops::{Add, AddAssign};
+
+use serde::{Deserialize, Serialize};
+
+/// Relative tolerance of [`Resources::fits_within`].
+///
+/// Requests and capacities are sums of f64 values (`0.1 + 0.2` cores is
+/// `0.30000000000000004`), so an exact `<=` would refuse fits that are exact
+/// in decimal. One part in 10⁹ of the larger side absorbs that rounding noise
+/// (about 2·10⁶ ulps) while staying far below anything a request can mean:
+/// 10⁻⁹ of a 1,000,000-core pool is 0.001 core, of 1 TiB is about 1 KiB.
+pub const FIT_TOLERANCE: f64 = 1e-9;
+
+/// A vector of resources: what a job requests, what a user holds, what a
+/// cluster has.
+///
+/// Units: `cpu` in cores, `gpu` in GPUs (both may be fractional, as in Ray),
+/// `memory_bytes` in bytes (an f64 so that sums and ratios need no casts; it
+/// is exact for whole byte counts up to 2⁵³ bytes = 8 PiB).
+/// Components are expected finite and non-negative; a NaN component never
+/// fits anywhere.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Resources {
+    /// Cores.
+    pub cpu: f64,
+    /// GPUs.
+    pub gpu: f64,
+    /// Bytes of memory.
+    pub memory_bytes: f64,
+}
+
+impl Resources {
+    /// Nothing at all: 0 cores, 0 GPUs, 0 bytes.
+    pub const ZERO: Resources = Resources {
+        cpu: 0.0,
+        gpu: 0.0,
+        memory_bytes: 0.0,
+    };
+
+    /// Builds a vector from cores, GPUs and bytes.
+    #[must_use]
+    pub const fn new(cpu: f64, gpu: f64, memory_bytes: f64) -> Resources {
+        Resources {
+            cpu,
+            gpu,
+            memory_bytes,
+        }
+    }
+
+    /// The components in a fixed order: `[cpu, gpu, memory_bytes]`.
+    #[must_use]
+    pub const fn components(&self) -> [f64; 3] {
+        [self.cpu, self.gpu, self.memory_bytes]
+    }
+
+    const fn from_components(c: [f64; 3]) -> Resources {
+        Resources::new(c[0], c[1], c[2])
+    }
+
+    fn zip_with(self, other: Resources, f: impl Fn(f64, f64) -> f64) -> Resources {
+        let (a, b) = (self.components(), other.components());
+        Resources::from_components([f(a[0], b[0]), f(a[1], b[1]), f(a[2], b[2])])
+    }
+
+    /// `self − other` per component, floored at 0 (a NaN difference becomes 0).
+    #[must_use]
+    pub fn saturating_sub(self, other: Resources) -> Resources {
+        self.zip_with(other, |a, b| (a - b).max(0.0))
+    }
+
+    /// The larger of `self` and `other` per component (`f64::max`, so a NaN
+    /// component yields the other side's value).
+    #[must_use]
+    pub fn max(self, other: Resources) -> Resources {
+        self.zip_with(other, f64::max)
+    }
+
+    /// True when every component of `self` is at most the same component of
+    /// `limit`, allowing a relative slack of [`FIT_TOLERANCE`] times the larger
+    /// magnitude of the two, so that rounding noise never refuses a fit.
+    /// A NaN on either side never fits.
+    #[must_use]
+    pub fn fits_within(&self, limit: &Resources) -> bool {
+        self.components()
+            .into_iter()
+            .zip(limit.components())
+            .all(|(want, have)| le_with_tolerance(want, have))
+    }
+}
+
+/// `a <= b`, up to a relative [`FIT_TOLERANCE`]; false when either is NaN.
+fn le_with_tolerance(a: f64, b: f64) -> bool {
+    a <= b || a - b <= FIT_TOLERANCE * a.abs().max(b.abs())
+}
+
+impl Add for Resources {
+    type Output = Resources;
+
+    /// Sum per component.
+    fn add(self, other: Resources) -> Resources {
+        self.zip_with(other, |a, b| a + b)
+    }
+}
+
+impl AddAssign for Resources {
+    fn add_assign(&mut self, other: Resources) {
+        *self = *self + other;
+    }
+}
+
+/// One Ray cluster as the policy sees it at the start of a cycle.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// Unique name (the `[[clusters]]` name); grants name it.
+    pub name: String,
+    /// False while the monitor cannot reach it: never granted to, and its
+    /// capacity is left out of the shares.
+    pub healthy: bool,
+    /// Capacity `C` of the cluster as Ray reports it.
+    pub total: Resources,
+    /// What Ray reports in use (all tenants, seconds late).
+    pub used_reported: Resources,
+    /// Sum of this service's outstanding (DISPATCHING, PENDING, RUNNING) jobs
+    /// on this cluster, including ones Ray has not reported yet.
+    pub outstanding: Resources,
+}
+
+impl ClusterView {
+    /// Free capacity: `total − max(used_reported, outstanding)` per resource,
+    /// floored at 0 (DESIGN §2). Taking the larger of the two counts a job that
+    /// was granted but is not in Ray's report yet, and also whatever other
+    /// tenants run on the cluster.
+    #[must_use]
+    pub fn free(&self) -> Resources {
+        self.total
+            .saturating_sub(self.used_reported.max(self.outstanding))
+    }
+}

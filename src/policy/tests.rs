@@ -1,0 +1,948 @@
+//! Unit tests of the fair-share policy: exact grants for small scenarios, and
+//! short simulations that step virtual time.
+
+use super::*;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+fn id(n: u128) -> JobId {
+    JobId::from_u128(n)
+}
+
+fn cpus(n: f64) -> Resources {
+    Resources::new(n, 0.0, 0.0)
+}
+
+fn job(n: u128, resources: Resources, submitted_at: Seconds) -> QueuedJob {
+    QueuedJob {
+        job_id: id(n),
+        resources,
+        priority: 0,
+        submitted_at,
+    }
+}
+
+/// `count` jobs with ids `first, first + 1, …`, submitted at `start, start + 1, …`.
+fn jobs(first: u128, count: usize, resources: Resources, start: Seconds) -> Vec<QueuedJob> {
+    (0..count)
+        .map(|i| job(first + i as u128, resources, start + i as f64))
+        .collect()
+}
+
+fn user(name: &str) -> UserView {
+    UserView {
+        user: name.to_owned(),
+        weight: 1.0,
+        paused: false,
+        max_running_jobs: 100,
+        max_resources: None,
+        outstanding_jobs: 0,
+        allocation: Resources::ZERO,
+        usage: 0.0,
+        usage_at: 0.0,
+        queue: Vec::new(),
+    }
+}
+
+/// Short builders for test users.
+trait UserExt {
+    fn weight(self, weight: f64) -> Self;
+    fn limit(self, max_running_jobs: u32) -> Self;
+    fn running(self, count: u32, each: Resources) -> Self;
+    fn queue(self, queue: Vec<QueuedJob>) -> Self;
+    fn paused(self) -> Self;
+    fn max_resources(self, max: Resources) -> Self;
+    fn usage(self, usage: f64, at: Seconds) -> Self;
+}
+
+impl UserExt for UserView {
+    fn weight(mut self, weight: f64) -> Self {
+        self.weight = weight;
+        self
+    }
+    fn limit(mut self, max_running_jobs: u32) -> Self {
+        self.max_running_jobs = max_running_jobs;
+        self
+    }
+    fn running(mut self, count: u32, each: Resources) -> Self {
+        self.outstanding_jobs = count;
+        self.allocation = Resources::new(
+            each.cpu * f64::from(count),
+            each.gpu * f64::from(count),
+            each.memory_bytes * f64::from(count),
+        );
+        self
+    }
+    fn queue(mut self, queue: Vec<QueuedJob>) -> Self {
+        self.queue = queue;
+        self
+    }
+    fn paused(mut self) -> Self {
+        self.paused = true;
+        self
+    }
+    fn max_resources(mut self, max: Resources) -> Self {
+        self.max_resources = Some(max);
+        self
+    }
+    fn usage(mut self, usage: f64, at: Seconds) -> Self {
+        self.usage = usage;
+        self.usage_at = at;
+        self
+    }
+}
+
+fn cluster(name: &str, total: Resources) -> ClusterView {
+    ClusterView {
+        name: name.to_owned(),
+        healthy: true,
+        total,
+        used_reported: Resources::ZERO,
+        outstanding: Resources::ZERO,
+    }
+}
+
+fn with_outstanding(mut c: ClusterView, outstanding: Resources) -> ClusterView {
+    c.outstanding = outstanding;
+    c
+}
+
+fn unhealthy(mut c: ClusterView) -> ClusterView {
+    c.healthy = false;
+    c
+}
+
+/// History off, starvation guard off, backfill on.
+fn plain() -> PolicyConfig {
+    PolicyConfig {
+        usage_half_life: 0.0,
+        starvation_guard: f64::INFINITY,
+        backfill: true,
+    }
+}
+
+fn granted(outcome: &CycleOutcome) -> Vec<(&str, JobId)> {
+    outcome
+        .grants
+        .iter()
+        .map(|g| (g.user.as_str(), g.job_id))
+        .collect()
+}
+
+fn count(outcome: &CycleOutcome, name: &str) -> usize {
+    outcome.grants.iter().filter(|g| g.user == name).count()
+}
+
+fn reason(outcome: &CycleOutcome, job_id: JobId) -> Option<&PendingReason> {
+    outcome
+        .pending
+        .iter()
+        .find(|(j, _)| *j == job_id)
+        .map(|(_, r)| r)
+}
+
+fn granted_cpu(outcome: &CycleOutcome) -> f64 {
+    outcome.grants.iter().map(|g| g.resources.cpu).sum()
+}
+
+/// A tiny simulator for multi-cycle tests: one cluster, users with running
+/// jobs that end at known times.
+struct Sim {
+    total: Resources,
+    users: Vec<SimUser>,
+}
+
+struct SimUser {
+    view: UserView,
+    /// (job, resources, end time)
+    running: Vec<(JobId, Resources, Seconds)>,
+}
+
+impl Sim {
+    fn new(total: Resources, users: Vec<UserView>) -> Sim {
+        let users = users
+            .into_iter()
+            .map(|view| SimUser {
+                view,
+                running: Vec::new(),
+            })
+            .collect();
+        Sim { total, users }
+    }
+
+    fn user_mut(&mut self, name: &str) -> &mut SimUser {
+        self.users.iter_mut().find(|u| u.view.user == name).unwrap()
+    }
+
+    fn running(&self, name: &str) -> usize {
+        self.users
+            .iter()
+            .find(|u| u.view.user == name)
+            .map_or(0, |u| u.running.len())
+    }
+
+    fn views(&self) -> Vec<UserView> {
+        self.users
+            .iter()
+            .map(|u| {
+                let mut view = u.view.clone();
+                view.outstanding_jobs = u.running.len() as u32;
+                view.allocation = u
+                    .running
+                    .iter()
+                    .fold(Resources::ZERO, |sum, (_, r, _)| sum + *r);
+                view
+            })
+            .collect()
+    }
+
+    fn clusters(&self) -> Vec<ClusterView> {
+        let used = self
+            .users
+            .iter()
+            .flat_map(|u| u.running.iter())
+            .fold(Resources::ZERO, |sum, (_, r, _)| sum + *r);
+        vec![ClusterView {
+            name: "ray".to_owned(),
+            healthy: true,
+            total: self.total,
+            used_reported: used,
+            outstanding: used,
+        }]
+    }
+
+    /// Runs a cycle at `now`; granted jobs leave the queue and run for `runtime`.
+    fn cycle(&mut self, now: Seconds, config: &PolicyConfig, runtime: Seconds) -> CycleOutcome {
+        let outcome = run_cycle(now, config, &self.views(), &self.clusters());
+        for grant in &outcome.grants {
+            let u = self.user_mut(&grant.user);
+            u.view.queue.retain(|j| j.job_id != grant.job_id);
+            u.running
+                .push((grant.job_id, grant.resources, now + runtime));
+        }
+        outcome
+    }
+
+    /// Ends every job whose end time is at or before `now`.
+    fn finish_until(&mut self, now: Seconds) {
+        for u in &mut self.users {
+            u.running.retain(|(_, _, end)| *end > now);
+        }
+    }
+
+    /// Ends the oldest running job of `name`, if any.
+    fn finish_one(&mut self, name: &str) {
+        let u = self.user_mut(name);
+        if !u.running.is_empty() {
+            u.running.remove(0);
+        }
+    }
+}
+
+// 1. The polling-loop scheduler's intent: fewest running jobs first, oldest job on ties.
+#[test]
+fn users_with_fewest_running_jobs_go_first_and_limits_hold() {
+    let one = cpus(1.0);
+    let users = vec![
+        user("u1")
+            .limit(2)
+            .queue(vec![job(11, one, 1.0), job(12, one, 2.0)]),
+        user("u2").limit(2).running(1, one),
+        user("u3")
+            .limit(2)
+            .running(2, one)
+            .queue(vec![job(31, one, 0.0), job(32, one, 0.5)]),
+        user("u4")
+            .limit(2)
+            .queue(vec![job(41, one, 3.0), job(42, one, 4.0)]),
+    ];
+    let clusters = vec![with_outstanding(cluster("ray", cpus(8.0)), cpus(3.0))];
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+
+    assert_eq!(
+        granted(&outcome),
+        vec![
+            ("u1", id(11)),
+            ("u4", id(41)),
+            ("u1", id(12)),
+            ("u4", id(42))
+        ]
+    );
+    assert_eq!(count(&outcome, "u3"), 0);
+    assert_eq!(
+        8.0 - 3.0 - granted_cpu(&outcome),
+        1.0,
+        "one slot stays free"
+    );
+    assert_eq!(
+        reason(&outcome, id(31)),
+        Some(&PendingReason::MaxRunningJobs { limit: 2 })
+    );
+    assert_eq!(outcome.stopped_for, None);
+}
+
+// 2. DRF golden case (Ghodsi et al., NSDI 2011, §4.1).
+#[test]
+fn drf_paper_example_gives_three_and_two_jobs_at_equal_dominant_share() {
+    let a_job = Resources::new(1.0, 0.0, 4.0 * GIB);
+    let b_job = Resources::new(3.0, 0.0, GIB);
+    let users = vec![
+        user("A").queue(jobs(100, 10, a_job, 0.0)),
+        user("B").queue(jobs(200, 10, b_job, 0.0)),
+    ];
+    let clusters = vec![cluster("ray", Resources::new(9.0, 0.0, 18.0 * GIB))];
+    let outcome = run_cycle(100.0, &plain(), &users, &clusters);
+
+    assert_eq!(count(&outcome, "A"), 3);
+    assert_eq!(count(&outcome, "B"), 2);
+    for entry in &outcome.order {
+        assert!((entry.share - 2.0 / 3.0).abs() < 1e-12, "{entry:?}");
+    }
+    assert_eq!(
+        reason(&outcome, id(103)),
+        Some(&PendingReason::WaitingForCapacity)
+    );
+}
+
+// 3. Weights.
+#[test]
+fn weight_three_gets_three_times_the_share_and_keeps_it_under_churn() {
+    let one = cpus(1.0);
+    let mut sim = Sim::new(
+        cpus(40.0),
+        vec![
+            user("A").weight(1.0).queue(jobs(1_000, 40, one, 0.0)),
+            user("B").weight(3.0).queue(jobs(2_000, 40, one, 0.0)),
+        ],
+    );
+    sim.cycle(10.0, &plain(), 1e9);
+    assert!(
+        (9..=11).contains(&sim.running("A")),
+        "A {}",
+        sim.running("A")
+    );
+    assert!(
+        (29..=31).contains(&sim.running("B")),
+        "B {}",
+        sim.running("B")
+    );
+
+    let mut next = 10_000;
+    for round in 0..12u32 {
+        // Jobs finish in varying numbers and new ones replace them.
+        for _ in 0..(round % 4 + 1) {
+            sim.finish_one("A");
+        }
+        for _ in 0..(round % 5 + 2) {
+            sim.finish_one("B");
+        }
+        for name in ["A", "B"] {
+            let u = sim.user_mut(name);
+            let fresh = jobs(next, 5, one, 100.0 + f64::from(round));
+            next += 5;
+            u.view.queue.extend(fresh);
+        }
+        sim.cycle(100.0 + f64::from(round), &plain(), 1e9);
+        assert_eq!(sim.running("A") + sim.running("B"), 40);
+        assert!(
+            (9..=11).contains(&sim.running("A")),
+            "round {round}: A {}",
+            sim.running("A")
+        );
+    }
+}
+
+// 4. Big jobs are not starved by small ones.
+#[test]
+fn every_user_gets_a_job_whatever_its_job_size() {
+    let users = vec![
+        user("A").queue(jobs(100, 8, cpus(1.0), 0.0)),
+        user("B").queue(jobs(200, 4, cpus(2.0), 0.0)),
+        user("C").queue(jobs(300, 2, cpus(4.0), 0.0)),
+    ];
+    let outcome = run_cycle(10.0, &plain(), &users, &[cluster("ray", cpus(8.0))]);
+    assert_eq!(
+        granted(&outcome),
+        vec![
+            ("A", id(100)),
+            ("B", id(200)),
+            ("C", id(300)),
+            ("A", id(101))
+        ]
+    );
+}
+
+// 5. Pause.
+#[test]
+fn paused_user_gets_nothing_and_reaches_its_share_after_resume() {
+    let one = cpus(1.0);
+    let mut sim = Sim::new(
+        cpus(10.0),
+        vec![
+            user("A").queue(jobs(100, 10, one, 0.0)),
+            user("B").queue(jobs(200, 10, one, 0.0)),
+            user("C").paused().queue(jobs(300, 10, one, 0.0)),
+        ],
+    );
+    let outcome = sim.cycle(10.0, &plain(), 1e9);
+    assert_eq!(
+        (
+            count(&outcome, "A"),
+            count(&outcome, "B"),
+            count(&outcome, "C")
+        ),
+        (5, 5, 0)
+    );
+    assert_eq!(reason(&outcome, id(300)), Some(&PendingReason::Paused));
+    assert_eq!(reason(&outcome, id(309)), Some(&PendingReason::Paused));
+
+    sim.user_mut("C").view.paused = false;
+    for round in 0..5u32 {
+        for name in ["A", "B", "C"] {
+            sim.finish_one(name);
+        }
+        sim.cycle(20.0 + f64::from(round), &plain(), 1e9);
+    }
+    let counts = [sim.running("A"), sim.running("B"), sim.running("C")];
+    assert_eq!(counts.iter().sum::<usize>(), 10);
+    assert!(sim.running("C") >= 3, "{counts:?}");
+    let (max, min) = (counts.iter().max().unwrap(), counts.iter().min().unwrap());
+    assert!(max - min <= 1, "{counts:?}");
+}
+
+// 6. Granted-but-unconfirmed jobs count against free capacity.
+#[test]
+fn outstanding_jobs_not_yet_reported_by_ray_keep_capacity_taken() {
+    let users = vec![user("A").queue(jobs(100, 3, cpus(1.0), 0.0))];
+    let clusters = vec![with_outstanding(cluster("ray", cpus(4.0)), cpus(4.0))];
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    assert!(outcome.grants.is_empty());
+    assert_eq!(
+        reason(&outcome, id(100)),
+        Some(&PendingReason::WaitingForCapacity)
+    );
+}
+
+// 7. A job larger than every cluster.
+#[test]
+fn job_larger_than_every_cluster_blocks_nobody() {
+    let users = vec![
+        user("A").queue(vec![job(1, cpus(16.0), 0.0), job(2, cpus(1.0), 1.0)]),
+        user("B").queue(jobs(10, 2, cpus(1.0), 2.0)),
+    ];
+    let clusters = vec![cluster("x", cpus(8.0)), cluster("y", cpus(4.0))];
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    assert_eq!(
+        granted(&outcome),
+        vec![("A", id(2)), ("B", id(10)), ("B", id(11))]
+    );
+    assert_eq!(
+        reason(&outcome, id(1)),
+        Some(&PendingReason::NoClusterLargeEnough)
+    );
+    assert_eq!(outcome.stopped_for, None);
+    assert!(!fits_some_cluster(&cpus(16.0), &clusters));
+    assert!(fits_some_cluster(&cpus(8.0), &clusters));
+}
+
+/// Simulates test 8: A streams 1-CPU jobs of 10 s on 4 CPUs, finishing
+/// staggered so that 4 CPUs are never free at once unless dispatch pauses;
+/// B's 4-CPU job was submitted at 0. Returns when B's job was granted.
+fn starvation_scenario(guard: Seconds, horizon: Seconds) -> Option<Seconds> {
+    let config = PolicyConfig {
+        usage_half_life: 0.0,
+        starvation_guard: guard,
+        backfill: true,
+    };
+    let one = cpus(1.0);
+    let mut sim = Sim::new(
+        cpus(4.0),
+        vec![user("A"), user("B").queue(vec![job(1, cpus(4.0), 0.0)])],
+    );
+    sim.user_mut("A").running = [1.0, 3.0, 6.0, 8.0]
+        .iter()
+        .enumerate()
+        .map(|(i, end)| (id(100 + i as u128), one, *end))
+        .collect();
+    let mut next = 1_000;
+    let mut t = 0.0;
+    while t <= horizon {
+        t += 1.0;
+        sim.finish_until(t);
+        let a = sim.user_mut("A");
+        while a.view.queue.len() < 8 {
+            a.view.queue.push(job(next, one, t));
+            next += 1;
+        }
+        let outcome = sim.cycle(t, &config, 10.0);
+        if outcome.grants.iter().any(|g| g.job_id == id(1)) {
+            return Some(t);
+        }
+        if t > guard && sim.running("B") == 0 && !outcome.grants.is_empty() {
+            panic!("granted A at {t} while B starves: {outcome:?}");
+        }
+    }
+    None
+}
+
+// 8. Starvation guard.
+#[test]
+fn starvation_guard_lets_a_big_job_in_within_guard_plus_one_runtime() {
+    let at = starvation_scenario(60.0, 500.0).expect("B's job was never granted");
+    assert!(at <= 60.0 + 10.0 + 1.0, "granted at {at}");
+    assert!(at > 60.0, "granted at {at}, before the guard could matter");
+}
+
+#[test]
+fn without_the_starvation_guard_backfill_starves_the_big_job() {
+    assert_eq!(starvation_scenario(f64::INFINITY, 500.0), None);
+}
+
+#[test]
+fn starvation_guard_stops_the_cycle_and_tells_the_others_why() {
+    let config = PolicyConfig {
+        usage_half_life: 0.0,
+        starvation_guard: 60.0,
+        backfill: true,
+    };
+    let users = vec![
+        user("A").queue(vec![job(1, cpus(4.0), 0.0)]),
+        user("B")
+            .running(1, cpus(1.0))
+            .queue(jobs(10, 2, cpus(1.0), 5.0)),
+    ];
+    let clusters = vec![with_outstanding(cluster("ray", cpus(4.0)), cpus(1.0))];
+    let outcome = run_cycle(100.0, &config, &users, &clusters);
+    assert!(outcome.grants.is_empty());
+    assert_eq!(outcome.stopped_for, Some(id(1)));
+    assert_eq!(
+        reason(&outcome, id(1)),
+        Some(&PendingReason::Starving { waited: 100.0 })
+    );
+    assert_eq!(
+        reason(&outcome, id(10)),
+        Some(&PendingReason::ReservingForStarvedJob { job_id: id(1) })
+    );
+
+    // Not yet past the guard: B backfills.
+    let outcome = run_cycle(50.0, &config, &users, &clusters);
+    assert_eq!(granted(&outcome), vec![("B", id(10)), ("B", id(11))]);
+    assert_eq!(outcome.stopped_for, None);
+}
+
+// 9. Decayed usage.
+#[test]
+fn recent_heavy_usage_puts_a_user_behind_and_half_life_zero_forgets_it() {
+    let users = vec![
+        user("heavy")
+            .usage(0.5, 90.0)
+            .queue(vec![job(1, cpus(1.0), 0.0)]),
+        user("light").queue(vec![job(2, cpus(1.0), 5.0)]),
+    ];
+    let clusters = vec![cluster("ray", cpus(1.0))];
+    let with_history = PolicyConfig {
+        usage_half_life: 3600.0,
+        ..plain()
+    };
+    let outcome = run_cycle(100.0, &with_history, &users, &clusters);
+    assert_eq!(granted(&outcome), vec![("light", id(2))]);
+    let heavy = outcome.order.iter().find(|o| o.user == "heavy").unwrap();
+    assert!(heavy.usage > 0.49 && heavy.usage < 0.5, "{heavy:?}");
+
+    let outcome = run_cycle(100.0, &plain(), &users, &clusters);
+    assert_eq!(granted(&outcome), vec![("heavy", id(1))]);
+}
+
+#[test]
+fn decay_usage_halves_per_half_life_and_converges_to_a_held_share() {
+    assert!((decay_usage(1.0, 0.0, 0.0, 60.0, 60.0) - 0.5).abs() < 1e-12);
+    assert!((decay_usage(1.0, 0.0, 0.0, 120.0, 60.0) - 0.25).abs() < 1e-12);
+    let mut h = 0.0;
+    for step in 0..100 {
+        h = decay_usage(
+            h,
+            f64::from(step) * 60.0,
+            0.3,
+            f64::from(step + 1) * 60.0,
+            60.0,
+        );
+    }
+    assert!((h - 0.3).abs() < 1e-12, "{h}");
+    // Stepping in pieces equals one step.
+    let once = decay_usage(0.8, 0.0, 0.2, 90.0, 60.0);
+    let twice = decay_usage(
+        decay_usage(0.8, 0.0, 0.2, 30.0, 60.0),
+        30.0,
+        0.2,
+        90.0,
+        60.0,
+    );
+    assert!((once - twice).abs() < 1e-12);
+    assert_eq!(
+        decay_usage(0.7, 0.0, 0.4, 100.0, 0.0),
+        0.0,
+        "T = 0: history off"
+    );
+    assert_eq!(
+        decay_usage(0.7, 50.0, 0.4, 10.0, 60.0),
+        0.7,
+        "negative Δt is no time"
+    );
+    assert_eq!(decay_usage(0.7, 0.0, 0.4, 1e9, f64::INFINITY), 0.7);
+}
+
+// 10. Extreme weights on a huge cluster.
+#[test]
+fn weight_1000_gets_1000_grants_per_grant_of_weight_1_on_a_million_cores() {
+    let one = cpus(1.0);
+    let users = vec![
+        user("heavy")
+            .weight(1000.0)
+            .limit(10_000)
+            .queue(jobs(1_000_000, 2_500, one, 10.0)),
+        user("light").weight(1.0).queue(jobs(1, 5, one, 0.0)),
+    ];
+    let clusters = vec![cluster("ray", cpus(1_000_000.0))];
+    let outcome = run_cycle(100_000.0, &plain(), &users, &clusters);
+    assert_eq!(outcome.grants.len(), 2_505);
+    let light_at: Vec<usize> = outcome
+        .grants
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.user == "light")
+        .map(|(i, _)| i)
+        .collect();
+    // light first (older head at equal key 0), then heavy until its key
+    // 1000/10⁶/1000 reaches light's 1/10⁶, the tie goes to light's older head.
+    assert_eq!(&light_at[..3], &[0, 1_001, 2_002]);
+    assert_eq!(
+        &granted(&outcome)[..4],
+        &[
+            ("light", id(1)),
+            ("heavy", id(1_000_000)),
+            ("heavy", id(1_000_001)),
+            ("heavy", id(1_000_002))
+        ]
+    );
+}
+
+#[test]
+fn backfill_off_stops_at_the_first_head_that_does_not_fit() {
+    let users = vec![
+        user("A").queue(vec![job(1, cpus(4.0), 0.0)]),
+        user("B").queue(vec![job(2, cpus(1.0), 1.0)]),
+        user("Z").running(2, cpus(1.0)),
+    ];
+    let clusters = vec![with_outstanding(cluster("ray", cpus(4.0)), cpus(2.0))];
+
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    assert_eq!(granted(&outcome), vec![("B", id(2))]);
+    assert_eq!(
+        reason(&outcome, id(1)),
+        Some(&PendingReason::WaitingForCapacity)
+    );
+
+    let strict = PolicyConfig {
+        backfill: false,
+        ..plain()
+    };
+    let outcome = run_cycle(10.0, &strict, &users, &clusters);
+    assert!(outcome.grants.is_empty());
+    assert_eq!(outcome.stopped_for, Some(id(1)));
+    assert_eq!(
+        reason(&outcome, id(1)),
+        Some(&PendingReason::WaitingForCapacity)
+    );
+    assert_eq!(
+        reason(&outcome, id(2)),
+        Some(&PendingReason::WaitingBehind { job_id: id(1) })
+    );
+}
+
+#[test]
+fn max_resources_caps_the_allocation_and_an_oversized_job_is_stepped_over() {
+    let limit = Resources::new(2.0, 0.0, 8.0 * GIB);
+    let users = vec![user("A").max_resources(limit).queue(vec![
+        job(1, Resources::new(3.0, 0.0, 0.0), 0.0),
+        job(2, Resources::new(1.0, 0.0, GIB), 1.0),
+        job(3, Resources::new(1.0, 0.0, GIB), 2.0),
+        job(4, Resources::new(1.0, 0.0, GIB), 3.0),
+    ])];
+    let clusters = [cluster("ray", Resources::new(64.0, 0.0, 256.0 * GIB))];
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    assert_eq!(granted(&outcome), vec![("A", id(2)), ("A", id(3))]);
+    assert_eq!(
+        reason(&outcome, id(1)),
+        Some(&PendingReason::ExceedsMaxResources)
+    );
+    assert_eq!(reason(&outcome, id(4)), Some(&PendingReason::MaxResources));
+}
+
+#[test]
+fn best_fit_picks_the_cluster_left_tightest_and_breaks_ties_by_name() {
+    let clusters = vec![
+        cluster("big", cpus(16.0)),
+        with_outstanding(cluster("small", cpus(4.0)), cpus(2.0)),
+    ];
+    let users = vec![user("A").queue(vec![job(1, cpus(2.0), 0.0), job(2, cpus(2.0), 1.0)])];
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    let placed: Vec<&str> = outcome.grants.iter().map(|g| g.cluster.as_str()).collect();
+    assert_eq!(placed, vec!["small", "big"]);
+    assert_eq!(
+        best_fit(&cpus(2.0), &clusters).map(|c| c.name.as_str()),
+        Some("small")
+    );
+    assert_eq!(
+        best_fit(&cpus(3.0), &clusters).map(|c| c.name.as_str()),
+        Some("big")
+    );
+    assert!(best_fit(&cpus(17.0), &clusters).is_none());
+
+    let twins = vec![cluster("b", cpus(4.0)), cluster("a", cpus(4.0))];
+    assert_eq!(
+        best_fit(&cpus(1.0), &twins).map(|c| c.name.as_str()),
+        Some("a")
+    );
+}
+
+#[test]
+fn best_fit_weighs_each_resource_by_the_cluster_size() {
+    // A CPU-only job goes where it leaves less spare by fraction, which keeps
+    // the GPUs free for GPU jobs.
+    let clusters = vec![
+        cluster("cpu-only", Resources::new(64.0, 0.0, 256.0 * GIB)),
+        cluster("gpu", Resources::new(16.0, 4.0, 64.0 * GIB)),
+    ];
+    let small = Resources::new(1.0, 0.0, GIB);
+    // Leftover fractions: cpu-only 63/64 + 255/256, gpu 15/16 + 1 + 63/64.
+    assert_eq!(
+        best_fit(&small, &clusters).map(|c| c.name.as_str()),
+        Some("cpu-only")
+    );
+    let gpu_job = Resources::new(1.0, 1.0, GIB);
+    assert_eq!(
+        best_fit(&gpu_job, &clusters).map(|c| c.name.as_str()),
+        Some("gpu")
+    );
+}
+
+#[test]
+fn unhealthy_cluster_is_never_granted_to_nor_counted_in_shares() {
+    let clusters = vec![
+        unhealthy(cluster("a-down", cpus(100.0))),
+        cluster("b-up", cpus(2.0)),
+    ];
+    let users = vec![user("A").queue(jobs(1, 5, cpus(1.0), 0.0))];
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    assert_eq!(outcome.grants.len(), 2);
+    assert!(outcome.grants.iter().all(|g| g.cluster == "b-up"));
+    assert_eq!(outcome.order[0].share, 1.0);
+    assert_eq!(best_fit(&cpus(1.0), &clusters[..1]), None);
+}
+
+#[test]
+fn no_healthy_cluster_grants_nothing_and_says_so() {
+    let clusters = [unhealthy(cluster("ray", cpus(8.0)))];
+    let users = vec![
+        user("A").queue(jobs(1, 2, cpus(1.0), 0.0)),
+        user("P").paused().queue(jobs(10, 1, cpus(1.0), 0.0)),
+    ];
+    let none: Vec<ClusterView> = Vec::new();
+    for clusters in [&clusters[..], &none[..]] {
+        let outcome = run_cycle(10.0, &PolicyConfig::default(), &users, clusters);
+        assert!(outcome.grants.is_empty());
+        assert_eq!(
+            reason(&outcome, id(1)),
+            Some(&PendingReason::NoHealthyCluster)
+        );
+        assert_eq!(reason(&outcome, id(2)), None);
+        assert_eq!(reason(&outcome, id(10)), Some(&PendingReason::Paused));
+        assert_eq!(outcome.order.len(), 2);
+    }
+}
+
+fn mixed_scenario() -> (Vec<UserView>, Vec<ClusterView>) {
+    let users = vec![
+        user("carol")
+            .weight(2.0)
+            .queue(jobs(300, 6, Resources::new(2.0, 0.0, 4.0 * GIB), 3.0)),
+        user("alice")
+            .usage(0.2, 0.0)
+            .queue(jobs(100, 6, cpus(1.0), 1.0)),
+        user("bob")
+            .running(2, cpus(1.0))
+            .queue(jobs(200, 6, Resources::new(1.0, 1.0, 0.0), 2.0)),
+        user("dave").paused().queue(jobs(400, 2, cpus(1.0), 0.0)),
+        user("erin")
+            .limit(1)
+            .queue(vec![job(500, cpus(64.0), 0.0), job(501, cpus(1.0), 0.5)]),
+    ];
+    let clusters = vec![
+        with_outstanding(
+            cluster("west", Resources::new(8.0, 2.0, 32.0 * GIB)),
+            cpus(2.0),
+        ),
+        cluster("east", Resources::new(6.0, 0.0, 16.0 * GIB)),
+        unhealthy(cluster("north", cpus(128.0))),
+    ];
+    (users, clusters)
+}
+
+#[test]
+fn outcome_does_not_depend_on_the_order_of_users_or_clusters() {
+    let (users, clusters) = mixed_scenario();
+    let config = PolicyConfig::default();
+    let base = run_cycle(1000.0, &config, &users, &clusters);
+    assert!(!base.grants.is_empty());
+    assert_eq!(base, run_cycle(1000.0, &config, &users, &clusters));
+    for shift in 1..users.len() {
+        let mut u = users.clone();
+        u.rotate_left(shift);
+        let mut c = clusters.clone();
+        c.rotate_left(shift % clusters.len());
+        c.reverse();
+        assert_eq!(base, run_cycle(1000.0, &config, &u, &c), "shift {shift}");
+    }
+}
+
+#[test]
+fn order_lists_users_with_queued_jobs_by_key_after_the_cycle() {
+    let (users, clusters) = mixed_scenario();
+    let outcome = run_cycle(1000.0, &PolicyConfig::default(), &users, &clusters);
+    let names: Vec<&str> = outcome.order.iter().map(|o| o.user.as_str()).collect();
+    assert_eq!(names.len(), 5);
+    let keys: Vec<f64> = outcome.order.iter().map(|o| quantize_key(o.key)).collect();
+    assert!(keys.windows(2).all(|w| w[0] <= w[1]), "{:?}", outcome.order);
+    // erin's 64-CPU job never blocks her 1-CPU one.
+    assert_eq!(
+        reason(&outcome, id(500)),
+        Some(&PendingReason::NoClusterLargeEnough)
+    );
+    assert!(outcome.grants.iter().any(|g| g.job_id == id(501)));
+    assert_eq!(count(&outcome, "dave"), 0);
+}
+
+#[test]
+fn invalid_weight_is_served_last_without_panicking() {
+    let users = vec![
+        user("bad").weight(0.0).queue(jobs(1, 2, cpus(1.0), 0.0)),
+        user("nan")
+            .weight(f64::NAN)
+            .queue(jobs(10, 2, cpus(1.0), 0.0)),
+        user("ok").queue(jobs(20, 2, cpus(1.0), 5.0)),
+    ];
+    let outcome = run_cycle(10.0, &plain(), &users, &[cluster("ray", cpus(3.0))]);
+    assert_eq!(
+        granted(&outcome),
+        vec![("ok", id(20)), ("ok", id(21)), ("bad", id(1))]
+    );
+}
+
+#[test]
+fn fits_within_forgives_rounding_noise_only() {
+    let sum = Resources::new(0.1, 0.0, 0.0) + Resources::new(0.2, 0.0, 0.0);
+    assert!(sum.fits_within(&Resources::new(0.3, 0.0, 0.0)));
+    assert!(!Resources::new(0.31, 0.0, 0.0).fits_within(&Resources::new(0.3, 0.0, 0.0)));
+    assert!(!cpus(1.0).fits_within(&Resources::ZERO));
+    assert!(Resources::ZERO.fits_within(&Resources::ZERO));
+    assert!(!Resources::new(f64::NAN, 0.0, 0.0).fits_within(&cpus(10.0)));
+    // Ten 0.1-core jobs fill one core exactly, despite the rounding of the running sum.
+    let users = vec![user("A").queue(jobs(1, 11, cpus(0.1), 0.0))];
+    let outcome = run_cycle(1.0, &plain(), &users, &[cluster("ray", cpus(1.0))]);
+    assert_eq!(outcome.grants.len(), 10);
+}
+
+#[test]
+fn free_capacity_takes_the_larger_of_reported_and_outstanding() {
+    let mut c = cluster("ray", Resources::new(8.0, 2.0, 16.0 * GIB));
+    c.used_reported = Resources::new(3.0, 2.0, 4.0 * GIB);
+    c.outstanding = Resources::new(5.0, 1.0, 20.0 * GIB);
+    assert_eq!(c.free(), Resources::new(3.0, 0.0, 0.0));
+    assert_eq!(
+        Resources::new(1.0, 2.0, 3.0).saturating_sub(Resources::new(2.0, 1.0, 3.0)),
+        Resources::new(0.0, 1.0, 0.0)
+    );
+}
+
+#[test]
+fn dominant_share_is_the_largest_fraction_over_resources_with_capacity() {
+    let capacity = Resources::new(9.0, 0.0, 18.0 * GIB);
+    assert_eq!(
+        dominant_share(&Resources::new(3.0, 0.0, 2.0 * GIB), &capacity),
+        1.0 / 3.0
+    );
+    assert_eq!(
+        dominant_share(&Resources::new(1.0, 0.0, 9.0 * GIB), &capacity),
+        0.5
+    );
+    // No GPU capacity: a GPU allocation does not count (nor divide by zero).
+    assert_eq!(
+        dominant_share(&Resources::new(0.0, 4.0, 0.0), &capacity),
+        0.0
+    );
+    assert_eq!(dominant_share(&cpus(4.0), &Resources::ZERO), 0.0);
+}
+
+#[test]
+fn quantized_keys_merge_rounding_noise_and_keep_real_differences() {
+    assert_eq!(quantize_key(0.1 + 0.2), quantize_key(0.3));
+    assert_eq!(quantize_key(-0.0).to_bits(), 0.0f64.to_bits());
+    assert_eq!(quantize_key(f64::NAN), f64::INFINITY);
+    // Weight 1000 on 10⁶ cores: one grant is still a visible step.
+    let k = |n: f64| quantize_key(fair_share_key(n / 1e6, 0.0, 1000.0));
+    assert!(k(999.0) < k(1000.0));
+    assert!(k(1000.0) < k(1001.0));
+    // Monotone on a sweep.
+    let xs: Vec<f64> = (0..2000).map(|i| f64::from(i) * 1e-7 + 1e-3).collect();
+    assert!(xs
+        .windows(2)
+        .all(|w| quantize_key(w[0]) <= quantize_key(w[1])));
+}
+
+#[test]
+fn every_pending_reason_reads_as_a_sentence() {
+    let reasons = [
+        PendingReason::Paused,
+        PendingReason::MaxRunningJobs { limit: 3 },
+        PendingReason::MaxResources,
+        PendingReason::ExceedsMaxResources,
+        PendingReason::NoClusterLargeEnough,
+        PendingReason::NoHealthyCluster,
+        PendingReason::WaitingForCapacity,
+        PendingReason::Starving { waited: 301.4 },
+        PendingReason::ReservingForStarvedJob { job_id: id(7) },
+        PendingReason::WaitingBehind { job_id: id(7) },
+    ];
+    for r in &reasons {
+        let text = r.to_string();
+        assert!(text.len() > 20 && !text.ends_with('.'), "{text}");
+    }
+    assert!(reasons[1].to_string().contains('3'));
+    assert!(reasons[7].to_string().contains("301 s"));
+    assert!(reasons[8].to_string().contains(&id(7).to_string()));
+}
+
+#[test]
+fn a_busy_cycle_of_100_users_and_10000_jobs_is_fast() {
+    let users: Vec<UserView> = (0..100u32)
+        .map(|u| {
+            user(&format!("user{u:03}"))
+                .weight(f64::from(u % 4 + 1))
+                .queue(jobs(
+                    u128::from(u) * 1_000,
+                    100,
+                    cpus(f64::from(u % 3 + 1)),
+                    f64::from(u),
+                ))
+        })
+        .collect();
+    let clusters: Vec<ClusterView> = (0..4)
+        .map(|i| cluster(&format!("ray{i}"), cpus(500.0)))
+        .collect();
+    let start = std::time::Instant::now();
+    let outcome = run_cycle(1000.0, &PolicyConfig::default(), &users, &clusters);
+    let took = start.elapsed();
+    assert!(outcome.grants.len() >= 900, "{}", outcome.grants.len());
+    // Generous: unoptimized test builds on a shared, busy machine.
+    assert!(took.as_millis() < 200, "{took:?}");
+}

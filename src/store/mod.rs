@@ -1,0 +1,498 @@
+//! Repository functions over SeaORM (DESIGN §6): the only place that writes SQL.
+//!
+//! Every status change goes through [`transition`], which writes the job row and its
+//! `job_events` row in one transaction, guarded by the status it read (optimistic
+//! concurrency: the `UPDATE ... WHERE status = <read>` matches or the change is
+//! refused), so two writers can never both move a job.
+
+use std::time::Duration;
+
+use chrono::{DateTime, SubsecRound, Utc};
+use entity::{job, job_event, user, JobStatus};
+use migration::MigratorTrait;
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, Condition, ConnectOptions, ConnectionTrait, DatabaseBackend,
+    DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, SqlErr,
+    TransactionTrait,
+};
+use uuid::Uuid;
+
+use crate::config::DatabaseSettings;
+
+pub use sea_orm::DatabaseConnection as Db;
+
+/// Errors of the repository layer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database failed or could not be reached (retryable: 503).
+    #[error("database error")]
+    Db(#[from] DbErr),
+    /// The user already has `limit` QUEUED jobs (429).
+    #[error("user {user} already has {limit} queued jobs (max_queued_jobs)")]
+    QueueFull { user: String, limit: u32 },
+}
+
+/// The current time, rounded to microseconds so that it reads back equal from both
+/// databases (PostgreSQL keeps microseconds).
+pub fn now() -> DateTime<Utc> {
+    Utc::now().trunc_subsecs(6)
+}
+
+/// Opens the database. SQLite: one connection, WAL journal, 5 s busy timeout, foreign
+/// keys on. PostgreSQL: a pool of `max_connections`.
+pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
+    let mut opts = ConnectOptions::new(settings.url.clone());
+    opts.sqlx_logging(false)
+        .acquire_timeout(settings.acquire_timeout)
+        .connect_timeout(Duration::from_secs(10));
+    if settings.url.starts_with("sqlite:") {
+        // One connection: SQLite serializes writers anyway, and a single connection
+        // never sees SQLITE_BUSY ("database is locked") from itself.
+        opts.max_connections(1).min_connections(1);
+        opts.map_sqlx_sqlite_opts(|o| {
+            o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
+                .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+                .busy_timeout(Duration::from_secs(5))
+                .foreign_keys(true)
+        });
+    } else {
+        opts.max_connections(settings.max_connections);
+    }
+    sea_orm::Database::connect(opts).await
+}
+
+/// Runs pending migrations.
+pub async fn migrate(db: &Db) -> Result<(), DbErr> {
+    migration::Migrator::up(db, None).await
+}
+
+/// Checks that the database answers.
+pub async fn ping(db: &Db) -> Result<(), DbErr> {
+    db.ping().await
+}
+
+/// A job as the API accepted it, before it has an id.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub user: String,
+    pub external_id: Option<String>,
+    pub priority: i32,
+    pub entrypoint: String,
+    pub runtime_env: Option<serde_json::Value>,
+    pub metadata: Option<serde_json::Value>,
+    /// Cores.
+    pub cpu: f64,
+    /// GPUs.
+    pub gpu: f64,
+    /// Bytes.
+    pub memory_bytes: i64,
+    /// Seconds.
+    pub max_runtime_s: Option<i64>,
+}
+
+/// The result of [`submit_job`].
+#[derive(Clone, Debug)]
+pub enum Intake {
+    /// A new job, committed as QUEUED.
+    Created(job::Model),
+    /// `(user, external_id)` was seen before: the existing job, unchanged.
+    Existing(job::Model),
+}
+
+/// Commits a new QUEUED job (and its user row, if new) with its creation event.
+///
+/// Idempotent on `(user, external_id)`. Errors: [`StoreError::QueueFull`] when the user
+/// already has `max_queued_jobs` (its own, else `default_max_queued`) QUEUED jobs.
+pub async fn submit_job(
+    db: &Db,
+    new: NewJob,
+    default_max_queued: u32,
+) -> Result<Intake, StoreError> {
+    if let Some(ext) = &new.external_id {
+        if let Some(existing) = find_by_external_id(db, &new.user, ext).await? {
+            return Ok(Intake::Existing(existing));
+        }
+    }
+    match insert_job(db, &new, default_max_queued).await {
+        Ok(job) => Ok(Intake::Created(job)),
+        Err(StoreError::Db(e))
+            if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) =>
+        {
+            // A concurrent retry with the same external id won the race.
+            let ext = new.external_id.as_deref().unwrap_or_default();
+            match find_by_external_id(db, &new.user, ext).await? {
+                Some(existing) => Ok(Intake::Existing(existing)),
+                None => Err(StoreError::Db(e)),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+async fn find_by_external_id(db: &Db, user: &str, ext: &str) -> Result<Option<job::Model>, DbErr> {
+    job::Entity::find()
+        .filter(job::Column::UserId.eq(user))
+        .filter(job::Column::ExternalId.eq(ext))
+        .one(db)
+        .await
+}
+
+async fn insert_job(
+    db: &Db,
+    new: &NewJob,
+    default_max_queued: u32,
+) -> Result<job::Model, StoreError> {
+    let at = now();
+    let txn = db.begin().await?;
+    ensure_user_in(&txn, &new.user, at).await?;
+    // Serialize intake per user on PostgreSQL so that the queue limit holds under
+    // concurrent submits (SQLite serializes all writers already).
+    let mut q = user::Entity::find_by_id(new.user.clone());
+    if txn.get_database_backend() == DatabaseBackend::Postgres {
+        q = q.lock_exclusive();
+    }
+    let u = q
+        .one(&txn)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(new.user.clone()))?;
+    let limit = u
+        .max_queued_jobs
+        .map(|v| v.max(0) as u32)
+        .unwrap_or(default_max_queued);
+    let queued = job::Entity::find()
+        .filter(job::Column::UserId.eq(new.user.as_str()))
+        .filter(job::Column::Status.eq(JobStatus::Queued))
+        .count(&txn)
+        .await?;
+    if queued >= u64::from(limit) {
+        return Err(StoreError::QueueFull {
+            user: new.user.clone(),
+            limit,
+        });
+    }
+    let id = Uuid::now_v7();
+    let model = job::ActiveModel {
+        id: Set(id),
+        user_id: Set(new.user.clone()),
+        external_id: Set(new.external_id.clone()),
+        status: Set(JobStatus::Queued),
+        priority: Set(new.priority),
+        entrypoint: Set(new.entrypoint.clone()),
+        runtime_env: Set(new.runtime_env.clone()),
+        metadata: Set(new.metadata.clone()),
+        cpu: Set(new.cpu),
+        gpu: Set(new.gpu),
+        memory_bytes: Set(new.memory_bytes),
+        cluster: Set(None),
+        message: Set(None),
+        max_runtime_s: Set(new.max_runtime_s),
+        submitted_at: Set(at),
+        dispatched_at: Set(None),
+        started_at: Set(None),
+        finished_at: Set(None),
+    };
+    job::Entity::insert(model)
+        .exec_without_returning(&txn)
+        .await?;
+    insert_event(&txn, id, None, JobStatus::Queued, at, None).await?;
+    let job = job::Entity::find_by_id(id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(id.to_string()))?;
+    txn.commit().await?;
+    Ok(job)
+}
+
+async fn insert_event<C: sea_orm::ConnectionTrait>(
+    conn: &C,
+    job_id: Uuid,
+    from: Option<JobStatus>,
+    to: JobStatus,
+    at: DateTime<Utc>,
+    detail: Option<String>,
+) -> Result<(), DbErr> {
+    job_event::Entity::insert(job_event::ActiveModel {
+        job_id: Set(job_id),
+        from_status: Set(from),
+        to_status: Set(to),
+        at: Set(at),
+        detail: Set(detail),
+        ..Default::default()
+    })
+    .exec_without_returning(conn)
+    .await?;
+    Ok(())
+}
+
+async fn ensure_user_in<C: sea_orm::ConnectionTrait>(
+    conn: &C,
+    id: &str,
+    at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    user::Entity::insert(user::ActiveModel {
+        id: Set(id.to_string()),
+        weight: Set(1.0),
+        paused: Set(false),
+        max_running_jobs: Set(None),
+        max_queued_jobs: Set(None),
+        max_resources: Set(None),
+        usage: Set(0.0),
+        usage_at: Set(at),
+        created_at: Set(at),
+        updated_at: Set(at),
+    })
+    .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
+    .exec_without_returning(conn)
+    .await?;
+    Ok(())
+}
+
+/// One job by id.
+pub async fn get_job(db: &Db, id: Uuid) -> Result<Option<job::Model>, DbErr> {
+    job::Entity::find_by_id(id).one(db).await
+}
+
+/// A job's transitions, oldest first.
+pub async fn job_events(db: &Db, id: Uuid) -> Result<Vec<job_event::Model>, DbErr> {
+    job_event::Entity::find()
+        .filter(job_event::Column::JobId.eq(id))
+        .order_by_asc(job_event::Column::Id)
+        .all(db)
+        .await
+}
+
+/// Filters and cursor of [`list_jobs`].
+#[derive(Clone, Debug, Default)]
+pub struct JobFilter {
+    pub user: Option<String>,
+    pub status: Option<JobStatus>,
+    /// Page size (the caller bounds it).
+    pub limit: u64,
+    /// The id of the last job of the previous page.
+    pub after: Option<Uuid>,
+}
+
+/// A page of jobs, newest first by `(submitted_at, id)`. An `after` id that does not
+/// exist yields an empty page.
+pub async fn list_jobs(db: &Db, filter: &JobFilter) -> Result<Vec<job::Model>, DbErr> {
+    let mut q = job::Entity::find();
+    if let Some(u) = &filter.user {
+        q = q.filter(job::Column::UserId.eq(u.as_str()));
+    }
+    if let Some(s) = filter.status {
+        q = q.filter(job::Column::Status.eq(s));
+    }
+    if let Some(after) = filter.after {
+        let Some(cursor) = get_job(db, after).await? else {
+            return Ok(Vec::new());
+        };
+        q = q.filter(
+            Condition::any()
+                .add(job::Column::SubmittedAt.lt(cursor.submitted_at))
+                .add(
+                    Condition::all()
+                        .add(job::Column::SubmittedAt.eq(cursor.submitted_at))
+                        .add(job::Column::Id.lt(cursor.id)),
+                ),
+        );
+    }
+    q.order_by_desc(job::Column::SubmittedAt)
+        .order_by_desc(job::Column::Id)
+        .limit(filter.limit)
+        .all(db)
+        .await
+}
+
+/// All jobs in any of `statuses`, oldest first (recovery, monitor bootstrap).
+pub async fn jobs_with_status(db: &Db, statuses: &[JobStatus]) -> Result<Vec<job::Model>, DbErr> {
+    job::Entity::find()
+        .filter(job::Column::Status.is_in(statuses.iter().copied()))
+        .order_by_asc(job::Column::SubmittedAt)
+        .order_by_asc(job::Column::Id)
+        .all(db)
+        .await
+}
+
+/// 1-based position of a QUEUED job in its user's queue (priority desc, then
+/// submitted_at, then id).
+pub async fn queue_position(db: &Db, j: &job::Model) -> Result<u64, DbErr> {
+    let ahead = job::Entity::find()
+        .filter(job::Column::UserId.eq(j.user_id.as_str()))
+        .filter(job::Column::Status.eq(JobStatus::Queued))
+        .filter(
+            Condition::any()
+                .add(job::Column::Priority.gt(j.priority))
+                .add(
+                    Condition::all()
+                        .add(job::Column::Priority.eq(j.priority))
+                        .add(
+                            Condition::any()
+                                .add(job::Column::SubmittedAt.lt(j.submitted_at))
+                                .add(
+                                    Condition::all()
+                                        .add(job::Column::SubmittedAt.eq(j.submitted_at))
+                                        .add(job::Column::Id.lt(j.id)),
+                                ),
+                        ),
+                ),
+        )
+        .count(db)
+        .await?;
+    Ok(ahead + 1)
+}
+
+/// Extra column changes made together with a status change.
+#[derive(Clone, Debug, Default)]
+pub struct TransitionFields {
+    pub cluster: Option<String>,
+    pub message: Option<String>,
+    pub dispatched_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// Moves job `id` to `to` if its current status is one of `from`, writing the
+/// `job_events` row (with `detail`) in the same transaction.
+///
+/// Returns the updated job, or `None` when the job does not exist or is in another
+/// status (someone else moved it first). Terminal timestamps default to now.
+pub async fn transition(
+    db: &Db,
+    id: Uuid,
+    from: &[JobStatus],
+    to: JobStatus,
+    detail: Option<String>,
+    fields: TransitionFields,
+) -> Result<Option<job::Model>, DbErr> {
+    let at = now();
+    let txn = db.begin().await?;
+    let Some(current) = job::Entity::find_by_id(id).one(&txn).await? else {
+        return Ok(None);
+    };
+    if !from.contains(&current.status) || current.status.is_terminal() {
+        return Ok(None);
+    }
+    let mut update = job::Entity::update_many()
+        .col_expr(job::Column::Status, Expr::value(to))
+        .filter(job::Column::Id.eq(id))
+        .filter(job::Column::Status.eq(current.status));
+    if let Some(c) = fields.cluster {
+        update = update.col_expr(job::Column::Cluster, Expr::value(c));
+    }
+    if let Some(m) = fields.message {
+        update = update.col_expr(job::Column::Message, Expr::value(m));
+    }
+    if let Some(t) = fields.dispatched_at {
+        update = update.col_expr(job::Column::DispatchedAt, Expr::value(t));
+    }
+    if let Some(t) = fields.started_at {
+        update = update.col_expr(job::Column::StartedAt, Expr::value(t));
+    }
+    let finished = fields.finished_at.or(to.is_terminal().then_some(at));
+    if let Some(t) = finished {
+        update = update.col_expr(job::Column::FinishedAt, Expr::value(t));
+    }
+    if to == JobStatus::Queued {
+        // Back to the queue (dispatch gave up, or recovery found it unknown to Ray).
+        update = update
+            .col_expr(job::Column::Cluster, Expr::value(Option::<String>::None))
+            .col_expr(
+                job::Column::DispatchedAt,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            );
+    }
+    let res = update.exec(&txn).await?;
+    if res.rows_affected != 1 {
+        return Ok(None);
+    }
+    insert_event(&txn, id, Some(current.status), to, at, detail).await?;
+    let updated = job::Entity::find_by_id(id).one(&txn).await?;
+    txn.commit().await?;
+    Ok(updated)
+}
+
+/// One user by id.
+pub async fn get_user(db: &Db, id: &str) -> Result<Option<user::Model>, DbErr> {
+    user::Entity::find_by_id(id.to_string()).one(db).await
+}
+
+/// All users, by id.
+pub async fn list_users(db: &Db) -> Result<Vec<user::Model>, DbErr> {
+    user::Entity::find()
+        .order_by_asc(user::Column::Id)
+        .all(db)
+        .await
+}
+
+/// Changes to a user's settings; `None` leaves a field as it is, `Some(None)` clears a
+/// limit back to the default.
+#[derive(Clone, Debug, Default)]
+pub struct UserPatch {
+    pub weight: Option<f64>,
+    pub max_running_jobs: Option<Option<i32>>,
+    pub max_queued_jobs: Option<Option<i32>>,
+    pub max_resources: Option<Option<serde_json::Value>>,
+    pub paused: Option<bool>,
+}
+
+/// Applies `patch` to user `id`, creating the user with defaults first if it is new.
+/// Returns the user as stored.
+pub async fn upsert_user(db: &Db, id: &str, patch: UserPatch) -> Result<user::Model, DbErr> {
+    let at = now();
+    let txn = db.begin().await?;
+    ensure_user_in(&txn, id, at).await?;
+    let mut am = user::ActiveModel {
+        id: sea_orm::Unchanged(id.to_string()),
+        updated_at: Set(at),
+        ..Default::default()
+    };
+    if let Some(w) = patch.weight {
+        am.weight = Set(w);
+    }
+    if let Some(v) = patch.max_running_jobs {
+        am.max_running_jobs = Set(v);
+    }
+    if let Some(v) = patch.max_queued_jobs {
+        am.max_queued_jobs = Set(v);
+    }
+    if let Some(v) = patch.max_resources {
+        am.max_resources = Set(v);
+    }
+    if let Some(p) = patch.paused {
+        am.paused = Set(p);
+    }
+    let model = am.update(&txn).await?;
+    txn.commit().await?;
+    Ok(model)
+}
+
+/// Stores a user's decayed usage `h_u` as of `at`.
+pub async fn save_usage(db: &Db, id: &str, usage: f64, at: DateTime<Utc>) -> Result<(), DbErr> {
+    user::Entity::update_many()
+        .col_expr(user::Column::Usage, Expr::value(usage))
+        .col_expr(user::Column::UsageAt, Expr::value(at))
+        .filter(user::Column::Id.eq(id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
+
+/// Number of jobs per `(user, status)`, for the users API and metrics.
+pub async fn status_counts(db: &Db) -> Result<Vec<(String, JobStatus, i64)>, DbErr> {
+    job::Entity::find()
+        .select_only()
+        .column(job::Column::UserId)
+        .column(job::Column::Status)
+        .column_as(job::Column::Id.count(), "n")
+        .filter(job::Column::Status.is_not_in([
+            JobStatus::Succeeded,
+            JobStatus::Failed,
+            JobStatus::Stopped,
+        ]))
+        .group_by(job::Column::UserId)
+        .group_by(job::Column::Status)
+        .into_tuple::<(String, JobStatus, i64)>()
+        .all(db)
+        .await
+}
