@@ -18,6 +18,7 @@
 //! - [`api`]: actix-web routes, auth, errors, OpenAPI.
 //! - [`config`]: typed settings (`config` crate); [`telemetry`]: `tracing` setup;
 //!   [`metrics`]: Prometheus metrics.
+//! - [`sim`]: SWF traces, the discrete-event simulator and baselines, live replay.
 //! - [`app`]: wires everything into a running service.
 
 pub mod actors;
@@ -27,6 +28,7 @@ pub mod config;
 pub mod metrics;
 pub mod policy;
 pub mod ray;
+pub mod sim;
 pub mod store;
 
 pub mod telemetry;

@@ -1,0 +1,156 @@
+//! Reading Standard Workload Format traces (Feitelson et al., the Parallel Workloads
+//! Archive's SWF: <https://www.cs.huji.ac.il/labs/parallel/workload/swf.html>), plain or
+//! gzip-compressed.
+//!
+//! One job a line, 18 whitespace-separated fields, `;` header comments. Used fields
+//! (1-based): 1 job number, 2 submit time (s), 3 wait time (s), 4 run time (s),
+//! 5 allocated processors, 8 requested processors, 12 user id. `-1` means unknown.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+/// One job of a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceJob {
+    /// Field 1.
+    pub number: u64,
+    /// Field 2: seconds from the trace start.
+    pub submit: f64,
+    /// Field 3: the wait the original scheduler gave it, seconds (`None` if unknown).
+    pub recorded_wait: Option<f64>,
+    /// Field 4: run time, seconds.
+    pub run: f64,
+    /// Field 5 (allocated), else field 8 (requested): processors, at least 1.
+    pub cpus: u32,
+    /// Field 12, as a string user id ("u62").
+    pub user: String,
+}
+
+/// A parsed trace.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// Jobs in submit order (ties by job number).
+    pub jobs: Vec<TraceJob>,
+    /// The header's `MaxProcs`, if given.
+    pub max_procs: Option<u32>,
+    /// Lines skipped: unknown run time, user or processors, or malformed.
+    pub skipped: usize,
+}
+
+/// Why a trace could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("cannot read trace {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Reads a trace from `path`; gzip is detected by its magic bytes.
+///
+/// Errors: the file cannot be opened or decompressed. Malformed lines are counted in
+/// [`Trace::skipped`], not errors.
+pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
+    let io = |source| TraceError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let mut magic = [0u8; 2];
+    let n = file.read(&mut magic).map_err(io)?;
+    let file = std::fs::File::open(path).map_err(io)?;
+    let reader: Box<dyn Read> = if n == 2 && magic == [0x1f, 0x8b] {
+        Box::new(flate2::read::MultiGzDecoder::new(file))
+    } else {
+        Box::new(file)
+    };
+    parse(BufReader::new(reader)).map_err(io)
+}
+
+/// Parses SWF text.
+pub fn parse(reader: impl BufRead) -> std::io::Result<Trace> {
+    let mut trace = Trace::default();
+    for line in reader.lines() {
+        let line = line?;
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(comment) = line.strip_prefix(';') {
+            if let Some((key, value)) = comment.split_once(':') {
+                if key.trim() == "MaxProcs" {
+                    trace.max_procs = value.trim().parse().ok();
+                }
+            }
+            continue;
+        }
+        match parse_line(line) {
+            Some(job) => trace.jobs.push(job),
+            None => trace.skipped += 1,
+        }
+    }
+    trace
+        .jobs
+        .sort_by(|a, b| a.submit.total_cmp(&b.submit).then(a.number.cmp(&b.number)));
+    Ok(trace)
+}
+
+fn parse_line(line: &str) -> Option<TraceJob> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    if f.len() < 12 {
+        return None;
+    }
+    let num = |i: usize| f[i].parse::<f64>().ok();
+    let number = f[0].parse::<u64>().ok()?;
+    let submit = num(1).filter(|v| *v >= 0.0)?;
+    let recorded_wait = num(2).filter(|v| *v >= 0.0);
+    let run = num(3).filter(|v| *v >= 0.0)?;
+    let cpus = num(4)
+        .filter(|v| *v >= 1.0)
+        .or_else(|| num(7).filter(|v| *v >= 1.0))? as u32;
+    let user = f[11].parse::<i64>().ok().filter(|u| *u >= 0)?;
+    Some(TraceJob {
+        number,
+        submit,
+        recorded_wait,
+        run,
+        cpus,
+        user: format!("u{user}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_header_jobs_and_skips_unknowns() {
+        let text = "; MaxProcs: 128\n; Note: x\n\
+            1 10 5 100 4 -1 -1 4 3600 -1 1 7 7 -1 -1 1 -1 -1\n\
+            2 0 1 50 -1 -1 -1 2 3600 -1 1 8 8 -1 -1 1 -1 -1\n\
+            3 20 1 -1 4 -1 -1 4 3600 -1 1 7 7 -1 -1 1 -1 -1\n\
+            4 30 1 10 4 -1 -1 4 3600 -1 1 -1 7 -1 -1 1 -1 -1\n\
+            garbage\n";
+        let t = parse(text.as_bytes()).unwrap();
+        assert_eq!(t.max_procs, Some(128));
+        assert_eq!(t.skipped, 3);
+        assert_eq!(t.jobs.len(), 2);
+        assert_eq!(t.jobs[0].number, 2, "sorted by submit time");
+        assert_eq!(
+            t.jobs[0].cpus, 2,
+            "requested processors when allocated is unknown"
+        );
+        assert_eq!(t.jobs[1].user, "u7");
+        assert_eq!(t.jobs[1].run, 100.0);
+    }
+
+    #[test]
+    fn reads_the_shipped_coare_trace() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/traces/coare-saliksik-2020.swf.gz");
+        let t = read_trace(&path).unwrap();
+        assert_eq!(t.max_procs, Some(1728));
+        assert_eq!(t.jobs.len() + t.skipped, 19_760);
+    }
+}

@@ -1,0 +1,268 @@
+//! `spawn_app()`: the real service on port 0 with a fresh, migrated database per test,
+//! on SQLite (a file in a temp dir) or PostgreSQL (a database created for the test and
+//! dropped after it).
+
+use std::time::Duration;
+
+use fairshare::config::{Role, Settings, TokenSettings};
+use fairshare::Application;
+use sea_orm::{ConnectionTrait, Database};
+
+pub const SUBMITTER: &str = "submitter-token-1";
+pub const ADMIN: &str = "admin-token-1";
+
+#[derive(Clone, Copy, Debug)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// The admin URL of the test PostgreSQL, or `None` (then the PostgreSQL variants
+/// skip, unless `FAIRSHARE_REQUIRE_POSTGRES=1`, when they fail).
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("FAIRSHARE_TEST_POSTGRES_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            if std::env::var("FAIRSHARE_REQUIRE_POSTGRES").as_deref() == Ok("1") {
+                panic!("FAIRSHARE_REQUIRE_POSTGRES=1 but FAIRSHARE_TEST_POSTGRES_URL is not set");
+            }
+            None
+        }
+    }
+}
+
+/// A database for one test.
+pub struct TestDb {
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+    pg: Option<(String, String)>,
+}
+
+impl TestDb {
+    pub async fn new(kind: Db) -> Option<TestDb> {
+        match kind {
+            Db::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let url = format!("sqlite://{}/fairshare.db?mode=rwc", dir.path().display());
+                Some(TestDb {
+                    url,
+                    _dir: Some(dir),
+                    pg: None,
+                })
+            }
+            Db::Postgres => {
+                let admin = postgres_url()?;
+                let name = format!("fs_test_{}", uuid::Uuid::new_v4().simple());
+                let conn = Database::connect(&admin)
+                    .await
+                    .expect("connect to test PostgreSQL");
+                conn.execute_unprepared(&format!("CREATE DATABASE {name}"))
+                    .await
+                    .expect("create database");
+                conn.close().await.ok();
+                let base = admin
+                    .rsplit_once('/')
+                    .map(|(b, _)| b.to_string())
+                    .unwrap_or(admin.clone());
+                Some(TestDb {
+                    url: format!("{base}/{name}"),
+                    _dir: None,
+                    pg: Some((admin, name)),
+                })
+            }
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some((admin, name)) = self.pg.take() {
+            // Drop runs outside async: use a private runtime on another thread.
+            let _ = std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .ok()?;
+                rt.block_on(async {
+                    let conn = Database::connect(&admin).await.ok()?;
+                    conn.execute_unprepared(&format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    ))
+                    .await
+                    .ok()?;
+                    Some(())
+                })
+            })
+            .join();
+        }
+    }
+}
+
+/// Settings for a test: port 0, no Ray cluster, two tokens.
+pub fn test_settings(db_url: &str) -> Settings {
+    let mut s =
+        Settings::load_with_env(None, Vec::<(String, String)>::new()).expect("default settings");
+    s.server.bind = "127.0.0.1:0".parse().unwrap();
+    s.database.url = db_url.to_string();
+    s.clusters.clear();
+    s.scheduler.tick = Duration::from_millis(200);
+    s.auth.tokens = vec![
+        TokenSettings {
+            name: "gateway".into(),
+            token: SUBMITTER.into(),
+            role: Role::Submitter,
+        },
+        TokenSettings {
+            name: "ops".into(),
+            token: ADMIN.into(),
+            role: Role::Admin,
+        },
+    ];
+    s
+}
+
+/// A running service.
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub handle: actix_web::dev::ServerHandle,
+    pub db: TestDb,
+}
+
+/// Starts the service on a fresh database of `kind`; `None` when that database is not
+/// available here (PostgreSQL without FAIRSHARE_TEST_POSTGRES_URL).
+pub async fn spawn_app(kind: Db) -> Option<TestApp> {
+    spawn_app_with(kind, |_| {}).await
+}
+
+pub async fn spawn_app_with(kind: Db, tweak: impl FnOnce(&mut Settings)) -> Option<TestApp> {
+    let db = TestDb::new(kind).await?;
+    let mut s = test_settings(&db.url);
+    tweak(&mut s);
+    Some(start_on(db, s).await)
+}
+
+/// Starts the service with `settings` on an existing database.
+pub async fn start_on(db: TestDb, settings: Settings) -> TestApp {
+    let app = Application::build(settings).await.expect("build app");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    actix_web::rt::spawn(app.run_until_stopped());
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        handle,
+        db,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.address, path)
+    }
+
+    pub async fn post(
+        &self,
+        path: &str,
+        token: &str,
+        body: serde_json::Value,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn post_raw(
+        &self,
+        path: &str,
+        token: &str,
+        body: impl Into<reqwest::Body>,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url(path))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn put(&self, path: &str, token: &str, body: serde_json::Value) -> reqwest::Response {
+        self.client
+            .put(self.url(path))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    /// Submits a 1-CPU job for `user` and returns its JSON (asserting 201).
+    pub async fn submit(&self, user: &str, extra: serde_json::Value) -> serde_json::Value {
+        let mut body = serde_json::json!({"user": user, "entrypoint": "echo hello"});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        let resp = self.post("/v1/jobs", SUBMITTER, body).await;
+        assert_eq!(resp.status(), 201, "submit failed: {:?}", resp.text().await);
+        resp.json().await.unwrap()
+    }
+
+    pub async fn stop(self) -> TestDb {
+        self.handle.stop(true).await;
+        self.db
+    }
+}
+
+/// Asserts a JSON error with `status`, `code` and (for 422) the field.
+pub async fn assert_error(resp: reqwest::Response, status: u16, code: &str, field: Option<&str>) {
+    assert_eq!(resp.status().as_u16(), status);
+    let body: serde_json::Value = resp.json().await.expect("JSON error body");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    if let Some(f) = field {
+        assert_eq!(body["error"]["details"]["field"], f, "{body}");
+    }
+}
+
+/// Runs a test body on SQLite and on PostgreSQL as two tests.
+#[macro_export]
+macro_rules! both_databases {
+    ($name:ident) => {
+        mod $name {
+            #[actix_web::test]
+            async fn sqlite() {
+                super::$name($crate::helpers::Db::Sqlite).await
+            }
+            #[actix_web::test]
+            async fn postgres() {
+                if $crate::helpers::postgres_url().is_none() {
+                    eprintln!("skipped: FAIRSHARE_TEST_POSTGRES_URL not set");
+                    return;
+                }
+                super::$name($crate::helpers::Db::Postgres).await
+            }
+        }
+    };
+}

@@ -1,0 +1,550 @@
+//! `/v1/jobs`: intake, validation, idempotency, paging, cancel, limits, concurrency,
+//! restart.
+
+use serde_json::json;
+
+use crate::both_databases;
+use crate::helpers::{
+    assert_error, spawn_app, spawn_app_with, start_on, test_settings, Db, ADMIN, SUBMITTER,
+};
+
+async fn a_valid_job_is_committed_as_queued_with_defaults(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let job = app
+        .submit(
+            "alice",
+            json!({"metadata": {"team": "q"}, "priority": 5, "resources": {"memory_bytes": 1024}}),
+        )
+        .await;
+    assert_eq!(job["status"], "QUEUED");
+    assert_eq!(job["user"], "alice");
+    assert_eq!(
+        job["resources"],
+        json!({"cpu": 1.0, "gpu": 0.0, "memory_bytes": 1024})
+    );
+    assert_eq!(job["priority"], 5);
+    assert_eq!(job["queue_position"], 1);
+    assert!(
+        job.get("runtime_env").is_none(),
+        "runtime_env is never shown"
+    );
+    let id = job["id"].as_str().unwrap();
+    let got: serde_json::Value = app
+        .get(&format!("/v1/jobs/{id}"), SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["id"], job["id"]);
+    assert_eq!(got["metadata"], json!({"team": "q"}));
+}
+both_databases!(a_valid_job_is_committed_as_queued_with_defaults);
+
+async fn a_retry_with_the_same_external_id_returns_the_same_job(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let body = json!({"user": "alice", "entrypoint": "echo 1", "external_id": "gw-42"});
+    let first = app.post("/v1/jobs", SUBMITTER, body.clone()).await;
+    assert_eq!(first.status(), 201);
+    let first: serde_json::Value = first.json().await.unwrap();
+    let again = app.post("/v1/jobs", SUBMITTER, body).await;
+    assert_eq!(again.status(), 200);
+    let again: serde_json::Value = again.json().await.unwrap();
+    assert_eq!(first["id"], again["id"]);
+    // Another user may use the same external id.
+    let other = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "bob", "entrypoint": "echo 1", "external_id": "gw-42"}),
+        )
+        .await;
+    assert_eq!(other.status(), 201);
+    let page: serde_json::Value = app
+        .get("/v1/jobs?user=alice", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 1);
+}
+both_databases!(a_retry_with_the_same_external_id_returns_the_same_job);
+
+async fn concurrent_retries_with_one_external_id_create_one_job(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let body = json!({"user": "alice", "entrypoint": "echo 1", "external_id": "dup"});
+    let reqs = (0..20).map(|_| app.post("/v1/jobs", SUBMITTER, body.clone()));
+    let resps = futures_util::future::join_all(reqs).await;
+    let mut ids = std::collections::BTreeSet::new();
+    let mut created = 0;
+    for r in resps {
+        let status = r.status().as_u16();
+        assert!(status == 201 || status == 200, "status {status}");
+        created += usize::from(status == 201);
+        let v: serde_json::Value = r.json().await.unwrap();
+        ids.insert(v["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(created, 1);
+    assert_eq!(ids.len(), 1);
+}
+both_databases!(concurrent_retries_with_one_external_id_create_one_job);
+
+#[actix_web::test]
+async fn invalid_fields_get_422_naming_the_field() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let long_user = "u".repeat(129);
+    let cases = [
+        (json!({"entrypoint": "x"}), "user"),
+        (json!({"user": "a"}), "entrypoint"),
+        (json!({"user": "", "entrypoint": "x"}), "user"),
+        (json!({"user": long_user, "entrypoint": "x"}), "user"),
+        (json!({"user": "a b", "entrypoint": "x"}), "user"),
+        (json!({"user": 7, "entrypoint": "x"}), "user"),
+        (json!({"user": "a", "entrypoint": "  "}), "entrypoint"),
+        (
+            json!({"user": "a", "entrypoint": "x", "resources": {"cpu": -1}}),
+            "resources.cpu",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "resources": {"cpu": 0, "gpu": 0}}),
+            "resources.cpu",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "resources": {"gpu": -0.5}}),
+            "resources.gpu",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "resources": {"cpu": "1"}}),
+            "resources.cpu",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "resources": {"memory_bytes": -5}}),
+            "resources.memory_bytes",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "resources": {"disk": 5}}),
+            "resources.disk",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "priority": 1001}),
+            "priority",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "priority": 1.5}),
+            "priority",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "metadata": {"k": 1}}),
+            "metadata.k",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "metadata": ["x"]}),
+            "metadata",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "runtime_env": "pip"}),
+            "runtime_env",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "external_id": ""}),
+            "external_id",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "max_runtime_s": 0}),
+            "max_runtime_s",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "max_runtime_s": -3}),
+            "max_runtime_s",
+        ),
+        (
+            json!({"user": "a", "entrypoint": "x", "colour": "red"}),
+            "colour",
+        ),
+    ];
+    for (body, field) in cases {
+        let resp = app.post("/v1/jobs", SUBMITTER, body.clone()).await;
+        assert_eq!(resp.status(), 422, "{body}");
+        assert_error(resp, 422, "invalid_field", Some(field)).await;
+    }
+    // Nothing was stored.
+    let page: serde_json::Value = app.get("/v1/jobs", SUBMITTER).await.json().await.unwrap();
+    assert_eq!(page["jobs"], json!([]));
+}
+
+#[actix_web::test]
+async fn malformed_and_oversized_bodies_get_400_and_413() {
+    let Some(app) = spawn_app_with(Db::Sqlite, |s| s.server.max_body_bytes = 1000).await else {
+        return;
+    };
+    assert_error(
+        app.post_raw("/v1/jobs", SUBMITTER, "{\"user\": ").await,
+        400,
+        "bad_json",
+        None,
+    )
+    .await;
+    assert_error(
+        app.post_raw("/v1/jobs", SUBMITTER, "not json").await,
+        400,
+        "bad_json",
+        None,
+    )
+    .await;
+    assert_error(
+        app.post_raw("/v1/jobs", SUBMITTER, "").await,
+        400,
+        "bad_json",
+        None,
+    )
+    .await;
+    assert_error(
+        app.post_raw("/v1/jobs", SUBMITTER, "[1,2]").await,
+        422,
+        "invalid_field",
+        Some("(body)"),
+    )
+    .await;
+    let big = json!({"user": "a", "entrypoint": "x".repeat(2000)}).to_string();
+    assert_error(
+        app.post_raw("/v1/jobs", SUBMITTER, big).await,
+        413,
+        "payload_too_large",
+        None,
+    )
+    .await;
+    // Numbers beyond f64 are not JSON we can read.
+    assert_error(
+        app.post_raw(
+            "/v1/jobs",
+            SUBMITTER,
+            r#"{"user":"a","entrypoint":"x","resources":{"cpu":1e999}}"#,
+        )
+        .await,
+        400,
+        "bad_json",
+        None,
+    )
+    .await;
+}
+
+#[actix_web::test]
+async fn unknown_jobs_and_routes_get_404_and_wrong_methods_405() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let id = uuid::Uuid::new_v4();
+    assert_error(
+        app.get(&format!("/v1/jobs/{id}"), SUBMITTER).await,
+        404,
+        "not_found",
+        None,
+    )
+    .await;
+    assert_error(
+        app.get("/v1/jobs/not-a-uuid", SUBMITTER).await,
+        404,
+        "not_found",
+        None,
+    )
+    .await;
+    assert_error(
+        app.post(&format!("/v1/jobs/{id}/cancel"), SUBMITTER, json!({}))
+            .await,
+        404,
+        "not_found",
+        None,
+    )
+    .await;
+    assert_error(
+        app.get("/v1/nothing", SUBMITTER).await,
+        404,
+        "not_found",
+        None,
+    )
+    .await;
+    let resp = app
+        .client
+        .delete(app.url("/v1/jobs"))
+        .bearer_auth(SUBMITTER)
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, 405, "method_not_allowed", None).await;
+}
+
+async fn jobs_page_newest_first_with_a_cursor_and_filters(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        let user = if i % 2 == 0 { "even" } else { "odd" };
+        ids.push(
+            app.submit(user, json!({})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    loop {
+        let page: serde_json::Value = app
+            .get(&format!("/v1/jobs?limit=3&after={after}"), SUBMITTER)
+            .await
+            .json()
+            .await
+            .unwrap();
+        for j in page["jobs"].as_array().unwrap() {
+            seen.push(j["id"].as_str().unwrap().to_string());
+        }
+        match page["next_after"].as_str() {
+            Some(next) => after = next.to_string(),
+            None => break,
+        }
+    }
+    ids.reverse();
+    assert_eq!(seen, ids, "every job once, newest first");
+    let evens: serde_json::Value = app
+        .get("/v1/jobs?user=even&status=QUEUED", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(evens["jobs"].as_array().unwrap().len(), 4);
+    let none: serde_json::Value = app
+        .get("/v1/jobs?status=running", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(none["jobs"], json!([]));
+    assert_error(
+        app.get("/v1/jobs?limit=0", SUBMITTER).await,
+        422,
+        "invalid_field",
+        Some("limit"),
+    )
+    .await;
+    assert_error(
+        app.get("/v1/jobs?limit=abc", SUBMITTER).await,
+        422,
+        "invalid_field",
+        Some("limit"),
+    )
+    .await;
+    assert_error(
+        app.get("/v1/jobs?status=DONE", SUBMITTER).await,
+        422,
+        "invalid_field",
+        Some("status"),
+    )
+    .await;
+    assert_error(
+        app.get("/v1/jobs?after=x", SUBMITTER).await,
+        422,
+        "invalid_field",
+        Some("after"),
+    )
+    .await;
+    assert_error(
+        app.get("/v1/jobs?sort=x", SUBMITTER).await,
+        422,
+        "invalid_field",
+        Some("sort"),
+    )
+    .await;
+}
+both_databases!(jobs_page_newest_first_with_a_cursor_and_filters);
+
+async fn cancelling_a_queued_job_stops_it_at_once_with_its_events(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let job = app.submit("alice", json!({})).await;
+    let second = app.submit("alice", json!({})).await;
+    assert_eq!(second["queue_position"], 2);
+    let id = job["id"].as_str().unwrap();
+    let resp = app
+        .post(&format!("/v1/jobs/{id}/cancel"), SUBMITTER, json!({}))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let stopped: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(stopped["status"], "STOPPED");
+    assert!(stopped["finished_at"].is_string());
+    let again = app
+        .post(&format!("/v1/jobs/{id}/cancel"), SUBMITTER, json!({}))
+        .await;
+    assert_error(again, 409, "conflict", None).await;
+    let second: serde_json::Value = app
+        .get(
+            &format!("/v1/jobs/{}", second["id"].as_str().unwrap()),
+            SUBMITTER,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(second["queue_position"], 1, "the next job moved up");
+    let events = fairshare::store::job_events(
+        &connect(&app.db.url).await,
+        uuid::Uuid::parse_str(id).unwrap(),
+    )
+    .await
+    .unwrap();
+    let path: Vec<_> = events
+        .iter()
+        .map(|e| (e.from_status, e.to_status))
+        .collect();
+    use entity::JobStatus::*;
+    assert_eq!(path, vec![(None, Queued), (Some(Queued), Stopped)]);
+}
+both_databases!(cancelling_a_queued_job_stops_it_at_once_with_its_events);
+
+pub async fn connect(url: &str) -> sea_orm::DatabaseConnection {
+    let mut s = test_settings(url);
+    s.database.url = url.to_string();
+    fairshare::store::connect(&s.database).await.unwrap()
+}
+
+async fn a_full_queue_gets_429_until_a_job_leaves(db: Db) {
+    let Some(app) = spawn_app_with(db, |s| s.scheduler.default_max_queued_jobs = 2).await else {
+        return;
+    };
+    let first = app.submit("alice", json!({})).await;
+    app.submit("alice", json!({})).await;
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "alice", "entrypoint": "x"}),
+        )
+        .await;
+    assert_eq!(
+        resp.headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap()),
+        Some("1")
+    );
+    assert_error(resp, 429, "queue_full", None).await;
+    // Other users are not affected; a per-user limit overrides the default.
+    app.submit("bob", json!({})).await;
+    let resp = app
+        .put("/v1/users/alice", ADMIN, json!({"max_queued_jobs": 3}))
+        .await;
+    assert_eq!(resp.status(), 200);
+    app.submit("alice", json!({})).await;
+    assert_error(
+        app.post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "alice", "entrypoint": "x"}),
+        )
+        .await,
+        429,
+        "queue_full",
+        None,
+    )
+    .await;
+    let id = first["id"].as_str().unwrap();
+    assert_eq!(
+        app.post(&format!("/v1/jobs/{id}/cancel"), SUBMITTER, json!({}))
+            .await
+            .status(),
+        200
+    );
+    app.submit("alice", json!({})).await;
+}
+both_databases!(a_full_queue_gets_429_until_a_job_leaves);
+
+async fn two_hundred_concurrent_submissions_all_land(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let reqs = (0..200).map(|i| {
+        app.post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": format!("user{}", i % 10), "entrypoint": format!("echo {i}"), "external_id": format!("c{i}")}),
+        )
+    });
+    let resps = futures_util::future::join_all(reqs).await;
+    for r in resps {
+        let status = r.status().as_u16();
+        let body = r.text().await.unwrap();
+        assert_eq!(status, 201, "{body}");
+        assert!(!body.contains("locked"), "{body}");
+    }
+    let conn = connect(&app.db.url).await;
+    let jobs = fairshare::store::jobs_with_status(&conn, &[entity::JobStatus::Queued])
+        .await
+        .unwrap();
+    assert_eq!(jobs.len(), 200);
+    let users = fairshare::store::list_users(&conn).await.unwrap();
+    assert_eq!(users.len(), 10);
+}
+both_databases!(two_hundred_concurrent_submissions_all_land);
+
+async fn a_restart_keeps_jobs_users_and_queue_order(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let a = app.submit("alice", json!({"priority": 1})).await;
+    let b = app.submit("alice", json!({"priority": 9})).await;
+    app.put(
+        "/v1/users/alice",
+        ADMIN,
+        json!({"weight": 3.5, "max_running_jobs": 4}),
+    )
+    .await;
+    app.post("/v1/users/bob/pause", ADMIN, json!({})).await;
+    let url = app.db.url.clone();
+    let db_handle = app.stop().await;
+    let app = start_on(db_handle, test_settings(&url)).await;
+    let alice: serde_json::Value = app
+        .get("/v1/users/alice", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(alice["weight"], 3.5);
+    assert_eq!(alice["max_running_jobs"], 4);
+    assert_eq!(alice["queued"], 2);
+    let bob: serde_json::Value = app
+        .get("/v1/users/bob", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(bob["paused"], true);
+    let a: serde_json::Value = app
+        .get(
+            &format!("/v1/jobs/{}", a["id"].as_str().unwrap()),
+            SUBMITTER,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let b: serde_json::Value = app
+        .get(
+            &format!("/v1/jobs/{}", b["id"].as_str().unwrap()),
+            SUBMITTER,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(a["status"], "QUEUED");
+    assert_eq!(b["queue_position"], 1, "higher priority first");
+    assert_eq!(a["queue_position"], 2);
+}
+both_databases!(a_restart_keeps_jobs_users_and_queue_order);

@@ -1,0 +1,7 @@
+//! HTTP integration tests: the real server, a fresh database per test, on SQLite and
+//! on PostgreSQL.
+
+mod helpers;
+mod jobs;
+mod system;
+mod users;

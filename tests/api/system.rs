@@ -1,0 +1,114 @@
+//! Health, readiness, metrics, OpenAPI, request ids.
+
+use serde_json::json;
+
+use crate::helpers::{spawn_app, Db, ADMIN, SUBMITTER};
+
+#[actix_web::test]
+async fn readyz_reports_ready_after_recovery_and_healthz_is_alive() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let r = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let r = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[actix_web::test]
+async fn every_response_carries_a_request_id_and_echoes_the_callers() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let r = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert!(r.headers().get("x-request-id").is_some());
+    let r = app
+        .client
+        .get(app.url("/healthz"))
+        .header("x-request-id", "abc-123")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers().get("x-request-id").unwrap(), "abc-123");
+}
+
+#[actix_web::test]
+async fn metrics_move_with_submissions_and_pauses() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let scrape = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let before = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    app.submit("mia", json!({})).await;
+    app.post("/v1/users/mia/pause", ADMIN, json!({})).await;
+    let after = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // The registry is process-wide and tests run in parallel: counters only grow.
+    assert!(
+        scrape(&after, "fairshare_jobs_submitted_total")
+            >= scrape(&before, "fairshare_jobs_submitted_total") + 1.0
+    );
+    assert!(
+        after.contains("fairshare_queued_jobs{user=\"mia\"} 1"),
+        "{after}"
+    );
+    assert!(scrape(&after, "fairshare_users_paused") >= 1.0);
+    assert!(after.contains("fairshare_build_info{version="));
+}
+
+#[actix_web::test]
+async fn the_openapi_document_covers_every_route() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let doc: serde_json::Value = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+    for (method, path) in fairshare::api::ROUTES {
+        assert!(
+            doc["paths"][path][method].is_object(),
+            "{method} {path} missing from /openapi.json"
+        );
+    }
+    let n: usize = doc["paths"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|p| p.as_object().unwrap().len())
+        .sum();
+    assert_eq!(
+        n,
+        fairshare::api::ROUTES.len(),
+        "the document lists a route the server does not register"
+    );
+    assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
+    let _ = SUBMITTER;
+}

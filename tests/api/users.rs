@@ -1,0 +1,225 @@
+//! `/v1/users`: settings, pause/resume, auth roles.
+
+use serde_json::json;
+
+use crate::both_databases;
+use crate::helpers::{assert_error, spawn_app, Db, ADMIN, SUBMITTER};
+
+async fn admins_create_and_change_users(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let resp = app
+        .put(
+            "/v1/users/carol",
+            ADMIN,
+            json!({"weight": 2.5, "max_running_jobs": 3, "max_resources": {"cpu": 8, "gpu": 1}}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let u: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(u["weight"], 2.5);
+    assert_eq!(u["effective_max_running_jobs"], 3);
+    assert_eq!(u["max_resources"], json!({"cpu": 8.0, "gpu": 1.0}));
+    // Absent fields stay; null clears back to the default.
+    let u: serde_json::Value = app
+        .put("/v1/users/carol", ADMIN, json!({"max_running_jobs": null}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(u["weight"], 2.5);
+    assert_eq!(u["max_running_jobs"], serde_json::Value::Null);
+    assert_eq!(u["effective_max_running_jobs"], 100);
+    let list: serde_json::Value = app.get("/v1/users", SUBMITTER).await.json().await.unwrap();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let got: serde_json::Value = app
+        .get("/v1/users/carol", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["weight"], 2.5);
+    assert_error(
+        app.get("/v1/users/nobody", SUBMITTER).await,
+        404,
+        "not_found",
+        None,
+    )
+    .await;
+}
+both_databases!(admins_create_and_change_users);
+
+#[actix_web::test]
+async fn bad_user_settings_get_422_naming_the_field() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let cases = [
+        (json!({"weight": 0}), "weight"),
+        (json!({"weight": -1}), "weight"),
+        (json!({"weight": 1e7}), "weight"),
+        (json!({"weight": "heavy"}), "weight"),
+        (json!({"max_running_jobs": 0}), "max_running_jobs"),
+        (json!({"max_running_jobs": 2.5}), "max_running_jobs"),
+        (json!({"max_queued_jobs": -1}), "max_queued_jobs"),
+        (json!({"max_resources": {"cpu": -1}}), "max_resources.cpu"),
+        (json!({"max_resources": {"tpu": 1}}), "max_resources.tpu"),
+        (json!({"paused": true}), "paused"),
+    ];
+    for (body, field) in cases {
+        assert_error(
+            app.put("/v1/users/dave", ADMIN, body).await,
+            422,
+            "invalid_field",
+            Some(field),
+        )
+        .await;
+    }
+    assert_error(
+        app.put("/v1/users/has%20space", ADMIN, json!({})).await,
+        422,
+        "invalid_field",
+        Some("id"),
+    )
+    .await;
+    assert_error(
+        app.post_raw("/v1/users/dave/pause", ADMIN, "{").await,
+        400,
+        "bad_json",
+        None,
+    )
+    .await;
+    assert_error(
+        app.post("/v1/users/dave/pause", ADMIN, json!({"now": true}))
+            .await,
+        422,
+        "invalid_field",
+        Some("now"),
+    )
+    .await;
+    // None of that created the user.
+    assert_error(
+        app.get("/v1/users/dave", SUBMITTER).await,
+        404,
+        "not_found",
+        None,
+    )
+    .await;
+}
+
+async fn pause_and_resume_take_no_body_or_an_empty_object(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    app.submit("erin", json!({})).await;
+    let resp = app
+        .client
+        .post(app.url("/v1/users/erin/pause"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let u: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(u["paused"], true);
+    assert_eq!(u["queued"], 1, "queued jobs stay");
+    let u: serde_json::Value = app
+        .post("/v1/users/erin/resume", ADMIN, json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(u["paused"], false);
+}
+both_databases!(pause_and_resume_take_no_body_or_an_empty_object);
+
+#[actix_web::test]
+async fn tokens_and_roles_are_enforced() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    // No token, a wrong token, a wrong scheme: 401.
+    let resp = app.client.get(app.url("/v1/jobs")).send().await.unwrap();
+    assert_eq!(
+        resp.headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap()),
+        Some("Bearer")
+    );
+    assert_error(resp, 401, "unauthorized", None).await;
+    assert_error(
+        app.get("/v1/jobs", "wrong-token").await,
+        401,
+        "unauthorized",
+        None,
+    )
+    .await;
+    let resp = app
+        .client
+        .get(app.url("/v1/jobs"))
+        .header("authorization", format!("Basic {SUBMITTER}"))
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, 401, "unauthorized", None).await;
+    // A submitter may not change users: 403.
+    assert_error(
+        app.put("/v1/users/x", SUBMITTER, json!({"weight": 2}))
+            .await,
+        403,
+        "forbidden",
+        None,
+    )
+    .await;
+    assert_error(
+        app.post("/v1/users/x/pause", SUBMITTER, json!({})).await,
+        403,
+        "forbidden",
+        None,
+    )
+    .await;
+    assert_error(
+        app.post("/v1/users/x/resume", SUBMITTER, json!({})).await,
+        403,
+        "forbidden",
+        None,
+    )
+    .await;
+    // An admin can do everything a submitter can.
+    assert_eq!(
+        app.post("/v1/jobs", ADMIN, json!({"user": "x", "entrypoint": "e"}))
+            .await
+            .status(),
+        201
+    );
+    assert_eq!(app.get("/v1/scheduler", SUBMITTER).await.status(), 200);
+    // Health and metrics are open.
+    assert_eq!(
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        app.client
+            .get(app.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        app.client
+            .get(app.url("/openapi.json"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
