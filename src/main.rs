@@ -30,6 +30,46 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Replay an SWF trace in virtual time through the fair-share policy and baselines.
+    Simulate(SimulateCli),
+}
+
+/// `fairshare simulate`.
+#[derive(clap::Args)]
+struct SimulateCli {
+    /// SWF trace, plain or .gz.
+    #[arg(long)]
+    trace: PathBuf,
+    /// Capacity in cores (default: the trace header's MaxProcs).
+    #[arg(long)]
+    cpus: Option<u32>,
+    /// fairshare, fifo or gateway-loop (default: compare all three).
+    #[arg(long)]
+    policy: Option<fairshare::sim::SimPolicy>,
+    /// Half-life of decayed usage, e.g. "1h"; "0s" turns history off.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    half_life: std::time::Duration,
+    /// Starvation guard, e.g. "5m".
+    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+    starvation_guard: std::time::Duration,
+    /// Cap on each user's running jobs (fairshare policy).
+    #[arg(long)]
+    max_running_jobs: Option<u32>,
+    /// JSON object of user -> weight, e.g. {"u62": 2}.
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    /// Only the first N jobs.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Seed of the gateway-loop's arbitrary order.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Write every run's report as JSON.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Write an SVG of actual vs fair share over time.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
@@ -59,6 +99,31 @@ fn main() -> ExitCode {
                     tracing::error!(error = format!("{e:#}"), "fairshare stopped");
                     eprintln!("fairshare: {e:#}");
                     ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Simulate(a) => {
+            let mut args = fairshare::sim::SimulateArgs::new(a.trace);
+            args.cpus = a.cpus;
+            args.policy = a.policy;
+            args.half_life_s = a.half_life.as_secs_f64();
+            args.starvation_guard_s = a.starvation_guard.as_secs_f64();
+            args.max_running_jobs = a.max_running_jobs;
+            args.weights = a.weights;
+            args.limit = a.limit;
+            args.seed = a.seed;
+            args.report = a.report;
+            args.plot = a.plot;
+            let started = std::time::Instant::now();
+            match fairshare::sim::run_simulate(&args) {
+                Ok(text) => {
+                    println!("{text}");
+                    eprintln!("simulated in {:.2} s", started.elapsed().as_secs_f64());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("fairshare simulate: {e}");
+                    ExitCode::from(2)
                 }
             }
         }

@@ -160,6 +160,14 @@ pub struct GetPendingReason {
     pub job_id: JobId,
 }
 
+/// Ask whether some healthy cluster could ever hold a job of this size. `None` while
+/// no healthy cluster has reported its capacity (then nothing is refused).
+#[derive(Message)]
+#[rtype(result = "Option<bool>")]
+pub struct FitsSomeCluster {
+    pub resources: Resources,
+}
+
 /// Ask whether recovery is done.
 #[derive(Message)]
 #[rtype(result = "bool")]
@@ -766,6 +774,29 @@ impl Handler<GetPendingReason> for FairShareArbiter {
 
     fn handle(&mut self, msg: GetPendingReason, _: &mut Context<Self>) -> Option<String> {
         self.pending.get(&msg.job_id).cloned()
+    }
+}
+
+impl Handler<FitsSomeCluster> for FairShareArbiter {
+    type Result = Option<bool>;
+
+    fn handle(&mut self, msg: FitsSomeCluster, _: &mut Context<Self>) -> Option<bool> {
+        let clusters: Vec<ClusterView> = self
+            .clusters
+            .iter()
+            .filter(|(_, c)| c.healthy)
+            .map(|(name, c)| ClusterView {
+                name: name.clone(),
+                healthy: true,
+                total: c.total,
+                used_reported: c.used,
+                outstanding: Resources::default(),
+            })
+            .collect();
+        if clusters.is_empty() {
+            return None;
+        }
+        Some(policy::fits_some_cluster(&msg.resources, &clusters))
     }
 }
 

@@ -211,7 +211,7 @@ impl Handler<Dispatch> for Dispatcher {
         let job_id = msg.job.id;
         self.in_flight.insert(job_id);
         let client = self.clients.get(&msg.cluster).cloned();
-        let fut = dispatch_one(self.db.clone(), client, self.budget.clone(), msg);
+        let fut = dispatch_one(self.db.clone(), client, self.budget, msg);
         ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
             act.in_flight.remove(&job_id);
             let stop = act.stop_after_submit.remove(&job_id);

@@ -188,6 +188,26 @@ impl Scheduler {
         }
     }
 
+    /// Refuses a job no healthy cluster could ever hold, when capacity is known
+    /// (DESIGN §2). Errors: 422 naming `resources`, with the largest cluster's size.
+    pub async fn check_fits(&self, cpu: f64, gpu: f64, memory_bytes: i64) -> Result<(), ApiError> {
+        let resources = crate::policy::Resources {
+            cpu,
+            gpu,
+            memory_bytes: memory_bytes.max(0) as f64,
+        };
+        match self.arbiter.send(arbiter::FitsSomeCluster { resources }).await {
+            Ok(Some(false)) => Err(ApiError::invalid(
+                "resources",
+                format!(
+                    "no healthy cluster is large enough for cpu={cpu}, gpu={gpu}, memory_bytes={memory_bytes}; \
+                     see GET /v1/scheduler for cluster capacity"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// A new QUEUED job (already committed).
     pub fn job_submitted(&self, j: &job::Model) {
         self.arbiter.do_send(Enqueue { job: j.clone() });

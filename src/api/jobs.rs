@@ -355,6 +355,9 @@ pub async fn submit(
     let request: SubmitRequest = parse_json(&body, false)?;
     let new = request.into_new_job()?;
     tracing::Span::current().record("user", new.user.as_str());
+    if let Some(s) = &state.scheduler {
+        s.check_fits(new.cpu, new.gpu, new.memory_bytes).await?;
+    }
     let default_limit = state.settings.scheduler.default_max_queued_jobs;
     match store::submit_job(&state.db, new, default_limit).await? {
         Intake::Created(j) => {

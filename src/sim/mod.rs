@@ -1,5 +1,24 @@
 //! Real input: Standard Workload Format traces, the discrete-event fair-share
 //! simulator (virtual time, the same [`crate::policy`] the arbiter runs) with baseline
 //! policies, and live replay of a trace against a running service.
+//!
+//! - [`swf`]: reading SWF traces.
+//! - [`mod@simulate`]: the discrete-event simulator and the policies it replays
+//!   (fairshare, fifo, gateway-loop).
+//! - [`report`]: waits, bounded slowdown, utilization, fairness error and Jain's
+//!   index, per user and overall; the comparison of the policies.
+//! - [`plot`]: SVG plot of actual against fair share over time.
+//! - [`run`]: the `simulate` command's entry point, [`run_simulate`].
 
+pub mod plot;
+pub mod report;
+pub mod run;
+pub mod simulate;
 pub mod swf;
+
+#[cfg(test)]
+mod tests;
+
+pub use report::{compare, Comparison, Report};
+pub use run::{load_weights, run_simulate, SimError, SimulateArgs, SimulationReport};
+pub use simulate::{simulate, SimConfig, SimOutcome, SimPolicy};

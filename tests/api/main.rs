@@ -3,5 +3,6 @@
 
 mod helpers;
 mod jobs;
+mod ray_mock;
 mod system;
 mod users;

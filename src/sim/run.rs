@@ -1,0 +1,254 @@
+//! The `simulate` command: read a trace, replay it under one policy or all
+//! three, print tables, write the JSON report and the plot.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::plot::{plot_shares, PlotError, PLOT_BUCKETS, PLOT_USERS};
+use super::report::{compare, Report};
+use super::simulate::{
+    simulate, top_users_by_core_seconds, SimConfig, SimOutcome, SimPolicy, DEFAULT_HALF_LIFE_S,
+    DEFAULT_SEED, DEFAULT_STARVATION_GUARD_S,
+};
+use super::swf::{read_trace, TraceError};
+
+/// Arguments of `fairshare simulate`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimulateArgs {
+    /// The SWF trace, plain or gzip-compressed.
+    pub trace: PathBuf,
+    /// Cores of the simulated cluster; `None` = the trace's `MaxProcs`.
+    pub cpus: Option<u32>,
+    /// The policy; `None` runs all three and compares them.
+    pub policy: Option<SimPolicy>,
+    /// Half-life of decayed usage, seconds; 0 turns history off.
+    pub half_life_s: f64,
+    /// Starvation guard, seconds; `f64::INFINITY` disables it.
+    pub starvation_guard_s: f64,
+    /// Cap on each user's running jobs under fairshare; `None` = unlimited.
+    pub max_running_jobs: Option<u32>,
+    /// A JSON file mapping user id to weight, e.g. `{"u62": 2, "u7": 0.5}`;
+    /// users not listed have weight 1.
+    pub weights: Option<PathBuf>,
+    /// Replay only the first this many jobs (in submit order).
+    pub limit: Option<usize>,
+    /// Seed of the gateway loop's random user order.
+    pub seed: u64,
+    /// Where to write the JSON report of every run, if anywhere.
+    pub report: Option<PathBuf>,
+    /// Where to write the SVG share plot (of the fairshare run, or of the
+    /// chosen policy), if anywhere.
+    pub plot: Option<PathBuf>,
+}
+
+impl SimulateArgs {
+    /// Arguments for `trace` with the defaults: capacity from the trace, all
+    /// policies, half-life 1 h, starvation guard 300 s, unlimited running
+    /// jobs, weights 1, the whole trace, seed 42, no files written.
+    #[must_use]
+    pub fn new(trace: PathBuf) -> SimulateArgs {
+        SimulateArgs {
+            trace,
+            cpus: None,
+            policy: None,
+            half_life_s: DEFAULT_HALF_LIFE_S,
+            starvation_guard_s: DEFAULT_STARVATION_GUARD_S,
+            max_running_jobs: None,
+            weights: None,
+            limit: None,
+            seed: DEFAULT_SEED,
+            report: None,
+            plot: None,
+        }
+    }
+}
+
+/// Why `simulate` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The trace could not be read.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    /// Neither `--cpus` nor the trace's `MaxProcs` gives a capacity of at
+    /// least 1 core.
+    #[error("no capacity: the trace {0} has no MaxProcs header; give --cpus")]
+    NoCapacity(String),
+    /// A setting is out of range.
+    #[error("invalid {name}: {reason}")]
+    Invalid {
+        /// The argument.
+        name: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// The weights file could not be read or is not a JSON map of positive
+    /// numbers.
+    #[error("cannot use weights file {path}: {reason}")]
+    Weights {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// The report could not be written.
+    #[error("cannot write report {path}: {source}")]
+    Report {
+        /// The file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The plot could not be drawn or written.
+    #[error(transparent)]
+    Plot(#[from] PlotError),
+}
+
+/// Reads a weights file: a JSON object mapping user id to a finite weight
+/// `> 0`, e.g. `{"u62": 2, "u7": 0.5}`.
+///
+/// Errors: the file cannot be read, is not such an object, or a weight is not
+/// finite and positive.
+pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
+    let fail = |reason: String| SimError::Weights {
+        path: path.display().to_string(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let weights: BTreeMap<String, f64> = serde_json::from_str(&text)
+        .map_err(|e| fail(format!("expected a JSON object of user → weight: {e}")))?;
+    if let Some((user, w)) = weights.iter().find(|(_, w)| !(w.is_finite() && **w > 0.0)) {
+        return Err(fail(format!(
+            "weight of {user} is {w}; weights must be finite and > 0"
+        )));
+    }
+    Ok(weights)
+}
+
+/// The trace's name: its file name without `.gz` and `.swf`.
+#[must_use]
+pub fn trace_name(path: &Path) -> String {
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let name = name.strip_suffix(".gz").unwrap_or(&name);
+    name.strip_suffix(".swf").unwrap_or(name).to_owned()
+}
+
+/// The JSON document `--report` writes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimulationReport {
+    /// The trace's name.
+    pub trace: String,
+    /// Cores of the simulated cluster.
+    pub capacity_cores: u32,
+    /// One report per policy run.
+    pub runs: Vec<Report>,
+}
+
+/// Runs `fairshare simulate`: returns the text to print.
+///
+/// With a policy: that run's [`Report::to_table`]. Without: the comparison of
+/// all three ([`super::report::Comparison::to_table`]) followed by the
+/// fairshare run's table. Writes the JSON [`SimulationReport`] to
+/// `args.report` and the share plot of the fairshare run (or of the chosen
+/// policy) to `args.plot` when given.
+///
+/// Errors: unreadable trace or weights, no capacity, invalid settings, a
+/// report or plot that cannot be written.
+pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
+    if args.half_life_s.is_nan() || args.half_life_s < 0.0 {
+        return Err(SimError::Invalid {
+            name: "half-life",
+            reason: format!("{} s; must be ≥ 0", args.half_life_s),
+        });
+    }
+    if args.starvation_guard_s.is_nan() || args.starvation_guard_s < 0.0 {
+        return Err(SimError::Invalid {
+            name: "starvation guard",
+            reason: format!("{} s; must be ≥ 0", args.starvation_guard_s),
+        });
+    }
+    if args.max_running_jobs == Some(0) {
+        return Err(SimError::Invalid {
+            name: "max running jobs",
+            reason: "0; must be at least 1".to_owned(),
+        });
+    }
+    let mut trace = read_trace(&args.trace)?;
+    let name = trace_name(&args.trace);
+    let capacity = args
+        .cpus
+        .or(trace.max_procs)
+        .filter(|&c| c > 0)
+        .ok_or_else(|| SimError::NoCapacity(args.trace.display().to_string()))?;
+    if let Some(limit) = args.limit {
+        trace.jobs.truncate(limit);
+    }
+    let weights = match &args.weights {
+        Some(path) => load_weights(path)?,
+        None => BTreeMap::new(),
+    };
+    let mut config = SimConfig {
+        half_life_s: args.half_life_s,
+        starvation_guard_s: args.starvation_guard_s,
+        max_running_jobs: args.max_running_jobs.unwrap_or(u32::MAX),
+        weights,
+        seed: args.seed,
+        ..SimConfig::new(args.policy.unwrap_or(SimPolicy::FairShare), capacity)
+    };
+    if args.plot.is_some() {
+        config.record_shares_for = top_users_by_core_seconds(&trace.jobs, capacity, PLOT_USERS);
+    }
+
+    let mut text = String::new();
+    let (reports, plotted): (Vec<Report>, Option<SimOutcome>) = match args.policy {
+        Some(_) => {
+            let outcome = simulate(&trace.jobs, &config);
+            let report = Report::new(&name, trace.skipped, &config, &outcome);
+            text.push_str(&report.to_table());
+            (vec![report], Some(outcome))
+        }
+        None => {
+            let comparison = compare(&name, trace.skipped, &trace.jobs, &config);
+            text.push_str(&format!(
+                "{name}: {} jobs on {capacity} cores, all policies\n",
+                trace.jobs.len()
+            ));
+            text.push_str(&comparison.to_table());
+            text.push('\n');
+            let mut plotted = None;
+            let mut reports = Vec::new();
+            for (report, outcome) in comparison.runs {
+                if report.policy == SimPolicy::FairShare {
+                    text.push_str(&report.to_table());
+                    plotted = Some(outcome);
+                }
+                reports.push(report);
+            }
+            (reports, plotted)
+        }
+    };
+
+    if let Some(path) = &args.report {
+        let doc = SimulationReport {
+            trace: name.clone(),
+            capacity_cores: capacity,
+            runs: reports,
+        };
+        let fail = |source| SimError::Report {
+            path: path.display().to_string(),
+            source,
+        };
+        let json = serde_json::to_string_pretty(&doc).map_err(|e| fail(e.into()))?;
+        std::fs::write(path, json + "\n").map_err(fail)?;
+        text.push_str(&format!("\nreport written to {}\n", path.display()));
+    }
+    if let (Some(path), Some(outcome)) = (&args.plot, &plotted) {
+        plot_shares(path, &name, outcome, PLOT_BUCKETS)?;
+        text.push_str(&format!("plot written to {}\n", path.display()));
+    }
+    Ok(text)
+}

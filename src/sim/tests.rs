@@ -1,0 +1,454 @@
+//! Simulator tests: tiny hand-made traces with hand-computed schedules, the
+//! metrics' definitions, and the shipped COARE trace.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::plot::bucket_series;
+use super::report::{bounded_slowdown, fair_shares, jain_index, p95, Report};
+use super::run::{load_weights, run_simulate, trace_name, SimulateArgs};
+use super::simulate::{simulate, SharePoint, SimConfig, SimOutcome, SimPolicy};
+use super::swf::{read_trace, TraceJob};
+
+fn job(number: u64, submit: f64, run: f64, cpus: u32, user: &str) -> TraceJob {
+    TraceJob {
+        number,
+        submit,
+        recorded_wait: None,
+        run,
+        cpus,
+        user: user.to_owned(),
+    }
+}
+
+fn config(policy: SimPolicy, capacity: u32, half_life_s: f64) -> SimConfig {
+    SimConfig {
+        half_life_s,
+        ..SimConfig::new(policy, capacity)
+    }
+}
+
+/// Start time of each job, by job number.
+fn starts(outcome: &SimOutcome) -> BTreeMap<u64, f64> {
+    outcome.jobs.iter().map(|j| (j.number, j.start)).collect()
+}
+
+/// Waits of `user`'s jobs in job-number order.
+fn waits_of(outcome: &SimOutcome, user: &str) -> Vec<f64> {
+    let mut jobs: Vec<_> = outcome
+        .jobs
+        .iter()
+        .filter(|j| outcome.users[j.user] == user)
+        .collect();
+    jobs.sort_by_key(|j| j.number);
+    jobs.iter().map(|j| j.wait()).collect()
+}
+
+fn report(outcome: &SimOutcome, config: &SimConfig) -> Report {
+    Report::new("test", 0, config, outcome)
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12
+}
+
+/// Capacity 2. User a floods: 4 one-core jobs of 10 s at t = 0; user b sends
+/// one at t = 1.
+fn flood() -> Vec<TraceJob> {
+    vec![
+        job(1, 0.0, 10.0, 1, "a"),
+        job(2, 0.0, 10.0, 1, "a"),
+        job(3, 0.0, 10.0, 1, "a"),
+        job(4, 0.0, 10.0, 1, "a"),
+        job(5, 1.0, 10.0, 1, "b"),
+    ]
+}
+
+#[test]
+fn flood_under_fifo_makes_b_wait_behind_a() {
+    // t=0: a1, a2 start. t=10: a3, a4 (ahead of b in submit order). t=20: b5.
+    let cfg = config(SimPolicy::Fifo, 2, 0.0);
+    let out = simulate(&flood(), &cfg);
+    assert_eq!(waits_of(&out, "a"), vec![0.0, 0.0, 10.0, 10.0]);
+    assert_eq!(waits_of(&out, "b"), vec![19.0]);
+    let r = report(&out, &cfg);
+    let b = r.users.iter().find(|u| u.user == "b").unwrap();
+    assert_eq!(b.mean_wait_s, 19.0);
+    assert_eq!(b.mean_bounded_slowdown, 2.9); // (19 + 10) / 10
+                                              // Contended [0,20). [0,1): a alone, error 0, Jain 1. [1,10): demands a 2,
+                                              // b 0.5 → fair 0.5 each, actual 1 and 0: error 0.5, Jain (2+0)²/(2·4) = 0.5.
+                                              // [10,20): a 1, b 0.5 → fair 0.5 each, actual 1 and 0: error 0.5; only b is
+                                              // backlogged and gets 0: Jain 1.
+    assert_eq!(out.contended_s, 20.0);
+    assert!(close(r.overall.fairness_error, 9.5 / 20.0));
+    assert!(close(r.overall.jain_index, 15.5 / 20.0));
+}
+
+#[test]
+fn flood_under_fairshare_serves_b_at_the_first_free_core() {
+    // t=10: a and b both hold 0 cores. With history off the keys tie and a's
+    // older head goes first (a3), then b (key 0 < a's 0.5). t=20: a4.
+    // With a 1 h half-life a has used the cluster, so b goes first: same starts.
+    for half_life in [0.0, 3600.0] {
+        let cfg = config(SimPolicy::FairShare, 2, half_life);
+        let out = simulate(&flood(), &cfg);
+        assert_eq!(
+            waits_of(&out, "a"),
+            vec![0.0, 0.0, 10.0, 20.0],
+            "half-life {half_life}"
+        );
+        assert_eq!(waits_of(&out, "b"), vec![9.0], "half-life {half_life}");
+        let r = report(&out, &cfg);
+        // As under FIFO until t=10; then a and b each hold their fair 0.5.
+        assert!(close(r.overall.fairness_error, 4.5 / 20.0));
+        assert!(close(r.overall.jain_index, 15.5 / 20.0));
+        assert_eq!(r.overall.mean_wait_s, 39.0 / 5.0);
+    }
+}
+
+#[test]
+fn decayed_usage_puts_a_heavy_user_behind() {
+    // Capacity 1. a runs job 1 over [0,100) alone; a's job 2 (t=50) and b's
+    // job 3 (t=60) wait. At t=100, with half-life 100 s, h_a = 1 − 2^-1 = 0.5
+    // and h_b = 0: b goes first although a's head is older.
+    let trace = vec![
+        job(1, 0.0, 100.0, 1, "a"),
+        job(2, 50.0, 10.0, 1, "a"),
+        job(3, 60.0, 10.0, 1, "b"),
+    ];
+    let out = simulate(&trace, &config(SimPolicy::FairShare, 1, 100.0));
+    assert_eq!(
+        starts(&out),
+        BTreeMap::from([(1, 0.0), (2, 110.0), (3, 100.0)])
+    );
+    // History off: keys tie at 0 and the older head (a's job 2) wins.
+    let out = simulate(&trace, &config(SimPolicy::FairShare, 1, 0.0));
+    assert_eq!(
+        starts(&out),
+        BTreeMap::from([(1, 0.0), (2, 100.0), (3, 110.0)])
+    );
+}
+
+/// Capacity 2: b holds both cores with staggered one-core jobs while a's
+/// two-core job (t=1) waits for both to be free.
+fn staggered() -> Vec<TraceJob> {
+    let mut trace = vec![
+        job(1, 0.0, 100.0, 1, "b"),
+        job(2, 0.0, 150.0, 1, "b"),
+        job(3, 1.0, 10.0, 2, "a"),
+    ];
+    trace.extend((4..=9).map(|n| job(n, 2.0, 100.0, 1, "b")));
+    trace
+}
+
+#[test]
+fn starvation_guard_holds_capacity_for_a_wide_job() {
+    // Backfill hands each freed core to b (a's head does not fit) until a has
+    // waited more than 300 s: at t=350 the cycle stops for a, so the core freed
+    // at 350 stays idle, and at t=400 both are free: a starts, b's last job
+    // follows at 410.
+    let cfg = config(SimPolicy::FairShare, 2, 0.0);
+    let out = simulate(&staggered(), &cfg);
+    let expected = BTreeMap::from([
+        (1, 0.0),
+        (2, 0.0),
+        (3, 400.0),
+        (4, 100.0),
+        (5, 150.0),
+        (6, 200.0),
+        (7, 250.0),
+        (8, 300.0),
+        (9, 410.0),
+    ]);
+    assert_eq!(starts(&out), expected);
+
+    // Without the guard, backfill keeps serving b until its queue is empty.
+    let cfg = SimConfig {
+        starvation_guard_s: f64::INFINITY,
+        ..cfg
+    };
+    let out = simulate(&staggered(), &cfg);
+    assert_eq!(starts(&out)[&3], 450.0);
+    assert_eq!(starts(&out)[&9], 350.0);
+}
+
+#[test]
+fn gateway_loop_caps_each_user_at_two_running_and_one_start_per_pass() {
+    // Capacity 10, one user with five 100 s jobs at t=0. Passes: t=0 job 1,
+    // t=1 job 2, then 2 running; t=100 (job 1 done) job 3, t=101 job 4,
+    // t=200 job 5.
+    let trace: Vec<TraceJob> = (1..=5).map(|n| job(n, 0.0, 100.0, 1, "a")).collect();
+    let out = simulate(&trace, &config(SimPolicy::GatewayLoop, 10, 0.0));
+    assert_eq!(waits_of(&out, "a"), vec![0.0, 1.0, 100.0, 101.0, 200.0]);
+    for policy in [SimPolicy::FairShare, SimPolicy::Fifo] {
+        let out = simulate(&trace, &config(policy, 10, 0.0));
+        assert_eq!(waits_of(&out, "a"), vec![0.0; 5], "{policy}");
+    }
+}
+
+#[test]
+fn gateway_loop_passes_only_at_whole_seconds() {
+    // A job submitted at t = 0.5 waits for the pass at t = 1.
+    let trace = vec![job(1, 0.5, 10.0, 1, "a")];
+    let out = simulate(&trace, &config(SimPolicy::GatewayLoop, 1, 0.0));
+    assert_eq!(starts(&out)[&1], 1.0);
+}
+
+#[test]
+fn gateway_loop_is_deterministic_for_a_seed() {
+    let trace: Vec<TraceJob> = (1..=60)
+        .map(|n| {
+            job(
+                n,
+                (n % 7) as f64,
+                30.0 + (n % 5) as f64,
+                1,
+                &format!("u{}", n % 6),
+            )
+        })
+        .collect();
+    let cfg = config(SimPolicy::GatewayLoop, 4, 0.0);
+    assert_eq!(simulate(&trace, &cfg), simulate(&trace, &cfg));
+    let out = simulate(&trace, &cfg);
+    assert_eq!(out.jobs.len(), 60);
+    for j in &out.jobs {
+        assert!(
+            j.start >= j.submit && j.start == j.start.floor(),
+            "passes at whole seconds"
+        );
+    }
+}
+
+#[test]
+fn weights_divide_the_cluster() {
+    // Capacity 30, weight 2 for a: progressive filling stops at a 20, b 10,
+    // where both keys are 1/3.
+    let trace: Vec<TraceJob> = (1..=80)
+        .map(|n| job(n, 0.0, 100.0, 1, if n % 2 == 0 { "a" } else { "b" }))
+        .collect();
+    let cfg = SimConfig {
+        weights: BTreeMap::from([("a".to_owned(), 2.0)]),
+        ..config(SimPolicy::FairShare, 30, 3600.0)
+    };
+    let out = simulate(&trace, &cfg);
+    let at_zero = |user: &str| {
+        out.jobs
+            .iter()
+            .filter(|j| j.start == 0.0 && out.users[j.user] == user)
+            .count()
+    };
+    assert_eq!((at_zero("a"), at_zero("b")), (20, 10));
+    // Both hold exactly their weighted fair share while they are backlogged.
+    assert!(report(&out, &cfg).overall.fairness_error < 1e-12);
+}
+
+#[test]
+fn max_running_jobs_caps_fairshare() {
+    let trace: Vec<TraceJob> = (1..=4).map(|n| job(n, 0.0, 10.0, 1, "a")).collect();
+    let cfg = SimConfig {
+        max_running_jobs: 1,
+        ..config(SimPolicy::FairShare, 4, 0.0)
+    };
+    let out = simulate(&trace, &cfg);
+    assert_eq!(waits_of(&out, "a"), vec![0.0, 10.0, 20.0, 30.0]);
+}
+
+#[test]
+fn fairness_error_is_zero_for_a_single_user() {
+    let trace: Vec<TraceJob> = (1..=10)
+        .map(|n| job(n, n as f64, 10.0 * n as f64, 1, "a"))
+        .collect();
+    for policy in [SimPolicy::FairShare, SimPolicy::Fifo] {
+        let cfg = config(policy, 3, 3600.0);
+        let out = simulate(&trace, &cfg);
+        assert!(out.contended_s > 0.0, "{policy}: the trace must queue");
+        let r = report(&out, &cfg);
+        assert_eq!(r.overall.fairness_error, 0.0, "{policy}");
+        assert_eq!(r.overall.jain_index, 1.0, "{policy}");
+    }
+    // The gateway loop leaves a core idle while the user's jobs queue.
+    let cfg = config(SimPolicy::GatewayLoop, 3, 3600.0);
+    let out = simulate(&trace, &cfg);
+    assert!(report(&out, &cfg).overall.fairness_error > 0.0);
+}
+
+#[test]
+fn utilization_is_one_for_a_perfectly_packed_trace() {
+    // Capacity 2: a 2-core job for 10 s, then two 1-core jobs for 10 s.
+    let trace = vec![
+        job(1, 0.0, 10.0, 2, "a"),
+        job(2, 0.0, 10.0, 1, "b"),
+        job(3, 0.0, 10.0, 1, "b"),
+    ];
+    for policy in [SimPolicy::FairShare, SimPolicy::Fifo] {
+        let cfg = config(policy, 2, 0.0);
+        let r = report(&simulate(&trace, &cfg), &cfg);
+        assert_eq!(r.overall.makespan_s, 20.0, "{policy}");
+        assert_eq!(r.overall.utilization, 1.0, "{policy}");
+    }
+}
+
+#[test]
+fn jobs_larger_than_the_cluster_are_skipped_and_counted() {
+    let trace = vec![job(1, 0.0, 10.0, 3, "a"), job(2, 0.0, 10.0, 1, "a")];
+    for policy in SimPolicy::ALL {
+        let cfg = config(policy, 2, 0.0);
+        let out = simulate(&trace, &cfg);
+        assert_eq!(out.too_large, vec![1]);
+        assert_eq!(out.jobs.len(), 1);
+        let r = report(&out, &cfg);
+        assert_eq!(r.overall.skipped_too_large, 1);
+        assert!(r.to_table().contains("1 (jobs 1)"));
+    }
+}
+
+#[test]
+fn zero_length_jobs_run() {
+    let trace = vec![job(1, 0.0, 0.0, 1, "a"), job(2, 0.0, 0.0, 1, "a")];
+    for policy in SimPolicy::ALL {
+        let out = simulate(&trace, &config(policy, 1, 3600.0));
+        assert_eq!(out.jobs.len(), 2, "{policy}");
+        assert!(out.never_started.is_empty());
+    }
+}
+
+#[test]
+fn water_filling_caps_at_demand_and_follows_weights() {
+    let mut out = Vec::new();
+    fair_shares(&[1.0, 1.0, 1.0], &[0.1, 0.5, 0.8], &mut out);
+    assert_eq!(out, vec![0.1, 0.45, 0.45]);
+    fair_shares(&[2.0, 1.0], &[1.0, 1.0], &mut out);
+    assert!(close(out[0], 2.0 / 3.0) && close(out[1], 1.0 / 3.0));
+    fair_shares(&[1.0, 1.0], &[0.2, 0.3], &mut out);
+    assert_eq!(out, vec![0.2, 0.3]);
+    fair_shares(&[], &[], &mut out);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn jain_bsld_and_p95_by_definition() {
+    assert_eq!(jain_index(&[1.0, 1.0, 1.0]), 1.0);
+    assert!(close(jain_index(&[1.0, 0.0, 0.0]), 1.0 / 3.0));
+    assert_eq!(jain_index(&[]), 1.0);
+    assert_eq!(jain_index(&[0.0, 0.0]), 1.0);
+    assert_eq!(bounded_slowdown(0.0, 5.0), 1.0);
+    assert_eq!(bounded_slowdown(90.0, 10.0), 10.0);
+    assert_eq!(bounded_slowdown(95.0, 5.0), 10.0);
+    assert!(close(bounded_slowdown(10.0, 100.0), 1.1));
+    let mut v: Vec<f64> = (1..=20).map(f64::from).collect();
+    assert_eq!(p95(&mut v), 19.0);
+    let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+    assert_eq!(p95(&mut v), 95.0);
+    assert_eq!(p95(&mut [7.0]), 7.0);
+    assert_eq!(p95(&mut []), 0.0);
+}
+
+#[test]
+fn buckets_average_piecewise_constant_series() {
+    let points = [
+        SharePoint {
+            t: 0.0,
+            actual: 1.0,
+            fair: 0.5,
+        },
+        SharePoint {
+            t: 5.0,
+            actual: 0.0,
+            fair: 0.5,
+        },
+    ];
+    let b = bucket_series(&points, 0.0, 20.0, 2);
+    assert_eq!(b, vec![(5.0, 0.5, 0.5), (15.0, 0.0, 0.5)]);
+}
+
+#[test]
+fn policy_names_round_trip() {
+    for policy in SimPolicy::ALL {
+        assert_eq!(policy.name().parse::<SimPolicy>(), Ok(policy));
+        assert_eq!(
+            serde_json::to_string(&policy).unwrap(),
+            format!("\"{}\"", policy.name())
+        );
+    }
+    assert_eq!("fair-share".parse::<SimPolicy>(), Ok(SimPolicy::FairShare));
+    assert!("lottery".parse::<SimPolicy>().is_err());
+    assert_eq!(
+        trace_name(Path::new("x/coare-saliksik-2020.swf.gz")),
+        "coare-saliksik-2020"
+    );
+}
+
+fn coare() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/traces/coare-saliksik-2020.swf.gz")
+}
+
+#[test]
+fn coare_trace_runs_every_job_under_every_policy() {
+    let trace = read_trace(&coare()).unwrap();
+    let capacity = trace.max_procs.unwrap();
+    assert_eq!(capacity, 1728);
+    let jobs = &trace.jobs[..2000];
+    for policy in SimPolicy::ALL {
+        let out = simulate(jobs, &SimConfig::new(policy, capacity));
+        assert!(
+            out.too_large.is_empty(),
+            "{policy}: every COARE job fits 1728 cores"
+        );
+        assert!(out.never_started.is_empty(), "{policy}");
+        assert_eq!(out.jobs.len(), 2000, "{policy}");
+        assert!(out.jobs.iter().all(|j| j.start >= j.submit), "{policy}");
+    }
+}
+
+#[test]
+fn run_simulate_writes_report_and_plot() {
+    let dir = std::env::temp_dir().join(format!("fairshare-sim-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("tiny.swf");
+    let lines: String = flood()
+        .iter()
+        .map(|j| {
+            format!(
+                "{} {} -1 {} {} -1 -1 {} -1 -1 1 {} 1 -1 -1 -1 -1 -1\n",
+                j.number,
+                j.submit,
+                j.run,
+                j.cpus,
+                j.cpus,
+                if j.user == "a" { 1 } else { 2 }
+            )
+        })
+        .collect();
+    std::fs::write(&trace, format!("; MaxProcs: 2\n{lines}")).unwrap();
+    let weights = dir.join("weights.json");
+    std::fs::write(&weights, r#"{"u2": 3}"#).unwrap();
+    let args = SimulateArgs {
+        weights: Some(weights.clone()),
+        report: Some(dir.join("report.json")),
+        plot: Some(dir.join("plot.svg")),
+        ..SimulateArgs::new(trace.clone())
+    };
+    let text = run_simulate(&args).unwrap();
+    assert!(text.contains("fairshare") && text.contains("gateway-loop") && text.contains("fifo"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["runs"].as_array().unwrap().len(), 3);
+    assert_eq!(json["capacity_cores"], 2);
+    assert_eq!(json["runs"][0]["users"][1]["weight"], 3.0);
+    let svg = std::fs::read_to_string(dir.join("plot.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("u1 actual"));
+
+    let one = SimulateArgs {
+        policy: Some(SimPolicy::Fifo),
+        cpus: Some(1),
+        ..SimulateArgs::new(trace)
+    };
+    let text = run_simulate(&one).unwrap();
+    assert!(text.contains("policy fifo, capacity 1 cores"));
+
+    std::fs::write(&weights, r#"{"u2": 0}"#).unwrap();
+    assert!(load_weights(&weights).is_err());
+    std::fs::write(&weights, "[1, 2]").unwrap();
+    assert!(load_weights(&weights).is_err());
+    let _ = std::fs::remove_dir_all(&dir);
+}

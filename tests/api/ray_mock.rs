@@ -1,0 +1,283 @@
+//! The service against an HTTP mock of a Ray cluster, for what a real Ray cannot
+//! produce on demand: refusals, duplicate answers, unreachable submits, vanishing jobs,
+//! lagging capacity reports.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use wiremock::matchers::{method, path, path_regex};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::helpers::{spawn_app_with, Db, TestApp, SUBMITTER};
+use fairshare::config::ClusterSettings;
+
+fn usage(used: f64, total: f64) -> serde_json::Value {
+    json!({"result": true, "data": {"clusterStatus": {"loadMetricsReport": {"usage": {"CPU": [used, total], "memory": [0, 8e9]}}}}})
+}
+
+/// A mock cluster that answers polls: `total` CPUs, Ray's report always `used`, and a
+/// job list that is always empty.
+async fn mock_cluster(used: f64, total: f64) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/cluster_status"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(usage(used, total)))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/api/jobs/"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&server)
+        .await;
+    server
+}
+
+async fn app_on(server: &MockServer, tweak: impl FnOnce(&mut fairshare::Settings)) -> TestApp {
+    let uri = server.uri();
+    spawn_app_with(Db::Sqlite, move |s| {
+        s.clusters = vec![ClusterSettings {
+            name: "mock".into(),
+            address: uri,
+        }];
+        s.monitor.poll_interval = Duration::from_millis(100);
+        s.dispatcher.retry_initial_backoff = Duration::from_millis(10);
+        s.dispatcher.retry_max_backoff = Duration::from_millis(20);
+        s.dispatcher.request_timeout = Duration::from_millis(500);
+        tweak(s);
+    })
+    .await
+    .expect("sqlite app")
+}
+
+async fn wait_for_status(app: &TestApp, id: &str, want: &str, secs: u64) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let j: serde_json::Value = app
+            .get(&format!("/v1/jobs/{id}"), SUBMITTER)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if j["status"] == want {
+            return j;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {id} never reached {want}: {j}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn posts(server: &MockServer) -> usize {
+    server
+        .received_requests()
+        .await
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r.method == wiremock::http::Method::POST && r.url.path() == "/api/jobs/")
+        .count()
+}
+
+#[actix_web::test]
+async fn a_job_ray_refuses_fails_with_rays_message() {
+    let server = mock_cluster(0.0, 4.0).await;
+    Mock::given(method("POST"))
+        .and(path("/api/jobs/"))
+        .respond_with(
+            ResponseTemplate::new(400)
+                .set_body_string("Traceback...\nTypeError: runtime_env must be a dict"),
+        )
+        .mount(&server)
+        .await;
+    let app = app_on(&server, |_| {}).await;
+    let job = app.submit("ann", json!({})).await;
+    let j = wait_for_status(&app, job["id"].as_str().unwrap(), "FAILED", 10).await;
+    assert!(
+        j["message"]
+            .as_str()
+            .unwrap()
+            .contains("TypeError: runtime_env must be a dict"),
+        "{j}"
+    );
+    assert_eq!(posts(&server).await, 1, "a 4xx is not retried");
+}
+
+#[actix_web::test]
+async fn a_duplicate_submission_answer_counts_as_submitted() {
+    let server = mock_cluster(0.0, 4.0).await;
+    Mock::given(method("POST"))
+        .and(path("/api/jobs/"))
+        .respond_with(ResponseTemplate::new(500).set_body_string("ValueError: Job with submission_id x already exists. Please use a different submission_id."))
+        .mount(&server)
+        .await;
+    let app = app_on(&server, |s| {
+        s.monitor.lost_job_grace = Duration::from_secs(3600)
+    })
+    .await;
+    let job = app.submit("ben", json!({})).await;
+    let j = wait_for_status(&app, job["id"].as_str().unwrap(), "PENDING", 10).await;
+    assert_eq!(j["cluster"], "mock");
+    assert_eq!(posts(&server).await, 1);
+}
+
+#[actix_web::test]
+async fn a_failing_submit_sends_the_job_back_to_its_queue() {
+    let server = mock_cluster(0.0, 4.0).await;
+    Mock::given(method("POST"))
+        .and(path("/api/jobs/"))
+        .respond_with(ResponseTemplate::new(503).set_body_string("unavailable"))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path_regex(r"^/api/jobs/[0-9a-f-]+$"))
+        .respond_with(ResponseTemplate::new(404))
+        .mount(&server)
+        .await;
+    let app = app_on(&server, |s| s.dispatcher.retry_attempts = 2).await;
+    let job = app.submit("cat", json!({})).await;
+    let id = uuid::Uuid::parse_str(job["id"].as_str().unwrap()).unwrap();
+    let conn = crate::jobs::connect(&app.db.url).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = fairshare::store::job_events(&conn, id).await.unwrap();
+        let back = events.iter().find(|e| {
+            e.from_status == Some(entity::JobStatus::Dispatching)
+                && e.to_status == entity::JobStatus::Queued
+        });
+        if let Some(e) = back {
+            assert!(
+                e.detail
+                    .as_deref()
+                    .unwrap_or("")
+                    .contains("gave up after 2 attempts"),
+                "{e:?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job never went back to QUEUED: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(posts(&server).await >= 2);
+    let j: serde_json::Value = app
+        .get(&format!("/v1/jobs/{id}"), SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_ne!(
+        j["status"], "FAILED",
+        "an unreachable cluster never fails a job: {j}"
+    );
+}
+
+#[actix_web::test]
+async fn a_job_that_vanishes_from_an_answering_cluster_fails_as_lost() {
+    let server = mock_cluster(0.0, 4.0).await;
+    Mock::given(method("POST"))
+        .and(path("/api/jobs/"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"job_id": "raysubmit_1", "submission_id": "x"})),
+        )
+        .mount(&server)
+        .await;
+    let app = app_on(&server, |s| {
+        s.monitor.lost_job_grace = Duration::from_millis(500)
+    })
+    .await;
+    let job = app.submit("dan", json!({})).await;
+    let j = wait_for_status(&app, job["id"].as_str().unwrap(), "FAILED", 10).await;
+    assert!(
+        j["message"].as_str().unwrap().contains("lost the job"),
+        "{j}"
+    );
+}
+
+#[actix_web::test]
+async fn lagging_capacity_reports_do_not_over_grant() {
+    // Ray keeps reporting 0 of 2 CPUs used while our jobs hold them.
+    let server = mock_cluster(0.0, 2.0).await;
+    Mock::given(method("POST"))
+        .and(path("/api/jobs/"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"job_id": "j", "submission_id": "x"})),
+        )
+        .mount(&server)
+        .await;
+    let app = app_on(&server, |s| {
+        s.monitor.lost_job_grace = Duration::from_secs(3600)
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(
+            app.submit("eve", json!({})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while posts(&server).await < 2 {
+        assert!(Instant::now() < deadline, "two jobs should be dispatched");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Several polls and safety cycles later, still only two.
+    let view_cycles = |v: &serde_json::Value| v["cycles"].as_u64().unwrap();
+    let before: serde_json::Value = app
+        .get("/v1/scheduler", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: serde_json::Value = app
+            .get("/v1/scheduler", SUBMITTER)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if view_cycles(&v) >= view_cycles(&before) + 3 {
+            assert_eq!(v["clusters"][0]["free"]["cpu"], 0.0, "{v}");
+            assert_eq!(v["outstanding_jobs"], 2);
+            break;
+        }
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(posts(&server).await, 2);
+    let last: serde_json::Value = app
+        .get(&format!("/v1/jobs/{}", ids[4]), SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(last["status"], "QUEUED");
+    let third: serde_json::Value = app
+        .get(&format!("/v1/jobs/{}", ids[2]), SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        third["pending_reason"]
+            .as_str()
+            .unwrap()
+            .contains("capacity"),
+        "{third}"
+    );
+    // A job no cluster could ever hold is refused at submit.
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "eve", "entrypoint": "x", "resources": {"cpu": 3}}),
+        )
+        .await;
+    crate::helpers::assert_error(resp, 422, "invalid_field", Some("resources")).await;
+}

@@ -1,0 +1,185 @@
+//! An isolated local Ray head per test: own ports, own temp dir, stopped (SIGTERM to
+//! its process group) when dropped. Ray comes from `FAIRSHARE_RAY_BIN` or the
+//! project's `.venv/bin/ray` (`scripts/setup-ray` makes it).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where `ray` is, or `None` (tests skip, unless `FAIRSHARE_REQUIRE_RAY=1`: then fail).
+pub fn ray_bin() -> Option<PathBuf> {
+    let candidate = std::env::var_os("FAIRSHARE_RAY_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/ray"));
+    if candidate.exists() {
+        return Some(candidate);
+    }
+    if std::env::var("FAIRSHARE_REQUIRE_RAY").as_deref() == Ok("1") {
+        panic!(
+            "FAIRSHARE_REQUIRE_RAY=1 but no ray at {}",
+            candidate.display()
+        );
+    }
+    eprintln!(
+        "skipped: no Ray at {} (run scripts/setup-ray)",
+        candidate.display()
+    );
+    None
+}
+
+/// A free TCP port on loopback, outside Ray's worker range 10002–19999.
+pub fn free_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !(10002..=19999).contains(&port) {
+            return port;
+        }
+    }
+}
+
+/// One running Ray head.
+pub struct RayHead {
+    child: Child,
+    pub dashboard: String,
+    _dir: tempfile::TempDir,
+}
+
+impl RayHead {
+    /// Starts a head with `cpus` CPUs; does not wait for it (see [`RayHead::wait_ready`]).
+    pub fn spawn(ray: &PathBuf, cpus: u32) -> RayHead {
+        let dir = tempfile::Builder::new()
+            .prefix("ray")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let dash = free_port();
+        let bin_dir = ray.parent().unwrap().to_path_buf();
+        let path = format!(
+            "{}:{}",
+            bin_dir.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let child = Command::new("setsid")
+            .arg(ray)
+            .args([
+                "start",
+                "--head",
+                "--block",
+                "--include-dashboard=true",
+                "--disable-usage-stats",
+            ])
+            .arg(format!("--num-cpus={cpus}"))
+            .arg(format!("--port={}", free_port()))
+            .arg("--dashboard-host=127.0.0.1")
+            .arg(format!("--dashboard-port={dash}"))
+            .arg(format!("--ray-client-server-port={}", free_port()))
+            .arg(format!("--dashboard-agent-listen-port={}", free_port()))
+            .arg(format!("--temp-dir={}", dir.path().display()))
+            .arg("--object-store-memory=200000000")
+            .env("PATH", path)
+            .env("RAY_USAGE_STATS_ENABLED", "0")
+            .env("AUTOSCALER_UPDATE_INTERVAL_S", "1")
+            .env("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
+            .env("RAY_JOB_START_TIMEOUT_SECONDS", "60")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start ray");
+        RayHead {
+            child,
+            dashboard: format!("http://127.0.0.1:{dash}"),
+            _dir: dir,
+        }
+    }
+
+    /// Waits until the head's node is ALIVE and capacity is reported (deadline 90 s).
+    pub async fn wait_ready(&self) {
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let nodes = client
+                .get(format!("{}/api/v0/nodes", self.dashboard))
+                .send()
+                .await;
+            let status = client
+                .get(format!("{}/api/cluster_status", self.dashboard))
+                .send()
+                .await;
+            if let (Ok(n), Ok(s)) = (nodes, status) {
+                let n = n.text().await.unwrap_or_default();
+                let s = s.text().await.unwrap_or_default();
+                if n.contains("ALIVE") && s.contains("loadMetricsReport") {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Ray head did not become ready in 90 s"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Ray's own job list: (submission_id, status).
+    pub async fn jobs(&self) -> Vec<(String, String)> {
+        let list: serde_json::Value = reqwest::get(format!("{}/api/jobs/", self.dashboard))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        list.as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|j| {
+                Some((
+                    j["submission_id"].as_str()?.to_string(),
+                    j["status"].as_str()?.to_string(),
+                ))
+            })
+            .collect()
+    }
+}
+
+impl Drop for RayHead {
+    fn drop(&mut self) {
+        let pid = self.child.id();
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{pid}")])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` every 200 ms until it returns `Some`, failing after `secs`.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs} s waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
