@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, MessageResult, WrapFuture,
 };
-use entity::{user, JobStatus};
+use entity::user;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -712,7 +712,6 @@ impl Handler<JobFinished> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: JobFinished, ctx: &mut Context<Self>) {
-        debug_assert!(msg.status.is_terminal() || msg.status == JobStatus::Queued);
         self.touch_usage(&msg.user);
         self.outstanding.remove(&msg.job_id);
         self.request_cycle(ctx);

@@ -31,7 +31,7 @@ pub use user_queue::UserQueue;
 use crate::api::users::LiveUser;
 use crate::api::ApiError;
 use crate::config::Settings;
-use crate::ray::{RayClient, RayJobStatus};
+use crate::ray::RayClient;
 use crate::store::{self, Db, TransitionFields};
 use messages::{Enqueue, RemoveQueued, StopJob, Track, UserSettings};
 
@@ -170,7 +170,6 @@ impl Scheduler {
                 // Ray has it: it was submitted. PENDING now; the monitor's first poll
                 // brings it to Ray's actual status.
                 let detail = format!("recovery: found in Ray as {}", ray.status.as_str());
-                let _ = matches!(ray.status, RayJobStatus::Unknown(_));
                 Ok(store::transition(
                     db,
                     j.id,

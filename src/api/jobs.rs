@@ -332,6 +332,13 @@ async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
         if let Some(s) = &state.scheduler {
             v.pending_reason = s.pending_reason(id).await;
         }
+        if v.pending_reason.is_none() {
+            if let Some(ahead) = position.filter(|p| *p > 1).map(|p| p - 1) {
+                v.pending_reason = Some(format!(
+                    "waiting behind {ahead} earlier jobs in this user's queue"
+                ));
+            }
+        }
     }
     Ok(v)
 }

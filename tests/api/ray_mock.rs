@@ -281,3 +281,65 @@ async fn lagging_capacity_reports_do_not_over_grant() {
         .await;
     crate::helpers::assert_error(resp, 422, "invalid_field", Some("resources")).await;
 }
+
+#[actix_web::test]
+async fn jobs_go_to_the_cluster_they_fit_best() {
+    let small = mock_cluster(0.0, 1.0).await;
+    let big = mock_cluster(0.0, 4.0).await;
+    for server in [&small, &big] {
+        Mock::given(method("POST"))
+            .and(path("/api/jobs/"))
+            .respond_with(
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"job_id": "j", "submission_id": "x"})),
+            )
+            .mount(server)
+            .await;
+    }
+    let (small_uri, big_uri) = (small.uri(), big.uri());
+    let app = app_on(&small, move |s| {
+        s.monitor.lost_job_grace = Duration::from_secs(3600);
+        s.clusters = vec![
+            ClusterSettings {
+                name: "small".into(),
+                address: small_uri,
+            },
+            ClusterSettings {
+                name: "big".into(),
+                address: big_uri,
+            },
+        ];
+    })
+    .await;
+    // Wait until both clusters have reported capacity.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v: serde_json::Value = app
+            .get("/v1/scheduler", SUBMITTER)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if v["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["healthy"] == true)
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let wide = app.submit("fay", json!({"resources": {"cpu": 2}})).await;
+    let wide = wait_for_status(&app, wide["id"].as_str().unwrap(), "PENDING", 10).await;
+    assert_eq!(wide["cluster"], "big", "only big can hold 2 CPUs");
+    let unit = app.submit("gus", json!({"resources": {"cpu": 1}})).await;
+    let unit = wait_for_status(&app, unit["id"].as_str().unwrap(), "PENDING", 10).await;
+    assert_eq!(
+        unit["cluster"], "small",
+        "best fit: small is left with nothing to waste"
+    );
+    assert_eq!(posts(&small).await, 1);
+    assert_eq!(posts(&big).await, 1);
+}

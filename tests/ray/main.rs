@@ -184,6 +184,40 @@ async fn jobs_run_on_ray_in_weighted_fair_share_order_with_cancel_and_pause() {
     );
     assert!(!ids.contains(doomed_id.as_str()));
     assert_eq!(ray_jobs.len(), 19);
+
+    // The metrics saw the same workload.
+    let metrics = svc
+        .client
+        .get(format!("{}/metrics", svc.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |line_start: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    assert_eq!(value("fairshare_jobs_submitted_total"), 20.0, "{metrics}");
+    assert_eq!(
+        value("fairshare_jobs_dispatched_total{cluster=\"local\"}"),
+        19.0
+    );
+    assert_eq!(
+        value("fairshare_jobs_finished_total{status=\"SUCCEEDED\"}"),
+        18.0
+    );
+    assert_eq!(
+        value("fairshare_jobs_finished_total{status=\"STOPPED\"}"),
+        2.0
+    );
+    assert_eq!(value("fairshare_cluster_healthy{cluster=\"local\"}"), 1.0);
+    assert!(value("fairshare_cycles_total") > 0.0);
 }
 
 #[tokio::test]
