@@ -566,6 +566,32 @@ impl FairShareArbiter {
         }
         m.users_paused
             .set(self.users.values().filter(|e| e.paused).count() as i64);
+        for c in self.view().clusters {
+            let used = Resources {
+                cpu: c.used_reported.cpu.max(c.outstanding.cpu),
+                gpu: c.used_reported.gpu.max(c.outstanding.gpu),
+                memory_bytes: c.used_reported.memory_bytes.max(c.outstanding.memory_bytes),
+            };
+            let rows = [
+                ("cpu", c.capacity.cpu, used.cpu, c.free.cpu),
+                ("gpu", c.capacity.gpu, used.gpu, c.free.gpu),
+                (
+                    "memory_bytes",
+                    c.capacity.memory_bytes,
+                    used.memory_bytes,
+                    c.free.memory_bytes,
+                ),
+            ];
+            for (resource, capacity, used, free) in rows {
+                let labels = [c.name.as_str(), resource];
+                m.cluster_capacity.with_label_values(&labels).set(capacity);
+                m.cluster_used.with_label_values(&labels).set(used);
+                m.cluster_free.with_label_values(&labels).set(free);
+            }
+            m.cluster_healthy
+                .with_label_values(&[c.name.as_str()])
+                .set(i64::from(c.healthy));
+        }
     }
 }
 
@@ -783,7 +809,9 @@ impl Handler<FitsSomeCluster> for FairShareArbiter {
         let clusters: Vec<ClusterView> = self
             .clusters
             .iter()
-            .filter(|(_, c)| c.healthy)
+            // A head that has just started may report no resources yet: only a
+            // cluster that reported CPUs or GPUs makes its capacity known.
+            .filter(|(_, c)| c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
             .map(|(name, c)| ClusterView {
                 name: name.clone(),
                 healthy: true,

@@ -251,6 +251,28 @@ async fn lagging_capacity_reports_do_not_over_grant() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(posts(&server).await, 2);
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "fairshare_cluster_capacity{cluster=\"mock\",resource=\"cpu\"} 2",
+        "fairshare_cluster_used{cluster=\"mock\",resource=\"cpu\"} 2",
+        "fairshare_cluster_free{cluster=\"mock\",resource=\"cpu\"} 0",
+        "fairshare_cluster_healthy{cluster=\"mock\"} 1",
+        "fairshare_running_jobs{user=\"eve\"} 2",
+        "fairshare_queued_jobs{user=\"eve\"} 3",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing `{line}` in\n{metrics}"
+        );
+    }
     let last: serde_json::Value = app
         .get(&format!("/v1/jobs/{}", ids[4]), SUBMITTER)
         .await

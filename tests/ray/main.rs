@@ -216,7 +216,12 @@ async fn jobs_run_on_ray_in_weighted_fair_share_order_with_cancel_and_pause() {
         value("fairshare_jobs_finished_total{status=\"STOPPED\"}"),
         2.0
     );
-    assert_eq!(value("fairshare_cluster_healthy{cluster=\"local\"}"), 1.0);
+    assert_eq!(
+        value("fairshare_cluster_healthy{cluster=\"local\"}"),
+        1.0,
+        "{metrics}\n{}",
+        svc.log()
+    );
     assert!(value("fairshare_cycles_total") > 0.0);
 }
 
@@ -267,4 +272,86 @@ async fn a_killed_service_restarts_without_losing_or_duplicating_jobs() {
     }
     assert_eq!(ray_jobs.len(), 8);
     assert!(svc.log().contains("recovered"), "recovery ran");
+}
+
+#[tokio::test]
+async fn a_trace_slice_replayed_through_the_service_all_succeeds() {
+    let _one = ONE_HEAD_AT_A_TIME.lock().await;
+    let Some(ray) = ray_bin() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let head = RayHead::spawn(&ray, 2);
+    head.wait_ready().await;
+    let svc = Service::start(dir.path(), &head.dashboard, "").await;
+    let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/traces/coare-saliksik-2020.swf.gz");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args([
+            "replay",
+            "--quiet",
+            "--limit",
+            "24",
+            "--time-scale",
+            "1000",
+            "--cpu-scale",
+            "0.004",
+        ])
+        .args([
+            "--min-cpu",
+            "0.25",
+            "--max-cpu",
+            "2",
+            "--server",
+            &svc.url,
+            "--trace",
+        ])
+        .arg(&trace)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "replay failed\n{stdout}\n{stderr}\n{}",
+        svc.log()
+    );
+    let jobs = all_terminal(&svc, 120).await;
+    assert_eq!(jobs.len(), 24);
+    assert!(jobs.iter().all(|j| j["status"] == "SUCCEEDED"), "{jobs:?}");
+    assert!(
+        stdout.contains("u62"),
+        "the per-user table names the trace's users:\n{stdout}"
+    );
+    // A rerun does not double-submit: the external ids are already known.
+    let again = tokio::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args([
+            "replay",
+            "--quiet",
+            "--limit",
+            "24",
+            "--time-scale",
+            "1000",
+            "--cpu-scale",
+            "0.004",
+        ])
+        .args([
+            "--min-cpu",
+            "0.25",
+            "--max-cpu",
+            "2",
+            "--server",
+            &svc.url,
+            "--trace",
+        ])
+        .arg(&trace)
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!(svc.jobs().await.len(), 24);
+    assert_eq!(head.jobs().await.len(), 24);
 }
