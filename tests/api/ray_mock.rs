@@ -365,3 +365,199 @@ async fn jobs_go_to_the_cluster_they_fit_best() {
     assert_eq!(posts(&small).await, 1);
     assert_eq!(posts(&big).await, 1);
 }
+
+/// A fake Ray job list: our job RUNNING (started `ran_ms` ago) until a stop arrives,
+/// then STOPPED.
+struct OneJob {
+    id: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    stopped: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    started_ms: i64,
+}
+
+impl wiremock::Respond for OneJob {
+    fn respond(&self, _: &wiremock::Request) -> ResponseTemplate {
+        let Some(id) = self.id.lock().unwrap().clone() else {
+            return ResponseTemplate::new(200).set_body_json(json!([]));
+        };
+        let stopped = self.stopped.load(std::sync::atomic::Ordering::SeqCst);
+        let status = if stopped { "STOPPED" } else { "RUNNING" };
+        ResponseTemplate::new(200).set_body_json(json!([{
+            "submission_id": id, "status": status, "message": "", "start_time": self.started_ms,
+            "end_time": if stopped { json!(self.started_ms + 5000) } else { json!(null) },
+        }]))
+    }
+}
+
+struct Stop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl wiremock::Respond for Stop {
+    fn respond(&self, _: &wiremock::Request) -> ResponseTemplate {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        ResponseTemplate::new(200).set_body_json(json!({"stopped": true}))
+    }
+}
+
+#[actix_web::test]
+async fn a_job_past_its_max_runtime_is_stopped_with_a_message_saying_so() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/cluster_status"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(usage(0.0, 4.0)))
+        .mount(&server)
+        .await;
+    let id = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let stopped = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let started_ms = chrono::Utc::now().timestamp_millis() - 5_000;
+    Mock::given(method("GET"))
+        .and(path("/api/jobs/"))
+        .respond_with(OneJob {
+            id: id.clone(),
+            stopped: stopped.clone(),
+            started_ms,
+        })
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/api/jobs/"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"job_id": "j", "submission_id": "x"})),
+        )
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path_regex(r"^/api/jobs/[0-9a-f-]+/stop$"))
+        .respond_with(Stop(stopped.clone()))
+        .mount(&server)
+        .await;
+    let app = app_on(&server, |s| {
+        s.monitor.lost_job_grace = Duration::from_secs(3600)
+    })
+    .await;
+    let job = app.submit("hal", json!({"max_runtime_s": 2})).await;
+    let job_id = job["id"].as_str().unwrap().to_string();
+    *id.lock().unwrap() = Some(job_id.clone());
+    let j = wait_for_status(&app, &job_id, "STOPPED", 15).await;
+    assert!(
+        j["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_runtime of 2 s"),
+        "{j}"
+    );
+    assert!(
+        stopped.load(std::sync::atomic::Ordering::SeqCst),
+        "a stop was sent to Ray"
+    );
+}
+
+/// Leaves one job DISPATCHING on cluster "mock" in a fresh database, as a process
+/// killed mid-dispatch would, and returns the database and the job id.
+async fn killed_mid_dispatch() -> (crate::helpers::TestDb, uuid::Uuid) {
+    let db = crate::helpers::TestDb::new(Db::Sqlite).await.unwrap();
+    let conn = crate::jobs::connect(&db.url).await;
+    fairshare::store::migrate(&conn).await.unwrap();
+    let new = fairshare::store::NewJob {
+        user: "ivy".into(),
+        external_id: None,
+        priority: 0,
+        entrypoint: "echo".into(),
+        runtime_env: None,
+        metadata: None,
+        cpu: 1.0,
+        gpu: 0.0,
+        memory_bytes: 0,
+        max_runtime_s: None,
+    };
+    let fairshare::store::Intake::Created(job) =
+        fairshare::store::submit_job(&conn, new, 10).await.unwrap()
+    else {
+        panic!("not created")
+    };
+    let moved = fairshare::store::transition(
+        &conn,
+        job.id,
+        &[entity::JobStatus::Queued],
+        entity::JobStatus::Dispatching,
+        None,
+        fairshare::store::TransitionFields {
+            cluster: Some("mock".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(moved.is_some());
+    conn.close().await.unwrap();
+    (db, job.id)
+}
+
+fn mock_settings(db: &crate::helpers::TestDb, server: &MockServer) -> fairshare::Settings {
+    let mut s = crate::helpers::test_settings(&db.url);
+    s.clusters = vec![ClusterSettings {
+        name: "mock".into(),
+        address: server.uri(),
+    }];
+    s.monitor.poll_interval = Duration::from_millis(100);
+    s.monitor.lost_job_grace = Duration::from_secs(3600);
+    s
+}
+
+#[actix_web::test]
+async fn recovery_requeues_a_dispatching_job_ray_never_got_and_submits_it_once() {
+    let (db, id) = killed_mid_dispatch().await;
+    let server = mock_cluster(0.0, 4.0).await;
+    Mock::given(method("GET"))
+        .and(path(format!("/api/jobs/{id}")))
+        .respond_with(ResponseTemplate::new(404))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/api/jobs/"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"job_id": "j", "submission_id": "x"})),
+        )
+        .mount(&server)
+        .await;
+    let settings = mock_settings(&db, &server);
+    let app = crate::helpers::start_on(db, settings).await;
+    wait_for_status(&app, &id.to_string(), "PENDING", 10).await;
+    assert_eq!(posts(&server).await, 1);
+    let conn = crate::jobs::connect(&app.db.url).await;
+    let path: Vec<_> = fairshare::store::job_events(&conn, id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.to_status)
+        .collect();
+    use entity::JobStatus::*;
+    assert_eq!(
+        path,
+        vec![Queued, Dispatching, Queued, Dispatching, Pending]
+    );
+}
+
+#[actix_web::test]
+async fn recovery_adopts_a_dispatching_job_ray_already_has_without_resubmitting() {
+    let (db, id) = killed_mid_dispatch().await;
+    let server = mock_cluster(0.0, 4.0).await;
+    Mock::given(method("GET"))
+        .and(path(format!("/api/jobs/{id}")))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"submission_id": id.to_string(), "status": "RUNNING"})),
+        )
+        .mount(&server)
+        .await;
+    let settings = mock_settings(&db, &server);
+    let app = crate::helpers::start_on(db, settings).await;
+    let j = wait_for_status(&app, &id.to_string(), "PENDING", 10).await;
+    assert_eq!(j["cluster"], "mock");
+    let v: serde_json::Value = app
+        .get("/v1/scheduler", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["outstanding_jobs"], 1, "it counts as allocated: {v}");
+    assert_eq!(posts(&server).await, 0, "never submitted twice");
+}
