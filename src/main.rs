@@ -32,6 +32,46 @@ enum Command {
     },
     /// Replay an SWF trace in virtual time through the fair-share policy and baselines.
     Simulate(SimulateCli),
+    /// Post an SWF trace's jobs to a running service at their scaled times and report.
+    Replay(ReplayCli),
+}
+
+/// `fairshare replay`.
+#[derive(clap::Args)]
+struct ReplayCli {
+    /// SWF trace, plain or .gz.
+    #[arg(long)]
+    trace: PathBuf,
+    /// Base URL of the service, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    server: String,
+    /// Bearer token (or FAIRSHARE_TOKEN).
+    #[arg(long, env = "FAIRSHARE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Trace seconds per real second (e.g. 1000).
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Cores per trace processor (e.g. 0.01).
+    #[arg(long, default_value_t = 1.0)]
+    cpu_scale: f64,
+    /// Replay at most N jobs.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Skip the first N jobs.
+    #[arg(long, default_value_t = 0)]
+    skip: usize,
+    /// Floor on a job's cores.
+    #[arg(long, default_value_t = fairshare::sim::replay::DEFAULT_MIN_CPU)]
+    min_cpu: f64,
+    /// Cap on a job's cores (e.g. the cluster's size).
+    #[arg(long)]
+    max_cpu: Option<f64>,
+    /// Floor on a job's scaled run time, seconds.
+    #[arg(long, default_value_t = fairshare::sim::replay::DEFAULT_MIN_RUNTIME_S)]
+    min_runtime: f64,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
 }
 
 /// `fairshare simulate`.
@@ -123,6 +163,42 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("fairshare simulate: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Replay(a) => {
+            let mut args = fairshare::sim::replay::ReplayArgs::new(a.trace, a.server);
+            args.token = a.token;
+            args.time_scale = a.time_scale;
+            args.cpu_scale = a.cpu_scale;
+            args.limit = a.limit;
+            args.skip = a.skip;
+            args.min_cpu = a.min_cpu;
+            args.max_cpu = a.max_cpu;
+            args.min_runtime_s = a.min_runtime;
+            args.progress = !a.quiet;
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("fairshare replay: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(fairshare::sim::replay::replay(&args)) {
+                Ok(summary) => {
+                    println!("{}", summary.table);
+                    if summary.all_succeeded() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("fairshare replay: {e:#}");
                     ExitCode::from(2)
                 }
             }

@@ -8,9 +8,11 @@
 //! - [`report`]: waits, bounded slowdown, utilization, fairness error and Jain's
 //!   index, per user and overall; the comparison of the policies.
 //! - [`plot`]: SVG plot of actual against fair share over time.
+//! - [`replay`]: posting a trace to a running service in scaled real time, and its report.
 //! - [`run`]: the `simulate` command's entry point, [`run_simulate`].
 
 pub mod plot;
+pub mod replay;
 pub mod report;
 pub mod run;
 pub mod simulate;
