@@ -119,6 +119,15 @@ fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
     })
 }
 
+/// A single-threaded tokio runtime for the commands that need no actix System.
+fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| eprintln!("{command}: {e}"))
+        .ok()
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -178,15 +187,8 @@ fn main() -> ExitCode {
             args.max_cpu = a.max_cpu;
             args.min_runtime_s = a.min_runtime;
             args.progress = !a.quiet;
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("fairshare replay: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(rt) = runtime("fairshare replay") else {
+                return ExitCode::FAILURE;
             };
             match rt.block_on(fairshare::sim::replay::replay(&args)) {
                 Ok(summary) => {
@@ -209,15 +211,8 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             telemetry::init(&settings.telemetry);
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("fairshare: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(rt) = runtime("fairshare") else {
+                return ExitCode::FAILURE;
             };
             match rt.block_on(async {
                 let db = store::connect(&settings.database).await?;

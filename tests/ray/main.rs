@@ -284,30 +284,22 @@ async fn a_trace_slice_replayed_through_the_service_all_succeeds() {
     let svc = Service::start(dir.path(), &head.dashboard, "").await;
     let trace = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/traces/coare-saliksik-2020.swf.gz");
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
-        .args([
-            "replay",
-            "--quiet",
-            "--limit",
-            "24",
-            "--time-scale",
-            "1000",
-            "--cpu-scale",
-            "0.004",
-        ])
-        .args([
-            "--min-cpu",
-            "0.25",
-            "--max-cpu",
-            "2",
-            "--server",
-            &svc.url,
-            "--trace",
-        ])
-        .arg(&trace)
-        .output()
-        .await
-        .unwrap();
+    let replay = || {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
+            .args(["replay", "--quiet", "--limit", "24", "--time-scale", "1000"])
+            .args([
+                "--cpu-scale",
+                "0.004",
+                "--min-cpu",
+                "0.25",
+                "--max-cpu",
+                "2",
+            ])
+            .args(["--server", &svc.url, "--trace"])
+            .arg(&trace)
+            .output()
+    };
+    let out = replay().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -323,30 +315,7 @@ async fn a_trace_slice_replayed_through_the_service_all_succeeds() {
         "the per-user table names the trace's users:\n{stdout}"
     );
     // A rerun does not double-submit: the external ids are already known.
-    let again = tokio::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
-        .args([
-            "replay",
-            "--quiet",
-            "--limit",
-            "24",
-            "--time-scale",
-            "1000",
-            "--cpu-scale",
-            "0.004",
-        ])
-        .args([
-            "--min-cpu",
-            "0.25",
-            "--max-cpu",
-            "2",
-            "--server",
-            &svc.url,
-            "--trace",
-        ])
-        .arg(&trace)
-        .output()
-        .await
-        .unwrap();
+    let again = replay().await.unwrap();
     assert!(
         again.status.success(),
         "{}",
