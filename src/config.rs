@@ -238,6 +238,20 @@ impl Settings {
         {
             return invalid("database.url", "must start with sqlite: or postgres://");
         }
+        if self.server.workers > 512 {
+            return invalid("server.workers", "must be at most 512 (0 = one per core)");
+        }
+        let level_ok = matches!(
+            self.telemetry.level.trim(),
+            "trace" | "debug" | "info" | "warn" | "error" | "off"
+        ) || (self.telemetry.level.contains('=')
+            && tracing_subscriber::EnvFilter::try_new(&self.telemetry.level).is_ok());
+        if !level_ok {
+            return invalid(
+                "telemetry.level",
+                "must be a level (trace, debug, info, warn, error, off) or filter directives like \"fairshare=debug,info\"",
+            );
+        }
         if self.database.max_connections == 0 {
             return invalid("database.max_connections", "must be at least 1");
         }
@@ -277,7 +291,20 @@ impl Settings {
                 );
             }
         }
+        let mut seen = std::collections::BTreeSet::new();
         for (i, t) in self.auth.tokens.iter().enumerate() {
+            if !t.token.bytes().all(|b| b.is_ascii_graphic()) {
+                return invalid(
+                    &format!("auth.tokens[{i}].token"),
+                    "must be visible ASCII characters only (it travels in an HTTP header)",
+                );
+            }
+            if !seen.insert(t.token.as_str()) {
+                return invalid(
+                    &format!("auth.tokens[{i}].token"),
+                    "the same token is configured twice",
+                );
+            }
             if t.token.len() < 8 {
                 return invalid(
                     &format!("auth.tokens[{i}].token"),
@@ -358,6 +385,48 @@ mod tests {
                 .unwrap_err()
                 .to_string();
         assert!(err.contains("auth.tokens"), "{err}");
+    }
+
+    #[test]
+    fn values_that_would_fail_later_are_refused_at_load() {
+        for (key, value, named) in [
+            ("FAIRSHARE__SERVER__WORKERS", "100000", "server.workers"),
+            ("FAIRSHARE__TELEMETRY__LEVEL", "[[[", "telemetry.level"),
+            ("FAIRSHARE__TELEMETRY__LEVEL", "verbose", "telemetry.level"),
+        ] {
+            let err = Settings::load_with_env(None, env(&[(key, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(named), "{key}={value}: {err}");
+        }
+        let ok = Settings::load_with_env(
+            None,
+            env(&[("FAIRSHARE__TELEMETRY__LEVEL", "fairshare=debug,info")]),
+        );
+        assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn duplicate_or_non_ascii_tokens_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = |name: &str, token: &str, role: &str| {
+            format!("[[auth.tokens]]\nname = \"{name}\"\ntoken = \"{token}\"\nrole = \"{role}\"\n")
+        };
+        for file in [
+            token("a", "0123456789", "submitter") + &token("b", "0123456789", "admin"),
+            token("a", "t\u{f6}kenUnicode", "admin"),
+            token("a", "        ", "admin"),
+        ] {
+            let path = dir.path().join("c.toml");
+            std::fs::write(&path, file).unwrap();
+            let err = Settings::load_with_env(Some(&path), env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("auth.tokens[") && err.contains("].token"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -80,8 +80,8 @@ struct SimulateCli {
     /// SWF trace, plain or .gz.
     #[arg(long)]
     trace: PathBuf,
-    /// Capacity in cores (default: the trace header's MaxProcs).
-    #[arg(long)]
+    /// Capacity in cores, at least 1 (default: the trace header's MaxProcs).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     cpus: Option<u32>,
     /// fairshare, fifo or gateway-loop (default: compare all three).
     #[arg(long)]
@@ -95,7 +95,7 @@ struct SimulateCli {
     /// Cap on each user's running jobs (fairshare policy).
     #[arg(long)]
     max_running_jobs: Option<u32>,
-    /// JSON object of user -> weight, e.g. {"u62": 2}.
+    /// A JSON file holding an object of user -> weight, e.g. {"u62": 2}.
     #[arg(long)]
     weights: Option<PathBuf>,
     /// Only the first N jobs.

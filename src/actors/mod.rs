@@ -116,6 +116,33 @@ impl Scheduler {
             }
         }
         for j in store::jobs_with_status(db, &[JobStatus::Pending, JobStatus::Running]).await? {
+            let cluster = j.cluster.clone().unwrap_or_default();
+            if !self.clients.contains_key(&cluster) {
+                // Nobody can follow it: say so rather than keep it RUNNING forever.
+                tracing::warn!(job_id = %j.id, cluster = %cluster, "recovery: the job's cluster is no longer configured");
+                let message = format!(
+                    "cluster {cluster:?} is no longer in the configuration; the job's outcome is unknown"
+                );
+                let failed = store::transition(
+                    db,
+                    j.id,
+                    &[JobStatus::Pending, JobStatus::Running],
+                    JobStatus::Failed,
+                    Some("recovery: cluster not configured".into()),
+                    TransitionFields {
+                        message: Some(message),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+                if failed.is_some() {
+                    crate::metrics::get()
+                        .jobs_finished
+                        .with_label_values(&["FAILED"])
+                        .inc();
+                }
+                continue;
+            }
             self.monitor.do_send(Track { job: j.clone() });
             outstanding.push(j);
         }

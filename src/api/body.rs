@@ -8,8 +8,21 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
-/// Reads the whole body, refusing more than `limit` bytes.
-pub async fn read_body(payload: web::Payload, limit: usize) -> Result<web::Bytes, ApiError> {
+/// Reads the whole body, refusing more than `limit` bytes: at once when the declared
+/// `Content-Length` is over the limit, else as soon as the bytes read exceed it.
+pub async fn read_body(
+    req: &actix_web::HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+) -> Result<web::Bytes, ApiError> {
+    let declared = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
     match payload.to_bytes_limited(limit).await {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(e)) => Err(ApiError::BadJson(format!("cannot read body: {e}"))),
@@ -26,6 +39,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8], empty_ok: bool) -> Result<T
     };
     if !value.is_object() {
         return Err(ApiError::invalid("(body)", "must be a JSON object"));
+    }
+    if let Some(field) = find_nul(&value, "") {
+        return Err(ApiError::invalid(
+            field,
+            "must not contain NUL (\\u0000) characters",
+        ));
     }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let reason = e.inner().to_string();
@@ -45,6 +64,39 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8], empty_ok: bool) -> Result<T
     })
 }
 
+/// The dotted path of the first string or key in `v` that contains a NUL character,
+/// which no database text column accepts (PostgreSQL refuses it outright).
+fn find_nul(v: &serde_json::Value, path: &str) -> Option<String> {
+    let join = |k: &str| {
+        if path.is_empty() {
+            k.to_string()
+        } else {
+            format!("{path}.{k}")
+        }
+    };
+    match v {
+        serde_json::Value::String(s) if s.contains('\0') => Some(if path.is_empty() {
+            "(body)".into()
+        } else {
+            path.to_string()
+        }),
+        serde_json::Value::Array(items) => items.iter().enumerate().find_map(|(i, x)| {
+            find_nul(
+                x,
+                &format!("{}[{i}]", if path.is_empty() { "(body)" } else { path }),
+            )
+        }),
+        serde_json::Value::Object(map) => map.iter().find_map(|(k, x)| {
+            if k.contains('\0') {
+                Some(join(&k.replace('\0', "\\u0000")))
+            } else {
+                find_nul(x, &join(k))
+            }
+        }),
+        _ => None,
+    }
+}
+
 /// Parses a query string into `T`, naming the parameter at fault (422).
 pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
     let pairs: Vec<(String, String)> = web::Query::<Vec<(String, String)>>::from_query(query)
@@ -52,6 +104,9 @@ pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
         .into_inner();
     let mut map = serde_json::Map::new();
     for (k, v) in pairs {
+        if v.contains('\0') || k.contains('\0') {
+            return Err(ApiError::invalid(k, "must not contain NUL characters"));
+        }
         if map
             .insert(k.clone(), serde_json::Value::String(v))
             .is_some()

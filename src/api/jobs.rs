@@ -157,6 +157,12 @@ pub struct LogsView {
     pub logs: String,
 }
 
+/// Zero-width and bidirectional-control characters: they would let two user ids that
+/// look the same on screen be different users.
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}')
+}
+
 /// Checks a user id (also used by the users API).
 pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
     if user.is_empty() {
@@ -168,16 +174,24 @@ pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
             format!("must be at most {MAX_USER_LEN} characters"),
         ));
     }
-    if user.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if user
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || is_invisible(c))
+    {
         return Err(ApiError::invalid(
             field,
-            "must not contain whitespace or control characters",
+            "must not contain whitespace, control or invisible (zero-width) characters",
         ));
     }
     Ok(())
 }
 
-/// Checks a resource amount: finite, >= 0, at most [`MAX_CORES`].
+/// Ray's resource granularity: fractional amounts have at most 4 decimal places
+/// (Ray refuses `num_cpus` finer than 0.0001).
+pub const RESOURCE_STEP: f64 = 0.0001;
+
+/// Checks a resource amount: finite, >= 0, at most [`MAX_CORES`], a multiple of
+/// [`RESOURCE_STEP`].
 pub fn validate_amount(field: &str, v: f64) -> Result<(), ApiError> {
     if !v.is_finite() {
         return Err(ApiError::invalid(field, "must be a finite number"));
@@ -189,6 +203,15 @@ pub fn validate_amount(field: &str, v: f64) -> Result<(), ApiError> {
         return Err(ApiError::invalid(
             field,
             format!("must be at most {MAX_CORES}"),
+        ));
+    }
+    let steps = v / RESOURCE_STEP;
+    // Tolerance for binary floating point: 1e-6 of a step, relatively more for huge values.
+    let off_grid = (steps - steps.round()).abs() > 1e-6_f64.max(steps.abs() * 1e-12);
+    if off_grid || (v > 0.0 && steps.round() == 0.0) {
+        return Err(ApiError::invalid(
+            field,
+            "must have at most 4 decimal places (Ray's resource precision is 0.0001)",
         ));
     }
     Ok(())
@@ -334,8 +357,9 @@ async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
         }
         if v.pending_reason.is_none() {
             if let Some(ahead) = position.filter(|p| *p > 1).map(|p| p - 1) {
+                let jobs = if ahead == 1 { "job" } else { "jobs" };
                 v.pending_reason = Some(format!(
-                    "waiting behind {ahead} earlier jobs in this user's queue"
+                    "waiting behind {ahead} earlier {jobs} in this user's queue"
                 ));
             }
         }
@@ -358,7 +382,7 @@ pub async fn submit(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "submit jobs")?;
-    let body = read_body(payload, state.settings.server.max_body_bytes).await?;
+    let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
     let request: SubmitRequest = parse_json(&body, false)?;
     let new = request.into_new_job()?;
     tracing::Span::current().record("user", new.user.as_str());
@@ -407,6 +431,7 @@ pub async fn get(
 
 /// Query of `GET /v1/jobs`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only this user's jobs.
@@ -452,6 +477,14 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
                 .map_err(|_| ApiError::invalid("after", "must be a job id (UUID)"))?,
         ),
     };
+    if let Some(id) = after {
+        if store::get_job(&state.db, id).await?.is_none() {
+            return Err(ApiError::invalid(
+                "after",
+                "no job with this id; pass the next_after of the previous page",
+            ));
+        }
+    }
     let filter = JobFilter {
         user: q.user,
         status,

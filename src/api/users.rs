@@ -15,6 +15,8 @@ use crate::store::{self, UserPatch};
 
 /// Largest accepted weight (weights are relative; 1e6 to 1 is already extreme).
 pub const MAX_WEIGHT: f64 = 1.0e6;
+/// Smallest accepted weight: keys `(share + usage) / weight` stay finite and printable.
+pub const MIN_WEIGHT: f64 = 1.0e-6;
 /// Largest accepted per-user job limits.
 pub const MAX_JOB_LIMIT: i32 = 1_000_000;
 
@@ -183,6 +185,9 @@ pub async fn get(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "read users")?;
+    let not_found = || ApiError::NotFound(format!("no user with id {:?}", id.as_str()));
+    // An id no user could have (e.g. with control characters) names nobody.
+    check_id(&id).map_err(|_| not_found())?;
     let u = store::get_user(&state.db, &id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no user with id {:?}", id.as_str())))?;
@@ -193,8 +198,11 @@ pub async fn get(
 impl UserUpdate {
     fn into_patch(self) -> Result<UserPatch, ApiError> {
         if let Some(w) = self.weight {
-            if !w.is_finite() || w <= 0.0 {
-                return Err(ApiError::invalid("weight", "must be a finite number > 0"));
+            if !w.is_finite() || w < MIN_WEIGHT {
+                return Err(ApiError::invalid(
+                    "weight",
+                    format!("must be a finite number >= {MIN_WEIGHT}"),
+                ));
             }
             if w > MAX_WEIGHT {
                 return Err(ApiError::invalid(
@@ -260,7 +268,7 @@ pub async fn put(
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Admin, "change users")?;
     check_id(&id)?;
-    let body = read_body(payload, state.settings.server.max_body_bytes).await?;
+    let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
     let update: UserUpdate = parse_json(&body, false)?;
     let patch = update.into_patch()?;
     apply(&state, &id, patch).await
@@ -293,8 +301,13 @@ async fn set_paused(
         },
     )?;
     check_id(id)?;
-    let body = read_body(payload, state.settings.server.max_body_bytes).await?;
+    let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
     let _: Empty = parse_json(&body, true)?;
+    if store::get_user(&state.db, id).await?.is_none() {
+        return Err(ApiError::NotFound(format!(
+            "no user with id {id:?}; a user exists once it submits a job or an admin PUTs it"
+        )));
+    }
     apply(
         &state,
         id,

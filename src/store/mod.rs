@@ -29,7 +29,7 @@ pub enum StoreError {
     #[error("database error")]
     Db(#[from] DbErr),
     /// The user already has `limit` QUEUED jobs (429).
-    #[error("user {user} already has {limit} queued jobs (max_queued_jobs)")]
+    #[error("user {user} already has {limit} queued jobs, its limit (max_queued_jobs); retry when some have started")]
     QueueFull { user: String, limit: u32 },
 }
 

@@ -505,7 +505,9 @@ async fn a_restart_keeps_jobs_users_and_queue_order(db: Db) {
         json!({"weight": 3.5, "max_running_jobs": 4}),
     )
     .await;
-    app.post("/v1/users/bob/pause", ADMIN, json!({})).await;
+    app.put("/v1/users/bob", ADMIN, json!({})).await;
+    let paused = app.post("/v1/users/bob/pause", ADMIN, json!({})).await;
+    assert_eq!(paused.status(), 200);
     let url = app.db.url.clone();
     let db_handle = app.stop().await;
     let app = start_on(db_handle, test_settings(&url)).await;

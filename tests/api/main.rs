@@ -2,6 +2,7 @@
 //! on PostgreSQL.
 
 mod helpers;
+mod hostile;
 mod jobs;
 mod ray_mock;
 mod system;

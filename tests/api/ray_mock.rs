@@ -450,9 +450,9 @@ async fn a_job_past_its_max_runtime_is_stopped_with_a_message_saying_so() {
     );
 }
 
-/// Leaves one job DISPATCHING on cluster "mock" in a fresh database, as a process
-/// killed mid-dispatch would, and returns the database and the job id.
-async fn killed_mid_dispatch() -> (crate::helpers::TestDb, uuid::Uuid) {
+/// Leaves one job DISPATCHING (or RUNNING) on `cluster` in a fresh database, as a
+/// process killed mid-dispatch (or while it ran) would; returns the database and job id.
+async fn killed_mid_dispatch(cluster: &str, running: bool) -> (crate::helpers::TestDb, uuid::Uuid) {
     let db = crate::helpers::TestDb::new(Db::Sqlite).await.unwrap();
     let conn = crate::jobs::connect(&db.url).await;
     fairshare::store::migrate(&conn).await.unwrap();
@@ -480,13 +480,26 @@ async fn killed_mid_dispatch() -> (crate::helpers::TestDb, uuid::Uuid) {
         entity::JobStatus::Dispatching,
         None,
         fairshare::store::TransitionFields {
-            cluster: Some("mock".into()),
+            cluster: Some(cluster.into()),
             ..Default::default()
         },
     )
     .await
     .unwrap();
     assert!(moved.is_some());
+    if running {
+        let ran = fairshare::store::transition(
+            &conn,
+            job.id,
+            &[entity::JobStatus::Dispatching],
+            entity::JobStatus::Running,
+            None,
+            Default::default(),
+        )
+        .await
+        .unwrap();
+        assert!(ran.is_some());
+    }
     conn.close().await.unwrap();
     (db, job.id)
 }
@@ -504,7 +517,7 @@ fn mock_settings(db: &crate::helpers::TestDb, server: &MockServer) -> fairshare:
 
 #[actix_web::test]
 async fn recovery_requeues_a_dispatching_job_ray_never_got_and_submits_it_once() {
-    let (db, id) = killed_mid_dispatch().await;
+    let (db, id) = killed_mid_dispatch("mock", false).await;
     let server = mock_cluster(0.0, 4.0).await;
     Mock::given(method("GET"))
         .and(path(format!("/api/jobs/{id}")))
@@ -538,7 +551,7 @@ async fn recovery_requeues_a_dispatching_job_ray_never_got_and_submits_it_once()
 
 #[actix_web::test]
 async fn recovery_adopts_a_dispatching_job_ray_already_has_without_resubmitting() {
-    let (db, id) = killed_mid_dispatch().await;
+    let (db, id) = killed_mid_dispatch("mock", false).await;
     let server = mock_cluster(0.0, 4.0).await;
     Mock::given(method("GET"))
         .and(path(format!("/api/jobs/{id}")))
@@ -560,4 +573,27 @@ async fn recovery_adopts_a_dispatching_job_ray_already_has_without_resubmitting(
         .unwrap();
     assert_eq!(v["outstanding_jobs"], 1, "it counts as allocated: {v}");
     assert_eq!(posts(&server).await, 0, "never submitted twice");
+}
+
+#[actix_web::test]
+async fn a_running_job_whose_cluster_left_the_configuration_fails_with_a_reason() {
+    let (db, id) = killed_mid_dispatch("renamed-away", true).await;
+    let server = mock_cluster(0.0, 4.0).await;
+    let settings = mock_settings(&db, &server);
+    let app = crate::helpers::start_on(db, settings).await;
+    let j = wait_for_status(&app, &id.to_string(), "FAILED", 10).await;
+    assert!(
+        j["message"]
+            .as_str()
+            .unwrap()
+            .contains("no longer in the configuration"),
+        "{j}"
+    );
+    let u: serde_json::Value = app
+        .get("/v1/users/ivy", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(u["running"], 0, "it holds nothing: {u}");
 }

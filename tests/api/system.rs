@@ -110,5 +110,12 @@ async fn the_openapi_document_covers_every_route() {
         "the document lists a route the server does not register"
     );
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
+    for p in doc["paths"]["/v1/jobs"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+    {
+        assert_eq!(p["in"], "query", "{p}");
+        assert_ne!(p["required"], true, "{p}");
+    }
     let _ = SUBMITTER;
 }
