@@ -87,7 +87,7 @@ async fn resources_finer_than_rays_precision_are_refused() {
         Some("resources.gpu"),
     )
     .await;
-    for cpu in [0.0001, 0.352, 999_999.9999] {
+    for cpu in [0.0001, 0.352, 999_999.999_9] {
         app.submit("a", json!({"resources": {"cpu": cpu}})).await;
     }
 }
