@@ -119,3 +119,52 @@ async fn the_openapi_document_covers_every_route() {
     }
     let _ = SUBMITTER;
 }
+
+#[actix_web::test]
+async fn a_lost_database_answers_503_retryable_never_500() {
+    let Some(admin) = crate::helpers::postgres_url() else {
+        eprintln!("skipped: FAIRSHARE_TEST_POSTGRES_URL not set");
+        return;
+    };
+    let Some(app) = spawn_app(Db::Postgres).await else {
+        return;
+    };
+    let job = app.submit("zed", serde_json::json!({})).await;
+    // Take the database away under the running service.
+    let name = app.db.url.rsplit('/').next().unwrap().to_string();
+    let conn = sea_orm::Database::connect(&admin).await.unwrap();
+    use sea_orm::ConnectionTrait;
+    conn.execute_unprepared(&format!("DROP DATABASE {name} WITH (FORCE)"))
+        .await
+        .unwrap();
+    let r = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            serde_json::json!({"user": "zed", "entrypoint": "x"}),
+        )
+        .await;
+    assert_eq!(
+        r.headers().get("retry-after").map(|v| v.to_str().unwrap()),
+        Some("1")
+    );
+    crate::helpers::assert_error(r, 503, "unavailable", None).await;
+    let r = app
+        .get(
+            &format!("/v1/jobs/{}", job["id"].as_str().unwrap()),
+            SUBMITTER,
+        )
+        .await;
+    crate::helpers::assert_error(r, 503, "unavailable", None).await;
+    let r = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
