@@ -655,6 +655,29 @@ impl Api {
         })
     }
 
+    /// Fails fast, with the cause, when nothing answers at the address or what answers
+    /// is not a fairshare service (`GET /healthz` must say `{"status": "ok"}`).
+    async fn preflight(&self) -> anyhow::Result<()> {
+        let url = format!("{}/healthz", self.base);
+        let resp = self
+            .client
+            .get(&url)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot reach the fairshare service at {}: {e}; is it running?",
+                    self.base
+                )
+            })?;
+        let body: serde_json::Value = resp.json().await.unwrap_or_default();
+        if body["status"] != "ok" {
+            bail!("{} does not look like a fairshare service: GET /healthz did not answer {{\"status\": \"ok\"}}", self.base);
+        }
+        Ok(())
+    }
+
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let req = self.client.request(method, format!("{}{path}", self.base));
         match &self.token {
@@ -1011,6 +1034,7 @@ async fn replay_tuned(args: &ReplayArgs, tuning: &Tuning) -> anyhow::Result<Repl
             args.skip
         );
     }
+    api.preflight().await?;
     let timeout = overall_timeout(&plan, args.max_cpu);
     let bar = new_bar(args, plan.len());
     let quiet_progress = args.progress && bar.is_hidden();
@@ -1510,10 +1534,23 @@ mod tests {
         path
     }
 
+    /// Answers `GET /healthz` as the service does.
+    async fn healthy(server: &wiremock::MockServer) {
+        wiremock::Mock::given(wiremock::matchers::path("/healthz"))
+            .respond_with(
+                wiremock::ResponseTemplate::new(200)
+                    .set_body_json(serde_json::json!({"status": "ok"})),
+            )
+            .with_priority(1)
+            .mount(server)
+            .await;
+    }
+
     #[tokio::test]
     async fn replays_against_a_fake_service_and_reruns_idempotently() {
         use wiremock::matchers::{method, path};
         let server = wiremock::MockServer::start().await;
+        healthy(&server).await;
         let (post, list) = fake_service();
         wiremock::Mock::given(method("POST"))
             .and(path("/v1/jobs"))
@@ -1566,8 +1603,12 @@ mod tests {
             .filter(|r| r.method == wiremock::http::Method::POST)
             .count();
         assert_eq!(posts, 4 + 1 + 4, "4 jobs, one 429 retry, 4 again");
-        let sent: serde_json::Value =
-            serde_json::from_slice(&server.received_requests().await.unwrap()[0].body).unwrap();
+        let requests = server.received_requests().await.unwrap();
+        let first_post = requests
+            .iter()
+            .find(|r| r.method == wiremock::http::Method::POST)
+            .unwrap();
+        let sent: serde_json::Value = serde_json::from_slice(&first_post.body).unwrap();
         assert_eq!(
             sent,
             serde_json::json!({"user": "u1", "entrypoint": "sleep 0.100",
@@ -1593,6 +1634,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_token_ends_the_replay() {
         let server = wiremock::MockServer::start().await;
+        healthy(&server).await;
         wiremock::Mock::given(wiremock::matchers::any())
             .respond_with(wiremock::ResponseTemplate::new(401).set_body_json(
                 serde_json::json!({"error": {"code": "unauthorized", "message": "bad token"}}),
@@ -1620,10 +1662,12 @@ mod tests {
             backoff_times: 1,
             ..fast()
         };
-        let s = replay_tuned(&a, &tuning).await;
-        // Every submission gives up; nothing is left to follow.
-        let s = s.unwrap();
-        assert_eq!((s.jobs, s.unsubmitted), (0, 4), "{}", s.table);
+        // Nothing answers: it says so at once instead of retrying every submission.
+        let e = replay_tuned(&a, &tuning).await.unwrap_err().to_string();
+        assert!(
+            e.contains("cannot reach the fairshare service at http://127.0.0.1:9"),
+            "{e}"
+        );
     }
 
     #[test]
