@@ -187,6 +187,21 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
     if let Some(limit) = args.limit {
         trace.jobs.truncate(limit);
     }
+    if trace.jobs.is_empty() {
+        return Err(SimError::Invalid {
+            name: "trace",
+            reason: format!(
+                "{} has no job to simulate ({} lines were not SWF jobs{})",
+                args.trace.display(),
+                trace.skipped,
+                if args.limit == Some(0) {
+                    ", and --limit is 0"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
     let weights = match &args.weights {
         Some(path) => load_weights(path)?,
         None => BTreeMap::new(),

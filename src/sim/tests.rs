@@ -452,3 +452,14 @@ fn run_simulate_writes_report_and_plot() {
     assert!(load_weights(&weights).is_err());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_file_with_no_swf_job_is_an_error_not_an_empty_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "hello\nthis is not a trace\n").unwrap();
+    let mut args = crate::sim::SimulateArgs::new(path);
+    args.cpus = Some(10);
+    let err = crate::sim::run_simulate(&args).unwrap_err().to_string();
+    assert!(err.contains("no job to simulate"), "{err}");
+}
