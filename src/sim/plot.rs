@@ -112,44 +112,61 @@ pub fn plot_shares(
     let series: Vec<&ShareSeries> = outcome.series.iter().take(PLOT_USERS).collect();
     let (h0, h1) = (t0 / 3600.0, t1 / 3600.0);
 
-    let root = SVGBackend::new(path, (1200, 700)).into_drawing_area();
+    // One panel per user, each with its own y range: five users' shares drawn on one
+    // 0..1 axis hide each other and the fair share under the actual line.
+    let height = 160 * series.len().max(1) as u32 + 60;
+    let root = SVGBackend::new(path, (1200, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| fail(e.to_string()))?;
     let title = format!(
-        "{trace}, policy {}: share of {} cores, top {} users by core-seconds \
-         (line: actual, band: fair share)",
+        "{trace}, policy {}: share of {} cores over time, top {} users by core-seconds \
+         (dark: actual, light: fair share)",
         outcome.policy,
         outcome.capacity,
         series.len()
     );
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(60)
-        .build_cartesian_2d(h0..h1, 0.0..1.0)
+    let root = root
+        .titled(&title, ("sans-serif", 20))
         .map_err(|e| fail(e.to_string()))?;
-    chart
-        .configure_mesh()
-        .x_desc("hours since trace start")
-        .y_desc("share of the cluster")
-        .light_line_style(TRANSPARENT)
-        .bold_line_style(RGBColor(225, 225, 225))
-        .y_labels(11)
-        .draw()
-        .map_err(|e| fail(e.to_string()))?;
-
-    for (k, s) in series.iter().enumerate() {
+    let panels = root.split_evenly((series.len().max(1), 1));
+    for (k, (s, panel)) in series.iter().zip(panels.iter()).enumerate() {
         let colour = COLOURS[k % COLOURS.len()];
         let points = bucket_series(&s.points, t0, t1, buckets);
+        let top = points
+            .iter()
+            .map(|&(_, actual, fair)| actual.max(fair))
+            .fold(0.0_f64, f64::max);
+        let y_max = if top > 0.0 {
+            (top * 1.15).min(1.0)
+        } else {
+            1.0
+        };
+        let last = k + 1 == series.len();
+        let mut chart = ChartBuilder::on(panel)
+            .margin(8)
+            .x_label_area_size(if last { 40 } else { 5 })
+            .y_label_area_size(60)
+            .build_cartesian_2d(h0..h1, 0.0..y_max)
+            .map_err(|e| fail(e.to_string()))?;
+        let mut mesh = chart.configure_mesh();
+        mesh.light_line_style(TRANSPARENT)
+            .bold_line_style(RGBColor(225, 225, 225))
+            .y_labels(4)
+            .y_desc("share");
+        if last {
+            mesh.x_desc("hours since trace start");
+        } else {
+            mesh.x_labels(0);
+        }
+        mesh.draw().map_err(|e| fail(e.to_string()))?;
         chart
             .draw_series(LineSeries::new(
                 points.iter().map(|&(t, _, fair)| (t / 3600.0, fair)),
-                colour.mix(0.3).stroke_width(5),
+                colour.mix(0.35).stroke_width(4),
             ))
             .map_err(|e| fail(e.to_string()))?
             .label(format!("{} fair share", s.user))
             .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], colour.mix(0.3).stroke_width(5))
+                PathElement::new(vec![(x, y), (x + 20, y)], colour.mix(0.35).stroke_width(4))
             });
         chart
             .draw_series(LineSeries::new(
@@ -161,14 +178,14 @@ pub fn plot_shares(
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2))
             });
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .draw()
+            .map_err(|e| fail(e.to_string()))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| fail(e.to_string()))?;
     root.present().map_err(|e| fail(e.to_string()))?;
     Ok(())
 }
