@@ -224,6 +224,17 @@ impl TestApp {
         resp.json().await.unwrap()
     }
 
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let resp = self
+            .client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("scrape");
+        resp.text().await.expect("metrics text")
+    }
+
     pub async fn stop(self) -> TestDb {
         self.handle.stop(true).await;
         self.db
@@ -265,4 +276,13 @@ macro_rules! both_databases {
             }
         }
     };
+}
+
+/// The value of the first sample in `text` whose line starts with `name` (0 if none).
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
 }

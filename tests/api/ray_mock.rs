@@ -32,6 +32,17 @@ async fn mock_cluster(used: f64, total: f64) -> MockServer {
     server
 }
 
+/// Ray accepts every submission (200).
+async fn accept_submits(server: &MockServer) {
+    Mock::given(method("POST"))
+        .and(path("/api/jobs/"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(json!({"job_id": "j", "submission_id": "x"})),
+        )
+        .mount(server)
+        .await;
+}
+
 async fn app_on(server: &MockServer, tweak: impl FnOnce(&mut fairshare::Settings)) -> TestApp {
     let uri = server.uri();
     spawn_app_with(Db::Sqlite, move |s| {
@@ -177,14 +188,7 @@ async fn a_failing_submit_sends_the_job_back_to_its_queue() {
 #[actix_web::test]
 async fn a_job_that_vanishes_from_an_answering_cluster_fails_as_lost() {
     let server = mock_cluster(0.0, 4.0).await;
-    Mock::given(method("POST"))
-        .and(path("/api/jobs/"))
-        .respond_with(
-            ResponseTemplate::new(200)
-                .set_body_json(json!({"job_id": "raysubmit_1", "submission_id": "x"})),
-        )
-        .mount(&server)
-        .await;
+    accept_submits(&server).await;
     let app = app_on(&server, |s| {
         s.monitor.lost_job_grace = Duration::from_millis(500)
     })
@@ -201,13 +205,7 @@ async fn a_job_that_vanishes_from_an_answering_cluster_fails_as_lost() {
 async fn lagging_capacity_reports_do_not_over_grant() {
     // Ray keeps reporting 0 of 2 CPUs used while our jobs hold them.
     let server = mock_cluster(0.0, 2.0).await;
-    Mock::given(method("POST"))
-        .and(path("/api/jobs/"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!({"job_id": "j", "submission_id": "x"})),
-        )
-        .mount(&server)
-        .await;
+    accept_submits(&server).await;
     let app = app_on(&server, |s| {
         s.monitor.lost_job_grace = Duration::from_secs(3600)
     })
@@ -251,15 +249,7 @@ async fn lagging_capacity_reports_do_not_over_grant() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(posts(&server).await, 2);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.metrics().await;
     for line in [
         "fairshare_cluster_capacity{cluster=\"mock\",resource=\"cpu\"} 2",
         "fairshare_cluster_used{cluster=\"mock\",resource=\"cpu\"} 2",
@@ -417,13 +407,7 @@ async fn a_job_past_its_max_runtime_is_stopped_with_a_message_saying_so() {
         })
         .mount(&server)
         .await;
-    Mock::given(method("POST"))
-        .and(path("/api/jobs/"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!({"job_id": "j", "submission_id": "x"})),
-        )
-        .mount(&server)
-        .await;
+    accept_submits(&server).await;
     Mock::given(method("POST"))
         .and(path_regex(r"^/api/jobs/[0-9a-f-]+/stop$"))
         .respond_with(Stop(stopped.clone()))
@@ -524,13 +508,7 @@ async fn recovery_requeues_a_dispatching_job_ray_never_got_and_submits_it_once()
         .respond_with(ResponseTemplate::new(404))
         .mount(&server)
         .await;
-    Mock::given(method("POST"))
-        .and(path("/api/jobs/"))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(json!({"job_id": "j", "submission_id": "x"})),
-        )
-        .mount(&server)
-        .await;
+    accept_submits(&server).await;
     let settings = mock_settings(&db, &server);
     let app = crate::helpers::start_on(db, settings).await;
     wait_for_status(&app, &id.to_string(), "PENDING", 10).await;

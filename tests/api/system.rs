@@ -37,33 +37,11 @@ async fn metrics_move_with_submissions_and_pauses() {
     let Some(app) = spawn_app(Db::Sqlite).await else {
         return;
     };
-    let scrape = |text: &str, name: &str| -> f64 {
-        text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0)
-    };
-    let before = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let scrape = crate::helpers::metric;
+    let before = app.metrics().await;
     app.submit("mia", json!({})).await;
     app.post("/v1/users/mia/pause", ADMIN, json!({})).await;
-    let after = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let after = app.metrics().await;
     // The registry is process-wide and tests run in parallel: counters only grow.
     assert!(
         scrape(&after, "fairshare_jobs_submitted_total")
