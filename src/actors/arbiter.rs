@@ -315,13 +315,35 @@ impl FairShareArbiter {
         out
     }
 
-    fn share_of(&self, user: &str) -> f64 {
-        let alloc = self
-            .outstanding
+    /// Sum of one user's reservations (cores, GPUs, bytes).
+    fn allocation_of(&self, user: &str) -> Resources {
+        self.outstanding
             .values()
             .filter(|r| r.user == user)
-            .fold(Resources::default(), |acc, r| acc + r.resources);
-        policy::dominant_share(&alloc, &self.capacity())
+            .fold(Resources::default(), |acc, r| acc + r.resources)
+    }
+
+    fn share_of(&self, user: &str) -> f64 {
+        policy::dominant_share(&self.allocation_of(user), &self.capacity())
+    }
+
+    /// Every configured cluster as the policy sees it, with this service's own
+    /// outstanding reservations there.
+    fn cluster_views(&self) -> Vec<ClusterView> {
+        let mut per_cluster: HashMap<&str, Resources> = HashMap::new();
+        for r in self.outstanding.values() {
+            *per_cluster.entry(r.cluster.as_str()).or_default() += r.resources;
+        }
+        self.clusters
+            .iter()
+            .map(|(name, c)| ClusterView {
+                name: name.clone(),
+                healthy: c.healthy,
+                total: c.total,
+                used_reported: c.used,
+                outstanding: per_cluster.get(name.as_str()).copied().unwrap_or_default(),
+            })
+            .collect()
     }
 
     /// Brings one user's decayed usage to now with its current share; call before its
@@ -385,21 +407,7 @@ impl FairShareArbiter {
                 queue: e.window.clone(),
             });
         }
-        let mut per_cluster: HashMap<&str, Resources> = HashMap::new();
-        for r in self.outstanding.values() {
-            *per_cluster.entry(r.cluster.as_str()).or_default() += r.resources;
-        }
-        let clusters: Vec<ClusterView> = self
-            .clusters
-            .iter()
-            .map(|(name, c)| ClusterView {
-                name: name.clone(),
-                healthy: c.healthy,
-                total: c.total,
-                used_reported: c.used,
-                outstanding: per_cluster.get(name.as_str()).copied().unwrap_or_default(),
-            })
-            .collect();
+        let clusters = self.cluster_views();
         let outcome = policy::run_cycle(now, &self.config, &views, &clusters);
         let m = metrics::get();
         for g in &outcome.grants {
@@ -486,32 +494,18 @@ impl FairShareArbiter {
     }
 
     fn view(&self) -> SchedulerView {
-        let mut per_cluster: HashMap<&str, Resources> = HashMap::new();
-        for r in self.outstanding.values() {
-            *per_cluster.entry(r.cluster.as_str()).or_default() += r.resources;
-        }
         SchedulerView {
             ready: self.ready,
             clusters: self
-                .clusters
-                .iter()
-                .map(|(name, c)| {
-                    let outstanding = per_cluster.get(name.as_str()).copied().unwrap_or_default();
-                    let view = ClusterView {
-                        name: name.clone(),
-                        healthy: c.healthy,
-                        total: c.total,
-                        used_reported: c.used,
-                        outstanding,
-                    };
-                    ClusterStatusView {
-                        name: name.clone(),
-                        healthy: c.healthy,
-                        capacity: c.total.into(),
-                        used_reported: c.used.into(),
-                        outstanding: outstanding.into(),
-                        free: view.free().into(),
-                    }
+                .cluster_views()
+                .into_iter()
+                .map(|c| ClusterStatusView {
+                    free: c.free().into(),
+                    name: c.name,
+                    healthy: c.healthy,
+                    capacity: c.total.into(),
+                    used_reported: c.used_reported.into(),
+                    outstanding: c.outstanding.into(),
                 })
                 .collect(),
             next_users: self.order.clone(),
@@ -768,11 +762,7 @@ impl Handler<GetUserState> for FairShareArbiter {
     fn handle(&mut self, msg: GetUserState, _: &mut Context<Self>) -> Option<LiveUser> {
         let e = self.users.get(&msg.user)?;
         let capacity = self.capacity();
-        let alloc = self
-            .outstanding
-            .values()
-            .filter(|r| r.user == msg.user)
-            .fold(Resources::default(), |acc, r| acc + r.resources);
+        let alloc = self.allocation_of(&msg.user);
         let share = policy::dominant_share(&alloc, &capacity);
         let usage = policy::decay_usage(
             e.usage,
@@ -806,19 +796,12 @@ impl Handler<FitsSomeCluster> for FairShareArbiter {
     type Result = Option<bool>;
 
     fn handle(&mut self, msg: FitsSomeCluster, _: &mut Context<Self>) -> Option<bool> {
+        // A head that has just started may report no resources yet: only a healthy
+        // cluster that reported CPUs or GPUs makes its capacity known.
         let clusters: Vec<ClusterView> = self
-            .clusters
-            .iter()
-            // A head that has just started may report no resources yet: only a
-            // cluster that reported CPUs or GPUs makes its capacity known.
-            .filter(|(_, c)| c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
-            .map(|(name, c)| ClusterView {
-                name: name.clone(),
-                healthy: true,
-                total: c.total,
-                used_reported: c.used,
-                outstanding: Resources::default(),
-            })
+            .cluster_views()
+            .into_iter()
+            .filter(|c| c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
             .collect();
         if clusters.is_empty() {
             return None;

@@ -1240,14 +1240,7 @@ mod tests {
     }
 
     fn tj(number: u64, submit: f64, run: f64, cpus: u32, user: &str) -> TraceJob {
-        TraceJob {
-            number,
-            submit,
-            recorded_wait: None,
-            run,
-            cpus,
-            user: user.into(),
-        }
+        TraceJob::new(number, submit, run, cpus, user)
     }
 
     #[test]

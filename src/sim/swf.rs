@@ -26,6 +26,20 @@ pub struct TraceJob {
     pub user: String,
 }
 
+impl TraceJob {
+    /// A job with no recorded wait; `user` as given (e.g. "u7").
+    pub fn new(number: u64, submit: f64, run: f64, cpus: u32, user: &str) -> TraceJob {
+        TraceJob {
+            number,
+            submit,
+            recorded_wait: None,
+            run,
+            cpus,
+            user: user.to_owned(),
+        }
+    }
+}
+
 /// A parsed trace.
 #[derive(Clone, Debug, Default)]
 pub struct Trace {

@@ -11,14 +11,7 @@ use super::simulate::{simulate, SharePoint, SimConfig, SimOutcome, SimPolicy};
 use super::swf::{read_trace, TraceJob};
 
 fn job(number: u64, submit: f64, run: f64, cpus: u32, user: &str) -> TraceJob {
-    TraceJob {
-        number,
-        submit,
-        recorded_wait: None,
-        run,
-        cpus,
-        user: user.to_owned(),
-    }
+    TraceJob::new(number, submit, run, cpus, user)
 }
 
 fn config(policy: SimPolicy, capacity: u32, half_life_s: f64) -> SimConfig {
