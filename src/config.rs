@@ -111,6 +111,27 @@ pub struct MonitorSettings {
     /// How long a job may be missing from an answering cluster before it is FAILED.
     #[serde(with = "humantime_serde")]
     pub lost_job_grace: Duration,
+    /// Longest time Ray may keep one of our jobs PENDING (waiting for resources, e.g.
+    /// taken by another tenant) before it is stopped there and queued here again.
+    #[serde(with = "humantime_serde")]
+    pub pending_timeout: Duration,
+    /// How long Ray's usage report (`/api/cluster_status`) may lag behind its job list:
+    /// a job of ours counts as included in the reported usage only once Ray has listed
+    /// it RUNNING for this long (RAY.md: about 5 s, about 1 s with
+    /// `AUTOSCALER_UPDATE_INTERVAL_S=1`).
+    #[serde(with = "humantime_serde")]
+    pub usage_report_lag: Duration,
+    /// How long a cluster stays unhealthy after a dispatch found it not ready (route
+    /// missing, 5xx, timeouts); doubles while it keeps failing, up to
+    /// `unhealthy_backoff_max`.
+    #[serde(with = "humantime_serde")]
+    pub unhealthy_backoff: Duration,
+    /// Longest such hold.
+    #[serde(with = "humantime_serde")]
+    pub unhealthy_backoff_max: Duration,
+    /// Least time between two warnings that the same cluster is unreachable.
+    #[serde(with = "humantime_serde")]
+    pub unreachable_warn_every: Duration,
 }
 
 /// `[dispatcher]`.

@@ -25,6 +25,7 @@ pub mod actors;
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod lifecycle;
 pub mod metrics;
 pub mod policy;
 pub mod ray;
@@ -32,6 +33,7 @@ pub mod sim;
 pub mod store;
 
 pub mod telemetry;
+pub mod views;
 
 pub use app::Application;
 pub use config::Settings;

@@ -43,6 +43,10 @@ pub struct Metrics {
     pub start_time: Gauge,
     pub build_info: IntGaugeVec,
     pub http_requests: HistogramVec,
+    /// Jobs Ray kept PENDING past `monitor.pending_timeout`, stopped and queued again.
+    pub pending_timeouts: IntCounter,
+    /// Our jobs that Ray lists as PENDING now, per cluster.
+    pub ray_pending_jobs: IntGaugeVec,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -206,6 +210,17 @@ fn build() -> Result<Metrics, prometheus::Error> {
             .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
             &["method", "status"]
         )?),
+        pending_timeouts: reg!(IntCounter::new(
+            "fairshare_pending_timeouts_total",
+            "Jobs Ray kept PENDING longer than monitor.pending_timeout; stopped there and queued again."
+        )?),
+        ray_pending_jobs: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_ray_pending_jobs",
+                "This service's jobs that Ray lists as PENDING (accepted, waiting for resources)."
+            ),
+            &["cluster"]
+        )?),
         registry,
     };
     m.build_info
@@ -231,6 +246,23 @@ pub fn get() -> &'static Metrics {
 /// Counts a database error.
 pub fn db_error() {
     get().db_errors.inc();
+}
+
+/// Counts what a lifecycle step names ([`crate::lifecycle::Metric`]); `cluster` labels
+/// dispatch counters.
+pub fn count(metric: crate::lifecycle::Metric, cluster: Option<&str>) {
+    use crate::lifecycle::Metric;
+    let m = get();
+    let cluster = cluster.unwrap_or("");
+    match metric {
+        Metric::Dispatched => m.jobs_dispatched.with_label_values(&[cluster]).inc(),
+        Metric::Finished(status) => m.jobs_finished.with_label_values(&[status.as_str()]).inc(),
+        Metric::Requeued => m
+            .dispatch_failures
+            .with_label_values(&[cluster, "not_ready"])
+            .inc(),
+        Metric::PendingTimeout => m.pending_timeouts.inc(),
+    }
 }
 
 /// The Prometheus text exposition of every metric.

@@ -117,6 +117,15 @@ pub struct Model {
     pub dispatched_at: Option<DateTimeUtc>,
     pub started_at: Option<DateTimeUtc>,
     pub finished_at: Option<DateTimeUtc>,
+    /// Ray attempt number, from 1: the Ray `submission_id` is the job id for attempt 1
+    /// and `<id>-<attempt>` after that (see `fairshare::lifecycle::submission_id`).
+    pub attempt: i32,
+    /// An earlier attempt whose stop Ray has not confirmed yet; the job is not granted
+    /// again until it has.
+    pub retiring_attempt: Option<i32>,
+    /// Why a stop was asked for (cancel, runtime limit); kept until Ray confirms.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub stop_reason: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

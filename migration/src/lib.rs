@@ -5,6 +5,7 @@
 pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_create_tables;
+mod m20261201_000002_job_attempts;
 
 /// The ordered list of migrations.
 pub struct Migrator;
@@ -12,6 +13,9 @@ pub struct Migrator;
 #[async_trait::async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(m20261130_000001_create_tables::Migration)]
+        vec![
+            Box::new(m20261130_000001_create_tables::Migration),
+            Box::new(m20261201_000002_job_attempts::Migration),
+        ]
     }
 }

@@ -1,55 +1,55 @@
-//! `Dispatcher`: submits granted jobs to Ray exactly once and writes their status.
+//! `Dispatcher`: submits granted jobs to Ray exactly once, and carries out the stops
+//! the lifecycle decides (cancel, runtime limit, pending timeout).
 //!
-//! Per job: QUEUED → DISPATCHING in the database (guarded: a cancel that won the race
-//! stops the dispatch), then [`crate::ray::submit_idempotent`] with `submission_id` =
-//! job id. Submitted → PENDING and the monitor tracks it; Ray refused (4xx) → FAILED
-//! with Ray's message; retry budget spent → back to QUEUED at its old place and the
-//! cluster is reported unreachable. Dispatches run concurrently; the actor keeps which
-//! are in flight so a cancel during one is carried out when it lands.
+//! Per grant: the lifecycle's `Granted` step (QUEUED → DISPATCHING, guarded) is
+//! written; a cancel that won the race ends the dispatch there. Then
+//! [`crate::ray::submit_idempotent`] with the attempt's `submission_id`, and Ray's
+//! answer, classified by [`crate::ray`], becomes the next event: accepted → PENDING
+//! (the monitor tracks it; a stop asked meanwhile is sent now), refused → FAILED,
+//! not ready → back to QUEUED at its old place and the cluster backs off. Dispatches
+//! run concurrently; all decisions are the lifecycle's, all writes `store::apply`'s.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, WrapFuture};
-use entity::JobStatus;
+use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
 
-use super::arbiter::{unix_now, FairShareArbiter};
 use super::messages::{
-    ClusterUnreachable, Dispatch, DispatchFailed, StopJob, StopRequested, Track,
+    ArbiterHandle, ClusterUnreachable, Dispatch, DispatchEnded, MonitorHandle, StopInRay, Track,
 };
-use super::monitor::RayCapacityMonitor;
-use crate::config::Settings;
+use super::unix_now;
+use crate::lifecycle::{Event, RayCall};
 use crate::metrics;
-use crate::policy::JobId;
 use crate::ray::{submit_idempotent, DispatchOutcome, RayClient, RetryBudget, SubmitJob};
-use crate::store::{self, Db, TransitionFields};
+use crate::store::{self, Applied, Db};
 
 /// The dispatcher.
 pub struct Dispatcher {
     db: Db,
     clients: Arc<BTreeMap<String, RayClient>>,
     budget: RetryBudget,
-    arbiter: Addr<FairShareArbiter>,
-    monitor: Addr<RayCapacityMonitor>,
-    in_flight: HashSet<JobId>,
-    stop_after_submit: HashSet<JobId>,
+    arbiter: ArbiterHandle,
+    monitor: MonitorHandle,
 }
 
-/// What one dispatch ended as, for the actor to act on.
+/// What one dispatch ended as, for the actor to announce.
 enum Landed {
-    Submitted(entity::job::Model),
-    Requeued(entity::job::Model, String),
+    /// Ray has it (PENDING); `stop` when a cancel came in meanwhile.
+    Submitted(entity::job::Model, Option<RayCall>),
+    /// Back in the queue: the cluster was not ready.
+    Requeued(entity::job::Model),
+    /// Ended (FAILED/STOPPED) or moved by someone else.
     Ended,
 }
 
 impl Dispatcher {
     /// A dispatcher over the configured clusters' clients.
     pub fn new(
-        settings: &Settings,
+        settings: &crate::config::Settings,
         db: Db,
         clients: Arc<BTreeMap<String, RayClient>>,
-        arbiter: Addr<FairShareArbiter>,
-        monitor: Addr<RayCapacityMonitor>,
+        arbiter: ArbiterHandle,
+        monitor: MonitorHandle,
     ) -> Self {
         let d = &settings.dispatcher;
         Dispatcher {
@@ -62,141 +62,105 @@ impl Dispatcher {
             },
             arbiter,
             monitor,
-            in_flight: HashSet::new(),
-            stop_after_submit: HashSet::new(),
         }
     }
 }
 
-/// Carries out one dispatch; returns what happened. All database writes happen here,
-/// before anything is announced.
+/// Carries out one dispatch; every write is a lifecycle step through `store::apply`.
 async fn dispatch_one(
     db: Db,
     client: Option<RayClient>,
     budget: RetryBudget,
-    msg: Dispatch,
+    msg: &Dispatch,
 ) -> Result<Landed, sea_orm::DbErr> {
-    let job = msg.job;
-    let cluster = msg.cluster;
-    let m = metrics::get();
-    let Some(dispatching) = store::transition(
+    let id = msg.job.job_id;
+    let granted = store::apply(
         &db,
-        job.id,
-        &[JobStatus::Queued],
-        JobStatus::Dispatching,
-        Some(format!("granted on cluster {cluster}")),
-        TransitionFields {
-            cluster: Some(cluster.clone()),
-            dispatched_at: Some(store::now()),
-            ..Default::default()
+        id,
+        &Event::Granted {
+            cluster: msg.cluster.clone(),
         },
     )
-    .await?
-    else {
-        // Cancelled (or otherwise moved) between grant and dispatch.
-        return Ok(Landed::Ended);
-    };
-    let Some(client) = client else {
-        let failed = store::transition(
-            &db,
-            job.id,
-            &[JobStatus::Dispatching],
-            JobStatus::Failed,
-            Some("unknown cluster".into()),
-            TransitionFields {
-                message: Some(format!("cluster {cluster} is not configured")),
-                ..Default::default()
-            },
-        )
-        .await?;
-        if failed.is_some() {
-            m.jobs_finished.with_label_values(&["FAILED"]).inc();
-        }
-        return Ok(Landed::Ended);
-    };
-    let metadata: BTreeMap<String, String> = dispatching
-        .metadata
-        .as_ref()
-        .and_then(|v| serde_json::from_value(v.clone()).ok())
-        .unwrap_or_default();
-    let submit = SubmitJob {
-        submission_id: job.id.to_string(),
-        entrypoint: dispatching.entrypoint.clone(),
-        runtime_env: dispatching.runtime_env.clone(),
-        metadata,
-        num_cpus: dispatching.cpu,
-        num_gpus: dispatching.gpu,
-        memory_bytes: dispatching.memory_bytes.max(0) as u64,
-    };
-    let outcome = submit_idempotent(&client, &submit, &budget).await;
-    m.dispatch_latency
-        .observe((unix_now() - msg.granted_at).max(0.0));
-    match outcome {
-        DispatchOutcome::Submitted {
-            already_existed,
-            attempts,
-        } => {
-            m.jobs_dispatched.with_label_values(&[&cluster]).inc();
-            let detail = format!("submitted to Ray cluster {cluster} (attempts: {attempts}, already existed: {already_existed})");
-            let pending = store::transition(
-                &db,
-                job.id,
-                &[JobStatus::Dispatching],
-                JobStatus::Pending,
-                Some(detail),
-                TransitionFields::default(),
-            )
-            .await?;
-            tracing::info!(job_id = %job.id, cluster = %cluster, attempts, "dispatched");
-            Ok(pending.map(Landed::Submitted).unwrap_or(Landed::Ended))
-        }
-        DispatchOutcome::Rejected { message } => {
-            m.dispatch_failures
-                .with_label_values(&[&cluster, "rejected"])
-                .inc();
-            tracing::warn!(job_id = %job.id, cluster = %cluster, %message, "Ray refused the job");
-            let failed = store::transition(
-                &db,
-                job.id,
-                &[JobStatus::Dispatching],
-                JobStatus::Failed,
-                Some("Ray refused the submission".into()),
-                TransitionFields {
-                    message: Some(format!("Ray refused the job: {message}")),
-                    ..Default::default()
+    .await?;
+    let (job, submission_id) = match granted {
+        Applied::Changed {
+            job,
+            step:
+                crate::lifecycle::Step {
+                    ray: Some(RayCall::Submit { submission_id }),
+                    ..
                 },
-            )
-            .await?;
-            if failed.is_some() {
-                m.jobs_finished.with_label_values(&["FAILED"]).inc();
+        } => (job, submission_id),
+        // Cancelled or moved between grant and dispatch, or held back.
+        Applied::Refused(job, _) if job.status == entity::JobStatus::Queued => {
+            return Ok(Landed::Requeued(job))
+        }
+        _ => return Ok(Landed::Ended),
+    };
+    let event = match client {
+        None => Event::RayRefused {
+            message: format!("cluster {} is not configured", msg.cluster),
+        },
+        Some(client) => {
+            let submit = SubmitJob {
+                submission_id,
+                entrypoint: job.entrypoint.clone(),
+                runtime_env: job.runtime_env.clone(),
+                metadata: job
+                    .metadata
+                    .as_ref()
+                    .and_then(|v| serde_json::from_value(v.clone()).ok())
+                    .unwrap_or_default(),
+                num_cpus: job.cpu,
+                num_gpus: job.gpu,
+                memory_bytes: job.memory_bytes.max(0) as u64,
+            };
+            let outcome = submit_idempotent(&client, &submit, &budget).await;
+            metrics::get()
+                .dispatch_latency
+                .observe((unix_now() - msg.granted_at).max(0.0));
+            match outcome {
+                DispatchOutcome::Submitted {
+                    already_existed,
+                    attempts,
+                } => Event::RayAccepted {
+                    already_existed,
+                    attempts,
+                },
+                DispatchOutcome::Rejected { message } => {
+                    tracing::warn!(job_id = %id, cluster = %msg.cluster, %message, "Ray refused the job");
+                    metrics::get()
+                        .dispatch_failures
+                        .with_label_values(&[&msg.cluster, "rejected"])
+                        .inc();
+                    Event::RayRefused { message }
+                }
+                DispatchOutcome::GaveUp {
+                    last_error,
+                    attempts,
+                } => {
+                    tracing::warn!(job_id = %id, cluster = %msg.cluster, attempts, error = %last_error,
+                        "the cluster did not take the job; back to its queue");
+                    Event::RayNotReady {
+                        reason: format!(
+                            "{} did not take it after {attempts} attempts: {last_error}",
+                            msg.cluster
+                        ),
+                    }
+                }
             }
-            Ok(Landed::Ended)
         }
-        DispatchOutcome::GaveUp {
-            last_error,
-            attempts,
-        } => {
-            m.dispatch_failures
-                .with_label_values(&[&cluster, "gave_up"])
-                .inc();
-            tracing::warn!(job_id = %job.id, cluster = %cluster, attempts, error = %last_error, "dispatch gave up; job back to its queue");
-            let queued = store::transition(
-                &db,
-                job.id,
-                &[JobStatus::Dispatching],
-                JobStatus::Queued,
-                Some(format!(
-                    "dispatch to {cluster} gave up after {attempts} attempts: {last_error}"
-                )),
-                TransitionFields::default(),
-            )
-            .await?;
-            Ok(match queued {
-                Some(j) => Landed::Requeued(j, cluster),
-                None => Landed::Ended,
-            })
+    };
+    Ok(match store::apply(&db, id, &event).await? {
+        Applied::Changed { job, step } if job.status == entity::JobStatus::Pending => {
+            tracing::info!(job_id = %id, cluster = %msg.cluster, "dispatched");
+            Landed::Submitted(job, step.ray)
         }
-    }
+        Applied::Changed { job, .. } if job.status == entity::JobStatus::Queued => {
+            Landed::Requeued(job)
+        }
+        _ => Landed::Ended,
+    })
 }
 
 impl Actor for Dispatcher {
@@ -206,105 +170,67 @@ impl Actor for Dispatcher {
 impl Handler<Dispatch> for Dispatcher {
     type Result = ();
 
-    #[tracing::instrument(skip_all, fields(job_id = %msg.job.id, user = %msg.job.user_id, cluster = %msg.cluster))]
+    #[tracing::instrument(skip_all, fields(job_id = %msg.job.job_id, user = %msg.user, cluster = %msg.cluster))]
     fn handle(&mut self, msg: Dispatch, ctx: &mut Context<Self>) {
-        let job_id = msg.job.id;
-        self.in_flight.insert(job_id);
         let client = self.clients.get(&msg.cluster).cloned();
-        let fut = dispatch_one(self.db.clone(), client, self.budget, msg);
-        ctx.spawn(fut.into_actor(self).map(move |res, act, ctx| {
-            act.in_flight.remove(&job_id);
-            let stop = act.stop_after_submit.remove(&job_id);
+        let db = self.db.clone();
+        let budget = self.budget;
+        let fut = async move {
+            let res = dispatch_one(db, client, budget, &msg).await;
+            (msg, res)
+        };
+        ctx.spawn(fut.into_actor(self).map(|(msg, res), act, ctx| {
+            let ended = |requeue| DispatchEnded {
+                user: msg.user.clone(),
+                job_id: msg.job.job_id,
+                requeue,
+            };
             match res {
-                Ok(Landed::Submitted(job)) => {
-                    act.monitor.do_send(Track { job: job.clone() });
-                    if stop {
-                        ctx.notify(StopJob {
-                            job_id,
-                            reason: "cancelled by request".into(),
+                Ok(Landed::Submitted(job, stop)) => {
+                    act.monitor.track.do_send(Track { job: job.clone() });
+                    if let Some(RayCall::Stop { submission_id }) = stop {
+                        ctx.notify(StopInRay {
+                            job_id: job.id,
+                            cluster: msg.cluster.clone(),
+                            submission_id,
                         });
                     }
                 }
-                Ok(Landed::Requeued(job, cluster)) => {
-                    act.monitor.do_send(ClusterUnreachable { cluster });
-                    if stop {
-                        // Cancelled while its dispatch was failing: it ends here instead.
-                        let db = act.db.clone();
-                        let arbiter = act.arbiter.clone();
-                        ctx.spawn(
-                            async move {
-                                let stopped = store::transition(
-                                    &db,
-                                    job_id,
-                                    &[JobStatus::Queued],
-                                    JobStatus::Stopped,
-                                    Some("cancelled while dispatching".into()),
-                                    TransitionFields {
-                                        message: Some("cancelled by request".into()),
-                                        ..Default::default()
-                                    },
-                                )
-                                .await;
-                                let requeue = match stopped {
-                                    Ok(Some(_)) => None,
-                                    _ => Some(job),
-                                };
-                                arbiter.do_send(DispatchFailed { job_id, requeue });
-                            }
-                            .into_actor(act),
-                        );
-                    } else {
-                        act.arbiter.do_send(DispatchFailed {
-                            job_id,
-                            requeue: Some(job),
+                Ok(Landed::Requeued(job)) => {
+                    let held = job.retiring_attempt.is_some();
+                    if !held {
+                        act.monitor.unreachable.do_send(ClusterUnreachable {
+                            cluster: msg.cluster.clone(),
                         });
                     }
+                    act.arbiter
+                        .dispatch_ended
+                        .do_send(ended(Some(super::user_queue::summary(&job))));
                 }
-                Ok(Landed::Ended) => act.arbiter.do_send(DispatchFailed {
-                    job_id,
-                    requeue: None,
-                }),
+                Ok(Landed::Ended) => act.arbiter.dispatch_ended.do_send(ended(None)),
                 Err(e) => {
                     // The database failed mid-dispatch. The job row says where it is; the
                     // reservation stays until recovery or the monitor settles it.
                     metrics::db_error();
-                    tracing::error!(job_id = %job_id, error = %e, "database error during dispatch");
+                    tracing::error!(job_id = %msg.job.job_id, error = %e, "database error during dispatch");
                 }
             }
         }));
     }
 }
 
-impl Handler<StopJob> for Dispatcher {
+impl Handler<StopInRay> for Dispatcher {
     type Result = ();
 
-    #[tracing::instrument(skip_all, fields(job_id = %msg.job_id))]
-    fn handle(&mut self, msg: StopJob, ctx: &mut Context<Self>) {
-        if self.in_flight.contains(&msg.job_id) {
-            self.stop_after_submit.insert(msg.job_id);
+    #[tracing::instrument(skip_all, fields(job_id = %msg.job_id, cluster = %msg.cluster))]
+    fn handle(&mut self, msg: StopInRay, ctx: &mut Context<Self>) {
+        let Some(client) = self.clients.get(&msg.cluster).cloned() else {
             return;
-        }
-        self.monitor.do_send(StopRequested {
-            job_id: msg.job_id,
-            reason: msg.reason.clone(),
-        });
-        let db = self.db.clone();
-        let clients = self.clients.clone();
+        };
         ctx.spawn(
             async move {
-                let job = match store::get_job(&db, msg.job_id).await {
-                    Ok(Some(j)) => j,
-                    Ok(None) => return,
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot read job to stop");
-                        return;
-                    }
-                };
-                let Some(client) = job.cluster.as_ref().and_then(|c| clients.get(c)) else {
-                    return;
-                };
-                match client.stop_job(&job.id.to_string()).await {
-                    Ok(stopped) => tracing::info!(stopped, reason = %msg.reason, "stop sent to Ray"),
+                match client.stop_job(&msg.submission_id).await {
+                    Ok(stopped) => tracing::info!(stopped, submission_id = %msg.submission_id, "stop sent to Ray"),
                     Err(e) => tracing::warn!(error = %e, "stop request to Ray failed; the monitor retries"),
                 }
             }

@@ -1,21 +1,27 @@
-//! Messages that several actors exchange (DESIGN §1). Each has named fields; the
-//! sender and receiver are named in its doc.
+//! Messages that the actors exchange (DESIGN §1), and the handles through which they
+//! reach each other. Each message has named fields; its sender and receiver are named in
+//! its doc. No actor names another's type: each holds the [`Recipient`]s it sends to,
+//! built once at start-up in [`super::Scheduler::start`].
 
-use actix::Message;
+use actix::{Message, Recipient};
 use entity::{job, user, JobStatus};
 
 use crate::policy::{JobId, QueuedJob, Resources};
 
-/// API, recovery or a failed dispatch → arbiter → the user's `UserQueue`: a job is
-/// (again) QUEUED. The job row is already committed as QUEUED.
+/// API, recovery, a failed dispatch or the monitor → arbiter → the user's `UserQueue`:
+/// a job is (again) QUEUED; the database says so already. `held`: an earlier Ray attempt
+/// of it is not yet confirmed stopped, so it keeps its place but is not offered to the
+/// policy until [`Release`].
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct Enqueue {
-    pub job: job::Model,
+    pub user: String,
+    pub job: QueuedJob,
+    pub held: bool,
 }
 
-/// API → arbiter → `UserQueue`: a QUEUED job was cancelled (already STOPPED in the
-/// database); drop it from the queue.
+/// API or monitor → arbiter → `UserQueue`: a QUEUED job ended (cancelled, or an earlier
+/// attempt finished its work); drop it from the queue.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct RemoveQueued {
@@ -23,15 +29,22 @@ pub struct RemoveQueued {
     pub job_id: JobId,
 }
 
-/// `UserQueue` → arbiter: the user's queue head changed. `window` is the first
-/// `scheduler.queue_window` jobs in queue order (empty when the queue is empty);
-/// `queued` is the whole queue's length.
+/// Monitor → arbiter → `UserQueue`: Ray confirmed that a held job's earlier attempt
+/// ended; the job may be granted again.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct Release {
+    pub user: String,
+    pub job_id: JobId,
+}
+
+/// `UserQueue` → arbiter: the first `scheduler.queue_window` grantable jobs of the
+/// user's queue, in queue order (empty when none), whenever they change.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct Demand {
     pub user: String,
     pub window: Vec<QueuedJob>,
-    pub queued: usize,
 }
 
 /// Arbiter → `UserQueue`: the policy granted `job_id` on `cluster`. The queue pops it
@@ -54,35 +67,50 @@ pub struct GrantDeclined {
     pub job_id: JobId,
 }
 
-/// `UserQueue` → dispatcher: submit this job to `cluster`.
+/// `UserQueue` → dispatcher: submit this job to `cluster`. The dispatcher reads the
+/// rest of the job (entrypoint, runtime_env, metadata) from the database.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct Dispatch {
-    pub job: job::Model,
+    pub user: String,
+    pub job: QueuedJob,
     pub cluster: String,
     /// Seconds since the Unix epoch of the grant (dispatch latency starts here).
     pub granted_at: f64,
 }
 
-/// Dispatcher → arbiter: the job did not reach Ray. With `requeue` it is QUEUED again
-/// (the database says so already) and goes back to its place; otherwise it ended
-/// (FAILED or STOPPED). Either way the grant's reservation is released.
+/// Dispatcher → arbiter: the dispatch did not leave an outstanding job: the grant's
+/// reservation is released. With `requeue` the job is QUEUED again (the database says
+/// so) and goes back to its place; otherwise it ended or someone else moved it.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
-pub struct DispatchFailed {
+pub struct DispatchEnded {
+    pub user: String,
     pub job_id: JobId,
-    pub requeue: Option<job::Model>,
+    pub requeue: Option<QueuedJob>,
 }
 
-/// Dispatcher or recovery → monitor: follow this outstanding job on its cluster.
+/// Dispatcher, recovery or API → monitor: follow this outstanding job (its current
+/// attempt) on its cluster; sent again whenever the row changed (e.g. a stop asked).
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct Track {
     pub job: job::Model,
 }
 
-/// Dispatcher → monitor: the cluster failed the retry budget; mark it unhealthy until
-/// it answers a poll again.
+/// Monitor (pending timeout) or recovery → monitor: follow an earlier attempt of a
+/// QUEUED job until Ray confirms it ended.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct TrackRetiring {
+    pub job_id: JobId,
+    pub user: String,
+    pub cluster: String,
+    pub attempt: u32,
+}
+
+/// Dispatcher → monitor: a dispatch to `cluster` failed with the cluster not ready;
+/// mark it unhealthy and back off before it is used again.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct ClusterUnreachable {
@@ -90,7 +118,9 @@ pub struct ClusterUnreachable {
 }
 
 /// Monitor → arbiter: a cluster's health and capacity as last polled (cores, GPUs,
-/// bytes). `used` is Ray's report, which lags by seconds.
+/// bytes). `used` is Ray's report, which lags by seconds; `reported` lists this
+/// service's jobs that the report already includes (seen RUNNING for longer than
+/// `monitor.usage_report_lag`).
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct CapacityChanged {
@@ -98,6 +128,7 @@ pub struct CapacityChanged {
     pub healthy: bool,
     pub total: Resources,
     pub used: Resources,
+    pub reported: Vec<JobId>,
 }
 
 /// Monitor → arbiter: an outstanding job ended (the terminal status is committed).
@@ -109,12 +140,14 @@ pub struct JobFinished {
     pub status: JobStatus,
 }
 
-/// Monitor → arbiter: a recovered DISPATCHING job turned out never to have reached
-/// Ray; it is QUEUED again in the database.
+/// Monitor → arbiter: an outstanding job is QUEUED again (pending timeout, or a
+/// recovered DISPATCHING job Ray never got); release its reservation and queue it.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct Requeued {
-    pub job: job::Model,
+    pub user: String,
+    pub job: QueuedJob,
+    pub held: bool,
 }
 
 /// API → arbiter: a user's settings changed (weight, limits, pause). Answered once the
@@ -125,20 +158,52 @@ pub struct UserSettings {
     pub user: user::Model,
 }
 
-/// API → dispatcher: stop an outstanding job (cancel). `reason` becomes the job's
-/// message when Ray confirms STOPPED.
+/// Monitor or API → dispatcher: ask Ray to stop one attempt of a job (the lifecycle
+/// decided it). Stopping is the dispatcher's; the monitor follows the outcome.
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
-pub struct StopJob {
+pub struct StopInRay {
     pub job_id: JobId,
-    pub reason: String,
+    pub cluster: String,
+    pub submission_id: String,
 }
 
-/// Dispatcher → monitor: a stop was requested for this job; use `reason` as its
-/// message when Ray reports STOPPED.
-#[derive(Message, Clone, Debug)]
-#[rtype(result = "()")]
-pub struct StopRequested {
-    pub job_id: JobId,
-    pub reason: String,
+/// How the arbiter is reached by the queues, the dispatcher and the monitor.
+#[derive(Clone)]
+pub struct ArbiterHandle {
+    pub demand: Recipient<Demand>,
+    pub grant_declined: Recipient<GrantDeclined>,
+    pub dispatch_ended: Recipient<DispatchEnded>,
+    pub capacity: Recipient<CapacityChanged>,
+    pub finished: Recipient<JobFinished>,
+    pub requeued: Recipient<Requeued>,
+    pub release: Recipient<Release>,
+    pub remove_queued: Recipient<RemoveQueued>,
 }
+
+/// How the dispatcher is reached by the queues and the monitor.
+#[derive(Clone)]
+pub struct DispatcherHandle {
+    pub dispatch: Recipient<Dispatch>,
+    pub stop: Recipient<StopInRay>,
+}
+
+/// How the monitor is reached by the dispatcher.
+#[derive(Clone)]
+pub struct MonitorHandle {
+    pub track: Recipient<Track>,
+    pub track_retiring: Recipient<TrackRetiring>,
+    pub unreachable: Recipient<ClusterUnreachable>,
+}
+
+/// How the arbiter reaches one user's queue.
+#[derive(Clone)]
+pub struct QueueHandle {
+    pub enqueue: Recipient<Enqueue>,
+    pub grant: Recipient<Grant>,
+    pub remove: Recipient<RemoveQueued>,
+    pub release: Recipient<Release>,
+}
+
+/// Starts a `UserQueue` for a user (the arbiter calls it on a user's first job).
+pub type QueueFactory = Box<dyn Fn(String, ArbiterHandle) -> QueueHandle>;

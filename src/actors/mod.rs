@@ -4,52 +4,84 @@
 //! API ──Enqueue──▶ FairShareArbiter ──▶ UserQueue (one per user)
 //!                    ▲   │ Grant            │ Demand ▲ / Dispatch ▼
 //!                    │   └──────────────────┘        Dispatcher ──▶ Ray
-//!   CapacityChanged, │                                   │ Track
-//!   JobFinished      └──────── RayCapacityMonitor ◀──────┘
+//!   CapacityChanged, │                          StopInRay ▲  │ Track
+//!   JobFinished      └──────── RayCapacityMonitor ────────┴──┘
 //! ```
-//! Addresses are created once here and passed in. Recovery runs in [`Scheduler::start`]
-//! before the service reports ready.
+//! The actors are carriers: they turn what they see into lifecycle events
+//! ([`crate::lifecycle`]), let [`crate::store::apply`] write the decided step, and send
+//! the next message. They reach each other through the handles of
+//! [`messages`] (`Recipient`s), built once here; no actor file names another's type.
+//! Recovery runs in [`Scheduler::start`] before the service reports ready.
 
-pub mod arbiter;
-pub mod dispatcher;
+mod arbiter;
+mod dispatcher;
 pub mod messages;
-pub mod monitor;
-pub mod user_queue;
+mod monitor;
+mod user_queue;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use actix::{Actor, Addr, AsyncContext, Context};
+use actix::{Addr, AsyncContext, Context};
 use entity::{job, user, JobStatus};
 use uuid::Uuid;
 
-pub use arbiter::{FairShareArbiter, SchedulerView};
-pub use dispatcher::Dispatcher;
-pub use monitor::RayCapacityMonitor;
-pub use user_queue::UserQueue;
+use arbiter::FairShareArbiter;
+use dispatcher::Dispatcher;
+use messages::{
+    ArbiterHandle, DispatcherHandle, Enqueue, MonitorHandle, QueueFactory, RemoveQueued, StopInRay,
+    Track, TrackRetiring, UserSettings,
+};
+use monitor::RayCapacityMonitor;
+pub use user_queue::summary;
+use user_queue::UserQueue;
 
-use crate::api::users::LiveUser;
-use crate::api::ApiError;
 use crate::config::Settings;
-use crate::ray::RayClient;
-use crate::store::{self, Db, TransitionFields};
-use messages::{Enqueue, RemoveQueued, StopJob, Track, UserSettings};
+use crate::lifecycle::{Event, RayCall};
+use crate::ray::{RayClient, RayError};
+use crate::store::{self, Applied, Db};
+use crate::views::{LiveUser, SchedulerView};
+
+/// Seconds since the Unix epoch, the policy's clock.
+pub fn unix_now() -> f64 {
+    chrono::Utc::now().timestamp_micros() as f64 / 1e6
+}
+
+/// The actors stopped answering (the process is shutting down).
+#[derive(Debug, thiserror::Error)]
+#[error("the scheduler is not answering: {0}")]
+pub struct SchedulerUnavailable(String);
+
+/// What a cancel did ([`Scheduler::cancel`]).
+#[derive(Debug)]
+pub enum Cancelled {
+    /// The job was QUEUED and is STOPPED now.
+    Stopped(job::Model),
+    /// The job is outstanding: a stop is asked of Ray; STOPPED when Ray confirms.
+    StopRequested(job::Model),
+    /// The job had already ended.
+    AlreadyFinished(job::Model),
+    /// No such job.
+    NotFound,
+}
 
 /// Handle to the running actors. Cheap to clone.
 #[derive(Clone)]
 pub struct Scheduler {
     arbiter: Addr<FairShareArbiter>,
-    dispatcher: Addr<Dispatcher>,
+    dispatcher: DispatcherHandle,
     monitor: Addr<RayCapacityMonitor>,
     clients: Arc<BTreeMap<String, RayClient>>,
 }
 
 impl Scheduler {
     /// Starts the actors and recovers from the database (DESIGN §5 "Recovery"):
-    /// QUEUED jobs rebuild the queues in order; DISPATCHING jobs are looked up in Ray
-    /// by id (found → its status, 404 → QUEUED, cluster down → followed until it
-    /// answers); PENDING and RUNNING count as allocated and are followed. No job is
-    /// submitted twice: only QUEUED jobs are ever dispatched.
+    /// QUEUED jobs rebuild the queues in order (a job with a retiring attempt is held
+    /// until Ray confirms that attempt ended); DISPATCHING, PENDING and RUNNING jobs
+    /// count as allocated and the monitor follows them — its first poll settles a
+    /// DISPATCHING job (found in Ray → its status, unknown → QUEUED). A job whose
+    /// cluster is no longer configured ends FAILED (or, DISPATCHING, goes back to the
+    /// queue). No job is submitted twice: only QUEUED jobs are ever dispatched.
     ///
     /// Errors: a bad cluster address, or the database failing during recovery.
     pub async fn start(db: Db, settings: Arc<Settings>) -> anyhow::Result<Scheduler> {
@@ -61,33 +93,62 @@ impl Scheduler {
         }
         let clients = Arc::new(clients);
 
-        // The arbiter's address exists before it runs, so the actors can name each other.
+        // Addresses exist before the actors run, so each can be handed the others'.
         let arbiter_ctx: Context<FairShareArbiter> = Context::new();
-        let arbiter = arbiter_ctx.address();
-        let monitor = RayCapacityMonitor::new(
+        let monitor_ctx: Context<RayCapacityMonitor> = Context::new();
+        let dispatcher_ctx: Context<Dispatcher> = Context::new();
+        let (arbiter, monitor, dispatcher) = (
+            arbiter_ctx.address(),
+            monitor_ctx.address(),
+            dispatcher_ctx.address(),
+        );
+        let arbiter_handle = ArbiterHandle {
+            demand: arbiter.clone().recipient(),
+            grant_declined: arbiter.clone().recipient(),
+            dispatch_ended: arbiter.clone().recipient(),
+            capacity: arbiter.clone().recipient(),
+            finished: arbiter.clone().recipient(),
+            requeued: arbiter.clone().recipient(),
+            release: arbiter.clone().recipient(),
+            remove_queued: arbiter.clone().recipient(),
+        };
+        let dispatcher_handle = DispatcherHandle {
+            dispatch: dispatcher.clone().recipient(),
+            stop: dispatcher.clone().recipient(),
+        };
+        let monitor_handle = MonitorHandle {
+            track: monitor.clone().recipient(),
+            track_retiring: monitor.clone().recipient(),
+            unreachable: monitor.clone().recipient(),
+        };
+        let _ = monitor_ctx.run(RayCapacityMonitor::new(
             settings.clone(),
             db.clone(),
             clients.clone(),
-            arbiter.clone(),
-        )
-        .start();
-        let dispatcher = Dispatcher::new(
+            arbiter_handle.clone(),
+            dispatcher_handle.clone(),
+        ));
+        let _ = dispatcher_ctx.run(Dispatcher::new(
             &settings,
             db.clone(),
             clients.clone(),
-            arbiter.clone(),
-            monitor.clone(),
-        )
-        .start();
+            arbiter_handle,
+            monitor_handle,
+        ));
+        let window = settings.scheduler.queue_window;
+        let queues_dispatcher = dispatcher_handle.clone();
+        let spawn_queue: QueueFactory = Box::new(move |user, arbiter| {
+            UserQueue::spawn(user, window, arbiter, queues_dispatcher.clone())
+        });
         let _ = arbiter_ctx.run(FairShareArbiter::new(
             settings.clone(),
             db.clone(),
-            dispatcher.clone(),
+            spawn_queue,
         ));
 
         let scheduler = Scheduler {
             arbiter,
-            dispatcher,
+            dispatcher: dispatcher_handle,
             monitor,
             clients,
         };
@@ -98,58 +159,31 @@ impl Scheduler {
     async fn recover(&self, db: &Db) -> anyhow::Result<()> {
         let users = store::list_users(db).await?;
         let mut outstanding = Vec::new();
-        for j in store::jobs_with_status(db, &[JobStatus::Dispatching]).await? {
-            match self.lookup_dispatching(db, &j).await? {
-                Some(j) if j.status == JobStatus::Queued => {
-                    self.arbiter.do_send(Enqueue { job: j });
-                }
-                Some(j) if j.status.is_outstanding() => {
-                    self.monitor.do_send(Track { job: j.clone() });
-                    outstanding.push(j);
-                }
-                Some(_) => {}
-                None => {
-                    // Cluster unreachable: keep it allocated and let the monitor settle it.
-                    self.monitor.do_send(Track { job: j.clone() });
-                    outstanding.push(j);
-                }
-            }
-        }
-        for j in store::jobs_with_status(db, &[JobStatus::Pending, JobStatus::Running]).await? {
+        let statuses = [
+            JobStatus::Dispatching,
+            JobStatus::Pending,
+            JobStatus::Running,
+        ];
+        for j in store::jobs_with_status(db, &statuses).await? {
             let cluster = j.cluster.clone().unwrap_or_default();
-            if !self.clients.contains_key(&cluster) {
-                // Nobody can follow it: say so rather than keep it RUNNING forever.
-                tracing::warn!(job_id = %j.id, cluster = %cluster, "recovery: the job's cluster is no longer configured");
-                let message = format!(
-                    "cluster {cluster:?} is no longer in the configuration; the job's outcome is unknown"
-                );
-                let failed = store::transition(
-                    db,
-                    j.id,
-                    &[JobStatus::Pending, JobStatus::Running],
-                    JobStatus::Failed,
-                    Some("recovery: cluster not configured".into()),
-                    TransitionFields {
-                        message: Some(message),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-                if failed.is_some() {
-                    crate::metrics::get()
-                        .jobs_finished
-                        .with_label_values(&["FAILED"])
-                        .inc();
-                }
+            if self.clients.contains_key(&cluster) {
+                self.monitor.do_send(Track { job: j.clone() });
+                outstanding.push(j);
                 continue;
             }
-            self.monitor.do_send(Track { job: j.clone() });
-            outstanding.push(j);
+            tracing::warn!(job_id = %j.id, cluster = %cluster, "recovery: the job's cluster is no longer configured");
+            if let Applied::Changed { job, .. } =
+                store::apply(db, j.id, &Event::ClusterRemoved { cluster }).await?
+            {
+                if job.status == JobStatus::Queued {
+                    self.enqueue(&job);
+                }
+            }
         }
         let queued = store::jobs_with_status(db, &[JobStatus::Queued]).await?;
         let n_queued = queued.len();
-        for j in queued {
-            self.arbiter.do_send(Enqueue { job: j });
+        for j in &queued {
+            self.enqueue(j);
         }
         tracing::info!(
             queued = n_queued,
@@ -164,95 +198,91 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Settles one DISPATCHING job found at start. `None` when its cluster does not
-    /// answer (it stays DISPATCHING).
-    async fn lookup_dispatching(
-        &self,
-        db: &Db,
-        j: &job::Model,
-    ) -> anyhow::Result<Option<job::Model>> {
-        let Some(client) = j.cluster.as_ref().and_then(|c| self.clients.get(c)) else {
-            let back = store::transition(
-                db,
-                j.id,
-                &[JobStatus::Dispatching],
-                JobStatus::Queued,
-                Some("recovery: no such cluster configured; back to the queue".into()),
-                TransitionFields::default(),
-            )
-            .await?;
-            return Ok(back);
-        };
-        match client.get_job(&j.id.to_string()).await {
-            Ok(None) => Ok(store::transition(
-                db,
-                j.id,
-                &[JobStatus::Dispatching],
-                JobStatus::Queued,
-                Some("recovery: Ray does not have it; back to the queue".into()),
-                TransitionFields::default(),
-            )
-            .await?),
-            Ok(Some(ray)) => {
-                // Ray has it: it was submitted. PENDING now; the monitor's first poll
-                // brings it to Ray's actual status.
-                let detail = format!("recovery: found in Ray as {}", ray.status.as_str());
-                Ok(store::transition(
-                    db,
-                    j.id,
-                    &[JobStatus::Dispatching],
-                    JobStatus::Pending,
-                    Some(detail),
-                    TransitionFields::default(),
-                )
-                .await?)
-            }
-            Err(e) => {
-                tracing::warn!(job_id = %j.id, error = %e, "recovery: cluster does not answer; job stays DISPATCHING");
-                Ok(None)
-            }
+    /// Queues a QUEUED job row; a retiring attempt makes it held and followed.
+    fn enqueue(&self, j: &job::Model) {
+        let held = j.retiring_attempt.is_some();
+        if let (Some(attempt), Some(cluster)) = (j.retiring_attempt, &j.cluster) {
+            // While an attempt retires, `cluster` names where it is.
+            self.monitor.do_send(TrackRetiring {
+                job_id: j.id,
+                user: j.user_id.clone(),
+                cluster: cluster.clone(),
+                attempt: attempt.max(1) as u32,
+            });
         }
-    }
-
-    /// Refuses a job no healthy cluster could ever hold, when capacity is known
-    /// (DESIGN §2). Errors: 422 naming `resources`, with the largest cluster's size.
-    pub async fn check_fits(&self, cpu: f64, gpu: f64, memory_bytes: i64) -> Result<(), ApiError> {
-        let resources = crate::policy::Resources {
-            cpu,
-            gpu,
-            memory_bytes: memory_bytes.max(0) as f64,
-        };
-        match self.arbiter.send(arbiter::FitsSomeCluster { resources }).await {
-            Ok(Some(false)) => Err(ApiError::invalid(
-                "resources",
-                format!(
-                    "no healthy cluster is large enough for cpu={cpu}, gpu={gpu}, memory_bytes={memory_bytes}; \
-                     see GET /v1/scheduler for cluster capacity"
-                ),
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// A new QUEUED job (already committed).
-    pub fn job_submitted(&self, j: &job::Model) {
-        self.arbiter.do_send(Enqueue { job: j.clone() });
-    }
-
-    /// A QUEUED job was cancelled (already STOPPED in the database).
-    pub fn queued_job_cancelled(&self, j: &job::Model) {
-        self.arbiter.do_send(RemoveQueued {
+        self.arbiter.do_send(Enqueue {
             user: j.user_id.clone(),
-            job_id: j.id,
+            job: summary(j),
+            held,
         });
     }
 
-    /// Asks Ray to stop an outstanding job; it becomes STOPPED when Ray confirms.
-    pub fn stop_outstanding(&self, j: &job::Model) {
-        self.dispatcher.do_send(StopJob {
-            job_id: j.id,
-            reason: "cancelled by request".into(),
-        });
+    /// Whether some healthy cluster could ever hold a job of this size: `None` while
+    /// no healthy cluster has reported its capacity (then nothing is refused).
+    pub async fn fits_some_cluster(&self, resources: crate::policy::Resources) -> Option<bool> {
+        self.arbiter
+            .send(arbiter::FitsSomeCluster { resources })
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// A new QUEUED job (already committed). Returns once the arbiter counts it, so
+    /// every view of the queue depth includes it when the submit is answered.
+    pub async fn job_submitted(&self, j: &job::Model) {
+        let msg = Enqueue {
+            user: j.user_id.clone(),
+            job: summary(j),
+            held: false,
+        };
+        if let Err(e) = self.arbiter.send(msg).await {
+            tracing::error!(error = %e, "arbiter unavailable");
+        }
+    }
+
+    /// Cancels a job (DESIGN §3): the lifecycle decides, `store::apply` writes, and
+    /// this carries out the rest — a QUEUED job leaves its queue; an outstanding one
+    /// gets a stop sent to Ray and the monitor follows it to STOPPED.
+    ///
+    /// Errors: the database's.
+    pub async fn cancel(
+        db: &Db,
+        scheduler: Option<&Scheduler>,
+        id: Uuid,
+    ) -> Result<Cancelled, sea_orm::DbErr> {
+        Ok(match store::apply(db, id, &Event::CancelRequested).await? {
+            Applied::NotFound => Cancelled::NotFound,
+            Applied::Refused(job, _) => Cancelled::AlreadyFinished(job),
+            Applied::Unchanged(job) => Cancelled::StopRequested(job),
+            Applied::Changed { job, step } => {
+                if let Some(s) = scheduler {
+                    s.after_cancel(&job, step.ray);
+                }
+                if job.status == JobStatus::Stopped {
+                    Cancelled::Stopped(job)
+                } else {
+                    Cancelled::StopRequested(job)
+                }
+            }
+        })
+    }
+
+    fn after_cancel(&self, job: &job::Model, ray: Option<RayCall>) {
+        if job.status == JobStatus::Stopped {
+            self.arbiter.do_send(RemoveQueued {
+                user: job.user_id.clone(),
+                job_id: job.id,
+            });
+        } else {
+            self.monitor.do_send(Track { job: job.clone() });
+        }
+        if let (Some(RayCall::Stop { submission_id }), Some(cluster)) = (ray, &job.cluster) {
+            self.dispatcher.stop.do_send(StopInRay {
+                job_id: job.id,
+                cluster: cluster.clone(),
+                submission_id,
+            });
+        }
     }
 
     /// A user's settings changed; returns once the arbiter holds them.
@@ -271,7 +301,7 @@ impl Scheduler {
             .flatten()
     }
 
-    /// One user's live fair-share state.
+    /// One user's live fair-share state (`None` for a user the arbiter does not know).
     pub async fn user_state(&self, user: &str) -> Option<LiveUser> {
         self.arbiter
             .send(arbiter::GetUserState {
@@ -283,11 +313,11 @@ impl Scheduler {
     }
 
     /// The scheduler view for `GET /v1/scheduler`.
-    pub async fn view(&self) -> Result<SchedulerView, ApiError> {
+    pub async fn view(&self) -> Result<SchedulerView, SchedulerUnavailable> {
         self.arbiter
             .send(arbiter::GetView)
             .await
-            .map_err(|e| ApiError::Unavailable(format!("scheduler unavailable: {e}")))
+            .map_err(|e| SchedulerUnavailable(e.to_string()))
     }
 
     /// Whether recovery is done.
@@ -305,15 +335,15 @@ impl Scheduler {
         self.monitor.do_send(monitor::PollNow);
     }
 
-    /// A job's logs from its cluster. Errors: 503 when the cluster does not answer.
-    pub async fn logs(&self, cluster: &str, id: Uuid) -> Result<String, ApiError> {
-        let Some(client) = self.clients.get(cluster) else {
-            return Ok(String::new());
+    /// The logs of a job's current attempt from its cluster: `Ok(None)` when the
+    /// cluster is not configured or Ray does not know the attempt. Errors: the
+    /// cluster does not answer.
+    pub async fn logs(&self, j: &job::Model) -> Result<Option<String>, RayError> {
+        let Some(client) = j.cluster.as_ref().and_then(|c| self.clients.get(c)) else {
+            return Ok(None);
         };
-        match client.job_logs(&id.to_string()).await {
-            Ok(logs) => Ok(logs.unwrap_or_default()),
-            Err(e) => Err(ApiError::Unavailable(format!("cluster {cluster}: {e}"))),
-        }
+        let sid = crate::lifecycle::submission_id(j.id, j.attempt.max(1) as u32);
+        client.job_logs(&sid).await
     }
 
     /// Saves decayed usage before the process exits.

@@ -2,41 +2,50 @@
 //! `GET /api/jobs/` and one `GET /api/cluster_status` each — because Ray has no
 //! completion callback.
 //!
-//! It follows every job this service submitted: status changes are written to the
-//! database (with their `job_events` row) before they are announced to the arbiter; a
-//! job missing from a cluster that answers for longer than `monitor.lost_job_grace` is
-//! FAILED as lost; a cluster that does not answer loses nothing. A running job past its
-//! `max_runtime` is stopped. A recovered DISPATCHING job that the cluster does not
-//! know goes back to QUEUED. Clusters are unhealthy after `monitor.failure_threshold`
-//! failed polls in a row and healthy again when they answer.
+//! It follows every outstanding job this service submitted (and every retiring attempt
+//! of a job queued again): [`crate::lifecycle::observe_current`] turns Ray's answer
+//! into an event, `store::apply` writes the lifecycle's step before anything is
+//! announced, and stops the step asks for go to the dispatcher. A stop that Ray has not
+//! carried out is asked again every [`STOP_RETRY`]. Clusters are unhealthy after
+//! `monitor.failure_threshold` failed polls in a row, or for a growing hold after a
+//! dispatch found them not ready, and healthy again when they answer; an unreachable
+//! cluster is logged at `warn` at once and then at most every
+//! `monitor.unreachable_warn_every`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, WrapFuture};
-use chrono::{DateTime, Utc};
+use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use entity::{job, JobStatus};
 use futures_util::future::join_all;
 
-use super::arbiter::FairShareArbiter;
 use super::messages::{
-    CapacityChanged, ClusterUnreachable, JobFinished, Requeued, StopRequested, Track,
+    ArbiterHandle, CapacityChanged, ClusterUnreachable, DispatcherHandle, JobFinished, Release,
+    RemoveQueued, Requeued, StopInRay, Track, TrackRetiring,
 };
+use super::user_queue::summary;
 use crate::config::Settings;
+use crate::lifecycle::{self, Limits, RayCall};
 use crate::metrics;
 use crate::policy::{JobId, Resources};
-use crate::ray::{ClusterUsage, RayClient, RayError, RayJob, RayJobStatus};
-use crate::store::{self, Db, TransitionFields};
+use crate::ray::{error_chain, ClusterUsage, RayClient, RayError, RayJob, RayJobStatus};
+use crate::store::{self, Applied, Db};
 
-/// How long to wait before sending a stop to Ray again for a job that has not stopped.
+/// How long to wait before asking Ray again to stop a job that has not stopped.
 const STOP_RETRY: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug)]
 struct Tracked {
     job: job::Model,
     missing_since: Option<Instant>,
-    stop_reason: Option<String>,
+    running_seen: Option<Instant>,
+    stop_sent_at: Option<Instant>,
+}
+
+#[derive(Clone, Debug)]
+struct Retiring {
+    msg: TrackRetiring,
     stop_sent_at: Option<Instant>,
 }
 
@@ -45,6 +54,10 @@ struct Health {
     healthy: bool,
     failures: u32,
     total: Resources,
+    /// Unhealthy at least until then (a dispatch found the cluster not ready).
+    hold_until: Option<Instant>,
+    hold: Duration,
+    last_warned: Option<Instant>,
 }
 
 /// Run one poll of every cluster now (tests and the interval both use it).
@@ -57,36 +70,32 @@ pub struct RayCapacityMonitor {
     settings: Arc<Settings>,
     db: Db,
     clients: Arc<BTreeMap<String, RayClient>>,
-    arbiter: Addr<FairShareArbiter>,
+    arbiter: ArbiterHandle,
+    dispatcher: DispatcherHandle,
     health: BTreeMap<String, Health>,
     tracked: HashMap<JobId, Tracked>,
-    stop_reasons: HashMap<JobId, String>,
+    retiring: HashMap<JobId, Retiring>,
     polling: bool,
 }
 
-/// What the poll decided for one tracked job.
+/// What the poll found for one followed job or attempt.
 enum Outcome {
-    /// Seen in Ray with no change to write.
-    Seen,
-    /// Missing from an answering cluster since this instant.
-    Missing(Instant),
-    /// Moved to a new non-terminal status (already written).
-    Moved(job::Model),
-    /// Ended (already written).
-    Finished(job::Model),
-    /// A recovered DISPATCHING job Ray never got: QUEUED again (already written).
-    Requeued(job::Model),
-    /// Written by someone else first; re-read state.
-    Gone,
-    /// A stop was sent to Ray now.
-    StopSent(String),
+    /// Listed by Ray, nothing to write; `running`: Ray shows it RUNNING.
+    Seen { running: bool, pending: bool },
+    /// Missing from an answering cluster, not for long enough yet.
+    Missing,
+    /// An event was applied (written, ignored or refused).
+    Applied(Box<Applied>),
+    /// A stop is still due (Ray has not carried it out): ask again.
+    StopDue(String),
 }
 
 struct ClusterPoll {
     name: String,
     usage: Result<ClusterUsage, RayError>,
-    jobs_ok: bool,
-    outcomes: Vec<(JobId, Outcome)>,
+    jobs: Result<(), RayError>,
+    current: Vec<(JobId, Outcome)>,
+    retiring: Vec<(JobId, Outcome)>,
 }
 
 fn to_resources(r: crate::ray::RayResources) -> Resources {
@@ -95,134 +104,6 @@ fn to_resources(r: crate::ray::RayResources) -> Resources {
         gpu: r.gpu,
         memory_bytes: r.memory_bytes,
     }
-}
-
-fn ms_to_time(ms: Option<i64>) -> Option<DateTime<Utc>> {
-    ms.and_then(DateTime::from_timestamp_millis)
-}
-
-fn map_status(s: &RayJobStatus) -> Option<JobStatus> {
-    Some(match s {
-        RayJobStatus::Pending => JobStatus::Pending,
-        RayJobStatus::Running => JobStatus::Running,
-        RayJobStatus::Succeeded => JobStatus::Succeeded,
-        RayJobStatus::Failed => JobStatus::Failed,
-        RayJobStatus::Stopped => JobStatus::Stopped,
-        RayJobStatus::Unknown(_) => return None,
-    })
-}
-
-/// Writes the change Ray reports for `t`, if any.
-async fn settle(
-    db: &Db,
-    client: &RayClient,
-    t: &Tracked,
-    ray: &RayJob,
-    max_runtime: Duration,
-) -> Result<Outcome, sea_orm::DbErr> {
-    let Some(to) = map_status(&ray.status) else {
-        return Ok(Outcome::Seen);
-    };
-    let from = t.job.status;
-    if to == from || (from == JobStatus::Running && to == JobStatus::Pending) {
-        // Unchanged: enforce max_runtime and retry an unanswered stop.
-        if to == JobStatus::Running {
-            let started = t.job.started_at.unwrap_or_else(store::now);
-            let ran = (Utc::now() - started).to_std().unwrap_or_default();
-            let overdue = ran > max_runtime;
-            let stop_due = t.stop_sent_at.is_none_or(|at| at.elapsed() > STOP_RETRY);
-            if (overdue || t.stop_reason.is_some()) && stop_due {
-                let reason = t.stop_reason.clone().unwrap_or_else(|| {
-                    format!(
-                        "stopped: ran longer than its max_runtime of {} s",
-                        max_runtime.as_secs()
-                    )
-                });
-                if let Err(e) = client.stop_job(&t.job.id.to_string()).await {
-                    tracing::warn!(job_id = %t.job.id, error = %e, "stop request failed");
-                }
-                return Ok(Outcome::StopSent(reason));
-            }
-        }
-        return Ok(Outcome::Seen);
-    }
-    let mut fields = TransitionFields::default();
-    if matches!(to, JobStatus::Running) || to.is_terminal() {
-        fields.started_at = t.job.started_at.or_else(|| ms_to_time(ray.start_time));
-    }
-    if to.is_terminal() {
-        fields.finished_at = ms_to_time(ray.end_time);
-    }
-    let ray_message = ray.message.clone().filter(|m| !m.is_empty());
-    fields.message = match to {
-        JobStatus::Failed => Some(match (&ray.error_type, &ray_message) {
-            (Some(kind), Some(m)) => format!("{kind}: {m}"),
-            (None, Some(m)) => m.clone(),
-            (Some(kind), None) => kind.clone(),
-            (None, None) => "Ray reported the job FAILED".into(),
-        }),
-        JobStatus::Stopped => t.stop_reason.clone().or(ray_message),
-        _ => ray_message,
-    };
-    let detail = format!("Ray reported {}", ray.status.as_str());
-    let from_set: &[JobStatus] = &[
-        JobStatus::Dispatching,
-        JobStatus::Pending,
-        JobStatus::Running,
-    ];
-    Ok(
-        match store::transition(db, t.job.id, from_set, to, Some(detail), fields).await? {
-            Some(j) if to.is_terminal() => Outcome::Finished(j),
-            Some(j) => Outcome::Moved(j),
-            None => Outcome::Gone,
-        },
-    )
-}
-
-/// Decides for a job that the answering cluster does not list.
-async fn missing(
-    db: &Db,
-    t: &Tracked,
-    cluster: &str,
-    grace: Duration,
-) -> Result<Outcome, sea_orm::DbErr> {
-    if t.job.status == JobStatus::Dispatching {
-        // Only recovered DISPATCHING jobs are tracked in that state: the process that
-        // sent the POST is gone and Ray does not have it, so it was never submitted.
-        let j = store::transition(
-            db,
-            t.job.id,
-            &[JobStatus::Dispatching],
-            JobStatus::Queued,
-            Some(format!(
-                "recovery: cluster {cluster} does not have it; back to the queue"
-            )),
-            TransitionFields::default(),
-        )
-        .await?;
-        return Ok(j.map(Outcome::Requeued).unwrap_or(Outcome::Gone));
-    }
-    let since = t.missing_since.unwrap_or_else(Instant::now);
-    if since.elapsed() < grace {
-        return Ok(Outcome::Missing(since));
-    }
-    let message = format!(
-        "Ray cluster {cluster} lost the job: missing from its job list for {} s (the cluster may have restarted)",
-        grace.as_secs()
-    );
-    let j = store::transition(
-        db,
-        t.job.id,
-        &[JobStatus::Pending, JobStatus::Running],
-        JobStatus::Failed,
-        Some("lost by the cluster".into()),
-        TransitionFields {
-            message: Some(message),
-            ..Default::default()
-        },
-    )
-    .await?;
-    Ok(j.map(Outcome::Finished).unwrap_or(Outcome::Gone))
 }
 
 fn count(cluster: &str, endpoint: &str, r: &Result<impl Sized, RayError>) {
@@ -236,51 +117,133 @@ fn count(cluster: &str, endpoint: &str, r: &Result<impl Sized, RayError>) {
         .inc();
 }
 
+fn stop_due(sent: Option<Instant>) -> bool {
+    sent.is_none_or(|at| at.elapsed() > STOP_RETRY)
+}
+
+/// What the poll decides for one tracked current attempt.
+async fn follow(
+    db: &Db,
+    client: &RayClient,
+    t: &Tracked,
+    cluster: &str,
+    listed: Option<&RayJob>,
+    limits: &Limits,
+) -> Result<Outcome, sea_orm::DbErr> {
+    // A DISPATCHING job is followed only after a restart, and missing from the list
+    // means "never submitted": ask for it by id before deciding so.
+    let looked_up;
+    let ray = match (listed, t.job.status) {
+        (None, JobStatus::Dispatching) => {
+            let sid = lifecycle::submission_id(t.job.id, t.job.attempt.max(1) as u32);
+            match client.get_job(&sid).await {
+                Ok(found) => {
+                    looked_up = found;
+                    looked_up.as_ref()
+                }
+                Err(e) => {
+                    tracing::debug!(job_id = %t.job.id, error = %e, "lookup failed; retried next poll");
+                    return Ok(Outcome::Missing);
+                }
+            }
+        }
+        _ => listed,
+    };
+    let missing_for = t.missing_since.map_or(0.0, |s| s.elapsed().as_secs_f64());
+    let event = lifecycle::observe_current(
+        &t.job,
+        cluster,
+        ray,
+        missing_for,
+        chrono::Utc::now(),
+        limits,
+    );
+    if let Some(event) = event {
+        return Ok(Outcome::Applied(Box::new(
+            store::apply(db, t.job.id, &event).await?,
+        )));
+    }
+    Ok(match ray {
+        None => Outcome::Missing,
+        Some(r)
+            if t.job.stop_reason.is_some()
+                && !r.status.is_terminal()
+                && stop_due(t.stop_sent_at) =>
+        {
+            Outcome::StopDue(lifecycle::submission_id(
+                t.job.id,
+                t.job.attempt.max(1) as u32,
+            ))
+        }
+        Some(r) => Outcome::Seen {
+            running: r.status == RayJobStatus::Running,
+            pending: r.status == RayJobStatus::Pending,
+        },
+    })
+}
+
 #[tracing::instrument(skip_all, fields(cluster = %name))]
 async fn poll_cluster(
     db: Db,
     name: String,
     client: RayClient,
-    jobs: Vec<Tracked>,
-    default_runtime: Duration,
-    grace: Duration,
+    jobs: Vec<(Tracked, Limits)>,
+    retiring: Vec<Retiring>,
 ) -> ClusterPoll {
     let (usage, list) = tokio::join!(client.cluster_usage(), client.list_jobs());
     count(&name, "cluster_status", &usage);
     count(&name, "list_jobs", &list);
-    let mut outcomes = Vec::new();
-    let jobs_ok = list.is_ok();
-    if let Ok(list) = list {
-        let by_id: HashMap<&str, &RayJob> = list
-            .iter()
-            .filter_map(|j| j.submission_id.as_deref().map(|id| (id, j)))
-            .collect();
-        for t in jobs {
-            let id = t.job.id.to_string();
-            let max_runtime = t
-                .job
-                .max_runtime_s
-                .map(|s| Duration::from_secs(s.max(0) as u64))
-                .unwrap_or(default_runtime);
-            let res = match by_id.get(id.as_str()) {
-                Some(ray) => settle(&db, &client, &t, ray, max_runtime).await,
-                None => missing(&db, &t, &name, grace).await,
-            };
-            match res {
-                Ok(o) => outcomes.push((t.job.id, o)),
-                Err(e) => {
-                    metrics::db_error();
-                    tracing::error!(job_id = %t.job.id, error = %e, "cannot record a status change; retried next poll");
-                }
+    let mut poll = ClusterPoll {
+        name,
+        usage,
+        jobs: Ok(()),
+        current: Vec::new(),
+        retiring: Vec::new(),
+    };
+    let list = match list {
+        Ok(list) => list,
+        Err(e) => {
+            poll.jobs = Err(e);
+            return poll;
+        }
+    };
+    let by_id: HashMap<&str, &RayJob> = list
+        .iter()
+        .filter_map(|j| j.submission_id.as_deref().map(|id| (id, j)))
+        .collect();
+    for (t, limits) in jobs {
+        let sid = lifecycle::submission_id(t.job.id, t.job.attempt.max(1) as u32);
+        let listed = by_id.get(sid.as_str()).copied();
+        match follow(&db, &client, &t, &poll.name, listed, &limits).await {
+            Ok(o) => poll.current.push((t.job.id, o)),
+            Err(e) => {
+                metrics::db_error();
+                tracing::error!(job_id = %t.job.id, error = %e, "cannot record a status change; retried next poll");
             }
         }
     }
-    ClusterPoll {
-        name,
-        usage,
-        jobs_ok,
-        outcomes,
+    for r in retiring {
+        let sid = lifecycle::submission_id(r.msg.job_id, r.msg.attempt);
+        let ray = by_id.get(sid.as_str()).copied();
+        let outcome = match lifecycle::observe_retiring(ray) {
+            Some(event) => store::apply(&db, r.msg.job_id, &event)
+                .await
+                .map(|a| Outcome::Applied(Box::new(a))),
+            None if stop_due(r.stop_sent_at) => Ok(Outcome::StopDue(sid)),
+            None => Ok(Outcome::Seen {
+                running: false,
+                pending: false,
+            }),
+        };
+        match outcome {
+            Ok(o) => poll.retiring.push((r.msg.job_id, o)),
+            Err(e) => {
+                metrics::db_error();
+                tracing::error!(job_id = %r.msg.job_id, error = %e, "cannot record a retired attempt; retried next poll");
+            }
+        }
     }
+    poll
 }
 
 impl RayCapacityMonitor {
@@ -289,7 +252,8 @@ impl RayCapacityMonitor {
         settings: Arc<Settings>,
         db: Db,
         clients: Arc<BTreeMap<String, RayClient>>,
-        arbiter: Addr<FairShareArbiter>,
+        arbiter: ArbiterHandle,
+        dispatcher: DispatcherHandle,
     ) -> Self {
         let health = clients
             .keys()
@@ -300,10 +264,23 @@ impl RayCapacityMonitor {
             db,
             clients,
             arbiter,
+            dispatcher,
             health,
             tracked: HashMap::new(),
-            stop_reasons: HashMap::new(),
+            retiring: HashMap::new(),
             polling: false,
+        }
+    }
+
+    fn limits(&self, j: &job::Model) -> Limits {
+        let s = &self.settings;
+        Limits {
+            pending_timeout_s: s.monitor.pending_timeout.as_secs_f64(),
+            max_runtime_s: j
+                .max_runtime_s
+                .map(|v| v.max(0) as f64)
+                .unwrap_or(s.scheduler.default_max_runtime.as_secs_f64()),
+            lost_job_grace_s: s.monitor.lost_job_grace.as_secs_f64(),
         }
     }
 
@@ -312,16 +289,20 @@ impl RayCapacityMonitor {
             return;
         }
         self.polling = true;
-        let default_runtime = self.settings.scheduler.default_max_runtime;
-        let grace = self.settings.monitor.lost_job_grace;
         let polls: Vec<_> = self
             .clients
             .iter()
             .map(|(name, client)| {
-                let jobs: Vec<Tracked> = self
+                let jobs = self
                     .tracked
                     .values()
                     .filter(|t| t.job.cluster.as_deref() == Some(name.as_str()))
+                    .map(|t| (t.clone(), self.limits(&t.job)))
+                    .collect();
+                let retiring = self
+                    .retiring
+                    .values()
+                    .filter(|r| &r.msg.cluster == name)
                     .cloned()
                     .collect();
                 poll_cluster(
@@ -329,8 +310,7 @@ impl RayCapacityMonitor {
                     name.clone(),
                     client.clone(),
                     jobs,
-                    default_runtime,
-                    grace,
+                    retiring,
                 )
             })
             .collect();
@@ -342,88 +322,209 @@ impl RayCapacityMonitor {
         }));
     }
 
-    fn apply(&mut self, r: ClusterPoll) {
+    fn stop(&mut self, job_id: JobId, cluster: &str, submission_id: String) {
+        self.dispatcher.stop.do_send(StopInRay {
+            job_id,
+            cluster: cluster.to_string(),
+            submission_id,
+        });
+    }
+
+    /// Health, logging and the capacity message for one cluster's poll.
+    fn apply_health(&mut self, r: &ClusterPoll) -> Option<Resources> {
         let threshold = self.settings.monitor.failure_threshold;
+        let warn_every = self.settings.monitor.unreachable_warn_every;
+        let address = self
+            .clients
+            .get(&r.name)
+            .map(|c| c.address().to_string())
+            .unwrap_or_default();
         let health = self.health.entry(r.name.clone()).or_default();
         let was_healthy = health.healthy;
-        let used = match (&r.usage, r.jobs_ok) {
-            (Ok(u), true) => {
+        let error = match (&r.usage, &r.jobs) {
+            (Ok(_), Ok(())) => None,
+            (Err(e), _) | (_, Err(e)) => Some(error_chain(e)),
+        };
+        let used = match (&r.usage, error) {
+            (Ok(u), None) => {
                 health.failures = 0;
-                health.healthy = true;
                 health.total = to_resources(u.total);
+                health.healthy = health.hold_until.is_none_or(|t| Instant::now() >= t);
+                if health.healthy {
+                    health.last_warned = None;
+                }
                 Some(to_resources(u.used))
             }
-            _ => {
+            (_, error) => {
                 health.failures = health.failures.saturating_add(1);
                 if health.failures >= threshold {
                     health.healthy = false;
                 }
-                if let Err(e) = &r.usage {
-                    tracing::debug!(cluster = %r.name, error = %e, failures = health.failures, "cluster poll failed");
+                if health.last_warned.is_none_or(|t| t.elapsed() >= warn_every) {
+                    health.last_warned = Some(Instant::now());
+                    tracing::warn!(cluster = %r.name, %address, failures = health.failures,
+                        error = error.as_deref().unwrap_or("unknown"),
+                        "Ray cluster unreachable; its jobs keep their status and nothing is dispatched to it until it answers");
                 }
                 None
             }
         };
-        if was_healthy != health.healthy {
-            tracing::warn!(cluster = %r.name, healthy = health.healthy, "cluster health changed");
+        if !was_healthy && health.healthy {
+            tracing::info!(cluster = %r.name, %address, "Ray cluster healthy");
+        } else if was_healthy && !health.healthy {
+            tracing::warn!(cluster = %r.name, %address, "Ray cluster unhealthy");
         }
-        if used.is_some() || was_healthy != health.healthy {
-            self.arbiter.do_send(CapacityChanged {
-                cluster: r.name.clone(),
-                healthy: health.healthy,
-                total: health.total,
-                used: used.unwrap_or_default(),
-            });
-        }
-        let m = metrics::get();
-        for (id, outcome) in r.outcomes {
+        used
+    }
+
+    fn apply(&mut self, r: ClusterPoll) {
+        let used = self.apply_health(&r);
+        let lag = self.settings.monitor.usage_report_lag;
+        let mut pending_in_ray = 0i64;
+        for (id, outcome) in r.current {
             match outcome {
-                Outcome::Seen => {
+                Outcome::Seen { running, pending } => {
+                    pending_in_ray += i64::from(pending);
                     if let Some(t) = self.tracked.get_mut(&id) {
                         t.missing_since = None;
+                        if running {
+                            t.running_seen.get_or_insert_with(Instant::now);
+                        }
                     }
                 }
-                Outcome::Missing(since) => {
+                Outcome::Missing => {
                     if let Some(t) = self.tracked.get_mut(&id) {
-                        t.missing_since = Some(since);
+                        t.missing_since.get_or_insert_with(Instant::now);
                     }
                 }
-                Outcome::StopSent(reason) => {
+                Outcome::StopDue(sid) => {
                     if let Some(t) = self.tracked.get_mut(&id) {
-                        t.stop_reason = Some(reason);
                         t.stop_sent_at = Some(Instant::now());
                         t.missing_since = None;
                     }
+                    self.stop(id, &r.name, sid);
                 }
-                Outcome::Moved(j) => {
-                    tracing::info!(job_id = %id, status = %j.status, "job moved");
-                    if let Some(t) = self.tracked.get_mut(&id) {
-                        t.job = j;
-                        t.missing_since = None;
-                    }
-                }
-                Outcome::Finished(j) => {
-                    tracing::info!(job_id = %id, status = %j.status, "job finished");
-                    m.jobs_finished
-                        .with_label_values(&[j.status.as_str()])
-                        .inc();
-                    self.tracked.remove(&id);
-                    self.stop_reasons.remove(&id);
-                    self.arbiter.do_send(JobFinished {
-                        job_id: id,
-                        user: j.user_id,
-                        status: j.status,
-                    });
-                }
-                Outcome::Requeued(j) => {
-                    self.tracked.remove(&id);
-                    self.arbiter.do_send(Requeued { job: j });
-                }
-                Outcome::Gone => {
-                    // Someone else moved it (e.g. recovery raced); stop following it.
-                    self.tracked.remove(&id);
-                }
+                Outcome::Applied(applied) => self.settle_current(id, &r.name, *applied),
             }
+        }
+        for (id, outcome) in r.retiring {
+            match outcome {
+                Outcome::StopDue(sid) => {
+                    if let Some(t) = self.retiring.get_mut(&id) {
+                        t.stop_sent_at = Some(Instant::now());
+                    }
+                    self.stop(id, &r.name, sid);
+                }
+                Outcome::Applied(applied) => self.settle_retiring(id, *applied),
+                _ => {}
+            }
+        }
+        metrics::get()
+            .ray_pending_jobs
+            .with_label_values(&[r.name.as_str()])
+            .set(pending_in_ray);
+        let Some(health) = self.health.get(&r.name) else {
+            return;
+        };
+        let reported: Vec<JobId> = self
+            .tracked
+            .values()
+            .filter(|t| t.job.cluster.as_deref() == Some(r.name.as_str()))
+            .filter(|t| t.running_seen.is_some_and(|s| s.elapsed() >= lag))
+            .map(|t| t.job.id)
+            .collect();
+        self.arbiter.capacity.do_send(CapacityChanged {
+            cluster: r.name.clone(),
+            healthy: health.healthy,
+            total: health.total,
+            used: used.unwrap_or_default(),
+            reported,
+        });
+    }
+
+    /// Announces what a step on a current attempt did.
+    fn settle_current(&mut self, id: JobId, cluster: &str, applied: Applied) {
+        let (job, ray) = match applied {
+            Applied::Changed { job, step } => (job, step.ray),
+            Applied::Unchanged(job) | Applied::Refused(job, _) => {
+                if !job.status.is_outstanding() {
+                    // Someone else moved it (e.g. a cancel of a recovered job).
+                    self.tracked.remove(&id);
+                }
+                return;
+            }
+            Applied::NotFound => {
+                self.tracked.remove(&id);
+                return;
+            }
+        };
+        if let Some(RayCall::Stop { submission_id }) = ray {
+            self.stop(id, cluster, submission_id);
+        }
+        if job.status.is_terminal() {
+            tracing::info!(job_id = %id, status = %job.status, "job finished");
+            self.tracked.remove(&id);
+            self.arbiter.finished.do_send(JobFinished {
+                job_id: id,
+                user: job.user_id,
+                status: job.status,
+            });
+        } else if job.status == JobStatus::Queued {
+            tracing::info!(job_id = %id, attempt = job.attempt, "job back in the queue");
+            self.tracked.remove(&id);
+            let held = job.retiring_attempt.is_some();
+            if let Some(attempt) = job.retiring_attempt {
+                self.retiring.insert(
+                    id,
+                    Retiring {
+                        msg: TrackRetiring {
+                            job_id: id,
+                            user: job.user_id.clone(),
+                            cluster: cluster.to_string(),
+                            attempt: attempt.max(1) as u32,
+                        },
+                        stop_sent_at: Some(Instant::now()),
+                    },
+                );
+            }
+            self.arbiter.requeued.do_send(Requeued {
+                user: job.user_id.clone(),
+                job: summary(&job),
+                held,
+            });
+        } else if let Some(t) = self.tracked.get_mut(&id) {
+            tracing::info!(job_id = %id, status = %job.status, "job moved");
+            if job.status == JobStatus::Running {
+                t.running_seen.get_or_insert_with(Instant::now);
+            }
+            if job.stop_reason.is_some() && t.job.stop_reason.is_none() {
+                t.stop_sent_at = Some(Instant::now());
+            }
+            t.job = job;
+            t.missing_since = None;
+        }
+    }
+
+    /// Announces what a step on a retiring attempt did.
+    fn settle_retiring(&mut self, id: JobId, applied: Applied) {
+        let Some(r) = self.retiring.remove(&id) else {
+            return;
+        };
+        match applied {
+            Applied::Changed { job, .. } if job.status == JobStatus::Queued => {
+                self.arbiter.release.do_send(Release {
+                    user: r.msg.user,
+                    job_id: id,
+                });
+            }
+            Applied::Changed { job, .. } if job.status.is_terminal() => {
+                self.arbiter.remove_queued.do_send(RemoveQueued {
+                    user: r.msg.user,
+                    job_id: id,
+                });
+            }
+            // Cancelled meanwhile (terminal), or gone: nothing more to follow.
+            _ => {}
         }
     }
 }
@@ -451,32 +552,40 @@ impl Handler<Track> for RayCapacityMonitor {
 
     fn handle(&mut self, msg: Track, _: &mut Context<Self>) {
         let id = msg.job.id;
-        let stop_reason = self.stop_reasons.remove(&id);
-        self.tracked.insert(
-            id,
-            Tracked {
-                job: msg.job,
-                missing_since: None,
-                stop_reason,
-                stop_sent_at: None,
-            },
-        );
+        match self.tracked.get_mut(&id) {
+            Some(t) => {
+                if msg.job.stop_reason.is_some() && t.job.stop_reason.is_none() {
+                    t.stop_sent_at = Some(Instant::now());
+                }
+                t.job = msg.job;
+            }
+            None => {
+                let stop_sent_at = msg.job.stop_reason.as_ref().map(|_| Instant::now());
+                self.tracked.insert(
+                    id,
+                    Tracked {
+                        job: msg.job,
+                        missing_since: None,
+                        running_seen: None,
+                        stop_sent_at,
+                    },
+                );
+            }
+        }
     }
 }
 
-impl Handler<StopRequested> for RayCapacityMonitor {
+impl Handler<TrackRetiring> for RayCapacityMonitor {
     type Result = ();
 
-    fn handle(&mut self, msg: StopRequested, _: &mut Context<Self>) {
-        match self.tracked.get_mut(&msg.job_id) {
-            Some(t) => {
-                t.stop_reason = Some(msg.reason);
-                t.stop_sent_at = Some(Instant::now());
-            }
-            None => {
-                self.stop_reasons.insert(msg.job_id, msg.reason);
-            }
-        }
+    fn handle(&mut self, msg: TrackRetiring, _: &mut Context<Self>) {
+        self.retiring.insert(
+            msg.job_id,
+            Retiring {
+                msg,
+                stop_sent_at: None,
+            },
+        );
     }
 }
 
@@ -484,17 +593,31 @@ impl Handler<ClusterUnreachable> for RayCapacityMonitor {
     type Result = ();
 
     fn handle(&mut self, msg: ClusterUnreachable, _: &mut Context<Self>) {
-        let threshold = self.settings.monitor.failure_threshold;
+        let m = &self.settings.monitor;
+        let threshold = m.failure_threshold;
         let h = self.health.entry(msg.cluster.clone()).or_default();
+        // A hold that is still running, or ended within the longest hold, doubles;
+        // otherwise it starts again from the configured backoff.
+        let recent = h
+            .hold_until
+            .is_some_and(|t| Instant::now() < t || t.elapsed() < m.unhealthy_backoff_max);
+        h.hold = if recent {
+            (h.hold * 2).clamp(m.unhealthy_backoff, m.unhealthy_backoff_max)
+        } else {
+            m.unhealthy_backoff
+        };
+        h.hold_until = Some(Instant::now() + h.hold);
         h.failures = h.failures.max(threshold);
         if h.healthy {
             h.healthy = false;
-            tracing::warn!(cluster = %msg.cluster, "cluster marked unhealthy after a failed dispatch");
-            self.arbiter.do_send(CapacityChanged {
+            tracing::warn!(cluster = %msg.cluster, hold_ms = h.hold.as_millis() as u64,
+                "cluster marked unhealthy: a dispatch found it not ready");
+            self.arbiter.capacity.do_send(CapacityChanged {
                 cluster: msg.cluster,
                 healthy: false,
                 total: h.total,
                 used: Resources::default(),
+                reported: Vec::new(),
             });
         }
     }

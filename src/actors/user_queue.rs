@@ -1,39 +1,66 @@
 //! `UserQueue`: one actor per user holding its QUEUED jobs in order — `priority`
 //! (higher first), then `submitted_at`, then id — and telling the arbiter whenever the
-//! head of the queue changes.
+//! grantable front of the queue (its window) changes.
+//!
+//! It holds the policy's summary of each job ([`QueuedJob`]: id, resources, priority,
+//! submit time), not the entrypoint or runtime_env: the dispatcher reads those from the
+//! database when it submits. A *held* job (an earlier Ray attempt not yet confirmed
+//! stopped) keeps its place but is left out of the window until [`Release`].
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 
-use actix::{Actor, Addr, Context, Handler};
-use chrono::{DateTime, Utc};
+use actix::{Actor, Context, Handler};
 use entity::job;
 
-use super::arbiter::FairShareArbiter;
-use super::dispatcher::Dispatcher;
-use super::messages::{Demand, Dispatch, Enqueue, Grant, GrantDeclined, RemoveQueued};
+use super::messages::{
+    ArbiterHandle, Demand, Dispatch, DispatcherHandle, Enqueue, Grant, GrantDeclined, QueueHandle,
+    Release, RemoveQueued,
+};
 use crate::policy::{JobId, QueuedJob, Resources};
 
-type QueueKey = (Reverse<i32>, DateTime<Utc>, JobId);
+/// Queue order: priority (higher first), submit time (microseconds), id.
+type QueueKey = (Reverse<i32>, i64, JobId);
+
+/// The policy's summary of a job row: resources in cores/GPUs/bytes, submit time in
+/// seconds since the Unix epoch.
+pub fn summary(j: &job::Model) -> QueuedJob {
+    QueuedJob {
+        job_id: j.id,
+        resources: Resources {
+            cpu: j.cpu,
+            gpu: j.gpu,
+            memory_bytes: j.memory_bytes.max(0) as f64,
+        },
+        priority: j.priority,
+        submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
+    }
+}
+
+struct Entry {
+    job: QueuedJob,
+    held: bool,
+}
 
 /// The queue of one user.
 pub struct UserQueue {
     user: String,
     window: usize,
     order: BTreeMap<QueueKey, JobId>,
-    jobs: HashMap<JobId, job::Model>,
-    arbiter: Addr<FairShareArbiter>,
-    dispatcher: Addr<Dispatcher>,
+    jobs: HashMap<JobId, Entry>,
+    arbiter: ArbiterHandle,
+    dispatcher: DispatcherHandle,
     last_sent: Option<Vec<JobId>>,
 }
 
 impl UserQueue {
-    /// An empty queue for `user` that shows the arbiter its first `window` jobs.
+    /// An empty queue for `user` that shows the arbiter its first `window` grantable
+    /// jobs.
     pub fn new(
         user: String,
         window: usize,
-        arbiter: Addr<FairShareArbiter>,
-        dispatcher: Addr<Dispatcher>,
+        arbiter: ArbiterHandle,
+        dispatcher: DispatcherHandle,
     ) -> Self {
         UserQueue {
             user,
@@ -46,48 +73,58 @@ impl UserQueue {
         }
     }
 
-    fn key(j: &job::Model) -> QueueKey {
-        (Reverse(j.priority), j.submitted_at, j.id)
+    /// Starts a queue actor and returns its handle.
+    pub fn spawn(
+        user: String,
+        window: usize,
+        arbiter: ArbiterHandle,
+        dispatcher: DispatcherHandle,
+    ) -> QueueHandle {
+        let addr = UserQueue::new(user, window, arbiter, dispatcher).start();
+        QueueHandle {
+            enqueue: addr.clone().recipient(),
+            grant: addr.clone().recipient(),
+            remove: addr.clone().recipient(),
+            release: addr.recipient(),
+        }
     }
 
-    /// The policy's summary of a job: resources in cores/GPUs/bytes, submit time in
-    /// seconds since the Unix epoch.
-    pub fn summary(j: &job::Model) -> QueuedJob {
-        QueuedJob {
-            job_id: j.id,
-            resources: Resources {
-                cpu: j.cpu,
-                gpu: j.gpu,
-                memory_bytes: j.memory_bytes.max(0) as f64,
-            },
-            priority: j.priority,
-            submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
-        }
+    fn key(j: &QueuedJob) -> QueueKey {
+        (
+            Reverse(j.priority),
+            (j.submitted_at * 1e6).round() as i64,
+            j.job_id,
+        )
     }
 
     /// Sends `Demand` if the window differs from the one last sent.
     fn announce(&mut self) {
-        let ids: Vec<JobId> = self.order.values().take(self.window).copied().collect();
+        let ids: Vec<JobId> = self
+            .order
+            .values()
+            .filter(|id| self.jobs.get(id).is_some_and(|e| !e.held))
+            .take(self.window)
+            .copied()
+            .collect();
         if self.last_sent.as_ref() == Some(&ids) {
             return;
         }
         let window = ids
             .iter()
             .filter_map(|id| self.jobs.get(id))
-            .map(Self::summary)
+            .map(|e| e.job.clone())
             .collect();
         self.last_sent = Some(ids);
-        self.arbiter.do_send(Demand {
+        self.arbiter.demand.do_send(Demand {
             user: self.user.clone(),
             window,
-            queued: self.jobs.len(),
         });
     }
 
-    fn remove(&mut self, id: JobId) -> Option<job::Model> {
-        let j = self.jobs.remove(&id)?;
-        self.order.remove(&Self::key(&j));
-        Some(j)
+    fn remove(&mut self, id: JobId) -> Option<QueuedJob> {
+        let e = self.jobs.remove(&id)?;
+        self.order.remove(&Self::key(&e.job));
+        Some(e.job)
     }
 }
 
@@ -99,12 +136,18 @@ impl Handler<Enqueue> for UserQueue {
     type Result = ();
 
     fn handle(&mut self, msg: Enqueue, _: &mut Context<Self>) {
-        let j = msg.job;
-        if self.jobs.contains_key(&j.id) {
-            return;
+        if let Some(e) = self.jobs.get_mut(&msg.job.job_id) {
+            e.held = msg.held;
+        } else {
+            self.order.insert(Self::key(&msg.job), msg.job.job_id);
+            self.jobs.insert(
+                msg.job.job_id,
+                Entry {
+                    job: msg.job,
+                    held: msg.held,
+                },
+            );
         }
-        self.order.insert(Self::key(&j), j.id);
-        self.jobs.insert(j.id, j);
         self.announce();
     }
 }
@@ -113,9 +156,11 @@ impl Handler<Grant> for UserQueue {
     type Result = ();
 
     fn handle(&mut self, msg: Grant, _: &mut Context<Self>) {
-        match self.remove(msg.job_id) {
+        let grantable = self.jobs.get(&msg.job_id).is_some_and(|e| !e.held);
+        match grantable.then(|| self.remove(msg.job_id)).flatten() {
             Some(job) => {
-                self.dispatcher.do_send(Dispatch {
+                self.dispatcher.dispatch.do_send(Dispatch {
+                    user: self.user.clone(),
                     job,
                     cluster: msg.cluster,
                     granted_at: msg.granted_at,
@@ -123,8 +168,8 @@ impl Handler<Grant> for UserQueue {
                 self.announce();
             }
             None => {
-                tracing::debug!(user = %self.user, job_id = %msg.job_id, "grant for a job no longer queued");
-                self.arbiter.do_send(GrantDeclined {
+                tracing::debug!(user = %self.user, job_id = %msg.job_id, "grant for a job no longer grantable");
+                self.arbiter.grant_declined.do_send(GrantDeclined {
                     user: self.user.clone(),
                     job_id: msg.job_id,
                 });
@@ -138,6 +183,17 @@ impl Handler<RemoveQueued> for UserQueue {
 
     fn handle(&mut self, msg: RemoveQueued, _: &mut Context<Self>) {
         if self.remove(msg.job_id).is_some() {
+            self.announce();
+        }
+    }
+}
+
+impl Handler<Release> for UserQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: Release, _: &mut Context<Self>) {
+        if let Some(e) = self.jobs.get_mut(&msg.job_id) {
+            e.held = false;
             self.announce();
         }
     }

@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::body::{parse_json, parse_query, read_body};
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
+use crate::actors::{Cancelled, Scheduler};
 use crate::config::Role;
 use crate::store::{self, Intake, JobFilter, NewJob};
 
@@ -387,7 +388,21 @@ pub async fn submit(
     let new = request.into_new_job()?;
     tracing::Span::current().record("user", new.user.as_str());
     if let Some(s) = &state.scheduler {
-        s.check_fits(new.cpu, new.gpu, new.memory_bytes).await?;
+        let request = crate::policy::Resources {
+            cpu: new.cpu,
+            gpu: new.gpu,
+            memory_bytes: new.memory_bytes.max(0) as f64,
+        };
+        if s.fits_some_cluster(request).await == Some(false) {
+            return Err(ApiError::invalid(
+                "resources",
+                format!(
+                    "no healthy cluster is large enough for cpu={}, gpu={}, memory_bytes={}; \
+                     see GET /v1/scheduler for cluster capacity",
+                    new.cpu, new.gpu, new.memory_bytes
+                ),
+            ));
+        }
     }
     let default_limit = state.settings.scheduler.default_max_queued_jobs;
     match store::submit_job(&state.db, new, default_limit).await? {
@@ -401,7 +416,7 @@ pub async fn submit(
             );
             crate::metrics::get().jobs_submitted.inc();
             if let Some(s) = &state.scheduler {
-                s.job_submitted(&j);
+                s.job_submitted(&j).await;
             }
             let v = view(&state, j).await?;
             Ok(HttpResponse::Created().json(v))
@@ -519,44 +534,18 @@ pub async fn cancel(
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "cancel jobs")?;
-    let j = load(&state, &id).await?;
-    // A QUEUED job may be granted concurrently; the guarded transition settles it.
-    if j.status == JobStatus::Queued {
-        if let Some(stopped) = store::transition(
-            &state.db,
-            j.id,
-            &[JobStatus::Queued],
-            JobStatus::Stopped,
-            Some("cancelled while queued".into()),
-            store::TransitionFields {
-                message: Some("cancelled by request while queued".into()),
-                ..Default::default()
-            },
-        )
-        .await?
-        {
-            crate::metrics::get()
-                .jobs_finished
-                .with_label_values(&["STOPPED"])
-                .inc();
-            if let Some(s) = &state.scheduler {
-                s.queued_job_cancelled(&stopped);
-            }
-            return Ok(HttpResponse::Ok().json(JobView::from_model(stopped)));
-        }
-    }
-    let j = load(&state, &id).await?;
-    if j.status.is_terminal() {
-        return Err(ApiError::Conflict(format!(
+    let id = parse_id(&id)?;
+    // The lifecycle decides on the row as it is inside the write's transaction, so a
+    // grant racing the cancel is settled there.
+    match Scheduler::cancel(&state.db, state.scheduler.as_ref(), id).await? {
+        Cancelled::NotFound => Err(ApiError::NotFound(format!("no job with id {id}"))),
+        Cancelled::AlreadyFinished(j) => Err(ApiError::Conflict(format!(
             "job {} already finished as {}",
             j.id, j.status
-        )));
+        ))),
+        Cancelled::Stopped(j) => Ok(HttpResponse::Ok().json(JobView::from_model(j))),
+        Cancelled::StopRequested(j) => Ok(HttpResponse::Accepted().json(JobView::from_model(j))),
     }
-    match &state.scheduler {
-        Some(s) => s.stop_outstanding(&j),
-        None => return Err(ApiError::Unavailable("the scheduler is not running".into())),
-    }
-    Ok(HttpResponse::Accepted().json(JobView::from_model(j)))
 }
 
 /// `GET /v1/jobs/{id}/logs`: the job's logs from Ray (empty before it was dispatched).
@@ -572,9 +561,31 @@ pub async fn logs(
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "read logs")?;
     let j = load(&state, &id).await?;
-    let logs = match (&state.scheduler, &j.cluster) {
-        (Some(s), Some(cluster)) => s.logs(cluster, j.id).await?,
-        _ => String::new(),
+    if j.dispatched_at.is_none() && j.started_at.is_none() {
+        return Err(ApiError::Conflict(format!(
+            "job {} has no logs: it was never dispatched to Ray (status {})",
+            j.id, j.status
+        )));
+    }
+    let Some(s) = &state.scheduler else {
+        return Err(ApiError::Unavailable("the scheduler is not running".into()));
+    };
+    let logs = match s.logs(&j).await {
+        Ok(Some(logs)) => logs,
+        Ok(None) => {
+            return Err(ApiError::Conflict(format!(
+                "Ray does not have the logs of job {} (status {}): its cluster lost or never \
+                 started it",
+                j.id, j.status
+            )))
+        }
+        Err(e) => {
+            return Err(ApiError::Unavailable(format!(
+                "cluster {}: {}",
+                j.cluster.as_deref().unwrap_or_default(),
+                crate::ray::error_chain(&e)
+            )))
+        }
     };
     Ok(HttpResponse::Ok().json(LogsView { id: j.id, logs }))
 }

@@ -6,8 +6,8 @@ use utoipa::ToSchema;
 
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
-use crate::actors::SchedulerView;
 use crate::config::Role;
+use crate::views::SchedulerView;
 
 /// `GET /v1/scheduler`: clusters (health, capacity, free), the order of the next users,
 /// the last cycle's duration and grants.
@@ -25,7 +25,11 @@ pub async fn scheduler(
         .scheduler
         .as_ref()
         .ok_or_else(|| ApiError::Unavailable("the scheduler is not running".into()))?;
-    Ok(HttpResponse::Ok().json(s.view().await?))
+    let view = s
+        .view()
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    Ok(HttpResponse::Ok().json(view))
 }
 
 /// `GET /metrics`: Prometheus text format.

@@ -116,6 +116,12 @@ async fn user_view(
         None => None,
     };
     let sched = &state.settings.scheduler;
+    // The arbiter's counts when it knows the user: the same numbers as
+    // `GET /v1/scheduler` and `/metrics` at every moment (the database's agree at rest).
+    let (queued, running) = match &live {
+        Some(l) => (l.queued as u64, u64::from(l.running)),
+        None => (queued, running),
+    };
     let live = live.unwrap_or_default();
     UserView {
         effective_max_running_jobs: u
@@ -137,7 +143,11 @@ async fn user_view(
         max_queued_jobs: u.max_queued_jobs,
         queued,
         running,
-        allocation: live.allocation,
+        allocation: ResourcesOut {
+            cpu: live.allocation.cpu,
+            gpu: live.allocation.gpu,
+            memory_bytes: crate::views::bytes(live.allocation.memory_bytes),
+        },
         share: live.share,
         usage: live.usage,
         key: live.key,

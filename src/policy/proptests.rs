@@ -34,6 +34,7 @@ fn clusters() -> impl Strategy<Value = Vec<ClusterView>> {
                 // Half of a random vector: some load, at times more than the total.
                 used_reported: half(used),
                 outstanding: half(outstanding),
+                unreported: Resources::ZERO,
             })
             .collect()
     })

@@ -125,16 +125,26 @@ pub struct ClusterView {
     /// Sum of this service's outstanding (DISPATCHING, PENDING, RUNNING) jobs
     /// on this cluster, including ones Ray has not reported yet.
     pub outstanding: Resources,
+    /// The part of `outstanding` that `used_reported` does not include yet: jobs
+    /// granted, DISPATCHING, PENDING in Ray, or RUNNING for less than the report's
+    /// lag (`monitor.usage_report_lag`).
+    #[serde(default)]
+    pub unreported: Resources,
 }
 
 impl ClusterView {
-    /// Free capacity: `total − max(used_reported, outstanding)` per resource,
-    /// floored at 0 (DESIGN §2). Taking the larger of the two counts a job that
-    /// was granted but is not in Ray's report yet, and also whatever other
-    /// tenants run on the cluster.
+    /// Free capacity: `total − max(used_reported + unreported, outstanding)` per
+    /// resource, floored at 0 (DESIGN §2).
+    ///
+    /// Ray's report counts every tenant's usage, including our jobs it already
+    /// shows, but lags by seconds; `unreported` adds our jobs it cannot show yet, so
+    /// other tenants' usage is counted once and ours exactly once. The `max` with
+    /// `outstanding` only matters if the report is wrong (our own jobs alone never
+    /// exceed what is free). With `unreported = 0` and `used_reported = 0` (the
+    /// simulator) this is `total − outstanding`.
     #[must_use]
     pub fn free(&self) -> Resources {
         self.total
-            .saturating_sub(self.used_reported.max(self.outstanding))
+            .saturating_sub((self.used_reported + self.unreported).max(self.outstanding))
     }
 }

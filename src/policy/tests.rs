@@ -99,6 +99,7 @@ fn cluster(name: &str, total: Resources) -> ClusterView {
         total,
         used_reported: Resources::ZERO,
         outstanding: Resources::ZERO,
+        unreported: Resources::ZERO,
     }
 }
 
@@ -208,6 +209,7 @@ impl Sim {
             total: self.total,
             used_reported: used,
             outstanding: used,
+            unreported: Resources::ZERO,
         }]
     }
 

@@ -298,6 +298,19 @@ pub enum RayError {
         /// at most 1000 characters.
         message: String,
     },
+    /// The route itself is not there (yet): 404, 405 or 501 on a collection route
+    /// such as `POST /api/jobs/`. A dashboard that is still starting answers so while
+    /// its other routes already work (KubeRay users meet it on every head restart).
+    /// Means "cluster not ready", never "bad job". Retryable.
+    #[error("Ray's {endpoint} route is not ready (HTTP {status}): {message}")]
+    NotReady {
+        /// The request, e.g. `"POST /api/jobs/"`.
+        endpoint: String,
+        /// HTTP status code.
+        status: u16,
+        /// Ray's text, summarized.
+        message: String,
+    },
     /// Ray answered 2xx with a body this client cannot use. Retryable (a truncated
     /// answer, a proxy's page, a cluster still starting).
     #[error("cannot decode Ray's answer to {endpoint}: {detail}")]
@@ -315,6 +328,7 @@ impl RayError {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Transport { .. } | Self::Timeout { .. } | Self::Server { .. } => true,
+            Self::NotReady { .. } => true,
             Self::Decode { .. } => true,
             Self::Client { status, .. } => matches!(*status, 408 | 429),
         }
@@ -328,6 +342,7 @@ impl RayError {
             Self::Timeout { .. } => "timeout",
             Self::Server { .. } => "server",
             Self::Client { .. } => "client",
+            Self::NotReady { .. } => "not_ready",
             Self::Decode { .. } => "decode",
         }
     }
@@ -527,7 +542,7 @@ impl RayClient {
         if status == StatusCode::INTERNAL_SERVER_ERROR && text.contains("already exists") {
             return Ok(SubmitOutcome::AlreadyExists);
         }
-        Err(status_error(status, &text))
+        Err(classify(endpoint, status, &text))
     }
 
     /// The job with this `submission_id` (`GET /api/jobs/{id}`); `None` when Ray
@@ -554,7 +569,7 @@ impl RayClient {
         let request = self.http.get(self.url(&["api", "jobs", ""]));
         let (status, bytes) = self.execute(request, endpoint).await?;
         if !status.is_success() {
-            return Err(status_error(status, &String::from_utf8_lossy(&bytes)));
+            return Err(classify(endpoint, status, &String::from_utf8_lossy(&bytes)));
         }
         decode(endpoint, &bytes)
     }
@@ -706,6 +721,31 @@ impl RayClient {
             }
         }
     }
+}
+
+/// Every non-2xx answer of Ray is classified here (DESIGN §5 lists the classes):
+///
+/// | answer | class | the job |
+/// |---|---|---|
+/// | 2xx | success | — |
+/// | 500 "already exists" on submit | duplicate (handled by [`RayClient::submit`]) | submitted |
+/// | 404 on `GET`/stop/logs of one job | that job is unknown (handled by the caller) | — |
+/// | 404, 405, 501 on `POST /api/jobs/` (the route itself) | [`RayError::NotReady`] | back to QUEUED, cluster backs off |
+/// | 408, 429 | [`RayError::Client`], retryable | back to QUEUED after the budget |
+/// | other 4xx (400, 413, 422, …) | [`RayError::Client`], final | FAILED with Ray's message |
+/// | other 5xx | [`RayError::Server`], retryable | back to QUEUED after the budget |
+///
+/// Transport errors, timeouts and undecodable 2xx bodies are retryable too.
+pub fn classify(endpoint: &str, status: StatusCode, body: &str) -> RayError {
+    let route_missing = matches!(status.as_u16(), 404 | 405 | 501);
+    if route_missing && endpoint.ends_with('/') {
+        return RayError::NotReady {
+            endpoint: endpoint.to_owned(),
+            status: status.as_u16(),
+            message: summarize(body),
+        };
+    }
+    status_error(status, body)
 }
 
 /// The error for a non-2xx status that the endpoint gives no special meaning to.

@@ -661,6 +661,7 @@ impl Sim<'_> {
             total: self.capacity,
             used_reported: Resources::ZERO,
             outstanding: Resources::new(self.used_cores as f64, 0.0, 0.0),
+            unreported: Resources::ZERO,
         }];
         let outcome = policy::run_cycle(now, &self.policy_config, &views, &clusters);
         self.cycles += 1;

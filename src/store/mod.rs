@@ -19,6 +19,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use crate::config::DatabaseSettings;
+use crate::lifecycle;
 
 pub use sea_orm::DatabaseConnection as Db;
 
@@ -191,6 +192,9 @@ async fn insert_job(
         dispatched_at: Set(None),
         started_at: Set(None),
         finished_at: Set(None),
+        attempt: Set(1),
+        retiring_attempt: Set(None),
+        stop_reason: Set(None),
     };
     job::Entity::insert(model)
         .exec_without_returning(&txn)
@@ -342,74 +346,124 @@ pub async fn queue_position(db: &Db, j: &job::Model) -> Result<u64, DbErr> {
     Ok(ahead + 1)
 }
 
-/// Extra column changes made together with a status change.
-#[derive(Clone, Debug, Default)]
-pub struct TransitionFields {
-    pub cluster: Option<String>,
-    pub message: Option<String>,
-    pub dispatched_at: Option<DateTime<Utc>>,
-    pub started_at: Option<DateTime<Utc>>,
-    pub finished_at: Option<DateTime<Utc>>,
+/// What [`apply`] did.
+#[derive(Clone, Debug)]
+pub enum Applied {
+    /// The step was written (status update and `job_events` row, one transaction);
+    /// the job as it is now, and the step for its Ray call and metric.
+    Changed {
+        job: job::Model,
+        step: lifecycle::Step,
+    },
+    /// The lifecycle ignored the event for this job (nothing written).
+    Unchanged(job::Model),
+    /// The lifecycle refused the event (nothing written).
+    Refused(job::Model, lifecycle::Refusal),
+    /// No such job.
+    NotFound,
 }
 
-/// Moves job `id` to `to` if its current status is one of `from`, writing the
-/// `job_events` row (with `detail`) in the same transaction.
+impl Applied {
+    /// The job after the step, when one was written.
+    pub fn changed(self) -> Option<job::Model> {
+        match self {
+            Applied::Changed { job, .. } => Some(job),
+            _ => None,
+        }
+    }
+}
+
+/// The only writer of job status (DESIGN §3): reads job `id` (locked on PostgreSQL),
+/// asks [`lifecycle::decide`] what `event` means for it, and writes the decided step —
+/// the guarded status update (`WHERE status = <read> AND attempt = <read>`) and its
+/// `job_events` row — in one transaction, then counts the step's metric.
 ///
-/// Returns the updated job, or `None` when the job does not exist or is in another
-/// status (someone else moved it first). Terminal timestamps default to now.
-pub async fn transition(
-    db: &Db,
-    id: Uuid,
-    from: &[JobStatus],
-    to: JobStatus,
-    detail: Option<String>,
-    fields: TransitionFields,
-) -> Result<Option<job::Model>, DbErr> {
+/// Deciding on the row read inside the transaction means two writers (say a cancel
+/// and a dispatch) can never both act on a stale status. Errors: the database's.
+pub async fn apply(db: &Db, id: Uuid, event: &lifecycle::Event) -> Result<Applied, DbErr> {
     let at = now();
     let txn = db.begin().await?;
-    let Some(current) = job::Entity::find_by_id(id).one(&txn).await? else {
-        return Ok(None);
+    let mut q = job::Entity::find_by_id(id);
+    if txn.get_database_backend() == DatabaseBackend::Postgres {
+        q = q.lock_exclusive();
+    }
+    let Some(current) = q.one(&txn).await? else {
+        return Ok(Applied::NotFound);
     };
-    if !from.contains(&current.status) || current.status.is_terminal() {
-        return Ok(None);
-    }
+    let facts = lifecycle::JobFacts::of(&current);
+    let step = match lifecycle::decide(id, &facts, event) {
+        lifecycle::Decision::Step(step) => step,
+        lifecycle::Decision::Ignore => return Ok(Applied::Unchanged(current)),
+        lifecycle::Decision::Refuse(r) => return Ok(Applied::Refused(current, r)),
+    };
+    let c = &step.changes;
     let mut update = job::Entity::update_many()
-        .col_expr(job::Column::Status, Expr::value(to))
+        .col_expr(job::Column::Status, Expr::value(step.to))
         .filter(job::Column::Id.eq(id))
-        .filter(job::Column::Status.eq(current.status));
-    if let Some(c) = fields.cluster {
-        update = update.col_expr(job::Column::Cluster, Expr::value(c));
+        .filter(job::Column::Status.eq(current.status))
+        .filter(job::Column::Attempt.eq(current.attempt));
+    if let Some(cluster) = &c.cluster {
+        update = update.col_expr(job::Column::Cluster, Expr::value(cluster.clone()));
     }
-    if let Some(m) = fields.message {
-        update = update.col_expr(job::Column::Message, Expr::value(m));
+    if let Some(m) = &c.message {
+        update = update.col_expr(job::Column::Message, Expr::value(m.clone()));
     }
-    if let Some(t) = fields.dispatched_at {
-        update = update.col_expr(job::Column::DispatchedAt, Expr::value(t));
+    match c.dispatched_now {
+        Some(true) => update = update.col_expr(job::Column::DispatchedAt, Expr::value(at)),
+        Some(false) => {
+            update = update.col_expr(
+                job::Column::DispatchedAt,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+        }
+        None => {}
     }
-    if let Some(t) = fields.started_at {
-        update = update.col_expr(job::Column::StartedAt, Expr::value(t));
+    let started = current
+        .started_at
+        .or(c.started_at)
+        .or((step.to == JobStatus::Running).then_some(at));
+    if started != current.started_at {
+        update = update.col_expr(job::Column::StartedAt, Expr::value(started));
     }
-    let finished = fields.finished_at.or(to.is_terminal().then_some(at));
+    let finished = c.finished_at.or(step.to.is_terminal().then_some(at));
     if let Some(t) = finished {
         update = update.col_expr(job::Column::FinishedAt, Expr::value(t));
     }
-    if to == JobStatus::Queued {
-        // Back to the queue (dispatch gave up, or recovery found it unknown to Ray).
-        update = update
-            .col_expr(job::Column::Cluster, Expr::value(Option::<String>::None))
-            .col_expr(
-                job::Column::DispatchedAt,
-                Expr::value(Option::<DateTime<Utc>>::None),
-            );
+    if let Some(a) = c.attempt {
+        update = update.col_expr(job::Column::Attempt, Expr::value(a as i32));
+    }
+    if let Some(r) = c.retiring_attempt {
+        update = update.col_expr(
+            job::Column::RetiringAttempt,
+            Expr::value(r.map(|a| a as i32)),
+        );
+    }
+    if let Some(r) = &c.stop_reason {
+        update = update.col_expr(job::Column::StopReason, Expr::value(r.clone()));
     }
     let res = update.exec(&txn).await?;
     if res.rows_affected != 1 {
-        return Ok(None);
+        return Ok(Applied::Unchanged(current));
     }
-    insert_event(&txn, id, Some(current.status), to, at, detail).await?;
-    let updated = job::Entity::find_by_id(id).one(&txn).await?;
+    insert_event(
+        &txn,
+        id,
+        Some(current.status),
+        step.to,
+        at,
+        Some(step.detail.clone()),
+    )
+    .await?;
+    let job = job::Entity::find_by_id(id)
+        .one(&txn)
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound(id.to_string()))?;
     txn.commit().await?;
-    Ok(updated)
+    if let Some(m) = step.metric {
+        // Requeued steps clear the cluster: label with the one it was on.
+        crate::metrics::count(m, current.cluster.as_deref().or(job.cluster.as_deref()));
+    }
+    Ok(Applied::Changed { job, step })
 }
 
 /// One user by id.

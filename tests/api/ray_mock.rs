@@ -161,7 +161,7 @@ async fn a_failing_submit_sends_the_job_back_to_its_queue() {
                 e.detail
                     .as_deref()
                     .unwrap_or("")
-                    .contains("gave up after 2 attempts"),
+                    .contains("did not take it after 2 attempts"),
                 "{e:?}"
             );
             break;
@@ -457,32 +457,20 @@ async fn killed_mid_dispatch(cluster: &str, running: bool) -> (crate::helpers::T
     else {
         panic!("not created")
     };
-    let moved = fairshare::store::transition(
-        &conn,
-        job.id,
-        &[entity::JobStatus::Queued],
-        entity::JobStatus::Dispatching,
-        None,
-        fairshare::store::TransitionFields {
-            cluster: Some(cluster.into()),
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    assert!(moved.is_some());
-    if running {
-        let ran = fairshare::store::transition(
-            &conn,
-            job.id,
-            &[entity::JobStatus::Dispatching],
-            entity::JobStatus::Running,
-            None,
-            Default::default(),
-        )
+    // Through the lifecycle, as the service would: granted, then (optionally) seen
+    // RUNNING; the process "dies" before anything else.
+    use fairshare::lifecycle::Event;
+    let granted = Event::Granted {
+        cluster: cluster.into(),
+    };
+    let moved = fairshare::store::apply(&conn, job.id, &granted)
         .await
         .unwrap();
-        assert!(ran.is_some());
+    assert!(moved.changed().is_some());
+    if running {
+        let seen = Event::SeenRunning { started_at: None };
+        let ran = fairshare::store::apply(&conn, job.id, &seen).await.unwrap();
+        assert!(ran.changed().is_some());
     }
     conn.close().await.unwrap();
     (db, job.id)
@@ -541,7 +529,8 @@ async fn recovery_adopts_a_dispatching_job_ray_already_has_without_resubmitting(
         .await;
     let settings = mock_settings(&db, &server);
     let app = crate::helpers::start_on(db, settings).await;
-    let j = wait_for_status(&app, &id.to_string(), "PENDING", 10).await;
+    // Ray says RUNNING: the first poll brings it there directly, without a POST.
+    let j = wait_for_status(&app, &id.to_string(), "RUNNING", 10).await;
     assert_eq!(j["cluster"], "mock");
     let v: serde_json::Value = app
         .get("/v1/scheduler", SUBMITTER)

@@ -6,35 +6,34 @@
 //! a cycle; requests coalesce into one cycle that runs once the mailbox is drained,
 //! plus a safety cycle every `scheduler.tick`. The cycle itself is
 //! [`crate::policy::run_cycle`]; the arbiter only feeds it and carries out its grants.
+//!
+//! It also keeps each user's QUEUED count, updated as it forwards `Enqueue` and
+//! `RemoveQueued` and as it grants, so that `GET /v1/users`, `GET /v1/scheduler` and
+//! `fairshare_queued_jobs` give the same number at every moment.
+
+mod report;
+
+pub use report::{FitsSomeCluster, GetPendingReason, GetUserState, GetView, IsReady};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{
-    Actor, ActorFutureExt, Addr, AsyncContext, Context, Handler, Message, MessageResult, WrapFuture,
-};
-use entity::user;
-use serde::Serialize;
-use utoipa::ToSchema;
+use std::collections::HashSet;
 
-use super::dispatcher::Dispatcher;
+use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
+use entity::user;
+
 use super::messages::{
-    CapacityChanged, Demand, DispatchFailed, Enqueue, Grant, GrantDeclined, JobFinished,
-    RemoveQueued, Requeued, UserSettings,
+    ArbiterHandle, CapacityChanged, Demand, DispatchEnded, Enqueue, Grant, GrantDeclined,
+    JobFinished, QueueFactory, QueueHandle, Release, RemoveQueued, Requeued, UserSettings,
 };
-use super::user_queue::UserQueue;
-use crate::api::jobs::ResourcesOut;
-use crate::api::users::LiveUser;
+use super::unix_now;
 use crate::config::Settings;
-use crate::metrics::{self, OTHER_USERS};
+use crate::metrics;
 use crate::policy::{self, ClusterView, JobId, PolicyConfig, QueuedJob, Resources, UserView};
 use crate::store::{self, Db};
-
-/// Seconds since the Unix epoch, the policy's clock.
-pub fn unix_now() -> f64 {
-    chrono::Utc::now().timestamp_micros() as f64 / 1e6
-}
+use crate::views::{CycleView, GrantView, UserOrderView};
 
 /// What a granted job holds until it ends.
 #[derive(Clone, Debug)]
@@ -62,116 +61,9 @@ struct ClusterEntry {
     healthy: bool,
     total: Resources,
     used: Resources,
+    /// Our jobs that `used` already includes.
+    reported: HashSet<JobId>,
 }
-
-/// Amounts of each resource: cores, GPUs, bytes.
-#[derive(Clone, Copy, Debug, Default, Serialize, ToSchema)]
-pub struct Amounts {
-    pub cpu: f64,
-    pub gpu: f64,
-    pub memory_bytes: f64,
-}
-
-impl From<Resources> for Amounts {
-    fn from(r: Resources) -> Self {
-        Amounts {
-            cpu: r.cpu,
-            gpu: r.gpu,
-            memory_bytes: r.memory_bytes,
-        }
-    }
-}
-
-/// One cluster in [`SchedulerView`].
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct ClusterStatusView {
-    pub name: String,
-    pub healthy: bool,
-    pub capacity: Amounts,
-    /// Ray's report of used capacity (lags by seconds).
-    pub used_reported: Amounts,
-    /// Resources of this service's outstanding jobs there.
-    pub outstanding: Amounts,
-    /// capacity − max(used_reported, outstanding).
-    pub free: Amounts,
-}
-
-/// One user in the fair-share order.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct UserOrderView {
-    pub user: String,
-    /// (share + usage) / weight; smallest goes next.
-    pub key: f64,
-    pub share: f64,
-    pub usage: f64,
-}
-
-/// One grant of the last cycle.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct GrantView {
-    pub user: String,
-    pub job_id: uuid::Uuid,
-    pub cluster: String,
-}
-
-/// The last scheduling cycle.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct CycleView {
-    /// Unix time, seconds.
-    pub at: f64,
-    pub duration_seconds: f64,
-    pub grants: Vec<GrantView>,
-    /// Set when the starvation guard stopped the cycle for this job.
-    pub stopped_for: Option<uuid::Uuid>,
-}
-
-/// `GET /v1/scheduler`.
-#[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct SchedulerView {
-    pub ready: bool,
-    pub clusters: Vec<ClusterStatusView>,
-    /// Users with queued jobs, in the order the next cycle would serve them.
-    pub next_users: Vec<UserOrderView>,
-    pub last_cycle: Option<CycleView>,
-    pub cycles: u64,
-    pub queued_jobs: usize,
-    pub outstanding_jobs: usize,
-    pub usage_half_life_seconds: f64,
-    pub starvation_guard_seconds: f64,
-    pub backfill: bool,
-}
-
-/// Ask for the view.
-#[derive(Message)]
-#[rtype(result = "SchedulerView")]
-pub struct GetView;
-
-/// Ask for one user's live state.
-#[derive(Message)]
-#[rtype(result = "Option<LiveUser>")]
-pub struct GetUserState {
-    pub user: String,
-}
-
-/// Ask why a queued job is not running.
-#[derive(Message)]
-#[rtype(result = "Option<String>")]
-pub struct GetPendingReason {
-    pub job_id: JobId,
-}
-
-/// Ask whether some healthy cluster could ever hold a job of this size. `None` while
-/// no healthy cluster has reported its capacity (then nothing is refused).
-#[derive(Message)]
-#[rtype(result = "Option<bool>")]
-pub struct FitsSomeCluster {
-    pub resources: Resources,
-}
-
-/// Ask whether recovery is done.
-#[derive(Message)]
-#[rtype(result = "bool")]
-pub struct IsReady;
 
 /// Recovery → arbiter: users from the database, outstanding jobs' reservations; then
 /// the arbiter is ready.
@@ -197,9 +89,12 @@ pub struct FairShareArbiter {
     settings: Arc<Settings>,
     config: PolicyConfig,
     db: Db,
-    dispatcher: Addr<Dispatcher>,
+    /// Starts a user's queue actor.
+    spawn_queue: QueueFactory,
+    /// This arbiter's own handle, given to the queues it starts (set in `started`).
+    me: Option<ArbiterHandle>,
     users: BTreeMap<String, UserEntry>,
-    queues: HashMap<String, Addr<UserQueue>>,
+    queues: HashMap<String, QueueHandle>,
     clusters: BTreeMap<String, ClusterEntry>,
     outstanding: HashMap<JobId, Reservation>,
     pending: HashMap<JobId, String>,
@@ -212,7 +107,7 @@ pub struct FairShareArbiter {
 
 impl FairShareArbiter {
     /// A new arbiter; it knows the configured clusters (unhealthy until polled).
-    pub fn new(settings: Arc<Settings>, db: Db, dispatcher: Addr<Dispatcher>) -> Self {
+    pub fn new(settings: Arc<Settings>, db: Db, spawn_queue: QueueFactory) -> Self {
         let s = &settings.scheduler;
         let config = PolicyConfig {
             usage_half_life: s.usage_half_life.as_secs_f64(),
@@ -228,7 +123,8 @@ impl FairShareArbiter {
             settings,
             config,
             db,
-            dispatcher,
+            spawn_queue,
+            me: None,
             users: BTreeMap::new(),
             queues: HashMap::new(),
             clusters,
@@ -269,33 +165,58 @@ impl FairShareArbiter {
             .max_running_jobs
             .map(|v| v.max(0) as u32)
             .unwrap_or(default_running);
-        e.max_resources = u.max_resources.as_ref().and_then(|v| {
-            let l: crate::api::users::ResourceLimit = serde_json::from_value(v.clone()).ok()?;
-            Some(Resources {
-                cpu: l.cpu.unwrap_or(f64::INFINITY),
-                gpu: l.gpu.unwrap_or(f64::INFINITY),
-                memory_bytes: l.memory_bytes.map(|m| m as f64).unwrap_or(f64::INFINITY),
-            })
+        e.max_resources = u.max_resources.as_ref().map(|v| {
+            // `{"cpu": .., "gpu": .., "memory_bytes": ..}`; a missing key caps nothing.
+            let cap = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
+            Resources {
+                cpu: cap("cpu").unwrap_or(f64::INFINITY),
+                gpu: cap("gpu").unwrap_or(f64::INFINITY),
+                memory_bytes: cap("memory_bytes").unwrap_or(f64::INFINITY),
+            }
         });
     }
 
-    fn queue_for(&mut self, user: &str, ctx: &mut Context<Self>) -> Addr<UserQueue> {
-        if let Some(a) = self.queues.get(user) {
-            return a.clone();
+    fn queue_for(&mut self, user: &str) -> QueueHandle {
+        if let Some(q) = self.queues.get(user) {
+            return q.clone();
         }
-        let addr = UserQueue::new(
-            user.to_string(),
-            self.settings.scheduler.queue_window,
-            ctx.address(),
-            self.dispatcher.clone(),
-        )
-        .start();
-        self.queues.insert(user.to_string(), addr.clone());
+        let me = self
+            .me
+            .clone()
+            .expect("the arbiter's handle is set when it starts");
+        let q = (self.spawn_queue)(user.to_string(), me);
+        self.queues.insert(user.to_string(), q.clone());
+        self.entry(user);
+        q
+    }
+
+    fn entry(&mut self, user: &str) -> &mut UserEntry {
         if !self.users.contains_key(user) {
             let e = self.default_entry();
             self.users.insert(user.to_string(), e);
         }
-        addr
+        self.users.get_mut(user).expect("inserted above")
+    }
+
+    /// Adds a QUEUED job to its user's queue and count.
+    fn enqueue(&mut self, user: &str, job: QueuedJob, held: bool) {
+        self.entry(user).queued += 1;
+        self.queue_for(user).enqueue.do_send(Enqueue {
+            user: user.to_string(),
+            job,
+            held,
+        });
+    }
+
+    /// Releases what a grant reserved (the job ended or is queued again).
+    fn release(&mut self, job_id: JobId) {
+        if let Some(r) = self.outstanding.get(&job_id).cloned() {
+            self.touch_usage(&r.user);
+            self.outstanding.remove(&job_id);
+        }
+        for c in self.clusters.values_mut() {
+            c.reported.remove(&job_id);
+        }
     }
 
     fn capacity(&self) -> Resources {
@@ -330,18 +251,31 @@ impl FairShareArbiter {
     /// Every configured cluster as the policy sees it, with this service's own
     /// outstanding reservations there.
     fn cluster_views(&self) -> Vec<ClusterView> {
-        let mut per_cluster: HashMap<&str, Resources> = HashMap::new();
-        for r in self.outstanding.values() {
-            *per_cluster.entry(r.cluster.as_str()).or_default() += r.resources;
+        let mut per_cluster: HashMap<&str, (Resources, Resources)> = HashMap::new();
+        for (id, r) in &self.outstanding {
+            let e = per_cluster.entry(r.cluster.as_str()).or_default();
+            e.0 += r.resources;
+            let reported = self
+                .clusters
+                .get(&r.cluster)
+                .is_some_and(|c| c.reported.contains(id));
+            if !reported {
+                e.1 += r.resources;
+            }
         }
         self.clusters
             .iter()
-            .map(|(name, c)| ClusterView {
-                name: name.clone(),
-                healthy: c.healthy,
-                total: c.total,
-                used_reported: c.used,
-                outstanding: per_cluster.get(name.as_str()).copied().unwrap_or_default(),
+            .map(|(name, c)| {
+                let (outstanding, unreported) =
+                    per_cluster.get(name.as_str()).copied().unwrap_or_default();
+                ClusterView {
+                    name: name.clone(),
+                    healthy: c.healthy,
+                    total: c.total,
+                    used_reported: c.used,
+                    outstanding,
+                    unreported,
+                }
             })
             .collect()
     }
@@ -363,15 +297,15 @@ impl FairShareArbiter {
             return;
         }
         self.cycle_requested = true;
-        ctx.run_later(Duration::ZERO, |act, ctx| {
+        ctx.run_later(Duration::ZERO, |act, _| {
             act.cycle_requested = false;
-            act.run_cycle(ctx);
+            act.run_cycle();
         });
     }
 
     /// One scheduling cycle: bring usage to now, call the policy, carry out grants.
     #[tracing::instrument(skip_all, fields(cycle = self.cycles + 1))]
-    fn run_cycle(&mut self, ctx: &mut Context<Self>) {
+    fn run_cycle(&mut self) {
         let started = Instant::now();
         let now = unix_now();
         let capacity = self.capacity();
@@ -428,8 +362,10 @@ impl FairShareArbiter {
                     resources: g.resources,
                 },
             );
-            let queue = self.queue_for(&g.user, ctx);
-            queue.do_send(Grant {
+            if let Some(e) = self.users.get_mut(&g.user) {
+                e.queued = e.queued.saturating_sub(1);
+            }
+            self.queue_for(&g.user).grant.do_send(Grant {
                 job_id: g.job_id,
                 cluster: g.cluster.clone(),
                 granted_at: now,
@@ -458,7 +394,8 @@ impl FairShareArbiter {
         m.cycle_duration.observe(duration);
         m.last_cycle.set(now);
         self.last = Some(CycleView {
-            at: now,
+            at: chrono::DateTime::from_timestamp_micros((now * 1e6) as i64)
+                .unwrap_or_else(store::now),
             duration_seconds: duration,
             grants: outcome
                 .grants
@@ -492,111 +429,27 @@ impl FairShareArbiter {
             }
         }
     }
-
-    fn view(&self) -> SchedulerView {
-        SchedulerView {
-            ready: self.ready,
-            clusters: self
-                .cluster_views()
-                .into_iter()
-                .map(|c| ClusterStatusView {
-                    free: c.free().into(),
-                    name: c.name,
-                    healthy: c.healthy,
-                    capacity: c.total.into(),
-                    used_reported: c.used_reported.into(),
-                    outstanding: c.outstanding.into(),
-                })
-                .collect(),
-            next_users: self.order.clone(),
-            last_cycle: self.last.clone(),
-            cycles: self.cycles,
-            queued_jobs: self.users.values().map(|e| e.queued).sum(),
-            outstanding_jobs: self.outstanding.len(),
-            usage_half_life_seconds: self.config.usage_half_life,
-            starvation_guard_seconds: self.config.starvation_guard,
-            backfill: self.config.backfill,
-        }
-    }
-
-    fn refresh_metrics(&self) {
-        let m = metrics::get();
-        let cap = self.settings.telemetry.per_user_metrics_max;
-        m.queued_jobs.reset();
-        m.running_jobs.reset();
-        m.user_dominant_share.reset();
-        m.user_weight.reset();
-        m.user_fair_share.reset();
-        let allocations = self.allocations();
-        let capacity = self.capacity();
-        let active_weight: f64 = self
-            .users
-            .iter()
-            .filter(|(id, e)| e.queued > 0 || allocations.contains_key(id.as_str()))
-            .map(|(_, e)| e.weight)
-            .sum();
-        for (i, (id, e)) in self.users.iter().enumerate() {
-            let (alloc, running) = allocations.get(id.as_str()).copied().unwrap_or_default();
-            let label = if i < cap { id.as_str() } else { OTHER_USERS };
-            m.queued_jobs
-                .with_label_values(&[label])
-                .add(e.queued as i64);
-            m.running_jobs
-                .with_label_values(&[label])
-                .add(i64::from(running));
-            if i < cap {
-                m.user_dominant_share
-                    .with_label_values(&[label])
-                    .set(policy::dominant_share(&alloc, &capacity));
-                m.user_weight.with_label_values(&[label]).set(e.weight);
-                let active = e.queued > 0 || running > 0;
-                let fair = if active && active_weight > 0.0 {
-                    e.weight / active_weight
-                } else {
-                    0.0
-                };
-                m.user_fair_share.with_label_values(&[label]).set(fair);
-            }
-        }
-        m.users_paused
-            .set(self.users.values().filter(|e| e.paused).count() as i64);
-        for c in self.view().clusters {
-            let used = Resources {
-                cpu: c.used_reported.cpu.max(c.outstanding.cpu),
-                gpu: c.used_reported.gpu.max(c.outstanding.gpu),
-                memory_bytes: c.used_reported.memory_bytes.max(c.outstanding.memory_bytes),
-            };
-            let rows = [
-                ("cpu", c.capacity.cpu, used.cpu, c.free.cpu),
-                ("gpu", c.capacity.gpu, used.gpu, c.free.gpu),
-                (
-                    "memory_bytes",
-                    c.capacity.memory_bytes,
-                    used.memory_bytes,
-                    c.free.memory_bytes,
-                ),
-            ];
-            for (resource, capacity, used, free) in rows {
-                let labels = [c.name.as_str(), resource];
-                m.cluster_capacity.with_label_values(&labels).set(capacity);
-                m.cluster_used.with_label_values(&labels).set(used);
-                m.cluster_free.with_label_values(&labels).set(free);
-            }
-            m.cluster_healthy
-                .with_label_values(&[c.name.as_str()])
-                .set(i64::from(c.healthy));
-        }
-    }
 }
 
 impl Actor for FairShareArbiter {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        let addr = ctx.address();
+        self.me = Some(ArbiterHandle {
+            demand: addr.clone().recipient(),
+            grant_declined: addr.clone().recipient(),
+            dispatch_ended: addr.clone().recipient(),
+            capacity: addr.clone().recipient(),
+            finished: addr.clone().recipient(),
+            requeued: addr.clone().recipient(),
+            release: addr.clone().recipient(),
+            remove_queued: addr.recipient(),
+        });
         let tick = self.settings.scheduler.tick;
         ctx.run_interval(tick, |act, ctx| {
             if act.ready {
-                act.run_cycle(ctx);
+                act.run_cycle();
                 ctx.spawn(act.save_usage().into_actor(act));
             }
         });
@@ -617,7 +470,7 @@ impl Handler<Recovered> for FairShareArbiter {
                     Reservation {
                         user: j.user_id.clone(),
                         cluster,
-                        resources: UserQueue::summary(&j).resources,
+                        resources: super::user_queue::summary(&j).resources,
                     },
                 );
             }
@@ -630,20 +483,33 @@ impl Handler<Recovered> for FairShareArbiter {
 impl Handler<Enqueue> for FairShareArbiter {
     type Result = ();
 
-    fn handle(&mut self, msg: Enqueue, ctx: &mut Context<Self>) {
-        self.queue_for(&msg.job.user_id.clone(), ctx).do_send(msg);
+    fn handle(&mut self, msg: Enqueue, _: &mut Context<Self>) {
+        self.enqueue(&msg.user, msg.job, msg.held);
     }
 }
 
 impl Handler<RemoveQueued> for FairShareArbiter {
     type Result = ();
 
-    fn handle(&mut self, msg: RemoveQueued, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: RemoveQueued, _: &mut Context<Self>) {
+        let granted = self.outstanding.contains_key(&msg.job_id);
         if let Some(e) = self.users.get_mut(&msg.user) {
             e.window.retain(|j| j.job_id != msg.job_id);
+            // A job granted in this instant was counted out at its grant already.
+            if !granted {
+                e.queued = e.queued.saturating_sub(1);
+            }
         }
         self.pending.remove(&msg.job_id);
-        self.queue_for(&msg.user.clone(), ctx).do_send(msg);
+        self.queue_for(&msg.user).remove.do_send(msg);
+    }
+}
+
+impl Handler<Release> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, msg: Release, _: &mut Context<Self>) {
+        self.queue_for(&msg.user).release.do_send(msg);
     }
 }
 
@@ -651,14 +517,7 @@ impl Handler<Demand> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: Demand, ctx: &mut Context<Self>) {
-        if !self.users.contains_key(&msg.user) {
-            let e = self.default_entry();
-            self.users.insert(msg.user.clone(), e);
-        }
-        if let Some(e) = self.users.get_mut(&msg.user) {
-            e.window = msg.window;
-            e.queued = msg.queued;
-        }
+        self.entry(&msg.user).window = msg.window;
         self.request_cycle(ctx);
     }
 }
@@ -667,23 +526,18 @@ impl Handler<GrantDeclined> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: GrantDeclined, ctx: &mut Context<Self>) {
-        self.touch_usage(&msg.user);
-        self.outstanding.remove(&msg.job_id);
+        self.release(msg.job_id);
         self.request_cycle(ctx);
     }
 }
 
-impl Handler<DispatchFailed> for FairShareArbiter {
+impl Handler<DispatchEnded> for FairShareArbiter {
     type Result = ();
 
-    fn handle(&mut self, msg: DispatchFailed, ctx: &mut Context<Self>) {
-        if let Some(r) = self.outstanding.get(&msg.job_id).cloned() {
-            self.touch_usage(&r.user);
-            self.outstanding.remove(&msg.job_id);
-        }
+    fn handle(&mut self, msg: DispatchEnded, ctx: &mut Context<Self>) {
+        self.release(msg.job_id);
         if let Some(job) = msg.requeue {
-            self.queue_for(&job.user_id.clone(), ctx)
-                .do_send(Enqueue { job });
+            self.enqueue(&msg.user, job, false);
         }
         self.request_cycle(ctx);
     }
@@ -693,12 +547,8 @@ impl Handler<Requeued> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: Requeued, ctx: &mut Context<Self>) {
-        if let Some(r) = self.outstanding.get(&msg.job.id).cloned() {
-            self.touch_usage(&r.user);
-            self.outstanding.remove(&msg.job.id);
-        }
-        self.queue_for(&msg.job.user_id.clone(), ctx)
-            .do_send(Enqueue { job: msg.job });
+        self.release(msg.job.job_id);
+        self.enqueue(&msg.user, msg.job, msg.held);
         self.request_cycle(ctx);
     }
 }
@@ -707,15 +557,15 @@ impl Handler<CapacityChanged> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: CapacityChanged, ctx: &mut Context<Self>) {
-        // Shares change with capacity: bring every user's usage to now first.
+        let reported: HashSet<JobId> = msg.reported.into_iter().collect();
         let before = self
             .clusters
             .get(&msg.cluster)
-            .map(|c| (c.healthy, c.total, c.used));
-        let after = (msg.healthy, msg.total, msg.used);
-        if before == Some(after) {
+            .map(|c| (c.healthy, c.total, c.used, &c.reported));
+        if before == Some((msg.healthy, msg.total, msg.used, &reported)) {
             return;
         }
+        // Shares change with capacity: bring every user's usage to now first.
         let users: Vec<String> = self.users.keys().cloned().collect();
         for u in users {
             self.touch_usage(&u);
@@ -724,6 +574,7 @@ impl Handler<CapacityChanged> for FairShareArbiter {
         entry.healthy = msg.healthy;
         entry.total = msg.total;
         entry.used = msg.used;
+        entry.reported = reported;
         self.request_cycle(ctx);
     }
 }
@@ -732,8 +583,7 @@ impl Handler<JobFinished> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: JobFinished, ctx: &mut Context<Self>) {
-        self.touch_usage(&msg.user);
-        self.outstanding.remove(&msg.job_id);
+        self.release(msg.job_id);
         self.request_cycle(ctx);
     }
 }
@@ -745,84 +595,6 @@ impl Handler<UserSettings> for FairShareArbiter {
         self.touch_usage(&msg.user.id);
         self.apply_settings(&msg.user);
         self.request_cycle(ctx);
-    }
-}
-
-impl Handler<GetView> for FairShareArbiter {
-    type Result = MessageResult<GetView>;
-
-    fn handle(&mut self, _: GetView, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(self.view())
-    }
-}
-
-impl Handler<GetUserState> for FairShareArbiter {
-    type Result = Option<LiveUser>;
-
-    fn handle(&mut self, msg: GetUserState, _: &mut Context<Self>) -> Option<LiveUser> {
-        let e = self.users.get(&msg.user)?;
-        let capacity = self.capacity();
-        let alloc = self.allocation_of(&msg.user);
-        let share = policy::dominant_share(&alloc, &capacity);
-        let usage = policy::decay_usage(
-            e.usage,
-            e.usage_at,
-            share,
-            unix_now(),
-            self.config.usage_half_life,
-        );
-        Some(LiveUser {
-            allocation: ResourcesOut {
-                cpu: alloc.cpu,
-                gpu: alloc.gpu,
-                memory_bytes: alloc.memory_bytes.max(0.0) as u64,
-            },
-            share,
-            usage,
-            key: policy::fair_share_key(share, usage, e.weight),
-        })
-    }
-}
-
-impl Handler<GetPendingReason> for FairShareArbiter {
-    type Result = Option<String>;
-
-    fn handle(&mut self, msg: GetPendingReason, _: &mut Context<Self>) -> Option<String> {
-        self.pending.get(&msg.job_id).cloned()
-    }
-}
-
-impl Handler<FitsSomeCluster> for FairShareArbiter {
-    type Result = Option<bool>;
-
-    fn handle(&mut self, msg: FitsSomeCluster, _: &mut Context<Self>) -> Option<bool> {
-        // A head that has just started may report no resources yet: only a healthy
-        // cluster that reported CPUs or GPUs makes its capacity known.
-        let clusters: Vec<ClusterView> = self
-            .cluster_views()
-            .into_iter()
-            .filter(|c| c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
-            .collect();
-        if clusters.is_empty() {
-            return None;
-        }
-        Some(policy::fits_some_cluster(&msg.resources, &clusters))
-    }
-}
-
-impl Handler<IsReady> for FairShareArbiter {
-    type Result = bool;
-
-    fn handle(&mut self, _: IsReady, _: &mut Context<Self>) -> bool {
-        self.ready
-    }
-}
-
-impl Handler<RefreshMetrics> for FairShareArbiter {
-    type Result = ();
-
-    fn handle(&mut self, _: RefreshMetrics, _: &mut Context<Self>) {
-        self.refresh_metrics();
     }
 }
 

@@ -1,0 +1,535 @@
+//! The job lifecycle (DESIGN §3): states, events and one pure function, [`decide`],
+//! that says what follows. Beside [`crate::policy`] and as pure: no I/O, no clock.
+//!
+//! Every status change of a job is decided here and written by
+//! [`crate::store::apply`] (guarded status update + `job_events` row, one
+//! transaction). Actors and the API only turn what they see into an [`Event`], apply
+//! the decision, and carry out the [`RayCall`] it names.
+//!
+//! # The table
+//!
+//! `*` = any non-terminal status. "stop asked" = `stop_reason` is set. A row whose
+//! event does not fit the status is [`Decision::Ignore`] (nothing is written), except
+//! where it says "refused" ([`Decision::Refuse`]: the caller reports it).
+//!
+//! | from | event | to | also | Ray call | metric |
+//! |---|---|---|---|---|---|
+//! | QUEUED (no retiring attempt) | `Granted{cluster}` | DISPATCHING | cluster, dispatched_at | submit (attempt's id) | — |
+//! | QUEUED (retiring attempt) | `Granted` | refused: `PreviousAttemptNotStopped` | | | |
+//! | DISPATCHING | `RayAccepted` | PENDING | | stop, if stop asked | dispatched |
+//! | DISPATCHING | `RayRefused{message}` | FAILED | message | — | finished{FAILED} |
+//! | DISPATCHING | `RayNotReady{reason}` | QUEUED (same attempt), or STOPPED if stop asked | cluster cleared | — | dispatch_requeued / finished{STOPPED} |
+//! | DISPATCHING, PENDING | `SeenRunning` | RUNNING | started_at | stop, if stop asked | — |
+//! | DISPATCHING | `SeenPending` | PENDING | (recovery found it) | — | — |
+//! | DISPATCHING, PENDING, RUNNING | `SeenFinished{status}` | that status | finished_at, message (the stop reason for STOPPED) | — | finished{status} |
+//! | DISPATCHING | `Missing` (recovery: Ray does not have it) | QUEUED (same attempt) | | — | — |
+//! | PENDING, RUNNING | `Missing` (longer than the grace) | FAILED | "the cluster lost it" | — | finished{FAILED} |
+//! | PENDING (no stop asked) | `PendingTooLong{waited_s}` | QUEUED, attempt + 1, retiring = old attempt (`cluster` kept: where it is) | message says why | stop (old id) | pending_timeouts |
+//! | PENDING (stop asked) | `PendingTooLong` | STOPPED | the stop reason | stop | finished{STOPPED} |
+//! | RUNNING (no stop asked) | `RuntimeExceeded{limit_s}` | RUNNING, stop asked | | stop | — |
+//! | QUEUED | `CancelRequested` | STOPPED | message | stop of a retiring attempt, if any | finished{STOPPED} |
+//! | DISPATCHING | `CancelRequested` | DISPATCHING, stop asked | | — (sent once Ray has it) | — |
+//! | PENDING, RUNNING | `CancelRequested` | same, stop asked | | stop | — |
+//! | terminal | `CancelRequested` | refused: `AlreadyFinished` | | | |
+//! | QUEUED (retiring) | `RetiredAttemptEnded{status: SUCCEEDED}` | SUCCEEDED | the earlier attempt finished the work | — | finished{SUCCEEDED} |
+//! | QUEUED (retiring) | `RetiredAttemptEnded{other}` / `RetiredAttemptGone` | QUEUED, retiring and cluster cleared | grantable again | — | — |
+//! | PENDING, RUNNING | `ClusterRemoved` | FAILED | "cluster no longer configured" | — | finished{FAILED} |
+//! | DISPATCHING | `ClusterRemoved` | QUEUED (same attempt) | | — | — |
+//! | terminal | anything | ignored | | | |
+//!
+//! # Invariants (checked by the property tests)
+//! - A terminal status never changes.
+//! - Ray is asked to submit only on `Granted`, and a job is granted only when no
+//!   earlier attempt is still alive in Ray: the job never runs twice.
+//! - Once Ray reports an attempt finished, the job is terminal (or, for a retired
+//!   attempt that did not succeed, grantable again): nothing stays stuck.
+
+mod observe;
+#[cfg(test)]
+mod tests;
+
+pub use observe::{observe_current, observe_retiring, Limits};
+
+use entity::JobStatus;
+use uuid::Uuid;
+
+/// The Ray `submission_id` of a job's attempt: the job id itself for attempt 1 (so
+/// jobs dispatched before attempts existed keep their id), `<job id>-<attempt>` after.
+pub fn submission_id(job_id: Uuid, attempt: u32) -> String {
+    if attempt <= 1 {
+        job_id.to_string()
+    } else {
+        format!("{job_id}-{attempt}")
+    }
+}
+
+/// The job id and attempt a Ray `submission_id` names (the inverse of
+/// [`submission_id`]); `None` for ids this service did not make.
+pub fn parse_submission_id(id: &str) -> Option<(Uuid, u32)> {
+    if let Ok(job) = Uuid::parse_str(id) {
+        return Some((job, 1));
+    }
+    let (job, attempt) = id.rsplit_once('-')?;
+    let attempt: u32 = attempt.parse().ok().filter(|a| *a >= 2)?;
+    Some((Uuid::parse_str(job).ok()?, attempt))
+}
+
+/// What the lifecycle needs to know about a job to decide (read from its row).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobFacts {
+    /// Current status.
+    pub status: JobStatus,
+    /// Current Ray attempt, from 1.
+    pub attempt: u32,
+    /// An earlier attempt that Ray has not yet confirmed stopped.
+    pub retiring_attempt: Option<u32>,
+    /// A stop was asked for, with this reason.
+    pub stop_reason: Option<String>,
+}
+
+impl JobFacts {
+    /// The facts of a job row.
+    pub fn of(j: &entity::job::Model) -> JobFacts {
+        JobFacts {
+            status: j.status,
+            attempt: u32::try_from(j.attempt).unwrap_or(1).max(1),
+            retiring_attempt: j.retiring_attempt.and_then(|a| u32::try_from(a).ok()),
+            stop_reason: j.stop_reason.clone(),
+        }
+    }
+}
+
+/// Something that happened to a job.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The arbiter granted the job on `cluster`.
+    Granted {
+        /// Cluster name.
+        cluster: String,
+    },
+    /// Ray holds the current attempt (accepted, or it already had it).
+    RayAccepted {
+        /// Ray already had this `submission_id` (an earlier POST got through).
+        already_existed: bool,
+        /// POSTs sent.
+        attempts: u32,
+    },
+    /// Ray refused the job itself (400/422 with its validation message).
+    RayRefused {
+        /// Ray's message.
+        message: String,
+    },
+    /// The cluster could not take the job now (route not ready, 5xx, timeouts, retry
+    /// budget spent) and does not have it.
+    RayNotReady {
+        /// What went wrong, for the event row.
+        reason: String,
+    },
+    /// Ray lists the current attempt as PENDING.
+    SeenPending,
+    /// Ray lists the current attempt as RUNNING.
+    SeenRunning {
+        /// When Ray started it.
+        started_at: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// Ray lists the current attempt as finished.
+    SeenFinished {
+        /// SUCCEEDED, FAILED or STOPPED.
+        status: JobStatus,
+        /// Ray's message (with its error type for FAILED).
+        message: Option<String>,
+        /// Ray's start time, if known.
+        started_at: Option<chrono::DateTime<chrono::Utc>>,
+        /// Ray's end time, if known.
+        finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    },
+    /// The cluster answers but does not list the current attempt: for a DISPATCHING
+    /// job found at recovery, at once; otherwise longer than `monitor.lost_job_grace`.
+    Missing {
+        /// Cluster name.
+        cluster: String,
+        /// How long it has been missing, seconds.
+        for_s: u64,
+    },
+    /// Ray kept the current attempt PENDING longer than `monitor.pending_timeout`.
+    PendingTooLong {
+        /// Seconds it has been PENDING.
+        waited_s: u64,
+    },
+    /// The job has RUNNING longer than its `max_runtime_s`.
+    RuntimeExceeded {
+        /// The limit, seconds.
+        limit_s: u64,
+    },
+    /// A user asked to cancel the job.
+    CancelRequested,
+    /// Ray reports the retiring attempt finished with `status`.
+    RetiredAttemptEnded {
+        /// Its terminal status in Ray.
+        status: JobStatus,
+    },
+    /// The cluster answers and does not know the retiring attempt (never started, or
+    /// forgotten): it cannot run any more.
+    RetiredAttemptGone,
+    /// Recovery: the job's cluster is no longer configured.
+    ClusterRemoved {
+        /// Cluster name.
+        cluster: String,
+    },
+}
+
+/// A call to make to Ray after the step is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RayCall {
+    /// `POST /api/jobs/` with this `submission_id`.
+    Submit {
+        /// The attempt's Ray id.
+        submission_id: String,
+    },
+    /// `POST /api/jobs/{id}/stop`.
+    Stop {
+        /// The attempt's Ray id.
+        submission_id: String,
+    },
+}
+
+/// A counter to increment once the step is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Metric {
+    /// `fairshare_jobs_dispatched_total`.
+    Dispatched,
+    /// `fairshare_jobs_finished_total{status}`.
+    Finished(JobStatus),
+    /// `fairshare_dispatch_requeued_total`: back to the queue because the cluster was
+    /// not ready.
+    Requeued,
+    /// `fairshare_pending_timeouts_total`.
+    PendingTimeout,
+}
+
+/// A column change that goes with a step; `None` leaves the column as it is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Changes {
+    /// The new `cluster` (`Some(None)` clears it).
+    pub cluster: Option<Option<String>>,
+    /// The new `message`.
+    pub message: Option<String>,
+    /// Set `dispatched_at` to now (`Some(true)`) or clear it (`Some(false)`).
+    pub dispatched_now: Option<bool>,
+    /// The new `started_at`.
+    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The new `finished_at` (a terminal step without it uses now).
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The new attempt number.
+    pub attempt: Option<u32>,
+    /// The new retiring attempt (`Some(None)` clears it).
+    pub retiring_attempt: Option<Option<u32>>,
+    /// The new stop reason (`Some(None)` clears it).
+    pub stop_reason: Option<Option<String>>,
+}
+
+/// A decided step: the new status (may equal the old one when only columns change),
+/// the `job_events` detail, the columns, the Ray call and the metric.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The status after the step.
+    pub to: JobStatus,
+    /// Text of the `job_events` row.
+    pub detail: String,
+    /// Columns that change with it.
+    pub changes: Changes,
+    /// What to ask Ray once written.
+    pub ray: Option<RayCall>,
+    /// What to count once written.
+    pub metric: Option<Metric>,
+}
+
+/// Why an event was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// Cancel of a job that already ended (the API's 409).
+    AlreadyFinished(JobStatus),
+    /// A grant of a job whose earlier attempt Ray has not confirmed stopped.
+    PreviousAttemptNotStopped(u32),
+}
+
+/// What follows an event.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Decision {
+    /// Write this step.
+    Step(Step),
+    /// Nothing to write (the event does not change this job).
+    Ignore,
+    /// The event is refused; tell whoever asked.
+    Refuse(Refusal),
+}
+
+fn step(to: JobStatus, detail: impl Into<String>) -> Step {
+    Step {
+        to,
+        detail: detail.into(),
+        changes: Changes::default(),
+        ray: None,
+        metric: None,
+    }
+}
+
+fn finished(to: JobStatus, detail: impl Into<String>, message: Option<String>) -> Decision {
+    let mut s = step(to, detail);
+    s.changes.message = message;
+    s.changes.stop_reason = Some(None);
+    s.metric = Some(Metric::Finished(to));
+    Decision::Step(s)
+}
+
+fn stop_current(facts: &JobFacts, job_id: Uuid) -> Option<RayCall> {
+    Some(RayCall::Stop {
+        submission_id: submission_id(job_id, facts.attempt),
+    })
+}
+
+/// Decides what follows `event` for job `job_id` with `facts` (see the table in the
+/// module docs). Pure: the same inputs always give the same decision.
+pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
+    use JobStatus as S;
+    let status = facts.status;
+    if status.is_terminal() {
+        return match event {
+            Event::CancelRequested => Decision::Refuse(Refusal::AlreadyFinished(status)),
+            _ => Decision::Ignore,
+        };
+    }
+    match (status, event) {
+        (S::Queued, Event::Granted { cluster }) => {
+            if let Some(old) = facts.retiring_attempt {
+                return Decision::Refuse(Refusal::PreviousAttemptNotStopped(old));
+            }
+            let mut s = step(
+                S::Dispatching,
+                format!("granted on cluster {cluster} (attempt {})", facts.attempt),
+            );
+            s.changes.cluster = Some(Some(cluster.clone()));
+            s.changes.dispatched_now = Some(true);
+            s.ray = Some(RayCall::Submit {
+                submission_id: submission_id(job_id, facts.attempt),
+            });
+            Decision::Step(s)
+        }
+        (
+            S::Dispatching,
+            Event::RayAccepted {
+                already_existed,
+                attempts,
+            },
+        ) => {
+            let mut s = step(
+                S::Pending,
+                format!(
+                    "submitted to Ray as {} (POSTs: {attempts}, already existed: {already_existed})",
+                    submission_id(job_id, facts.attempt)
+                ),
+            );
+            s.metric = Some(Metric::Dispatched);
+            if facts.stop_reason.is_some() {
+                s.ray = stop_current(facts, job_id);
+            }
+            Decision::Step(s)
+        }
+        (S::Dispatching, Event::RayRefused { message }) => finished(
+            S::Failed,
+            "Ray refused the submission",
+            Some(format!("Ray refused the job: {message}")),
+        ),
+        (S::Dispatching, Event::RayNotReady { reason }) => {
+            if let Some(why) = &facts.stop_reason {
+                return finished(
+                    S::Stopped,
+                    format!("cancelled while dispatching; the cluster did not take it: {reason}"),
+                    Some(why.clone()),
+                );
+            }
+            let mut s = step(
+                S::Queued,
+                format!("the cluster could not take it; back to the queue: {reason}"),
+            );
+            s.changes.cluster = Some(None);
+            s.changes.dispatched_now = Some(false);
+            s.metric = Some(Metric::Requeued);
+            Decision::Step(s)
+        }
+        (S::Dispatching, Event::SeenPending) => {
+            Decision::Step(step(S::Pending, "recovery: found in Ray as PENDING"))
+        }
+        (S::Dispatching | S::Pending, Event::SeenRunning { started_at }) => {
+            let mut s = step(S::Running, "Ray reported RUNNING");
+            s.changes.started_at = *started_at;
+            if facts.stop_reason.is_some() {
+                s.ray = stop_current(facts, job_id);
+            }
+            Decision::Step(s)
+        }
+        (
+            S::Dispatching | S::Pending | S::Running,
+            Event::SeenFinished {
+                status: to,
+                message,
+                started_at,
+                finished_at,
+            },
+        ) if to.is_terminal() => {
+            let message = match to {
+                S::Stopped => facts.stop_reason.clone().or_else(|| message.clone()),
+                S::Failed => message
+                    .clone()
+                    .or_else(|| Some("Ray reported the job FAILED".into())),
+                _ => message.clone(),
+            };
+            let mut s = step(*to, format!("Ray reported {to}"));
+            s.changes.message = message;
+            s.changes.started_at = *started_at;
+            s.changes.finished_at = *finished_at;
+            s.changes.stop_reason = Some(None);
+            s.metric = Some(Metric::Finished(*to));
+            Decision::Step(s)
+        }
+        (S::Dispatching, Event::Missing { cluster, .. }) => {
+            let mut s = step(
+                S::Queued,
+                format!("recovery: cluster {cluster} does not have it; back to the queue"),
+            );
+            s.changes.cluster = Some(None);
+            s.changes.dispatched_now = Some(false);
+            Decision::Step(s)
+        }
+        (S::Pending | S::Running, Event::Missing { cluster, for_s }) => finished(
+            S::Failed,
+            "lost by the cluster",
+            Some(format!(
+                "Ray cluster {cluster} lost the job: missing from its job list for {for_s} s \
+                 (the cluster may have restarted)"
+            )),
+        ),
+        (S::Pending, Event::PendingTooLong { waited_s }) if facts.stop_reason.is_some() => {
+            // Cancelled while Ray held it: end it rather than queue it again.
+            let mut s = step(
+                S::Stopped,
+                format!("Ray kept it PENDING for {waited_s} s after a stop was sent; stopped here"),
+            );
+            s.changes.message = facts.stop_reason.clone();
+            s.changes.stop_reason = Some(None);
+            s.ray = stop_current(facts, job_id);
+            s.metric = Some(Metric::Finished(S::Stopped));
+            Decision::Step(s)
+        }
+        (S::Pending, Event::PendingTooLong { waited_s }) => {
+            let old = facts.attempt;
+            let mut s = step(
+                S::Queued,
+                format!(
+                    "Ray kept attempt {old} PENDING for {waited_s} s (monitor.pending_timeout); \
+                     stopping it and queueing attempt {}",
+                    old + 1
+                ),
+            );
+            s.changes.message = Some(format!(
+                "Ray kept the job PENDING for {waited_s} s (its cluster was busy, e.g. with \
+                 other tenants' work); it is back in the queue at its old place"
+            ));
+            // `cluster` keeps naming where the retiring attempt is until Ray confirms it.
+            s.changes.dispatched_now = Some(false);
+            s.changes.attempt = Some(old + 1);
+            s.changes.retiring_attempt = Some(Some(old));
+            s.ray = stop_current(facts, job_id);
+            s.metric = Some(Metric::PendingTimeout);
+            Decision::Step(s)
+        }
+        (S::Running, Event::RuntimeExceeded { limit_s }) if facts.stop_reason.is_none() => {
+            let mut s = step(
+                S::Running,
+                format!("ran longer than its max_runtime of {limit_s} s; stop sent"),
+            );
+            s.changes.stop_reason = Some(Some(format!(
+                "stopped: ran longer than its max_runtime of {limit_s} s"
+            )));
+            s.ray = stop_current(facts, job_id);
+            Decision::Step(s)
+        }
+        (S::Queued, Event::CancelRequested) => {
+            let Decision::Step(mut s) = finished(
+                S::Stopped,
+                "cancelled while queued",
+                Some("cancelled by request while queued".into()),
+            ) else {
+                return Decision::Ignore;
+            };
+            if let Some(old) = facts.retiring_attempt {
+                s.ray = Some(RayCall::Stop {
+                    submission_id: submission_id(job_id, old),
+                });
+            }
+            Decision::Step(s)
+        }
+        (S::Dispatching | S::Pending | S::Running, Event::CancelRequested) => {
+            let mut s = step(status, "cancel requested; stop sent to Ray when it has the job");
+            s.changes.stop_reason = Some(Some("cancelled by request".into()));
+            if status != S::Dispatching {
+                s.detail = "cancel requested; stop sent to Ray".into();
+                s.ray = stop_current(facts, job_id);
+            }
+            Decision::Step(s)
+        }
+        (S::Queued, Event::RetiredAttemptEnded { status: S::Succeeded })
+            if facts.retiring_attempt.is_some() =>
+        {
+            let old = facts.retiring_attempt.unwrap_or(facts.attempt);
+            let mut s = step(
+                S::Succeeded,
+                format!("attempt {old} ran to completion in Ray before its stop took effect"),
+            );
+            s.changes.message = Some(format!(
+                "attempt {old} succeeded in Ray after all; the job is not run again"
+            ));
+            s.changes.retiring_attempt = Some(None);
+            s.changes.attempt = Some(old);
+            s.metric = Some(Metric::Finished(S::Succeeded));
+            Decision::Step(s)
+        }
+        (S::Queued, Event::RetiredAttemptEnded { status: ended }) if facts.retiring_attempt.is_some() => {
+            let old = facts.retiring_attempt.unwrap_or_default();
+            let mut s = step(
+                S::Queued,
+                format!("Ray confirmed attempt {old} ended ({ended}); the job may be granted again"),
+            );
+            s.changes.retiring_attempt = Some(None);
+            s.changes.cluster = Some(None);
+            Decision::Step(s)
+        }
+        (S::Queued, Event::RetiredAttemptGone) if facts.retiring_attempt.is_some() => {
+            let old = facts.retiring_attempt.unwrap_or_default();
+            let mut s = step(
+                S::Queued,
+                format!("Ray no longer lists attempt {old}; the job may be granted again"),
+            );
+            s.changes.retiring_attempt = Some(None);
+            s.changes.cluster = Some(None);
+            Decision::Step(s)
+        }
+        (S::Pending | S::Running, Event::ClusterRemoved { cluster }) => finished(
+            S::Failed,
+            "recovery: cluster not configured",
+            Some(format!(
+                "cluster {cluster:?} is no longer in the configuration; the job's outcome is unknown"
+            )),
+        ),
+        (S::Dispatching, Event::ClusterRemoved { cluster }) => {
+            let mut s = step(
+                S::Queued,
+                format!("recovery: cluster {cluster:?} is not configured; back to the queue"),
+            );
+            s.changes.cluster = Some(None);
+            s.changes.dispatched_now = Some(false);
+            Decision::Step(s)
+        }
+        _ => Decision::Ignore,
+    }
+}

@@ -1,0 +1,394 @@
+//! The lifecycle table, checked row by row over every status × event, and property
+//! tests over random event sequences driven by a model of Ray.
+
+use std::collections::BTreeMap;
+
+use entity::JobStatus as S;
+use proptest::prelude::*;
+use uuid::Uuid;
+
+use super::*;
+
+fn id() -> Uuid {
+    Uuid::from_u128(7)
+}
+
+fn facts(status: S) -> JobFacts {
+    JobFacts {
+        status,
+        attempt: 1,
+        retiring_attempt: None,
+        stop_reason: None,
+    }
+}
+
+fn events() -> Vec<(&'static str, Event)> {
+    vec![
+        (
+            "granted",
+            Event::Granted {
+                cluster: "c".into(),
+            },
+        ),
+        (
+            "accepted",
+            Event::RayAccepted {
+                already_existed: false,
+                attempts: 1,
+            },
+        ),
+        (
+            "refused",
+            Event::RayRefused {
+                message: "bad".into(),
+            },
+        ),
+        (
+            "not_ready",
+            Event::RayNotReady {
+                reason: "404".into(),
+            },
+        ),
+        ("seen_pending", Event::SeenPending),
+        ("seen_running", Event::SeenRunning { started_at: None }),
+        (
+            "seen_succeeded",
+            Event::SeenFinished {
+                status: S::Succeeded,
+                message: None,
+                started_at: None,
+                finished_at: None,
+            },
+        ),
+        (
+            "missing",
+            Event::Missing {
+                cluster: "c".into(),
+                for_s: 60,
+            },
+        ),
+        ("pending_too_long", Event::PendingTooLong { waited_s: 61 }),
+        ("runtime_exceeded", Event::RuntimeExceeded { limit_s: 5 }),
+        ("cancel", Event::CancelRequested),
+        (
+            "retired_ended",
+            Event::RetiredAttemptEnded { status: S::Stopped },
+        ),
+        ("retired_gone", Event::RetiredAttemptGone),
+        (
+            "cluster_removed",
+            Event::ClusterRemoved {
+                cluster: "c".into(),
+            },
+        ),
+    ]
+}
+
+/// The expected status after each (status, event) of the table for a job with no
+/// stop asked and no retiring attempt; every pair not listed is ignored.
+fn expected() -> BTreeMap<(&'static str, &'static str), Result<S, &'static str>> {
+    use S::*;
+    [
+        (("QUEUED", "granted"), Ok(Dispatching)),
+        (("QUEUED", "cancel"), Ok(Stopped)),
+        (("DISPATCHING", "accepted"), Ok(Pending)),
+        (("DISPATCHING", "refused"), Ok(Failed)),
+        (("DISPATCHING", "not_ready"), Ok(Queued)),
+        (("DISPATCHING", "seen_pending"), Ok(Pending)),
+        (("DISPATCHING", "seen_running"), Ok(Running)),
+        (("DISPATCHING", "seen_succeeded"), Ok(Succeeded)),
+        (("DISPATCHING", "missing"), Ok(Queued)),
+        (("DISPATCHING", "cancel"), Ok(Dispatching)),
+        (("DISPATCHING", "cluster_removed"), Ok(Queued)),
+        (("PENDING", "seen_running"), Ok(Running)),
+        (("PENDING", "seen_succeeded"), Ok(Succeeded)),
+        (("PENDING", "missing"), Ok(Failed)),
+        (("PENDING", "pending_too_long"), Ok(Queued)),
+        (("PENDING", "cancel"), Ok(Pending)),
+        (("PENDING", "cluster_removed"), Ok(Failed)),
+        (("RUNNING", "seen_succeeded"), Ok(Succeeded)),
+        (("RUNNING", "missing"), Ok(Failed)),
+        (("RUNNING", "runtime_exceeded"), Ok(Running)),
+        (("RUNNING", "cancel"), Ok(Running)),
+        (("RUNNING", "cluster_removed"), Ok(Failed)),
+        (("SUCCEEDED", "cancel"), Err("refused")),
+        (("FAILED", "cancel"), Err("refused")),
+        (("STOPPED", "cancel"), Err("refused")),
+    ]
+    .into_iter()
+    .collect()
+}
+
+#[test]
+fn every_status_and_event_follows_the_table() {
+    let table = expected();
+    for status in S::ALL {
+        for (name, event) in events() {
+            let got = decide(id(), &facts(status), &event);
+            let want = table.get(&(status.as_str(), name));
+            match (want, &got) {
+                (Some(Ok(to)), Decision::Step(s)) => assert_eq!(s.to, *to, "{status} + {name}"),
+                (Some(Err(_)), Decision::Refuse(_)) => {}
+                (None, Decision::Ignore) => {}
+                _ => panic!("{status} + {name}: expected {want:?}, got {got:?}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_grant_submits_the_current_attempt_under_its_own_id() {
+    let mut f = facts(S::Queued);
+    f.attempt = 3;
+    let Decision::Step(s) = decide(
+        id(),
+        &f,
+        &Event::Granted {
+            cluster: "c".into(),
+        },
+    ) else {
+        panic!("not a step")
+    };
+    assert_eq!(
+        s.ray,
+        Some(RayCall::Submit {
+            submission_id: format!("{}-3", id())
+        })
+    );
+    assert_eq!(s.changes.cluster, Some(Some("c".into())));
+}
+
+#[test]
+fn a_job_with_a_retiring_attempt_is_not_granted() {
+    let mut f = facts(S::Queued);
+    f.attempt = 2;
+    f.retiring_attempt = Some(1);
+    let got = decide(
+        id(),
+        &f,
+        &Event::Granted {
+            cluster: "c".into(),
+        },
+    );
+    assert_eq!(got, Decision::Refuse(Refusal::PreviousAttemptNotStopped(1)));
+}
+
+#[test]
+fn pending_too_long_queues_a_new_attempt_and_stops_the_old_one() {
+    let Decision::Step(s) = decide(
+        id(),
+        &facts(S::Pending),
+        &Event::PendingTooLong { waited_s: 61 },
+    ) else {
+        panic!("not a step")
+    };
+    assert_eq!(s.to, S::Queued);
+    assert_eq!(s.changes.attempt, Some(2));
+    assert_eq!(s.changes.retiring_attempt, Some(Some(1)));
+    assert_eq!(
+        s.ray,
+        Some(RayCall::Stop {
+            submission_id: id().to_string()
+        })
+    );
+    assert_eq!(s.metric, Some(Metric::PendingTimeout));
+    assert!(s.changes.message.unwrap().contains("61 s"));
+}
+
+#[test]
+fn a_retired_attempt_that_succeeded_finishes_the_job_instead_of_running_it_again() {
+    let mut f = facts(S::Queued);
+    f.attempt = 2;
+    f.retiring_attempt = Some(1);
+    let Decision::Step(s) = decide(
+        id(),
+        &f,
+        &Event::RetiredAttemptEnded {
+            status: S::Succeeded,
+        },
+    ) else {
+        panic!("not a step")
+    };
+    assert_eq!(s.to, S::Succeeded);
+    let Decision::Step(s) = decide(id(), &f, &Event::RetiredAttemptGone) else {
+        panic!()
+    };
+    assert_eq!((s.to, s.changes.retiring_attempt), (S::Queued, Some(None)));
+}
+
+#[test]
+fn a_cancel_while_dispatching_is_carried_out_when_ray_answers() {
+    let mut f = facts(S::Dispatching);
+    f.stop_reason = Some("cancelled by request".into());
+    let Decision::Step(s) = decide(
+        id(),
+        &f,
+        &Event::RayAccepted {
+            already_existed: false,
+            attempts: 1,
+        },
+    ) else {
+        panic!()
+    };
+    assert_eq!((s.to, s.ray.is_some()), (S::Pending, true));
+    let Decision::Step(s) = decide(id(), &f, &Event::RayNotReady { reason: "x".into() }) else {
+        panic!()
+    };
+    assert_eq!(s.to, S::Stopped);
+    let Decision::Step(s) = decide(
+        id(),
+        &f,
+        &Event::SeenFinished {
+            status: S::Stopped,
+            message: Some("ray".into()),
+            started_at: None,
+            finished_at: None,
+        },
+    ) else {
+        panic!()
+    };
+    assert_eq!(s.changes.message.as_deref(), Some("cancelled by request"));
+}
+
+#[test]
+fn submission_ids_round_trip() {
+    for attempt in [1, 2, 17] {
+        assert_eq!(
+            parse_submission_id(&submission_id(id(), attempt)),
+            Some((id(), attempt))
+        );
+    }
+    assert_eq!(parse_submission_id("raysubmit_abc"), None);
+}
+
+// ---------------------------------------------------------------------------
+// Property: random events against a model of Ray
+// ---------------------------------------------------------------------------
+
+/// Mirrors what `store::apply` writes.
+fn apply(f: &mut JobFacts, s: &Step) {
+    f.status = s.to;
+    if let Some(a) = s.changes.attempt {
+        f.attempt = a;
+    }
+    if let Some(r) = s.changes.retiring_attempt {
+        f.retiring_attempt = r;
+    }
+    if let Some(r) = &s.changes.stop_reason {
+        f.stop_reason = r.clone();
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RayState {
+    Pending,
+    Running,
+    Ended(S),
+}
+
+#[derive(Clone, Debug)]
+enum Action {
+    Grant,
+    Answer(u8),
+    RayStep(u8),
+    Observe,
+    PendingTimeout,
+    Runtime,
+    Cancel,
+}
+
+fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        Just(Action::Grant),
+        (0u8..3).prop_map(Action::Answer),
+        (0u8..4).prop_map(Action::RayStep),
+        Just(Action::Observe),
+        Just(Action::PendingTimeout),
+        Just(Action::Runtime),
+        Just(Action::Cancel),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// No sequence of events submits an attempt while another attempt of the job is
+    /// alive in Ray (the job never runs twice), a terminal status never changes, and
+    /// once Ray reports the current attempt finished the job is terminal.
+    #[test]
+    fn never_twice_never_stuck(actions in proptest::collection::vec(action(), 1..60)) {
+        let mut f = facts(S::Queued);
+        let mut ray: BTreeMap<u32, RayState> = BTreeMap::new();
+        let mut stops: Vec<u32> = Vec::new();
+        for a in actions {
+            let event = match a {
+                Action::Grant => Event::Granted { cluster: "c".into() },
+                Action::Answer(0) => Event::RayAccepted { already_existed: false, attempts: 1 },
+                Action::Answer(1) => Event::RayRefused { message: "bad".into() },
+                Action::Answer(_) => Event::RayNotReady { reason: "503".into() },
+                Action::RayStep(k) => {
+                    // Ray moves one of its attempts on; a stopped one ends STOPPED once it
+                    // would run.
+                    let Some((&n, &st)) = ray.iter().nth(usize::from(k) % ray.len().max(1)) else { continue };
+                    let next = match st {
+                        RayState::Pending if stops.contains(&n) => RayState::Ended(S::Stopped),
+                        RayState::Pending => RayState::Running,
+                        RayState::Running if stops.contains(&n) => RayState::Ended(S::Stopped),
+                        RayState::Running => RayState::Ended(S::Succeeded),
+                        e => e,
+                    };
+                    ray.insert(n, next);
+                    continue;
+                }
+                Action::Observe => {
+                    // What the monitor would see: the retiring attempt first, then the current.
+                    if let (S::Queued, Some(old)) = (f.status, f.retiring_attempt) {
+                        match ray.get(&old) {
+                            None => Event::RetiredAttemptGone,
+                            Some(RayState::Ended(s)) => Event::RetiredAttemptEnded { status: *s },
+                            _ => continue,
+                        }
+                    } else {
+                        match (f.status, ray.get(&f.attempt)) {
+                            (S::Pending | S::Running | S::Dispatching, Some(RayState::Ended(s))) => {
+                                Event::SeenFinished { status: *s, message: None, started_at: None, finished_at: None }
+                            }
+                            (S::Pending | S::Dispatching, Some(RayState::Running)) => Event::SeenRunning { started_at: None },
+                            (S::Dispatching, Some(RayState::Pending)) => Event::SeenPending,
+                            _ => continue,
+                        }
+                    }
+                }
+                Action::PendingTimeout => {
+                    if ray.get(&f.attempt) != Some(&RayState::Pending) { continue }
+                    Event::PendingTooLong { waited_s: 61 }
+                }
+                Action::Runtime => Event::RuntimeExceeded { limit_s: 1 },
+                Action::Cancel => Event::CancelRequested,
+            };
+            // RayAccepted only happens after a grant, to the dispatching attempt.
+            if matches!(event, Event::RayAccepted { .. }) && f.status == S::Dispatching {
+                ray.entry(f.attempt).or_insert(RayState::Pending);
+            }
+            let before = f.clone();
+            let decision = decide(id(), &f, &event);
+            if let Decision::Step(s) = &decision {
+                prop_assert!(!before.status.is_terminal(), "terminal {} changed by {event:?}", before.status);
+                if let Some(RayCall::Submit { submission_id }) = &s.ray {
+                    let (_, attempt) = parse_submission_id(submission_id).unwrap();
+                    for (n, st) in &ray {
+                        prop_assert!(*n == attempt || matches!(st, RayState::Ended(_)),
+                            "attempt {attempt} submitted while attempt {n} is {st:?} in Ray");
+                    }
+                }
+                if let Some(RayCall::Stop { submission_id }) = &s.ray {
+                    stops.push(parse_submission_id(submission_id).unwrap().1);
+                }
+                apply(&mut f, s);
+                if let Event::SeenFinished { .. } = event {
+                    prop_assert!(f.status.is_terminal());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! What the scheduler shows: the shapes that the actors produce and the API serves
+//! (`GET /v1/scheduler`, the live part of `GET /v1/users`). Here so that neither
+//! `actors/` nor `api/` imports the other.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::policy::Resources;
+
+/// Amounts of each resource: cores, GPUs, bytes.
+#[derive(Clone, Copy, Debug, Default, Serialize, ToSchema)]
+pub struct Amounts {
+    /// Cores.
+    pub cpu: f64,
+    /// GPUs.
+    pub gpu: f64,
+    /// Bytes.
+    pub memory_bytes: u64,
+}
+
+impl From<Resources> for Amounts {
+    fn from(r: Resources) -> Self {
+        Amounts {
+            cpu: r.cpu,
+            gpu: r.gpu,
+            memory_bytes: bytes(r.memory_bytes),
+        }
+    }
+}
+
+/// A byte count held as `f64` by the policy, as an integer (negative and NaN → 0).
+pub fn bytes(v: f64) -> u64 {
+    if v.is_finite() && v > 0.0 {
+        v.round() as u64
+    } else {
+        0
+    }
+}
+
+/// One cluster in [`SchedulerView`].
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ClusterStatusView {
+    pub name: String,
+    pub healthy: bool,
+    pub capacity: Amounts,
+    /// Ray's report of used capacity, all tenants (lags by seconds).
+    pub used_reported: Amounts,
+    /// Resources of this service's outstanding jobs there.
+    pub outstanding: Amounts,
+    /// The part of `outstanding` that Ray's report does not include yet.
+    pub unreported: Amounts,
+    /// Used by other tenants as far as the report shows:
+    /// `used_reported − (outstanding − unreported)`, floored at 0.
+    pub used_by_others: Amounts,
+    /// `capacity − max(used_reported + unreported, outstanding)`, floored at 0.
+    pub free: Amounts,
+}
+
+/// One user in the fair-share order.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct UserOrderView {
+    pub user: String,
+    /// (share + usage) / weight; smallest goes next.
+    pub key: f64,
+    pub share: f64,
+    pub usage: f64,
+}
+
+/// One grant of the last cycle.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct GrantView {
+    pub user: String,
+    pub job_id: uuid::Uuid,
+    pub cluster: String,
+}
+
+/// The last scheduling cycle.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct CycleView {
+    /// When it ran (RFC 3339).
+    pub at: DateTime<Utc>,
+    pub duration_seconds: f64,
+    pub grants: Vec<GrantView>,
+    /// Set when the cycle stopped early to hold capacity for this job.
+    pub stopped_for: Option<uuid::Uuid>,
+}
+
+/// `GET /v1/scheduler`.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct SchedulerView {
+    pub ready: bool,
+    pub clusters: Vec<ClusterStatusView>,
+    /// Users with queued jobs, in the order the next cycle would serve them.
+    pub next_users: Vec<UserOrderView>,
+    pub last_cycle: Option<CycleView>,
+    pub cycles: u64,
+    /// QUEUED jobs of all users (the same count as `GET /v1/users` and
+    /// `fairshare_queued_jobs`).
+    pub queued_jobs: usize,
+    pub outstanding_jobs: usize,
+    pub usage_half_life_seconds: f64,
+    pub starvation_guard_seconds: f64,
+    pub backfill: bool,
+}
+
+/// Live fair-share state of one user, as the arbiter sees it.
+#[derive(Clone, Debug, Default)]
+pub struct LiveUser {
+    /// Sum of its outstanding jobs' resources (cores, GPUs, bytes).
+    pub allocation: Resources,
+    /// Dominant share.
+    pub share: f64,
+    /// Decayed usage, brought to now.
+    pub usage: f64,
+    /// Fair-share key.
+    pub key: f64,
+    /// QUEUED jobs.
+    pub queued: usize,
+    /// Outstanding (DISPATCHING, PENDING, RUNNING) jobs.
+    pub running: u32,
+}
