@@ -1,9 +1,11 @@
 //! HTTP integration tests: the real server, a fresh database per test, on SQLite and
 //! on PostgreSQL.
 
+mod fake_ray;
 mod helpers;
 mod hostile;
 mod jobs;
+mod ray_edges;
 mod ray_mock;
 mod system;
 mod users;

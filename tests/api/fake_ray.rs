@@ -1,0 +1,196 @@
+//! An in-process fake Ray cluster (a wiremock responder with state), for what a real
+//! Ray cannot produce on demand: another tenant's usage arriving at a chosen moment, a
+//! jobs route that 404s while the dashboard starts, jobs held PENDING.
+//!
+//! It keeps Ray's rules that matter here (RAY.md): a job is PENDING until its CPUs are
+//! free, then RUNNING; a stop of a PENDING job takes effect only when it would start;
+//! a known `submission_id` is refused with Ray's 500 "already exists".
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+#[derive(Debug, Clone)]
+pub struct FakeJob {
+    pub status: &'static str,
+    pub cpu: f64,
+    pub stop_requested: bool,
+    /// Polls left before a RUNNING job succeeds.
+    pub runs_for: u32,
+}
+
+#[derive(Debug, Default)]
+pub struct State {
+    pub total_cpu: f64,
+    /// CPUs used by other tenants.
+    pub foreign_cpu: f64,
+    /// Set `foreign_cpu` to this as the first submission arrives.
+    pub foreign_on_first_submit: Option<f64>,
+    /// Answer this many submissions with 404 "404: Not Found" (route not loaded).
+    pub submit_404s: u32,
+    /// Polls a RUNNING job takes to succeed.
+    pub run_polls: u32,
+    pub jobs: BTreeMap<String, FakeJob>,
+    /// Submission ids in the order they were POSTed (accepted ones).
+    pub submitted: Vec<String>,
+    pub posts: u32,
+    pub stops: Vec<String>,
+    pub list_polls: u64,
+    /// Most of our jobs RUNNING at once.
+    pub max_running: usize,
+}
+
+impl State {
+    fn used(&self) -> f64 {
+        self.foreign_cpu
+            + self
+                .jobs
+                .values()
+                .filter(|j| j.status == "RUNNING")
+                .map(|j| j.cpu)
+                .sum::<f64>()
+    }
+
+    /// Ray's scheduler: stopped jobs end, finished runs succeed, PENDING jobs start in
+    /// submission order while their CPUs are free.
+    fn tick(&mut self) {
+        for j in self.jobs.values_mut() {
+            if j.status == "RUNNING" {
+                if j.stop_requested {
+                    j.status = "STOPPED";
+                } else if j.runs_for == 0 {
+                    j.status = "SUCCEEDED";
+                } else {
+                    j.runs_for -= 1;
+                }
+            }
+        }
+        for sid in self.submitted.clone() {
+            let free = self.total_cpu - self.used();
+            let Some(j) = self.jobs.get_mut(&sid) else {
+                continue;
+            };
+            if j.status == "PENDING" && j.cpu <= free + 1e-9 {
+                j.status = if j.stop_requested {
+                    "STOPPED"
+                } else {
+                    "RUNNING"
+                };
+            }
+        }
+        let running = self.jobs.values().filter(|j| j.status == "RUNNING").count();
+        self.max_running = self.max_running.max(running);
+    }
+}
+
+#[derive(Clone)]
+pub struct FakeRay(pub Arc<Mutex<State>>);
+
+impl Respond for FakeRay {
+    fn respond(&self, req: &Request) -> ResponseTemplate {
+        let mut s = self.0.lock().unwrap();
+        let path = req.url.path().to_string();
+        let post = req.method == wiremock::http::Method::POST;
+        match (post, path.as_str()) {
+            (false, "/api/cluster_status") => {
+                let (used, total) = (s.used(), s.total_cpu);
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"result": true, "data": {"clusterStatus":
+                    {"loadMetricsReport": {"usage": {"CPU": [used, total], "memory": [0, 8e9]}}}}}))
+            }
+            (false, "/api/jobs/") => {
+                s.list_polls += 1;
+                s.tick();
+                let list: Vec<_> = s
+                    .jobs
+                    .iter()
+                    .map(|(id, j)| json!({"submission_id": id, "status": j.status, "message": ""}))
+                    .collect();
+                ResponseTemplate::new(200).set_body_json(list)
+            }
+            (true, "/api/jobs/") => {
+                s.posts += 1;
+                if s.submit_404s > 0 {
+                    s.submit_404s -= 1;
+                    return ResponseTemplate::new(404).set_body_string("404: Not Found");
+                }
+                let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
+                let sid = body["submission_id"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                if s.jobs.contains_key(&sid) {
+                    return ResponseTemplate::new(500).set_body_string(format!(
+                        "ValueError: Job with submission_id {sid} already exists. Please use a different submission_id."
+                    ));
+                }
+                if let Some(f) = s.foreign_on_first_submit.take() {
+                    s.foreign_cpu = f;
+                }
+                let cpu = body["entrypoint_num_cpus"].as_f64().unwrap_or(0.0);
+                let runs_for = s.run_polls;
+                s.jobs.insert(
+                    sid.clone(),
+                    FakeJob {
+                        status: "PENDING",
+                        cpu,
+                        stop_requested: false,
+                        runs_for,
+                    },
+                );
+                s.submitted.push(sid.clone());
+                ResponseTemplate::new(200)
+                    .set_body_json(json!({"job_id": sid, "submission_id": sid}))
+            }
+            (true, p) if p.ends_with("/stop") => {
+                let sid = p
+                    .trim_start_matches("/api/jobs/")
+                    .trim_end_matches("/stop")
+                    .to_string();
+                s.stops.push(sid.clone());
+                match s.jobs.get_mut(&sid) {
+                    Some(j) => {
+                        let live = !matches!(j.status, "SUCCEEDED" | "FAILED" | "STOPPED");
+                        j.stop_requested = true;
+                        ResponseTemplate::new(200).set_body_json(json!({"stopped": live}))
+                    }
+                    None => ResponseTemplate::new(404),
+                }
+            }
+            (false, p) if p.starts_with("/api/jobs/") => {
+                let sid = p.trim_start_matches("/api/jobs/").trim_end_matches("/logs");
+                match s.jobs.get(sid) {
+                    Some(j) if p.ends_with("/logs") => ResponseTemplate::new(200)
+                        .set_body_json(json!({"logs": format!("{sid} {}\n", j.status)})),
+                    Some(j) => ResponseTemplate::new(200)
+                        .set_body_json(json!({"submission_id": sid, "status": j.status})),
+                    None => ResponseTemplate::new(404)
+                        .set_body_string(format!("Job {sid} does not exist")),
+                }
+            }
+            _ => ResponseTemplate::new(404),
+        }
+    }
+}
+
+/// Starts a fake cluster with `total_cpu` CPUs; returns the server and its state.
+pub async fn start(
+    total_cpu: f64,
+    tweak: impl FnOnce(&mut State),
+) -> (MockServer, Arc<Mutex<State>>) {
+    let mut state = State {
+        total_cpu,
+        run_polls: 3,
+        ..Default::default()
+    };
+    tweak(&mut state);
+    let state = Arc::new(Mutex::new(state));
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(FakeRay(state.clone()))
+        .mount(&server)
+        .await;
+    (server, state)
+}

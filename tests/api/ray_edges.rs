@@ -1,0 +1,381 @@
+//! Issue 8's scenarios against the fake cluster: another tenant on the same Ray, a job
+//! Ray holds PENDING, a jobs route that 404s while the dashboard starts, queue depth
+//! past the window, and a service that starts with no Ray.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::fake_ray::{self, State};
+use crate::helpers::{metric, spawn_app_with, Db, TestApp, ADMIN, SUBMITTER};
+use fairshare::config::ClusterSettings;
+
+async fn app_on(
+    server: &wiremock::MockServer,
+    tweak: impl FnOnce(&mut fairshare::Settings),
+) -> TestApp {
+    let uri = server.uri();
+    spawn_app_with(Db::Sqlite, move |s| {
+        s.clusters = vec![ClusterSettings {
+            name: "fake".into(),
+            address: uri,
+        }];
+        s.monitor.poll_interval = Duration::from_millis(100);
+        s.monitor.usage_report_lag = Duration::from_millis(300);
+        s.monitor.lost_job_grace = Duration::from_secs(3600);
+        s.dispatcher.retry_initial_backoff = Duration::from_millis(10);
+        s.dispatcher.retry_max_backoff = Duration::from_millis(20);
+        s.dispatcher.request_timeout = Duration::from_millis(500);
+        tweak(s);
+    })
+    .await
+    .expect("sqlite app")
+}
+
+async fn job(app: &TestApp, id: &str) -> Value {
+    app.get(&format!("/v1/jobs/{id}"), SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
+/// Polls `check` until it returns `Some`, failing after `secs` with `what`.
+async fn until<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the fake has answered `n` more job-list polls (the service made
+/// `n` more decisions), instead of sleeping.
+async fn polls_pass(state: &Arc<Mutex<State>>, n: u64) {
+    let start = state.lock().unwrap().list_polls;
+    until(10, "polls", || async {
+        (state.lock().unwrap().list_polls >= start + n).then_some(())
+    })
+    .await;
+}
+
+#[actix_web::test]
+async fn another_tenants_usage_is_counted_once_and_nothing_overcommits() {
+    // 4 CPUs, 2 taken by a job posted straight to Ray by someone else.
+    let (server, state) = fake_ray::start(4.0, |s| {
+        s.foreign_cpu = 2.0;
+        s.run_polls = 1_000_000;
+    })
+    .await;
+    let app = app_on(&server, |_| {}).await;
+    until(10, "capacity known", || async {
+        let v: Value = app
+            .get("/v1/scheduler", SUBMITTER)
+            .await
+            .json()
+            .await
+            .unwrap();
+        (v["clusters"][0]["free"]["cpu"] == 2.0).then_some(())
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(
+            app.submit("u", json!({"entrypoint": "sleep 10"})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    until(10, "two running", || async {
+        let n = state
+            .lock()
+            .unwrap()
+            .jobs
+            .values()
+            .filter(|j| j.status == "RUNNING")
+            .count();
+        (n == 2).then_some(())
+    })
+    .await;
+    // Many polls later (the report now includes our two jobs), still two: the other
+    // two stay QUEUED here rather than PENDING inside Ray.
+    polls_pass(&state, 15).await;
+    assert_eq!(
+        state.lock().unwrap().posts,
+        2,
+        "only what fits is sent to Ray"
+    );
+    let mut queued = 0;
+    for id in &ids {
+        queued += usize::from(job(&app, id).await["status"] == "QUEUED");
+    }
+    assert_eq!(queued, 2);
+    let v: Value = app
+        .get("/v1/scheduler", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["clusters"][0]["used_by_others"]["cpu"], 2.0, "{v}");
+    // The other tenant leaves: the rest go.
+    state.lock().unwrap().foreign_cpu = 0.0;
+    until(10, "four submitted", || async {
+        (state.lock().unwrap().posts == 4).then_some(())
+    })
+    .await;
+    polls_pass(&state, 10).await;
+    assert!(state.lock().unwrap().max_running <= 4);
+}
+
+#[actix_web::test]
+async fn a_job_ray_holds_pending_goes_back_to_the_queue_and_frees_its_users_slot() {
+    // 2 CPUs; a foreign 2-CPU job arrives right after J is submitted, so Ray holds J.
+    let (server, state) = fake_ray::start(2.0, |s| s.foreign_on_first_submit = Some(2.0)).await;
+    let app = app_on(&server, |s| {
+        s.monitor.pending_timeout = Duration::from_secs(1)
+    })
+    .await;
+    let put = app
+        .put("/v1/users/u", ADMIN, json!({"max_running_jobs": 1}))
+        .await;
+    assert_eq!(put.status(), 200);
+    let j = app
+        .submit("u", json!({"entrypoint": "sleep 1", "max_runtime_s": 3}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(10, "J PENDING", || async {
+        (job(&app, &j).await["status"] == "PENDING").then_some(())
+    })
+    .await;
+    let k = app.submit("u", json!({"entrypoint": "sleep 1"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Past the pending timeout J is QUEUED again, with a message, and its stop is sent.
+    let back = until(10, "J back in the queue", || async {
+        let v = job(&app, &j).await;
+        (v["status"] == "QUEUED").then_some(v)
+    })
+    .await;
+    assert!(
+        back["message"].as_str().unwrap().contains("PENDING for"),
+        "{back}"
+    );
+    assert!(
+        state.lock().unwrap().stops.contains(&j),
+        "the held attempt is stopped in Ray"
+    );
+    // The slot is free: K waits for capacity, not behind max_running_jobs.
+    let kv = until(10, "K's reason", || async {
+        let v = job(&app, &k).await;
+        v["pending_reason"]
+            .as_str()
+            .is_some_and(|r| !r.contains("max_running_jobs"))
+            .then_some(v)
+    })
+    .await;
+    assert_eq!(kv["status"], "QUEUED", "{kv}");
+    // The other tenant leaves: Ray ends J's first attempt (its stop takes effect), then
+    // J runs as attempt 2 and K after it, one at a time.
+    state.lock().unwrap().foreign_cpu = 0.0;
+    for id in [&j, &k] {
+        until(20, "SUCCEEDED", || async {
+            (job(&app, id).await["status"] == "SUCCEEDED").then_some(())
+        })
+        .await;
+    }
+    {
+        let s = state.lock().unwrap();
+        assert_eq!(s.jobs[&j].status, "STOPPED", "attempt 1 never ran");
+        assert_eq!(s.jobs[&format!("{j}-2")].status, "SUCCEEDED");
+        assert_eq!(s.max_running, 1, "max_running_jobs held in Ray too");
+    }
+    let conn = crate::jobs::connect(&app.db.url).await;
+    let events = fairshare::store::job_events(&conn, uuid::Uuid::parse_str(&j).unwrap())
+        .await
+        .unwrap();
+    let details: Vec<String> = events.iter().filter_map(|e| e.detail.clone()).collect();
+    assert!(
+        details.iter().any(|d| d.contains("queueing attempt 2")),
+        "{details:?}"
+    );
+    assert!(
+        details
+            .iter()
+            .any(|d| d.contains("confirmed attempt 1 ended")),
+        "{details:?}"
+    );
+    let m = app.metrics().await;
+    assert_eq!(metric(&m, "fairshare_pending_timeouts_total"), 1.0);
+}
+
+#[actix_web::test]
+async fn a_jobs_route_that_404s_while_the_dashboard_starts_does_not_fail_the_job() {
+    let (server, state) = fake_ray::start(4.0, |s| s.submit_404s = 3).await;
+    let app = app_on(&server, |s| {
+        s.dispatcher.retry_attempts = 2;
+        s.monitor.unhealthy_backoff = Duration::from_millis(200);
+    })
+    .await;
+    let id = app.submit("w", json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let v = until(20, "SUCCEEDED", || async {
+        let v = job(&app, &id).await;
+        assert_ne!(v["status"], "FAILED", "{v}");
+        (v["status"] == "SUCCEEDED").then_some(v)
+    })
+    .await;
+    assert_eq!(v["cluster"], "fake");
+    assert_eq!(
+        state.lock().unwrap().posts,
+        4,
+        "three 404s, then accepted once"
+    );
+    let conn = crate::jobs::connect(&app.db.url).await;
+    let events = fairshare::store::job_events(&conn, uuid::Uuid::parse_str(&id).unwrap())
+        .await
+        .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.from_status == Some(entity::JobStatus::Dispatching)
+                && e.to_status == entity::JobStatus::Queued
+                && e.detail.as_deref().unwrap_or("").contains("not ready")),
+        "{events:?}"
+    );
+}
+
+async fn depths(app: &TestApp, user: &str) -> [u64; 4] {
+    let u: Value = app
+        .get(&format!("/v1/users/{user}"), SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let s: Value = app
+        .get("/v1/scheduler", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let page: Value = app
+        .get(
+            &format!("/v1/jobs?user={user}&status=QUEUED&limit=1000"),
+            SUBMITTER,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let m = app.metrics().await;
+    let gauge = metric(&m, &format!("fairshare_queued_jobs{{user=\"{user}\"}}"));
+    [
+        u["queued"].as_u64().unwrap(),
+        s["queued_jobs"].as_u64().unwrap(),
+        page["jobs"].as_array().unwrap().len() as u64,
+        gauge as u64,
+    ]
+}
+
+#[actix_web::test]
+async fn every_view_of_queue_depth_agrees_past_the_window() {
+    let (server, _state) = fake_ray::start(9.0, |s| s.foreign_cpu = 9.0).await;
+    let app = app_on(&server, |_| {}).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        ids.push(
+            app.submit("b", json!({})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(depths(&app, "b").await, [2; 4]);
+    for _ in 0..70 {
+        ids.push(
+            app.submit("b", json!({})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    assert_eq!(depths(&app, "b").await, [72; 4]);
+    for id in ids.iter().rev().take(10) {
+        let r = app
+            .post(&format!("/v1/jobs/{id}/cancel"), SUBMITTER, json!({}))
+            .await;
+        assert_eq!(r.status(), 200);
+    }
+    assert_eq!(depths(&app, "b").await, [62; 4]);
+}
+
+#[actix_web::test]
+async fn a_service_with_no_ray_says_so_naming_the_cluster_and_address() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nbind = \"127.0.0.1:{port}\"\n[database]\nurl = \"sqlite://{}/f.db?mode=rwc\"\n\
+             [[clusters]]\nname = \"nowhere\"\naddress = \"http://127.0.0.1:{dead}\"\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    loop {
+        let line = tokio::select! {
+            l = out.next_line() => l,
+            l = err.next_line() => l,
+            _ = tokio::time::sleep_until(deadline) => panic!("no warning within 20 s: {seen:?}"),
+        };
+        let Ok(Some(line)) = line else {
+            panic!("service exited: {seen:?}")
+        };
+        if line.contains("WARN")
+            && line.contains("nowhere")
+            && line.contains(&format!("127.0.0.1:{dead}"))
+            && line.contains("unreachable")
+        {
+            break;
+        }
+        seen.push(line);
+    }
+    child.kill().await.ok();
+}
