@@ -19,6 +19,9 @@ pub mod messages;
 mod monitor;
 mod user_queue;
 
+#[cfg(test)]
+mod capacity_tests;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
