@@ -50,8 +50,8 @@ proptest! {
         let foreign_at = |t: usize| f64::from(foreign[t.min(59)]);
         // Ray reserves a job's CPUs from the moment it runs until it ends.
         let running = |j: &Job, t: usize| j.starts <= t && t < j.ends;
-        for t in 0..60 {
-            let d = report_delay[t].min(lag).min(t);
+        for (t, delay) in report_delay.iter().enumerate() {
+            let d = (*delay).min(lag).min(t);
             let seen = t - d;
             let used_reported = foreign_at(seen)
                 + jobs.iter().filter(|j| running(j, seen)).map(|j| j.cpu).sum::<f64>();

@@ -1,0 +1,323 @@
+//! The client of one cluster's Jobs REST API.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use reqwest::{StatusCode, Url};
+use serde::{Deserialize, Serialize};
+
+use super::error::{bad_usage, classify, decode, error_chain, status_error, RayError};
+use super::{ClusterUsage, RayJob, RayResources, SubmitJob, SubmitOutcome};
+
+// ---------------------------------------------------------------------------
+// Client
+// ---------------------------------------------------------------------------
+
+/// Client of one Ray cluster's Jobs REST API. Cheap to clone (shares one connection
+/// pool). Every request, body included, is bounded by the timeout given to
+/// [`RayClient::new`].
+#[derive(Clone, Debug)]
+pub struct RayClient {
+    http: reqwest::Client,
+    base: Url,
+    address: String,
+    timeout: Duration,
+}
+
+/// Body of `POST /api/jobs/` (field names are Ray's).
+#[derive(Serialize)]
+struct SubmitBody<'a> {
+    entrypoint: &'a str,
+    submission_id: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runtime_env: Option<&'a serde_json::Value>,
+    metadata: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    entrypoint_num_cpus: f64,
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    entrypoint_num_gpus: f64,
+    #[serde(skip_serializing_if = "is_zero_u64")]
+    entrypoint_memory: u64,
+}
+
+fn is_zero_f64(v: &f64) -> bool {
+    *v == 0.0
+}
+
+fn is_zero_u64(v: &u64) -> bool {
+    *v == 0
+}
+
+/// Answer to `POST /api/jobs/` (`{"job_id", "submission_id"}`); decoded to check that
+/// Ray (not some proxy page) answered, `submission_id` logged at debug level.
+#[derive(Deserialize)]
+struct SubmitAnswer {
+    #[serde(default)]
+    submission_id: Option<String>,
+}
+
+/// Answer to `POST /api/jobs/{id}/stop`.
+#[derive(Deserialize)]
+struct StopAnswer {
+    stopped: bool,
+}
+
+/// Answer to `GET /api/jobs/{id}/logs`.
+#[derive(Deserialize)]
+struct LogsAnswer {
+    #[serde(default)]
+    logs: Option<String>,
+}
+
+impl RayClient {
+    /// A client for the Ray dashboard at `address` (base URL, e.g.
+    /// `"http://127.0.0.1:8265"`; a trailing slash and a path prefix are allowed).
+    /// `request_timeout` bounds each request from connect to the end of the body.
+    ///
+    /// Fails with [`RayError::Client`] (status 0) when `address` is not an `http://`
+    /// or `https://` URL, and with [`RayError::Transport`] when the HTTP client cannot
+    /// be built (TLS initialisation). No request is sent.
+    pub fn new(address: &str, request_timeout: Duration) -> Result<Self, RayError> {
+        let address = address.trim().trim_end_matches('/');
+        let invalid = |reason: String| RayError::Client {
+            status: 0,
+            message: format!("invalid Ray address {address:?}: {reason}"),
+        };
+        let base = Url::parse(address).map_err(|e| invalid(e.to_string()))?;
+        if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
+            return Err(invalid("expected an http:// or https:// URL".to_owned()));
+        }
+        if base.query().is_some() || base.fragment().is_some() {
+            return Err(invalid("a query or fragment is not allowed".to_owned()));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(request_timeout)
+            .build()
+            .map_err(|source| RayError::Transport {
+                endpoint: "client setup".to_owned(),
+                source: source.without_url(),
+            })?;
+        Ok(Self {
+            http,
+            base,
+            address: address.to_owned(),
+            timeout: request_timeout,
+        })
+    }
+
+    /// The dashboard base URL this client talks to, without a trailing slash.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Submits `job` with `POST /api/jobs/`.
+    ///
+    /// A 500 whose text says "already exists" (Ray's answer to a duplicate
+    /// `submission_id`) is `Ok(SubmitOutcome::AlreadyExists)`. Does not retry; see
+    /// [`submit_idempotent`].
+    pub async fn submit(&self, job: &SubmitJob) -> Result<SubmitOutcome, RayError> {
+        let body = SubmitBody {
+            entrypoint: &job.entrypoint,
+            submission_id: &job.submission_id,
+            runtime_env: job.runtime_env.as_ref(),
+            metadata: &job.metadata,
+            entrypoint_num_cpus: job.num_cpus,
+            entrypoint_num_gpus: job.num_gpus,
+            entrypoint_memory: job.memory_bytes,
+        };
+        let endpoint = "POST /api/jobs/";
+        let request = self.http.post(self.url(&["api", "jobs", ""])).json(&body);
+        let (status, bytes) = self.execute(request, endpoint).await?;
+        if status.is_success() {
+            let answer: SubmitAnswer = decode(endpoint, &bytes)?;
+            tracing::debug!(
+                submission_id = %job.submission_id,
+                ray_submission_id = answer.submission_id.as_deref().unwrap_or_default(),
+                "Ray accepted the job"
+            );
+            return Ok(SubmitOutcome::Submitted);
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        if status == StatusCode::INTERNAL_SERVER_ERROR && text.contains("already exists") {
+            return Ok(SubmitOutcome::AlreadyExists);
+        }
+        Err(classify(endpoint, status, &text))
+    }
+
+    /// The job with this `submission_id` (`GET /api/jobs/{id}`); `None` when Ray
+    /// answers 404 (it does not know the job).
+    pub async fn get_job(&self, submission_id: &str) -> Result<Option<RayJob>, RayError> {
+        let endpoint = format!("GET /api/jobs/{submission_id}");
+        let request = self.http.get(self.url(&["api", "jobs", submission_id]));
+        let (status, bytes) = self.execute(request, &endpoint).await?;
+        match status {
+            s if s.is_success() => decode(&endpoint, &bytes).map(Some),
+            StatusCode::NOT_FOUND => Ok(None),
+            s => Err(status_error(s, &String::from_utf8_lossy(&bytes))),
+        }
+    }
+
+    /// Every job Ray knows (`GET /api/jobs/`), in no particular order, including
+    /// driver jobs without a `submission_id`.
+    ///
+    /// One malformed element fails the whole call with [`RayError::Decode`] rather than
+    /// being skipped: a skipped job would look lost to the monitor. Unknown statuses
+    /// and fields do not count as malformed.
+    pub async fn list_jobs(&self) -> Result<Vec<RayJob>, RayError> {
+        let endpoint = "GET /api/jobs/";
+        let request = self.http.get(self.url(&["api", "jobs", ""]));
+        let (status, bytes) = self.execute(request, endpoint).await?;
+        if !status.is_success() {
+            return Err(classify(endpoint, status, &String::from_utf8_lossy(&bytes)));
+        }
+        decode(endpoint, &bytes)
+    }
+
+    /// Asks Ray to stop the job (`POST /api/jobs/{id}/stop`). `Ok(true)` when Ray
+    /// stopped it, `Ok(false)` when it was already terminal or Ray does not know it
+    /// (404). A job still PENDING in Ray is only stopped once resources free up.
+    pub async fn stop_job(&self, submission_id: &str) -> Result<bool, RayError> {
+        let endpoint = format!("POST /api/jobs/{submission_id}/stop");
+        let request = self
+            .http
+            .post(self.url(&["api", "jobs", submission_id, "stop"]));
+        let (status, bytes) = self.execute(request, &endpoint).await?;
+        match status {
+            s if s.is_success() => decode::<StopAnswer>(&endpoint, &bytes).map(|a| a.stopped),
+            StatusCode::NOT_FOUND => Ok(false),
+            s => Err(status_error(s, &String::from_utf8_lossy(&bytes))),
+        }
+    }
+
+    /// The job's whole driver log so far (`GET /api/jobs/{id}/logs`); `None` when Ray
+    /// does not know the job (404). A `null` log is an empty string.
+    pub async fn job_logs(&self, submission_id: &str) -> Result<Option<String>, RayError> {
+        let endpoint = format!("GET /api/jobs/{submission_id}/logs");
+        let request = self
+            .http
+            .get(self.url(&["api", "jobs", submission_id, "logs"]));
+        let (status, bytes) = self.execute(request, &endpoint).await?;
+        match status {
+            s if s.is_success() => {
+                decode::<LogsAnswer>(&endpoint, &bytes).map(|a| Some(a.logs.unwrap_or_default()))
+            }
+            StatusCode::NOT_FOUND => Ok(None),
+            s => Err(status_error(s, &String::from_utf8_lossy(&bytes))),
+        }
+    }
+
+    /// Capacity and usage of the cluster (`GET /api/cluster_status`), from
+    /// `data.clusterStatus.loadMetricsReport.usage` = `{"CPU": [used, total], "GPU":
+    /// [..], "memory": [..], ...}` (cores, devices, bytes). A resource absent from the
+    /// report is 0.
+    ///
+    /// Right after the head starts, Ray reports `clusterStatus: null` until its
+    /// autoscaler has written a first report: that is a [`RayError::Decode`] (capacity
+    /// unknown), not a cluster of size 0.
+    pub async fn cluster_usage(&self) -> Result<ClusterUsage, RayError> {
+        let endpoint = "GET /api/cluster_status";
+        let request = self.http.get(self.url(&["api", "cluster_status"]));
+        let (status, bytes) = self.execute(request, endpoint).await?;
+        if !status.is_success() {
+            return Err(status_error(status, &String::from_utf8_lossy(&bytes)));
+        }
+        let answer: serde_json::Value = decode(endpoint, &bytes)?;
+        let usage = answer
+            .pointer("/data/clusterStatus/loadMetricsReport/usage")
+            .and_then(serde_json::Value::as_object)
+            .ok_or_else(|| RayError::Decode {
+                endpoint: endpoint.to_owned(),
+                detail: "no data.clusterStatus.loadMetricsReport.usage object (the \
+                         autoscaler has not reported yet?)"
+                    .to_owned(),
+            })?;
+        let pair = |key: &str| -> Result<(f64, f64), RayError> {
+            let Some(value) = usage.get(key) else {
+                return Ok((0.0, 0.0));
+            };
+            match value.as_array().map(Vec::as_slice) {
+                Some([used, total]) => match (used.as_f64(), total.as_f64()) {
+                    (Some(used), Some(total)) => Ok((used, total)),
+                    _ => Err(bad_usage(endpoint, key, value)),
+                },
+                _ => Err(bad_usage(endpoint, key, value)),
+            }
+        };
+        let (cpu_used, cpu_total) = pair("CPU")?;
+        let (gpu_used, gpu_total) = pair("GPU")?;
+        let (mem_used, mem_total) = pair("memory")?;
+        Ok(ClusterUsage {
+            total: RayResources {
+                cpu: cpu_total,
+                gpu: gpu_total,
+                memory_bytes: mem_total,
+            },
+            used: RayResources {
+                cpu: cpu_used,
+                gpu: gpu_used,
+                memory_bytes: mem_used,
+            },
+        })
+    }
+
+    /// `base` + the given path segments, each percent-encoded. An empty last segment
+    /// gives a trailing slash (Ray's routes `/api/jobs/` need it).
+    fn url(&self, segments: &[&str]) -> Url {
+        let mut url = self.base.clone();
+        // `new` rejected cannot-be-a-base URLs, so this always succeeds.
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(segments);
+        }
+        url
+    }
+
+    /// Sends `request` and reads the whole body. Only transport errors and timeouts
+    /// are errors here; the caller interprets the status.
+    async fn execute(
+        &self,
+        request: reqwest::RequestBuilder,
+        endpoint: &str,
+    ) -> Result<(StatusCode, Vec<u8>), RayError> {
+        let started = Instant::now();
+        let result = async {
+            let response = request.send().await?;
+            let status = response.status();
+            let bytes = response.bytes().await?;
+            Ok::<_, reqwest::Error>((status, bytes.to_vec()))
+        }
+        .await;
+        let elapsed_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match result {
+            Ok((status, bytes)) => {
+                tracing::debug!(
+                    endpoint,
+                    status = status.as_u16(),
+                    elapsed_ms,
+                    "Ray answered"
+                );
+                Ok((status, bytes))
+            }
+            Err(err) => {
+                let err = self.request_error(endpoint, err);
+                tracing::debug!(endpoint, elapsed_ms, error = %error_chain(&err), "Ray request failed");
+                Err(err)
+            }
+        }
+    }
+
+    fn request_error(&self, endpoint: &str, err: reqwest::Error) -> RayError {
+        let endpoint = endpoint.to_owned();
+        if err.is_timeout() {
+            RayError::Timeout {
+                endpoint,
+                timeout_ms: u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX),
+                source: err.without_url(),
+            }
+        } else {
+            RayError::Transport {
+                endpoint,
+                source: err.without_url(),
+            }
+        }
+    }
+}
