@@ -31,7 +31,8 @@ impl Modify for BearerAuth {
     components(schemas(
         error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, jobs::ResourcesOut,
         jobs::JobView, jobs::JobPage, jobs::LogsView, users::UserView, users::UserUpdate, users::ResourceLimit,
-        users::Empty, system::Health, crate::actors::SchedulerView,
+        users::Empty, system::Health, system::SchedulerOut, system::ClusterOut, system::CycleOut,
+        system::AmountsOut,
     )),
     modifiers(&BearerAuth),
 )]
