@@ -396,3 +396,57 @@ async fn wrong_methods_get_405_with_an_allow_header_and_probes_take_head() {
         assert_eq!(r.bytes().await.unwrap().len(), 0, "HEAD {path} has no body");
     }
 }
+
+#[actix_web::test]
+async fn malformed_client_headers_are_logged_below_error() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let addr = app.address.trim_start_matches("http://").to_string();
+    let requests: [&[u8]; 3] = [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header: v\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \x01\r\n\r\n",
+    ];
+    for raw in requests {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(raw).await.unwrap();
+        let mut buf = vec![0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]);
+        assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    }
+    // Each one is logged as the client's fault, at debug; none at ERROR.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let captured = crate::helpers::CAPTURED.lock().unwrap().clone();
+        let errors: Vec<_> = captured
+            .iter()
+            .filter(|(level, _, _)| *level == tracing::Level::ERROR)
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "client faults logged at ERROR: {errors:?}"
+        );
+        let faults = captured
+            .iter()
+            .filter(|(level, target, text)| {
+                *level == tracing::Level::DEBUG
+                    && target == fairshare::telemetry::CLIENT_FAULT_TARGET
+                    && text.contains("request parse error")
+            })
+            .count();
+        if faults >= requests.len() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "expected {} client faults at debug: {captured:?}",
+            requests.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
