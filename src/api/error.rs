@@ -41,6 +41,12 @@ pub enum ApiError {
     /// 413: body over `server.max_body_bytes`.
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// 414: a request line of `api::line_limit::MAX_REQUEST_LINE` bytes or more.
+    #[error(
+        "the request line is {} bytes or longer; send long parameters in a request body",
+        crate::api::line_limit::MAX_REQUEST_LINE
+    )]
+    UriTooLong,
     /// 422: a field is missing or invalid.
     #[error("invalid field `{field}`: {reason}")]
     Invalid { field: String, reason: String },
@@ -83,6 +89,7 @@ impl ApiError {
             ApiError::Conflict(_) => "conflict",
             ApiError::JobConflict { .. } => "conflict",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::UriTooLong => "uri_too_long",
             ApiError::Invalid { .. } => "invalid_field",
             ApiError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             ApiError::QueueFull(_) => "queue_full",
@@ -124,6 +131,7 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) | ApiError::JobConflict { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
             ApiError::Invalid { .. } | ApiError::IdempotencyKeyReused { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -167,6 +175,10 @@ impl ResponseError for ApiError {
         let mut resp = HttpResponse::build(status);
         if matches!(self, ApiError::Unavailable(_) | ApiError::QueueFull(_)) {
             resp.insert_header(("Retry-After", "1"));
+        }
+        if matches!(self, ApiError::UriTooLong) {
+            // What followed the line is unknown; do not keep the connection.
+            resp.force_close();
         }
         if let ApiError::MethodNotAllowed { allow } = self {
             resp.insert_header(("Allow", *allow));

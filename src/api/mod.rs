@@ -5,6 +5,7 @@ pub mod auth;
 pub mod body;
 pub mod error;
 pub mod jobs;
+pub mod line_limit;
 pub mod openapi;
 pub mod request_id;
 pub mod system;
@@ -28,6 +29,10 @@ pub struct AppState {
     pub auth: Auth,
     /// The scheduler's actors; `None` only in tests of the bare API.
     pub scheduler: Option<Scheduler>,
+}
+
+async fn uri_too_long() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::UriTooLong)
 }
 
 async fn not_found() -> Result<HttpResponse, ApiError> {
@@ -73,6 +78,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .get(system::readyz)
             .route(web::head().to(system::readyz)),
     )
+    // What a request line over 64 KiB becomes (line_limit): every method, 414.
+    .service(web::resource(line_limit::URI_TOO_LONG_PATH).to(uri_too_long))
     .default_service(web::to(not_found));
 }
 

@@ -450,3 +450,64 @@ async fn malformed_client_headers_are_logged_below_error() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Sends `raw` on a new connection and returns everything the server answers until it
+/// closes the connection or goes quiet for a second.
+async fn exchange(app: &crate::helpers::TestApp, raw: &[u8]) -> String {
+    let addr = app.address.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may answer (and close) before it has read everything.
+    let _ = stream.write_all(raw).await;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await
+    {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[actix_web::test]
+async fn a_request_line_of_64_kib_or_more_gets_414_with_a_json_body() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let line = |len: usize| {
+        // "GET /" + path + " HTTP/1.1" is `len` bytes.
+        let path = "a".repeat(len - "GET / HTTP/1.1".len());
+        format!("GET /{path} HTTP/1.1\r\nHost: x\r\n\r\n")
+    };
+    for len in [65_536, 70_000, 200_000] {
+        let answer = exchange(&app, line(len).as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 414"), "{len}: {answer:.200}");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let body: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+        assert_eq!(body["error"]["code"], "uri_too_long");
+    }
+    // One byte under the limit is an ordinary request (no such route here).
+    let answer = exchange(&app, line(65_535).as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer:.200}");
+
+    // On a kept-alive connection, after a request whose body has long lines, the next
+    // request line is still found and held to the limit.
+    let body = format!(
+        r#"{{"user": "ll", "entrypoint": "echo {}"}}"#,
+        "x".repeat(65_000)
+    );
+    let mut raw = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMITTER}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    raw.push_str("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    raw.push_str(&line(100_000));
+    let answer = exchange(&app, raw.as_bytes()).await;
+    let statuses: Vec<&str> = answer
+        .match_indices("HTTP/1.1 ")
+        .map(|(i, _)| &answer[i + 9..i + 12])
+        .collect();
+    assert_eq!(statuses, vec!["201", "200", "414"], "{answer:.300}");
+}
