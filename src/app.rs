@@ -4,8 +4,12 @@
 use std::net::TcpListener;
 use std::sync::Arc;
 
-use actix_web::dev::{Server, ServerHandle};
-use actix_web::{web, App, HttpServer};
+use actix_http::{HttpService, Protocol};
+use actix_service::{fn_service, map_config, IntoServiceFactory, ServiceFactoryExt};
+use actix_web::dev::{AppConfig, Server, ServerHandle};
+use actix_web::{web, App};
+
+use crate::api::line_limit::LineLimit;
 use anyhow::Context;
 
 use crate::actors::Scheduler;
@@ -46,22 +50,43 @@ impl Application {
             auth: Auth::new(settings.auth.tokens.clone()),
             scheduler: Some(scheduler.clone()),
         };
-        let mut server = HttpServer::new(move || {
-            App::new()
-                .wrap(actix_web::middleware::from_fn(
-                    crate::api::request_id::middleware,
-                ))
-                .app_data(web::Data::new(state.clone()))
-                .configure(api::routes)
-        })
-        .shutdown_timeout(5)
-        .listen(listener)?;
+        let addr = listener.local_addr()?;
+        // actix-web's HttpServer, assembled by hand so that every connection is wrapped
+        // in api::line_limit::LineLimit (414 for request lines of 64 KiB or more, which
+        // actix-http would answer with a bare 400 or 431). HTTP/1 only, as before.
+        let mut builder = actix_server::Server::build().shutdown_timeout(5);
         if settings.server.workers > 0 {
-            server = server.workers(settings.server.workers);
+            builder = builder.workers(settings.server.workers);
         }
+        let server = builder
+            .listen("fairshare-http", listener, move || {
+                let state = state.clone();
+                let app = App::new()
+                    .wrap(actix_web::middleware::from_fn(
+                        crate::api::request_id::middleware,
+                    ))
+                    .app_data(web::Data::new(state))
+                    .configure(api::routes);
+                let http = HttpService::build().local_addr(addr).finish(map_config(
+                    app.into_factory()
+                        .map_err(|e: actix_web::Error| e.error_response()),
+                    |_| AppConfig::default(),
+                ));
+                fn_service(|io: actix_web::rt::net::TcpStream| async move {
+                    let peer = io.peer_addr().ok();
+                    let _ = io.set_nodelay(true);
+                    Ok::<_, actix_http::error::DispatchError>((
+                        LineLimit::new(io),
+                        Protocol::Http1,
+                        peer,
+                    ))
+                })
+                .and_then(http)
+            })?
+            .run();
         tracing::info!(bind = %settings.server.bind, port, "listening");
         Ok(Application {
-            server: server.run(),
+            server,
             port,
             scheduler,
         })

@@ -205,10 +205,10 @@ fn build() -> Result<Metrics, prometheus::Error> {
         http_requests: reg!(HistogramVec::new(
             HistogramOpts::new(
                 "fairshare_http_request_duration_seconds",
-                "HTTP request durations."
+                "HTTP request durations (method: a standard method or `other`; route: the matched route pattern or `unmatched`)."
             )
             .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
-            &["method", "status"]
+            &["method", "route", "status"]
         )?),
         pending_timeouts: reg!(IntCounter::new(
             "fairshare_pending_timeouts_total",

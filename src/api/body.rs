@@ -125,3 +125,65 @@ pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
         ApiError::invalid(field, reason)
     })
 }
+
+/// Integer fields that also accept a whole number written with a decimal point
+/// (`600.0`): JSON Schema counts it as an integer and Python clients send it. `600.5`,
+/// and anything outside the target type's range, is refused naming the field (422).
+///
+/// Use with `#[serde(default, deserialize_with = "whole::opt")]` on `Option<T>`, or
+/// `whole::double_opt` on `Option<Option<T>>` (absent vs `null`).
+pub mod whole {
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, Visitor};
+    use serde::Deserialize;
+
+    /// A `T` that deserializes from an integer or a whole float.
+    pub struct Whole<T>(pub T);
+
+    impl<'de, T: TryFrom<i128>> Deserialize<'de> for Whole<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<T>(std::marker::PhantomData<T>);
+            impl<T: TryFrom<i128>> V<T> {
+                fn fit<E: de::Error>(n: i128) -> Result<Whole<T>, E> {
+                    T::try_from(n)
+                        .map(Whole)
+                        .map_err(|_| E::custom(format!("{n} is out of range for this field")))
+                }
+            }
+            impl<T: TryFrom<i128>> Visitor<'_> for V<T> {
+                type Value = Whole<T>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a whole number")
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                    Self::fit(i128::from(v))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                    Self::fit(i128::from(v))
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                    // 2^63 bounds every target type; beyond it the cast would saturate.
+                    if v.is_finite() && v.fract() == 0.0 && v.abs() < 9.3e18 {
+                        Self::fit(v as i128)
+                    } else {
+                        Err(E::invalid_value(de::Unexpected::Float(v), &self))
+                    }
+                }
+            }
+            d.deserialize_any(V(std::marker::PhantomData))
+        }
+    }
+
+    /// For `Option<T>` fields.
+    pub fn opt<'de, D: Deserializer<'de>, T: TryFrom<i128>>(d: D) -> Result<Option<T>, D::Error> {
+        Ok(Option::<Whole<T>>::deserialize(d)?.map(|w| w.0))
+    }
+
+    /// For `Option<Option<T>>` fields: absent = `None`, `null` = `Some(None)`.
+    pub fn double_opt<'de, D: Deserializer<'de>, T: TryFrom<i128>>(
+        d: D,
+    ) -> Result<Option<Option<T>>, D::Error> {
+        Ok(Some(Option::<Whole<T>>::deserialize(d)?.map(|w| w.0)))
+    }
+}

@@ -25,18 +25,39 @@ pub enum ApiError {
     /// 404.
     #[error("{0}")]
     NotFound(String),
-    /// 405.
-    #[error("method not allowed")]
-    MethodNotAllowed,
+    /// 405; `allow` lists the methods the route takes (the `Allow` header).
+    #[error("method not allowed; this route takes {allow}")]
+    MethodNotAllowed { allow: &'static str },
     /// 409: the request conflicts with the resource's state.
     #[error("{0}")]
     Conflict(String),
+    /// 409 about a job, with details (e.g. logs of a job Ray never had).
+    #[error("{message}")]
+    JobConflict {
+        message: String,
+        job_id: uuid::Uuid,
+        status: String,
+    },
     /// 413: body over `server.max_body_bytes`.
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// 414: a request line of `api::line_limit::MAX_REQUEST_LINE` bytes or more.
+    #[error(
+        "the request line is {} bytes or longer; send long parameters in a request body",
+        crate::api::line_limit::MAX_REQUEST_LINE
+    )]
+    UriTooLong,
     /// 422: a field is missing or invalid.
     #[error("invalid field `{field}`: {reason}")]
     Invalid { field: String, reason: String },
+    /// 422: the `(user, external_id)` names a job that was submitted with another
+    /// payload (`fields` lists what differs).
+    #[error("external_id {external_id:?} was already used by this user for job {job_id} with a different {}; use a new external_id for a new job", fields.join(", "))]
+    IdempotencyKeyReused {
+        external_id: String,
+        job_id: uuid::Uuid,
+        fields: Vec<&'static str>,
+    },
     /// 429: the user's queue is full.
     #[error("{0}")]
     QueueFull(String),
@@ -64,10 +85,13 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
-            ApiError::MethodNotAllowed => "method_not_allowed",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
+            ApiError::JobConflict { .. } => "conflict",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::UriTooLong => "uri_too_long",
             ApiError::Invalid { .. } => "invalid_field",
+            ApiError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             ApiError::QueueFull(_) => "queue_full",
             ApiError::Unavailable(_) => "unavailable",
             ApiError::Internal(_) => "internal",
@@ -85,11 +109,14 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable code: bad_json, unauthorized, forbidden, not_found, method_not_allowed,
-    /// conflict, payload_too_large, invalid_field, queue_full, unavailable, internal.
+    /// conflict, payload_too_large, uri_too_long, invalid_field, idempotency_key_reused,
+    /// queue_full, unavailable, internal.
     pub code: String,
     /// A sentence for humans.
     pub message: String,
-    /// For invalid_field: `{"field": "...", "reason": "..."}`.
+    /// For invalid_field: `{"field", "reason"}`; for idempotency_key_reused:
+    /// `{"field": "external_id", "external_id", "job_id" (the existing job), "differs"
+    /// (the fields that differ)}`; for a conflict about a job: `{"job_id", "status"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
 }
@@ -101,10 +128,13 @@ impl ResponseError for ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) | ApiError::JobConflict { .. } => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
+            ApiError::Invalid { .. } | ApiError::IdempotencyKeyReused { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             ApiError::QueueFull(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -120,6 +150,19 @@ impl ResponseError for ApiError {
             ApiError::Invalid { field, reason } => {
                 Some(serde_json::json!({ "field": field, "reason": reason }))
             }
+            ApiError::IdempotencyKeyReused {
+                external_id,
+                job_id,
+                fields,
+            } => Some(serde_json::json!({
+                "field": "external_id",
+                "external_id": external_id,
+                "job_id": job_id,
+                "differs": fields,
+            })),
+            ApiError::JobConflict { job_id, status, .. } => {
+                Some(serde_json::json!({ "job_id": job_id, "status": status }))
+            }
             _ => None,
         };
         let message = match self {
@@ -132,6 +175,13 @@ impl ResponseError for ApiError {
         let mut resp = HttpResponse::build(status);
         if matches!(self, ApiError::Unavailable(_) | ApiError::QueueFull(_)) {
             resp.insert_header(("Retry-After", "1"));
+        }
+        if matches!(self, ApiError::UriTooLong) {
+            // What followed the line is unknown; do not keep the connection.
+            resp.force_close();
+        }
+        if let ApiError::MethodNotAllowed { allow } = self {
+            resp.insert_header(("Allow", *allow));
         }
         if matches!(self, ApiError::Unauthorized) {
             resp.insert_header(("WWW-Authenticate", "Bearer"));

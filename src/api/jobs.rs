@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::body::{parse_json, parse_query, read_body};
+use super::body::{parse_json, parse_query, read_body, whole};
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
 use crate::actors::{Cancelled, Scheduler};
@@ -48,6 +48,7 @@ pub struct ResourcesIn {
     /// GPUs, finite, >= 0 (default 0).
     pub gpu: Option<f64>,
     /// Bytes (default 0).
+    #[serde(default, deserialize_with = "whole::opt")]
     pub memory_bytes: Option<u64>,
 }
 
@@ -75,13 +76,16 @@ pub struct SubmitRequest {
     pub runtime_env: Option<serde_json::Value>,
     pub resources: Option<ResourcesIn>,
     /// -1000..=1000, default 0; higher runs first within the user's queue.
+    #[serde(default, deserialize_with = "whole::opt")]
     pub priority: Option<i32>,
     /// String to string, passed to Ray as job metadata.
     pub metadata: Option<BTreeMap<String, String>>,
-    /// The gateway's id for this job; a retry with the same (user, external_id) returns
-    /// the existing job with 200.
+    /// The gateway's id for this job (an idempotency key). A retry with the same
+    /// (user, external_id) and the same payload returns the existing job with 200; the
+    /// same key with a different payload is 422 `idempotency_key_reused`.
     pub external_id: Option<String>,
     /// Seconds; the job is stopped when it runs longer (default: scheduler.default_max_runtime).
+    #[serde(default, deserialize_with = "whole::opt")]
     pub max_runtime_s: Option<i64>,
 }
 
@@ -369,12 +373,14 @@ async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
 }
 
 /// `POST /v1/jobs`: 201 with the new job, or 200 with the existing one for a repeated
-/// `(user, external_id)`. Answered only after the job is committed.
+/// `(user, external_id)` with the same payload (422 `idempotency_key_reused` with
+/// another). Answered only after the job is committed.
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = SubmitRequest,
     responses((status = 201, body = JobView, description = "created"),
-              (status = 200, body = JobView, description = "same (user, external_id) seen before"),
+              (status = 200, body = JobView, description = "same (user, external_id) and same payload seen before"),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
-              (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)),
+              (status = 422, body = ErrorBody, description = "a field is invalid (invalid_field), or the (user, external_id) was used with another payload (idempotency_key_reused; details.job_id is the existing job)"),
+              (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user, job_id))]
 pub async fn submit(
@@ -425,6 +431,15 @@ pub async fn submit(
             tracing::Span::current().record("job_id", tracing::field::display(j.id));
             let v = view(&state, j).await?;
             Ok(HttpResponse::Ok().json(v))
+        }
+        Intake::Conflict { existing, differs } => {
+            tracing::Span::current().record("job_id", tracing::field::display(existing.id));
+            tracing::info!(differs = ?differs, "external_id reused with another payload");
+            Err(ApiError::IdempotencyKeyReused {
+                external_id: existing.external_id.unwrap_or_default(),
+                job_id: existing.id,
+                fields: differs,
+            })
         }
     }
 }
@@ -548,10 +563,12 @@ pub async fn cancel(
     }
 }
 
-/// `GET /v1/jobs/{id}/logs`: the job's logs from Ray (empty before it was dispatched).
+/// `GET /v1/jobs/{id}/logs`: the job's logs from Ray. A job Ray never had (QUEUED, or
+/// ended before it was dispatched) has none: 409 saying so.
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs",
     params(("id" = Uuid, Path, description = "job id")),
     responses((status = 200, body = LogsView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody, description = "Ray never had this job (QUEUED, or ended before dispatch); details: job_id, status"),
               (status = 503, body = ErrorBody, description = "the job's Ray cluster does not answer")),
     security(("bearer" = [])))]
 pub async fn logs(
@@ -561,11 +578,24 @@ pub async fn logs(
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "read logs")?;
     let j = load(&state, &id).await?;
-    if j.dispatched_at.is_none() && j.started_at.is_none() {
-        return Err(ApiError::Conflict(format!(
-            "job {} has no logs: it was never dispatched to Ray (status {})",
-            j.id, j.status
-        )));
+    // A job that was never dispatched, or is back in the queue, has no logs in Ray.
+    if j.cluster.is_none() || j.status == JobStatus::Queued {
+        let message = if j.status.is_terminal() {
+            format!(
+                "job {} ended {} before it was dispatched to Ray: there are no logs",
+                j.id, j.status
+            )
+        } else {
+            format!(
+                "job {} is {}: Ray does not have it yet, so there are no logs",
+                j.id, j.status
+            )
+        };
+        return Err(ApiError::JobConflict {
+            message,
+            job_id: j.id,
+            status: j.status.to_string(),
+        });
     }
     let Some(s) = &state.scheduler else {
         return Err(ApiError::Unavailable("the scheduler is not running".into()));
@@ -573,11 +603,15 @@ pub async fn logs(
     let logs = match s.logs(&j).await {
         Ok(Some(logs)) => logs,
         Ok(None) => {
-            return Err(ApiError::Conflict(format!(
-                "Ray does not have the logs of job {} (status {}): its cluster lost or never \
-                 started it",
-                j.id, j.status
-            )))
+            return Err(ApiError::JobConflict {
+                message: format!(
+                    "Ray does not have the logs of job {} (status {}): its cluster lost or \
+                     never started it",
+                    j.id, j.status
+                ),
+                job_id: j.id,
+                status: j.status.to_string(),
+            })
         }
         Err(e) => {
             return Err(ApiError::Unavailable(format!(

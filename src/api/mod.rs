@@ -5,6 +5,7 @@ pub mod auth;
 pub mod body;
 pub mod error;
 pub mod jobs;
+pub mod line_limit;
 pub mod openapi;
 pub mod request_id;
 pub mod system;
@@ -30,33 +31,56 @@ pub struct AppState {
     pub scheduler: Option<Scheduler>,
 }
 
+async fn uri_too_long() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::UriTooLong)
+}
+
 async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound("no such route".into()))
 }
 
-async fn method_not_allowed() -> Result<HttpResponse, ApiError> {
-    Err(ApiError::MethodNotAllowed)
-}
-
 /// Registers every route. Each path is listed once here and once in the OpenAPI
-/// document (a test checks they agree).
+/// document (a test checks they agree). Any other method on a known path is 405 with
+/// an `Allow` header listing the ones it takes; `HEAD` works on the health probes.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    let resource =
-        |path: &str| web::resource(path.to_string()).default_service(web::to(method_not_allowed));
-    cfg.service(resource("/v1/jobs").post(jobs::submit).get(jobs::list))
-        .service(resource("/v1/jobs/{id}").get(jobs::get))
-        .service(resource("/v1/jobs/{id}/cancel").post(jobs::cancel))
-        .service(resource("/v1/jobs/{id}/logs").get(jobs::logs))
-        .service(resource("/v1/users").get(users::list))
-        .service(resource("/v1/users/{id}").get(users::get).put(users::put))
-        .service(resource("/v1/users/{id}/pause").post(users::pause))
-        .service(resource("/v1/users/{id}/resume").post(users::resume))
-        .service(resource("/v1/scheduler").get(system::scheduler))
-        .service(resource("/openapi.json").get(openapi::document))
-        .service(resource("/metrics").get(system::metrics))
-        .service(resource("/healthz").get(system::healthz))
-        .service(resource("/readyz").get(system::readyz))
-        .default_service(web::to(not_found));
+    let resource = |path: &str, allow: &'static str| {
+        web::resource(path.to_string()).default_service(web::to(move || async move {
+            Err::<HttpResponse, _>(ApiError::MethodNotAllowed { allow })
+        }))
+    };
+    cfg.service(
+        resource("/v1/jobs", "GET, POST")
+            .post(jobs::submit)
+            .get(jobs::list),
+    )
+    .service(resource("/v1/jobs/{id}", "GET").get(jobs::get))
+    .service(resource("/v1/jobs/{id}/cancel", "POST").post(jobs::cancel))
+    .service(resource("/v1/jobs/{id}/logs", "GET").get(jobs::logs))
+    .service(resource("/v1/users", "GET").get(users::list))
+    .service(
+        resource("/v1/users/{id}", "GET, PUT")
+            .get(users::get)
+            .put(users::put),
+    )
+    .service(resource("/v1/users/{id}/pause", "POST").post(users::pause))
+    .service(resource("/v1/users/{id}/resume", "POST").post(users::resume))
+    .service(resource("/v1/scheduler", "GET").get(system::scheduler))
+    .service(resource("/openapi.json", "GET").get(openapi::document))
+    .service(resource("/metrics", "GET").get(system::metrics))
+    // Uptime checks and load balancers probe with HEAD; actix sends no body for it.
+    .service(
+        resource("/healthz", "GET, HEAD")
+            .get(system::healthz)
+            .route(web::head().to(system::healthz)),
+    )
+    .service(
+        resource("/readyz", "GET, HEAD")
+            .get(system::readyz)
+            .route(web::head().to(system::readyz)),
+    )
+    // What a request line over 64 KiB becomes (line_limit): every method, 414.
+    .service(web::resource(line_limit::URI_TOO_LONG_PATH).to(uri_too_long))
+    .default_service(web::to(not_found));
 }
 
 /// Every path [`routes`] registers, for the OpenAPI completeness test.

@@ -6,7 +6,7 @@ use entity::{user, JobStatus};
 use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 
-use super::body::{parse_json, read_body};
+use super::body::{parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
 use super::jobs::{validate_amount, validate_user_id, ResourcesOut};
 use super::AppState;
@@ -31,7 +31,11 @@ pub struct ResourceLimit {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<f64>,
     /// Bytes.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole::opt"
+    )]
     pub memory_bytes: Option<u64>,
 }
 
@@ -49,11 +53,11 @@ pub struct UserUpdate {
     /// Fair-share weight, > 0 and at most 1e6.
     pub weight: Option<f64>,
     /// 1..=1000000, or null for the default.
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, deserialize_with = "whole::double_opt")]
     #[schema(value_type = Option<i32>)]
     pub max_running_jobs: Option<Option<i32>>,
     /// 0..=1000000, or null for the default.
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, deserialize_with = "whole::double_opt")]
     #[schema(value_type = Option<i32>)]
     pub max_queued_jobs: Option<Option<i32>>,
     /// Cap on the user's allocation, or null for none.

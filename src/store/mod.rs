@@ -97,14 +97,73 @@ pub struct NewJob {
 pub enum Intake {
     /// A new job, committed as QUEUED.
     Created(job::Model),
-    /// `(user, external_id)` was seen before: the existing job, unchanged.
+    /// `(user, external_id)` was seen before with the same payload: the existing job,
+    /// unchanged (an idempotent retry).
     Existing(job::Model),
+    /// `(user, external_id)` was seen before with another payload: the existing job,
+    /// unchanged, and the fields that differ ([`payload_differences`]).
+    Conflict {
+        existing: job::Model,
+        differs: Vec<&'static str>,
+    },
+}
+
+/// The fields in which `new` differs from the stored job `j`: the payload that reaches
+/// Ray and the scheduler (DESIGN §4), compared after defaults are applied, so an absent
+/// `cpu` equals an explicit `1`, an absent `priority` an explicit `0`, and an absent
+/// `metadata` or `runtime_env` an empty object. `max_runtime_s` is compared as sent
+/// (absent means "the configured default", which may change). JSON values compare as
+/// values: key order does not matter.
+pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
+    fn object_or_empty(v: &Option<serde_json::Value>) -> serde_json::Value {
+        match v {
+            None | Some(serde_json::Value::Null) => serde_json::Value::Object(Default::default()),
+            Some(v) => v.clone(),
+        }
+    }
+    let mut differs = Vec::new();
+    if new.entrypoint != j.entrypoint {
+        differs.push("entrypoint");
+    }
+    if object_or_empty(&new.runtime_env) != object_or_empty(&j.runtime_env) {
+        differs.push("runtime_env");
+    }
+    if new.cpu != j.cpu {
+        differs.push("resources.cpu");
+    }
+    if new.gpu != j.gpu {
+        differs.push("resources.gpu");
+    }
+    if new.memory_bytes != j.memory_bytes {
+        differs.push("resources.memory_bytes");
+    }
+    if new.priority != j.priority {
+        differs.push("priority");
+    }
+    if object_or_empty(&new.metadata) != object_or_empty(&j.metadata) {
+        differs.push("metadata");
+    }
+    if new.max_runtime_s != j.max_runtime_s {
+        differs.push("max_runtime_s");
+    }
+    differs
+}
+
+/// What a repeated `(user, external_id)` gets: the job itself, or a conflict.
+fn resolve_existing(new: &NewJob, existing: job::Model) -> Intake {
+    let differs = payload_differences(new, &existing);
+    if differs.is_empty() {
+        Intake::Existing(existing)
+    } else {
+        Intake::Conflict { existing, differs }
+    }
 }
 
 /// Commits a new QUEUED job (and its user row, if new) with its creation event.
 ///
-/// Idempotent on `(user, external_id)`. Errors: [`StoreError::QueueFull`] when the user
-/// already has `max_queued_jobs` (its own, else `default_max_queued`) QUEUED jobs.
+/// Idempotent on `(user, external_id)`: the same payload again gets the existing job,
+/// another payload a [`Intake::Conflict`]. Errors: [`StoreError::QueueFull`] when the
+/// user already has `max_queued_jobs` (its own, else `default_max_queued`) QUEUED jobs.
 pub async fn submit_job(
     db: &Db,
     new: NewJob,
@@ -112,18 +171,30 @@ pub async fn submit_job(
 ) -> Result<Intake, StoreError> {
     if let Some(ext) = &new.external_id {
         if let Some(existing) = find_by_external_id(db, &new.user, ext).await? {
-            return Ok(Intake::Existing(existing));
+            return Ok(resolve_existing(&new, existing));
         }
     }
+    insert_or_resolve(db, new, default_max_queued).await
+}
+
+/// The second half of [`submit_job`], without its look-up: inserts the job, and when
+/// the unique `(user, external_id)` index refuses it (a concurrent request with the
+/// same key committed first), resolves against the winner as [`submit_job`] does.
+/// Public so that tests can drive the race path deterministically.
+pub async fn insert_or_resolve(
+    db: &Db,
+    new: NewJob,
+    default_max_queued: u32,
+) -> Result<Intake, StoreError> {
     match insert_job(db, &new, default_max_queued).await {
         Ok(job) => Ok(Intake::Created(job)),
         Err(StoreError::Db(e))
             if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) =>
         {
-            // A concurrent retry with the same external id won the race.
+            // A concurrent request with the same external id won the race.
             let ext = new.external_id.as_deref().unwrap_or_default();
             match find_by_external_id(db, &new.user, ext).await? {
-                Some(existing) => Ok(Intake::Existing(existing)),
+                Some(existing) => Ok(resolve_existing(&new, existing)),
                 None => Err(StoreError::Db(e)),
             }
         }

@@ -222,3 +222,292 @@ async fn a_queued_job_behind_others_says_how_many() {
         "waiting behind 2 earlier jobs in this user's queue"
     );
 }
+
+/// The `method` label values of the HTTP histogram in a `/metrics` text.
+fn http_label_values(text: &str, label: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter(|l| l.starts_with("fairshare_http_request_duration_seconds_count{"))
+        .filter_map(|l| {
+            let start = l.find(&format!("{label}=\""))? + label.len() + 2;
+            let end = start + l[start..].find('"')?;
+            Some(l[start..end].to_string())
+        })
+        .collect()
+}
+
+#[actix_web::test]
+async fn invented_methods_and_paths_do_not_grow_metrics() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    for i in 0..40 {
+        let m = reqwest::Method::from_bytes(format!("INVENTED{i}").as_bytes()).unwrap();
+        let r = app
+            .client
+            .request(m, app.url(&format!("/v1/jobs/made-up-{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405);
+        let r = app
+            .client
+            .get(app.url(&format!("/no/such/path/{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404);
+    }
+    let text = app.metrics().await;
+    assert!(
+        !text.contains("INVENTED"),
+        "a client-chosen method became a label"
+    );
+    assert!(!text.contains("made-up"), "a raw path became a label");
+    assert!(!text.contains("/no/such"), "a raw path became a label");
+    let methods = http_label_values(&text, "method");
+    assert!(methods.contains("other"), "{methods:?}");
+    let known = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE", "other",
+    ];
+    assert!(
+        methods.iter().all(|m| known.contains(&m.as_str())),
+        "{methods:?}"
+    );
+    let routes = http_label_values(&text, "route");
+    assert!(routes.contains("/v1/jobs/{id}"), "{routes:?}");
+    assert!(routes.contains("unmatched"), "{routes:?}");
+    assert!(
+        routes
+            .iter()
+            .all(|r| r == "unmatched" || fairshare::api::ROUTES.iter().any(|(_, p)| p == r)),
+        "{routes:?}"
+    );
+}
+
+async fn whole_numbers_with_a_decimal_point_are_accepted_as_integers(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let job = app
+        .submit(
+            "dec",
+            json!({"max_runtime_s": 600.0, "priority": 1000.0, "resources": {"cpu": 1, "memory_bytes": 1024.0}}),
+        )
+        .await;
+    assert_eq!(job["max_runtime_s"], 600);
+    assert_eq!(job["priority"], 1000);
+    assert_eq!(job["resources"]["memory_bytes"], 1024);
+    let cases = [
+        (json!({"max_runtime_s": 600.5}), "max_runtime_s"),
+        (json!({"priority": 1.5}), "priority"),
+        (json!({"priority": 1e30}), "priority"),
+        (json!({"priority": "1"}), "priority"),
+        (
+            json!({"resources": {"memory_bytes": 1024.25}}),
+            "resources.memory_bytes",
+        ),
+        (
+            json!({"resources": {"memory_bytes": -1.0}}),
+            "resources.memory_bytes",
+        ),
+    ];
+    for (extra, field) in cases {
+        let mut body = json!({"user": "dec", "entrypoint": "x"});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        assert_error(
+            app.post("/v1/jobs", SUBMITTER, body).await,
+            422,
+            "invalid_field",
+            Some(field),
+        )
+        .await;
+    }
+    let r = app
+        .put(
+            "/v1/users/dec",
+            ADMIN,
+            json!({"max_running_jobs": 3.0, "max_queued_jobs": 10.0, "max_resources": {"memory_bytes": 1e9}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let u: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(u["max_running_jobs"], 3);
+    assert_eq!(u["max_queued_jobs"], 10);
+    assert_eq!(u["max_resources"]["memory_bytes"], 1_000_000_000u64);
+    for (body, field) in [
+        (json!({"max_running_jobs": 2.5}), "max_running_jobs"),
+        (json!({"max_queued_jobs": 0.1}), "max_queued_jobs"),
+        (
+            json!({"max_resources": {"memory_bytes": 0.5}}),
+            "max_resources.memory_bytes",
+        ),
+    ] {
+        assert_error(
+            app.put("/v1/users/dec", ADMIN, body).await,
+            422,
+            "invalid_field",
+            Some(field),
+        )
+        .await;
+    }
+    // null still clears a limit.
+    let r = app
+        .put("/v1/users/dec", ADMIN, json!({"max_running_jobs": null}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let u: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(u["max_running_jobs"], serde_json::Value::Null);
+}
+both_databases!(whole_numbers_with_a_decimal_point_are_accepted_as_integers);
+
+#[actix_web::test]
+async fn wrong_methods_get_405_with_an_allow_header_and_probes_take_head() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let cases = [
+        (reqwest::Method::DELETE, "/v1/jobs", "GET, POST"),
+        (reqwest::Method::PATCH, "/v1/users/x", "GET, PUT"),
+        (reqwest::Method::GET, "/v1/users/x/pause", "POST"),
+        (reqwest::Method::POST, "/healthz", "GET, HEAD"),
+        (reqwest::Method::PUT, "/readyz", "GET, HEAD"),
+        (reqwest::Method::HEAD, "/metrics", "GET"),
+    ];
+    for (m, path, allow) in cases {
+        let r = app
+            .client
+            .request(m.clone(), app.url(path))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{m} {path}");
+        assert_eq!(
+            r.headers().get("allow").and_then(|v| v.to_str().ok()),
+            Some(allow),
+            "{m} {path}"
+        );
+    }
+    for path in ["/healthz", "/readyz"] {
+        let r = app.client.head(app.url(path)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "HEAD {path}");
+        assert_eq!(r.bytes().await.unwrap().len(), 0, "HEAD {path} has no body");
+    }
+}
+
+#[actix_web::test]
+async fn malformed_client_headers_are_logged_below_error() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let addr = app.address.trim_start_matches("http://").to_string();
+    let requests: [&[u8]; 3] = [
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header: v\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \x01\r\n\r\n",
+    ];
+    for raw in requests {
+        let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        stream.write_all(raw).await.unwrap();
+        let mut buf = vec![0u8; 1024];
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        let head = String::from_utf8_lossy(&buf[..n]);
+        assert!(head.starts_with("HTTP/1.1 400"), "{head}");
+    }
+    // Each one is logged as the client's fault, at debug; none at ERROR.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let captured = crate::helpers::CAPTURED.lock().unwrap().clone();
+        let errors: Vec<_> = captured
+            .iter()
+            .filter(|(level, _, _)| *level == tracing::Level::ERROR)
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "client faults logged at ERROR: {errors:?}"
+        );
+        let faults = captured
+            .iter()
+            .filter(|(level, target, text)| {
+                *level == tracing::Level::DEBUG
+                    && target == fairshare::telemetry::CLIENT_FAULT_TARGET
+                    && text.contains("request parse error")
+            })
+            .count();
+        if faults >= requests.len() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "expected {} client faults at debug: {captured:?}",
+            requests.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sends `raw` on a new connection and returns everything the server answers until it
+/// closes the connection or goes quiet for a second.
+async fn exchange(app: &crate::helpers::TestApp, raw: &[u8]) -> String {
+    let addr = app.address.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may answer (and close) before it has read everything.
+    let _ = stream.write_all(raw).await;
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    while let Ok(Ok(n)) = tokio::time::timeout(Duration::from_secs(1), stream.read(&mut buf)).await
+    {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&out).to_string()
+}
+
+#[actix_web::test]
+async fn a_request_line_of_64_kib_or_more_gets_414_with_a_json_body() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let line = |len: usize| {
+        // "GET /" + path + " HTTP/1.1" is `len` bytes.
+        let path = "a".repeat(len - "GET / HTTP/1.1".len());
+        format!("GET /{path} HTTP/1.1\r\nHost: x\r\n\r\n")
+    };
+    for len in [65_536, 70_000, 200_000] {
+        let answer = exchange(&app, line(len).as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 414"), "{len}: {answer:.200}");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let body: serde_json::Value = serde_json::from_str(body).expect("a JSON body");
+        assert_eq!(body["error"]["code"], "uri_too_long");
+    }
+    // One byte under the limit is an ordinary request (no such route here).
+    let answer = exchange(&app, line(65_535).as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 404"), "{answer:.200}");
+
+    // On a kept-alive connection, after a request whose body has long lines, the next
+    // request line is still found and held to the limit.
+    let body = format!(
+        r#"{{"user": "ll", "entrypoint": "echo {}"}}"#,
+        "x".repeat(65_000)
+    );
+    let mut raw = format!(
+        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMITTER}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    raw.push_str("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    raw.push_str(&line(100_000));
+    let answer = exchange(&app, raw.as_bytes()).await;
+    let statuses: Vec<&str> = answer
+        .match_indices("HTTP/1.1 ")
+        .map(|(i, _)| &answer[i + 9..i + 12])
+        .collect();
+    assert_eq!(statuses, vec!["201", "200", "414"], "{answer:.300}");
+}

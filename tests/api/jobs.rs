@@ -550,3 +550,186 @@ async fn a_restart_keeps_jobs_users_and_queue_order(db: Db) {
     assert_eq!(a["queue_position"], 2);
 }
 both_databases!(a_restart_keeps_jobs_users_and_queue_order);
+
+async fn the_same_external_id_with_another_payload_is_422_naming_the_existing_job(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let first = json!({"user": "g", "entrypoint": "python a.py", "resources": {"cpu": 1}, "external_id": "k-1"});
+    let created = app.post("/v1/jobs", SUBMITTER, first.clone()).await;
+    assert_eq!(created.status(), 201);
+    let created: serde_json::Value = created.json().await.unwrap();
+    let id = created["id"].as_str().unwrap();
+
+    // The input: another entrypoint and cpu under the same key.
+    let other = json!({"user": "g", "entrypoint": "python b.py", "resources": {"cpu": 2}, "external_id": "k-1"});
+    let resp = app.post("/v1/jobs", SUBMITTER, other).await;
+    assert_eq!(resp.status(), 422);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "idempotency_key_reused", "{body}");
+    assert_eq!(body["error"]["details"]["job_id"], id, "{body}");
+    assert_eq!(body["error"]["details"]["field"], "external_id", "{body}");
+    assert_eq!(
+        body["error"]["details"]["differs"],
+        json!(["entrypoint", "resources.cpu"]),
+        "{body}"
+    );
+
+    // Each field of the payload on its own makes a conflict.
+    let changes = [
+        ("runtime_env", json!({"env_vars": {"A": "1"}})),
+        ("resources", json!({"gpu": 1})),
+        ("resources", json!({"memory_bytes": 1})),
+        ("priority", json!(1)),
+        ("metadata", json!({"team": "x"})),
+        ("max_runtime_s", json!(60)),
+    ];
+    for (key, value) in changes {
+        let mut body = first.clone();
+        if key == "resources" {
+            let mut r = json!({"cpu": 1});
+            for (k, v) in value.as_object().unwrap() {
+                r[k] = v.clone();
+            }
+            body["resources"] = r;
+        } else {
+            body[key] = value;
+        }
+        let resp = app.post("/v1/jobs", SUBMITTER, body.clone()).await;
+        assert_eq!(resp.status(), 422, "{body}");
+        let err: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(err["error"]["code"], "idempotency_key_reused", "{body}");
+        assert_eq!(err["error"]["details"]["job_id"], id);
+    }
+
+    // An identical retry, and one that spells the defaults out, is the same payload.
+    for same in [
+        first.clone(),
+        json!({"user": "g", "entrypoint": "python a.py", "external_id": "k-1",
+               "resources": {"cpu": 1.0, "gpu": 0, "memory_bytes": 0}, "priority": 0,
+               "metadata": {}, "runtime_env": {}}),
+    ] {
+        let resp = app.post("/v1/jobs", SUBMITTER, same).await;
+        assert_eq!(resp.status(), 200);
+        let again: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(again["id"], id);
+    }
+    // Nothing but the first job was created.
+    let page: serde_json::Value = app
+        .get("/v1/jobs?user=g", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 1, "{page}");
+}
+both_databases!(the_same_external_id_with_another_payload_is_422_naming_the_existing_job);
+
+fn new_job(entrypoint: &str, cpu: f64) -> fairshare::store::NewJob {
+    fairshare::store::NewJob {
+        user: "race".into(),
+        external_id: Some("k-race".into()),
+        priority: 0,
+        entrypoint: entrypoint.into(),
+        runtime_env: None,
+        metadata: None,
+        cpu,
+        gpu: 0.0,
+        memory_bytes: 0,
+        max_runtime_s: None,
+    }
+}
+
+async fn a_request_that_loses_the_insert_race_gets_the_winner_or_a_conflict(db: Db) {
+    use fairshare::store::{insert_or_resolve, submit_job, Intake};
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let conn = connect(&app.db.url).await;
+    let Intake::Created(winner) = submit_job(&conn, new_job("python a.py", 1.0), 100)
+        .await
+        .unwrap()
+    else {
+        panic!("the first submit creates the job");
+    };
+    // What a concurrent request runs after its look-up found nothing: the insert, which
+    // the unique (user, external_id) index refuses.
+    match insert_or_resolve(&conn, new_job("python a.py", 1.0), 100)
+        .await
+        .unwrap()
+    {
+        Intake::Existing(j) => assert_eq!(j.id, winner.id),
+        other => panic!("an identical loser gets the winner, not {other:?}"),
+    }
+    match insert_or_resolve(&conn, new_job("python b.py", 2.0), 100)
+        .await
+        .unwrap()
+    {
+        Intake::Conflict { existing, differs } => {
+            assert_eq!(existing.id, winner.id);
+            assert_eq!(differs, vec!["entrypoint", "resources.cpu"]);
+        }
+        other => panic!("a different loser gets a conflict, not {other:?}"),
+    }
+
+    // And over HTTP, many different payloads racing for one key: one job, the rest 422
+    // naming it.
+    let bodies: Vec<_> = (0..12)
+        .map(|i| json!({"user": "race2", "entrypoint": format!("echo {i}"), "external_id": "k-2"}))
+        .collect();
+    let answers = futures_util::future::join_all(
+        bodies
+            .into_iter()
+            .map(|b| async { app.post("/v1/jobs", SUBMITTER, b).await }),
+    )
+    .await;
+    let mut created = Vec::new();
+    let mut conflicts = Vec::new();
+    for r in answers {
+        let status = r.status().as_u16();
+        let body: serde_json::Value = r.json().await.unwrap();
+        match status {
+            201 => created.push(body["id"].clone()),
+            422 => {
+                assert_eq!(body["error"]["code"], "idempotency_key_reused", "{body}");
+                conflicts.push(body["error"]["details"]["job_id"].clone());
+            }
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(created.len(), 1, "exactly one request creates the job");
+    assert_eq!(conflicts.len(), 11);
+    assert!(conflicts.iter().all(|id| *id == created[0]));
+}
+both_databases!(a_request_that_loses_the_insert_race_gets_the_winner_or_a_conflict);
+
+async fn logs_of_a_job_ray_never_had_are_409_with_a_reason(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let queued = app.submit("l", json!({})).await;
+    let id = queued["id"].as_str().unwrap();
+    let resp = app.get(&format!("/v1/jobs/{id}/logs"), SUBMITTER).await;
+    assert_eq!(resp.status(), 409);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "conflict", "{body}");
+    assert_eq!(body["error"]["details"]["status"], "QUEUED", "{body}");
+    assert_eq!(body["error"]["details"]["job_id"], id, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Ray does not have it"),
+        "{body}"
+    );
+    // Cancelled before dispatch: still nothing in Ray.
+    let r = app
+        .post(&format!("/v1/jobs/{id}/cancel"), SUBMITTER, json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let resp = app.get(&format!("/v1/jobs/{id}/logs"), SUBMITTER).await;
+    assert_eq!(resp.status(), 409);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["details"]["status"], "STOPPED", "{body}");
+}
+both_databases!(logs_of_a_job_ray_never_had_are_409_with_a_reason);

@@ -99,11 +99,12 @@ async fn the_openapi_document_covers_every_route() {
 }
 
 #[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
 async fn a_lost_database_answers_503_retryable_never_500() {
-    let Some(admin) = crate::helpers::postgres_url() else {
-        eprintln!("skipped: FAIRSHARE_TEST_POSTGRES_URL not set");
-        return;
-    };
+    let admin = crate::helpers::postgres_url();
     let Some(app) = spawn_app(Db::Postgres).await else {
         return;
     };
@@ -134,15 +135,89 @@ async fn a_lost_database_answers_503_retryable_never_500() {
         )
         .await;
     crate::helpers::assert_error(r, 503, "unavailable", None).await;
-    let r = app.client.get(app.url("/readyz")).send().await.unwrap();
-    assert_eq!(r.status(), 503);
-    assert_eq!(
-        app.client
-            .get(app.url("/healthz"))
+    // Probes answer at once (a probe's timeout is often 1 s), not after the pool's 5 s
+    // acquire timeout: readiness says 503, liveness 200, for GET and HEAD alike.
+    for (m, path, want) in [
+        (reqwest::Method::GET, "/readyz", 503),
+        (reqwest::Method::HEAD, "/readyz", 503),
+        (reqwest::Method::GET, "/healthz", 200),
+        (reqwest::Method::HEAD, "/healthz", 200),
+    ] {
+        let started = std::time::Instant::now();
+        let r = app
+            .client
+            .request(m.clone(), app.url(path))
+            .timeout(std::time::Duration::from_secs(10))
             .send()
             .await
-            .unwrap()
-            .status(),
-        200
-    );
+            .unwrap();
+        let took = started.elapsed();
+        assert_eq!(r.status(), want, "{m} {path}");
+        assert!(
+            took < std::time::Duration::from_millis(900),
+            "{m} {path} took {took:?} while the database is down"
+        );
+    }
+}
+
+#[actix_web::test]
+async fn the_scheduler_view_shows_rfc3339_times_and_whole_bytes() {
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    // 8 GB of memory that Ray reports as a float, with a fractional part.
+    let usage = json!({"result": true, "data": {"clusterStatus": {"loadMetricsReport": {"usage": {"CPU": [0.0, 4.0], "memory": [1234.5, 8.0e9]}}}}});
+    Mock::given(method("GET"))
+        .and(path("/api/cluster_status"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(usage))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/api/jobs/"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+        .mount(&server)
+        .await;
+    let uri = server.uri();
+    let Some(app) = crate::helpers::spawn_app_with(Db::Sqlite, move |s| {
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "mock".into(),
+            address: uri,
+        }];
+        s.monitor.poll_interval = std::time::Duration::from_millis(100);
+    })
+    .await
+    else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let view = loop {
+        let v: serde_json::Value = app
+            .get("/v1/scheduler", SUBMITTER)
+            .await
+            .json()
+            .await
+            .unwrap();
+        if v["last_cycle"].is_object() && v["clusters"][0]["capacity"]["cpu"] == 4.0 {
+            break v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no cycle with capacity: {v}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let at = view["last_cycle"]["at"]
+        .as_str()
+        .expect("an RFC 3339 string");
+    let at = chrono::DateTime::parse_from_rfc3339(at).expect("RFC 3339");
+    let age = chrono::Utc::now().signed_duration_since(at);
+    assert!(age.num_seconds().abs() < 60, "{at}");
+    let cluster = &view["clusters"][0];
+    for part in ["capacity", "used_reported", "outstanding", "free"] {
+        assert!(
+            cluster[part]["memory_bytes"].is_u64(),
+            "{part}.memory_bytes is not a whole number: {cluster}"
+        );
+    }
+    assert_eq!(cluster["capacity"]["memory_bytes"], 8_000_000_000u64);
 }

@@ -7,25 +7,59 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where `ray` is, or `None` (tests skip, unless `FAIRSHARE_REQUIRE_RAY=1`: then fail).
-pub fn ray_bin() -> Option<PathBuf> {
+/// Where `ray` is. The Ray tests are `#[ignore]`d unless this build saw
+/// `FAIRSHARE_RAY_BIN` (see `build.rs`; `scripts/test` sets it); one that runs anyway
+/// without Ray fails here. Also refuses to run outside a loopback-only network
+/// namespace (see [`assert_loopback_only`]).
+pub fn ray_bin() -> PathBuf {
     let candidate = std::env::var_os("FAIRSHARE_RAY_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/ray"));
-    if candidate.exists() {
-        return Some(candidate);
-    }
-    if std::env::var("FAIRSHARE_REQUIRE_RAY").as_deref() == Ok("1") {
-        panic!(
-            "FAIRSHARE_REQUIRE_RAY=1 but no ray at {}",
-            candidate.display()
-        );
-    }
-    eprintln!(
-        "skipped: no Ray at {} (run scripts/setup-ray)",
+    assert!(
+        candidate.exists(),
+        "this test needs Ray at {} (run scripts/setup-ray, set FAIRSHARE_RAY_BIN)",
         candidate.display()
     );
-    None
+    assert_loopback_only();
+    candidate
+}
+
+/// The network interfaces this process sees (its network namespace's, from
+/// /proc/self/net/dev; /sys/class/net shows the namespace sysfs was mounted in).
+pub fn interfaces() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/net/dev")
+        .unwrap_or_default()
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(|name| name.trim().to_string())
+        .collect()
+}
+
+/// A local Ray head listens on the machine's address and on all interfaces whatever
+/// its flags say, with Ray's token auth off (RAY.md): anyone who reaches it can run
+/// code. The Ray tests therefore run inside a private network namespace whose only
+/// interface is loopback (`scripts/test` runs this binary through
+/// `scripts/test-runner`, which uses `scripts/in-netns`), where Ray binds 127.0.0.1
+/// only. Started anywhere else, they refuse, unless `FAIRSHARE_RAY_UNISOLATED=1`
+/// (set by `scripts/in-netns` when the machine allows no namespace; it says so loudly).
+pub fn assert_loopback_only() {
+    let ifaces = interfaces();
+    if ifaces.iter().all(|i| i == "lo") {
+        return;
+    }
+    if std::env::var("FAIRSHARE_RAY_UNISOLATED").as_deref() == Ok("1") {
+        eprintln!(
+            "WARNING: Ray tests run WITHOUT network isolation (interfaces {ifaces:?}): \
+             the Ray heads they start are reachable from the network"
+        );
+        return;
+    }
+    panic!(
+        "the Ray tests must run in a loopback-only network namespace (this one has \
+         {ifaces:?}); run them through scripts/test, or: \
+         scripts/in-netns cargo test --test ray"
+    );
 }
 
 /// A free TCP port on loopback, outside Ray's worker range 10002–19999.

@@ -162,6 +162,16 @@ impl Service {
 impl Drop for Service {
     fn drop(&mut self) {
         self.kill();
+        // TEST_LOG=1: a failing test shows the service's log (as zero2prod's helpers do).
+        if std::thread::panicking()
+            && std::env::var("TEST_LOG").is_ok_and(|v| !v.is_empty() && v != "0")
+        {
+            eprintln!(
+                "---- fairshare log ({}) ----\n{}",
+                self.log.display(),
+                self.log()
+            );
+        }
     }
 }
 
