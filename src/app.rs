@@ -44,11 +44,14 @@ impl Application {
         let listener = TcpListener::bind(settings.server.bind)
             .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
         let port = listener.local_addr()?.port();
+        let intake =
+            store::IntakeWriter::start(db.clone(), settings.scheduler.default_max_queued_jobs);
         let state = AppState {
             db,
             settings: settings.clone(),
             auth: Auth::new(settings.auth.tokens.clone()),
             scheduler: Some(scheduler.clone()),
+            intake,
         };
         let addr = listener.local_addr()?;
         // actix-web's HttpServer, assembled by hand so that every connection is wrapped

@@ -47,6 +47,8 @@ pub struct Metrics {
     pub pending_timeouts: IntCounter,
     /// Our jobs that Ray lists as PENDING now, per cluster.
     pub ray_pending_jobs: IntGaugeVec,
+    /// Submissions committed per intake transaction (group commit).
+    pub intake_batch_size: Histogram,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -213,6 +215,13 @@ fn build() -> Result<Metrics, prometheus::Error> {
         pending_timeouts: reg!(IntCounter::new(
             "fairshare_pending_timeouts_total",
             "Jobs Ray kept PENDING longer than monitor.pending_timeout; stopped there and queued again."
+        )?),
+        intake_batch_size: reg!(Histogram::with_opts(
+            HistogramOpts::new(
+                "fairshare_intake_batch_size",
+                "Submissions committed per intake transaction (group commit)."
+            )
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0])
         )?),
         ray_pending_jobs: reg!(IntGaugeVec::new(
             Opts::new(

@@ -410,8 +410,9 @@ pub async fn submit(
             ));
         }
     }
-    let default_limit = state.settings.scheduler.default_max_queued_jobs;
-    match store::submit_job(&state.db, new, default_limit).await? {
+    // Committed by the intake writer in a batch with whatever else arrived (group
+    // commit); answered only after that commit.
+    match state.intake.submit(new).await? {
         Intake::Created(j) => {
             tracing::Span::current().record("job_id", tracing::field::display(j.id));
             tracing::info!(

@@ -29,6 +29,8 @@ pub struct AppState {
     pub auth: Auth,
     /// The scheduler's actors; `None` only in tests of the bare API.
     pub scheduler: Option<Scheduler>,
+    /// The group-commit writer of `POST /v1/jobs`.
+    pub intake: crate::store::IntakeWriter,
 }
 
 async fn uri_too_long() -> Result<HttpResponse, ApiError> {

@@ -13,13 +13,19 @@ use migration::MigratorTrait;
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectOptions, ConnectionTrait, DatabaseBackend,
-    DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, SqlErr,
+    DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set,
     TransactionTrait,
 };
 use uuid::Uuid;
 
 use crate::config::DatabaseSettings;
 use crate::lifecycle;
+
+mod intake;
+
+pub use intake::{
+    payload_differences, submit_batch, submit_job, Intake, IntakeWriter, NewJob, MAX_BATCH,
+};
 
 pub use sea_orm::DatabaseConnection as Db;
 
@@ -53,7 +59,7 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
         opts.max_connections(1).min_connections(1);
         opts.map_sqlx_sqlite_opts(|o| {
             o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
-                .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Normal)
+                .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Full)
                 .busy_timeout(Duration::from_secs(5))
                 .foreign_keys(true)
         });
@@ -73,213 +79,7 @@ pub async fn ping(db: &Db) -> Result<(), DbErr> {
     db.ping().await
 }
 
-/// A job as the API accepted it, before it has an id.
-#[derive(Clone, Debug)]
-pub struct NewJob {
-    pub user: String,
-    pub external_id: Option<String>,
-    pub priority: i32,
-    pub entrypoint: String,
-    pub runtime_env: Option<serde_json::Value>,
-    pub metadata: Option<serde_json::Value>,
-    /// Cores.
-    pub cpu: f64,
-    /// GPUs.
-    pub gpu: f64,
-    /// Bytes.
-    pub memory_bytes: i64,
-    /// Seconds.
-    pub max_runtime_s: Option<i64>,
-}
-
-/// The result of [`submit_job`].
-#[derive(Clone, Debug)]
-pub enum Intake {
-    /// A new job, committed as QUEUED.
-    Created(job::Model),
-    /// `(user, external_id)` was seen before with the same payload: the existing job,
-    /// unchanged (an idempotent retry).
-    Existing(job::Model),
-    /// `(user, external_id)` was seen before with another payload: the existing job,
-    /// unchanged, and the fields that differ ([`payload_differences`]).
-    Conflict {
-        existing: job::Model,
-        differs: Vec<&'static str>,
-    },
-}
-
-/// The fields in which `new` differs from the stored job `j`: the payload that reaches
-/// Ray and the scheduler (DESIGN §4), compared after defaults are applied, so an absent
-/// `cpu` equals an explicit `1`, an absent `priority` an explicit `0`, and an absent
-/// `metadata` or `runtime_env` an empty object. `max_runtime_s` is compared as sent
-/// (absent means "the configured default", which may change). JSON values compare as
-/// values: key order does not matter.
-pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
-    fn object_or_empty(v: &Option<serde_json::Value>) -> serde_json::Value {
-        match v {
-            None | Some(serde_json::Value::Null) => serde_json::Value::Object(Default::default()),
-            Some(v) => v.clone(),
-        }
-    }
-    let mut differs = Vec::new();
-    if new.entrypoint != j.entrypoint {
-        differs.push("entrypoint");
-    }
-    if object_or_empty(&new.runtime_env) != object_or_empty(&j.runtime_env) {
-        differs.push("runtime_env");
-    }
-    if new.cpu != j.cpu {
-        differs.push("resources.cpu");
-    }
-    if new.gpu != j.gpu {
-        differs.push("resources.gpu");
-    }
-    if new.memory_bytes != j.memory_bytes {
-        differs.push("resources.memory_bytes");
-    }
-    if new.priority != j.priority {
-        differs.push("priority");
-    }
-    if object_or_empty(&new.metadata) != object_or_empty(&j.metadata) {
-        differs.push("metadata");
-    }
-    if new.max_runtime_s != j.max_runtime_s {
-        differs.push("max_runtime_s");
-    }
-    differs
-}
-
-/// What a repeated `(user, external_id)` gets: the job itself, or a conflict.
-fn resolve_existing(new: &NewJob, existing: job::Model) -> Intake {
-    let differs = payload_differences(new, &existing);
-    if differs.is_empty() {
-        Intake::Existing(existing)
-    } else {
-        Intake::Conflict { existing, differs }
-    }
-}
-
-/// Commits a new QUEUED job (and its user row, if new) with its creation event.
-///
-/// Idempotent on `(user, external_id)`: the same payload again gets the existing job,
-/// another payload a [`Intake::Conflict`]. Errors: [`StoreError::QueueFull`] when the
-/// user already has `max_queued_jobs` (its own, else `default_max_queued`) QUEUED jobs.
-pub async fn submit_job(
-    db: &Db,
-    new: NewJob,
-    default_max_queued: u32,
-) -> Result<Intake, StoreError> {
-    if let Some(ext) = &new.external_id {
-        if let Some(existing) = find_by_external_id(db, &new.user, ext).await? {
-            return Ok(resolve_existing(&new, existing));
-        }
-    }
-    insert_or_resolve(db, new, default_max_queued).await
-}
-
-/// The second half of [`submit_job`], without its look-up: inserts the job, and when
-/// the unique `(user, external_id)` index refuses it (a concurrent request with the
-/// same key committed first), resolves against the winner as [`submit_job`] does.
-/// Public so that tests can drive the race path deterministically.
-pub async fn insert_or_resolve(
-    db: &Db,
-    new: NewJob,
-    default_max_queued: u32,
-) -> Result<Intake, StoreError> {
-    match insert_job(db, &new, default_max_queued).await {
-        Ok(job) => Ok(Intake::Created(job)),
-        Err(StoreError::Db(e))
-            if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_))) =>
-        {
-            // A concurrent request with the same external id won the race.
-            let ext = new.external_id.as_deref().unwrap_or_default();
-            match find_by_external_id(db, &new.user, ext).await? {
-                Some(existing) => Ok(resolve_existing(&new, existing)),
-                None => Err(StoreError::Db(e)),
-            }
-        }
-        Err(e) => Err(e),
-    }
-}
-
-async fn find_by_external_id(db: &Db, user: &str, ext: &str) -> Result<Option<job::Model>, DbErr> {
-    job::Entity::find()
-        .filter(job::Column::UserId.eq(user))
-        .filter(job::Column::ExternalId.eq(ext))
-        .one(db)
-        .await
-}
-
-async fn insert_job(
-    db: &Db,
-    new: &NewJob,
-    default_max_queued: u32,
-) -> Result<job::Model, StoreError> {
-    let at = now();
-    let txn = db.begin().await?;
-    ensure_user_in(&txn, &new.user, at).await?;
-    // Serialize intake per user on PostgreSQL so that the queue limit holds under
-    // concurrent submits (SQLite serializes all writers already).
-    let mut q = user::Entity::find_by_id(new.user.clone());
-    if txn.get_database_backend() == DatabaseBackend::Postgres {
-        q = q.lock_exclusive();
-    }
-    let u = q
-        .one(&txn)
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound(new.user.clone()))?;
-    let limit = u
-        .max_queued_jobs
-        .map(|v| v.max(0) as u32)
-        .unwrap_or(default_max_queued);
-    let queued = job::Entity::find()
-        .filter(job::Column::UserId.eq(new.user.as_str()))
-        .filter(job::Column::Status.eq(JobStatus::Queued))
-        .count(&txn)
-        .await?;
-    if queued >= u64::from(limit) {
-        return Err(StoreError::QueueFull {
-            user: new.user.clone(),
-            limit,
-        });
-    }
-    let id = Uuid::now_v7();
-    let model = job::ActiveModel {
-        id: Set(id),
-        user_id: Set(new.user.clone()),
-        external_id: Set(new.external_id.clone()),
-        status: Set(JobStatus::Queued),
-        priority: Set(new.priority),
-        entrypoint: Set(new.entrypoint.clone()),
-        runtime_env: Set(new.runtime_env.clone()),
-        metadata: Set(new.metadata.clone()),
-        cpu: Set(new.cpu),
-        gpu: Set(new.gpu),
-        memory_bytes: Set(new.memory_bytes),
-        cluster: Set(None),
-        message: Set(None),
-        max_runtime_s: Set(new.max_runtime_s),
-        submitted_at: Set(at),
-        dispatched_at: Set(None),
-        started_at: Set(None),
-        finished_at: Set(None),
-        attempt: Set(1),
-        retiring_attempt: Set(None),
-        stop_reason: Set(None),
-    };
-    job::Entity::insert(model)
-        .exec_without_returning(&txn)
-        .await?;
-    insert_event(&txn, id, None, JobStatus::Queued, at, None).await?;
-    let job = job::Entity::find_by_id(id)
-        .one(&txn)
-        .await?
-        .ok_or_else(|| DbErr::RecordNotFound(id.to_string()))?;
-    txn.commit().await?;
-    Ok(job)
-}
-
-async fn insert_event<C: sea_orm::ConnectionTrait>(
+pub(super) async fn insert_event<C: sea_orm::ConnectionTrait>(
     conn: &C,
     job_id: Uuid,
     from: Option<JobStatus>,
@@ -300,7 +100,7 @@ async fn insert_event<C: sea_orm::ConnectionTrait>(
     Ok(())
 }
 
-async fn ensure_user_in<C: sea_orm::ConnectionTrait>(
+pub(super) async fn ensure_user_in<C: sea_orm::ConnectionTrait>(
     conn: &C,
     id: &str,
     at: DateTime<Utc>,

@@ -641,35 +641,45 @@ fn new_job(entrypoint: &str, cpu: f64) -> fairshare::store::NewJob {
 }
 
 async fn a_request_that_loses_the_insert_race_gets_the_winner_or_a_conflict(db: Db) {
-    use fairshare::store::{insert_or_resolve, submit_job, Intake};
+    use fairshare::store::{submit_batch, submit_job, Intake};
     let Some(app) = spawn_app(db).await else {
         return;
     };
     let conn = connect(&app.db.url).await;
-    let Intake::Created(winner) = submit_job(&conn, new_job("python a.py", 1.0), 100)
-        .await
-        .unwrap()
-    else {
-        panic!("the first submit creates the job");
+    // One batch (group commit) holding the same key three times: the first creates
+    // the job, an identical repeat gets it, a different payload a conflict naming it.
+    let answers = submit_batch(
+        &conn,
+        vec![
+            new_job("python a.py", 1.0),
+            new_job("python a.py", 1.0),
+            new_job("python b.py", 2.0),
+        ],
+        100,
+    )
+    .await;
+    let mut answers = answers.into_iter().map(Result::unwrap);
+    let Some(Intake::Created(winner)) = answers.next() else {
+        panic!("the first submission of the batch creates the job");
     };
-    // What a concurrent request runs after its look-up found nothing: the insert, which
-    // the unique (user, external_id) index refuses.
-    match insert_or_resolve(&conn, new_job("python a.py", 1.0), 100)
+    match answers.next() {
+        Some(Intake::Existing(j)) => assert_eq!(j.id, winner.id),
+        other => panic!("an identical repeat gets the winner, not {other:?}"),
+    }
+    match answers.next() {
+        Some(Intake::Conflict { existing, differs }) => {
+            assert_eq!(existing.id, winner.id);
+            assert_eq!(differs, vec!["entrypoint", "resources.cpu"]);
+        }
+        other => panic!("a different payload gets a conflict, not {other:?}"),
+    }
+    // A later batch resolves against the stored job the same way.
+    match submit_job(&conn, new_job("python a.py", 1.0), 100)
         .await
         .unwrap()
     {
         Intake::Existing(j) => assert_eq!(j.id, winner.id),
-        other => panic!("an identical loser gets the winner, not {other:?}"),
-    }
-    match insert_or_resolve(&conn, new_job("python b.py", 2.0), 100)
-        .await
-        .unwrap()
-    {
-        Intake::Conflict { existing, differs } => {
-            assert_eq!(existing.id, winner.id);
-            assert_eq!(differs, vec!["entrypoint", "resources.cpu"]);
-        }
-        other => panic!("a different loser gets a conflict, not {other:?}"),
+        other => panic!("a retry gets the winner, not {other:?}"),
     }
 
     // And over HTTP, many different payloads racing for one key: one job, the rest 422

@@ -1,0 +1,401 @@
+//! Intake (DESIGN §4, §6): new jobs are committed in batches by one writer per
+//! process ("group commit"), so that a durable submit costs a share of one transaction
+//! and one fsync instead of its own.
+//!
+//! [`IntakeWriter`] owns a channel; `POST /v1/jobs` hands it a [`NewJob`] and awaits
+//! the answer, which comes only after the batch holding it committed. The writer takes
+//! whatever has arrived (up to [`MAX_BATCH`]) and [`submit_batch`] commits it in one
+//! transaction: the users (created if new; rows locked on PostgreSQL, in id order, so
+//! that queue limits hold across replicas), one look-up of the batch's external ids, one
+//! `COUNT(*) … GROUP BY user_id` of QUEUED jobs for the limits, then multi-row inserts
+//! of the jobs and their creation events. Idempotency on `(user, external_id)` holds
+//! inside a batch too: a repeat of a key created earlier in the same batch resolves
+//! against it. If another replica committed the same key in between (the unique index
+//! refuses the batch), the batch is retried one submission at a time.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use entity::{job, job_event, user, JobStatus};
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Set, SqlErr, TransactionTrait,
+};
+use tokio::sync::{mpsc, oneshot};
+use uuid::Uuid;
+
+use super::{now, Db, StoreError};
+
+/// Most submissions committed in one transaction. Bounded so that one transaction
+/// stays short (a few milliseconds) and within SQLite's 32,766 bound parameters per
+/// statement once split into chunks of [`ROWS_PER_STATEMENT`].
+pub const MAX_BATCH: usize = 1024;
+
+/// Rows per multi-row `INSERT`: 21 job columns × 500 = 10,500 parameters, under
+/// SQLite's limit of 32,766.
+const ROWS_PER_STATEMENT: usize = 500;
+
+/// Submissions waiting for the writer, at most; a full channel makes `POST /v1/jobs`
+/// wait (back-pressure) rather than grow memory without bound.
+const CHANNEL_CAPACITY: usize = 16 * MAX_BATCH;
+
+/// A job as the API accepted it, before it has an id.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    pub user: String,
+    pub external_id: Option<String>,
+    pub priority: i32,
+    pub entrypoint: String,
+    pub runtime_env: Option<serde_json::Value>,
+    pub metadata: Option<serde_json::Value>,
+    /// Cores.
+    pub cpu: f64,
+    /// GPUs.
+    pub gpu: f64,
+    /// Bytes.
+    pub memory_bytes: i64,
+    /// Seconds.
+    pub max_runtime_s: Option<i64>,
+}
+
+/// The result of [`submit_job`].
+#[derive(Clone, Debug)]
+pub enum Intake {
+    /// A new job, committed as QUEUED.
+    Created(job::Model),
+    /// `(user, external_id)` was seen before with the same payload: the existing job,
+    /// unchanged (an idempotent retry).
+    Existing(job::Model),
+    /// `(user, external_id)` was seen before with another payload: the existing job,
+    /// unchanged, and the fields that differ ([`payload_differences`]).
+    Conflict {
+        existing: job::Model,
+        differs: Vec<&'static str>,
+    },
+}
+
+/// The fields in which `new` differs from the stored job `j`: the payload that reaches
+/// Ray and the scheduler (DESIGN §4), compared after defaults are applied, so an absent
+/// `cpu` equals an explicit `1`, an absent `priority` an explicit `0`, and an absent
+/// `metadata` or `runtime_env` an empty object. `max_runtime_s` is compared as sent
+/// (absent means "the configured default", which may change). JSON values compare as
+/// values: key order does not matter.
+pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
+    fn object_or_empty(v: &Option<serde_json::Value>) -> serde_json::Value {
+        match v {
+            None | Some(serde_json::Value::Null) => serde_json::Value::Object(Default::default()),
+            Some(v) => v.clone(),
+        }
+    }
+    let mut differs = Vec::new();
+    if new.entrypoint != j.entrypoint {
+        differs.push("entrypoint");
+    }
+    if object_or_empty(&new.runtime_env) != object_or_empty(&j.runtime_env) {
+        differs.push("runtime_env");
+    }
+    if new.cpu != j.cpu {
+        differs.push("resources.cpu");
+    }
+    if new.gpu != j.gpu {
+        differs.push("resources.gpu");
+    }
+    if new.memory_bytes != j.memory_bytes {
+        differs.push("resources.memory_bytes");
+    }
+    if new.priority != j.priority {
+        differs.push("priority");
+    }
+    if object_or_empty(&new.metadata) != object_or_empty(&j.metadata) {
+        differs.push("metadata");
+    }
+    if new.max_runtime_s != j.max_runtime_s {
+        differs.push("max_runtime_s");
+    }
+    differs
+}
+
+/// What a repeated `(user, external_id)` gets: the job itself, or a conflict.
+fn resolve_existing(new: &NewJob, existing: job::Model) -> Intake {
+    let differs = payload_differences(new, &existing);
+    if differs.is_empty() {
+        Intake::Existing(existing)
+    } else {
+        Intake::Conflict { existing, differs }
+    }
+}
+
+/// Commits a new QUEUED job (and its user row, if new) with its creation event: a
+/// batch of one (see [`submit_batch`]).
+///
+/// Idempotent on `(user, external_id)`: the same payload again gets the existing job,
+/// another payload a [`Intake::Conflict`]. Errors: [`StoreError::QueueFull`] when the
+/// user already has `max_queued_jobs` (its own, else `default_max_queued`) QUEUED jobs;
+/// [`StoreError::Db`] when the database fails.
+pub async fn submit_job(
+    db: &Db,
+    new: NewJob,
+    default_max_queued: u32,
+) -> Result<Intake, StoreError> {
+    let mut out = submit_batch(db, vec![new], default_max_queued).await;
+    out.pop()
+        .unwrap_or_else(|| Err(StoreError::Db(DbErr::Custom("empty batch".into()))))
+}
+
+/// Commits `batch` in one transaction and answers each submission in order (see the
+/// module docs). A database failure fails the whole batch (every answer is
+/// [`StoreError::Db`]) and nothing of it is stored.
+pub async fn submit_batch(
+    db: &Db,
+    batch: Vec<NewJob>,
+    default_max_queued: u32,
+) -> Vec<Result<Intake, StoreError>> {
+    match commit(db, &batch, default_max_queued).await {
+        Ok(answers) => answers,
+        Err(e)
+            if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
+                && batch.len() > 1 =>
+        {
+            // Another replica committed one of these keys meanwhile: one by one, each
+            // resolves against whatever is stored now.
+            let mut answers = Vec::with_capacity(batch.len());
+            for new in batch {
+                let one = commit(db, std::slice::from_ref(&new), default_max_queued).await;
+                answers.push(match one {
+                    Ok(mut a) => a
+                        .pop()
+                        .unwrap_or_else(|| Err(StoreError::Db(DbErr::Custom("empty".into())))),
+                    Err(e) => Err(StoreError::Db(e)),
+                });
+            }
+            answers
+        }
+        Err(e) => {
+            let text = e.to_string();
+            batch
+                .iter()
+                .map(|_| Err(StoreError::Db(DbErr::Custom(text.clone()))))
+                .collect()
+        }
+    }
+}
+
+/// A job row as it is created.
+fn new_row(new: &NewJob, id: Uuid, at: chrono::DateTime<chrono::Utc>) -> job::Model {
+    job::Model {
+        id,
+        user_id: new.user.clone(),
+        external_id: new.external_id.clone(),
+        status: JobStatus::Queued,
+        priority: new.priority,
+        entrypoint: new.entrypoint.clone(),
+        runtime_env: new.runtime_env.clone(),
+        metadata: new.metadata.clone(),
+        cpu: new.cpu,
+        gpu: new.gpu,
+        memory_bytes: new.memory_bytes,
+        cluster: None,
+        message: None,
+        max_runtime_s: new.max_runtime_s,
+        submitted_at: at,
+        dispatched_at: None,
+        started_at: None,
+        finished_at: None,
+        attempt: 1,
+        retiring_attempt: None,
+        stop_reason: None,
+    }
+}
+
+fn active(j: &job::Model) -> job::ActiveModel {
+    job::ActiveModel {
+        id: Set(j.id),
+        user_id: Set(j.user_id.clone()),
+        external_id: Set(j.external_id.clone()),
+        status: Set(j.status),
+        priority: Set(j.priority),
+        entrypoint: Set(j.entrypoint.clone()),
+        runtime_env: Set(j.runtime_env.clone()),
+        metadata: Set(j.metadata.clone()),
+        cpu: Set(j.cpu),
+        gpu: Set(j.gpu),
+        memory_bytes: Set(j.memory_bytes),
+        cluster: Set(None),
+        message: Set(None),
+        max_runtime_s: Set(j.max_runtime_s),
+        submitted_at: Set(j.submitted_at),
+        dispatched_at: Set(None),
+        started_at: Set(None),
+        finished_at: Set(None),
+        attempt: Set(j.attempt),
+        retiring_attempt: Set(None),
+        stop_reason: Set(None),
+    }
+}
+
+async fn commit(
+    db: &Db,
+    batch: &[NewJob],
+    default_max_queued: u32,
+) -> Result<Vec<Result<Intake, StoreError>>, DbErr> {
+    let at = now();
+    let users: BTreeSet<&str> = batch.iter().map(|n| n.user.as_str()).collect();
+    let txn = db.begin().await?;
+    user::Entity::insert_many(users.iter().map(|id| user::ActiveModel {
+        id: Set((*id).to_string()),
+        weight: Set(1.0),
+        paused: Set(false),
+        max_running_jobs: Set(None),
+        max_queued_jobs: Set(None),
+        max_resources: Set(None),
+        usage: Set(0.0),
+        usage_at: Set(at),
+        created_at: Set(at),
+        updated_at: Set(at),
+    }))
+    .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
+    .exec_without_returning(&txn)
+    .await?;
+    // Lock the batch's users (in id order: no deadlock between two writers) so that
+    // the queue limits hold against another replica's writer on PostgreSQL; SQLite
+    // serializes writers anyway.
+    let mut q = user::Entity::find()
+        .filter(user::Column::Id.is_in(users.iter().copied()))
+        .order_by_asc(user::Column::Id);
+    if txn.get_database_backend() == DatabaseBackend::Postgres {
+        q = q.lock_exclusive();
+    }
+    let limits: HashMap<String, u32> = q
+        .all(&txn)
+        .await?
+        .into_iter()
+        .map(|u| {
+            let limit = u
+                .max_queued_jobs
+                .map(|v| v.max(0) as u32)
+                .unwrap_or(default_max_queued);
+            (u.id, limit)
+        })
+        .collect();
+    let mut queued: HashMap<String, u64> = job::Entity::find()
+        .select_only()
+        .column(job::Column::UserId)
+        .column_as(Expr::col(job::Column::Id).count(), "n")
+        .filter(job::Column::Status.eq(JobStatus::Queued))
+        .filter(job::Column::UserId.is_in(users.iter().copied()))
+        .group_by(job::Column::UserId)
+        .into_tuple::<(String, i64)>()
+        .all(&txn)
+        .await?
+        .into_iter()
+        .map(|(u, n)| (u, n.max(0) as u64))
+        .collect();
+    let exts: BTreeSet<&str> = batch
+        .iter()
+        .filter_map(|n| n.external_id.as_deref())
+        .collect();
+    let mut known: BTreeMap<(String, String), job::Model> = BTreeMap::new();
+    if !exts.is_empty() {
+        for j in job::Entity::find()
+            .filter(job::Column::UserId.is_in(users.iter().copied()))
+            .filter(job::Column::ExternalId.is_in(exts.iter().copied()))
+            .all(&txn)
+            .await?
+        {
+            if let Some(ext) = j.external_id.clone() {
+                known.insert((j.user_id.clone(), ext), j);
+            }
+        }
+    }
+    let mut answers = Vec::with_capacity(batch.len());
+    let mut rows = Vec::new();
+    for new in batch {
+        if let Some(ext) = &new.external_id {
+            if let Some(existing) = known.get(&(new.user.clone(), ext.clone())) {
+                answers.push(Ok(resolve_existing(new, existing.clone())));
+                continue;
+            }
+        }
+        let limit = limits.get(&new.user).copied().unwrap_or(default_max_queued);
+        let count = queued.entry(new.user.clone()).or_default();
+        if *count >= u64::from(limit) {
+            answers.push(Err(StoreError::QueueFull {
+                user: new.user.clone(),
+                limit,
+            }));
+            continue;
+        }
+        *count += 1;
+        let row = new_row(new, Uuid::now_v7(), at);
+        if let Some(ext) = &new.external_id {
+            known.insert((new.user.clone(), ext.clone()), row.clone());
+        }
+        answers.push(Ok(Intake::Created(row.clone())));
+        rows.push(row);
+    }
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        job::Entity::insert_many(chunk.iter().map(active))
+            .exec_without_returning(&txn)
+            .await?;
+        job_event::Entity::insert_many(chunk.iter().map(|j| job_event::ActiveModel {
+            job_id: Set(j.id),
+            from_status: Set(None),
+            to_status: Set(JobStatus::Queued),
+            at: Set(at),
+            detail: Set(None),
+            ..Default::default()
+        }))
+        .exec_without_returning(&txn)
+        .await?;
+    }
+    txn.commit().await?;
+    Ok(answers)
+}
+
+struct Pending {
+    new: NewJob,
+    reply: oneshot::Sender<Result<Intake, StoreError>>,
+}
+
+/// The process's intake writer (see the module docs). Cheap to clone.
+#[derive(Clone)]
+pub struct IntakeWriter {
+    tx: mpsc::Sender<Pending>,
+}
+
+impl IntakeWriter {
+    /// Starts the writer task on the current tokio runtime. `default_max_queued` is
+    /// `scheduler.default_max_queued_jobs`.
+    pub fn start(db: Db, default_max_queued: u32) -> IntakeWriter {
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        tokio::spawn(run(db, rx, default_max_queued));
+        IntakeWriter { tx }
+    }
+
+    /// Submits one job; answers after the batch holding it committed. Errors as
+    /// [`submit_job`]; [`StoreError::Db`] if the writer is gone (shutting down).
+    pub async fn submit(&self, new: NewJob) -> Result<Intake, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let gone = || StoreError::Db(DbErr::Custom("the intake writer has stopped".into()));
+        self.tx
+            .send(Pending { new, reply })
+            .await
+            .map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+}
+
+async fn run(db: Db, mut rx: mpsc::Receiver<Pending>, default_max_queued: u32) {
+    let mut pending = Vec::with_capacity(MAX_BATCH);
+    while rx.recv_many(&mut pending, MAX_BATCH).await > 0 {
+        let (news, replies): (Vec<NewJob>, Vec<_>) =
+            pending.drain(..).map(|p| (p.new, p.reply)).unzip();
+        let size = news.len();
+        let answers = submit_batch(&db, news, default_max_queued).await;
+        crate::metrics::get().intake_batch_size.observe(size as f64);
+        for (reply, answer) in replies.into_iter().zip(answers) {
+            // A client that went away no longer waits; its job is stored all the same.
+            let _ = reply.send(answer);
+        }
+    }
+}
