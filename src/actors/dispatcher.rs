@@ -175,11 +175,12 @@ impl Handler<Dispatch> for Dispatcher {
         let client = self.clients.get(&msg.cluster).cloned();
         let db = self.db.clone();
         let budget = self.budget;
-        let fut = async move {
+        let fut = super::off_actor(async move {
             let res = dispatch_one(db, client, budget, &msg).await;
             (msg, res)
-        };
-        ctx.spawn(fut.into_actor(self).map(|(msg, res), act, ctx| {
+        });
+        ctx.spawn(fut.into_actor(self).map(|done, act, ctx| {
+            let Some((msg, res)) = done else { return };
             let ended = |requeue| DispatchEnded {
                 user: msg.user.clone(),
                 job_id: msg.job.job_id,
@@ -228,13 +229,14 @@ impl Handler<StopInRay> for Dispatcher {
             return;
         };
         ctx.spawn(
-            async move {
+            super::off_actor(async move {
                 match client.stop_job(&msg.submission_id).await {
                     Ok(stopped) => tracing::info!(stopped, submission_id = %msg.submission_id, "stop sent to Ray"),
                     Err(e) => tracing::warn!(error = %e, "stop request to Ray failed; the monitor retries"),
                 }
-            }
-            .into_actor(self),
+            })
+            .into_actor(self)
+            .map(|_, _, _| ()),
         );
     }
 }

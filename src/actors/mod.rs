@@ -45,9 +45,27 @@ use crate::ray::{RayClient, RayError};
 use crate::store::{self, Applied, Db};
 use crate::views::{LiveUser, SchedulerView};
 
+/// QUEUED jobs per message while recovery streams them to the arbiter.
+const RECOVERY_CHUNK: usize = 10_000;
+
 /// Seconds since the Unix epoch, the policy's clock.
 pub fn unix_now() -> f64 {
     chrono::Utc::now().timestamp_micros() as f64 / 1e6
+}
+
+/// Runs `fut` (database and Ray I/O) as a task of the tokio runtime rather than of
+/// the actor's own local task set, and awaits it; `None` if the runtime cancelled it
+/// (shutting down).
+///
+/// Why: when the actix System stops, the local task set is dropped outside the
+/// runtime, and a database connection dropped there panics in sqlx's pool ("this
+/// functionality requires a Tokio context"). A runtime task is dropped inside it.
+pub(crate) async fn off_actor<F>(fut: F) -> Option<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::spawn(fut).await.ok()
 }
 
 /// The actors stopped answering (the process is shutting down).
@@ -155,13 +173,32 @@ impl Scheduler {
             monitor,
             clients,
         };
-        scheduler.recover(&db).await?;
+        // Recovery runs beside the HTTP server, which answers /healthz at once and
+        // /readyz 503 (with the progress) until it is done.
+        let recovering = scheduler.clone();
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            match recovering.recover(&db).await {
+                Ok(()) => tracing::info!(seconds = started.elapsed().as_secs_f64(), "ready"),
+                Err(e) => {
+                    // The database failed mid-recovery: the process cannot schedule
+                    // safely; let the supervisor restart it.
+                    tracing::error!(error = %crate::ray::error_chain(e.as_ref()), "recovery failed; exiting");
+                    std::process::exit(1);
+                }
+            }
+        });
         Ok(scheduler)
     }
 
+    /// Recovery (see [`Scheduler::start`]): outstanding jobs first, so the monitor
+    /// settles DISPATCHING ones while the queues load; then every QUEUED job in one
+    /// streaming query, handed to the arbiter in chunks; then ready.
     async fn recover(&self, db: &Db) -> anyhow::Result<()> {
         let users = store::list_users(db).await?;
+        let n_users = users.len();
         let mut outstanding = Vec::new();
+        let mut requeued = Vec::new();
         let statuses = [
             JobStatus::Dispatching,
             JobStatus::Pending,
@@ -170,7 +207,6 @@ impl Scheduler {
         for j in store::jobs_with_status(db, &statuses).await? {
             let cluster = j.cluster.clone().unwrap_or_default();
             if self.clients.contains_key(&cluster) {
-                self.monitor.do_send(Track { job: j.clone() });
                 outstanding.push(j);
                 continue;
             }
@@ -179,33 +215,53 @@ impl Scheduler {
                 store::apply(db, j.id, &Event::ClusterRemoved { cluster }).await?
             {
                 if job.status == JobStatus::Queued {
-                    self.enqueue(&job);
+                    requeued.push(job);
                 }
             }
         }
-        let queued = store::jobs_with_status(db, &[JobStatus::Queued]).await?;
-        let n_queued = queued.len();
-        for j in &queued {
+        let n_outstanding = outstanding.len();
+        self.arbiter
+            .send(arbiter::RecoveredOutstanding {
+                users,
+                outstanding: outstanding.clone(),
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("arbiter unavailable: {e}"))?;
+        for j in outstanding {
+            self.monitor.do_send(Track { job: j });
+        }
+        for j in &requeued {
             self.enqueue(j);
         }
+        let mut chunk = Vec::with_capacity(RECOVERY_CHUNK);
+        let mut n_queued = 0usize;
+        let mut rows = store::stream_queued(db).await?;
+        while let Some(j) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+            n_queued += 1;
+            chunk.push(self.recovered_queued(&j));
+            if chunk.len() == RECOVERY_CHUNK {
+                let jobs = std::mem::replace(&mut chunk, Vec::with_capacity(RECOVERY_CHUNK));
+                self.arbiter.do_send(arbiter::EnqueueMany { jobs });
+            }
+        }
+        drop(rows);
+        self.arbiter.do_send(arbiter::EnqueueMany { jobs: chunk });
         tracing::info!(
             queued = n_queued,
-            outstanding = outstanding.len(),
-            users = users.len(),
+            outstanding = n_outstanding,
+            users = n_users,
             "recovered"
         );
         self.arbiter
-            .send(arbiter::Recovered { users, outstanding })
+            .send(arbiter::Recovered)
             .await
             .map_err(|e| anyhow::anyhow!("arbiter unavailable: {e}"))?;
         Ok(())
     }
 
-    /// Queues a QUEUED job row; a retiring attempt makes it held and followed.
-    fn enqueue(&self, j: &job::Model) {
-        let held = j.retiring_attempt.is_some();
+    /// A QUEUED row as the arbiter takes it; a retiring attempt is followed.
+    fn recovered_queued(&self, j: &job::Model) -> (String, crate::policy::QueuedJob, bool) {
         if let (Some(attempt), Some(cluster)) = (j.retiring_attempt, &j.cluster) {
-            // While an attempt retires, `cluster` names where it is.
             self.monitor.do_send(TrackRetiring {
                 job_id: j.id,
                 user: j.user_id.clone(),
@@ -213,11 +269,13 @@ impl Scheduler {
                 attempt: attempt.max(1) as u32,
             });
         }
-        self.arbiter.do_send(Enqueue {
-            user: j.user_id.clone(),
-            job: summary(j),
-            held,
-        });
+        (j.user_id.clone(), summary(j), j.retiring_attempt.is_some())
+    }
+
+    /// Queues a QUEUED job row; a retiring attempt makes it held and followed.
+    fn enqueue(&self, j: &job::Model) {
+        let (user, job, held) = self.recovered_queued(j);
+        self.arbiter.do_send(Enqueue { user, job, held });
     }
 
     /// Whether some healthy cluster could ever hold a job of this size: `None` while
@@ -304,11 +362,16 @@ impl Scheduler {
             .flatten()
     }
 
-    /// One user's live fair-share state (`None` for a user the arbiter does not know).
-    pub async fn user_state(&self, user: &str) -> Option<LiveUser> {
+    /// Live fair-share state and counts of one user (`Some(id)`) or of every user the
+    /// arbiter knows, in one message; `None` while recovery is still loading the
+    /// queues (then the counts are not whole yet).
+    pub async fn users_state(
+        &self,
+        user: Option<&str>,
+    ) -> Option<std::collections::HashMap<String, LiveUser>> {
         self.arbiter
             .send(arbiter::GetUserState {
-                user: user.to_string(),
+                user: user.map(str::to_string),
             })
             .await
             .ok()
@@ -326,6 +389,11 @@ impl Scheduler {
     /// Whether recovery is done.
     pub async fn ready(&self) -> bool {
         self.arbiter.send(arbiter::IsReady).await.unwrap_or(false)
+    }
+
+    /// QUEUED jobs loaded so far while recovery runs (`None` once it is done).
+    pub async fn loading(&self) -> Option<usize> {
+        self.arbiter.send(arbiter::Loaded).await.ok().flatten()
     }
 
     /// Brings per-user and per-cluster gauges up to date before a scrape.

@@ -314,12 +314,16 @@ impl RayCapacityMonitor {
                 )
             })
             .collect();
-        ctx.spawn(join_all(polls).into_actor(self).map(|results, act, _| {
-            act.polling = false;
-            for r in results {
-                act.apply(r);
-            }
-        }));
+        ctx.spawn(
+            super::off_actor(join_all(polls))
+                .into_actor(self)
+                .map(|results, act, _| {
+                    act.polling = false;
+                    for r in results.unwrap_or_default() {
+                        act.apply(r);
+                    }
+                }),
+        );
     }
 
     fn stop(&mut self, job_id: JobId, cluster: &str, submission_id: String) {

@@ -63,12 +63,18 @@ pub async fn healthz() -> HttpResponse {
 #[utoipa::path(get, path = "/readyz", tag = "system",
     responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
-    crate::store::ping(&state.db).await?;
+    // Loading first: recovery may hold SQLite's one connection while it streams.
     if let Some(s) = &state.scheduler {
+        if let Some(loaded) = s.loading().await {
+            return Err(ApiError::Unavailable(format!(
+                "recovery is not done yet: {loaded} queued jobs loaded so far"
+            )));
+        }
         if !s.ready().await {
             return Err(ApiError::Unavailable("recovery is not done yet".into()));
         }
     }
+    crate::store::ping(&state.db).await?;
     Ok(HttpResponse::Ok().json(Health {
         status: "ok".into(),
     }))

@@ -1,5 +1,7 @@
 //! `/v1/users`: fair-share settings and state per user; admins change them.
 
+use std::collections::HashMap;
+
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use entity::{user, JobStatus};
@@ -12,6 +14,7 @@ use super::jobs::{validate_amount, validate_user_id, ResourcesOut};
 use super::AppState;
 use crate::config::Role;
 use crate::store::{self, UserPatch};
+use crate::views::LiveUser;
 
 /// Largest accepted weight (weights are relative; 1e6 to 1 is already extreme).
 pub const MAX_WEIGHT: f64 = 1.0e6;
@@ -100,33 +103,44 @@ pub struct UserView {
     pub updated_at: DateTime<Utc>,
 }
 
-async fn user_view(
-    state: &AppState,
-    u: user::Model,
-    counts: &[(String, JobStatus, i64)],
-) -> UserView {
-    let mine = counts.iter().filter(|(id, _, _)| *id == u.id);
-    let queued = mine
-        .clone()
-        .filter(|(_, s, _)| *s == JobStatus::Queued)
-        .map(|(_, _, n)| *n as u64)
-        .sum();
-    let running = mine
-        .filter(|(_, s, _)| s.is_outstanding())
-        .map(|(_, _, n)| *n as u64)
-        .sum();
-    let live = match &state.scheduler {
-        Some(s) => s.user_state(&u.id).await,
-        None => None,
+/// Users' queued and outstanding counts and live fair-share state: the arbiter's, in
+/// one message, once recovery has loaded the queues (the same numbers as
+/// `GET /v1/scheduler` and `/metrics`, without scanning jobs); before that, or with no
+/// scheduler, counted in the database.
+enum Counts {
+    Live(HashMap<String, LiveUser>),
+    Stored(Vec<(String, JobStatus, i64)>),
+}
+
+async fn counts(state: &AppState, user: Option<&str>) -> Result<Counts, ApiError> {
+    if let Some(s) = &state.scheduler {
+        if let Some(live) = s.users_state(user).await {
+            return Ok(Counts::Live(live));
+        }
+    }
+    Ok(Counts::Stored(store::status_counts(&state.db, user).await?))
+}
+
+fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
+    let (queued, running, live) = match counts {
+        Counts::Live(m) => {
+            let live = m.get(&u.id).cloned().unwrap_or_default();
+            (live.queued as u64, u64::from(live.running), live)
+        }
+        Counts::Stored(rows) => {
+            let mine = rows.iter().filter(|(id, _, _)| *id == u.id);
+            let sum = |f: fn(JobStatus) -> bool| {
+                mine.clone()
+                    .filter(|(_, s, _)| f(*s))
+                    .map(|(_, _, n)| *n as u64)
+                    .sum::<u64>()
+            };
+            let queued = sum(|s| s == JobStatus::Queued);
+            let running = sum(JobStatus::is_outstanding);
+            (queued, running, LiveUser::default())
+        }
     };
     let sched = &state.settings.scheduler;
-    // The arbiter's counts when it knows the user: the same numbers as
-    // `GET /v1/scheduler` and `/metrics` at every moment (the database's agree at rest).
-    let (queued, running) = match &live {
-        Some(l) => (l.queued as u64, u64::from(l.running)),
-        None => (queued, running),
-    };
-    let live = live.unwrap_or_default();
     UserView {
         effective_max_running_jobs: u
             .max_running_jobs
@@ -160,15 +174,6 @@ async fn user_view(
     }
 }
 
-/// Live fair-share state of one user, as the arbiter sees it.
-#[derive(Clone, Debug, Default)]
-pub struct LiveUser {
-    pub allocation: ResourcesOut,
-    pub share: f64,
-    pub usage: f64,
-    pub key: f64,
-}
-
 /// `GET /v1/users`.
 #[utoipa::path(get, path = "/v1/users", tag = "users",
     responses((status = 200, body = [UserView]), (status = 401, body = ErrorBody)),
@@ -176,11 +181,11 @@ pub struct LiveUser {
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "read users")?;
     let users = store::list_users(&state.db).await?;
-    let counts = store::status_counts(&state.db).await?;
-    let mut out = Vec::with_capacity(users.len());
-    for u in users {
-        out.push(user_view(&state, u, &counts).await);
-    }
+    let counts = counts(&state, None).await?;
+    let out: Vec<UserView> = users
+        .into_iter()
+        .map(|u| user_view(&state, u, &counts))
+        .collect();
     Ok(HttpResponse::Ok().json(out))
 }
 
@@ -205,8 +210,8 @@ pub async fn get(
     let u = store::get_user(&state.db, &id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no user with id {:?}", id.as_str())))?;
-    let counts = store::status_counts(&state.db).await?;
-    Ok(HttpResponse::Ok().json(user_view(&state, u, &counts).await))
+    let counts = counts(&state, Some(&u.id)).await?;
+    Ok(HttpResponse::Ok().json(user_view(&state, u, &counts)))
 }
 
 impl UserUpdate {
@@ -294,8 +299,8 @@ async fn apply(state: &AppState, id: &str, patch: UserPatch) -> Result<HttpRespo
     if let Some(s) = &state.scheduler {
         s.user_changed(&u).await;
     }
-    let counts = store::status_counts(&state.db).await?;
-    Ok(HttpResponse::Ok().json(user_view(state, u, &counts).await))
+    let counts = counts(state, Some(&u.id)).await?;
+    Ok(HttpResponse::Ok().json(user_view(state, u, &counts)))
 }
 
 async fn set_paused(

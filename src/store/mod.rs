@@ -189,6 +189,90 @@ pub async fn jobs_with_status(db: &Db, statuses: &[JobStatus]) -> Result<Vec<job
         .await
 }
 
+/// Every QUEUED job, streamed (one query over the `status` index), with only what
+/// the queues need: id, user, priority, submit time, resources, runtime limit, and the
+/// retiring attempt and its cluster. Entrypoint, runtime_env and metadata are left
+/// empty (the dispatcher reads them when it submits). Holds a connection until
+/// dropped.
+pub async fn stream_queued(
+    db: &Db,
+) -> Result<impl futures_util::Stream<Item = Result<job::Model, DbErr>> + Send + '_, DbErr> {
+    type Row = (
+        Uuid,
+        String,
+        i32,
+        DateTime<Utc>,
+        f64,
+        f64,
+        i64,
+        Option<i64>,
+        i32,
+        Option<i32>,
+        Option<String>,
+    );
+    use futures_util::StreamExt;
+    let rows = job::Entity::find()
+        .select_only()
+        .columns([
+            job::Column::Id,
+            job::Column::UserId,
+            job::Column::Priority,
+            job::Column::SubmittedAt,
+            job::Column::Cpu,
+            job::Column::Gpu,
+            job::Column::MemoryBytes,
+            job::Column::MaxRuntimeS,
+            job::Column::Attempt,
+            job::Column::RetiringAttempt,
+            job::Column::Cluster,
+        ])
+        .filter(job::Column::Status.eq(JobStatus::Queued))
+        .into_tuple::<Row>()
+        .stream(db)
+        .await?;
+    Ok(rows.map(|r| {
+        r.map(
+            |(
+                id,
+                user_id,
+                priority,
+                submitted_at,
+                cpu,
+                gpu,
+                memory_bytes,
+                max_runtime_s,
+                attempt,
+                retiring_attempt,
+                cluster,
+            )| {
+                job::Model {
+                    id,
+                    user_id,
+                    external_id: None,
+                    status: JobStatus::Queued,
+                    priority,
+                    entrypoint: String::new(),
+                    runtime_env: None,
+                    metadata: None,
+                    cpu,
+                    gpu,
+                    memory_bytes,
+                    cluster,
+                    message: None,
+                    max_runtime_s,
+                    submitted_at,
+                    dispatched_at: None,
+                    started_at: None,
+                    finished_at: None,
+                    attempt,
+                    retiring_attempt,
+                    stop_reason: None,
+                }
+            },
+        )
+    }))
+}
+
 /// 1-based position of a QUEUED job in its user's queue (priority desc, then
 /// submitted_at, then id).
 pub async fn queue_position(db: &Db, j: &job::Model) -> Result<u64, DbErr> {
@@ -403,9 +487,13 @@ pub async fn save_usage(db: &Db, id: &str, usage: f64, at: DateTime<Utc>) -> Res
     Ok(())
 }
 
-/// Number of jobs per `(user, status)`, for the users API and metrics.
-pub async fn status_counts(db: &Db) -> Result<Vec<(String, JobStatus, i64)>, DbErr> {
-    job::Entity::find()
+/// Number of unfinished jobs per `(user, status)`, of one user or of all: the users
+/// API's counts while the arbiter is still loading the queues.
+pub async fn status_counts(
+    db: &Db,
+    user: Option<&str>,
+) -> Result<Vec<(String, JobStatus, i64)>, DbErr> {
+    let mut q = job::Entity::find()
         .select_only()
         .column(job::Column::UserId)
         .column(job::Column::Status)
@@ -414,8 +502,11 @@ pub async fn status_counts(db: &Db) -> Result<Vec<(String, JobStatus, i64)>, DbE
             JobStatus::Succeeded,
             JobStatus::Failed,
             JobStatus::Stopped,
-        ]))
-        .group_by(job::Column::UserId)
+        ]));
+    if let Some(u) = user {
+        q = q.filter(job::Column::UserId.eq(u));
+    }
+    q.group_by(job::Column::UserId)
         .group_by(job::Column::Status)
         .into_tuple::<(String, JobStatus, i64)>()
         .all(db)

@@ -9,10 +9,19 @@ async fn readyz_reports_ready_after_recovery_and_healthz_is_alive() {
     let Some(app) = spawn_app(Db::Sqlite).await else {
         return;
     };
-    let r = app.client.get(app.url("/readyz")).send().await.unwrap();
-    assert_eq!(r.status(), 200);
+    // Alive at once; ready once recovery (in the background) has loaded the queues.
     let r = app.client.get(app.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = app.client.get(app.url("/readyz")).send().await.unwrap();
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 503);
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 #[actix_web::test]

@@ -13,7 +13,7 @@
 
 mod report;
 
-pub use report::{FitsSomeCluster, GetPendingReason, GetUserState, GetView, IsReady};
+pub use report::{FitsSomeCluster, GetPendingReason, GetUserState, GetView, IsReady, Loaded};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -69,9 +69,32 @@ struct ClusterEntry {
 /// the arbiter is ready.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Recovered {
+pub struct Recovered;
+
+/// Recovery → arbiter, first: the users' settings and the reservations of every
+/// outstanding job (before the monitor follows them, so a job that ends at once
+/// releases what it holds).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RecoveredOutstanding {
     pub users: Vec<user::Model>,
     pub outstanding: Vec<entity::job::Model>,
+}
+
+/// Recovery → arbiter: a chunk of QUEUED jobs read from the database, in queue order
+/// per user: `(user, job, held)`.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EnqueueMany {
+    pub jobs: Vec<(String, QueuedJob, bool)>,
+}
+
+/// While recovery streams the queues in, a job cancelled before its row reached the
+/// arbiter must not be queued after all: its id is remembered until loading ends.
+#[derive(Default)]
+struct Loading {
+    removed: HashSet<JobId>,
+    loaded: usize,
 }
 
 /// Refresh per-user gauges for a scrape.
@@ -95,6 +118,12 @@ pub struct FairShareArbiter {
     me: Option<ArbiterHandle>,
     users: BTreeMap<String, UserEntry>,
     queues: HashMap<String, QueueHandle>,
+    /// `Some` until recovery has loaded every QUEUED job.
+    loading: Option<Loading>,
+    /// Every QUEUED job the queues hold: a job reaches the arbiter from the API and
+    /// from recovery (and a requeue may repeat), but counts once (about 20 bytes a
+    /// job).
+    queued_ids: HashSet<JobId>,
     clusters: BTreeMap<String, ClusterEntry>,
     outstanding: HashMap<JobId, Reservation>,
     pending: HashMap<JobId, String>,
@@ -125,6 +154,8 @@ impl FairShareArbiter {
             db,
             spawn_queue,
             me: None,
+            loading: Some(Loading::default()),
+            queued_ids: HashSet::new(),
             users: BTreeMap::new(),
             queues: HashMap::new(),
             clusters,
@@ -200,6 +231,15 @@ impl FairShareArbiter {
 
     /// Adds a QUEUED job to its user's queue and count.
     fn enqueue(&mut self, user: &str, job: QueuedJob, held: bool) {
+        if let Some(l) = &mut self.loading {
+            if l.removed.contains(&job.job_id) {
+                return;
+            }
+            l.loaded += 1;
+        }
+        if !self.queued_ids.insert(job.job_id) {
+            return;
+        }
         self.entry(user).queued += 1;
         self.queue_for(user).enqueue.do_send(Enqueue {
             user: user.to_string(),
@@ -362,8 +402,10 @@ impl FairShareArbiter {
                     resources: g.resources,
                 },
             );
-            if let Some(e) = self.users.get_mut(&g.user) {
-                e.queued = e.queued.saturating_sub(1);
+            if self.queued_ids.remove(&g.job_id) {
+                if let Some(e) = self.users.get_mut(&g.user) {
+                    e.queued = e.queued.saturating_sub(1);
+                }
             }
             self.queue_for(&g.user).grant.do_send(Grant {
                 job_id: g.job_id,
@@ -450,16 +492,20 @@ impl Actor for FairShareArbiter {
         ctx.run_interval(tick, |act, ctx| {
             if act.ready {
                 act.run_cycle();
-                ctx.spawn(act.save_usage().into_actor(act));
+                ctx.spawn(
+                    super::off_actor(act.save_usage())
+                        .into_actor(act)
+                        .map(|_, _, _| ()),
+                );
             }
         });
     }
 }
 
-impl Handler<Recovered> for FairShareArbiter {
+impl Handler<RecoveredOutstanding> for FairShareArbiter {
     type Result = ();
 
-    fn handle(&mut self, msg: Recovered, ctx: &mut Context<Self>) {
+    fn handle(&mut self, msg: RecoveredOutstanding, _: &mut Context<Self>) {
         for u in &msg.users {
             self.apply_settings(u);
         }
@@ -475,6 +521,24 @@ impl Handler<Recovered> for FairShareArbiter {
                 );
             }
         }
+    }
+}
+
+impl Handler<EnqueueMany> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, msg: EnqueueMany, _: &mut Context<Self>) {
+        for (user, job, held) in msg.jobs {
+            self.enqueue(&user, job, held);
+        }
+    }
+}
+
+impl Handler<Recovered> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, _: Recovered, ctx: &mut Context<Self>) {
+        self.loading = None;
         self.ready = true;
         self.request_cycle(ctx);
     }
@@ -492,11 +556,14 @@ impl Handler<RemoveQueued> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: RemoveQueued, _: &mut Context<Self>) {
-        let granted = self.outstanding.contains_key(&msg.job_id);
+        if let Some(l) = &mut self.loading {
+            l.removed.insert(msg.job_id);
+        }
+        // A job granted in this instant was counted out at its grant already.
+        let counted = self.queued_ids.remove(&msg.job_id);
         if let Some(e) = self.users.get_mut(&msg.user) {
             e.window.retain(|j| j.job_id != msg.job_id);
-            // A job granted in this instant was counted out at its grant already.
-            if !granted {
+            if counted {
                 e.queued = e.queued.saturating_sub(1);
             }
         }

@@ -15,11 +15,11 @@ use super::unix_now;
 #[rtype(result = "SchedulerView")]
 pub struct GetView;
 
-/// Ask for one user's live state.
+/// Ask for the live state of one user (`Some(id)`) or of every user (`None`).
 #[derive(Message)]
-#[rtype(result = "Option<LiveUser>")]
+#[rtype(result = "Option<std::collections::HashMap<String, LiveUser>>")]
 pub struct GetUserState {
-    pub user: String,
+    pub user: Option<String>,
 }
 
 /// Ask why a queued job is not running.
@@ -41,6 +41,19 @@ pub struct FitsSomeCluster {
 #[derive(Message)]
 #[rtype(result = "bool")]
 pub struct IsReady;
+
+/// Ask how many QUEUED jobs recovery has loaded (`None` once it is done).
+#[derive(Message)]
+#[rtype(result = "Option<usize>")]
+pub struct Loaded;
+
+impl Handler<Loaded> for FairShareArbiter {
+    type Result = Option<usize>;
+
+    fn handle(&mut self, _: Loaded, _: &mut Context<Self>) -> Option<usize> {
+        self.loading.as_ref().map(|l| l.loaded)
+    }
+}
 
 impl FairShareArbiter {
     pub(super) fn view(&self) -> SchedulerView {
@@ -150,32 +163,45 @@ impl Handler<GetView> for FairShareArbiter {
 }
 
 impl Handler<GetUserState> for FairShareArbiter {
-    type Result = Option<LiveUser>;
+    type Result = MessageResult<GetUserState>;
 
-    fn handle(&mut self, msg: GetUserState, _: &mut Context<Self>) -> Option<LiveUser> {
-        let e = self.users.get(&msg.user)?;
+    /// `None` while recovery is still loading the queues (the counts are not whole
+    /// yet); else the named user (or every user) the arbiter knows.
+    fn handle(&mut self, msg: GetUserState, _: &mut Context<Self>) -> Self::Result {
+        if self.loading.is_some() {
+            return MessageResult(None);
+        }
         let capacity = self.capacity();
-        let (allocation, running) = self
-            .allocations()
-            .get(msg.user.as_str())
-            .copied()
-            .unwrap_or_default();
-        let share = policy::dominant_share(&allocation, &capacity);
-        let usage = policy::decay_usage(
-            e.usage,
-            e.usage_at,
-            share,
-            unix_now(),
-            self.config.usage_half_life,
-        );
-        Some(LiveUser {
-            allocation,
-            share,
-            usage,
-            key: policy::fair_share_key(share, usage, e.weight),
-            queued: e.queued,
-            running,
-        })
+        let allocations = self.allocations();
+        let now = unix_now();
+        let live = |e: &super::UserEntry, id: &str| {
+            let (allocation, running) = allocations.get(id).copied().unwrap_or_default();
+            let share = policy::dominant_share(&allocation, &capacity);
+            let usage =
+                policy::decay_usage(e.usage, e.usage_at, share, now, self.config.usage_half_life);
+            LiveUser {
+                allocation,
+                share,
+                usage,
+                key: policy::fair_share_key(share, usage, e.weight),
+                queued: e.queued,
+                running,
+            }
+        };
+        let out = match &msg.user {
+            Some(id) => self
+                .users
+                .get(id)
+                .map(|e| (id.clone(), live(e, id)))
+                .into_iter()
+                .collect(),
+            None => self
+                .users
+                .iter()
+                .map(|(id, e)| (id.clone(), live(e, id)))
+                .collect(),
+        };
+        MessageResult(Some(out))
     }
 }
 
