@@ -49,6 +49,9 @@ pub struct Metrics {
     pub ray_pending_jobs: IntGaugeVec,
     /// Submissions committed per intake transaction (group commit).
     pub intake_batch_size: Histogram,
+    /// From the monitor seeing a job finish to the POST of the next job the freed
+    /// capacity went to, seconds.
+    pub finish_to_dispatch: Histogram,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -215,6 +218,13 @@ fn build() -> Result<Metrics, prometheus::Error> {
         pending_timeouts: reg!(IntCounter::new(
             "fairshare_pending_timeouts_total",
             "Jobs Ray kept PENDING longer than monitor.pending_timeout; stopped there and queued again."
+        )?),
+        finish_to_dispatch: reg!(Histogram::with_opts(
+            HistogramOpts::new(
+                "fairshare_finish_to_dispatch_seconds",
+                "From the monitor seeing a job finish to the POST to Ray of the next job its capacity went to."
+            )
+            .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
         )?),
         intake_batch_size: reg!(Histogram::with_opts(
             HistogramOpts::new(

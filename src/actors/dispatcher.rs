@@ -102,6 +102,11 @@ async fn dispatch_one(
             message: format!("cluster {} is not configured", msg.cluster),
         },
         Some(client) => {
+            if let Some(freed) = msg.freed_at {
+                metrics::get()
+                    .finish_to_dispatch
+                    .observe(freed.elapsed().as_secs_f64());
+            }
             let submit = SubmitJob {
                 submission_id,
                 entrypoint: job.entrypoint.clone(),

@@ -56,6 +56,8 @@ pub struct Grant {
     pub cluster: String,
     /// Seconds since the Unix epoch at which the cycle granted it.
     pub granted_at: f64,
+    /// When the monitor saw the job finish whose capacity this cycle handed out.
+    pub freed_at: Option<std::time::Instant>,
 }
 
 /// `UserQueue` → arbiter: a granted job was no longer queued (a cancel raced the
@@ -77,6 +79,8 @@ pub struct Dispatch {
     pub cluster: String,
     /// Seconds since the Unix epoch of the grant (dispatch latency starts here).
     pub granted_at: f64,
+    /// When the monitor saw the finish that freed the capacity (see [`Grant`]).
+    pub freed_at: Option<std::time::Instant>,
 }
 
 /// Dispatcher → arbiter: the dispatch did not leave an outstanding job: the grant's
@@ -138,6 +142,8 @@ pub struct JobFinished {
     pub job_id: JobId,
     pub user: String,
     pub status: JobStatus,
+    /// When the monitor saw it finish (the finish-to-dispatch histogram starts here).
+    pub seen_at: std::time::Instant,
 }
 
 /// Monitor → arbiter: an outstanding job is QUEUED again (pending timeout, or a

@@ -472,6 +472,7 @@ impl RayCapacityMonitor {
                 job_id: id,
                 user: job.user_id,
                 status: job.status,
+                seen_at: Instant::now(),
             });
         } else if job.status == JobStatus::Queued {
             tracing::info!(job_id = %id, attempt = job.attempt, "job back in the queue");

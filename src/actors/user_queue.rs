@@ -164,6 +164,7 @@ impl Handler<Grant> for UserQueue {
                     job,
                     cluster: msg.cluster,
                     granted_at: msg.granted_at,
+                    freed_at: msg.freed_at,
                 });
                 self.announce();
             }

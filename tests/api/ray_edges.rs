@@ -379,3 +379,34 @@ async fn a_service_with_no_ray_says_so_naming_the_cluster_and_address() {
     }
     child.kill().await.ok();
 }
+
+#[actix_web::test]
+async fn the_time_from_a_finish_to_the_next_dispatch_is_measured() {
+    // One CPU: each job waits for the one before it to finish.
+    let (server, _state) = fake_ray::start(1.0, |s| s.run_polls = 1).await;
+    let app = app_on(&server, |_| {}).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            app.submit("f", json!({})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    for id in &ids {
+        until(20, "SUCCEEDED", || async {
+            (job(&app, id).await["status"] == "SUCCEEDED").then_some(())
+        })
+        .await;
+    }
+    let m = app.metrics().await;
+    let count = metric(&m, "fairshare_finish_to_dispatch_seconds_count");
+    let sum = metric(&m, "fairshare_finish_to_dispatch_seconds_sum");
+    assert!(count >= 2.0, "two jobs waited for a finish: {count}");
+    assert!(
+        sum / count < 1.0,
+        "finish to dispatch took {} s on average",
+        sum / count
+    );
+}

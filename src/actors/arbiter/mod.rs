@@ -118,6 +118,9 @@ pub struct FairShareArbiter {
     me: Option<ArbiterHandle>,
     users: BTreeMap<String, UserEntry>,
     queues: HashMap<String, QueueHandle>,
+    /// The earliest finish not yet followed by a cycle: its capacity is what the next
+    /// cycle hands out.
+    freed_at: Option<Instant>,
     /// `Some` until recovery has loaded every QUEUED job.
     loading: Option<Loading>,
     /// Every QUEUED job the queues hold: a job reaches the arbiter from the API and
@@ -155,6 +158,7 @@ impl FairShareArbiter {
             spawn_queue,
             me: None,
             loading: Some(Loading::default()),
+            freed_at: None,
             queued_ids: HashSet::new(),
             users: BTreeMap::new(),
             queues: HashMap::new(),
@@ -411,6 +415,7 @@ impl FairShareArbiter {
                 job_id: g.job_id,
                 cluster: g.cluster.clone(),
                 granted_at: now,
+                freed_at: self.freed_at,
             });
             tracing::info!(user = %g.user, job_id = %g.job_id, cluster = %g.cluster, "granted");
         }
@@ -429,6 +434,9 @@ impl FairShareArbiter {
                 usage: o.usage,
             })
             .collect();
+        if !outcome.grants.is_empty() {
+            self.freed_at = None;
+        }
         let duration = started.elapsed().as_secs_f64();
         self.cycles += 1;
         m.cycles.inc();
@@ -650,6 +658,7 @@ impl Handler<JobFinished> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: JobFinished, ctx: &mut Context<Self>) {
+        self.freed_at.get_or_insert(msg.seen_at);
         self.release(msg.job_id);
         self.request_cycle(ctx);
     }
