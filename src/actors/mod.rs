@@ -32,8 +32,8 @@ use uuid::Uuid;
 use arbiter::FairShareArbiter;
 use dispatcher::Dispatcher;
 use messages::{
-    ArbiterHandle, DispatcherHandle, Enqueue, MonitorHandle, QueueFactory, RemoveQueued, StopInRay,
-    Track, TrackRetiring, UserSettings,
+    DispatcherHandle, Enqueue, MonitorHandle, QueueFactory, RemoveQueued, StopInRay, Track,
+    TrackRetiring, UserSettings,
 };
 use monitor::RayCapacityMonitor;
 pub use user_queue::summary;
@@ -123,16 +123,7 @@ impl Scheduler {
             monitor_ctx.address(),
             dispatcher_ctx.address(),
         );
-        let arbiter_handle = ArbiterHandle {
-            demand: arbiter.clone().recipient(),
-            grant_declined: arbiter.clone().recipient(),
-            dispatch_ended: arbiter.clone().recipient(),
-            capacity: arbiter.clone().recipient(),
-            finished: arbiter.clone().recipient(),
-            requeued: arbiter.clone().recipient(),
-            release: arbiter.clone().recipient(),
-            remove_queued: arbiter.clone().recipient(),
-        };
+        let arbiter_handle = FairShareArbiter::handle(&arbiter);
         let dispatcher_handle = DispatcherHandle {
             dispatch: dispatcher.clone().recipient(),
             stop: dispatcher.clone().recipient(),

@@ -241,21 +241,10 @@ async fn commit(
     let at = now();
     let users: BTreeSet<&str> = batch.iter().map(|n| n.user.as_str()).collect();
     let txn = db.begin().await?;
-    user::Entity::insert_many(users.iter().map(|id| user::ActiveModel {
-        id: Set((*id).to_string()),
-        weight: Set(1.0),
-        paused: Set(false),
-        max_running_jobs: Set(None),
-        max_queued_jobs: Set(None),
-        max_resources: Set(None),
-        usage: Set(0.0),
-        usage_at: Set(at),
-        created_at: Set(at),
-        updated_at: Set(at),
-    }))
-    .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
-    .exec_without_returning(&txn)
-    .await?;
+    user::Entity::insert_many(users.iter().map(|id| super::new_user(id, at)))
+        .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
+        .exec_without_returning(&txn)
+        .await?;
     // Lock the batch's users (in id order: no deadlock between two writers) so that
     // the queue limits hold against another replica's writer on PostgreSQL; SQLite
     // serializes writers anyway.

@@ -100,12 +100,9 @@ pub(super) async fn insert_event<C: sea_orm::ConnectionTrait>(
     Ok(())
 }
 
-pub(super) async fn ensure_user_in<C: sea_orm::ConnectionTrait>(
-    conn: &C,
-    id: &str,
-    at: DateTime<Utc>,
-) -> Result<(), DbErr> {
-    user::Entity::insert(user::ActiveModel {
+/// A user row with the defaults (weight 1, not paused, no limits, no usage).
+pub(super) fn new_user(id: &str, at: DateTime<Utc>) -> user::ActiveModel {
+    user::ActiveModel {
         id: Set(id.to_string()),
         weight: Set(1.0),
         paused: Set(false),
@@ -116,10 +113,18 @@ pub(super) async fn ensure_user_in<C: sea_orm::ConnectionTrait>(
         usage_at: Set(at),
         created_at: Set(at),
         updated_at: Set(at),
-    })
-    .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
-    .exec_without_returning(conn)
-    .await?;
+    }
+}
+
+pub(super) async fn ensure_user_in<C: sea_orm::ConnectionTrait>(
+    conn: &C,
+    id: &str,
+    at: DateTime<Utc>,
+) -> Result<(), DbErr> {
+    user::Entity::insert(new_user(id, at))
+        .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
+        .exec_without_returning(conn)
+        .await?;
     Ok(())
 }
 

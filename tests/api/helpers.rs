@@ -128,6 +128,26 @@ pub struct TestApp {
     pub db: TestDb,
 }
 
+/// A SQLite service whose one cluster `name` is the (mock) Ray at `uri`, polled every
+/// 100 ms, with quick dispatch retries; `tweak` adjusts the rest.
+pub async fn app_with_cluster(
+    name: &str,
+    uri: String,
+    tweak: impl FnOnce(&mut Settings),
+) -> TestApp {
+    let name = name.to_string();
+    spawn_app_with(Db::Sqlite, move |s| {
+        s.clusters = vec![fairshare::config::ClusterSettings { name, address: uri }];
+        s.monitor.poll_interval = Duration::from_millis(100);
+        s.dispatcher.retry_initial_backoff = Duration::from_millis(10);
+        s.dispatcher.retry_max_backoff = Duration::from_millis(20);
+        s.dispatcher.request_timeout = Duration::from_millis(500);
+        tweak(s);
+    })
+    .await
+    .expect("sqlite app")
+}
+
 /// Starts the service on a fresh database of `kind`; `None` when that database is not
 /// available here (PostgreSQL without FAIRSHARE_TEST_POSTGRES_URL).
 pub async fn spawn_app(kind: Db) -> Option<TestApp> {

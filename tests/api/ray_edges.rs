@@ -8,29 +8,18 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::fake_ray::{self, State};
-use crate::helpers::{metric, spawn_app_with, Db, TestApp, ADMIN, SUBMITTER};
-use fairshare::config::ClusterSettings;
+use crate::helpers::{metric, TestApp, ADMIN, SUBMITTER};
 
 async fn app_on(
     server: &wiremock::MockServer,
     tweak: impl FnOnce(&mut fairshare::Settings),
 ) -> TestApp {
-    let uri = server.uri();
-    spawn_app_with(Db::Sqlite, move |s| {
-        s.clusters = vec![ClusterSettings {
-            name: "fake".into(),
-            address: uri,
-        }];
-        s.monitor.poll_interval = Duration::from_millis(100);
+    crate::helpers::app_with_cluster("fake", server.uri(), |s| {
         s.monitor.usage_report_lag = Duration::from_millis(300);
         s.monitor.lost_job_grace = Duration::from_secs(3600);
-        s.dispatcher.retry_initial_backoff = Duration::from_millis(10);
-        s.dispatcher.retry_max_backoff = Duration::from_millis(20);
-        s.dispatcher.request_timeout = Duration::from_millis(500);
         tweak(s);
     })
     .await
-    .expect("sqlite app")
 }
 
 async fn job(app: &TestApp, id: &str) -> Value {

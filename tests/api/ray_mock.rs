@@ -8,7 +8,7 @@ use serde_json::json;
 use wiremock::matchers::{method, path, path_regex};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
-use crate::helpers::{spawn_app_with, Db, TestApp, SUBMITTER};
+use crate::helpers::{Db, TestApp, SUBMITTER};
 use fairshare::config::ClusterSettings;
 
 fn usage(used: f64, total: f64) -> serde_json::Value {
@@ -44,20 +44,7 @@ async fn accept_submits(server: &MockServer) {
 }
 
 async fn app_on(server: &MockServer, tweak: impl FnOnce(&mut fairshare::Settings)) -> TestApp {
-    let uri = server.uri();
-    spawn_app_with(Db::Sqlite, move |s| {
-        s.clusters = vec![ClusterSettings {
-            name: "mock".into(),
-            address: uri,
-        }];
-        s.monitor.poll_interval = Duration::from_millis(100);
-        s.dispatcher.retry_initial_backoff = Duration::from_millis(10);
-        s.dispatcher.retry_max_backoff = Duration::from_millis(20);
-        s.dispatcher.request_timeout = Duration::from_millis(500);
-        tweak(s);
-    })
-    .await
-    .expect("sqlite app")
+    crate::helpers::app_with_cluster("mock", server.uri(), tweak).await
 }
 
 async fn wait_for_status(app: &TestApp, id: &str, want: &str, secs: u64) -> serde_json::Value {

@@ -173,6 +173,21 @@ impl FairShareArbiter {
         }
     }
 
+    /// The handle through which the queues, the dispatcher and the monitor reach the
+    /// arbiter at `addr`.
+    pub fn handle(addr: &actix::Addr<Self>) -> ArbiterHandle {
+        ArbiterHandle {
+            demand: addr.clone().recipient(),
+            grant_declined: addr.clone().recipient(),
+            dispatch_ended: addr.clone().recipient(),
+            capacity: addr.clone().recipient(),
+            finished: addr.clone().recipient(),
+            requeued: addr.clone().recipient(),
+            release: addr.clone().recipient(),
+            remove_queued: addr.clone().recipient(),
+        }
+    }
+
     fn default_entry(&self) -> UserEntry {
         UserEntry {
             weight: 1.0,
@@ -485,17 +500,7 @@ impl Actor for FairShareArbiter {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let addr = ctx.address();
-        self.me = Some(ArbiterHandle {
-            demand: addr.clone().recipient(),
-            grant_declined: addr.clone().recipient(),
-            dispatch_ended: addr.clone().recipient(),
-            capacity: addr.clone().recipient(),
-            finished: addr.clone().recipient(),
-            requeued: addr.clone().recipient(),
-            release: addr.clone().recipient(),
-            remove_queued: addr.recipient(),
-        });
+        self.me = Some(Self::handle(&ctx.address()));
         let tick = self.settings.scheduler.tick;
         ctx.run_interval(tick, |act, ctx| {
             if act.ready {
