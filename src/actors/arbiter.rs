@@ -28,7 +28,9 @@ use crate::api::jobs::ResourcesOut;
 use crate::api::users::LiveUser;
 use crate::config::Settings;
 use crate::metrics::{self, OTHER_USERS};
-use crate::policy::{self, ClusterView, JobId, PolicyConfig, QueuedJob, Resources, UserView};
+use crate::policy::{
+    self, ClusterView, JobId, OutstandingJob, PolicyConfig, QueuedJob, Resources, UserView,
+};
 use crate::store::{self, Db};
 
 /// Seconds since the Unix epoch, the policy's clock.
@@ -42,6 +44,9 @@ struct Reservation {
     user: String,
     cluster: String,
     resources: Resources,
+    /// Granted at (or, after recovery, dispatched at) plus the job's runtime
+    /// estimate, seconds since the epoch; what the policy's reservation plans with.
+    expected_end: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -202,6 +207,8 @@ pub struct FairShareArbiter {
     queues: HashMap<String, Addr<UserQueue>>,
     clusters: BTreeMap<String, ClusterEntry>,
     outstanding: HashMap<JobId, Reservation>,
+    /// The policy's reservation, carried from one cycle to the next.
+    reservation: Option<policy::Reservation>,
     pending: HashMap<JobId, String>,
     order: Vec<UserOrderView>,
     last: Option<CycleView>,
@@ -218,6 +225,8 @@ impl FairShareArbiter {
             usage_half_life: s.usage_half_life.as_secs_f64(),
             starvation_guard: s.starvation_guard.as_secs_f64(),
             backfill: s.backfill,
+            age_weight: s.age_weight,
+            max_age: s.max_age.as_secs_f64(),
         };
         let clusters = settings
             .clusters
@@ -233,6 +242,7 @@ impl FairShareArbiter {
             queues: HashMap::new(),
             clusters,
             outstanding: HashMap::new(),
+            reservation: None,
             pending: HashMap::new(),
             order: Vec::new(),
             last: None,
@@ -288,6 +298,7 @@ impl FairShareArbiter {
             self.settings.scheduler.queue_window,
             ctx.address(),
             self.dispatcher.clone(),
+            self.settings.scheduler.default_max_runtime.as_secs_f64(),
         )
         .start();
         self.queues.insert(user.to_string(), addr.clone());
@@ -331,8 +342,15 @@ impl FairShareArbiter {
     /// outstanding reservations there.
     fn cluster_views(&self) -> Vec<ClusterView> {
         let mut per_cluster: HashMap<&str, Resources> = HashMap::new();
+        let mut jobs: HashMap<&str, Vec<OutstandingJob>> = HashMap::new();
         for r in self.outstanding.values() {
             *per_cluster.entry(r.cluster.as_str()).or_default() += r.resources;
+            jobs.entry(r.cluster.as_str())
+                .or_default()
+                .push(OutstandingJob {
+                    resources: r.resources,
+                    expected_end: r.expected_end,
+                });
         }
         self.clusters
             .iter()
@@ -342,6 +360,7 @@ impl FairShareArbiter {
                 total: c.total,
                 used_reported: c.used,
                 outstanding: per_cluster.get(name.as_str()).copied().unwrap_or_default(),
+                jobs: jobs.remove(name.as_str()).unwrap_or_default(),
             })
             .collect()
     }
@@ -408,17 +427,25 @@ impl FairShareArbiter {
             });
         }
         let clusters = self.cluster_views();
-        let outcome = policy::run_cycle(now, &self.config, &views, &clusters);
+        let outcome = policy::run_cycle(
+            now,
+            &self.config,
+            &views,
+            &clusters,
+            self.reservation.as_ref(),
+        );
+        self.reservation.clone_from(&outcome.reservation);
         let m = metrics::get();
         for g in &outcome.grants {
-            let submitted_at = self
+            let (submitted_at, estimate) = self
                 .users
                 .get_mut(&g.user)
                 .and_then(|e| {
                     let pos = e.window.iter().position(|j| j.job_id == g.job_id)?;
-                    Some(e.window.remove(pos).submitted_at)
+                    let j = e.window.remove(pos);
+                    Some((j.submitted_at, j.runtime_estimate))
                 })
-                .unwrap_or(now);
+                .unwrap_or((now, None));
             m.queue_wait.observe((now - submitted_at).max(0.0));
             self.outstanding.insert(
                 g.job_id,
@@ -426,6 +453,7 @@ impl FairShareArbiter {
                     user: g.user.clone(),
                     cluster: g.cluster.clone(),
                     resources: g.resources,
+                    expected_end: estimate.map(|e| now + e),
                 },
             );
             let queue = self.queue_for(&g.user, ctx);
@@ -612,12 +640,19 @@ impl Handler<Recovered> for FairShareArbiter {
         }
         for j in msg.outstanding {
             if let Some(cluster) = j.cluster.clone() {
+                let default_max_runtime = self.settings.scheduler.default_max_runtime;
+                let summary = UserQueue::summary(&j, default_max_runtime.as_secs_f64());
+                let granted_at = j
+                    .dispatched_at
+                    .or(j.started_at)
+                    .map_or_else(unix_now, |t| t.timestamp_micros() as f64 / 1e6);
                 self.outstanding.insert(
                     j.id,
                     Reservation {
                         user: j.user_id.clone(),
                         cluster,
-                        resources: UserQueue::summary(&j).resources,
+                        resources: summary.resources,
+                        expected_end: summary.runtime_estimate.map(|e| granted_at + e),
                     },
                 );
             }

@@ -25,6 +25,9 @@ pub struct UserQueue {
     arbiter: Addr<FairShareArbiter>,
     dispatcher: Addr<Dispatcher>,
     last_sent: Option<Vec<JobId>>,
+    /// `scheduler.default_max_runtime`, seconds: the runtime estimate of a job
+    /// without `max_runtime_s`.
+    default_max_runtime: f64,
 }
 
 impl UserQueue {
@@ -34,6 +37,7 @@ impl UserQueue {
         window: usize,
         arbiter: Addr<FairShareArbiter>,
         dispatcher: Addr<Dispatcher>,
+        default_max_runtime: f64,
     ) -> Self {
         UserQueue {
             user,
@@ -43,6 +47,7 @@ impl UserQueue {
             arbiter,
             dispatcher,
             last_sent: None,
+            default_max_runtime,
         }
     }
 
@@ -51,8 +56,9 @@ impl UserQueue {
     }
 
     /// The policy's summary of a job: resources in cores/GPUs/bytes, submit time in
-    /// seconds since the Unix epoch.
-    pub fn summary(j: &job::Model) -> QueuedJob {
+    /// seconds since the Unix epoch, runtime estimate in seconds (`max_runtime_s`,
+    /// else `default_max_runtime`).
+    pub fn summary(j: &job::Model, default_max_runtime: f64) -> QueuedJob {
         QueuedJob {
             job_id: j.id,
             resources: Resources {
@@ -62,6 +68,7 @@ impl UserQueue {
             },
             priority: j.priority,
             submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
+            runtime_estimate: Some(j.max_runtime_s.map_or(default_max_runtime, |s| s as f64)),
         }
     }
 
@@ -74,7 +81,7 @@ impl UserQueue {
         let window = ids
             .iter()
             .filter_map(|id| self.jobs.get(id))
-            .map(Self::summary)
+            .map(|j| Self::summary(j, self.default_max_runtime))
             .collect();
         self.last_sent = Some(ids);
         self.arbiter.do_send(Demand {

@@ -114,6 +114,7 @@
 //! per cycle in a release build on a 2-core machine.
 
 mod cycle;
+mod reservation;
 mod resources;
 mod share;
 
@@ -127,8 +128,11 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use cycle::{best_fit, fits_some_cluster, run_cycle};
+pub use reservation::{shadow, OutstandingJob, Reservation, Shadow};
 pub use resources::{ClusterView, Resources, FIT_TOLERANCE};
-pub use share::{decay_usage, dominant_share, fair_share_key, quantize_key, KEY_DROPPED_BITS};
+pub use share::{
+    age_term, decay_usage, dominant_share, fair_share_key, quantize_key, KEY_DROPPED_BITS,
+};
 
 /// Timestamps and durations, in seconds: Unix epoch time in the service,
 /// seconds since the trace start in the simulator.
@@ -148,8 +152,16 @@ pub struct QueuedJob {
     /// it (the window comes in queue order), it is carried for callers.
     pub priority: i32,
     /// When it was submitted, seconds; an older effective head wins key ties,
-    /// and the starvation guard measures from it.
+    /// and the starvation guard and the age term measure from it.
     pub submitted_at: Seconds,
+    /// How long it is expected to run once started, seconds, if known: live
+    /// its `max_runtime_s`, else `scheduler.default_max_runtime`; in
+    /// simulation the SWF requested time (field 9). Backfill uses it to decide
+    /// whether the job ends before a reservation's expected start; a job
+    /// without one never starts in front of a reservation except in capacity
+    /// the reservation does not need.
+    #[serde(default)]
+    pub runtime_estimate: Option<Seconds>,
 }
 
 /// One user's fair-share state at the start of a cycle.
@@ -189,21 +201,42 @@ pub struct PolicyConfig {
     /// A head that fits nowhere and has waited longer than this (seconds)
     /// stops the cycle when backfill is on. `f64::INFINITY` disables it.
     pub starvation_guard: Seconds,
-    /// On: skip a user whose head does not fit and go on. Off: stop there.
+    /// On: skip a user whose head does not fit and go on (EASY backfill
+    /// around the reservation, if any). Off: stop there.
     pub backfill: bool,
+    /// Weight `a` of the age term, in units of dominant share (0 turns it
+    /// off): a user's key is lowered by `a · min(age / max_age, 1)`, where
+    /// `age` is how long its effective head has waited.
+    #[serde(default)]
+    pub age_weight: f64,
+    /// Age `M` at which the age term saturates, seconds (Slurm's
+    /// `PriorityMaxAge`). `0` or not finite turns the term off.
+    #[serde(default = "default_max_age")]
+    pub max_age: Seconds,
+}
+
+/// The default `max_age`: 7 days, Slurm's `PriorityMaxAge` default.
+#[must_use]
+pub const fn default_max_age() -> Seconds {
+    7.0 * 86_400.0
 }
 
 impl Default for PolicyConfig {
     /// The configuration defaults: half-life 1 h, starvation guard 5 min,
-    /// backfill on.
+    /// backfill on, age weight [`DEFAULT_AGE_WEIGHT`], max age 7 days.
     fn default() -> Self {
         PolicyConfig {
             usage_half_life: 3600.0,
             starvation_guard: 300.0,
             backfill: true,
+            age_weight: DEFAULT_AGE_WEIGHT,
+            max_age: default_max_age(),
         }
     }
 }
+
+/// The default age weight (BENCHMARKS.md, "Age term": chosen by measurement).
+pub const DEFAULT_AGE_WEIGHT: f64 = 0.0;
 
 /// A decision: start `job_id` of `user` on `cluster`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -245,17 +278,28 @@ pub enum PendingReason {
     NoHealthyCluster,
     /// No healthy cluster has enough free capacity right now.
     WaitingForCapacity,
-    /// The job fits nowhere and has waited longer than the starvation guard:
-    /// the cycle stopped so that capacity frees up for it.
-    Starving {
+    /// The job has waited longer than the starvation guard and holds the
+    /// reservation: capacity on `cluster` is kept for it and only jobs that do
+    /// not delay it may start there.
+    Reserved {
+        /// The reserved cluster.
+        cluster: String,
+        /// Seconds from this cycle until it is expected to start (all
+        /// outstanding jobs there ending at their estimates), if known.
+        expected_in: Option<Seconds>,
         /// How long it has waited, seconds.
         waited: Seconds,
     },
-    /// The cycle stopped before this user's turn to hold capacity for a job
-    /// that has waited longer than the starvation guard.
-    ReservingForStarvedJob {
-        /// The starved job.
+    /// The job fits free capacity now, but starting it would delay the
+    /// reservation of `job_id` on every cluster where it fits (it runs past
+    /// that job's expected start, or has no runtime estimate, and needs
+    /// capacity the reservation needs).
+    BlockedByReservation {
+        /// The reserved job.
         job_id: JobId,
+        /// Seconds from this cycle until that job is expected to start, if
+        /// known.
+        until_in: Option<Seconds>,
     },
     /// Backfill is off and the cycle stopped before this user's turn, at a job
     /// ahead in fair-share order that does not fit yet.
@@ -297,16 +341,39 @@ impl fmt::Display for PendingReason {
             PendingReason::WaitingForCapacity => {
                 write!(f, "waiting for enough free capacity on a cluster")
             }
-            PendingReason::Starving { waited } => write!(
-                f,
-                "waiting for enough free capacity; it has waited {waited:.0} s, longer than the \
-                 starvation guard, so new dispatches are held until it fits"
-            ),
-            PendingReason::ReservingForStarvedJob { job_id } => write!(
-                f,
-                "held back while capacity frees up for job {job_id}, which has waited longer \
-                 than the starvation guard"
-            ),
+            PendingReason::Reserved {
+                cluster,
+                expected_in,
+                waited,
+            } => {
+                write!(
+                    f,
+                    "capacity on cluster {cluster} is reserved for this job (it has waited \
+                     {waited:.0} s, longer than the starvation guard); "
+                )?;
+                match expected_in {
+                    Some(s) => write!(f, "expected to start in about {s:.0} s"),
+                    None => write!(
+                        f,
+                        "its start time is unknown (jobs there have no runtime estimate)"
+                    ),
+                }
+            }
+            PendingReason::BlockedByReservation { job_id, until_in } => {
+                write!(
+                    f,
+                    "free capacity is held for job {job_id}, which has waited longer than the \
+                     starvation guard; this job would delay it"
+                )?;
+                match until_in {
+                    Some(s) => write!(
+                        f,
+                        " (it may start before then if its runtime estimate ends within about \
+                         {s:.0} s)"
+                    ),
+                    None => write!(f, " (its start time is unknown)"),
+                }
+            }
             PendingReason::WaitingBehind { job_id } => write!(
                 f,
                 "waiting behind job {job_id}, which comes first in fair-share order and does \
@@ -344,8 +411,12 @@ pub struct CycleOutcome {
     /// Every user whose input window was not empty, in the order the next
     /// cycle would serve them (key, then oldest remaining head, then user id).
     pub order: Vec<UserOrder>,
-    /// Set when the cycle stopped early to hold capacity for this job: the
-    /// starvation guard fired for it, or backfill is off and it was the first
-    /// head that did not fit.
+    /// Set when capacity is held for this job: it holds the reservation
+    /// (backfill on), or backfill is off and it was the first head that did
+    /// not fit (the cycle stopped there).
     pub stopped_for: Option<JobId>,
+    /// The reservation after this cycle: pass it to the next cycle. `None`
+    /// when no job has waited past the starvation guard without fitting, or
+    /// the reserved job was granted this cycle.
+    pub reservation: Option<Reservation>,
 }

@@ -63,7 +63,8 @@ use serde::{Deserialize, Serialize};
 use super::report::{fair_shares, jain_index};
 use super::swf::TraceJob;
 use crate::policy::{
-    self, ClusterView, JobId, PolicyConfig, QueuedJob, Resources, Seconds, UserView,
+    self, ClusterView, JobId, OutstandingJob, PolicyConfig, QueuedJob, Reservation, Resources,
+    Seconds, UserView,
 };
 
 /// Name of the single simulated cluster.
@@ -159,6 +160,13 @@ pub struct SimConfig {
     pub half_life_s: Seconds,
     /// Starvation guard, seconds; `f64::INFINITY` disables it (fairshare only).
     pub starvation_guard_s: Seconds,
+    /// Backfill on (EASY around the reservation) or off (strict order)
+    /// (fairshare only).
+    pub backfill: bool,
+    /// Weight of the age term, dominant-share units (fairshare only).
+    pub age_weight: f64,
+    /// Age at which the age term saturates, seconds (fairshare only).
+    pub max_age_s: Seconds,
     /// Cap on each user's running jobs (fairshare only); `u32::MAX` =
     /// unlimited.
     pub max_running_jobs: u32,
@@ -185,6 +193,9 @@ impl SimConfig {
             capacity,
             half_life_s: DEFAULT_HALF_LIFE_S,
             starvation_guard_s: DEFAULT_STARVATION_GUARD_S,
+            backfill: true,
+            age_weight: policy::DEFAULT_AGE_WEIGHT,
+            max_age_s: policy::default_max_age(),
             max_running_jobs: u32::MAX,
             weights: BTreeMap::new(),
             seed: DEFAULT_SEED,
@@ -314,6 +325,8 @@ struct SimJob {
     cpus: u32,
     submit: Seconds,
     run: Seconds,
+    /// Runtime estimate (the SWF requested time), seconds.
+    estimate: Option<Seconds>,
     start: Option<Seconds>,
 }
 
@@ -366,6 +379,8 @@ struct Snapshot {
 struct Sim<'c> {
     config: &'c SimConfig,
     policy_config: PolicyConfig,
+    /// The policy's reservation, carried between cycles.
+    reservation: Option<Reservation>,
     capacity: Resources,
     jobs: Vec<SimJob>,
     users: Vec<UserState>,
@@ -437,6 +452,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
             cpus: job.cpus,
             submit: job.submit,
             run: job.run,
+            estimate: job.requested_time,
             start: None,
         });
     }
@@ -461,8 +477,11 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         policy_config: PolicyConfig {
             usage_half_life: config.half_life_s,
             starvation_guard: config.starvation_guard_s,
-            backfill: true,
+            backfill: config.backfill,
+            age_weight: config.age_weight,
+            max_age: config.max_age_s,
         },
+        reservation: None,
         capacity: Resources::new(f64::from(config.capacity), 0.0, 0.0),
         jobs,
         users,
@@ -618,8 +637,19 @@ impl Sim<'_> {
             self.touch_usage(u, now);
         }
         let free = self.free_cores();
-        // Without a head that fits, run_cycle would grant nothing.
-        if !self.some_head_fits(free, |_| true) {
+        // Without a head that fits, run_cycle would grant nothing; it is
+        // still called when it would make a reservation (no reservation held
+        // and some head past the guard), so that the reservation exists from
+        // the same instant as in the arbiter.
+        let guard = self.config.starvation_guard_s;
+        let starved = |user: &UserState| {
+            user.queue
+                .front()
+                .is_some_and(|&j| now - self.jobs[j].submit > guard)
+        };
+        let may_reserve =
+            self.config.backfill && self.reservation.is_none() && self.users.iter().any(starved);
+        if !may_reserve && !self.some_head_fits(free, |_| true) {
             return;
         }
         let mut views = Vec::new();
@@ -636,6 +666,7 @@ impl Sim<'_> {
                     resources: Resources::new(f64::from(job.cpus), 0.0, 0.0),
                     priority: 0,
                     submitted_at: job.submit,
+                    runtime_estimate: job.estimate,
                 });
                 cores += u64::from(job.cpus);
                 if cores > free {
@@ -661,8 +692,16 @@ impl Sim<'_> {
             total: self.capacity,
             used_reported: Resources::ZERO,
             outstanding: Resources::new(self.used_cores as f64, 0.0, 0.0),
+            jobs: self.outstanding_jobs(),
         }];
-        let outcome = policy::run_cycle(now, &self.policy_config, &views, &clusters);
+        let outcome = policy::run_cycle(
+            now,
+            &self.policy_config,
+            &views,
+            &clusters,
+            self.reservation.as_ref(),
+        );
+        self.reservation = outcome.reservation;
         self.cycles += 1;
         for grant in outcome.grants {
             let Some(&u) = self.user_index.get(&grant.user) else {
@@ -683,6 +722,20 @@ impl Sim<'_> {
                 self.start(j, now);
             }
         }
+    }
+
+    /// The running jobs with their expected ends (start + estimate).
+    fn outstanding_jobs(&self) -> Vec<OutstandingJob> {
+        self.finishes
+            .iter()
+            .map(|Reverse(Finish(_, j))| {
+                let job = &self.jobs[*j];
+                OutstandingJob {
+                    resources: Resources::new(f64::from(job.cpus), 0.0, 0.0),
+                    expected_end: job.start.zip(job.estimate).map(|(s, e)| s + e),
+                }
+            })
+            .collect()
     }
 
     fn fifo_step(&mut self, now: Seconds) {
