@@ -516,48 +516,57 @@ impl Cycle<'_> {
         best.map(|(k, _)| k)
     }
 
-    /// A new reservation for the oldest effective head (ties by job id) that
-    /// is **starved**: eligible, waited longer than the starvation guard,
-    /// fits no cluster's free capacity, and is **passed over**: some user
-    /// holding capacity comes after its user in fair-share order (a larger
-    /// quantized key). A head that waits only behind its own user's running
-    /// jobs is queued, not starved. The reservation goes to the cluster where
-    /// the job can start soonest.
-    fn new_reservation(&self, slots: &[Slot<'_>], states: &[UserState<'_>]) -> Option<Hold> {
-        let keys: Vec<f64> = states
-            .iter()
-            .map(|s| quantize_key(s.key(self.now, self.config)))
-            .collect();
-        let largest_holder = states
-            .iter()
-            .zip(&keys)
-            .filter(|(s, _)| s.allocation.components().iter().any(|&x| x > 0.0))
-            .map(|(_, &k)| k)
-            .fold(f64::NEG_INFINITY, f64::max);
-        let mut oldest: Option<(usize, &QueuedJob)> = None;
-        for (user, state) in states.iter().enumerate() {
-            let Some(head) = state.head() else {
-                continue;
-            };
-            let starved = self.now - head.submitted_at > self.config.starvation_guard
-                && cmp_f64(keys[user], largest_holder) == Ordering::Less;
-            if !starved
-                || state.ineligibility(head).is_some()
-                || best_fit_slot(&head.resources, slots).is_some()
-            {
-                continue;
-            }
-            let older = oldest.is_none_or(|(_, o)| {
-                cmp_f64(head.submitted_at, o.submitted_at).then_with(|| head.job_id.cmp(&o.job_id))
-                    == Ordering::Less
-            });
-            if older {
-                oldest = Some((user, head));
-            }
+    /// Whether the effective head of `states[user]` is **starved**: its user
+    /// is eligible for it, it has waited longer than the starvation guard,
+    /// it fits no cluster's free capacity, and it is **passed over**: some
+    /// user holding capacity comes after its user in fair-share order (a
+    /// larger quantized key). A head that waits only behind its own user's
+    /// running jobs is queued, not starved.
+    fn starved(&self, slots: &[Slot<'_>], states: &[UserState<'_>], user: usize) -> bool {
+        let Some(state) = states.get(user) else {
+            return false;
+        };
+        let Some(head) = state.head() else {
+            return false;
+        };
+        let waited_long = self.now - head.submitted_at > self.config.starvation_guard;
+        if !waited_long
+            || state.ineligibility(head).is_some()
+            || best_fit_slot(&head.resources, slots).is_some()
+        {
+            return false;
         }
-        let (user, job) = oldest?;
+        let key = quantize_key(state.key(self.now, self.config));
+        states.iter().any(|other| {
+            let holds = other.allocation.components().iter().any(|&x| x > 0.0);
+            holds
+                && cmp_f64(quantize_key(other.key(self.now, self.config)), key) == Ordering::Greater
+        })
+    }
+
+    /// A reservation for the effective head of `states[user]` on the cluster
+    /// where it can start soonest, made at `now`.
+    fn reserve_for(
+        &self,
+        slots: &[Slot<'_>],
+        states: &[UserState<'_>],
+        user: usize,
+    ) -> Option<Hold> {
+        let job = states.get(user)?.head()?;
         let slot = self.soonest_slot(slots, &job.resources)?;
         self.hold(slots, &states[user], user, slot, self.now)
+    }
+
+    /// A new reservation for the oldest starved effective head (ties by job
+    /// id), before the cycle's filling.
+    fn new_reservation(&self, slots: &[Slot<'_>], states: &[UserState<'_>]) -> Option<Hold> {
+        let oldest = (0..states.len())
+            .filter(|&user| self.starved(slots, states, user))
+            .filter_map(|user| Some((user, states[user].head()?)))
+            .min_by(|(_, a), (_, b)| {
+                cmp_f64(a.submitted_at, b.submitted_at).then_with(|| a.job_id.cmp(&b.job_id))
+            });
+        self.reserve_for(slots, states, oldest?.0)
     }
 
     /// Backfill on: progressive filling in key order, skipping users whose
@@ -575,10 +584,8 @@ impl Cycle<'_> {
             if hold.as_ref().is_some_and(|h| h.user == candidate.user) {
                 continue; // the reserved job: it does not fit (see `reserve`)
             }
-            let Some(state) = states.get_mut(candidate.user) else {
-                continue;
-            };
-            let Some(job) = state.head() else {
+            let user = candidate.user;
+            let Some(job) = states.get(user).and_then(UserState::head) else {
                 continue;
             };
             match self.admissible_slot(slots, job, hold.as_ref()) {
@@ -586,10 +593,20 @@ impl Cycle<'_> {
                     if let Some(h) = hold.as_mut().filter(|h| h.slot == k) {
                         h.take(&job.resources, how);
                     }
+                    let state = &mut states[user];
                     self.grant(slots, k, state);
-                    state.enqueue_or_explain(candidate.user, self.now, self.config, &mut heap);
+                    state.enqueue_or_explain(user, self.now, self.config, &mut heap);
+                }
+                None if hold.is_none() && self.starved(slots, states, user) => {
+                    // No reservation yet: the first starved head met in
+                    // fair-share order gets it (its reason is set below).
+                    hold = self.reserve_for(slots, states, user);
+                    if hold.is_none() {
+                        states[user].set_head_reason(PendingReason::WaitingForCapacity);
+                    }
                 }
                 None => {
+                    let state = &mut states[user];
                     let reason = match &hold {
                         Some(h) if best_fit_slot(&job.resources, slots).is_some() => {
                             PendingReason::BlockedByReservation {

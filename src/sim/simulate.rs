@@ -281,10 +281,19 @@ pub struct SimOutcome {
     /// policy can leave a fitting job queued forever).
     pub never_started: Vec<u64>,
     /// Seconds during which at least one job was queued.
+    pub queued_s: Seconds,
+    /// ∫ free cores dt while at least one job was queued, core-seconds.
+    pub idle_while_queued_core_s: f64,
+    /// Seconds of contention (see [`super::report`]): some user is backlogged
+    /// and the users' demands, each capped at the capacity, sum to more than
+    /// the capacity.
     pub contended_s: Seconds,
     /// ∫ fairness error dt over contended time.
     pub fairness_error_integral: f64,
-    /// ∫ Jain's index dt over contended time.
+    /// Seconds of contended time in which some backlogged user holds cores:
+    /// the time Jain's index is scored over.
+    pub jain_s: Seconds,
+    /// ∫ Jain's index dt over `jain_s`.
     pub jain_integral: f64,
     /// Instants at which events were processed.
     pub steps: u64,
@@ -371,9 +380,13 @@ impl Eq for Finish {}
 /// Fairness metrics of the state between two events.
 #[derive(Clone, Copy, Debug, Default)]
 struct Snapshot {
+    /// Free cores while some job is queued (else 0).
+    idle_while_queued: f64,
+    queued: bool,
     contended: bool,
     fairness_error: f64,
-    jain: f64,
+    /// Jain's index, when some backlogged user holds cores.
+    jain: Option<f64>,
 }
 
 struct Sim<'c> {
@@ -394,8 +407,11 @@ struct Sim<'c> {
     // Fairness bookkeeping.
     last_t: Seconds,
     snapshot: Snapshot,
+    queued_s: Seconds,
+    idle_integral: f64,
     contended_s: Seconds,
     error_integral: f64,
+    jain_s: Seconds,
     jain_integral: f64,
     /// (user index, series) for the recorded users.
     series: Vec<(usize, ShareSeries)>,
@@ -493,8 +509,11 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         rng: SmallRng::seed_from_u64(config.seed),
         last_t: 0.0,
         snapshot: Snapshot::default(),
+        queued_s: 0.0,
+        idle_integral: 0.0,
         contended_s: 0.0,
         error_integral: 0.0,
+        jain_s: 0.0,
         jain_integral: 0.0,
         series,
         steps: 0,
@@ -546,7 +565,10 @@ impl Sim<'_> {
             }
 
             match self.config.policy {
-                SimPolicy::FairShare => self.fair_share_cycle(t),
+                SimPolicy::FairShare => {
+                    self.fair_share_cycle(t);
+                    wake = self.guard_wake(t);
+                }
                 SimPolicy::Fifo => self.fifo_step(t),
                 SimPolicy::GatewayLoop => {
                     if wake.is_some_and(|w| w <= t) {
@@ -724,6 +746,24 @@ impl Sim<'_> {
         }
     }
 
+    /// When the next queued head will have waited longer than the starvation
+    /// guard (just after `submit + guard`), if no reservation is held and that
+    /// is after `now`: the simulator runs a cycle then, as the arbiter's
+    /// periodic tick would, so that the reservation is made when the guard
+    /// trips and not only at the next submit or finish.
+    fn guard_wake(&self, now: Seconds) -> Option<Seconds> {
+        let guard = self.config.starvation_guard_s;
+        if !self.config.backfill || self.reservation.is_some() || !guard.is_finite() {
+            return None;
+        }
+        self.users
+            .iter()
+            .filter_map(|user| user.queue.front())
+            .map(|&j| (self.jobs[j].submit + guard).next_up())
+            .filter(|&at| at > now)
+            .min_by(f64::total_cmp)
+    }
+
     /// The running jobs with their expected ends (start + estimate).
     fn outstanding_jobs(&self) -> Vec<OutstandingJob> {
         self.finishes
@@ -794,43 +834,60 @@ impl Sim<'_> {
     /// Adds the current snapshot over `[last_t, t)`.
     fn integrate(&mut self, t: Seconds) {
         let dt = t - self.last_t;
+        if dt > 0.0 && self.snapshot.queued {
+            self.queued_s += dt;
+            self.idle_integral += self.snapshot.idle_while_queued * dt;
+        }
         if dt > 0.0 && self.snapshot.contended {
             self.contended_s += dt;
             self.error_integral += self.snapshot.fairness_error * dt;
-            self.jain_integral += self.snapshot.jain * dt;
+            if let Some(jain) = self.snapshot.jain {
+                self.jain_s += dt;
+                self.jain_integral += jain * dt;
+            }
         }
         self.last_t = self.last_t.max(t);
     }
 
     /// Computes the fairness metrics of the state after the step at `t`.
     fn take_snapshot(&mut self, t: Seconds) {
-        let contended = self.queued_jobs > 0;
+        let queued = self.queued_jobs > 0;
         self.snapshot = Snapshot {
-            contended,
+            idle_while_queued: if queued {
+                self.free_cores() as f64
+            } else {
+                0.0
+            },
+            queued,
+            contended: false,
             fairness_error: 0.0,
-            jain: 1.0,
+            jain: None,
         };
-        if !contended && self.series.is_empty() {
+        if !queued && self.series.is_empty() {
             return;
         }
         let capacity = f64::from(self.config.capacity);
         self.scratch_users.clear();
         self.scratch_weights.clear();
         self.scratch_demands.clear();
+        let mut capped_demand = 0u64;
         for (u, user) in self.users.iter().enumerate() {
             let demand = user.running_cores + user.queued_cores;
             if demand > 0 {
                 self.scratch_users.push(u);
                 self.scratch_weights.push(user.weight);
                 self.scratch_demands.push(demand as f64 / capacity);
+                capped_demand += demand.min(u64::from(self.config.capacity));
             }
         }
+        let contended = queued && capped_demand > u64::from(self.config.capacity);
         fair_shares(
             &self.scratch_weights,
             &self.scratch_demands,
             &mut self.scratch_fair,
         );
         let mut error = 0.0;
+        let mut backlogged_hold = false;
         self.scratch_ratios.clear();
         for (k, &u) in self.scratch_users.iter().enumerate() {
             let user = &self.users[u];
@@ -839,11 +896,15 @@ impl Sim<'_> {
             error += (fair - actual).max(0.0);
             if !user.queue.is_empty() && fair > 0.0 {
                 self.scratch_ratios.push(actual / fair);
+                backlogged_hold |= user.running_cores > 0;
             }
         }
         if contended {
+            self.snapshot.contended = true;
             self.snapshot.fairness_error = error;
-            self.snapshot.jain = jain_index(&self.scratch_ratios);
+            if backlogged_hold {
+                self.snapshot.jain = Some(jain_index(&self.scratch_ratios));
+            }
         }
         for (u, series) in &mut self.series {
             let user = &self.users[*u];
@@ -872,8 +933,11 @@ impl Sim<'_> {
             jobs: Vec::with_capacity(self.jobs.len()),
             too_large,
             never_started: Vec::new(),
+            queued_s: self.queued_s,
+            idle_while_queued_core_s: self.idle_integral,
             contended_s: self.contended_s,
             fairness_error_integral: self.error_integral,
+            jain_s: self.jain_s,
             jain_integral: self.jain_integral,
             steps: self.steps,
             cycles: self.cycles,
