@@ -98,8 +98,8 @@ struct SimulateCli {
     /// Weight of the age term (fairshare policy), in dominant-share units.
     #[arg(long, default_value_t = fairshare::policy::DEFAULT_AGE_WEIGHT)]
     age_weight: f64,
-    /// Age at which the age term saturates, e.g. "7days".
-    #[arg(long, default_value = "7days", value_parser = humantime::parse_duration)]
+    /// Age at which the age term saturates, e.g. "1day".
+    #[arg(long, default_value = "1day", value_parser = humantime::parse_duration)]
     max_age: std::time::Duration,
     /// Cap on each user's running jobs (fairshare policy).
     #[arg(long)]

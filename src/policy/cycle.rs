@@ -1,108 +1,16 @@
-//! One scheduling cycle: progressive filling over a heap of eligible users.
+//! One scheduling cycle: progressive filling over a heap of eligible users,
+//! around the reservation.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use super::reservation::{shadow, Backfill, Hold, OutstandingJob, Reservation, Shadow};
+use super::fit::{best_fit_slot, healthy_slots, leftover, Slot};
+use super::reservation::{Backfill, Hold, OutstandingJob, Reservation};
 use super::share::cmp_f64;
 use super::{
     age_term, decay_usage, dominant_share, fair_share_key, quantize_key, ClusterView, CycleOutcome,
     Grant, JobId, PendingReason, PolicyConfig, QueuedJob, Resources, Seconds, UserOrder, UserView,
 };
-
-/// A healthy cluster during a cycle: its capacity and what is still free.
-struct Slot<'a> {
-    /// Index in the caller's slice.
-    index: usize,
-    name: &'a str,
-    total: Resources,
-    free: Resources,
-    /// `total − foreign`: the most that can ever be free for this service.
-    ceiling: Resources,
-    /// What this service's outstanding jobs hold, grants of this cycle
-    /// included.
-    held: Resources,
-    /// Its outstanding jobs at the start of the cycle.
-    jobs: &'a [OutstandingJob],
-    /// Jobs granted to it during this cycle.
-    added: Vec<OutstandingJob>,
-}
-
-impl Slot<'_> {
-    /// The shadow of `request` on this cluster at `now` ([`shadow`]).
-    fn shadow(&self, now: Seconds, request: &Resources) -> Shadow {
-        let jobs: Vec<OutstandingJob> = self.jobs.iter().chain(&self.added).copied().collect();
-        shadow(now, request, self.ceiling, self.held, &jobs)
-    }
-}
-
-/// The healthy clusters, sorted by name, with their free capacity.
-fn healthy_slots(clusters: &[ClusterView]) -> Vec<Slot<'_>> {
-    let mut slots: Vec<Slot<'_>> = clusters
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.healthy)
-        .map(|(index, c)| Slot {
-            index,
-            name: &c.name,
-            total: c.total,
-            free: c.free(),
-            ceiling: c.total.saturating_sub(c.foreign()),
-            held: c.outstanding,
-            jobs: &c.jobs,
-            added: Vec::new(),
-        })
-        .collect();
-    slots.sort_by(|a, b| a.name.cmp(b.name));
-    slots
-}
-
-/// What a grant would leave free, as a sum of fractions of the cluster:
-/// `Σ_k (free_k − req_k) / total_k` over resources with `total_k > 0`.
-fn leftover(request: &Resources, free: &Resources, total: &Resources) -> f64 {
-    let (req, free, total) = (request.components(), free.components(), total.components());
-    (0..req.len())
-        .filter(|&k| total[k] > 0.0)
-        .map(|k| (free[k] - req[k]) / total[k])
-        .sum()
-}
-
-/// Index (in `slots`) of the best-fit slot for `request`: among those whose
-/// free capacity holds it, the smallest [`leftover`]; ties go to the earlier
-/// slot, that is the smaller name.
-fn best_fit_slot(request: &Resources, slots: &[Slot<'_>]) -> Option<usize> {
-    let mut best: Option<(usize, f64)> = None;
-    for (i, slot) in slots.iter().enumerate() {
-        if !request.fits_within(&slot.free) {
-            continue;
-        }
-        let score = leftover(request, &slot.free, &slot.total);
-        if best.is_none_or(|(_, b)| cmp_f64(score, b) == Ordering::Less) {
-            best = Some((i, score));
-        }
-    }
-    best.map(|(i, _)| i)
-}
-
-/// The best-fit healthy cluster for `request` given the clusters' current
-/// [`ClusterView::free`]: the one whose free capacity holds the request and
-/// that is left tightest, `min Σ_k (free_k − req_k) / total_k` over resources
-/// with `total_k > 0`, ties by name. `None` when no healthy cluster has room.
-#[must_use]
-pub fn best_fit<'a>(request: &Resources, clusters: &'a [ClusterView]) -> Option<&'a ClusterView> {
-    let slots = healthy_slots(clusters);
-    best_fit_slot(request, &slots).and_then(|i| clusters.get(slots[i].index))
-}
-
-/// True when some healthy cluster could hold `request` when empty
-/// (`request ≤ total`). A job for which this is false fits nowhere: the
-/// service refuses it at submit time (422) and the policy never lets it block.
-#[must_use]
-pub fn fits_some_cluster(request: &Resources, clusters: &[ClusterView]) -> bool {
-    clusters
-        .iter()
-        .any(|c| c.healthy && request.fits_within(&c.total))
-}
 
 /// One user during a cycle.
 struct UserState<'a> {
@@ -426,7 +334,7 @@ impl Cycle<'_> {
 
     /// Settles the reservation before the cycle's filling: keeps the held one
     /// if it is still valid, grants its job if it fits now, and otherwise (or
-    /// then) makes one for the oldest starved head that fits nowhere.
+    /// then) makes one for the starved head first in fair-share order.
     fn reserve(
         &mut self,
         slots: &mut [Slot<'_>],
@@ -557,16 +465,22 @@ impl Cycle<'_> {
         self.hold(slots, &states[user], user, slot, self.now)
     }
 
-    /// A new reservation for the oldest starved effective head (ties by job
-    /// id), before the cycle's filling.
+    /// A new reservation, before the cycle's filling, for the starved
+    /// effective head that comes first in fair-share order (key, older head,
+    /// user): the user the order owes most.
     fn new_reservation(&self, slots: &[Slot<'_>], states: &[UserState<'_>]) -> Option<Hold> {
-        let oldest = (0..states.len())
+        let first = (0..states.len())
             .filter(|&user| self.starved(slots, states, user))
-            .filter_map(|user| Some((user, states[user].head()?)))
-            .min_by(|(_, a), (_, b)| {
-                cmp_f64(a.submitted_at, b.submitted_at).then_with(|| a.job_id.cmp(&b.job_id))
-            });
-        self.reserve_for(slots, states, oldest?.0)
+            .filter_map(|user| {
+                let state = &states[user];
+                Some(Candidate {
+                    key: quantize_key(state.key(self.now, self.config)),
+                    head_at: state.head()?.submitted_at,
+                    user,
+                })
+            })
+            .min()?;
+        self.reserve_for(slots, states, first.user)
     }
 
     /// Backfill on: progressive filling in key order, skipping users whose

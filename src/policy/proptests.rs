@@ -175,17 +175,6 @@ fn unrunnable(job: &QueuedJob, u: &UserView, clusters: &[ClusterView]) -> bool {
 /// Checks every safety property of one outcome and, when the cycle ran to
 /// its end, work conservation.
 fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], out: &CycleOutcome) {
-    check_with(config, users, clusters, out, None);
-}
-
-/// [`check`], when the cycle was given a reservation for job `previous`.
-fn check_with(
-    config: &PolicyConfig,
-    users: &[UserView],
-    clusters: &[ClusterView],
-    out: &CycleOutcome,
-    previous: Option<JobId>,
-) {
     // Capacity: grants go to healthy clusters, within their free capacity.
     let mut remaining: Vec<(String, Resources)> = clusters
         .iter()
@@ -317,7 +306,7 @@ fn check_with(
         assert_eq!(out.reservation, None);
     }
     if let Some(r) = &out.reservation {
-        reservation_is_not_delayed(users, clusters, out, r, previous);
+        reservation_is_not_delayed(users, clusters, out, r);
     }
 
     // The order lists exactly the users with a non-empty window, by key.
@@ -354,7 +343,6 @@ fn reservation_is_not_delayed(
     clusters: &[ClusterView],
     out: &CycleOutcome,
     r: &Reservation,
-    previous: Option<JobId>,
 ) {
     let c = healthy(clusters, &r.cluster).expect("reservation on a healthy cluster");
     assert!(users
@@ -387,20 +375,16 @@ fn reservation_is_not_delayed(
             r.resources.fits_within(&ceiling.saturating_sub(held)),
             "reservation {r:?} delayed: {held:?} still held at its start, ceiling {ceiling:?}"
         );
-    } else {
-        // Unknown start: once every job without an end has ended, only what
-        // it does not need may have been taken by backfill (the first grant
-        // may be the previous reservation's job, made before this one).
+    } else if r.since < NOW {
+        // Unknown start, reservation held from an earlier cycle: every grant
+        // on its cluster came after it, so once every job without an end has
+        // ended, only what it does not need may have been taken. (A
+        // reservation made during this cycle's filling follows grants made
+        // before it, which the shadow counts as ending some day; the test
+        // cannot tell them apart, so it checks held ones only.)
         let granted_here = out
             .grants
             .iter()
-            .skip(usize::from(
-                r.since == NOW
-                    && out
-                        .grants
-                        .first()
-                        .is_some_and(|g| Some(g.job_id) == previous),
-            ))
             .filter(|g| g.cluster == r.cluster)
             .fold(Resources::ZERO, |a, g| a + g.resources);
         assert!(r
@@ -446,7 +430,7 @@ proptest! {
     ) {
         let input = held(&users, &clusters, pick);
         let out = run_cycle(NOW, &config, &users, &clusters, input.as_ref());
-        check_with(&config, &users, &clusters, &out, input.as_ref().map(|r| r.job_id));
+        check(&config, &users, &clusters, &out);
         // Sticks: while its job waits as its user's eligible head and fits
         // nowhere, the reservation keeps it.
         if let (Some(r), Some(next)) = (&input, &out.reservation) {

@@ -99,6 +99,9 @@ pub struct Overall {
     /// users, over contended time in which some backlogged user holds cores;
     /// `null` when there is no such time.
     pub jain_index: Option<f64>,
+    /// The fairness error time-averaged over all queued time instead of
+    /// contended time: the definition before issue 10, for comparison.
+    pub fairness_error_over_queued_time: f64,
     /// Seconds with at least one job queued.
     pub queued_s: f64,
     /// Seconds of contention (capped demands exceed the capacity).
@@ -214,6 +217,11 @@ impl Report {
             worst_user: None,
             fairness_error,
             jain_index: jain,
+            fairness_error_over_queued_time: if outcome.queued_s > 0.0 {
+                outcome.queued_error_integral / outcome.queued_s
+            } else {
+                0.0
+            },
             queued_s: outcome.queued_s,
             contended_s: outcome.contended_s,
             jain_s: outcome.jain_s,

@@ -284,6 +284,9 @@ pub struct SimOutcome {
     pub queued_s: Seconds,
     /// ∫ free cores dt while at least one job was queued, core-seconds.
     pub idle_while_queued_core_s: f64,
+    /// ∫ fairness error dt over queued time (the definition before issue 10,
+    /// which called all queued time contended), for comparison.
+    pub queued_error_integral: f64,
     /// Seconds of contention (see [`super::report`]): some user is backlogged
     /// and the users' demands, each capped at the capacity, sum to more than
     /// the capacity.
@@ -382,6 +385,8 @@ impl Eq for Finish {}
 struct Snapshot {
     /// Free cores while some job is queued (else 0).
     idle_while_queued: f64,
+    /// The fairness error whether contended or not (0 when nothing queues).
+    queued_error: f64,
     queued: bool,
     contended: bool,
     fairness_error: f64,
@@ -409,6 +414,7 @@ struct Sim<'c> {
     snapshot: Snapshot,
     queued_s: Seconds,
     idle_integral: f64,
+    queued_error_integral: f64,
     contended_s: Seconds,
     error_integral: f64,
     jain_s: Seconds,
@@ -511,6 +517,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         snapshot: Snapshot::default(),
         queued_s: 0.0,
         idle_integral: 0.0,
+        queued_error_integral: 0.0,
         contended_s: 0.0,
         error_integral: 0.0,
         jain_s: 0.0,
@@ -837,6 +844,7 @@ impl Sim<'_> {
         if dt > 0.0 && self.snapshot.queued {
             self.queued_s += dt;
             self.idle_integral += self.snapshot.idle_while_queued * dt;
+            self.queued_error_integral += self.snapshot.queued_error * dt;
         }
         if dt > 0.0 && self.snapshot.contended {
             self.contended_s += dt;
@@ -858,6 +866,7 @@ impl Sim<'_> {
             } else {
                 0.0
             },
+            queued_error: 0.0,
             queued,
             contended: false,
             fairness_error: 0.0,
@@ -899,6 +908,9 @@ impl Sim<'_> {
                 backlogged_hold |= user.running_cores > 0;
             }
         }
+        if queued {
+            self.snapshot.queued_error = error;
+        }
         if contended {
             self.snapshot.contended = true;
             self.snapshot.fairness_error = error;
@@ -935,6 +947,7 @@ impl Sim<'_> {
             never_started: Vec::new(),
             queued_s: self.queued_s,
             idle_while_queued_core_s: self.idle_integral,
+            queued_error_integral: self.queued_error_integral,
             contended_s: self.contended_s,
             fairness_error_integral: self.error_integral,
             jain_s: self.jain_s,
