@@ -178,7 +178,7 @@ impl Report {
         outcome: &SimOutcome,
     ) -> Report {
         let jobs = &outcome.jobs;
-        let mut waits: Vec<f64> = jobs.iter().map(|j| j.wait()).collect();
+        let waits: Vec<f64> = jobs.iter().map(|j| j.wait()).collect();
         let first_submit = jobs.iter().map(|j| j.submit).fold(f64::INFINITY, f64::min);
         let last_finish = jobs
             .iter()
@@ -211,7 +211,7 @@ impl Report {
             utilization,
             makespan_s: makespan,
             mean_wait_s: mean(waits.iter().copied()),
-            p95_wait_s: p95(&mut waits),
+            p95_wait_s: p95(&waits),
             mean_bounded_slowdown: mean(jobs.iter().map(|j| bounded_slowdown(j.wait(), j.run))),
             worst_user_p95_wait_s: 0.0,
             worst_user: None,
@@ -250,7 +250,7 @@ impl Report {
             .enumerate()
             .filter(|(_, list)| !list.is_empty())
             .map(|(u, list)| {
-                let mut waits: Vec<f64> = list.iter().map(|&k| jobs[k].wait()).collect();
+                let waits: Vec<f64> = list.iter().map(|&k| jobs[k].wait()).collect();
                 UserReport {
                     user: outcome.users[u].clone(),
                     weight: outcome.weights.get(u).copied().unwrap_or(1.0),
@@ -260,7 +260,7 @@ impl Report {
                         .map(|&k| f64::from(jobs[k].cpus) * jobs[k].run)
                         .sum(),
                     mean_wait_s: mean(waits.iter().copied()),
-                    p95_wait_s: p95(&mut waits),
+                    p95_wait_s: p95(&waits),
                     mean_bounded_slowdown: mean(
                         list.iter()
                             .map(|&k| bounded_slowdown(jobs[k].wait(), jobs[k].run)),

@@ -13,15 +13,16 @@ pub fn bounded_slowdown(wait: f64, run: f64) -> f64 {
 }
 
 /// Nearest-rank 95th percentile: the `⌈0.95·n⌉`-th smallest of `values`
-/// (which it sorts in place); 0 for no values.
+/// (sorted in a copy; the input's order is kept); 0 for no values.
 #[must_use]
-pub fn p95(values: &mut [f64]) -> f64 {
+pub fn p95(values: &[f64]) -> f64 {
     if values.is_empty() {
         return 0.0;
     }
-    values.sort_by(f64::total_cmp);
-    let rank = (values.len() * 95).div_ceil(100);
-    values[rank.saturating_sub(1)]
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let rank = (sorted.len() * 95).div_ceil(100);
+    sorted[rank.saturating_sub(1)]
 }
 
 /// Arithmetic mean of `values`; 0 for none.
