@@ -343,9 +343,9 @@ fn jain_bsld_and_p95_by_definition() {
     assert_eq!(bounded_slowdown(90.0, 10.0), 10.0);
     assert_eq!(bounded_slowdown(95.0, 5.0), 10.0);
     assert!(close(bounded_slowdown(10.0, 100.0), 1.1));
-    let mut v: Vec<f64> = (1..=20).map(f64::from).collect();
+    let v: Vec<f64> = (1..=20).map(f64::from).collect();
     assert_eq!(p95(&v), 19.0);
-    let mut v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+    let v: Vec<f64> = (1..=100).rev().map(f64::from).collect();
     assert_eq!(p95(&v), 95.0);
     assert_eq!(p95(&[7.0]), 7.0);
     assert_eq!(p95(&[]), 0.0);
