@@ -312,6 +312,48 @@ impl Api {
     }
 }
 
+impl Api {
+    /// The share table's context: the cores of the healthy clusters
+    /// (`GET /v1/scheduler`) and the users' weights (`GET /v1/users`). `None`
+    /// when the scheduler view cannot be read (then the table is left out).
+    pub(super) async fn share_context(&self) -> Option<ShareContext> {
+        #[derive(Deserialize)]
+        struct Cores {
+            cpu: f64,
+        }
+        #[derive(Deserialize)]
+        struct Cluster {
+            healthy: bool,
+            capacity: Cores,
+        }
+        #[derive(Deserialize)]
+        struct Scheduler {
+            clusters: Vec<Cluster>,
+        }
+        #[derive(Deserialize)]
+        struct User {
+            id: String,
+            weight: f64,
+        }
+        let scheduler: Scheduler = self.get_json("/v1/scheduler").await.ok()?.ok()?;
+        let users: Vec<User> = self
+            .get_json("/v1/users")
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        Some(ShareContext {
+            capacity_cpu: scheduler
+                .clusters
+                .iter()
+                .filter(|c| c.healthy)
+                .map(|c| c.capacity.cpu)
+                .sum(),
+            weights: users.into_iter().map(|u| (u.id, u.weight)).collect(),
+        })
+    }
+}
+
 /// The error's message and its sources, `: `-joined.
 pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();

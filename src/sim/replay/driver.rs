@@ -405,6 +405,17 @@ pub(super) async fn replay_tuned(
         );
     }
     text.push_str(&render_table(&records));
+    match api.share_context().await {
+        Some(context) if context.capacity_cpu > 0.0 => {
+            text.push_str(&render_share_table(&records, &context));
+        }
+        _ => {
+            let _ = writeln!(
+                text,
+                "(no share table: GET /v1/scheduler gave no healthy cluster capacity)"
+            );
+        }
+    }
     let _ = writeln!(
         text,
         "(times are real seconds; × {} for trace seconds)",

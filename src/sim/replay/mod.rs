@@ -53,6 +53,12 @@
 //! - **Bounded slowdown**: `max(1, (wait + run) / max(run, 10 s))`, over jobs with a
 //!   start and a finish time (the simulator's definition, `report::BSLD_BOUND_S`).
 //! - **Makespan**: last `finished_at` − first `submitted_at` over the replay's jobs.
+//! - **Share table** ([`render_share_table`]): each user's time-averaged actual share
+//!   of the capacity (cores held from dispatch to finish) against its time-averaged
+//!   fair share (weighted, demand-capped water-filling), and the run's fairness error
+//!   over contended time, with the simulator's definitions (`report`). The capacity
+//!   is the healthy clusters' cores and the weights the users' (`GET /v1/scheduler`,
+//!   `GET /v1/users`), read at the end of the run.
 //!
 //! # Layout
 //!

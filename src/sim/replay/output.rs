@@ -8,6 +8,7 @@ use serde::Deserialize;
 use uuid::Uuid;
 
 use super::*;
+use crate::sim::stats::{time_averaged_shares, ShareJob};
 
 /// A job as `GET /v1/jobs` shows it (the fields the replay reads).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -32,6 +33,28 @@ pub struct JobRecord {
     /// Why it ended, or what Ray said.
     #[serde(default)]
     pub message: Option<String>,
+    /// What it requested (the share table reads the cores).
+    #[serde(default)]
+    pub resources: Option<RecordResources>,
+}
+
+/// `resources` of a listed job, as far as the replay reads it.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+pub struct RecordResources {
+    /// Cores.
+    #[serde(default)]
+    pub cpu: f64,
+}
+
+/// What the share table needs besides the jobs: the cores of the service's
+/// healthy clusters (`GET /v1/scheduler` at the end of the run) and the users'
+/// weights (`GET /v1/users`; users not listed have weight 1).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShareContext {
+    /// Capacity, cores.
+    pub capacity_cpu: f64,
+    /// Weight per user id.
+    pub weights: BTreeMap<String, f64>,
 }
 
 impl JobRecord {
@@ -103,6 +126,75 @@ impl Stats {
             mean(self.bslds.iter().copied()),
         )
     }
+}
+
+/// The share table: per user (same order as [`render_table`]), its weight, its
+/// time-averaged actual share of the capacity (`actual_%`: cores it held from
+/// dispatch to finish / capacity) and its time-averaged fair share (`fair_%`:
+/// the weighted, demand-capped water-filling share of the simulator's report,
+/// demand = cores of its jobs submitted and not finished), over the run from
+/// the first submit to the last event; then the run's fairness error (time
+/// average over contended time of `Σ_u max(0, fair_u − actual_u)`) and its
+/// contended time. Definitions as in [`crate::sim::report`]; computed by
+/// [`crate::sim::stats::time_averaged_shares`]. A user far below its fair share
+/// while contended is one the run treated unfairly.
+#[must_use]
+pub fn render_share_table(jobs: &[JobRecord], context: &ShareContext) -> String {
+    let mut users: Vec<&str> = jobs.iter().map(|j| j.user.as_str()).collect();
+    users.sort_unstable();
+    users.dedup();
+    let index: BTreeMap<&str, usize> = users.iter().enumerate().map(|(i, u)| (*u, i)).collect();
+    let weights: Vec<f64> = users
+        .iter()
+        .map(|u| context.weights.get(*u).copied().unwrap_or(1.0))
+        .collect();
+    let Some(origin) = jobs.iter().map(|j| j.submitted_at).min() else {
+        return String::new();
+    };
+    let secs = |t: DateTime<Utc>| (t - origin).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
+    let share_jobs: Vec<ShareJob> = jobs
+        .iter()
+        .map(|j| ShareJob {
+            user: index[j.user.as_str()],
+            cpu: j.resources.map_or(0.0, |r| r.cpu),
+            submit: secs(j.submitted_at),
+            start: j.dispatched_at.or(j.started_at).map(secs),
+            end: j.finished_at.map(secs),
+        })
+        .collect();
+    let horizon = share_jobs
+        .iter()
+        .flat_map(|j| [Some(j.submit), j.start, j.end])
+        .flatten()
+        .fold(0.0, f64::max);
+    let summary = time_averaged_shares(&share_jobs, &weights, context.capacity_cpu, horizon);
+    let mut counts: Vec<(usize, &str)> = users
+        .iter()
+        .map(|u| (jobs.iter().filter(|j| j.user == *u).count(), *u))
+        .collect();
+    counts.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<12} {:>6} {:>9} {:>7}",
+        "user", "weight", "actual_%", "fair_%"
+    );
+    for (_, user) in counts {
+        let u = index[user];
+        let _ = writeln!(
+            out,
+            "{user:<12} {:>6} {:>9.1} {:>7.1}",
+            weights[u],
+            100.0 * summary.actual[u],
+            100.0 * summary.fair[u]
+        );
+    }
+    let _ = writeln!(
+        out,
+        "fairness error {:.4} (time average over {:.1} s contended of {:.1} s; capacity {} cores)",
+        summary.fairness_error, summary.contended_s, summary.span_s, context.capacity_cpu
+    );
+    out
 }
 
 /// The per-user table (users by jobs, most first, then by id), an `all` row and the

@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
@@ -175,6 +177,7 @@ fn record(user: &str, status: &str, times: [Option<f64>; 4]) -> JobRecord {
         started_at: at(times[2]),
         finished_at: at(times[3]),
         message: None,
+        resources: Some(RecordResources { cpu: 1.0 }),
     }
 }
 
@@ -222,6 +225,46 @@ fn table_has_users_by_jobs_an_all_row_and_the_overall_line() {
     );
     assert!(
         lines[4].contains("4 jobs, 2 succeeded, 1 failed, 1 stopped; makespan 22.0 s"),
+        "{t}"
+    );
+}
+
+#[test]
+fn share_table_shows_actual_against_fair_share_and_the_fairness_error() {
+    // Capacity 1 core. u62 holds it over [0, 10); u7 waits from 1 to 10, then
+    // holds it over [10, 12). Contended [1, 10): fair 0.5 each, u62 has 1, u7
+    // 0: error 0.5. Averages over [0, 12): u62 actual 10/12, u7 2/12; fair
+    // u62 (1 + 9·0.5 + 0)/12, u7 (9·0.5 + 2)/12.
+    let jobs = vec![
+        record(
+            "u62",
+            "SUCCEEDED",
+            [Some(0.0), Some(0.0), Some(0.0), Some(10.0)],
+        ),
+        record(
+            "u7",
+            "SUCCEEDED",
+            [Some(1.0), Some(10.0), Some(10.0), Some(12.0)],
+        ),
+    ];
+    let context = ShareContext {
+        capacity_cpu: 1.0,
+        weights: BTreeMap::new(),
+    };
+    let t = render_share_table(&jobs, &context);
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["u62", "1", "83.3", "45.8"],
+        "{t}"
+    );
+    assert_eq!(
+        lines[2].split_whitespace().collect::<Vec<_>>(),
+        ["u7", "1", "16.7", "54.2"],
+        "{t}"
+    );
+    assert!(
+        lines[3].starts_with("fairness error 0.5000 (time average over 9.0 s contended of 12.0 s"),
         "{t}"
     );
 }
