@@ -71,9 +71,15 @@ pub struct SchedulerSettings {
     /// Half-life `T` of decayed usage; zero turns history off.
     #[serde(with = "humantime_serde")]
     pub usage_half_life: Duration,
-    /// Wait after which a head that fits nowhere stops the cycle.
+    /// Wait after which a head that fits nowhere gets the reservation (EASY
+    /// backfill around it; DESIGN §2).
     #[serde(with = "humantime_serde")]
     pub starvation_guard: Duration,
+    /// Weight of the age term in dominant-share units (0 turns it off).
+    pub age_weight: f64,
+    /// Age at which the age term saturates (Slurm's `PriorityMaxAge`).
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
     /// Skip users whose head does not fit and go on (true), or stop the cycle (false).
     pub backfill: bool,
     /// Default cap on DISPATCHING + PENDING + RUNNING jobs per user.
@@ -275,6 +281,9 @@ impl Settings {
         }
         if self.database.max_connections == 0 {
             return invalid("database.max_connections", "must be at least 1");
+        }
+        if !(self.scheduler.age_weight.is_finite() && self.scheduler.age_weight >= 0.0) {
+            return invalid("scheduler.age_weight", "must be a finite number ≥ 0");
         }
         if self.scheduler.queue_window == 0 {
             return invalid("scheduler.queue_window", "must be at least 1");

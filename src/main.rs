@@ -89,9 +89,18 @@ struct SimulateCli {
     /// Half-life of decayed usage, e.g. "1h"; "0s" turns history off.
     #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
     half_life: std::time::Duration,
-    /// Starvation guard, e.g. "5m".
-    #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
-    starvation_guard: std::time::Duration,
+    /// Starvation guard, e.g. "5m"; "off" disables it (no reservation).
+    #[arg(long, default_value = "5m", value_parser = fairshare::sim::run::parse_starvation_guard)]
+    starvation_guard: f64,
+    /// Strict fair-share order: stop at the first head that does not fit.
+    #[arg(long)]
+    no_backfill: bool,
+    /// Weight of the age term (fairshare policy), in dominant-share units.
+    #[arg(long, default_value_t = fairshare::policy::DEFAULT_AGE_WEIGHT)]
+    age_weight: f64,
+    /// Age at which the age term saturates, e.g. "1day".
+    #[arg(long, default_value = "1day", value_parser = humantime::parse_duration)]
+    max_age: std::time::Duration,
     /// Cap on each user's running jobs (fairshare policy).
     #[arg(long)]
     max_running_jobs: Option<u32>,
@@ -156,7 +165,10 @@ fn main() -> ExitCode {
             args.cpus = a.cpus;
             args.policy = a.policy;
             args.half_life_s = a.half_life.as_secs_f64();
-            args.starvation_guard_s = a.starvation_guard.as_secs_f64();
+            args.starvation_guard_s = a.starvation_guard;
+            args.backfill = !a.no_backfill;
+            args.age_weight = a.age_weight;
+            args.max_age_s = a.max_age.as_secs_f64();
             args.max_running_jobs = a.max_running_jobs;
             args.weights = a.weights;
             args.limit = a.limit;

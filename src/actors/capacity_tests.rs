@@ -69,6 +69,7 @@ proptest! {
                 used_reported: cpu(used_reported),
                 outstanding: cpu(outstanding.iter().map(|j| j.cpu).sum()),
                 unreported: cpu(unreported),
+                jobs: Vec::new(),
             };
             let foreign_steady = (t.saturating_sub(lag)..=t).all(|s| foreign_at(s) <= foreign_at(seen));
             if foreign_steady {

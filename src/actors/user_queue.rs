@@ -34,6 +34,8 @@ pub fn summary(j: &job::Model) -> QueuedJob {
         },
         priority: j.priority,
         submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
+        // `None` here means "the configured default": the arbiter fills it in.
+        runtime_estimate: j.max_runtime_s.map(|s| s as f64),
     }
 }
 

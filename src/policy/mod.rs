@@ -27,9 +27,21 @@
 //!   before the cycle, so all users are compared at the same instant. See
 //!   [`decay_usage`]; [`UserOrder::usage`] reports the result so the caller can
 //!   persist it with timestamp `now`.
-//! - **Fair-share key** `(s_u + h_u) / w_u` with **weight** `w_u > 0`
-//!   ([`fair_share_key`]). With all weights 1, unit jobs and history off this is
-//!   "the user with the fewest running jobs goes next".
+//! - **Age term** `g_u = a · min(age_u / M, 1)` ([`age_term`]), where
+//!   `age_u = now − submitted_at` of the user's effective head (seconds), `a =`
+//!   [`PolicyConfig::age_weight`] (in dominant-share units, default
+//!   [`DEFAULT_AGE_WEIGHT`] = 0.2) and `M =` [`PolicyConfig::max_age`]
+//!   (seconds, default 1 day), like Slurm's `PriorityWeightAge` × age factor with
+//!   `PriorityMaxAge`: it grows linearly with the head's wait and saturates at
+//!   `a`, so waiting can make up for at most `a` of dominant share.
+//! - **Fair-share key** `(s_u + h_u) / w_u − g_u` with **weight** `w_u > 0`
+//!   ([`fair_share_key`] minus [`age_term`]). With all weights 1, unit jobs,
+//!   history and age off this is "the user with the fewest running jobs goes
+//!   next".
+//! - **Runtime estimate** of a queued job ([`QueuedJob::runtime_estimate`],
+//!   seconds): live `max_runtime_s`, else `scheduler.default_max_runtime`; in
+//!   simulation the SWF requested time. An outstanding job's **expected end**
+//!   ([`OutstandingJob::expected_end`]) is its start (grant) plus its estimate.
 //!
 //! # Order
 //!
@@ -61,19 +73,65 @@
 //!
 //! - with **backfill** on, the user is skipped for the rest of the cycle (its
 //!   head: [`PendingReason::WaitingForCapacity`]) and later users may use the
-//!   capacity, unless the head has waited longer than the **starvation** guard
-//!   (`now − submitted_at > starvation_guard`): then the whole cycle stops so
-//!   that freed capacity accumulates for it. The head gets
-//!   [`PendingReason::Starving`], every user still waiting in the order gets
-//!   [`PendingReason::ReservingForStarvedJob`], and
-//!   [`CycleOutcome::stopped_for`] names the job.
+//!   capacity, subject to the reservation below;
 //! - with backfill off, the cycle stops at the first head that does not fit
 //!   (strict order): it gets `WaitingForCapacity`, the users behind it
-//!   [`PendingReason::WaitingBehind`], and `stopped_for` names it too.
+//!   [`PendingReason::WaitingBehind`], and [`CycleOutcome::stopped_for`]
+//!   names it. No reservation is made or kept.
 //!
 //! A user's window is never reordered: it is already in queue order (priority,
 //! then `submitted_at`, then id), and a user whose head does not fit is skipped
 //! as a whole rather than having a later job of its own jump ahead.
+//!
+//! # Reservation and EASY backfill (backfill on)
+//!
+//! At most one job holds a [`Reservation`]. It is state carried between
+//! cycles: `run_cycle` takes the previous cycle's
+//! [`CycleOutcome::reservation`] and returns the next one, so the function
+//! stays pure.
+//!
+//! - **Starved head**: an effective head whose user is eligible, that has
+//!   waited longer than the **starvation guard**
+//!   (`now − submitted_at > starvation_guard`), fits no healthy cluster's
+//!   free capacity, and is **passed over**: some user holding capacity has a
+//!   larger quantized key. (A head that waits only behind its own user's
+//!   running jobs is queued, not starved; reserving for it protects nothing,
+//!   and it would keep the reservation from the job that needs it, as in
+//!   issue 10's S/L scenario.)
+//! - **Making one**: with none held, before filling, the starved head that
+//!   comes **first in fair-share order** (key, older head, user) gets it;
+//!   failing that, the first starved head met during filling (in key order).
+//!   (Issue 10 suggested the oldest starved head; on COARE that gave a
+//!   fairness error of 0.142 against 0.108 for key order, at the same
+//!   utilization and better under overload: BENCHMARKS.md.) It is placed on the cluster where
+//!   the job can start **soonest** (smallest shadow time; unknown last; ties
+//!   by name) among those that could ever hold it.
+//! - **Sticking**: a held reservation keeps its job whatever the keys do, and
+//!   its cluster while that cluster stays healthy and could hold the job
+//!   (else it moves to the soonest one). It ends when its job is granted, or
+//!   leaves the input (cancelled), or is no longer its user's effective head,
+//!   or its user becomes ineligible for it (paused, at a limit): the policy
+//!   never reorders a user's window. At the start of each cycle, if the
+//!   reserved job fits some cluster's free capacity it is granted first,
+//!   ahead of every key.
+//! - **Shadow time** `S` and **extra capacity** `E` ([`shadow`], EASY: D.
+//!   Lifka, JSSPP 1995; A. Mu'alem, D. Feitelson, IEEE TPDS 2001): walking the
+//!   reserved cluster's outstanding jobs by expected end (unknown last, past
+//!   ends as `now`), `S` is the first end after which
+//!   `free = (total − foreign) − (held − released)` holds the request, and
+//!   `E = free(S) − request`. `S` is unknown (`None`) when it fits only once
+//!   jobs without an estimate end.
+//! - **Backfill rule**: on the reserved cluster a job may start now only if it
+//!   fits the free capacity and either its estimate ends by `S`
+//!   (`now + estimate ≤ S`, `S` known) or it fits in what is left of `E`
+//!   (which it then uses up). A job without an estimate only ever uses `E`.
+//!   Other clusters are not constrained. So, if jobs end by their estimates,
+//!   the reserved job can start at `S`.
+//! - **Reasons**: the reserved job gets [`PendingReason::Reserved`] (cluster,
+//!   seconds until `S`, its wait); a head that fits free capacity but would
+//!   delay the reservation gets [`PendingReason::BlockedByReservation`]; one
+//!   that fits nowhere [`PendingReason::WaitingForCapacity`].
+//!   [`CycleOutcome::stopped_for`] names the reserved job.
 //!
 //! # Decisions beyond DESIGN §2
 //!
@@ -90,9 +148,9 @@
 //!   reasons above; a paused user's whole window gets
 //!   [`PendingReason::Paused`]. Precedence for a head: `Paused`, then
 //!   `MaxRunningJobs`, then `MaxResources`.
-//! - **`stopped_for`** is set whenever the cycle ended early to hold capacity
-//!   for one job: by the starvation guard, or because backfill is off. The
-//!   job's reason (`Starving` or `WaitingForCapacity`) tells which.
+//! - **`stopped_for`** is set whenever capacity is held for one job: the
+//!   reserved job (reason `Reserved`), or the head the cycle stopped at with
+//!   backfill off (reason `WaitingForCapacity`).
 //! - **Fitting tolerance**: [`Resources::fits_within`] allows a relative
 //!   10⁻⁹ ([`FIT_TOLERANCE`]) so that `0.1 + 0.2` cores fits in `0.3`.
 //! - **Invalid numbers** never panic: a weight that is not finite and positive
@@ -107,13 +165,19 @@
 //!
 //! # Cost
 //!
-//! O(J·K + G·(log U + K)) for J jobs in the windows, K clusters, U users and
-//! G grants: a binary heap holds the eligible users, and a user's key changes
-//! only when that user is granted, so no entry ever goes stale. 100 users
+//! O(J·K + G·(log U + K) + R log R + U²) for J jobs in the windows, K
+//! clusters, U users, G grants and R outstanding jobs on the clusters: a
+//! binary heap holds the eligible users, and a user's key changes only when
+//! that user is granted, so no entry ever goes stale; the shadow sorts the
+//! outstanding jobs of a cluster once per reservation decision; finding a
+//! starved head compares keys with the holders (U² at worst, only while no
+//! reservation is held). 100 users
 //! with 10,000 jobs in their windows and about 1,000 grants take about 0.2 ms
 //! per cycle in a release build on a 2-core machine.
 
 mod cycle;
+mod fit;
+mod reservation;
 mod resources;
 mod share;
 
@@ -126,9 +190,13 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-pub use cycle::{best_fit, fits_some_cluster, run_cycle};
+pub use cycle::run_cycle;
+pub use fit::{best_fit, fits_some_cluster};
+pub use reservation::{shadow, OutstandingJob, Reservation, Shadow};
 pub use resources::{ClusterView, Resources, FIT_TOLERANCE};
-pub use share::{decay_usage, dominant_share, fair_share_key, quantize_key, KEY_DROPPED_BITS};
+pub use share::{
+    age_term, decay_usage, dominant_share, fair_share_key, quantize_key, KEY_DROPPED_BITS,
+};
 
 /// Timestamps and durations, in seconds: Unix epoch time in the service,
 /// seconds since the trace start in the simulator.
@@ -148,8 +216,16 @@ pub struct QueuedJob {
     /// it (the window comes in queue order), it is carried for callers.
     pub priority: i32,
     /// When it was submitted, seconds; an older effective head wins key ties,
-    /// and the starvation guard measures from it.
+    /// and the starvation guard and the age term measure from it.
     pub submitted_at: Seconds,
+    /// How long it is expected to run once started, seconds, if known: live
+    /// its `max_runtime_s`, else `scheduler.default_max_runtime`; in
+    /// simulation the SWF requested time (field 9). Backfill uses it to decide
+    /// whether the job ends before a reservation's expected start; a job
+    /// without one never starts in front of a reservation except in capacity
+    /// the reservation does not need.
+    #[serde(default)]
+    pub runtime_estimate: Option<Seconds>,
 }
 
 /// One user's fair-share state at the start of a cycle.
@@ -186,24 +262,48 @@ pub struct UserView {
 pub struct PolicyConfig {
     /// Half-life `T` of decayed usage, seconds; 0 turns history off.
     pub usage_half_life: Seconds,
-    /// A head that fits nowhere and has waited longer than this (seconds)
-    /// stops the cycle when backfill is on. `f64::INFINITY` disables it.
+    /// A head that fits nowhere, is passed over and has waited longer than
+    /// this (seconds) gets the reservation when backfill is on (module doc).
+    /// `f64::INFINITY` disables reservations.
     pub starvation_guard: Seconds,
-    /// On: skip a user whose head does not fit and go on. Off: stop there.
+    /// On: skip a user whose head does not fit and go on (EASY backfill
+    /// around the reservation, if any). Off: stop there.
     pub backfill: bool,
+    /// Weight `a` of the age term, in units of dominant share (0 turns it
+    /// off): a user's key is lowered by `a · min(age / max_age, 1)`, where
+    /// `age` is how long its effective head has waited.
+    #[serde(default)]
+    pub age_weight: f64,
+    /// Age `M` at which the age term saturates, seconds (Slurm's
+    /// `PriorityMaxAge`). `0` or not finite turns the term off.
+    #[serde(default = "default_max_age")]
+    pub max_age: Seconds,
+}
+
+/// The default `max_age`: 1 day (BENCHMARKS.md, "Age term"; Slurm's own
+/// `PriorityMaxAge` default is 7 days, under which the term hardly moves
+/// COARE's order).
+#[must_use]
+pub const fn default_max_age() -> Seconds {
+    86_400.0
 }
 
 impl Default for PolicyConfig {
     /// The configuration defaults: half-life 1 h, starvation guard 5 min,
-    /// backfill on.
+    /// backfill on, age weight [`DEFAULT_AGE_WEIGHT`], max age 1 day.
     fn default() -> Self {
         PolicyConfig {
             usage_half_life: 3600.0,
             starvation_guard: 300.0,
             backfill: true,
+            age_weight: DEFAULT_AGE_WEIGHT,
+            max_age: default_max_age(),
         }
     }
 }
+
+/// The default age weight (BENCHMARKS.md, "Age term": chosen by measurement).
+pub const DEFAULT_AGE_WEIGHT: f64 = 0.2;
 
 /// A decision: start `job_id` of `user` on `cluster`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -245,17 +345,28 @@ pub enum PendingReason {
     NoHealthyCluster,
     /// No healthy cluster has enough free capacity right now.
     WaitingForCapacity,
-    /// The job fits nowhere and has waited longer than the starvation guard:
-    /// the cycle stopped so that capacity frees up for it.
-    Starving {
+    /// The job has waited longer than the starvation guard and holds the
+    /// reservation: capacity on `cluster` is kept for it and only jobs that do
+    /// not delay it may start there.
+    Reserved {
+        /// The reserved cluster.
+        cluster: String,
+        /// Seconds from this cycle until it is expected to start (all
+        /// outstanding jobs there ending at their estimates), if known.
+        expected_in: Option<Seconds>,
         /// How long it has waited, seconds.
         waited: Seconds,
     },
-    /// The cycle stopped before this user's turn to hold capacity for a job
-    /// that has waited longer than the starvation guard.
-    ReservingForStarvedJob {
-        /// The starved job.
+    /// The job fits free capacity now, but starting it would delay the
+    /// reservation of `job_id` on every cluster where it fits (it runs past
+    /// that job's expected start, or has no runtime estimate, and needs
+    /// capacity the reservation needs).
+    BlockedByReservation {
+        /// The reserved job.
         job_id: JobId,
+        /// Seconds from this cycle until that job is expected to start, if
+        /// known.
+        until_in: Option<Seconds>,
     },
     /// Backfill is off and the cycle stopped before this user's turn, at a job
     /// ahead in fair-share order that does not fit yet.
@@ -297,16 +408,39 @@ impl fmt::Display for PendingReason {
             PendingReason::WaitingForCapacity => {
                 write!(f, "waiting for enough free capacity on a cluster")
             }
-            PendingReason::Starving { waited } => write!(
-                f,
-                "waiting for enough free capacity; it has waited {waited:.0} s, longer than the \
-                 starvation guard, so new dispatches are held until it fits"
-            ),
-            PendingReason::ReservingForStarvedJob { job_id } => write!(
-                f,
-                "held back while capacity frees up for job {job_id}, which has waited longer \
-                 than the starvation guard"
-            ),
+            PendingReason::Reserved {
+                cluster,
+                expected_in,
+                waited,
+            } => {
+                write!(
+                    f,
+                    "capacity on cluster {cluster} is reserved for this job (it has waited \
+                     {waited:.0} s, longer than the starvation guard); "
+                )?;
+                match expected_in {
+                    Some(s) => write!(f, "expected to start in about {s:.0} s"),
+                    None => write!(
+                        f,
+                        "its start time is unknown (jobs there have no runtime estimate)"
+                    ),
+                }
+            }
+            PendingReason::BlockedByReservation { job_id, until_in } => {
+                write!(
+                    f,
+                    "free capacity is held for job {job_id}, which has waited longer than the \
+                     starvation guard; this job would delay it"
+                )?;
+                match until_in {
+                    Some(s) => write!(
+                        f,
+                        " (it may start before then if its runtime estimate ends within about \
+                         {s:.0} s)"
+                    ),
+                    None => write!(f, " (its start time is unknown)"),
+                }
+            }
             PendingReason::WaitingBehind { job_id } => write!(
                 f,
                 "waiting behind job {job_id}, which comes first in fair-share order and does \
@@ -321,8 +455,9 @@ impl fmt::Display for PendingReason {
 pub struct UserOrder {
     /// The user id.
     pub user: String,
-    /// Fair-share key `(s_u + h_u) / w_u` after the cycle's grants (not
-    /// quantized; the order uses [`quantize_key`] of it).
+    /// Key `(s_u + h_u) / w_u − g_u` after the cycle's grants, the age term
+    /// taken from the user's effective head then (not quantized; the order
+    /// uses [`quantize_key`] of it).
     pub key: f64,
     /// Dominant share `s_u` after the cycle's grants (fraction of capacity).
     pub share: f64,
@@ -344,8 +479,12 @@ pub struct CycleOutcome {
     /// Every user whose input window was not empty, in the order the next
     /// cycle would serve them (key, then oldest remaining head, then user id).
     pub order: Vec<UserOrder>,
-    /// Set when the cycle stopped early to hold capacity for this job: the
-    /// starvation guard fired for it, or backfill is off and it was the first
-    /// head that did not fit.
+    /// Set when capacity is held for this job: it holds the reservation
+    /// (backfill on), or backfill is off and it was the first head that did
+    /// not fit (the cycle stopped there).
     pub stopped_for: Option<JobId>,
+    /// The reservation after this cycle: pass it to the next cycle. `None`
+    /// when no job has waited past the starvation guard without fitting, or
+    /// the reserved job was granted this cycle.
+    pub reservation: Option<Reservation>,
 }

@@ -130,6 +130,12 @@ pub struct ClusterView {
     /// lag (`monitor.usage_report_lag`).
     #[serde(default)]
     pub unreported: Resources,
+    /// Those outstanding jobs one by one, with when each is expected to end
+    /// (seconds, same clock as `now`; `None` when it has no runtime estimate).
+    /// A reservation's expected start is computed from them
+    /// ([`super::shadow`]); their resources should sum to `outstanding`.
+    #[serde(default)]
+    pub jobs: Vec<super::OutstandingJob>,
 }
 
 impl ClusterView {
@@ -146,5 +152,13 @@ impl ClusterView {
     pub fn free(&self) -> Resources {
         self.total
             .saturating_sub((self.used_reported + self.unreported).max(self.outstanding))
+    }
+
+    /// What other tenants hold: `used_reported − outstanding` per resource,
+    /// floored at 0. The policy assumes it stays, so a reservation can count
+    /// at most `total − foreign` as free once this service's jobs end.
+    #[must_use]
+    pub fn foreign(&self) -> Resources {
+        self.used_reported.saturating_sub(self.outstanding)
     }
 }

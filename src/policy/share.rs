@@ -80,6 +80,22 @@ pub fn fair_share_key(share: f64, usage: f64, weight: f64) -> f64 {
     }
 }
 
+/// The age term subtracted from a user's key: `a · min(age / M, 1)` with
+/// `a = age_weight` (dominant-share units) and `M = max_age` (seconds), where
+/// `age` (seconds) is how long the user's effective head has waited. Like
+/// Slurm's `PriorityWeightAge` × age factor (`PriorityMaxAge`), it grows
+/// linearly and saturates, so it is bounded by `a`: a user cannot queue its
+/// way past another by more than `a` of dominant share. Returns 0 when `a` or
+/// `M` is not finite and positive, or `age` is not positive (or NaN).
+#[must_use]
+pub fn age_term(age: Seconds, age_weight: f64, max_age: Seconds) -> f64 {
+    let valid = |x: f64| x.is_finite() && x > 0.0;
+    if !(valid(age_weight) && valid(max_age)) || age.is_nan() || age <= 0.0 {
+        return 0.0;
+    }
+    age_weight * (age / max_age).min(1.0)
+}
+
 /// Quantizes a key for comparison: clears the low [`KEY_DROPPED_BITS`] bits of
 /// the mantissa (truncation toward zero), maps `−0` to `0` and NaN to `+∞`.
 ///

@@ -19,7 +19,14 @@ fn job(n: u128, resources: Resources, submitted_at: Seconds) -> QueuedJob {
         resources,
         priority: 0,
         submitted_at,
+        runtime_estimate: None,
     }
+}
+
+/// `job` with a runtime estimate of `estimate` seconds.
+fn estimated(mut job: QueuedJob, estimate: Seconds) -> QueuedJob {
+    job.runtime_estimate = Some(estimate);
+    job
 }
 
 /// `count` jobs with ids `first, first + 1, …`, submitted at `start, start + 1, …`.
@@ -100,6 +107,7 @@ fn cluster(name: &str, total: Resources) -> ClusterView {
         used_reported: Resources::ZERO,
         outstanding: Resources::ZERO,
         unreported: Resources::ZERO,
+        jobs: Vec::new(),
     }
 }
 
@@ -119,6 +127,8 @@ fn plain() -> PolicyConfig {
         usage_half_life: 0.0,
         starvation_guard: f64::INFINITY,
         backfill: true,
+        age_weight: 0.0,
+        max_age: default_max_age(),
     }
 }
 
@@ -151,6 +161,7 @@ fn granted_cpu(outcome: &CycleOutcome) -> f64 {
 struct Sim {
     total: Resources,
     users: Vec<SimUser>,
+    reservation: Option<Reservation>,
 }
 
 struct SimUser {
@@ -168,7 +179,11 @@ impl Sim {
                 running: Vec::new(),
             })
             .collect();
-        Sim { total, users }
+        Sim {
+            total,
+            users,
+            reservation: None,
+        }
     }
 
     fn user_mut(&mut self, name: &str) -> &mut SimUser {
@@ -210,12 +225,30 @@ impl Sim {
             used_reported: used,
             outstanding: used,
             unreported: Resources::ZERO,
+            jobs: self
+                .users
+                .iter()
+                .flat_map(|u| u.running.iter())
+                .map(|&(_, resources, end)| OutstandingJob {
+                    resources,
+                    expected_end: Some(end),
+                })
+                .collect(),
         }]
     }
 
-    /// Runs a cycle at `now`; granted jobs leave the queue and run for `runtime`.
+    /// Runs a cycle at `now`, carrying the reservation from the previous
+    /// one; granted jobs leave the queue and run for `runtime`.
     fn cycle(&mut self, now: Seconds, config: &PolicyConfig, runtime: Seconds) -> CycleOutcome {
-        let outcome = run_cycle(now, config, &self.views(), &self.clusters());
+        let views = self.views();
+        let outcome = run_cycle(
+            now,
+            config,
+            &views,
+            &self.clusters(),
+            self.reservation.as_ref(),
+        );
+        self.reservation.clone_from(&outcome.reservation);
         for grant in &outcome.grants {
             let u = self.user_mut(&grant.user);
             u.view.queue.retain(|j| j.job_id != grant.job_id);
@@ -259,7 +292,7 @@ fn users_with_fewest_running_jobs_go_first_and_limits_hold() {
             .queue(vec![job(41, one, 3.0), job(42, one, 4.0)]),
     ];
     let clusters = vec![with_outstanding(cluster("ray", cpus(8.0)), cpus(3.0))];
-    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
 
     assert_eq!(
         granted(&outcome),
@@ -293,7 +326,7 @@ fn drf_paper_example_gives_three_and_two_jobs_at_equal_dominant_share() {
         user("B").queue(jobs(200, 10, b_job, 0.0)),
     ];
     let clusters = vec![cluster("ray", Resources::new(9.0, 0.0, 18.0 * GIB))];
-    let outcome = run_cycle(100.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(100.0, &plain(), &users, &clusters, None);
 
     assert_eq!(count(&outcome, "A"), 3);
     assert_eq!(count(&outcome, "B"), 2);
@@ -362,7 +395,7 @@ fn every_user_gets_a_job_whatever_its_job_size() {
         user("B").queue(jobs(200, 4, cpus(2.0), 0.0)),
         user("C").queue(jobs(300, 2, cpus(4.0), 0.0)),
     ];
-    let outcome = run_cycle(10.0, &plain(), &users, &[cluster("ray", cpus(8.0))]);
+    let outcome = run_cycle(10.0, &plain(), &users, &[cluster("ray", cpus(8.0))], None);
     assert_eq!(
         granted(&outcome),
         vec![
@@ -417,7 +450,7 @@ fn paused_user_gets_nothing_and_reaches_its_share_after_resume() {
 fn outstanding_jobs_not_yet_reported_by_ray_keep_capacity_taken() {
     let users = vec![user("A").queue(jobs(100, 3, cpus(1.0), 0.0))];
     let clusters = vec![with_outstanding(cluster("ray", cpus(4.0)), cpus(4.0))];
-    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
     assert!(outcome.grants.is_empty());
     assert_eq!(
         reason(&outcome, id(100)),
@@ -433,7 +466,7 @@ fn job_larger_than_every_cluster_blocks_nobody() {
         user("B").queue(jobs(10, 2, cpus(1.0), 2.0)),
     ];
     let clusters = vec![cluster("x", cpus(8.0)), cluster("y", cpus(4.0))];
-    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
     assert_eq!(
         granted(&outcome),
         vec![("A", id(2)), ("B", id(10)), ("B", id(11))]
@@ -454,7 +487,7 @@ fn starvation_scenario(guard: Seconds, horizon: Seconds) -> Option<Seconds> {
     let config = PolicyConfig {
         usage_half_life: 0.0,
         starvation_guard: guard,
-        backfill: true,
+        ..plain()
     };
     let one = cpus(1.0);
     let mut sim = Sim::new(
@@ -501,11 +534,11 @@ fn without_the_starvation_guard_backfill_starves_the_big_job() {
 }
 
 #[test]
-fn starvation_guard_stops_the_cycle_and_tells_the_others_why() {
+fn starvation_guard_reserves_and_tells_the_others_why() {
     let config = PolicyConfig {
         usage_half_life: 0.0,
         starvation_guard: 60.0,
-        backfill: true,
+        ..plain()
     };
     let users = vec![
         user("A").queue(vec![job(1, cpus(4.0), 0.0)]),
@@ -514,22 +547,315 @@ fn starvation_guard_stops_the_cycle_and_tells_the_others_why() {
             .queue(jobs(10, 2, cpus(1.0), 5.0)),
     ];
     let clusters = vec![with_outstanding(cluster("ray", cpus(4.0)), cpus(1.0))];
-    let outcome = run_cycle(100.0, &config, &users, &clusters);
+    let outcome = run_cycle(100.0, &config, &users, &clusters, None);
+    // B's running job has no expected end: A's start time is unknown, and
+    // B's jobs (no estimate) would take capacity A needs.
     assert!(outcome.grants.is_empty());
     assert_eq!(outcome.stopped_for, Some(id(1)));
     assert_eq!(
         reason(&outcome, id(1)),
-        Some(&PendingReason::Starving { waited: 100.0 })
+        Some(&PendingReason::Reserved {
+            cluster: "ray".to_owned(),
+            expected_in: None,
+            waited: 100.0
+        })
     );
     assert_eq!(
         reason(&outcome, id(10)),
-        Some(&PendingReason::ReservingForStarvedJob { job_id: id(1) })
+        Some(&PendingReason::BlockedByReservation {
+            job_id: id(1),
+            until_in: None
+        })
+    );
+    let reservation = outcome.reservation.expect("a reservation for A's job");
+    assert_eq!(
+        reservation,
+        Reservation {
+            job_id: id(1),
+            user: "A".to_owned(),
+            cluster: "ray".to_owned(),
+            resources: cpus(4.0),
+            expected_start: None,
+            since: 100.0,
+        }
     );
 
     // Not yet past the guard: B backfills.
-    let outcome = run_cycle(50.0, &config, &users, &clusters);
+    let outcome = run_cycle(50.0, &config, &users, &clusters, None);
     assert_eq!(granted(&outcome), vec![("B", id(10)), ("B", id(11))]);
     assert_eq!(outcome.stopped_for, None);
+}
+
+// 8b. Sticky reservation and EASY backfill.
+
+/// The issue-10 S/L scenario: one 4-CPU cluster, guard 4 s, history off; S
+/// queues 40 one-CPU jobs at t = 0 (no estimate, 1.5 s each), L one 4-CPU job
+/// at t = 1. Cycles every 0.25 s. Returns when L was granted and the outcome
+/// of the cycle at which the guard tripped.
+fn s_l_scenario() -> (Option<Seconds>, Option<CycleOutcome>) {
+    let config = PolicyConfig {
+        starvation_guard: 4.0,
+        ..plain()
+    };
+    let s_jobs = (0..40).map(|i| job(100 + i, cpus(1.0), 0.0)).collect();
+    let mut sim = Sim::new(cpus(4.0), vec![user("S").queue(s_jobs), user("L")]);
+    let mut tripped = None;
+    for step in 0..=240 {
+        let t = f64::from(step) * 0.25;
+        sim.finish_until(t);
+        if t == 1.0 {
+            sim.user_mut("L").view.queue.push(job(1, cpus(4.0), 1.0));
+        }
+        let outcome = sim.cycle(t, &config, 1.5);
+        if tripped.is_none() && outcome.reservation.is_some() {
+            tripped = Some(outcome.clone());
+        }
+        if outcome.grants.iter().any(|g| g.job_id == id(1)) {
+            return (Some(t), tripped);
+        }
+        if t > 5.0 {
+            assert!(
+                outcome.grants.is_empty(),
+                "granted past the reservation at {t}: {outcome:?}"
+            );
+        }
+    }
+    (None, tripped)
+}
+
+#[test]
+fn s_l_wide_job_starts_within_two_seconds_of_the_guard_tripping() {
+    let (at, tripped) = s_l_scenario();
+    // S takes all 4 CPUs at 0, 1.5, 3 and 4.5 (its head is older, keys tie);
+    // the guard trips at 5.25 (L waited 4.25 s > 4 s); S's jobs end at 6.
+    assert_eq!(at, Some(6.0));
+    let tripped = tripped.expect("the guard tripped");
+    assert!(tripped.grants.is_empty());
+    assert_eq!(
+        tripped.reservation,
+        Some(Reservation {
+            job_id: id(1),
+            user: "L".to_owned(),
+            cluster: "ray".to_owned(),
+            resources: cpus(4.0),
+            expected_start: Some(6.0),
+            since: 5.25,
+        })
+    );
+    assert_eq!(
+        reason(&tripped, id(1)),
+        Some(&PendingReason::Reserved {
+            cluster: "ray".to_owned(),
+            expected_in: Some(0.75),
+            waited: 4.25,
+        })
+    );
+    // S's head (S started 4 jobs at each of 0, 1.5, 3 and 4.5, so job 116)
+    // waits behind its own running jobs: it is queued, not starved, and gets
+    // no reservation although it is older.
+    assert_eq!(
+        reason(&tripped, id(116)),
+        Some(&PendingReason::WaitingForCapacity)
+    );
+}
+
+/// Cluster "ray" of 8 CPUs: 4 CPUs end at 100, 1 CPU at 200; 3 free.
+fn easy_cluster() -> ClusterView {
+    let mut c = with_outstanding(cluster("ray", cpus(8.0)), cpus(5.0));
+    c.jobs = vec![
+        OutstandingJob {
+            resources: cpus(4.0),
+            expected_end: Some(100.0),
+        },
+        OutstandingJob {
+            resources: cpus(1.0),
+            expected_end: Some(200.0),
+        },
+    ];
+    c
+}
+
+#[test]
+fn easy_backfill_admits_jobs_that_end_before_the_shadow_or_fit_the_extra() {
+    let config = PolicyConfig {
+        starvation_guard: 30.0,
+        ..plain()
+    };
+    // W's 6-CPU job waited 50 s and X, which holds the 5 busy CPUs, comes
+    // after W in fair-share order: shadow 100 (3 + 4 free), extra 1 CPU.
+    let users = vec![
+        user("X").running(2, cpus(2.5)),
+        user("W").queue(vec![job(1, cpus(6.0), 0.0)]),
+        user("A").queue(vec![estimated(job(10, cpus(2.0), 10.0), 500.0)]),
+        user("B").queue(vec![job(20, cpus(1.0), 11.0)]),
+        user("C").queue(vec![estimated(job(30, cpus(2.0), 12.0), 50.0)]),
+    ];
+    let outcome = run_cycle(50.0, &config, &users, &[easy_cluster()], None);
+    // A (ends at 550) would delay W and needs more than the extra; B has no
+    // estimate but fits the 1 extra CPU; C ends at 100, exactly the shadow.
+    assert_eq!(granted(&outcome), vec![("B", id(20)), ("C", id(30))]);
+    assert_eq!(
+        reason(&outcome, id(10)),
+        Some(&PendingReason::BlockedByReservation {
+            job_id: id(1),
+            until_in: Some(50.0),
+        })
+    );
+    assert_eq!(
+        outcome.reservation,
+        Some(Reservation {
+            job_id: id(1),
+            user: "W".to_owned(),
+            cluster: "ray".to_owned(),
+            resources: cpus(6.0),
+            expected_start: Some(100.0),
+            since: 50.0,
+        })
+    );
+    assert_eq!(outcome.stopped_for, Some(id(1)));
+}
+
+#[test]
+fn the_reservation_sticks_to_its_job_whatever_the_keys_and_ages() {
+    let config = PolicyConfig {
+        starvation_guard: 30.0,
+        ..plain()
+    };
+    let held = Reservation {
+        job_id: id(1),
+        user: "W".to_owned(),
+        cluster: "ray".to_owned(),
+        resources: cpus(6.0),
+        expected_start: Some(100.0),
+        since: 40.0,
+    };
+    // V's head is older and starved too, and W now has the larger key: the
+    // reservation stays with W's job; V waits.
+    let users = vec![
+        user("W")
+            .running(1, cpus(1.0))
+            .queue(vec![job(1, cpus(6.0), 5.0)]),
+        user("V").queue(vec![job(2, cpus(7.0), 0.0)]),
+    ];
+    let outcome = run_cycle(50.0, &config, &users, &[easy_cluster()], Some(&held));
+    assert!(outcome.grants.is_empty());
+    assert_eq!(
+        outcome.reservation.as_ref().map(|r| (r.job_id, r.since)),
+        Some((id(1), 40.0))
+    );
+    assert_eq!(
+        reason(&outcome, id(2)),
+        Some(&PendingReason::WaitingForCapacity)
+    );
+
+    // Once it fits, W's job is granted first, ahead of a smaller key, and
+    // the next reservation goes to V.
+    let mut roomy = easy_cluster();
+    roomy.outstanding = cpus(1.0);
+    roomy.jobs.remove(0);
+    let users = vec![
+        user("W")
+            .running(1, cpus(1.0))
+            .queue(vec![estimated(job(1, cpus(6.0), 5.0), 50.0)]),
+        user("V").queue(vec![job(2, cpus(7.0), 0.0)]),
+        user("Y").queue(vec![job(3, cpus(1.0), 45.0)]),
+        user("Z").queue(vec![estimated(job(4, cpus(1.0), 46.0), 10.0)]),
+    ];
+    let outcome = run_cycle(101.0, &config, &users, &[roomy], Some(&held));
+    // V's 7 CPUs free up when W's job ends (101 + 50); Y (no estimate) would
+    // delay it, Z (ends at 111) does not.
+    assert_eq!(granted(&outcome), vec![("W", id(1)), ("Z", id(4))]);
+    assert_eq!(
+        outcome
+            .reservation
+            .as_ref()
+            .map(|r| (r.job_id, r.expected_start)),
+        Some((id(2), Some(151.0)))
+    );
+    assert_eq!(
+        reason(&outcome, id(3)),
+        Some(&PendingReason::BlockedByReservation {
+            job_id: id(2),
+            until_in: Some(50.0),
+        })
+    );
+}
+
+#[test]
+fn a_cancelled_reserved_job_releases_the_reservation() {
+    let config = PolicyConfig {
+        starvation_guard: 30.0,
+        ..plain()
+    };
+    let held = Reservation {
+        job_id: id(1),
+        user: "W".to_owned(),
+        cluster: "ray".to_owned(),
+        resources: cpus(6.0),
+        expected_start: Some(100.0),
+        since: 40.0,
+    };
+    let users = vec![user("B").queue(vec![job(20, cpus(3.0), 45.0)])];
+    let outcome = run_cycle(50.0, &config, &users, &[easy_cluster()], Some(&held));
+    assert_eq!(granted(&outcome), vec![("B", id(20))]);
+    assert_eq!(outcome.reservation, None);
+    assert_eq!(outcome.stopped_for, None);
+}
+
+#[test]
+fn shadow_walks_expected_ends_and_unknown_ends_come_last() {
+    let jobs = [
+        OutstandingJob {
+            resources: cpus(2.0),
+            expected_end: None,
+        },
+        OutstandingJob {
+            resources: cpus(1.0),
+            expected_end: Some(30.0),
+        },
+        OutstandingJob {
+            resources: cpus(1.0),
+            expected_end: Some(5.0), // overran: counts as now
+        },
+    ];
+    let at = |request: f64| shadow(10.0, &cpus(request), cpus(4.0), cpus(4.0), &jobs);
+    assert_eq!(at(1.0).start, Some(10.0));
+    assert_eq!(at(1.0).extra, cpus(0.0));
+    assert_eq!(at(2.0).start, Some(30.0));
+    assert_eq!(at(3.0).start, None);
+    assert_eq!(at(3.0).extra, cpus(1.0));
+    // Another tenant holds 1 CPU for good: 4 CPUs never free up.
+    assert_eq!(
+        shadow(10.0, &cpus(4.0), cpus(3.0), cpus(4.0), &jobs).start,
+        None
+    );
+}
+
+// 8c. Age term.
+#[test]
+fn the_age_term_lets_a_long_waiting_heavy_user_go_first_and_saturates() {
+    assert_eq!(age_term(3600.0, 0.5, 7200.0), 0.25);
+    assert_eq!(age_term(1e9, 0.5, 7200.0), 0.5);
+    assert_eq!(age_term(-1.0, 0.5, 7200.0), 0.0);
+    assert_eq!(age_term(100.0, 0.5, 0.0), 0.0);
+    let users = vec![
+        user("heavy")
+            .running(2, cpus(1.0))
+            .queue(vec![job(1, cpus(1.0), 0.0)]),
+        user("light").queue(vec![job(2, cpus(1.0), 7000.0)]),
+    ];
+    let clusters = vec![with_outstanding(cluster("ray", cpus(3.0)), cpus(2.0))];
+    // Keys without age: heavy 2/3, light 0.
+    let outcome = run_cycle(7200.0, &plain(), &users, &clusters, None);
+    assert_eq!(granted(&outcome), vec![("light", id(2))]);
+    // With a = 1 and M = 7200 s: heavy 2/3 − 1 < light 0 − 200/7200.
+    let aged = PolicyConfig {
+        age_weight: 1.0,
+        max_age: 7200.0,
+        ..plain()
+    };
+    let outcome = run_cycle(7200.0, &aged, &users, &clusters, None);
+    assert_eq!(granted(&outcome), vec![("heavy", id(1))]);
 }
 
 // 9. Decayed usage.
@@ -546,12 +872,12 @@ fn recent_heavy_usage_puts_a_user_behind_and_half_life_zero_forgets_it() {
         usage_half_life: 3600.0,
         ..plain()
     };
-    let outcome = run_cycle(100.0, &with_history, &users, &clusters);
+    let outcome = run_cycle(100.0, &with_history, &users, &clusters, None);
     assert_eq!(granted(&outcome), vec![("light", id(2))]);
     let heavy = outcome.order.iter().find(|o| o.user == "heavy").unwrap();
     assert!(heavy.usage > 0.49 && heavy.usage < 0.5, "{heavy:?}");
 
-    let outcome = run_cycle(100.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(100.0, &plain(), &users, &clusters, None);
     assert_eq!(granted(&outcome), vec![("heavy", id(1))]);
 }
 
@@ -605,7 +931,7 @@ fn weight_1000_gets_1000_grants_per_grant_of_weight_1_on_a_million_cores() {
         user("light").weight(1.0).queue(jobs(1, 5, one, 0.0)),
     ];
     let clusters = vec![cluster("ray", cpus(1_000_000.0))];
-    let outcome = run_cycle(100_000.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(100_000.0, &plain(), &users, &clusters, None);
     assert_eq!(outcome.grants.len(), 2_505);
     let light_at: Vec<usize> = outcome
         .grants
@@ -637,7 +963,7 @@ fn backfill_off_stops_at_the_first_head_that_does_not_fit() {
     ];
     let clusters = vec![with_outstanding(cluster("ray", cpus(4.0)), cpus(2.0))];
 
-    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
     assert_eq!(granted(&outcome), vec![("B", id(2))]);
     assert_eq!(
         reason(&outcome, id(1)),
@@ -648,7 +974,7 @@ fn backfill_off_stops_at_the_first_head_that_does_not_fit() {
         backfill: false,
         ..plain()
     };
-    let outcome = run_cycle(10.0, &strict, &users, &clusters);
+    let outcome = run_cycle(10.0, &strict, &users, &clusters, None);
     assert!(outcome.grants.is_empty());
     assert_eq!(outcome.stopped_for, Some(id(1)));
     assert_eq!(
@@ -671,7 +997,7 @@ fn max_resources_caps_the_allocation_and_an_oversized_job_is_stepped_over() {
         job(4, Resources::new(1.0, 0.0, GIB), 3.0),
     ])];
     let clusters = [cluster("ray", Resources::new(64.0, 0.0, 256.0 * GIB))];
-    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
     assert_eq!(granted(&outcome), vec![("A", id(2)), ("A", id(3))]);
     assert_eq!(
         reason(&outcome, id(1)),
@@ -687,7 +1013,7 @@ fn best_fit_picks_the_cluster_left_tightest_and_breaks_ties_by_name() {
         with_outstanding(cluster("small", cpus(4.0)), cpus(2.0)),
     ];
     let users = vec![user("A").queue(vec![job(1, cpus(2.0), 0.0), job(2, cpus(2.0), 1.0)])];
-    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
     let placed: Vec<&str> = outcome.grants.iter().map(|g| g.cluster.as_str()).collect();
     assert_eq!(placed, vec!["small", "big"]);
     assert_eq!(
@@ -735,7 +1061,7 @@ fn unhealthy_cluster_is_never_granted_to_nor_counted_in_shares() {
         cluster("b-up", cpus(2.0)),
     ];
     let users = vec![user("A").queue(jobs(1, 5, cpus(1.0), 0.0))];
-    let outcome = run_cycle(10.0, &plain(), &users, &clusters);
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
     assert_eq!(outcome.grants.len(), 2);
     assert!(outcome.grants.iter().all(|g| g.cluster == "b-up"));
     assert_eq!(outcome.order[0].share, 1.0);
@@ -751,7 +1077,7 @@ fn no_healthy_cluster_grants_nothing_and_says_so() {
     ];
     let none: Vec<ClusterView> = Vec::new();
     for clusters in [&clusters[..], &none[..]] {
-        let outcome = run_cycle(10.0, &PolicyConfig::default(), &users, clusters);
+        let outcome = run_cycle(10.0, &PolicyConfig::default(), &users, clusters, None);
         assert!(outcome.grants.is_empty());
         assert_eq!(
             reason(&outcome, id(1)),
@@ -794,23 +1120,27 @@ fn mixed_scenario() -> (Vec<UserView>, Vec<ClusterView>) {
 fn outcome_does_not_depend_on_the_order_of_users_or_clusters() {
     let (users, clusters) = mixed_scenario();
     let config = PolicyConfig::default();
-    let base = run_cycle(1000.0, &config, &users, &clusters);
+    let base = run_cycle(1000.0, &config, &users, &clusters, None);
     assert!(!base.grants.is_empty());
-    assert_eq!(base, run_cycle(1000.0, &config, &users, &clusters));
+    assert_eq!(base, run_cycle(1000.0, &config, &users, &clusters, None));
     for shift in 1..users.len() {
         let mut u = users.clone();
         u.rotate_left(shift);
         let mut c = clusters.clone();
         c.rotate_left(shift % clusters.len());
         c.reverse();
-        assert_eq!(base, run_cycle(1000.0, &config, &u, &c), "shift {shift}");
+        assert_eq!(
+            base,
+            run_cycle(1000.0, &config, &u, &c, None),
+            "shift {shift}"
+        );
     }
 }
 
 #[test]
 fn order_lists_users_with_queued_jobs_by_key_after_the_cycle() {
     let (users, clusters) = mixed_scenario();
-    let outcome = run_cycle(1000.0, &PolicyConfig::default(), &users, &clusters);
+    let outcome = run_cycle(1000.0, &PolicyConfig::default(), &users, &clusters, None);
     let names: Vec<&str> = outcome.order.iter().map(|o| o.user.as_str()).collect();
     assert_eq!(names.len(), 5);
     let keys: Vec<f64> = outcome.order.iter().map(|o| quantize_key(o.key)).collect();
@@ -833,7 +1163,7 @@ fn invalid_weight_is_served_last_without_panicking() {
             .queue(jobs(10, 2, cpus(1.0), 0.0)),
         user("ok").queue(jobs(20, 2, cpus(1.0), 5.0)),
     ];
-    let outcome = run_cycle(10.0, &plain(), &users, &[cluster("ray", cpus(3.0))]);
+    let outcome = run_cycle(10.0, &plain(), &users, &[cluster("ray", cpus(3.0))], None);
     assert_eq!(
         granted(&outcome),
         vec![("ok", id(20)), ("ok", id(21)), ("bad", id(1))]
@@ -850,7 +1180,7 @@ fn fits_within_forgives_rounding_noise_only() {
     assert!(!Resources::new(f64::NAN, 0.0, 0.0).fits_within(&cpus(10.0)));
     // Ten 0.1-core jobs fill one core exactly, despite the rounding of the running sum.
     let users = vec![user("A").queue(jobs(1, 11, cpus(0.1), 0.0))];
-    let outcome = run_cycle(1.0, &plain(), &users, &[cluster("ray", cpus(1.0))]);
+    let outcome = run_cycle(1.0, &plain(), &users, &[cluster("ray", cpus(1.0))], None);
     assert_eq!(outcome.grants.len(), 10);
 }
 
@@ -911,8 +1241,15 @@ fn every_pending_reason_reads_as_a_sentence() {
         PendingReason::NoClusterLargeEnough,
         PendingReason::NoHealthyCluster,
         PendingReason::WaitingForCapacity,
-        PendingReason::Starving { waited: 301.4 },
-        PendingReason::ReservingForStarvedJob { job_id: id(7) },
+        PendingReason::Reserved {
+            cluster: "ray".to_owned(),
+            expected_in: Some(12.0),
+            waited: 301.4,
+        },
+        PendingReason::BlockedByReservation {
+            job_id: id(7),
+            until_in: Some(12.0),
+        },
         PendingReason::WaitingBehind { job_id: id(7) },
     ];
     for r in &reasons {
@@ -942,7 +1279,7 @@ fn a_busy_cycle_of_100_users_and_10000_jobs_is_fast() {
         .map(|i| cluster(&format!("ray{i}"), cpus(500.0)))
         .collect();
     let start = std::time::Instant::now();
-    let outcome = run_cycle(1000.0, &PolicyConfig::default(), &users, &clusters);
+    let outcome = run_cycle(1000.0, &PolicyConfig::default(), &users, &clusters, None);
     let took = start.elapsed();
     assert!(outcome.grants.len() >= 900, "{}", outcome.grants.len());
     // Generous: unoptimized test builds on a shared, busy machine.

@@ -7,6 +7,8 @@
 //!   (fairshare, fifo, gateway-loop).
 //! - [`report`]: waits, bounded slowdown, utilization, fairness error and Jain's
 //!   index, per user and overall; the comparison of the policies.
+//! - [`stats`]: percentiles, means, bounded slowdown, fair shares and Jain's
+//!   index, shared by the simulator's report and the live replay's.
 //! - [`plot`]: SVG plot of actual against fair share over time.
 //! - [`replay`]: posting a trace to a running service in scaled real time, and its report.
 //! - [`run`]: the `simulate` command's entry point, [`run_simulate`].
@@ -16,6 +18,7 @@ pub mod replay;
 pub mod report;
 pub mod run;
 pub mod simulate;
+pub mod stats;
 pub mod swf;
 
 #[cfg(test)]

@@ -23,112 +23,47 @@
 //!   that `Σ fair_u = min(1, Σ demand_u)`. With one resource this is what DRF
 //!   (Ghodsi et al., "Dominant Resource Fairness", NSDI 2011) allocates in the
 //!   limit of infinitely divisible jobs.
-//! - **Contended**: at least one job is queued.
+//! - **Backlogged** user: one with queued jobs. **Queued time**: some user is
+//!   backlogged.
+//! - **Contended**: some user is backlogged and `Σ_u min(demand_u, 1) > 1`
+//!   over the users with demand (running or queued), i.e. the demands, each
+//!   capped at the capacity, exceed the capacity. One user alone wanting more
+//!   than the cluster is not contention. (Issue 10 sums over the backlogged
+//!   users only; that would call "b queues while a, no longer backlogged,
+//!   holds the whole cluster" uncontended, so users whose demand is all
+//!   running count too.)
+//! - **Idle while queued**: free cores integrated over queued time,
+//!   reported as a percentage of capacity × makespan and as the mean number
+//!   of idle cores during queued time: capacity a policy leaves unused while
+//!   jobs wait (head-of-line blocking, reservations).
 //! - **Fairness error**: `Σ_u max(0, fair_u − actual_u)`, the share of the
 //!   cluster that users with demand are owed; time-averaged over contended time.
 //! - **Jain's index** (R. Jain, D.-M. Chiu, W. Hawe, "A Quantitative Measure of
 //!   Fairness and Discrimination for Resource Allocation in Shared Computer
 //!   Systems", DEC TR-301, 1984) of `x_u = actual_u / fair_u` over the
-//!   backlogged users (those with queued jobs): `(Σ x)² / (n · Σ x²)`, 1 when
-//!   all get the same fraction of their fair share (also when all get
-//!   nothing), `1/n` when one user gets everything; time-averaged over
-//!   contended time.
+//!   backlogged users: `(Σ x)² / (n · Σ x²)`, 1 when all get the same
+//!   fraction of their fair share, `1/n` when one user gets everything;
+//!   time-averaged over the contended time in which some backlogged user
+//!   holds cores. Time in which no backlogged user holds anything is left
+//!   out, not scored 1; with no such time the index is not reported.
+//! - **Worst user's p95 wait**: the largest per-user p95 wait (over users that
+//!   ran jobs): how long the worst-treated user's unlucky jobs wait.
 //!
-//! Both time averages are exact: the simulator evaluates the metrics after
+//! The time averages are exact: the simulator evaluates the metrics after
 //! every event (every state change) and integrates them, piecewise constant,
-//! up to the next event. With no contended time they are reported as 0 and 1.
+//! up to the next event. With no contended time the fairness error is 0.
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+pub use super::stats::{bounded_slowdown, fair_shares, jain_index, mean, p95, BSLD_BOUND_S};
+
 use super::simulate::{simulate, SimConfig, SimOutcome, SimPolicy};
 use super::swf::TraceJob;
 
-/// The bound `τ` of the bounded slowdown, seconds.
-pub const BSLD_BOUND_S: f64 = 10.0;
-
 /// How many users [`Report::to_table`] lists (by jobs, most first).
 pub const TABLE_USERS: usize = 15;
-
-/// Bounded slowdown `max(1, (wait + run) / max(run, τ))` with
-/// `τ =` [`BSLD_BOUND_S`]; `wait` and `run` in seconds.
-#[must_use]
-pub fn bounded_slowdown(wait: f64, run: f64) -> f64 {
-    ((wait + run) / run.max(BSLD_BOUND_S)).max(1.0)
-}
-
-/// Nearest-rank 95th percentile: the `⌈0.95·n⌉`-th smallest of `values`
-/// (sorted in place); 0 for no values.
-#[must_use]
-pub fn p95(values: &mut [f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    values.sort_by(f64::total_cmp);
-    let rank = (values.len() * 95).div_ceil(100);
-    values[rank.saturating_sub(1)]
-}
-
-fn mean(values: impl IntoIterator<Item = f64>) -> f64 {
-    let (sum, n) = values
-        .into_iter()
-        .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
-    if n == 0 {
-        0.0
-    } else {
-        sum / n as f64
-    }
-}
-
-/// Weighted max-min fair shares of a cluster of size 1, capped at demand
-/// (water-filling), written to `out` (same index as the inputs).
-///
-/// `weights[i] > 0` and `demands[i] ≥ 0` (fractions of the cluster). When the
-/// demands sum to at most 1 every user gets its demand; otherwise users are
-/// filled in order of `demand / weight` and those not capped share what is left
-/// in proportion to their weights. Users with a non-positive weight get 0.
-pub fn fair_shares(weights: &[f64], demands: &[f64], out: &mut Vec<f64>) {
-    out.clear();
-    out.resize(demands.len(), 0.0);
-    let total: f64 = demands.iter().sum();
-    if total <= 1.0 {
-        out.copy_from_slice(demands);
-        return;
-    }
-    let mut order: Vec<usize> = (0..demands.len())
-        .filter(|&i| weights.get(i).is_some_and(|&w| w > 0.0))
-        .collect();
-    order.sort_by(|&a, &b| (demands[a] / weights[a]).total_cmp(&(demands[b] / weights[b])));
-    let mut remaining = 1.0;
-    let mut weight_left: f64 = order.iter().map(|&i| weights[i]).sum();
-    for (k, &i) in order.iter().enumerate() {
-        let level = remaining / weight_left;
-        if demands[i] <= weights[i] * level {
-            out[i] = demands[i];
-            remaining -= demands[i];
-            weight_left -= weights[i];
-        } else {
-            for &j in &order[k..] {
-                out[j] = weights[j] * level;
-            }
-            return;
-        }
-    }
-}
-
-/// Jain's fairness index `(Σ x)² / (n · Σ x²)` of `values`; 1 for no values or
-/// when all are 0.
-#[must_use]
-pub fn jain_index(values: &[f64]) -> f64 {
-    let sum: f64 = values.iter().sum();
-    let squares: f64 = values.iter().map(|x| x * x).sum();
-    if values.is_empty() || squares <= 0.0 {
-        1.0
-    } else {
-        sum * sum / (values.len() as f64 * squares)
-    }
-}
 
 /// The whole run in numbers.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -154,13 +89,30 @@ pub struct Overall {
     pub p95_wait_s: f64,
     /// Mean bounded slowdown (bound 10 s).
     pub mean_bounded_slowdown: f64,
+    /// The largest per-user p95 wait, seconds.
+    pub worst_user_p95_wait_s: f64,
+    /// The user with that p95 wait.
+    pub worst_user: Option<String>,
     /// Time average over contended time of `Σ_u max(0, fair_u − actual_u)`.
     pub fairness_error: f64,
-    /// Time average over contended time of Jain's index of
-    /// `actual_u / fair_u` over backlogged users.
-    pub jain_index: f64,
+    /// Time average of Jain's index of `actual_u / fair_u` over backlogged
+    /// users, over contended time in which some backlogged user holds cores;
+    /// `null` when there is no such time.
+    pub jain_index: Option<f64>,
+    /// The fairness error time-averaged over all queued time instead of
+    /// contended time: the definition before issue 10, for comparison.
+    pub fairness_error_over_queued_time: f64,
     /// Seconds with at least one job queued.
+    pub queued_s: f64,
+    /// Seconds of contention (capped demands exceed the capacity).
     pub contended_s: f64,
+    /// Seconds over which Jain's index is averaged.
+    pub jain_s: f64,
+    /// Free cores while jobs queue, integrated, as a percentage of
+    /// capacity × makespan.
+    pub idle_while_queued_pct: f64,
+    /// Mean free cores during queued time.
+    pub mean_idle_cores_while_queued: f64,
     /// Event instants processed.
     pub steps: u64,
     /// Scheduling cycles or passes that ran.
@@ -199,6 +151,12 @@ pub struct Report {
     pub half_life_s: f64,
     /// Starvation guard, seconds (fairshare); `null` in JSON when disabled.
     pub starvation_guard_s: Option<f64>,
+    /// Backfill on (fairshare).
+    pub backfill: bool,
+    /// Weight of the age term (fairshare).
+    pub age_weight: f64,
+    /// Age at which the age term saturates, seconds (fairshare).
+    pub max_age_s: f64,
     /// Cap on running jobs per user (fairshare); `null` when unlimited.
     pub max_running_jobs: Option<u32>,
     /// Seed of the gateway loop's random order.
@@ -220,7 +178,7 @@ impl Report {
         outcome: &SimOutcome,
     ) -> Report {
         let jobs = &outcome.jobs;
-        let mut waits: Vec<f64> = jobs.iter().map(|j| j.wait()).collect();
+        let waits: Vec<f64> = jobs.iter().map(|j| j.wait()).collect();
         let first_submit = jobs.iter().map(|j| j.submit).fold(f64::INFINITY, f64::min);
         let last_finish = jobs
             .iter()
@@ -237,14 +195,13 @@ impl Report {
         } else {
             0.0
         };
-        let (fairness_error, jain) = if outcome.contended_s > 0.0 {
-            (
-                outcome.fairness_error_integral / outcome.contended_s,
-                outcome.jain_integral / outcome.contended_s,
-            )
+        let fairness_error = if outcome.contended_s > 0.0 {
+            outcome.fairness_error_integral / outcome.contended_s
         } else {
-            (0.0, 1.0)
+            0.0
         };
+        let jain = (outcome.jain_s > 0.0).then(|| outcome.jain_integral / outcome.jain_s);
+        let capacity_time = f64::from(outcome.capacity) * makespan;
         let overall = Overall {
             jobs: jobs.len(),
             skipped_too_large: outcome.too_large.len(),
@@ -254,11 +211,30 @@ impl Report {
             utilization,
             makespan_s: makespan,
             mean_wait_s: mean(waits.iter().copied()),
-            p95_wait_s: p95(&mut waits),
+            p95_wait_s: p95(&waits),
             mean_bounded_slowdown: mean(jobs.iter().map(|j| bounded_slowdown(j.wait(), j.run))),
+            worst_user_p95_wait_s: 0.0,
+            worst_user: None,
             fairness_error,
             jain_index: jain,
+            fairness_error_over_queued_time: if outcome.queued_s > 0.0 {
+                outcome.queued_error_integral / outcome.queued_s
+            } else {
+                0.0
+            },
+            queued_s: outcome.queued_s,
             contended_s: outcome.contended_s,
+            jain_s: outcome.jain_s,
+            idle_while_queued_pct: if capacity_time > 0.0 {
+                100.0 * outcome.idle_while_queued_core_s / capacity_time
+            } else {
+                0.0
+            },
+            mean_idle_cores_while_queued: if outcome.queued_s > 0.0 {
+                outcome.idle_while_queued_core_s / outcome.queued_s
+            } else {
+                0.0
+            },
             steps: outcome.steps,
             cycles: outcome.cycles,
         };
@@ -274,7 +250,7 @@ impl Report {
             .enumerate()
             .filter(|(_, list)| !list.is_empty())
             .map(|(u, list)| {
-                let mut waits: Vec<f64> = list.iter().map(|&k| jobs[k].wait()).collect();
+                let waits: Vec<f64> = list.iter().map(|&k| jobs[k].wait()).collect();
                 UserReport {
                     user: outcome.users[u].clone(),
                     weight: outcome.weights.get(u).copied().unwrap_or(1.0),
@@ -284,7 +260,7 @@ impl Report {
                         .map(|&k| f64::from(jobs[k].cpus) * jobs[k].run)
                         .sum(),
                     mean_wait_s: mean(waits.iter().copied()),
-                    p95_wait_s: p95(&mut waits),
+                    p95_wait_s: p95(&waits),
                     mean_bounded_slowdown: mean(
                         list.iter()
                             .map(|&k| bounded_slowdown(jobs[k].wait(), jobs[k].run)),
@@ -293,6 +269,15 @@ impl Report {
             })
             .collect();
         users.sort_by(|a, b| b.jobs.cmp(&a.jobs).then_with(|| a.user.cmp(&b.user)));
+        let mut overall = overall;
+        if let Some(worst) = users.iter().max_by(|a, b| {
+            a.p95_wait_s
+                .total_cmp(&b.p95_wait_s)
+                .then_with(|| b.user.cmp(&a.user))
+        }) {
+            overall.worst_user_p95_wait_s = worst.p95_wait_s;
+            overall.worst_user = Some(worst.user.clone());
+        }
 
         Report {
             trace: trace.to_owned(),
@@ -300,6 +285,9 @@ impl Report {
             capacity_cores: outcome.capacity,
             half_life_s: config.half_life_s,
             starvation_guard_s: Some(config.starvation_guard_s).filter(|g| g.is_finite()),
+            backfill: config.backfill,
+            age_weight: config.age_weight,
+            max_age_s: config.max_age_s,
             max_running_jobs: Some(config.max_running_jobs).filter(|&m| m != u32::MAX),
             seed: config.seed,
             overall,
@@ -318,8 +306,17 @@ impl Report {
             .map_or_else(|| "off".to_owned(), |g| format!("{g} s"));
         let _ = writeln!(
             out,
-            "{} — policy {}, capacity {} cores, half-life {} s, starvation guard {}, seed {}",
-            self.trace, self.policy, self.capacity_cores, self.half_life_s, guard, self.seed
+            "{} — policy {}, capacity {} cores, half-life {} s, starvation guard {}, \
+             backfill {}, age weight {} (max age {} s), seed {}",
+            self.trace,
+            self.policy,
+            self.capacity_cores,
+            self.half_life_s,
+            guard,
+            if self.backfill { "on" } else { "off" },
+            self.age_weight,
+            self.max_age_s,
+            self.seed
         );
         let skipped = if o.skipped_job_numbers.is_empty() {
             o.skipped_too_large.to_string()
@@ -355,6 +352,14 @@ impl Report {
             vec!["mean wait".to_owned(), format!("{:.1} s", o.mean_wait_s)],
             vec!["p95 wait".to_owned(), format!("{:.1} s", o.p95_wait_s)],
             vec![
+                "worst user's p95 wait".to_owned(),
+                format!(
+                    "{:.1} s ({})",
+                    o.worst_user_p95_wait_s,
+                    o.worst_user.as_deref().unwrap_or("-")
+                ),
+            ],
+            vec![
                 "mean bounded slowdown".to_owned(),
                 format!("{:.2}", o.mean_bounded_slowdown),
             ],
@@ -362,10 +367,18 @@ impl Report {
                 "fairness error".to_owned(),
                 format!("{:.4}", o.fairness_error),
             ],
-            vec!["Jain's index".to_owned(), format!("{:.4}", o.jain_index)],
+            vec!["Jain's index".to_owned(), jain_cell(o.jain_index)],
+            vec!["queued time".to_owned(), format!("{:.0} s", o.queued_s)],
             vec![
                 "contended time".to_owned(),
                 format!("{:.0} s", o.contended_s),
+            ],
+            vec![
+                "idle while jobs queue".to_owned(),
+                format!(
+                    "{:.2} % of capacity × makespan ({:.1} cores on average while queued)",
+                    o.idle_while_queued_pct, o.mean_idle_cores_while_queued
+                ),
             ],
         ];
         out.push_str(&format_table(&["overall", "value"], &rows, &[false, false]));
@@ -441,7 +454,8 @@ pub fn compare(
 
 impl Comparison {
     /// One row per policy: policy, utilization %, makespan, mean and p95
-    /// wait, mean bounded slowdown, fairness error, Jain's index.
+    /// wait, worst user's p95 wait, mean bounded slowdown, idle-while-queued
+    /// %, fairness error, Jain's index.
     #[must_use]
     pub fn to_table(&self) -> String {
         let reports: Vec<&Report> = self.runs.iter().map(|(r, _)| r).collect();
@@ -453,6 +467,11 @@ impl Comparison {
     pub fn get(&self, policy: SimPolicy) -> Option<&(Report, SimOutcome)> {
         self.runs.iter().find(|(r, _)| r.policy == policy)
     }
+}
+
+/// Jain's index with four decimals, or `-` when it was never scored.
+fn jain_cell(jain: Option<f64>) -> String {
+    jain.map_or_else(|| "-".to_owned(), |j| format!("{j:.4}"))
 }
 
 /// The comparison table of any reports: one row each.
@@ -468,9 +487,11 @@ pub fn comparison_table(reports: &[&Report]) -> String {
                 format!("{:.0}", o.makespan_s),
                 format!("{:.1}", o.mean_wait_s),
                 format!("{:.1}", o.p95_wait_s),
+                format!("{:.1}", o.worst_user_p95_wait_s),
                 format!("{:.2}", o.mean_bounded_slowdown),
+                format!("{:.2}", o.idle_while_queued_pct),
                 format!("{:.4}", o.fairness_error),
-                format!("{:.4}", o.jain_index),
+                jain_cell(o.jain_index),
             ]
         })
         .collect();
@@ -481,12 +502,14 @@ pub fn comparison_table(reports: &[&Report]) -> String {
             "makespan (s)",
             "mean wait (s)",
             "p95 wait (s)",
+            "worst p95 (s)",
             "mean bsld",
+            "idle q %",
             "fairness err",
             "Jain",
         ],
         &rows,
-        &[false, true, true, true, true, true, true, true],
+        &[false, true, true, true, true, true, true, true, true, true],
     )
 }
 

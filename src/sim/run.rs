@@ -27,6 +27,12 @@ pub struct SimulateArgs {
     pub half_life_s: f64,
     /// Starvation guard, seconds; `f64::INFINITY` disables it.
     pub starvation_guard_s: f64,
+    /// Backfill on (EASY around the reservation) or off (strict order).
+    pub backfill: bool,
+    /// Weight of the age term, dominant-share units.
+    pub age_weight: f64,
+    /// Age at which the age term saturates, seconds.
+    pub max_age_s: f64,
     /// Cap on each user's running jobs under fairshare; `None` = unlimited.
     pub max_running_jobs: Option<u32>,
     /// A JSON file mapping user id to weight, e.g. `{"u62": 2, "u7": 0.5}`;
@@ -55,6 +61,9 @@ impl SimulateArgs {
             policy: None,
             half_life_s: DEFAULT_HALF_LIFE_S,
             starvation_guard_s: DEFAULT_STARVATION_GUARD_S,
+            backfill: true,
+            age_weight: crate::policy::DEFAULT_AGE_WEIGHT,
+            max_age_s: crate::policy::default_max_age(),
             max_running_jobs: None,
             weights: None,
             limit: None,
@@ -62,6 +71,21 @@ impl SimulateArgs {
             report: None,
             plot: None,
         }
+    }
+}
+
+/// Parses `--starvation-guard`: `off` (also `none`, `inf`) disables the guard
+/// (`f64::INFINITY` seconds); anything else is a `humantime` duration such as
+/// `5m` or `300s`.
+///
+/// # Errors
+/// The text is neither `off` nor a duration.
+pub fn parse_starvation_guard(text: &str) -> Result<f64, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "off" | "none" | "inf" => Ok(f64::INFINITY),
+        other => humantime::parse_duration(other)
+            .map(|d| d.as_secs_f64())
+            .map_err(|e| format!("{e}; expected a duration such as 5m, or off")),
     }
 }
 
@@ -171,6 +195,12 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
             reason: format!("{} s; must be ≥ 0", args.starvation_guard_s),
         });
     }
+    if !(args.age_weight.is_finite() && args.age_weight >= 0.0) {
+        return Err(SimError::Invalid {
+            name: "age weight",
+            reason: format!("{}; must be a finite number ≥ 0", args.age_weight),
+        });
+    }
     if args.max_running_jobs == Some(0) {
         return Err(SimError::Invalid {
             name: "max running jobs",
@@ -209,6 +239,9 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
     let mut config = SimConfig {
         half_life_s: args.half_life_s,
         starvation_guard_s: args.starvation_guard_s,
+        backfill: args.backfill,
+        age_weight: args.age_weight,
+        max_age_s: args.max_age_s,
         max_running_jobs: args.max_running_jobs.unwrap_or(u32::MAX),
         weights,
         seed: args.seed,

@@ -4,7 +4,8 @@
 //!
 //! One job a line, 18 whitespace-separated fields, `;` header comments. Used fields
 //! (1-based): 1 job number, 2 submit time (s), 3 wait time (s), 4 run time (s),
-//! 5 allocated processors, 8 requested processors, 12 user id. `-1` means unknown.
+//! 5 allocated processors, 8 requested processors, 9 requested time (s), 12 user id.
+//! `-1` means unknown.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -22,12 +23,16 @@ pub struct TraceJob {
     pub run: f64,
     /// Field 5 (allocated), else field 8 (requested): processors, at least 1.
     pub cpus: u32,
+    /// Field 9: the requested (wall-clock limit) time, seconds, if given and
+    /// positive; the simulator's runtime estimate for backfilling.
+    pub requested_time: Option<f64>,
     /// Field 12, as a string user id ("u62").
     pub user: String,
 }
 
 impl TraceJob {
-    /// A job with no recorded wait; `user` as given (e.g. "u7").
+    /// A job with no recorded wait and no requested time; `user` as given
+    /// (e.g. "u7").
     pub fn new(number: u64, submit: f64, run: f64, cpus: u32, user: &str) -> TraceJob {
         TraceJob {
             number,
@@ -35,8 +40,16 @@ impl TraceJob {
             recorded_wait: None,
             run,
             cpus,
+            requested_time: None,
             user: user.to_owned(),
         }
+    }
+
+    /// The same job with requested time `seconds` (its runtime estimate).
+    #[must_use]
+    pub fn with_requested_time(mut self, seconds: f64) -> TraceJob {
+        self.requested_time = Some(seconds);
+        self
     }
 }
 
@@ -124,12 +137,14 @@ fn parse_line(line: &str) -> Option<TraceJob> {
         .filter(|v| *v >= 1.0)
         .or_else(|| num(7).filter(|v| *v >= 1.0))? as u32;
     let user = f[11].parse::<i64>().ok().filter(|u| *u >= 0)?;
+    let requested_time = num(8).filter(|v| *v > 0.0);
     Some(TraceJob {
         number,
         submit,
         recorded_wait,
         run,
         cpus,
+        requested_time,
         user: format!("u{user}"),
     })
 }

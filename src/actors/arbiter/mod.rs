@@ -31,7 +31,9 @@ use super::messages::{
 use super::unix_now;
 use crate::config::Settings;
 use crate::metrics;
-use crate::policy::{self, ClusterView, JobId, PolicyConfig, QueuedJob, Resources, UserView};
+use crate::policy::{
+    self, ClusterView, JobId, OutstandingJob, PolicyConfig, QueuedJob, Resources, UserView,
+};
 use crate::store::{self, Db};
 use crate::views::{CycleView, GrantView, UserOrderView};
 
@@ -41,6 +43,9 @@ struct Reservation {
     user: String,
     cluster: String,
     resources: Resources,
+    /// Granted at (or, after recovery, dispatched at) plus the job's runtime
+    /// estimate, seconds since the epoch; what the policy's reservation plans with.
+    expected_end: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
@@ -129,6 +134,8 @@ pub struct FairShareArbiter {
     queued_ids: HashSet<JobId>,
     clusters: BTreeMap<String, ClusterEntry>,
     outstanding: HashMap<JobId, Reservation>,
+    /// The policy's reservation, carried from one cycle to the next.
+    reservation: Option<policy::Reservation>,
     pending: HashMap<JobId, String>,
     order: Vec<UserOrderView>,
     last: Option<CycleView>,
@@ -145,6 +152,8 @@ impl FairShareArbiter {
             usage_half_life: s.usage_half_life.as_secs_f64(),
             starvation_guard: s.starvation_guard.as_secs_f64(),
             backfill: s.backfill,
+            age_weight: s.age_weight,
+            max_age: s.max_age.as_secs_f64(),
         };
         let clusters = settings
             .clusters
@@ -164,6 +173,7 @@ impl FairShareArbiter {
             queues: HashMap::new(),
             clusters,
             outstanding: HashMap::new(),
+            reservation: None,
             pending: HashMap::new(),
             order: Vec::new(),
             last: None,
@@ -311,7 +321,14 @@ impl FairShareArbiter {
     /// outstanding reservations there.
     fn cluster_views(&self) -> Vec<ClusterView> {
         let mut per_cluster: HashMap<&str, (Resources, Resources)> = HashMap::new();
+        let mut jobs: HashMap<&str, Vec<OutstandingJob>> = HashMap::new();
         for (id, r) in &self.outstanding {
+            jobs.entry(r.cluster.as_str())
+                .or_default()
+                .push(OutstandingJob {
+                    resources: r.resources,
+                    expected_end: r.expected_end,
+                });
             let e = per_cluster.entry(r.cluster.as_str()).or_default();
             e.0 += r.resources;
             let reported = self
@@ -334,6 +351,7 @@ impl FairShareArbiter {
                     used_reported: c.used,
                     outstanding,
                     unreported,
+                    jobs: jobs.remove(name.as_str()).unwrap_or_default(),
                 }
             })
             .collect()
@@ -401,17 +419,25 @@ impl FairShareArbiter {
             });
         }
         let clusters = self.cluster_views();
-        let outcome = policy::run_cycle(now, &self.config, &views, &clusters);
+        let outcome = policy::run_cycle(
+            now,
+            &self.config,
+            &views,
+            &clusters,
+            self.reservation.as_ref(),
+        );
+        self.reservation.clone_from(&outcome.reservation);
         let m = metrics::get();
         for g in &outcome.grants {
-            let submitted_at = self
+            let (submitted_at, estimate) = self
                 .users
                 .get_mut(&g.user)
                 .and_then(|e| {
                     let pos = e.window.iter().position(|j| j.job_id == g.job_id)?;
-                    Some(e.window.remove(pos).submitted_at)
+                    let j = e.window.remove(pos);
+                    Some((j.submitted_at, j.runtime_estimate))
                 })
-                .unwrap_or(now);
+                .unwrap_or((now, None));
             m.queue_wait.observe((now - submitted_at).max(0.0));
             self.outstanding.insert(
                 g.job_id,
@@ -419,6 +445,7 @@ impl FairShareArbiter {
                     user: g.user.clone(),
                     cluster: g.cluster.clone(),
                     resources: g.resources,
+                    expected_end: estimate.map(|e| now + e),
                 },
             );
             if self.queued_ids.remove(&g.job_id) {
@@ -522,14 +549,22 @@ impl Handler<RecoveredOutstanding> for FairShareArbiter {
         for u in &msg.users {
             self.apply_settings(u);
         }
+        let default_runtime = self.settings.scheduler.default_max_runtime.as_secs_f64();
         for j in msg.outstanding {
             if let Some(cluster) = j.cluster.clone() {
+                let summary = super::user_queue::summary(&j);
+                let granted_at = j
+                    .dispatched_at
+                    .or(j.started_at)
+                    .map_or_else(unix_now, |t| t.timestamp_micros() as f64 / 1e6);
+                let estimate = summary.runtime_estimate.unwrap_or(default_runtime);
                 self.outstanding.insert(
                     j.id,
                     Reservation {
                         user: j.user_id.clone(),
                         cluster,
-                        resources: super::user_queue::summary(&j).resources,
+                        resources: summary.resources,
+                        expected_end: Some(granted_at + estimate),
                     },
                 );
             }
@@ -597,7 +632,14 @@ impl Handler<Demand> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: Demand, ctx: &mut Context<Self>) {
-        self.entry(&msg.user).window = msg.window;
+        let mut window = msg.window;
+        let default_runtime = self.settings.scheduler.default_max_runtime.as_secs_f64();
+        for j in &mut window {
+            // A job without `max_runtime_s` is stopped after the configured default:
+            // that is its runtime estimate (the reservation plans with it).
+            j.runtime_estimate.get_or_insert(default_runtime);
+        }
+        self.entry(&msg.user).window = window;
         self.request_cycle(ctx);
     }
 }

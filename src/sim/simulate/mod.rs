@@ -50,21 +50,25 @@
 //! piecewise constant, up to the next event: the state only changes at events,
 //! so the time averages are exact, not sampled.
 
+mod fairness;
+mod outcome;
+mod steps;
+
+pub use outcome::{
+    job_id, top_users_by_core_seconds, JobOutcome, SharePoint, ShareSeries, SimOutcome,
+};
+
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::str::FromStr;
 
 use rand::rngs::SmallRng;
-use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
-use super::report::{fair_shares, jain_index};
 use super::swf::TraceJob;
-use crate::policy::{
-    self, ClusterView, JobId, PolicyConfig, QueuedJob, Resources, Seconds, UserView,
-};
+use crate::policy::{self, PolicyConfig, Reservation, Resources, Seconds};
 
 /// Name of the single simulated cluster.
 pub const CLUSTER_NAME: &str = "sim";
@@ -159,6 +163,13 @@ pub struct SimConfig {
     pub half_life_s: Seconds,
     /// Starvation guard, seconds; `f64::INFINITY` disables it (fairshare only).
     pub starvation_guard_s: Seconds,
+    /// Backfill on (EASY around the reservation) or off (strict order)
+    /// (fairshare only).
+    pub backfill: bool,
+    /// Weight of the age term, dominant-share units (fairshare only).
+    pub age_weight: f64,
+    /// Age at which the age term saturates, seconds (fairshare only).
+    pub max_age_s: Seconds,
     /// Cap on each user's running jobs (fairshare only); `u32::MAX` =
     /// unlimited.
     pub max_running_jobs: u32,
@@ -185,6 +196,9 @@ impl SimConfig {
             capacity,
             half_life_s: DEFAULT_HALF_LIFE_S,
             starvation_guard_s: DEFAULT_STARVATION_GUARD_S,
+            backfill: true,
+            age_weight: policy::DEFAULT_AGE_WEIGHT,
+            max_age_s: policy::default_max_age(),
             max_running_jobs: u32::MAX,
             weights: BTreeMap::new(),
             seed: DEFAULT_SEED,
@@ -199,114 +213,6 @@ impl SimConfig {
     }
 }
 
-/// One job as it ran in the simulation.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct JobOutcome {
-    /// The trace's job number.
-    pub number: u64,
-    /// Index of its user in [`SimOutcome::users`].
-    pub user: usize,
-    /// Cores it held.
-    pub cpus: u32,
-    /// Submit time, seconds since the trace start.
-    pub submit: Seconds,
-    /// Start time, seconds since the trace start.
-    pub start: Seconds,
-    /// Run time, seconds.
-    pub run: Seconds,
-}
-
-impl JobOutcome {
-    /// Seconds between submit and start.
-    #[must_use]
-    pub fn wait(&self) -> Seconds {
-        self.start - self.submit
-    }
-
-    /// Finish time, seconds since the trace start.
-    #[must_use]
-    pub fn finish(&self) -> Seconds {
-        self.start + self.run
-    }
-}
-
-/// A user's actual and fair share from time `t` until the next point.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct SharePoint {
-    /// Seconds since the trace start.
-    pub t: Seconds,
-    /// Cores the user holds / capacity.
-    pub actual: f64,
-    /// The user's weighted, demand-capped fair share (0 without demand).
-    pub fair: f64,
-}
-
-/// One user's shares over time, piecewise constant: a point is recorded only
-/// when a value changes.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ShareSeries {
-    /// The user id.
-    pub user: String,
-    /// Change points in time order.
-    pub points: Vec<SharePoint>,
-}
-
-/// What a simulation run produced.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct SimOutcome {
-    /// The policy that ran.
-    pub policy: SimPolicy,
-    /// Cores of the cluster.
-    pub capacity: u32,
-    /// User ids; [`JobOutcome::user`] indexes this.
-    pub users: Vec<String>,
-    /// Weight of each user, same index.
-    pub weights: Vec<f64>,
-    /// Every job that ran, in trace (submit) order.
-    pub jobs: Vec<JobOutcome>,
-    /// Job numbers skipped because they request more cores than the capacity.
-    pub too_large: Vec<u64>,
-    /// Job numbers still queued when no event was left (always empty unless a
-    /// policy can leave a fitting job queued forever).
-    pub never_started: Vec<u64>,
-    /// Seconds during which at least one job was queued.
-    pub contended_s: Seconds,
-    /// ∫ fairness error dt over contended time.
-    pub fairness_error_integral: f64,
-    /// ∫ Jain's index dt over contended time.
-    pub jain_integral: f64,
-    /// Instants at which events were processed.
-    pub steps: u64,
-    /// Scheduling cycles (fairshare) or passes (gateway-loop) actually run,
-    /// or FIFO steps that started something.
-    pub cycles: u64,
-    /// Shares over time of [`SimConfig::record_shares_for`].
-    pub series: Vec<ShareSeries>,
-}
-
-/// The users holding the most core-seconds (`cpus × run`) in `jobs`, counting
-/// only jobs that fit `capacity`, most first (ties by user id); at most `n`.
-#[must_use]
-pub fn top_users_by_core_seconds(jobs: &[TraceJob], capacity: u32, n: usize) -> Vec<String> {
-    let mut totals: HashMap<&str, f64> = HashMap::new();
-    for job in jobs.iter().filter(|j| j.cpus <= capacity) {
-        *totals.entry(job.user.as_str()).or_default() += f64::from(job.cpus) * job.run;
-    }
-    let mut ranked: Vec<(&str, f64)> = totals.into_iter().collect();
-    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(b.0)));
-    ranked
-        .into_iter()
-        .take(n)
-        .map(|(u, _)| u.to_owned())
-        .collect()
-}
-
-/// The policy's job id of trace job `number`.
-#[must_use]
-pub fn job_id(number: u64) -> JobId {
-    JobId::from_u128(u128::from(number))
-}
-
 /// A job that fits, as the simulation keeps it.
 struct SimJob {
     number: u64,
@@ -314,6 +220,8 @@ struct SimJob {
     cpus: u32,
     submit: Seconds,
     run: Seconds,
+    /// Runtime estimate (the SWF requested time), seconds.
+    estimate: Option<Seconds>,
     start: Option<Seconds>,
 }
 
@@ -358,14 +266,22 @@ impl Eq for Finish {}
 /// Fairness metrics of the state between two events.
 #[derive(Clone, Copy, Debug, Default)]
 struct Snapshot {
+    /// Free cores while some job is queued (else 0).
+    idle_while_queued: f64,
+    /// The fairness error whether contended or not (0 when nothing queues).
+    queued_error: f64,
+    queued: bool,
     contended: bool,
     fairness_error: f64,
-    jain: f64,
+    /// Jain's index, when some backlogged user holds cores.
+    jain: Option<f64>,
 }
 
 struct Sim<'c> {
     config: &'c SimConfig,
     policy_config: PolicyConfig,
+    /// The policy's reservation, carried between cycles.
+    reservation: Option<Reservation>,
     capacity: Resources,
     jobs: Vec<SimJob>,
     users: Vec<UserState>,
@@ -379,8 +295,12 @@ struct Sim<'c> {
     // Fairness bookkeeping.
     last_t: Seconds,
     snapshot: Snapshot,
+    queued_s: Seconds,
+    idle_integral: f64,
+    queued_error_integral: f64,
     contended_s: Seconds,
     error_integral: f64,
+    jain_s: Seconds,
     jain_integral: f64,
     /// (user index, series) for the recorded users.
     series: Vec<(usize, ShareSeries)>,
@@ -437,6 +357,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
             cpus: job.cpus,
             submit: job.submit,
             run: job.run,
+            estimate: job.requested_time,
             start: None,
         });
     }
@@ -461,8 +382,11 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         policy_config: PolicyConfig {
             usage_half_life: config.half_life_s,
             starvation_guard: config.starvation_guard_s,
-            backfill: true,
+            backfill: config.backfill,
+            age_weight: config.age_weight,
+            max_age: config.max_age_s,
         },
+        reservation: None,
         capacity: Resources::new(f64::from(config.capacity), 0.0, 0.0),
         jobs,
         users,
@@ -474,8 +398,12 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         rng: SmallRng::seed_from_u64(config.seed),
         last_t: 0.0,
         snapshot: Snapshot::default(),
+        queued_s: 0.0,
+        idle_integral: 0.0,
+        queued_error_integral: 0.0,
         contended_s: 0.0,
         error_integral: 0.0,
+        jain_s: 0.0,
         jain_integral: 0.0,
         series,
         steps: 0,
@@ -527,7 +455,10 @@ impl Sim<'_> {
             }
 
             match self.config.policy {
-                SimPolicy::FairShare => self.fair_share_cycle(t),
+                SimPolicy::FairShare => {
+                    self.fair_share_cycle(t);
+                    wake = self.guard_wake(t);
+                }
                 SimPolicy::Fifo => self.fifo_step(t),
                 SimPolicy::GatewayLoop => {
                     if wake.is_some_and(|w| w <= t) {
@@ -611,235 +542,5 @@ impl Sim<'_> {
                     .front()
                     .is_some_and(|&j| u64::from(self.jobs[j].cpus) <= free)
         })
-    }
-
-    fn fair_share_cycle(&mut self, now: Seconds) {
-        for u in 0..self.users.len() {
-            self.touch_usage(u, now);
-        }
-        let free = self.free_cores();
-        // Without a head that fits, run_cycle would grant nothing.
-        if !self.some_head_fits(free, |_| true) {
-            return;
-        }
-        let mut views = Vec::new();
-        for (u, user) in self.users.iter().enumerate() {
-            if user.queue.is_empty() {
-                continue;
-            }
-            let mut queue = Vec::new();
-            let mut cores = 0u64;
-            for &j in &user.queue {
-                let job = &self.jobs[j];
-                queue.push(QueuedJob {
-                    job_id: job_id(job.number),
-                    resources: Resources::new(f64::from(job.cpus), 0.0, 0.0),
-                    priority: 0,
-                    submitted_at: job.submit,
-                });
-                cores += u64::from(job.cpus);
-                if cores > free {
-                    break;
-                }
-            }
-            views.push(UserView {
-                user: user.name.clone(),
-                weight: user.weight,
-                paused: false,
-                max_running_jobs: self.config.max_running_jobs,
-                max_resources: None,
-                outstanding_jobs: user.running_jobs,
-                allocation: self.allocation(u),
-                usage: user.usage,
-                usage_at: user.usage_at,
-                queue,
-            });
-        }
-        let clusters = [ClusterView {
-            name: CLUSTER_NAME.to_owned(),
-            healthy: true,
-            total: self.capacity,
-            used_reported: Resources::ZERO,
-            outstanding: Resources::new(self.used_cores as f64, 0.0, 0.0),
-            unreported: Resources::ZERO,
-        }];
-        let outcome = policy::run_cycle(now, &self.policy_config, &views, &clusters);
-        self.cycles += 1;
-        for grant in outcome.grants {
-            let Some(&u) = self.user_index.get(&grant.user) else {
-                continue;
-            };
-            let queue = &self.users[u].queue;
-            let position = if queue
-                .front()
-                .is_some_and(|&j| job_id(self.jobs[j].number) == grant.job_id)
-            {
-                Some(0)
-            } else {
-                queue
-                    .iter()
-                    .position(|&j| job_id(self.jobs[j].number) == grant.job_id)
-            };
-            if let Some(j) = position.and_then(|p| self.users[u].queue.remove(p)) {
-                self.start(j, now);
-            }
-        }
-    }
-
-    fn fifo_step(&mut self, now: Seconds) {
-        let mut started = false;
-        while let Some(&j) = self.fifo.front() {
-            if u64::from(self.jobs[j].cpus) > self.free_cores() {
-                break;
-            }
-            self.fifo.pop_front();
-            let u = self.jobs[j].user;
-            // Within a user, FIFO order is the user's own queue order.
-            let queue = &mut self.users[u].queue;
-            if queue.front() == Some(&j) {
-                queue.pop_front();
-            } else if let Some(p) = queue.iter().position(|&k| k == j) {
-                queue.remove(p);
-            }
-            self.start(j, now);
-            started = true;
-        }
-        if started {
-            self.cycles += 1;
-        }
-    }
-
-    /// One pass of the gateway loop at `now`; returns how many jobs it started.
-    fn gateway_pass(&mut self, now: Seconds) -> usize {
-        let eligible = |user: &UserState| user.running_jobs < GATEWAY_MAX_RUNNING;
-        if !self.some_head_fits(self.free_cores(), eligible) {
-            return 0;
-        }
-        self.cycles += 1;
-        let mut candidates: Vec<usize> = (0..self.users.len())
-            .filter(|&u| eligible(&self.users[u]) && !self.users[u].queue.is_empty())
-            .collect();
-        candidates.sort_by(|&a, &b| self.users[a].name.cmp(&self.users[b].name));
-        candidates.shuffle(&mut self.rng);
-        let mut started = 0;
-        for u in candidates {
-            let free = self.free_cores();
-            if free == 0 {
-                break;
-            }
-            let Some(&j) = self.users[u].queue.front() else {
-                continue;
-            };
-            if u64::from(self.jobs[j].cpus) <= free {
-                self.users[u].queue.pop_front();
-                self.start(j, now);
-                started += 1;
-            }
-        }
-        started
-    }
-
-    /// Adds the current snapshot over `[last_t, t)`.
-    fn integrate(&mut self, t: Seconds) {
-        let dt = t - self.last_t;
-        if dt > 0.0 && self.snapshot.contended {
-            self.contended_s += dt;
-            self.error_integral += self.snapshot.fairness_error * dt;
-            self.jain_integral += self.snapshot.jain * dt;
-        }
-        self.last_t = self.last_t.max(t);
-    }
-
-    /// Computes the fairness metrics of the state after the step at `t`.
-    fn take_snapshot(&mut self, t: Seconds) {
-        let contended = self.queued_jobs > 0;
-        self.snapshot = Snapshot {
-            contended,
-            fairness_error: 0.0,
-            jain: 1.0,
-        };
-        if !contended && self.series.is_empty() {
-            return;
-        }
-        let capacity = f64::from(self.config.capacity);
-        self.scratch_users.clear();
-        self.scratch_weights.clear();
-        self.scratch_demands.clear();
-        for (u, user) in self.users.iter().enumerate() {
-            let demand = user.running_cores + user.queued_cores;
-            if demand > 0 {
-                self.scratch_users.push(u);
-                self.scratch_weights.push(user.weight);
-                self.scratch_demands.push(demand as f64 / capacity);
-            }
-        }
-        fair_shares(
-            &self.scratch_weights,
-            &self.scratch_demands,
-            &mut self.scratch_fair,
-        );
-        let mut error = 0.0;
-        self.scratch_ratios.clear();
-        for (k, &u) in self.scratch_users.iter().enumerate() {
-            let user = &self.users[u];
-            let actual = user.running_cores as f64 / capacity;
-            let fair = self.scratch_fair[k];
-            error += (fair - actual).max(0.0);
-            if !user.queue.is_empty() && fair > 0.0 {
-                self.scratch_ratios.push(actual / fair);
-            }
-        }
-        if contended {
-            self.snapshot.fairness_error = error;
-            self.snapshot.jain = jain_index(&self.scratch_ratios);
-        }
-        for (u, series) in &mut self.series {
-            let user = &self.users[*u];
-            let actual = user.running_cores as f64 / capacity;
-            let fair = self
-                .scratch_users
-                .iter()
-                .position(|v| v == u)
-                .map_or(0.0, |k| self.scratch_fair[k]);
-            let changed = series
-                .points
-                .last()
-                .is_none_or(|p| p.actual != actual || p.fair != fair);
-            if changed {
-                series.points.push(SharePoint { t, actual, fair });
-            }
-        }
-    }
-
-    fn into_outcome(self, too_large: Vec<u64>) -> SimOutcome {
-        let mut outcome = SimOutcome {
-            policy: self.config.policy,
-            capacity: self.config.capacity,
-            users: self.users.iter().map(|u| u.name.clone()).collect(),
-            weights: self.users.iter().map(|u| u.weight).collect(),
-            jobs: Vec::with_capacity(self.jobs.len()),
-            too_large,
-            never_started: Vec::new(),
-            contended_s: self.contended_s,
-            fairness_error_integral: self.error_integral,
-            jain_integral: self.jain_integral,
-            steps: self.steps,
-            cycles: self.cycles,
-            series: self.series.into_iter().map(|(_, s)| s).collect(),
-        };
-        for job in self.jobs {
-            match job.start {
-                Some(start) => outcome.jobs.push(JobOutcome {
-                    number: job.number,
-                    user: job.user,
-                    cpus: job.cpus,
-                    submit: job.submit,
-                    start,
-                    run: job.run,
-                }),
-                None => outcome.never_started.push(job.number),
-            }
-        }
-        outcome
     }
 }
