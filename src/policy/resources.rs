@@ -154,11 +154,12 @@ impl ClusterView {
             .saturating_sub((self.used_reported + self.unreported).max(self.outstanding))
     }
 
-    /// What other tenants hold: `used_reported − outstanding` per resource,
-    /// floored at 0. The policy assumes it stays, so a reservation can count
+    /// What other tenants hold: `used_reported − (outstanding − unreported)` (the
+    /// report less our jobs it includes) per resource, floored at 0. The policy assumes it stays, so a reservation can count
     /// at most `total − foreign` as free once this service's jobs end.
     #[must_use]
     pub fn foreign(&self) -> Resources {
-        self.used_reported.saturating_sub(self.outstanding)
+        self.used_reported
+            .saturating_sub(self.outstanding.saturating_sub(self.unreported))
     }
 }

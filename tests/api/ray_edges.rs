@@ -399,3 +399,69 @@ async fn the_time_from_a_finish_to_the_next_dispatch_is_measured() {
         sum / count
     );
 }
+
+#[actix_web::test]
+async fn a_wide_job_past_the_starvation_guard_starts_within_two_seconds() {
+    // Issue 10 §1: 4 CPUs; S keeps the cluster busy with 1-CPU jobs of 1.5 s, L asks
+    // for all 4. With the guard at 4 s, L gets the reservation and runs as soon as
+    // S's running jobs end, instead of S refilling the cluster one job at a time.
+    let (server, state) = fake_ray::start(4.0, |s| s.run_polls = 15).await;
+    let app = app_on(&server, |s| {
+        s.scheduler.starvation_guard = Duration::from_secs(4);
+        s.scheduler.usage_half_life = Duration::ZERO;
+    })
+    .await;
+    until(10, "capacity known", || async {
+        let v: Value = app
+            .get("/v1/scheduler", SUBMITTER)
+            .await
+            .json()
+            .await
+            .unwrap();
+        (v["clusters"][0]["healthy"] == true).then_some(())
+    })
+    .await;
+    for _ in 0..40 {
+        app.submit("s", json!({"entrypoint": "sleep 1.5"})).await;
+    }
+    until(10, "S running", || async {
+        (state.lock().unwrap().posts >= 4).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await; // the scenario's "one second later"
+    let l = app
+        .submit(
+            "l",
+            json!({"entrypoint": "sleep 1", "resources": {"cpu": 4}}),
+        )
+        .await;
+    let id = l["id"].as_str().unwrap().to_string();
+    let submitted = std::time::Instant::now();
+    let guard = Duration::from_secs(4);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let v = job(&app, &id).await;
+        if v["status"] == "RUNNING" || v["status"] == "SUCCEEDED" {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let s: Value = app
+                .get("/v1/scheduler", SUBMITTER)
+                .await
+                .json()
+                .await
+                .unwrap();
+            panic!(
+                "L never ran: {v}\nscheduler: {s}\nposts {}",
+                state.lock().unwrap().posts
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let started = submitted.elapsed();
+    assert!(
+        started <= guard + Duration::from_secs(2),
+        "L started {started:?} after it was submitted; the guard trips at {guard:?}"
+    );
+    assert!(state.lock().unwrap().max_running <= 4);
+}

@@ -68,6 +68,10 @@ struct ClusterEntry {
     used: Resources,
     /// Our jobs that `used` already includes.
     reported: HashSet<JobId>,
+    /// Other tenants' usage as of the last report: `used` less our jobs the report
+    /// included (computed when it arrived, so a job of ours that finishes later
+    /// frees its capacity at once rather than when the next report shows it).
+    foreign: Resources,
 }
 
 /// Recovery → arbiter: users from the database, outstanding jobs' reservations; then
@@ -348,7 +352,9 @@ impl FairShareArbiter {
                     name: name.clone(),
                     healthy: c.healthy,
                     total: c.total,
-                    used_reported: c.used,
+                    // Ray's report as it stands for now: other tenants, plus our
+                    // jobs it includes (free = total − foreign − our outstanding).
+                    used_reported: c.foreign + outstanding.saturating_sub(unreported),
                     outstanding,
                     unreported,
                     jobs: jobs.remove(name.as_str()).unwrap_or_default(),
@@ -692,10 +698,16 @@ impl Handler<CapacityChanged> for FairShareArbiter {
         for u in users {
             self.touch_usage(&u);
         }
+        let ours_reported = self
+            .outstanding
+            .iter()
+            .filter(|(id, r)| r.cluster == msg.cluster && reported.contains(id))
+            .fold(Resources::default(), |acc, (_, r)| acc + r.resources);
         let entry = self.clusters.entry(msg.cluster).or_default();
         entry.healthy = msg.healthy;
         entry.total = msg.total;
         entry.used = msg.used;
+        entry.foreign = msg.used.saturating_sub(ours_reported);
         entry.reported = reported;
         self.request_cycle(ctx);
     }
