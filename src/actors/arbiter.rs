@@ -126,7 +126,8 @@ pub struct CycleView {
     pub at: f64,
     pub duration_seconds: f64,
     pub grants: Vec<GrantView>,
-    /// Set when the starvation guard stopped the cycle for this job.
+    /// The job capacity is held for: the reservation's job (backfill on), or the head
+    /// the cycle stopped at (backfill off).
     pub stopped_for: Option<uuid::Uuid>,
 }
 
