@@ -82,7 +82,8 @@ pub struct CycleView {
     pub at: DateTime<Utc>,
     pub duration_seconds: f64,
     pub grants: Vec<GrantView>,
-    /// Set when the cycle stopped early to hold capacity for this job.
+    /// The job capacity is held for: the reservation's job (backfill on), or the head
+    /// the cycle stopped at (backfill off).
     pub stopped_for: Option<uuid::Uuid>,
 }
 

@@ -115,7 +115,7 @@ impl Sim<'_> {
         self.users
             .iter()
             .filter_map(|user| user.queue.front())
-            .map(|&j| (self.jobs[j].submit + guard).next_up())
+            .map(|&j| just_after(self.jobs[j].submit + guard))
             .filter(|&at| at > now)
             .min_by(f64::total_cmp)
     }
@@ -185,5 +185,18 @@ impl Sim<'_> {
             }
         }
         started
+    }
+}
+
+/// The smallest f64 greater than `x` (`f64::next_up`, stable only since Rust
+/// 1.86, above this crate's MSRV); `x` itself when it is not finite.
+fn just_after(x: f64) -> f64 {
+    if !x.is_finite() {
+        return x;
+    }
+    if x >= 0.0 {
+        f64::from_bits((x + 0.0).to_bits() + 1)
+    } else {
+        f64::from_bits(x.to_bits() - 1)
     }
 }
