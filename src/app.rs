@@ -38,11 +38,12 @@ impl Application {
         store::migrate(&db)
             .await
             .context("database migration failed")?;
+        // Bind first: a port in use fails before any actor starts.
+        let listener = TcpListener::bind(settings.server.bind)
+            .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
         let scheduler = Scheduler::start(db.clone(), settings.clone())
             .await
             .context("cannot start the scheduler")?;
-        let listener = TcpListener::bind(settings.server.bind)
-            .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
         let port = listener.local_addr()?.port();
         let intake =
             store::IntakeWriter::start(db.clone(), settings.scheduler.default_max_queued_jobs);
