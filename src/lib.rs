@@ -25,6 +25,7 @@ pub mod actors;
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod errors;
 pub mod lifecycle;
 pub mod metrics;
 pub mod policy;

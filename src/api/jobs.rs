@@ -1,7 +1,5 @@
 //! `/v1/jobs`: submit, read, list, cancel, logs.
 
-use std::collections::BTreeMap;
-
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use entity::{job, JobStatus};
@@ -9,48 +7,21 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::body::{parse_json, parse_query, read_body, whole};
+use super::body::{parse_json, parse_query, read_body};
 use super::error::{ApiError, ErrorBody};
+pub use super::submit::{
+    validate_amount, validate_user_id, ResourcesIn, SubmitRequest, MAX_CORES, MAX_ENTRYPOINT_BYTES,
+    MAX_EXTERNAL_ID_LEN, MAX_METADATA_ENTRIES, MAX_METADATA_KEY_LEN, MAX_METADATA_VALUE_LEN,
+    MAX_RUNTIME_ENV_BYTES, MAX_RUNTIME_S, MAX_USER_LEN, PRIORITY_RANGE,
+};
 use super::AppState;
 use crate::actors::{Cancelled, Scheduler};
 use crate::config::Role;
-use crate::store::{self, Intake, JobFilter, NewJob};
+use crate::store::{self, Intake, JobFilter};
 
-/// Longest accepted user id, in characters.
-pub const MAX_USER_LEN: usize = 128;
-/// Longest accepted entrypoint, in bytes (Ray passes it to a shell; 64 KiB is far more
-/// than any real command line).
-pub const MAX_ENTRYPOINT_BYTES: usize = 65_536;
-/// Longest accepted external id, in characters.
-pub const MAX_EXTERNAL_ID_LEN: usize = 256;
-/// Accepted priority range (higher runs first within the user's queue).
-pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
-/// Most metadata entries, and longest key and value, in characters.
-pub const MAX_METADATA_ENTRIES: usize = 64;
-pub const MAX_METADATA_KEY_LEN: usize = 128;
-pub const MAX_METADATA_VALUE_LEN: usize = 4096;
-/// Largest accepted runtime_env, serialized, in bytes.
-pub const MAX_RUNTIME_ENV_BYTES: usize = 262_144;
-/// Longest accepted max_runtime_s: one year, in seconds.
-pub const MAX_RUNTIME_S: i64 = 31_536_000;
-/// Largest accepted resource request per job: cores and GPUs (well past any cluster).
-pub const MAX_CORES: f64 = 1.0e6;
 /// Default and largest page size of `GET /v1/jobs`.
 pub const DEFAULT_PAGE: u64 = 100;
 pub const MAX_PAGE: u64 = 1000;
-
-/// Resources a job asks for. Absent fields take their defaults.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ResourcesIn {
-    /// Cores, finite, >= 0 (default 1).
-    pub cpu: Option<f64>,
-    /// GPUs, finite, >= 0 (default 0).
-    pub gpu: Option<f64>,
-    /// Bytes (default 0).
-    #[serde(default, deserialize_with = "whole::opt")]
-    pub memory_bytes: Option<u64>,
-}
 
 /// Resources as stored and shown.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize, Serialize, ToSchema)]
@@ -61,32 +32,6 @@ pub struct ResourcesOut {
     pub gpu: f64,
     /// Bytes.
     pub memory_bytes: u64,
-}
-
-/// `POST /v1/jobs` body.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SubmitRequest {
-    /// The gateway's user id: 1–128 characters, no whitespace or control characters.
-    pub user: String,
-    /// The command Ray runs, 1–65536 bytes.
-    pub entrypoint: String,
-    /// Ray runtime_env, passed through as is (a JSON object).
-    #[schema(value_type = Option<Object>)]
-    pub runtime_env: Option<serde_json::Value>,
-    pub resources: Option<ResourcesIn>,
-    /// -1000..=1000, default 0; higher runs first within the user's queue.
-    #[serde(default, deserialize_with = "whole::opt")]
-    pub priority: Option<i32>,
-    /// String to string, passed to Ray as job metadata.
-    pub metadata: Option<BTreeMap<String, String>>,
-    /// The gateway's id for this job (an idempotency key). A retry with the same
-    /// (user, external_id) and the same payload returns the existing job with 200; the
-    /// same key with a different payload is 422 `idempotency_key_reused`.
-    pub external_id: Option<String>,
-    /// Seconds; the job is stopped when it runs longer (default: scheduler.default_max_runtime).
-    #[serde(default, deserialize_with = "whole::opt")]
-    pub max_runtime_s: Option<i64>,
 }
 
 /// A job as the API shows it. `runtime_env` is not shown: it may hold secrets.
@@ -160,176 +105,6 @@ pub struct JobPage {
 pub struct LogsView {
     pub id: Uuid,
     pub logs: String,
-}
-
-/// Zero-width and bidirectional-control characters: they would let two user ids that
-/// look the same on screen be different users.
-fn is_invisible(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}')
-}
-
-/// Checks a user id (also used by the users API).
-pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
-    if user.is_empty() {
-        return Err(ApiError::invalid(field, "must not be empty"));
-    }
-    if user.chars().count() > MAX_USER_LEN {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be at most {MAX_USER_LEN} characters"),
-        ));
-    }
-    if user
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || is_invisible(c))
-    {
-        return Err(ApiError::invalid(
-            field,
-            "must not contain whitespace, control or invisible (zero-width) characters",
-        ));
-    }
-    Ok(())
-}
-
-/// Ray's resource granularity: fractional amounts have at most 4 decimal places
-/// (Ray refuses `num_cpus` finer than 0.0001).
-pub const RESOURCE_STEP: f64 = 0.0001;
-
-/// Checks a resource amount: finite, >= 0, at most [`MAX_CORES`], a multiple of
-/// [`RESOURCE_STEP`].
-pub fn validate_amount(field: &str, v: f64) -> Result<(), ApiError> {
-    if !v.is_finite() {
-        return Err(ApiError::invalid(field, "must be a finite number"));
-    }
-    if v < 0.0 {
-        return Err(ApiError::invalid(field, "must be >= 0"));
-    }
-    if v > MAX_CORES {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be at most {MAX_CORES}"),
-        ));
-    }
-    let steps = v / RESOURCE_STEP;
-    // Tolerance for binary floating point: 1e-6 of a step, relatively more for huge values.
-    let off_grid = (steps - steps.round()).abs() > 1e-6_f64.max(steps.abs() * 1e-12);
-    if off_grid || (v > 0.0 && steps.round() == 0.0) {
-        return Err(ApiError::invalid(
-            field,
-            "must have at most 4 decimal places (Ray's resource precision is 0.0001)",
-        ));
-    }
-    Ok(())
-}
-
-impl SubmitRequest {
-    /// Validates every field and applies defaults. Errors name the field (422).
-    pub fn into_new_job(self) -> Result<NewJob, ApiError> {
-        validate_user_id("user", &self.user)?;
-        if self.entrypoint.trim().is_empty() {
-            return Err(ApiError::invalid("entrypoint", "must not be empty"));
-        }
-        if self.entrypoint.len() > MAX_ENTRYPOINT_BYTES {
-            return Err(ApiError::invalid(
-                "entrypoint",
-                format!("must be at most {MAX_ENTRYPOINT_BYTES} bytes"),
-            ));
-        }
-        if self.entrypoint.contains('\0') {
-            return Err(ApiError::invalid(
-                "entrypoint",
-                "must not contain NUL characters",
-            ));
-        }
-        let r = self.resources.unwrap_or_default();
-        let cpu = r.cpu.unwrap_or(1.0);
-        let gpu = r.gpu.unwrap_or(0.0);
-        validate_amount("resources.cpu", cpu)?;
-        validate_amount("resources.gpu", gpu)?;
-        if cpu <= 0.0 && gpu <= 0.0 {
-            return Err(ApiError::invalid(
-                "resources.cpu",
-                "a job needs cpu > 0 or gpu > 0",
-            ));
-        }
-        let memory = r.memory_bytes.unwrap_or(0);
-        let memory_bytes = i64::try_from(memory)
-            .map_err(|_| ApiError::invalid("resources.memory_bytes", "is too large"))?;
-        let priority = self.priority.unwrap_or(0);
-        if !PRIORITY_RANGE.contains(&priority) {
-            return Err(ApiError::invalid(
-                "priority",
-                format!(
-                    "must be between {} and {}",
-                    PRIORITY_RANGE.start(),
-                    PRIORITY_RANGE.end()
-                ),
-            ));
-        }
-        if let Some(env) = &self.runtime_env {
-            if !env.is_object() {
-                return Err(ApiError::invalid("runtime_env", "must be a JSON object"));
-            }
-            if env.to_string().len() > MAX_RUNTIME_ENV_BYTES {
-                return Err(ApiError::invalid(
-                    "runtime_env",
-                    format!("must be at most {MAX_RUNTIME_ENV_BYTES} bytes"),
-                ));
-            }
-        }
-        if let Some(md) = &self.metadata {
-            if md.len() > MAX_METADATA_ENTRIES {
-                return Err(ApiError::invalid(
-                    "metadata",
-                    format!("must have at most {MAX_METADATA_ENTRIES} entries"),
-                ));
-            }
-            for (k, v) in md {
-                if k.is_empty() || k.chars().count() > MAX_METADATA_KEY_LEN {
-                    return Err(ApiError::invalid(
-                        format!("metadata.{k}"),
-                        format!("keys must be 1 to {MAX_METADATA_KEY_LEN} characters"),
-                    ));
-                }
-                if v.chars().count() > MAX_METADATA_VALUE_LEN {
-                    return Err(ApiError::invalid(
-                        format!("metadata.{k}"),
-                        format!("values must be at most {MAX_METADATA_VALUE_LEN} characters"),
-                    ));
-                }
-            }
-        }
-        if let Some(ext) = &self.external_id {
-            if ext.is_empty() || ext.chars().count() > MAX_EXTERNAL_ID_LEN {
-                return Err(ApiError::invalid(
-                    "external_id",
-                    format!("must be 1 to {MAX_EXTERNAL_ID_LEN} characters"),
-                ));
-            }
-        }
-        if let Some(s) = self.max_runtime_s {
-            if !(1..=MAX_RUNTIME_S).contains(&s) {
-                return Err(ApiError::invalid(
-                    "max_runtime_s",
-                    format!("must be between 1 and {MAX_RUNTIME_S} seconds"),
-                ));
-            }
-        }
-        Ok(NewJob {
-            user: self.user,
-            external_id: self.external_id,
-            priority,
-            entrypoint: self.entrypoint,
-            runtime_env: self.runtime_env,
-            metadata: self
-                .metadata
-                .map(|m| serde_json::to_value(m).unwrap_or_default()),
-            cpu,
-            gpu,
-            memory_bytes,
-            max_runtime_s: self.max_runtime_s,
-        })
-    }
 }
 
 /// Parses a job id path segment; anything but a UUID cannot name a job (404).

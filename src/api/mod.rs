@@ -8,6 +8,7 @@ pub mod jobs;
 pub mod line_limit;
 pub mod openapi;
 pub mod request_id;
+pub mod submit;
 pub mod system;
 pub mod users;
 

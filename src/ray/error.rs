@@ -109,21 +109,7 @@ impl RayError {
     }
 }
 
-/// The error and all its sources, joined with `": "` (for logs and stored messages).
-pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        // Some layers repeat their source's text; say it once.
-        if !text.ends_with(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
+pub use crate::errors::chain as error_chain;
 
 /// Ray's error text reduced to its message: the exception line(s) at the end of a
 /// Python traceback, or the whole text; trimmed, at most [`MAX_MESSAGE_CHARS`].

@@ -1,7 +1,6 @@
 //! The HTTP client of the replay: submitting with retries, reading job pages.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -354,16 +353,7 @@ impl Api {
     }
 }
 
-/// The error's message and its sources, `: `-joined.
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let _ = write!(text, ": {s}");
-        source = s.source();
-    }
-    text
-}
+pub(super) use crate::errors::chain as error_chain;
 
 /// The service's error message (`{"error": {"code", "message"}}`), else the body text.
 pub(super) async fn error_text(resp: reqwest::Response) -> String {

@@ -20,23 +20,26 @@ use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Wrap
 use entity::{job, JobStatus};
 use futures_util::future::join_all;
 
+mod poll;
+
 use super::messages::{
     ArbiterHandle, CapacityChanged, ClusterUnreachable, DispatcherHandle, JobFinished, Release,
     RemoveQueued, Requeued, StopInRay, Track, TrackRetiring,
 };
 use super::user_queue::summary;
 use crate::config::Settings;
-use crate::lifecycle::{self, Limits, RayCall};
+use crate::lifecycle::{Limits, RayCall};
 use crate::metrics;
 use crate::policy::{JobId, Resources};
-use crate::ray::{error_chain, ClusterUsage, RayClient, RayError, RayJob, RayJobStatus};
-use crate::store::{self, Applied, Db};
+use crate::ray::{error_chain, RayClient};
+use crate::store::{Applied, Db};
+use poll::{poll_cluster, to_resources, ClusterPoll, Outcome};
 
 /// How long to wait before asking Ray again to stop a job that has not stopped.
-const STOP_RETRY: Duration = Duration::from_secs(10);
+pub(super) const STOP_RETRY: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug)]
-struct Tracked {
+pub(super) struct Tracked {
     job: job::Model,
     missing_since: Option<Instant>,
     running_seen: Option<Instant>,
@@ -44,7 +47,7 @@ struct Tracked {
 }
 
 #[derive(Clone, Debug)]
-struct Retiring {
+pub(super) struct Retiring {
     msg: TrackRetiring,
     stop_sent_at: Option<Instant>,
 }
@@ -76,174 +79,6 @@ pub struct RayCapacityMonitor {
     tracked: HashMap<JobId, Tracked>,
     retiring: HashMap<JobId, Retiring>,
     polling: bool,
-}
-
-/// What the poll found for one followed job or attempt.
-enum Outcome {
-    /// Listed by Ray, nothing to write; `running`: Ray shows it RUNNING.
-    Seen { running: bool, pending: bool },
-    /// Missing from an answering cluster, not for long enough yet.
-    Missing,
-    /// An event was applied (written, ignored or refused).
-    Applied(Box<Applied>),
-    /// A stop is still due (Ray has not carried it out): ask again.
-    StopDue(String),
-}
-
-struct ClusterPoll {
-    name: String,
-    usage: Result<ClusterUsage, RayError>,
-    jobs: Result<(), RayError>,
-    current: Vec<(JobId, Outcome)>,
-    retiring: Vec<(JobId, Outcome)>,
-}
-
-fn to_resources(r: crate::ray::RayResources) -> Resources {
-    Resources {
-        cpu: r.cpu,
-        gpu: r.gpu,
-        memory_bytes: r.memory_bytes,
-    }
-}
-
-fn count(cluster: &str, endpoint: &str, r: &Result<impl Sized, RayError>) {
-    let outcome = match r {
-        Ok(_) => "ok",
-        Err(e) => e.kind(),
-    };
-    metrics::get()
-        .ray_requests
-        .with_label_values(&[cluster, endpoint, outcome])
-        .inc();
-}
-
-fn stop_due(sent: Option<Instant>) -> bool {
-    sent.is_none_or(|at| at.elapsed() > STOP_RETRY)
-}
-
-/// What the poll decides for one tracked current attempt.
-async fn follow(
-    db: &Db,
-    client: &RayClient,
-    t: &Tracked,
-    cluster: &str,
-    listed: Option<&RayJob>,
-    limits: &Limits,
-) -> Result<Outcome, sea_orm::DbErr> {
-    // A DISPATCHING job is followed only after a restart, and missing from the list
-    // means "never submitted": ask for it by id before deciding so.
-    let looked_up;
-    let ray = match (listed, t.job.status) {
-        (None, JobStatus::Dispatching) => {
-            let sid = lifecycle::submission_id(t.job.id, t.job.attempt.max(1) as u32);
-            match client.get_job(&sid).await {
-                Ok(found) => {
-                    looked_up = found;
-                    looked_up.as_ref()
-                }
-                Err(e) => {
-                    tracing::debug!(job_id = %t.job.id, error = %e, "lookup failed; retried next poll");
-                    return Ok(Outcome::Missing);
-                }
-            }
-        }
-        _ => listed,
-    };
-    let missing_for = t.missing_since.map_or(0.0, |s| s.elapsed().as_secs_f64());
-    let event = lifecycle::observe_current(
-        &t.job,
-        cluster,
-        ray,
-        missing_for,
-        chrono::Utc::now(),
-        limits,
-    );
-    if let Some(event) = event {
-        return Ok(Outcome::Applied(Box::new(
-            store::apply(db, t.job.id, &event).await?,
-        )));
-    }
-    Ok(match ray {
-        None => Outcome::Missing,
-        Some(r)
-            if t.job.stop_reason.is_some()
-                && !r.status.is_terminal()
-                && stop_due(t.stop_sent_at) =>
-        {
-            Outcome::StopDue(lifecycle::submission_id(
-                t.job.id,
-                t.job.attempt.max(1) as u32,
-            ))
-        }
-        Some(r) => Outcome::Seen {
-            running: r.status == RayJobStatus::Running,
-            pending: r.status == RayJobStatus::Pending,
-        },
-    })
-}
-
-#[tracing::instrument(skip_all, fields(cluster = %name))]
-async fn poll_cluster(
-    db: Db,
-    name: String,
-    client: RayClient,
-    jobs: Vec<(Tracked, Limits)>,
-    retiring: Vec<Retiring>,
-) -> ClusterPoll {
-    let (usage, list) = tokio::join!(client.cluster_usage(), client.list_jobs());
-    count(&name, "cluster_status", &usage);
-    count(&name, "list_jobs", &list);
-    let mut poll = ClusterPoll {
-        name,
-        usage,
-        jobs: Ok(()),
-        current: Vec::new(),
-        retiring: Vec::new(),
-    };
-    let list = match list {
-        Ok(list) => list,
-        Err(e) => {
-            poll.jobs = Err(e);
-            return poll;
-        }
-    };
-    let by_id: HashMap<&str, &RayJob> = list
-        .iter()
-        .filter_map(|j| j.submission_id.as_deref().map(|id| (id, j)))
-        .collect();
-    for (t, limits) in jobs {
-        let sid = lifecycle::submission_id(t.job.id, t.job.attempt.max(1) as u32);
-        let listed = by_id.get(sid.as_str()).copied();
-        match follow(&db, &client, &t, &poll.name, listed, &limits).await {
-            Ok(o) => poll.current.push((t.job.id, o)),
-            Err(e) => {
-                metrics::db_error();
-                tracing::error!(job_id = %t.job.id, error = %e, "cannot record a status change; retried next poll");
-            }
-        }
-    }
-    for r in retiring {
-        let sid = lifecycle::submission_id(r.msg.job_id, r.msg.attempt);
-        let ray = by_id.get(sid.as_str()).copied();
-        let outcome = match lifecycle::observe_retiring(ray) {
-            Some(event) => store::apply(&db, r.msg.job_id, &event)
-                .await
-                .map(|a| Outcome::Applied(Box::new(a))),
-            None if stop_due(r.stop_sent_at) => Ok(Outcome::StopDue(sid)),
-            None => Ok(Outcome::Seen {
-                running: false,
-                pending: false,
-            }),
-        };
-        match outcome {
-            Ok(o) => poll.retiring.push((r.msg.job_id, o)),
-            Err(e) => {
-                metrics::db_error();
-                tracing::error!(job_id = %r.msg.job_id, error = %e, "cannot record a retired attempt; retried next poll");
-            }
-        }
-    }
-    poll
 }
 
 impl RayCapacityMonitor {
