@@ -6,35 +6,47 @@
 //! admins and Prometheus. The contract is `DESIGN.md`.
 //!
 //! # Layout
-//! - [`policy`]: the pure fair-share decision (DRF, decayed usage, backfill,
-//!   starvation guard). No I/O; the arbiter and the simulator both call it.
-//! - [`actors`]: the actix actors — one `UserQueue` per user, the
-//!   `FairShareArbiter`, the `Dispatcher`, the `RayCapacityMonitor` — and their
-//!   messages; [`actors::Scheduler`] is the handle the API uses.
-//! - [`ray`]: the Ray Jobs REST client (submit, status, stop, logs, capacity) and
-//!   idempotent submission with retries.
-//! - [`store`]: repository functions over SeaORM; every status change and its
-//!   `job_events` row in one transaction.
-//! - [`api`]: actix-web routes, auth, errors, OpenAPI.
-//! - [`config`]: typed settings (`config` crate); [`telemetry`]: `tracing` setup;
-//!   [`metrics`]: Prometheus metrics.
-//! - [`sim`]: SWF traces, the discrete-event simulator and baselines, live replay.
-//! - [`app`]: wires everything into a running service.
+//! Public modules are what the binary, the tests and the simulator use; the rest is
+//! private and reached through the re-exports below.
+//! - [`policy`] (public): the pure fair-share decision (DRF, decayed usage, sticky
+//!   reservation with EASY backfill, age term). No I/O; the arbiter and the simulator
+//!   both call it.
+//! - [`lifecycle`] (public): the pure job lifecycle — states, events, and what
+//!   follows each (the table in its docs). Nothing else decides a transition.
+//! - [`store`] (public): repository functions over SeaORM; `store::apply` is the only
+//!   writer of job status, the intake writer commits submissions in batches.
+//! - `actors` (private): the actix actors — one `UserQueue` per user, the
+//!   `FairShareArbiter`, the `Dispatcher`, the `RayCapacityMonitor` — which carry
+//!   messages between the pure parts and the world; [`Scheduler`] is their handle.
+//! - `ray` (private): the Ray Jobs REST client and the one place Ray's answers are
+//!   classified.
+//! - `api` (private): actix-web routes, auth, errors, OpenAPI; `views` (private): what
+//!   the scheduler shows, shared by `actors` and `api`.
+//! - [`config`] (public): typed settings; [`telemetry`] (public): `tracing` setup;
+//!   `metrics` (private): Prometheus metrics; `errors` (private): the cause-chain
+//!   formatter.
+//! - [`sim`] (public): SWF traces, the discrete-event simulator and baselines, live
+//!   replay.
+//! - `app` (private): wires everything into a running service ([`Application`]);
+//!   [`cli`] (public): the command line the binary runs.
 
-pub mod actors;
-pub mod api;
-pub mod app;
+mod actors;
+mod api;
+mod app;
+pub mod cli;
 pub mod config;
-pub mod errors;
+mod errors;
 pub mod lifecycle;
-pub mod metrics;
+mod metrics;
 pub mod policy;
-pub mod ray;
+mod ray;
 pub mod sim;
 pub mod store;
-
 pub mod telemetry;
-pub mod views;
+mod views;
 
+pub use actors::Scheduler;
+pub use api::ROUTES;
 pub use app::Application;
 pub use config::Settings;
+pub use errors::chain as error_chain;

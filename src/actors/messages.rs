@@ -4,7 +4,7 @@
 //! built once at start-up in [`super::Scheduler::start`].
 
 use actix::{Message, Recipient};
-use entity::{job, user, JobStatus};
+use entity::{job, user};
 
 use crate::policy::{JobId, QueuedJob, Resources};
 
@@ -65,7 +65,6 @@ pub struct Grant {
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct GrantDeclined {
-    pub user: String,
     pub job_id: JobId,
 }
 
@@ -140,8 +139,6 @@ pub struct CapacityChanged {
 #[rtype(result = "()")]
 pub struct JobFinished {
     pub job_id: JobId,
-    pub user: String,
-    pub status: JobStatus,
     /// When the monitor saw it finish (the finish-to-dispatch histogram starts here).
     pub seen_at: std::time::Instant,
 }
@@ -198,7 +195,6 @@ pub struct DispatcherHandle {
 #[derive(Clone)]
 pub struct MonitorHandle {
     pub track: Recipient<Track>,
-    pub track_retiring: Recipient<TrackRetiring>,
     pub unreachable: Recipient<ClusterUnreachable>,
 }
 

@@ -130,7 +130,6 @@ impl Scheduler {
         };
         let monitor_handle = MonitorHandle {
             track: monitor.clone().recipient(),
-            track_retiring: monitor.clone().recipient(),
             unreachable: monitor.clone().recipient(),
         };
         let _ = monitor_ctx.run(RayCapacityMonitor::new(

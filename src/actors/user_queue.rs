@@ -172,10 +172,9 @@ impl Handler<Grant> for UserQueue {
             }
             None => {
                 tracing::debug!(user = %self.user, job_id = %msg.job_id, "grant for a job no longer grantable");
-                self.arbiter.grant_declined.do_send(GrantDeclined {
-                    user: self.user.clone(),
-                    job_id: msg.job_id,
-                });
+                self.arbiter
+                    .grant_declined
+                    .do_send(GrantDeclined { job_id: msg.job_id });
             }
         }
     }

@@ -64,9 +64,6 @@ pub enum ApiError {
     /// 503: the database or another dependency is unavailable; retry later.
     #[error("service unavailable: {0}")]
     Unavailable(String),
-    /// 500: a bug. The cause is logged, never shown.
-    #[error("internal error")]
-    Internal(#[source] anyhow::Error),
 }
 
 impl ApiError {
@@ -94,7 +91,6 @@ impl ApiError {
             ApiError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             ApiError::QueueFull(_) => "queue_full",
             ApiError::Unavailable(_) => "unavailable",
-            ApiError::Internal(_) => "internal",
         }
     }
 }
@@ -137,14 +133,13 @@ impl ResponseError for ApiError {
             }
             ApiError::QueueFull(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
         if status.is_server_error() {
-            tracing::error!(error = ?anyhow_chain(self), code = self.code(), "request failed");
+            tracing::error!(error = %crate::errors::chain(self), code = self.code(), "request failed");
         }
         let details = match self {
             ApiError::Invalid { field, reason } => {
@@ -194,17 +189,6 @@ impl ResponseError for ApiError {
             },
         })
     }
-}
-
-fn anyhow_chain(e: &ApiError) -> String {
-    let mut out = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        src = s.source();
-    }
-    out
 }
 
 impl From<sea_orm::DbErr> for ApiError {

@@ -9,11 +9,7 @@ use uuid::Uuid;
 
 use super::body::{parse_json, parse_query, read_body};
 use super::error::{ApiError, ErrorBody};
-pub use super::submit::{
-    validate_amount, validate_user_id, ResourcesIn, SubmitRequest, MAX_CORES, MAX_ENTRYPOINT_BYTES,
-    MAX_EXTERNAL_ID_LEN, MAX_METADATA_ENTRIES, MAX_METADATA_KEY_LEN, MAX_METADATA_VALUE_LEN,
-    MAX_RUNTIME_ENV_BYTES, MAX_RUNTIME_S, MAX_USER_LEN, PRIORITY_RANGE,
-};
+pub use super::submit::{validate_amount, validate_user_id, ResourcesIn, SubmitRequest};
 use super::AppState;
 use crate::actors::{Cancelled, Scheduler};
 use crate::config::Role;

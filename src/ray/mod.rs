@@ -34,7 +34,7 @@ mod submit;
 mod tests;
 
 pub use client::RayClient;
-pub use error::{classify, error_chain, RayError};
+pub use error::{error_chain, RayError};
 #[cfg(test)]
 use error::{summarize, truncate_tail};
 pub use submit::{submit_idempotent, DispatchOutcome, RetryBudget};

@@ -279,7 +279,7 @@ async fn invented_methods_and_paths_do_not_grow_metrics() {
     assert!(
         routes
             .iter()
-            .all(|r| r == "unmatched" || fairshare::api::ROUTES.iter().any(|(_, p)| p == r)),
+            .all(|r| r == "unmatched" || fairshare::ROUTES.iter().any(|(_, p)| p == r)),
         "{routes:?}"
     );
 }

@@ -79,7 +79,7 @@ async fn the_openapi_document_covers_every_route() {
         .await
         .unwrap();
     assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
-    for (method, path) in fairshare::api::ROUTES {
+    for (method, path) in fairshare::ROUTES {
         assert!(
             doc["paths"][path][method].is_object(),
             "{method} {path} missing from /openapi.json"
@@ -93,7 +93,7 @@ async fn the_openapi_document_covers_every_route() {
         .sum();
     assert_eq!(
         n,
-        fairshare::api::ROUTES.len(),
+        fairshare::ROUTES.len(),
         "the document lists a route the server does not register"
     );
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());

@@ -305,8 +305,6 @@ impl RayCapacityMonitor {
             self.tracked.remove(&id);
             self.arbiter.finished.do_send(JobFinished {
                 job_id: id,
-                user: job.user_id,
-                status: job.status,
                 seen_at: Instant::now(),
             });
         } else if job.status == JobStatus::Queued {

@@ -1,0 +1,245 @@
+//! The command line of the `fairshare` binary: `serve`, `migrate`, `simulate`, `replay`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::{store, telemetry, Application, Settings};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "fairshare",
+    version,
+    about = "A fair-share job scheduler in front of Ray clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the service (runs pending migrations first).
+    Serve {
+        /// A TOML file layered over the built-in defaults.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Run pending database migrations and exit.
+    Migrate {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Replay an SWF trace in virtual time through the fair-share policy and baselines.
+    Simulate(SimulateCli),
+    /// Post an SWF trace's jobs to a running service at their scaled times and report.
+    Replay(ReplayCli),
+}
+
+/// `fairshare replay`.
+#[derive(clap::Args)]
+struct ReplayCli {
+    /// SWF trace, plain or .gz.
+    #[arg(long)]
+    trace: PathBuf,
+    /// Base URL of the service, e.g. http://127.0.0.1:8080.
+    #[arg(long)]
+    server: String,
+    /// Bearer token (or FAIRSHARE_TOKEN).
+    #[arg(long, env = "FAIRSHARE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Trace seconds per real second (e.g. 1000).
+    #[arg(long, default_value_t = 1.0)]
+    time_scale: f64,
+    /// Cores per trace processor (e.g. 0.01).
+    #[arg(long, default_value_t = 1.0)]
+    cpu_scale: f64,
+    /// Replay at most N jobs.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Skip the first N jobs.
+    #[arg(long, default_value_t = 0)]
+    skip: usize,
+    /// Floor on a job's cores.
+    #[arg(long, default_value_t = crate::sim::replay::DEFAULT_MIN_CPU)]
+    min_cpu: f64,
+    /// Cap on a job's cores (e.g. the cluster's size).
+    #[arg(long)]
+    max_cpu: Option<f64>,
+    /// Floor on a job's scaled run time, seconds.
+    #[arg(long, default_value_t = crate::sim::replay::DEFAULT_MIN_RUNTIME_S)]
+    min_runtime: f64,
+    /// No progress bar.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// `fairshare simulate`.
+#[derive(clap::Args)]
+struct SimulateCli {
+    /// SWF trace, plain or .gz.
+    #[arg(long)]
+    trace: PathBuf,
+    /// Capacity in cores, at least 1 (default: the trace header's MaxProcs).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    cpus: Option<u32>,
+    /// fairshare, fifo or gateway-loop (default: compare all three).
+    #[arg(long)]
+    policy: Option<crate::sim::SimPolicy>,
+    /// Half-life of decayed usage, e.g. "1h"; "0s" turns history off.
+    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+    half_life: std::time::Duration,
+    /// Starvation guard, e.g. "5m"; "off" disables it (no reservation).
+    #[arg(long, default_value = "5m", value_parser = crate::sim::run::parse_starvation_guard)]
+    starvation_guard: f64,
+    /// Strict fair-share order: stop at the first head that does not fit.
+    #[arg(long)]
+    no_backfill: bool,
+    /// Weight of the age term (fairshare policy), in dominant-share units.
+    #[arg(long, default_value_t = crate::policy::DEFAULT_AGE_WEIGHT)]
+    age_weight: f64,
+    /// Age at which the age term saturates, e.g. "1day".
+    #[arg(long, default_value = "1day", value_parser = humantime::parse_duration)]
+    max_age: std::time::Duration,
+    /// Cap on each user's running jobs (fairshare policy).
+    #[arg(long)]
+    max_running_jobs: Option<u32>,
+    /// A JSON file holding an object of user -> weight, e.g. {"u62": 2}.
+    #[arg(long)]
+    weights: Option<PathBuf>,
+    /// Only the first N jobs.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Seed of the gateway-loop's arbitrary order.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Write every run's report as JSON.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Write an SVG of actual vs fair share over time.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
+    Settings::load(config.map(|p| p.as_path())).map_err(|e| {
+        eprintln!("fairshare: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// A single-threaded tokio runtime for the commands that need no actix System.
+fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| eprintln!("{command}: {e}"))
+        .ok()
+}
+
+/// Parses the command line and runs the command; the process's exit code.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve { config } => {
+            let settings = match load(config.as_ref()) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            telemetry::init(&settings.telemetry);
+            let result = actix_web::rt::System::new().block_on(async move {
+                let app = Application::build(settings).await?;
+                app.run_until_stopped().await?;
+                anyhow::Ok(())
+            });
+            match result {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    tracing::error!(error = format!("{e:#}"), "fairshare stopped");
+                    eprintln!("fairshare: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Simulate(a) => {
+            let mut args = crate::sim::SimulateArgs::new(a.trace);
+            args.cpus = a.cpus;
+            args.policy = a.policy;
+            args.half_life_s = a.half_life.as_secs_f64();
+            args.starvation_guard_s = a.starvation_guard;
+            args.backfill = !a.no_backfill;
+            args.age_weight = a.age_weight;
+            args.max_age_s = a.max_age.as_secs_f64();
+            args.max_running_jobs = a.max_running_jobs;
+            args.weights = a.weights;
+            args.limit = a.limit;
+            args.seed = a.seed;
+            args.report = a.report;
+            args.plot = a.plot;
+            let started = std::time::Instant::now();
+            match crate::sim::run_simulate(&args) {
+                Ok(text) => {
+                    println!("{text}");
+                    eprintln!("simulated in {:.2} s", started.elapsed().as_secs_f64());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("fairshare simulate: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Replay(a) => {
+            let mut args = crate::sim::replay::ReplayArgs::new(a.trace, a.server);
+            args.token = a.token;
+            args.time_scale = a.time_scale;
+            args.cpu_scale = a.cpu_scale;
+            args.limit = a.limit;
+            args.skip = a.skip;
+            args.min_cpu = a.min_cpu;
+            args.max_cpu = a.max_cpu;
+            args.min_runtime_s = a.min_runtime;
+            args.progress = !a.quiet;
+            let Some(rt) = runtime("fairshare replay") else {
+                return ExitCode::FAILURE;
+            };
+            match rt.block_on(crate::sim::replay::replay(&args)) {
+                Ok(summary) => {
+                    println!("{}", summary.table);
+                    if summary.all_succeeded() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("fairshare replay: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Migrate { config } => {
+            let settings = match load(config.as_ref()) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            telemetry::init(&settings.telemetry);
+            let Some(rt) = runtime("fairshare") else {
+                return ExitCode::FAILURE;
+            };
+            match rt.block_on(async {
+                let db = store::connect(&settings.database).await?;
+                store::migrate(&db).await
+            }) {
+                Ok(()) => {
+                    eprintln!("fairshare: migrations applied");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("fairshare: migration failed: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
