@@ -86,21 +86,25 @@ struct SimulateCli {
     /// fairshare, fifo or gateway-loop (default: compare all three).
     #[arg(long)]
     policy: Option<crate::sim::SimPolicy>,
-    /// Half-life of decayed usage, e.g. "1h"; "0s" turns history off.
-    #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
-    half_life: std::time::Duration,
-    /// Starvation guard, e.g. "5m"; "off" disables it (no reservation).
-    #[arg(long, default_value = "5m", value_parser = crate::sim::run::parse_starvation_guard)]
-    starvation_guard: f64,
+    /// Half-life of decayed usage, e.g. "1h"; "0s" turns history off (default: the
+    /// service's scheduler.usage_half_life).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    half_life: Option<std::time::Duration>,
+    /// Starvation guard, e.g. "5m"; "off" disables it (no reservation) (default: the
+    /// service's scheduler.starvation_guard).
+    #[arg(long, value_parser = crate::sim::run::parse_starvation_guard)]
+    starvation_guard: Option<f64>,
     /// Strict fair-share order: stop at the first head that does not fit.
     #[arg(long)]
     no_backfill: bool,
-    /// Weight of the age term (fairshare policy), in dominant-share units.
-    #[arg(long, default_value_t = crate::policy::DEFAULT_AGE_WEIGHT)]
-    age_weight: f64,
-    /// Age at which the age term saturates, e.g. "1day".
-    #[arg(long, default_value = "1day", value_parser = humantime::parse_duration)]
-    max_age: std::time::Duration,
+    /// Weight of the age term (fairshare policy), in dominant-share units (default:
+    /// the service's scheduler.age_weight).
+    #[arg(long)]
+    age_weight: Option<f64>,
+    /// Age at which the age term saturates, e.g. "1day" (default: the service's
+    /// scheduler.max_age).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    max_age: Option<std::time::Duration>,
     /// Cap on each user's running jobs (fairshare policy).
     #[arg(long)]
     max_running_jobs: Option<u32>,
@@ -165,11 +169,20 @@ pub fn run() -> ExitCode {
             let mut args = crate::sim::SimulateArgs::new(a.trace);
             args.cpus = a.cpus;
             args.policy = a.policy;
-            args.half_life_s = a.half_life.as_secs_f64();
-            args.starvation_guard_s = a.starvation_guard;
+            // Unset options keep the service's defaults (SimulateArgs::new).
+            if let Some(h) = a.half_life {
+                args.half_life_s = h.as_secs_f64();
+            }
+            if let Some(g) = a.starvation_guard {
+                args.starvation_guard_s = g;
+            }
             args.backfill = !a.no_backfill;
-            args.age_weight = a.age_weight;
-            args.max_age_s = a.max_age.as_secs_f64();
+            if let Some(w) = a.age_weight {
+                args.age_weight = w;
+            }
+            if let Some(m) = a.max_age {
+                args.max_age_s = m.as_secs_f64();
+            }
             args.max_running_jobs = a.max_running_jobs;
             args.weights = a.weights;
             args.limit = a.limit;

@@ -106,6 +106,20 @@ pub struct ClusterSettings {
     pub address: String,
 }
 
+impl SchedulerSettings {
+    /// The policy's knobs from these settings (seconds for durations).
+    #[must_use]
+    pub fn policy(&self) -> crate::policy::PolicyConfig {
+        crate::policy::PolicyConfig {
+            usage_half_life: self.usage_half_life.as_secs_f64(),
+            starvation_guard: self.starvation_guard.as_secs_f64(),
+            backfill: self.backfill,
+            age_weight: self.age_weight,
+            max_age: self.max_age.as_secs_f64(),
+        }
+    }
+}
+
 /// `[monitor]`.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -210,6 +224,15 @@ pub enum LogFormat {
 }
 
 impl Settings {
+    /// The compiled-in defaults (`config/default.toml`), the one place each key's
+    /// default is written. The file is checked by this module's tests, so it always
+    /// parses.
+    #[must_use]
+    pub fn defaults() -> Settings {
+        Settings::load_with_env(None, Vec::<(String, String)>::new())
+            .expect("config/default.toml is valid (checked by the tests)")
+    }
+
     /// Loads defaults, then `file` (if any), then `FAIRSHARE__*` environment variables.
     ///
     /// Errors: [`ConfigError::Source`] for an unreadable file, [`ConfigError::Invalid`]

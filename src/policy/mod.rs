@@ -30,7 +30,7 @@
 //! - **Age term** `g_u = a · min(age_u / M, 1)` ([`age_term`]), where
 //!   `age_u = now − submitted_at` of the user's effective head (seconds), `a =`
 //!   [`PolicyConfig::age_weight`] (in dominant-share units, default
-//!   [`DEFAULT_AGE_WEIGHT`] = 0.2) and `M =` [`PolicyConfig::max_age`]
+//!   `scheduler.age_weight`, 0.2 by default) and `M =` [`PolicyConfig::max_age`]
 //!   (seconds, default 1 day), like Slurm's `PriorityWeightAge` × age factor with
 //!   `PriorityMaxAge`: it grows linearly with the head's wait and saturates at
 //!   `a`, so waiting can make up for at most `a` of dominant share.
@@ -272,38 +272,11 @@ pub struct PolicyConfig {
     /// Weight `a` of the age term, in units of dominant share (0 turns it
     /// off): a user's key is lowered by `a · min(age / max_age, 1)`, where
     /// `age` is how long its effective head has waited.
-    #[serde(default)]
     pub age_weight: f64,
     /// Age `M` at which the age term saturates, seconds (Slurm's
     /// `PriorityMaxAge`). `0` or not finite turns the term off.
-    #[serde(default = "default_max_age")]
     pub max_age: Seconds,
 }
-
-/// The default `max_age`: 1 day (BENCHMARKS.md, "Age term"; Slurm's own
-/// `PriorityMaxAge` default is 7 days, under which the term hardly moves
-/// COARE's order).
-#[must_use]
-pub const fn default_max_age() -> Seconds {
-    86_400.0
-}
-
-impl Default for PolicyConfig {
-    /// The configuration defaults: half-life 1 h, starvation guard 5 min,
-    /// backfill on, age weight [`DEFAULT_AGE_WEIGHT`], max age 1 day.
-    fn default() -> Self {
-        PolicyConfig {
-            usage_half_life: 3600.0,
-            starvation_guard: 300.0,
-            backfill: true,
-            age_weight: DEFAULT_AGE_WEIGHT,
-            max_age: default_max_age(),
-        }
-    }
-}
-
-/// The default age weight (BENCHMARKS.md, "Age term": chosen by measurement).
-pub const DEFAULT_AGE_WEIGHT: f64 = 0.2;
 
 /// A decision: start `job_id` of `user` on `cluster`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -142,7 +142,7 @@ fn config() -> impl Strategy<Value = PolicyConfig> {
                 starvation_guard,
                 backfill,
                 age_weight: 0.0,
-                max_age: default_max_age(),
+                max_age: 86_400.0,
             },
         )
 }

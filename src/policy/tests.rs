@@ -121,6 +121,11 @@ fn unhealthy(mut c: ClusterView) -> ClusterView {
     c
 }
 
+/// The service's defaults (`config/default.toml`).
+fn service_defaults() -> PolicyConfig {
+    crate::config::Settings::defaults().scheduler.policy()
+}
+
 /// History off, starvation guard off, backfill on.
 fn plain() -> PolicyConfig {
     PolicyConfig {
@@ -128,7 +133,7 @@ fn plain() -> PolicyConfig {
         starvation_guard: f64::INFINITY,
         backfill: true,
         age_weight: 0.0,
-        max_age: default_max_age(),
+        max_age: 86_400.0,
     }
 }
 
@@ -1077,7 +1082,7 @@ fn no_healthy_cluster_grants_nothing_and_says_so() {
     ];
     let none: Vec<ClusterView> = Vec::new();
     for clusters in [&clusters[..], &none[..]] {
-        let outcome = run_cycle(10.0, &PolicyConfig::default(), &users, clusters, None);
+        let outcome = run_cycle(10.0, &service_defaults(), &users, clusters, None);
         assert!(outcome.grants.is_empty());
         assert_eq!(
             reason(&outcome, id(1)),
@@ -1119,7 +1124,7 @@ fn mixed_scenario() -> (Vec<UserView>, Vec<ClusterView>) {
 #[test]
 fn outcome_does_not_depend_on_the_order_of_users_or_clusters() {
     let (users, clusters) = mixed_scenario();
-    let config = PolicyConfig::default();
+    let config = service_defaults();
     let base = run_cycle(1000.0, &config, &users, &clusters, None);
     assert!(!base.grants.is_empty());
     assert_eq!(base, run_cycle(1000.0, &config, &users, &clusters, None));
@@ -1140,7 +1145,7 @@ fn outcome_does_not_depend_on_the_order_of_users_or_clusters() {
 #[test]
 fn order_lists_users_with_queued_jobs_by_key_after_the_cycle() {
     let (users, clusters) = mixed_scenario();
-    let outcome = run_cycle(1000.0, &PolicyConfig::default(), &users, &clusters, None);
+    let outcome = run_cycle(1000.0, &service_defaults(), &users, &clusters, None);
     let names: Vec<&str> = outcome.order.iter().map(|o| o.user.as_str()).collect();
     assert_eq!(names.len(), 5);
     let keys: Vec<f64> = outcome.order.iter().map(|o| quantize_key(o.key)).collect();
@@ -1279,7 +1284,7 @@ fn a_busy_cycle_of_100_users_and_10000_jobs_is_fast() {
         .map(|i| cluster(&format!("ray{i}"), cpus(500.0)))
         .collect();
     let start = std::time::Instant::now();
-    let outcome = run_cycle(1000.0, &PolicyConfig::default(), &users, &clusters, None);
+    let outcome = run_cycle(1000.0, &service_defaults(), &users, &clusters, None);
     let took = start.elapsed();
     assert!(outcome.grants.len() >= 900, "{}", outcome.grants.len());
     // Generous: unoptimized test builds on a shared, busy machine.

@@ -9,8 +9,7 @@ use serde::Serialize;
 use super::plot::{plot_shares, PlotError, PLOT_BUCKETS, PLOT_USERS};
 use super::report::{compare, Report};
 use super::simulate::{
-    simulate, top_users_by_core_seconds, SimConfig, SimOutcome, SimPolicy, DEFAULT_HALF_LIFE_S,
-    DEFAULT_SEED, DEFAULT_STARVATION_GUARD_S,
+    simulate, top_users_by_core_seconds, SimConfig, SimOutcome, SimPolicy, DEFAULT_SEED,
 };
 use super::swf::{read_trace, TraceError};
 
@@ -51,19 +50,20 @@ pub struct SimulateArgs {
 
 impl SimulateArgs {
     /// Arguments for `trace` with the defaults: capacity from the trace, all
-    /// policies, half-life 1 h, starvation guard 300 s, unlimited running
+    /// policies, the service's `[scheduler]` defaults, unlimited running
     /// jobs, weights 1, the whole trace, seed 42, no files written.
     #[must_use]
     pub fn new(trace: PathBuf) -> SimulateArgs {
+        let defaults = SimConfig::new(SimPolicy::FairShare, 1);
         SimulateArgs {
             trace,
             cpus: None,
             policy: None,
-            half_life_s: DEFAULT_HALF_LIFE_S,
-            starvation_guard_s: DEFAULT_STARVATION_GUARD_S,
-            backfill: true,
-            age_weight: crate::policy::DEFAULT_AGE_WEIGHT,
-            max_age_s: crate::policy::default_max_age(),
+            half_life_s: defaults.half_life_s,
+            starvation_guard_s: defaults.starvation_guard_s,
+            backfill: defaults.backfill,
+            age_weight: defaults.age_weight,
+            max_age_s: defaults.max_age_s,
             max_running_jobs: None,
             weights: None,
             limit: None,

@@ -149,14 +149,7 @@ pub struct FairShareArbiter {
 impl FairShareArbiter {
     /// A new arbiter; it knows the configured clusters (unhealthy until polled).
     pub fn new(settings: Arc<Settings>, db: Db, spawn_queue: QueueFactory) -> Self {
-        let s = &settings.scheduler;
-        let config = PolicyConfig {
-            usage_half_life: s.usage_half_life.as_secs_f64(),
-            starvation_guard: s.starvation_guard.as_secs_f64(),
-            backfill: s.backfill,
-            age_weight: s.age_weight,
-            max_age: s.max_age.as_secs_f64(),
-        };
+        let config = settings.scheduler.policy();
         let clusters = settings
             .clusters
             .iter()

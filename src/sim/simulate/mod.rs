@@ -83,11 +83,7 @@ pub const GATEWAY_MAX_RUNNING: u32 = 2;
 /// Default seed of the gateway loop's random user order.
 pub const DEFAULT_SEED: u64 = 42;
 
-/// Default half-life of decayed usage, seconds (the service's default, 1 h).
-pub const DEFAULT_HALF_LIFE_S: Seconds = 3600.0;
 
-/// Default starvation guard, seconds (the service's default, 5 min).
-pub const DEFAULT_STARVATION_GUARD_S: Seconds = 300.0;
 
 /// A scheduling policy the simulator can replay a trace with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -185,20 +181,21 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
-    /// A configuration with the service's defaults: half-life
-    /// [`DEFAULT_HALF_LIFE_S`], starvation guard [`DEFAULT_STARVATION_GUARD_S`],
+    /// A configuration with the service's defaults (`[scheduler]` of
+    /// `config/default.toml`: half-life, starvation guard, backfill, age term),
     /// unlimited running jobs, all weights 1, seed [`DEFAULT_SEED`], nothing
     /// recorded.
     #[must_use]
     pub fn new(policy: SimPolicy, capacity: u32) -> SimConfig {
+        let defaults = crate::config::Settings::defaults().scheduler.policy();
         SimConfig {
             policy,
             capacity,
-            half_life_s: DEFAULT_HALF_LIFE_S,
-            starvation_guard_s: DEFAULT_STARVATION_GUARD_S,
-            backfill: true,
-            age_weight: policy::DEFAULT_AGE_WEIGHT,
-            max_age_s: policy::default_max_age(),
+            half_life_s: defaults.usage_half_life,
+            starvation_guard_s: defaults.starvation_guard,
+            backfill: defaults.backfill,
+            age_weight: defaults.age_weight,
+            max_age_s: defaults.max_age,
             max_running_jobs: u32::MAX,
             weights: BTreeMap::new(),
             seed: DEFAULT_SEED,
