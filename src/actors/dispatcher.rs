@@ -116,9 +116,7 @@ async fn dispatch_one(
                     .as_ref()
                     .and_then(|v| serde_json::from_value(v.clone()).ok())
                     .unwrap_or_default(),
-                num_cpus: job.cpu,
-                num_gpus: job.gpu,
-                memory_bytes: job.memory_bytes.max(0) as u64,
+                resources: crate::store::resources_of(&job),
             };
             let outcome = submit_idempotent(&client, &submit, &budget).await;
             metrics::get()

@@ -17,7 +17,7 @@ use super::messages::{
     ArbiterHandle, Demand, Dispatch, DispatcherHandle, Enqueue, Grant, GrantDeclined, QueueHandle,
     Release, RemoveQueued,
 };
-use crate::policy::{JobId, QueuedJob, Resources};
+use crate::policy::{JobId, QueuedJob};
 
 /// Queue order: priority (higher first), submit time (microseconds), id.
 type QueueKey = (Reverse<i32>, i64, JobId);
@@ -27,11 +27,7 @@ type QueueKey = (Reverse<i32>, i64, JobId);
 pub fn summary(j: &job::Model) -> QueuedJob {
     QueuedJob {
         job_id: j.id,
-        resources: Resources {
-            cpu: j.cpu,
-            gpu: j.gpu,
-            memory_bytes: j.memory_bytes.max(0) as f64,
-        },
+        resources: crate::store::resources_of(j),
         priority: j.priority,
         submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
         // `None` here means "the configured default": the arbiter fills it in.

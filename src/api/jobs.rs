@@ -19,16 +19,8 @@ use crate::store::{self, Intake, JobFilter};
 pub const DEFAULT_PAGE: u64 = 100;
 pub const MAX_PAGE: u64 = 1000;
 
-/// Resources as stored and shown.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Deserialize, Serialize, ToSchema)]
-pub struct ResourcesOut {
-    /// Cores.
-    pub cpu: f64,
-    /// GPUs.
-    pub gpu: f64,
-    /// Bytes.
-    pub memory_bytes: u64,
-}
+/// Resources as stored and shown: cores, GPUs, whole bytes.
+pub use crate::views::Amounts as ResourcesOut;
 
 /// A job as the API shows it. `runtime_env` is not shown: it may hold secrets.
 #[derive(Debug, Serialize, ToSchema)]
@@ -62,6 +54,7 @@ pub struct JobView {
 impl JobView {
     /// The view of `j` without the queue fields.
     pub fn from_model(j: job::Model) -> Self {
+        let resources = store::resources_of(&j).into();
         JobView {
             id: j.id,
             user: j.user_id,
@@ -69,11 +62,7 @@ impl JobView {
             status: j.status,
             priority: j.priority,
             entrypoint: j.entrypoint,
-            resources: ResourcesOut {
-                cpu: j.cpu,
-                gpu: j.gpu,
-                memory_bytes: j.memory_bytes.max(0) as u64,
-            },
+            resources,
             metadata: j.metadata,
             max_runtime_s: j.max_runtime_s,
             submitted_at: j.submitted_at,
@@ -165,11 +154,7 @@ pub async fn submit(
     let new = request.into_new_job()?;
     tracing::Span::current().record("user", new.user.as_str());
     if let Some(s) = &state.scheduler {
-        let request = crate::policy::Resources {
-            cpu: new.cpu,
-            gpu: new.gpu,
-            memory_bytes: new.memory_bytes.max(0) as f64,
-        };
+        let request = crate::policy::Resources::new(new.cpu, new.gpu, new.memory_bytes as f64);
         if s.fits_some_cluster(request).await == Some(false) {
             return Err(ApiError::invalid(
                 "resources",

@@ -29,7 +29,7 @@ impl Modify for BearerAuth {
         system::scheduler, system::metrics, system::healthz, system::readyz, document,
     ),
     components(schemas(
-        error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, jobs::ResourcesOut,
+        error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, crate::views::Amounts,
         jobs::JobView, jobs::JobPage, jobs::LogsView, users::UserView, users::UserUpdate, users::ResourceLimit,
         users::Empty, system::Health, crate::views::SchedulerView,
     )),

@@ -161,11 +161,7 @@ fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
         max_queued_jobs: u.max_queued_jobs,
         queued,
         running,
-        allocation: ResourcesOut {
-            cpu: live.allocation.cpu,
-            gpu: live.allocation.gpu,
-            memory_bytes: crate::views::bytes(live.allocation.memory_bytes),
-        },
+        allocation: live.allocation.into(),
         share: live.share,
         usage: live.usage,
         key: live.key,

@@ -121,9 +121,9 @@ impl RayClient {
             submission_id: &job.submission_id,
             runtime_env: job.runtime_env.as_ref(),
             metadata: &job.metadata,
-            entrypoint_num_cpus: job.num_cpus,
-            entrypoint_num_gpus: job.num_gpus,
-            entrypoint_memory: job.memory_bytes,
+            entrypoint_num_cpus: job.resources.cpu,
+            entrypoint_num_gpus: job.resources.gpu,
+            entrypoint_memory: crate::views::bytes(job.resources.memory_bytes),
         };
         let endpoint = "POST /api/jobs/";
         let request = self.http.post(self.url(&["api", "jobs", ""])).json(&body);
@@ -247,16 +247,8 @@ impl RayClient {
         let (gpu_used, gpu_total) = pair("GPU")?;
         let (mem_used, mem_total) = pair("memory")?;
         Ok(ClusterUsage {
-            total: RayResources {
-                cpu: cpu_total,
-                gpu: gpu_total,
-                memory_bytes: mem_total,
-            },
-            used: RayResources {
-                cpu: cpu_used,
-                gpu: gpu_used,
-                memory_bytes: mem_used,
-            },
+            total: RayResources::new(cpu_total, gpu_total, mem_total),
+            used: RayResources::new(cpu_used, gpu_used, mem_used),
         })
     }
 

@@ -56,16 +56,10 @@ const TRACEBACK_HEADER: &str = "Traceback (most recent call last):";
 // Types
 // ---------------------------------------------------------------------------
 
-/// An amount of each resource the scheduler tracks.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct RayResources {
-    /// CPU, in cores (fractions allowed).
-    pub cpu: f64,
-    /// GPU, in devices (fractions allowed).
-    pub gpu: f64,
-    /// Memory, in bytes (Ray's `memory` resource, not the object store).
-    pub memory_bytes: f64,
-}
+/// An amount of each resource the scheduler tracks: the policy's [`Resources`] (CPU
+/// in cores, GPU in devices, memory in bytes — Ray's `memory` resource, not the
+/// object store), one type from the policy to Ray.
+pub use crate::policy::Resources as RayResources;
 
 /// Capacity and usage of a whole Ray cluster, as reported by `GET /api/cluster_status`.
 ///
@@ -95,14 +89,10 @@ pub struct SubmitJob {
     pub runtime_env: Option<serde_json::Value>,
     /// Ray job metadata (string values only, as Ray requires).
     pub metadata: BTreeMap<String, String>,
-    /// CPU cores reserved for the entrypoint (`entrypoint_num_cpus`; omitted when 0,
-    /// which is Ray's default).
-    pub num_cpus: f64,
-    /// GPUs reserved for the entrypoint (`entrypoint_num_gpus`; omitted when 0).
-    pub num_gpus: f64,
-    /// Memory reserved for the entrypoint, in bytes (`entrypoint_memory`; omitted
-    /// when 0).
-    pub memory_bytes: u64,
+    /// What the entrypoint reserves: cores (`entrypoint_num_cpus`), GPUs
+    /// (`entrypoint_num_gpus`) and bytes (`entrypoint_memory`, sent as a whole
+    /// number); each omitted when 0, which is Ray's default.
+    pub resources: RayResources,
 }
 
 /// What [`RayClient::submit`] achieved.

@@ -57,9 +57,7 @@ fn job(id: &str) -> SubmitJob {
         entrypoint: "python train.py --epochs 3".to_owned(),
         runtime_env: None,
         metadata: BTreeMap::new(),
-        num_cpus: 1.0,
-        num_gpus: 0.0,
-        memory_bytes: 0,
+        resources: RayResources::new(1.0, 0.0, 0.0),
     }
 }
 
@@ -142,9 +140,7 @@ async fn submit_sends_rays_field_names_and_returns_submitted() {
         ("user".to_owned(), "alice".to_owned()),
         ("fairshare_job".to_owned(), "job-1".to_owned()),
     ]);
-    job.num_cpus = 2.0;
-    job.num_gpus = 0.5;
-    job.memory_bytes = 1 << 30;
+    job.resources = RayResources::new(2.0, 0.5, f64::from(1u32 << 30));
 
     let outcome = client(&server).submit(&job).await;
 
@@ -191,7 +187,7 @@ async fn submit_omits_absent_runtime_env_and_zero_resources() {
         .mount(&server)
         .await;
     let mut job = job("job-2");
-    job.num_cpus = 0.0;
+    job.resources.cpu = 0.0;
 
     let outcome = client(&server).submit(&job).await;
 

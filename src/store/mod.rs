@@ -306,6 +306,13 @@ pub async fn queue_position(db: &Db, j: &job::Model) -> Result<u64, DbErr> {
     Ok(ahead + 1)
 }
 
+/// A job row's request as the policy counts it: cores, GPUs, bytes (the one place a
+/// row's resources are converted; a negative byte count, which intake never stores,
+/// counts as 0).
+pub fn resources_of(j: &job::Model) -> crate::policy::Resources {
+    crate::policy::Resources::new(j.cpu, j.gpu, j.memory_bytes.max(0) as f64)
+}
+
 /// What [`apply`] did.
 #[derive(Clone, Debug)]
 pub enum Applied {

@@ -33,7 +33,7 @@ use crate::metrics;
 use crate::policy::{JobId, Resources};
 use crate::ray::{error_chain, RayClient};
 use crate::store::{Applied, Db};
-use poll::{poll_cluster, to_resources, ClusterPoll, Outcome};
+use poll::{poll_cluster, ClusterPoll, Outcome};
 
 /// How long to wait before asking Ray again to stop a job that has not stopped.
 pub(super) const STOP_RETRY: Duration = Duration::from_secs(10);
@@ -187,12 +187,12 @@ impl RayCapacityMonitor {
         let used = match (&r.usage, error) {
             (Ok(u), None) => {
                 health.failures = 0;
-                health.total = to_resources(u.total);
+                health.total = u.total;
                 health.healthy = health.hold_until.is_none_or(|t| Instant::now() >= t);
                 if health.healthy {
                     health.last_warned = None;
                 }
-                Some(to_resources(u.used))
+                Some(u.used)
             }
             (_, error) => {
                 health.failures = health.failures.saturating_add(1);

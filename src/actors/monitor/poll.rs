@@ -9,7 +9,7 @@ use entity::JobStatus;
 use super::{Retiring, Tracked, STOP_RETRY};
 use crate::lifecycle::{self, Limits};
 use crate::metrics;
-use crate::policy::{JobId, Resources};
+use crate::policy::JobId;
 use crate::ray::{ClusterUsage, RayClient, RayError, RayJob, RayJobStatus};
 use crate::store::{self, Applied, Db};
 
@@ -31,14 +31,6 @@ pub(super) struct ClusterPoll {
     pub(super) jobs: Result<(), RayError>,
     pub(super) current: Vec<(JobId, Outcome)>,
     pub(super) retiring: Vec<(JobId, Outcome)>,
-}
-
-pub(super) fn to_resources(r: crate::ray::RayResources) -> Resources {
-    Resources {
-        cpu: r.cpu,
-        gpu: r.gpu,
-        memory_bytes: r.memory_bytes,
-    }
 }
 
 fn count(cluster: &str, endpoint: &str, r: &Result<impl Sized, RayError>) {

@@ -83,8 +83,6 @@ pub const GATEWAY_MAX_RUNNING: u32 = 2;
 /// Default seed of the gateway loop's random user order.
 pub const DEFAULT_SEED: u64 = 42;
 
-
-
 /// A scheduling policy the simulator can replay a trace with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum SimPolicy {
