@@ -267,39 +267,75 @@ pub fn db_error() {
     get().db_errors.inc();
 }
 
-/// Counts what a lifecycle step names ([`crate::lifecycle::Metric`]); `cluster` labels
-/// dispatch counters.
-pub fn count(metric: crate::lifecycle::Metric, cluster: Option<&str>) {
-    use crate::lifecycle::Metric;
-    let m = get();
-    let cluster = cluster.unwrap_or("");
-    match metric {
-        Metric::Dispatched => m.jobs_dispatched.with_label_values(&[cluster]).inc(),
-        Metric::Finished(status) => m.jobs_finished.with_label_values(&[status.as_str()]).inc(),
-        Metric::Requeued => m
-            .dispatch_failures
-            .with_label_values(&[cluster, "not_ready"])
-            .inc(),
-        Metric::PendingTimeout => m.pending_timeouts.inc(),
+impl Metrics {
+    /// Counts what a lifecycle step names ([`crate::lifecycle::Metric`]); `cluster`
+    /// labels dispatch counters.
+    pub fn count(&self, metric: crate::lifecycle::Metric, cluster: Option<&str>) {
+        use crate::lifecycle::Metric;
+        let cluster = cluster.unwrap_or("");
+        match metric {
+            Metric::Dispatched => self.jobs_dispatched.with_label_values(&[cluster]).inc(),
+            Metric::Finished(status) => self
+                .jobs_finished
+                .with_label_values(&[status.as_str()])
+                .inc(),
+            Metric::Requeued => self
+                .dispatch_failures
+                .with_label_values(&[cluster, "not_ready"])
+                .inc(),
+            Metric::PendingTimeout => self.pending_timeouts.inc(),
+        }
+    }
+
+    /// The Prometheus text exposition of this registry.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        let families = self.registry.gather();
+        if let Err(e) = TextEncoder::new().encode(&families, &mut buf) {
+            tracing::error!(error = %e, "cannot encode metrics");
+        }
+        String::from_utf8(buf).unwrap_or_default()
     }
 }
 
-/// The Prometheus text exposition of every metric.
+/// Counts what a lifecycle step names, in the process's registry.
+pub fn count(metric: crate::lifecycle::Metric, cluster: Option<&str>) {
+    get().count(metric, cluster);
+}
+
+/// The Prometheus text exposition of every metric of the process.
 pub fn render() -> String {
-    let mut buf = Vec::new();
-    let families = get().registry.gather();
-    if let Err(e) = TextEncoder::new().encode(&families, &mut buf) {
-        tracing::error!(error = %e, "cannot encode metrics");
-    }
-    String::from_utf8(buf).unwrap_or_default()
+    get().render()
 }
 
 #[cfg(test)]
 mod tests {
+    use entity::JobStatus;
+
+    use crate::lifecycle::Metric;
+
+    /// A registry of its own, so that the counts below are exact whatever other
+    /// tests in this process do.
     #[test]
-    fn metric_definitions_are_valid_and_render() {
-        assert!(super::build().is_ok());
-        let text = super::render();
-        assert!(text.contains("fairshare_build_info"), "{text}");
+    fn lifecycle_metrics_count_exactly_what_the_steps_name() {
+        let m = super::build().expect("valid metric definitions");
+        m.count(Metric::Dispatched, Some("a"));
+        m.count(Metric::Dispatched, Some("a"));
+        m.count(Metric::Finished(JobStatus::Stopped), None);
+        m.count(Metric::PendingTimeout, None);
+        m.count(Metric::Requeued, Some("b"));
+        let text = m.render();
+        for line in [
+            "fairshare_jobs_dispatched_total{cluster=\"a\"} 2",
+            "fairshare_jobs_finished_total{status=\"STOPPED\"} 1",
+            "fairshare_pending_timeouts_total 1",
+            "fairshare_dispatch_failures_total{cluster=\"b\",reason=\"not_ready\"} 1",
+            "fairshare_build_info{version=\"0.1.0\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
     }
 }

@@ -206,7 +206,7 @@ async fn a_job_ray_holds_pending_goes_back_to_the_queue_and_frees_its_users_slot
         "{details:?}"
     );
     let m = app.metrics().await;
-    assert_eq!(metric(&m, "fairshare_pending_timeouts_total"), 1.0);
+    assert!(metric(&m, "fairshare_pending_timeouts_total") >= 1.0);
 }
 
 #[actix_web::test]
