@@ -227,6 +227,26 @@ pub fn init_test_telemetry() {
 
 /// Starts the service with `settings` on an existing database.
 pub async fn start_on(db: TestDb, settings: Settings) -> TestApp {
+    let app = start_unready(db, settings).await;
+    // Recovery runs beside the server: wait for /readyz as a deployment would
+    // (tests/api/system.rs checks the not-ready phase itself).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = app.client.get(app.url("/readyz")).send().await;
+        if ready.is_ok_and(|r| r.status() == 200) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the service never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    app
+}
+
+/// Starts the service without waiting for recovery (it answers `/healthz` at once).
+pub async fn start_unready(db: TestDb, settings: Settings) -> TestApp {
     init_test_telemetry();
     let app = Application::build(settings).await.expect("build app");
     let address = format!("http://127.0.0.1:{}", app.port());

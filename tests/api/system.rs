@@ -25,6 +25,74 @@ async fn readyz_reports_ready_after_recovery_and_healthz_is_alive() {
 }
 
 #[actix_web::test]
+async fn a_restart_with_many_queued_jobs_is_alive_at_once_and_counts_each_job_once() {
+    use crate::helpers::{start_unready, test_settings, TestDb};
+    // 20,000 queued jobs of 20 users, committed as the intake writer would.
+    let db = TestDb::new(Db::Sqlite).await.unwrap();
+    let conn = crate::jobs::connect(&db.url).await;
+    fairshare::store::migrate(&conn).await.unwrap();
+    for batch in 0..20 {
+        let jobs = (0..1000)
+            .map(|i| fairshare::store::NewJob {
+                user: format!("u{}", i % 20),
+                external_id: Some(format!("b{batch}-{i}")),
+                priority: 0,
+                entrypoint: "echo".into(),
+                runtime_env: None,
+                metadata: None,
+                cpu: 1.0,
+                gpu: 0.0,
+                memory_bytes: 0,
+                max_runtime_s: None,
+            })
+            .collect();
+        for answer in fairshare::store::submit_batch(&conn, jobs, 1_000_000).await {
+            answer.unwrap();
+        }
+    }
+    conn.close().await.unwrap();
+    let url = db.url.clone();
+    let app = start_unready(db, test_settings(&url)).await;
+    let r = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "alive before the queues are loaded");
+    // A job submitted while recovery may still be loading counts once.
+    app.submit("u0", json!({"external_id": "during-load"}))
+        .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let r = app.client.get(app.url("/readyz")).send().await.unwrap();
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 503);
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("recovery"),
+            "{body}"
+        );
+        assert!(std::time::Instant::now() < deadline, "never ready");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let s: serde_json::Value = app
+        .get("/v1/scheduler", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(s["queued_jobs"], 20_001, "{}", s["queued_jobs"]);
+    let u: serde_json::Value = app
+        .get("/v1/users/u0", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(u["queued"], 1_001);
+}
+
+#[actix_web::test]
 async fn every_response_carries_a_request_id_and_echoes_the_callers() {
     let Some(app) = spawn_app(Db::Sqlite).await else {
         return;
