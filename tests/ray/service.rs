@@ -24,7 +24,7 @@ impl Service {
         let config = dir.join("fairshare.toml");
         let toml = format!(
             "[server]\nbind = \"127.0.0.1:{port}\"\n[database]\nurl = \"{db_url}\"\n\
-             [monitor]\npoll_interval = \"250ms\"\n[scheduler]\ntick = \"1s\"\n{extra_toml}\n\
+             [monitor]\npoll_interval = \"250ms\"\nusage_report_lag = \"1500ms\"\n[scheduler]\ntick = \"1s\"\n{extra_toml}\n\
              [[clusters]]\nname = \"local\"\naddress = \"{ray_dashboard}\"\n"
         );
         std::fs::write(&config, toml).unwrap();
