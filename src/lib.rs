@@ -19,12 +19,15 @@
 //! - [`config`]: typed settings (`config` crate); [`telemetry`]: `tracing` setup;
 //!   [`metrics`]: Prometheus metrics.
 //! - [`sim`]: SWF traces, the discrete-event simulator and baselines, live replay.
+//! - [`leadership`]: the lease among replicas on PostgreSQL, fencing terms, the
+//!   followers' hand-over to the leader; the SQLite single-replica lock.
 //! - [`app`]: wires everything into a running service.
 
 pub mod actors;
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod leadership;
 pub mod lifecycle;
 pub mod metrics;
 pub mod policy;

@@ -47,6 +47,17 @@ pub struct Metrics {
     pub pending_timeouts: IntCounter,
     /// Our jobs that Ray lists as PENDING now, per cluster.
     pub ray_pending_jobs: IntGaugeVec,
+    /// 1 on the replica that leads (DESIGN §10), 0 on followers; labelled with the
+    /// leader's replica id as this replica last read it.
+    pub leader: IntGaugeVec,
+    /// The fencing term of the current leadership, as this replica last read it.
+    pub lease_term: IntGauge,
+    /// Unix time (seconds) at which the current leader took the lease.
+    pub leader_since: Gauge,
+    /// Times this replica became leader.
+    pub leader_takeovers: IntCounter,
+    /// Writes `store::apply` refused because the writer's term was stale.
+    pub fenced_writes: IntCounter,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -220,6 +231,29 @@ fn build() -> Result<Metrics, prometheus::Error> {
                 "This service's jobs that Ray lists as PENDING (accepted, waiting for resources)."
             ),
             &["cluster"]
+        )?),
+        leader: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_leader",
+                "1 if this replica leads (runs the arbiter, dispatcher and monitor), else 0; label: the leader's replica id."
+            ),
+            &["leader"]
+        )?),
+        lease_term: reg!(IntGauge::new(
+            "fairshare_lease_term",
+            "Fencing term of the current leadership (increments on every takeover)."
+        )?),
+        leader_since: reg!(Gauge::new(
+            "fairshare_leader_since_seconds",
+            "Unix time at which the current leader took the lease."
+        )?),
+        leader_takeovers: reg!(IntCounter::new(
+            "fairshare_leader_takeovers_total",
+            "Times this replica took the lease and ran recovery."
+        )?),
+        fenced_writes: reg!(IntCounter::new(
+            "fairshare_fenced_writes_total",
+            "Job status writes refused because the writer no longer held the lease term."
         )?),
         registry,
     };

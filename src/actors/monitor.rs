@@ -30,7 +30,7 @@ use crate::lifecycle::{self, Limits, RayCall};
 use crate::metrics;
 use crate::policy::{JobId, Resources};
 use crate::ray::{error_chain, ClusterUsage, RayClient, RayError, RayJob, RayJobStatus};
-use crate::store::{self, Applied, Db};
+use crate::store::{self, Applied, Db, Fence};
 
 /// How long to wait before asking Ray again to stop a job that has not stopped.
 const STOP_RETRY: Duration = Duration::from_secs(10);
@@ -69,6 +69,8 @@ pub struct PollNow;
 pub struct RayCapacityMonitor {
     settings: Arc<Settings>,
     db: Db,
+    /// Carried into every `store::apply` (DESIGN §10).
+    fence: Fence,
     clients: Arc<BTreeMap<String, RayClient>>,
     arbiter: ArbiterHandle,
     dispatcher: DispatcherHandle,
@@ -124,6 +126,7 @@ fn stop_due(sent: Option<Instant>) -> bool {
 /// What the poll decides for one tracked current attempt.
 async fn follow(
     db: &Db,
+    fence: &Fence,
     client: &RayClient,
     t: &Tracked,
     cluster: &str,
@@ -160,7 +163,7 @@ async fn follow(
     );
     if let Some(event) = event {
         return Ok(Outcome::Applied(Box::new(
-            store::apply(db, t.job.id, &event).await?,
+            store::apply(db, fence, t.job.id, &event).await?,
         )));
     }
     Ok(match ray {
@@ -185,6 +188,7 @@ async fn follow(
 #[tracing::instrument(skip_all, fields(cluster = %name))]
 async fn poll_cluster(
     db: Db,
+    fence: Fence,
     name: String,
     client: RayClient,
     jobs: Vec<(Tracked, Limits)>,
@@ -214,7 +218,7 @@ async fn poll_cluster(
     for (t, limits) in jobs {
         let sid = lifecycle::submission_id(t.job.id, t.job.attempt.max(1) as u32);
         let listed = by_id.get(sid.as_str()).copied();
-        match follow(&db, &client, &t, &poll.name, listed, &limits).await {
+        match follow(&db, &fence, &client, &t, &poll.name, listed, &limits).await {
             Ok(o) => poll.current.push((t.job.id, o)),
             Err(e) => {
                 metrics::db_error();
@@ -226,7 +230,7 @@ async fn poll_cluster(
         let sid = lifecycle::submission_id(r.msg.job_id, r.msg.attempt);
         let ray = by_id.get(sid.as_str()).copied();
         let outcome = match lifecycle::observe_retiring(ray) {
-            Some(event) => store::apply(&db, r.msg.job_id, &event)
+            Some(event) => store::apply(&db, &fence, r.msg.job_id, &event)
                 .await
                 .map(|a| Outcome::Applied(Box::new(a))),
             None if stop_due(r.stop_sent_at) => Ok(Outcome::StopDue(sid)),
@@ -251,6 +255,7 @@ impl RayCapacityMonitor {
     pub fn new(
         settings: Arc<Settings>,
         db: Db,
+        fence: Fence,
         clients: Arc<BTreeMap<String, RayClient>>,
         arbiter: ArbiterHandle,
         dispatcher: DispatcherHandle,
@@ -262,6 +267,7 @@ impl RayCapacityMonitor {
         RayCapacityMonitor {
             settings,
             db,
+            fence,
             clients,
             arbiter,
             dispatcher,
@@ -307,6 +313,7 @@ impl RayCapacityMonitor {
                     .collect();
                 poll_cluster(
                     self.db.clone(),
+                    self.fence.clone(),
                     name.clone(),
                     client.clone(),
                     jobs,
@@ -544,6 +551,14 @@ impl Handler<PollNow> for RayCapacityMonitor {
 
     fn handle(&mut self, _: PollNow, ctx: &mut Context<Self>) {
         self.poll(ctx);
+    }
+}
+
+impl Handler<super::messages::Halt> for RayCapacityMonitor {
+    type Result = ();
+
+    fn handle(&mut self, _: super::messages::Halt, ctx: &mut Context<Self>) {
+        actix::ActorContext::stop(ctx);
     }
 }
 

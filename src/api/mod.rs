@@ -16,6 +16,7 @@ use actix_web::{web, HttpResponse};
 
 use crate::actors::Scheduler;
 use crate::config::Settings;
+use crate::leadership::Leadership;
 use crate::store::Db;
 pub use auth::Auth;
 pub use error::ApiError;
@@ -26,8 +27,15 @@ pub struct AppState {
     pub db: Db,
     pub settings: Arc<Settings>,
     pub auth: Auth,
-    /// The scheduler's actors; `None` only in tests of the bare API.
-    pub scheduler: Option<Scheduler>,
+    /// Who leads; the scheduler's actors while this replica does (DESIGN §10).
+    pub leadership: Leadership,
+}
+
+impl AppState {
+    /// The scheduler's actors while this replica leads; `None` on a follower.
+    pub fn scheduler(&self) -> Option<Scheduler> {
+        self.leadership.scheduler()
+    }
 }
 
 async fn not_found() -> Result<HttpResponse, ApiError> {

@@ -111,7 +111,7 @@ async fn user_view(
         .filter(|(_, s, _)| s.is_outstanding())
         .map(|(_, _, n)| *n as u64)
         .sum();
-    let live = match &state.scheduler {
+    let live = match state.scheduler() {
         Some(s) => s.user_state(&u.id).await,
         None => None,
     };
@@ -287,8 +287,9 @@ pub async fn put(
 async fn apply(state: &AppState, id: &str, patch: UserPatch) -> Result<HttpResponse, ApiError> {
     let u = store::upsert_user(&state.db, id, patch).await?;
     tracing::info!(weight = u.weight, paused = u.paused, "user updated");
-    if let Some(s) = &state.scheduler {
-        s.user_changed(&u).await;
+    match state.scheduler() {
+        Some(s) => s.user_changed(&u).await,
+        None => state.leadership.hand_over(&format!("user:{}", u.id)).await,
     }
     let counts = store::status_counts(&state.db).await?;
     Ok(HttpResponse::Ok().json(user_view(state, u, &counts).await))

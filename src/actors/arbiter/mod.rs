@@ -84,6 +84,18 @@ pub struct RefreshMetrics;
 #[rtype(result = "()")]
 pub struct FlushUsage;
 
+/// A QUEUED job another replica committed (DESIGN §10): queued unless this arbiter
+/// has queued or granted it before.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EnqueueIfNew(pub Enqueue);
+
+/// Ask for the jobs counted as QUEUED (the leader's catch-up compares them with the
+/// database, DESIGN §10).
+#[derive(Message)]
+#[rtype(result = "Vec<(String, JobId)>")]
+pub struct QueuedIds;
+
 /// The arbiter.
 pub struct FairShareArbiter {
     settings: Arc<Settings>,
@@ -103,6 +115,12 @@ pub struct FairShareArbiter {
     cycles: u64,
     cycle_requested: bool,
     ready: bool,
+    /// Jobs counted in their user's `queued` (so counting is idempotent).
+    queued_ids: HashMap<JobId, String>,
+    /// Each user's usage as last written.
+    saved_usage: HashMap<String, f64>,
+    /// Every job this arbiter has queued ([`EnqueueIfNew`] skips them).
+    seen: HashSet<JobId>,
 }
 
 impl FairShareArbiter {
@@ -135,6 +153,9 @@ impl FairShareArbiter {
             cycles: 0,
             cycle_requested: false,
             ready: false,
+            queued_ids: HashMap::new(),
+            saved_usage: HashMap::new(),
+            seen: HashSet::new(),
         }
     }
 
@@ -200,7 +221,14 @@ impl FairShareArbiter {
 
     /// Adds a QUEUED job to its user's queue and count.
     fn enqueue(&mut self, user: &str, job: QueuedJob, held: bool) {
-        self.entry(user).queued += 1;
+        self.seen.insert(job.job_id);
+        if self
+            .queued_ids
+            .insert(job.job_id, user.to_string())
+            .is_none()
+        {
+            self.entry(user).queued += 1;
+        }
         self.queue_for(user).enqueue.do_send(Enqueue {
             user: user.to_string(),
             job,
@@ -362,8 +390,10 @@ impl FairShareArbiter {
                     resources: g.resources,
                 },
             );
-            if let Some(e) = self.users.get_mut(&g.user) {
-                e.queued = e.queued.saturating_sub(1);
+            if self.queued_ids.remove(&g.job_id).is_some() {
+                if let Some(e) = self.users.get_mut(&g.user) {
+                    e.queued = e.queued.saturating_sub(1);
+                }
             }
             self.queue_for(&g.user).grant.do_send(Grant {
                 job_id: g.job_id,
@@ -410,13 +440,20 @@ impl FairShareArbiter {
         });
     }
 
-    /// Writes every user's decayed usage and its timestamp, so a restart keeps them.
-    fn save_usage(&self) -> impl std::future::Future<Output = ()> + 'static {
+    /// Writes every user's decayed usage and its timestamp, so a restart (or the next
+    /// leader) keeps them; a user whose usage has not changed since the last write is
+    /// skipped (equal usage means it is 0, where the time does not matter, or was not
+    /// brought forward).
+    fn save_usage(&mut self) -> impl std::future::Future<Output = ()> + 'static {
         let rows: Vec<(String, f64, f64)> = self
             .users
             .iter()
+            .filter(|(id, e)| self.saved_usage.get(*id) != Some(&e.usage))
             .map(|(id, e)| (id.clone(), e.usage, e.usage_at))
             .collect();
+        for (id, usage, _) in &rows {
+            self.saved_usage.insert(id.clone(), *usage);
+        }
         let db = self.db.clone();
         async move {
             for (id, usage, at) in rows {
@@ -488,15 +525,49 @@ impl Handler<Enqueue> for FairShareArbiter {
     }
 }
 
+impl Handler<EnqueueIfNew> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, msg: EnqueueIfNew, ctx: &mut Context<Self>) {
+        let id = msg.0.job.job_id;
+        if self.seen.contains(&id) || self.outstanding.contains_key(&id) {
+            return;
+        }
+        self.enqueue(&msg.0.user, msg.0.job, msg.0.held);
+        self.request_cycle(ctx);
+    }
+}
+
+impl Handler<QueuedIds> for FairShareArbiter {
+    type Result = actix::MessageResult<QueuedIds>;
+
+    fn handle(&mut self, _: QueuedIds, _: &mut Context<Self>) -> Self::Result {
+        actix::MessageResult(
+            self.queued_ids
+                .iter()
+                .map(|(id, user)| (user.clone(), *id))
+                .collect(),
+        )
+    }
+}
+
+impl Handler<super::messages::Halt> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, _: super::messages::Halt, ctx: &mut Context<Self>) {
+        actix::ActorContext::stop(ctx);
+    }
+}
+
 impl Handler<RemoveQueued> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: RemoveQueued, _: &mut Context<Self>) {
-        let granted = self.outstanding.contains_key(&msg.job_id);
+        // A job granted in this instant was counted out at its grant already.
+        let counted = self.queued_ids.remove(&msg.job_id).is_some();
         if let Some(e) = self.users.get_mut(&msg.user) {
             e.window.retain(|j| j.job_id != msg.job_id);
-            // A job granted in this instant was counted out at its grant already.
-            if !granted {
+            if counted {
                 e.queued = e.queued.saturating_sub(1);
             }
         }
