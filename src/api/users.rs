@@ -334,7 +334,7 @@ async fn set_paused(
 /// jobs stay, running ones go on. Takes effect before the next cycle.
 #[utoipa::path(post, path = "/v1/users/{id}/pause", tag = "users",
     params(("id" = String, Path, description = "user id")),
-    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
 pub async fn pause(
@@ -349,7 +349,7 @@ pub async fn pause(
 /// `POST /v1/users/{id}/resume` (admin).
 #[utoipa::path(post, path = "/v1/users/{id}/resume", tag = "users",
     params(("id" = String, Path, description = "user id")),
-    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
 pub async fn resume(
