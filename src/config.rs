@@ -63,6 +63,12 @@ pub struct DatabaseSettings {
     /// Wait for a pooled connection before answering 503.
     #[serde(with = "humantime_serde")]
     pub acquire_timeout: Duration,
+    /// PostgreSQL ends a session that sits this long inside a transaction
+    /// (`idle_in_transaction_session_timeout`): a replica paused mid-write (SIGSTOP, a
+    /// frozen VM) then stops holding its locks, the lease row's among them, so a
+    /// follower can take over (DESIGN §10). Below `leadership.lease`.
+    #[serde(with = "humantime_serde")]
+    pub idle_in_transaction_timeout: Duration,
 }
 
 /// `[scheduler]`: the fair-share policy's knobs (DESIGN §2).
@@ -317,6 +323,13 @@ impl Settings {
             return invalid(
                 "leadership.lease",
                 "must be at least twice leadership.renew_every (and renew_every above 0)",
+            );
+        }
+        let idle = self.database.idle_in_transaction_timeout;
+        if idle.is_zero() || idle >= l.lease {
+            return invalid(
+                "database.idle_in_transaction_timeout",
+                "must be above 0 and below leadership.lease",
             );
         }
         if l.catch_up_every.is_zero() {

@@ -41,7 +41,8 @@ pub fn now() -> DateTime<Utc> {
 }
 
 /// Opens the database. SQLite: one connection, WAL journal, 5 s busy timeout, foreign
-/// keys on. PostgreSQL: a pool of `max_connections`.
+/// keys on. PostgreSQL: a pool of `max_connections`, whose sessions the server ends
+/// when idle inside a transaction for `idle_in_transaction_timeout`.
 pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
     let mut opts = ConnectOptions::new(settings.url.clone());
     opts.sqlx_logging(false)
@@ -59,6 +60,14 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
         });
     } else {
         opts.max_connections(settings.max_connections);
+        let idle_ms = settings
+            .idle_in_transaction_timeout
+            .as_millis()
+            .max(1)
+            .to_string();
+        opts.map_sqlx_postgres_opts(move |o| {
+            o.options([("idle_in_transaction_session_timeout", idle_ms.as_str())])
+        });
     }
     sea_orm::Database::connect(opts).await
 }
@@ -658,8 +667,8 @@ pub async fn lease_acquire(
         .query_one(Statement::from_sql_and_values(
             DatabaseBackend::Postgres,
             "UPDATE leases SET holder = $1, term = term + 1, \
-             expires_at = now() + make_interval(secs => $2), acquired_at = now() \
-             WHERE id = 1 AND (expires_at < now() \
+             expires_at = clock_timestamp() + make_interval(secs => $2), acquired_at = clock_timestamp() \
+             WHERE id = 1 AND (expires_at < clock_timestamp() \
                OR ($3 AND holder = $1 AND ($4 < 0 OR term = $4))) \
              RETURNING term, acquired_at",
             [
@@ -685,7 +694,7 @@ pub async fn lease_renew(db: &Db, holder: &str, term: i64, lease: Duration) -> R
     let res = db
         .execute(Statement::from_sql_and_values(
             DatabaseBackend::Postgres,
-            "UPDATE leases SET expires_at = now() + make_interval(secs => $3) \
+            "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $3) \
              WHERE id = 1 AND holder = $1 AND term = $2",
             [holder.into(), term.into(), lease.as_secs_f64().into()],
         ))
@@ -698,7 +707,7 @@ pub async fn lease_renew(db: &Db, holder: &str, term: i64, lease: Duration) -> R
 pub async fn lease_release(db: &Db, holder: &str, term: i64) -> Result<(), DbErr> {
     db.execute(Statement::from_sql_and_values(
         DatabaseBackend::Postgres,
-        "UPDATE leases SET expires_at = now() - interval '1 second' \
+        "UPDATE leases SET expires_at = clock_timestamp() - interval '1 second' \
          WHERE id = 1 AND holder = $1 AND term = $2",
         [holder.into(), term.into()],
     ))
@@ -711,7 +720,7 @@ pub async fn lease_state(db: &Db) -> Result<LeaseState, DbErr> {
     let r = db
         .query_one(Statement::from_string(
             DatabaseBackend::Postgres,
-            "SELECT holder, term, acquired_at, expires_at > now() AS live FROM leases WHERE id = 1",
+            "SELECT holder, term, acquired_at, expires_at > clock_timestamp() AS live FROM leases WHERE id = 1",
         ))
         .await?
         .ok_or_else(|| DbErr::RecordNotFound("leases row 1".into()))?;
