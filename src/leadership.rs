@@ -177,6 +177,7 @@ impl Leadership {
         if let Some(s) = s {
             tracing::warn!(replica = %self.inner.replica, why, "leadership: stepping down");
             s.halt();
+            metrics::clear_leader_gauges();
         }
         self.inner.status.send_modify(|st| st.scheduler = None);
         metrics::get().leader.reset();

@@ -277,6 +277,25 @@ pub fn get() -> &'static Metrics {
     &METRICS
 }
 
+/// Clears the gauges only the leader's actors keep up to date (queues, users, clusters,
+/// last cycle), so a replica that stopped leading does not report stale state next to
+/// the leader's (DESIGN §10).
+pub fn clear_leader_gauges() {
+    let m = get();
+    m.queued_jobs.reset();
+    m.running_jobs.reset();
+    m.user_dominant_share.reset();
+    m.user_weight.reset();
+    m.user_fair_share.reset();
+    m.users_paused.set(0);
+    m.cluster_capacity.reset();
+    m.cluster_used.reset();
+    m.cluster_free.reset();
+    m.cluster_healthy.reset();
+    m.ray_pending_jobs.reset();
+    m.last_cycle.set(0.0);
+}
+
 /// Counts a database error.
 pub fn db_error() {
     get().db_errors.inc();

@@ -565,6 +565,7 @@ pub async fn cancel(
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs",
     params(("id" = Uuid, Path, description = "job id")),
     responses((status = 200, body = LogsView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody, description = "the job was never dispatched, or Ray no longer has its logs"),
               (status = 503, body = ErrorBody, description = "the job's Ray cluster does not answer")),
     security(("bearer" = [])))]
 pub async fn logs(
