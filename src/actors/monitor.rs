@@ -220,6 +220,10 @@ async fn poll_cluster(
         let listed = by_id.get(sid.as_str()).copied();
         match follow(&db, &fence, &client, &t, &poll.name, listed, &limits).await {
             Ok(o) => poll.current.push((t.job.id, o)),
+            // This replica lost the lease; the new leader follows the job (DESIGN §10).
+            Err(e) if store::is_fenced(&e) => {
+                tracing::warn!(job_id = %t.job.id, error = %e, "not recording a status change: the lease is lost");
+            }
             Err(e) => {
                 metrics::db_error();
                 tracing::error!(job_id = %t.job.id, error = %e, "cannot record a status change; retried next poll");
