@@ -122,6 +122,9 @@ async fn user_view(
         Some(l) => (l.queued as u64, u64::from(l.running)),
         None => (queued, running),
     };
+    // Without live state (a follower, DESIGN §10, or a user the arbiter does not
+    // know) usage is the decayed usage the leader last saved.
+    let saved_usage = live.is_none().then_some(u.usage);
     let live = live.unwrap_or_default();
     UserView {
         effective_max_running_jobs: u
@@ -149,7 +152,7 @@ async fn user_view(
             memory_bytes: crate::views::bytes(live.allocation.memory_bytes),
         },
         share: live.share,
-        usage: live.usage,
+        usage: saved_usage.unwrap_or(live.usage),
         key: live.key,
         created_at: u.created_at,
         updated_at: u.updated_at,
