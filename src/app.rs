@@ -3,6 +3,7 @@
 
 use std::net::TcpListener;
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_http::{HttpService, Protocol};
 use actix_service::{fn_service, map_config, IntoServiceFactory, ServiceFactoryExt};
@@ -15,23 +16,30 @@ use anyhow::Context;
 use crate::actors::Scheduler;
 use crate::api::{self, AppState, Auth};
 use crate::config::Settings;
+use crate::leadership::{Leadership, SqliteLock};
 use crate::store;
 
 /// A built, not yet running, service.
 pub struct Application {
     server: Server,
     port: u16,
-    scheduler: Scheduler,
+    leadership: Leadership,
+    /// Held while the service runs on SQLite (one replica per database file).
+    sqlite_lock: Option<SqliteLock>,
 }
 
 impl Application {
-    /// Connects to the database, runs pending migrations, starts the actors (recovering
-    /// jobs from the database) and binds the HTTP listener. Must run inside an actix
-    /// System (`#[actix_web::main]` / `#[actix_web::test]`).
+    /// Connects to the database, runs pending migrations, starts leadership (DESIGN
+    /// §10: on SQLite this replica leads and recovers now; on PostgreSQL it leads and
+    /// recovers now if the lease is free, else it follows) and binds the HTTP listener.
+    /// Must run inside an actix System (`#[actix_web::main]` / `#[actix_web::test]`).
     ///
-    /// Errors: database unreachable, migration failure, address in use.
+    /// Errors: database unreachable, migration failure, address in use, another
+    /// service on the same SQLite database.
     pub async fn build(settings: Settings) -> anyhow::Result<Application> {
         let settings = Arc::new(settings);
+        // A service of this process that is stopping may still hold it for a moment.
+        let sqlite_lock = SqliteLock::take(&settings.database.url, Duration::from_secs(3)).await?;
         let db = store::connect(&settings.database)
             .await
             .with_context(|| "cannot connect to the database (database.url)")?;
@@ -41,7 +49,7 @@ impl Application {
         // Bind first: a port in use fails before any actor starts.
         let listener = TcpListener::bind(settings.server.bind)
             .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
-        let scheduler = Scheduler::start(db.clone(), settings.clone())
+        let leadership = Leadership::start(db.clone(), settings.clone())
             .await
             .context("cannot start the scheduler")?;
         let port = listener.local_addr()?.port();
@@ -51,7 +59,7 @@ impl Application {
             db,
             settings: settings.clone(),
             auth: Auth::new(settings.auth.tokens.clone()),
-            scheduler: Some(scheduler.clone()),
+            leadership: leadership.clone(),
             intake,
         };
         let addr = listener.local_addr()?;
@@ -88,11 +96,12 @@ impl Application {
                 .and_then(http)
             })?
             .run();
-        tracing::info!(bind = %settings.server.bind, port, "listening");
+        tracing::info!(bind = %settings.server.bind, port, replica = leadership.replica(), "listening");
         Ok(Application {
             server,
             port,
-            scheduler,
+            leadership,
+            sqlite_lock,
         })
     }
 
@@ -101,9 +110,14 @@ impl Application {
         self.port
     }
 
-    /// The scheduler's handle.
-    pub fn scheduler(&self) -> &Scheduler {
-        &self.scheduler
+    /// The scheduler's handle, while this replica leads.
+    pub fn scheduler(&self) -> Option<Scheduler> {
+        self.leadership.scheduler()
+    }
+
+    /// This replica's leadership.
+    pub fn leadership(&self) -> &Leadership {
+        &self.leadership
     }
 
     /// A handle that stops the HTTP server.
@@ -114,7 +128,8 @@ impl Application {
     /// Serves until the server stops (SIGINT/SIGTERM or [`ServerHandle::stop`]).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let result = self.server.await;
-        self.scheduler.shutdown().await;
+        self.leadership.shutdown().await;
+        drop(self.sqlite_lock);
         result
     }
 }

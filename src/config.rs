@@ -37,6 +37,7 @@ pub struct Settings {
     pub dispatcher: DispatcherSettings,
     pub auth: AuthSettings,
     pub telemetry: TelemetrySettings,
+    pub leadership: LeadershipSettings,
 }
 
 /// `[server]`.
@@ -62,6 +63,12 @@ pub struct DatabaseSettings {
     /// Wait for a pooled connection before answering 503.
     #[serde(with = "humantime_serde")]
     pub acquire_timeout: Duration,
+    /// PostgreSQL ends a session that sits this long inside a transaction
+    /// (`idle_in_transaction_session_timeout`): a replica paused mid-write (SIGSTOP, a
+    /// frozen VM) then stops holding its locks, the lease row's among them, so a
+    /// follower can take over (DESIGN §10). Below `leadership.lease`.
+    #[serde(with = "humantime_serde")]
+    pub idle_in_transaction_timeout: Duration,
 }
 
 /// `[scheduler]`: the fair-share policy's knobs (DESIGN §2).
@@ -215,6 +222,44 @@ pub struct TelemetrySettings {
     pub per_user_metrics_max: usize,
 }
 
+/// `[leadership]`: replicas on one PostgreSQL database elect a leader by a lease
+/// (DESIGN §10). Ignored on SQLite, which runs one replica.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeadershipSettings {
+    /// This replica's id, unique among the replicas; empty = `$HOSTNAME` (the pod name
+    /// on Kubernetes), else `<host>-<pid>`.
+    pub replica_id: String,
+    /// How long a lease lasts unless renewed; a follower takes a lapsed one.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// How often the leader renews the lease and a follower tries to take it.
+    #[serde(with = "humantime_serde")]
+    pub renew_every: Duration,
+    /// How often the leader re-reads QUEUED jobs, stops and users, in case a
+    /// notification from a follower was missed.
+    #[serde(with = "humantime_serde")]
+    pub catch_up_every: Duration,
+}
+
+impl LeadershipSettings {
+    /// The configured replica id, or `$HOSTNAME`, or `<host>-<pid>`.
+    pub fn resolved_replica_id(&self) -> String {
+        if !self.replica_id.trim().is_empty() {
+            return self.replica_id.trim().to_string();
+        }
+        match std::env::var("HOSTNAME") {
+            Ok(h) if !h.trim().is_empty() => h.trim().to_string(),
+            _ => {
+                let host = std::fs::read_to_string("/etc/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_default();
+                format!("{host}-{}", std::process::id())
+            }
+        }
+    }
+}
+
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -301,6 +346,23 @@ impl Settings {
                 "telemetry.level",
                 "must be a level (trace, debug, info, warn, error, off) or filter directives like \"fairshare=debug,info\"",
             );
+        }
+        let l = &self.leadership;
+        if l.renew_every.is_zero() || l.lease < l.renew_every * 2 {
+            return invalid(
+                "leadership.lease",
+                "must be at least twice leadership.renew_every (and renew_every above 0)",
+            );
+        }
+        let idle = self.database.idle_in_transaction_timeout;
+        if idle.is_zero() || idle >= l.lease {
+            return invalid(
+                "database.idle_in_transaction_timeout",
+                "must be above 0 and below leadership.lease",
+            );
+        }
+        if l.catch_up_every.is_zero() {
+            return invalid("leadership.catch_up_every", "must be above 0");
         }
         if self.database.max_connections == 0 {
             return invalid("database.max_connections", "must be at least 1");

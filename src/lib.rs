@@ -27,6 +27,8 @@
 //!   formatter.
 //! - [`sim`] (public): SWF traces, the discrete-event simulator and baselines, live
 //!   replay.
+//! - [`leadership`] (public): the lease among replicas on PostgreSQL, fencing terms,
+//!   the followers' hand-over to the leader; the SQLite single-replica lock.
 //! - `app` (private): wires everything into a running service ([`Application`]);
 //!   [`cli`] (public): the command line the binary runs.
 
@@ -36,6 +38,7 @@ mod app;
 pub mod cli;
 pub mod config;
 mod errors;
+pub mod leadership;
 pub mod lifecycle;
 mod metrics;
 pub mod policy;

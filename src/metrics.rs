@@ -52,6 +52,17 @@ pub struct Metrics {
     /// From the monitor seeing a job finish to the POST of the next job the freed
     /// capacity went to, seconds.
     pub finish_to_dispatch: Histogram,
+    /// 1 on the replica that leads (DESIGN §10), 0 on followers; labelled with the
+    /// leader's replica id as this replica last read it.
+    pub leader: IntGaugeVec,
+    /// The fencing term of the current leadership, as this replica last read it.
+    pub lease_term: IntGauge,
+    /// Unix time (seconds) at which the current leader took the lease.
+    pub leader_since: Gauge,
+    /// Times this replica became leader.
+    pub leader_takeovers: IntCounter,
+    /// Writes `store::apply` refused because the writer's term was stale.
+    pub fenced_writes: IntCounter,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -240,6 +251,29 @@ fn build() -> Result<Metrics, prometheus::Error> {
             ),
             &["cluster"]
         )?),
+        leader: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_leader",
+                "1 if this replica leads (runs the arbiter, dispatcher and monitor), else 0; label: the leader's replica id."
+            ),
+            &["leader"]
+        )?),
+        lease_term: reg!(IntGauge::new(
+            "fairshare_lease_term",
+            "Fencing term of the current leadership (increments on every takeover)."
+        )?),
+        leader_since: reg!(Gauge::new(
+            "fairshare_leader_since_seconds",
+            "Unix time at which the current leader took the lease."
+        )?),
+        leader_takeovers: reg!(IntCounter::new(
+            "fairshare_leader_takeovers_total",
+            "Times this replica took the lease and ran recovery."
+        )?),
+        fenced_writes: reg!(IntCounter::new(
+            "fairshare_fenced_writes_total",
+            "Job status writes refused because the writer no longer held the lease term."
+        )?),
         registry,
     };
     m.build_info
@@ -260,6 +294,25 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| match build() {
 /// The metrics.
 pub fn get() -> &'static Metrics {
     &METRICS
+}
+
+/// Clears the gauges only the leader's actors keep up to date (queues, users, clusters,
+/// last cycle), so a replica that stopped leading does not report stale state next to
+/// the leader's (DESIGN §10).
+pub fn clear_leader_gauges() {
+    let m = get();
+    m.queued_jobs.reset();
+    m.running_jobs.reset();
+    m.user_dominant_share.reset();
+    m.user_weight.reset();
+    m.user_fair_share.reset();
+    m.users_paused.set(0);
+    m.cluster_capacity.reset();
+    m.cluster_used.reset();
+    m.cluster_free.reset();
+    m.cluster_healthy.reset();
+    m.ray_pending_jobs.reset();
+    m.last_cycle.set(0.0);
 }
 
 /// Counts a database error.

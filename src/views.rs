@@ -87,10 +87,29 @@ pub struct CycleView {
     pub stopped_for: Option<uuid::Uuid>,
 }
 
-/// `GET /v1/scheduler`.
+/// Which replica leads (DESIGN §10).
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct LeadershipView {
+    /// The replica that answered this request.
+    pub replica: String,
+    /// Whether that replica leads (runs the arbiter, dispatcher and monitor).
+    pub is_leader: bool,
+    /// The leader's replica id, as this replica last read the lease; `None` while
+    /// nobody holds a live lease.
+    pub leader: Option<String>,
+    /// The fencing term of that leadership (increments on every takeover).
+    pub term: i64,
+    /// When the leader took the lease (RFC 3339).
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// `GET /v1/scheduler`. On a follower the live parts (clusters, order, cycles) are
+/// the leader's to show: they are empty, `queued_jobs`/`outstanding_jobs` come from
+/// the database, and `leadership` says which replica leads.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct SchedulerView {
     pub ready: bool,
+    pub leadership: Option<LeadershipView>,
     pub clusters: Vec<ClusterStatusView>,
     /// Users with queued jobs, in the order the next cycle would serve them.
     pub next_users: Vec<UserOrderView>,

@@ -1,10 +1,11 @@
-//! SeaORM entities of fairshare: `users`, `jobs`, `job_events` (DESIGN §6).
+//! SeaORM entities of fairshare: `users`, `jobs`, `job_events`, `leases` (DESIGN §6, §10).
 //!
 //! Timestamps are UTC (`DateTime<Utc>`); resources are in cores (`cpu`, `gpu`) and
 //! bytes (`memory_bytes`).
 
 pub mod job;
 pub mod job_event;
+pub mod lease;
 pub mod user;
 
 pub use job::JobStatus;

@@ -6,6 +6,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261130_000001_create_tables;
 mod m20261201_000002_job_attempts;
+mod m20261202_000003_leases;
 
 /// The ordered list of migrations.
 pub struct Migrator;
@@ -16,6 +17,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261130_000001_create_tables::Migration),
             Box::new(m20261201_000002_job_attempts::Migration),
+            Box::new(m20261202_000003_leases::Migration),
         ]
     }
 }

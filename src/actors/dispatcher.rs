@@ -21,11 +21,13 @@ use super::unix_now;
 use crate::lifecycle::{Event, RayCall};
 use crate::metrics;
 use crate::ray::{submit_idempotent, DispatchOutcome, RayClient, RetryBudget, SubmitJob};
-use crate::store::{self, Applied, Db};
+use crate::store::{self, Applied, Db, Fence};
 
 /// The dispatcher.
 pub struct Dispatcher {
     db: Db,
+    /// Carried into every `store::apply` (DESIGN §10).
+    fence: Fence,
     clients: Arc<BTreeMap<String, RayClient>>,
     budget: RetryBudget,
     arbiter: ArbiterHandle,
@@ -47,6 +49,7 @@ impl Dispatcher {
     pub fn new(
         settings: &crate::config::Settings,
         db: Db,
+        fence: Fence,
         clients: Arc<BTreeMap<String, RayClient>>,
         arbiter: ArbiterHandle,
         monitor: MonitorHandle,
@@ -54,6 +57,7 @@ impl Dispatcher {
         let d = &settings.dispatcher;
         Dispatcher {
             db,
+            fence,
             clients,
             budget: RetryBudget {
                 attempts: d.retry_attempts,
@@ -69,6 +73,7 @@ impl Dispatcher {
 /// Carries out one dispatch; every write is a lifecycle step through `store::apply`.
 async fn dispatch_one(
     db: Db,
+    fence: Fence,
     client: Option<RayClient>,
     budget: RetryBudget,
     msg: &Dispatch,
@@ -76,6 +81,7 @@ async fn dispatch_one(
     let id = msg.job.job_id;
     let granted = store::apply(
         &db,
+        &fence,
         id,
         &Event::Granted {
             cluster: msg.cluster.clone(),
@@ -154,7 +160,7 @@ async fn dispatch_one(
             }
         }
     };
-    Ok(match store::apply(&db, id, &event).await? {
+    Ok(match store::apply(&db, &fence, id, &event).await? {
         Applied::Changed { job, step } if job.status == entity::JobStatus::Pending => {
             tracing::info!(job_id = %id, cluster = %msg.cluster, "dispatched");
             Landed::Submitted(job, step.ray)
@@ -177,9 +183,10 @@ impl Handler<Dispatch> for Dispatcher {
     fn handle(&mut self, msg: Dispatch, ctx: &mut Context<Self>) {
         let client = self.clients.get(&msg.cluster).cloned();
         let db = self.db.clone();
+        let fence = self.fence.clone();
         let budget = self.budget;
         let fut = super::off_actor(async move {
-            let res = dispatch_one(db, client, budget, &msg).await;
+            let res = dispatch_one(db, fence, client, budget, &msg).await;
             (msg, res)
         });
         ctx.spawn(fut.into_actor(self).map(|done, act, ctx| {
@@ -212,14 +219,27 @@ impl Handler<Dispatch> for Dispatcher {
                         .do_send(ended(Some(super::user_queue::summary(&job))));
                 }
                 Ok(Landed::Ended) => act.arbiter.dispatch_ended.do_send(ended(None)),
+                Err(e) if store::is_fenced(&e) => {
+                    // This replica lost the lease: the new leader's recovery owns the job.
+                    tracing::warn!(job_id = %msg.job.job_id, error = %e, "not dispatching: the lease is lost");
+                }
                 Err(e) => {
                     // The database failed mid-dispatch. The job row says where it is; the
-                    // reservation stays until recovery or the monitor settles it.
+                    // reservation stays until recovery (the leadership loop re-runs it
+                    // after a database error, DESIGN §10) or the monitor settles it.
                     metrics::db_error();
                     tracing::error!(job_id = %msg.job.job_id, error = %e, "database error during dispatch");
                 }
             }
         }));
+    }
+}
+
+impl Handler<super::messages::Halt> for Dispatcher {
+    type Result = ();
+
+    fn handle(&mut self, _: super::messages::Halt, ctx: &mut Context<Self>) {
+        actix::ActorContext::stop(ctx);
     }
 }
 

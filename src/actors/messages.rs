@@ -209,3 +209,9 @@ pub struct QueueHandle {
 
 /// Starts a `UserQueue` for a user (the arbiter calls it on a user's first job).
 pub type QueueFactory = Box<dyn Fn(String, ArbiterHandle) -> QueueHandle>;
+
+/// Leadership → the scheduler's actors: this replica lost the lease (or shuts down);
+/// stop now (DESIGN §10).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Halt;

@@ -32,7 +32,7 @@ use uuid::Uuid;
 use arbiter::FairShareArbiter;
 use dispatcher::Dispatcher;
 use messages::{
-    DispatcherHandle, Enqueue, MonitorHandle, QueueFactory, RemoveQueued, StopInRay, Track,
+    DispatcherHandle, Enqueue, Halt, MonitorHandle, QueueFactory, RemoveQueued, StopInRay, Track,
     TrackRetiring, UserSettings,
 };
 use monitor::RayCapacityMonitor;
@@ -42,7 +42,7 @@ use user_queue::UserQueue;
 use crate::config::Settings;
 use crate::lifecycle::{Event, RayCall};
 use crate::ray::{RayClient, RayError};
-use crate::store::{self, Applied, Db};
+use crate::store::{self, Applied, Db, Fence};
 use crate::views::{LiveUser, SchedulerView};
 
 /// QUEUED jobs per message while recovery streams them to the arbiter.
@@ -66,6 +66,24 @@ where
     F::Output: Send + 'static,
 {
     tokio::spawn(fut).await.ok()
+}
+
+/// The logs of a job's current attempt, asked of its cluster directly (a follower has
+/// no scheduler, DESIGN §10): `Ok(None)` when the cluster is not configured or Ray
+/// does not know the attempt. Errors: the cluster does not answer.
+pub async fn job_logs(settings: &Settings, j: &job::Model) -> Result<Option<String>, RayError> {
+    let Some(c) = settings
+        .clusters
+        .iter()
+        .find(|c| Some(&c.name) == j.cluster.as_ref())
+    else {
+        return Ok(None);
+    };
+    let Ok(client) = RayClient::new(&c.address, settings.dispatcher.request_timeout) else {
+        return Ok(None);
+    };
+    let sid = crate::lifecycle::submission_id(j.id, j.attempt.max(1) as u32);
+    client.job_logs(&sid).await
 }
 
 /// The actors stopped answering (the process is shutting down).
@@ -92,7 +110,11 @@ pub struct Scheduler {
     arbiter: Addr<FairShareArbiter>,
     dispatcher: DispatcherHandle,
     monitor: Addr<RayCapacityMonitor>,
+    /// The dispatcher's address, for [`Scheduler::halt`] only.
+    dispatcher_addr: Addr<Dispatcher>,
     clients: Arc<BTreeMap<String, RayClient>>,
+    /// What every `store::apply` of these actors carries (DESIGN §10).
+    fence: Fence,
 }
 
 impl Scheduler {
@@ -104,8 +126,12 @@ impl Scheduler {
     /// cluster is no longer configured ends FAILED (or, DISPATCHING, goes back to the
     /// queue). No job is submitted twice: only QUEUED jobs are ever dispatched.
     ///
+    /// On PostgreSQL the leadership loop calls this when the replica takes the lease
+    /// (DESIGN §10), with `fence` = its term: every write of these actors is refused
+    /// once another replica has taken over. On SQLite `fence` is [`Fence::Unfenced`].
+    ///
     /// Errors: a bad cluster address, or the database failing during recovery.
-    pub async fn start(db: Db, settings: Arc<Settings>) -> anyhow::Result<Scheduler> {
+    pub async fn start(db: Db, settings: Arc<Settings>, fence: Fence) -> anyhow::Result<Scheduler> {
         let mut clients = BTreeMap::new();
         for c in &settings.clusters {
             let client = RayClient::new(&c.address, settings.dispatcher.request_timeout)
@@ -135,6 +161,7 @@ impl Scheduler {
         let _ = monitor_ctx.run(RayCapacityMonitor::new(
             settings.clone(),
             db.clone(),
+            fence.clone(),
             clients.clone(),
             arbiter_handle.clone(),
             dispatcher_handle.clone(),
@@ -142,6 +169,7 @@ impl Scheduler {
         let _ = dispatcher_ctx.run(Dispatcher::new(
             &settings,
             db.clone(),
+            fence.clone(),
             clients.clone(),
             arbiter_handle,
             monitor_handle,
@@ -161,20 +189,36 @@ impl Scheduler {
             arbiter,
             dispatcher: dispatcher_handle,
             monitor,
+            dispatcher_addr: dispatcher,
             clients,
+            fence,
         };
         // Recovery runs beside the HTTP server, which answers /healthz at once and
         // /readyz 503 (with the progress) until it is done.
         let recovering = scheduler.clone();
         tokio::spawn(async move {
             let started = std::time::Instant::now();
-            match recovering.recover(&db).await {
-                Ok(()) => tracing::info!(seconds = started.elapsed().as_secs_f64(), "ready"),
-                Err(e) => {
-                    // The database failed mid-recovery: the process cannot schedule
-                    // safely; let the supervisor restart it.
-                    tracing::error!(error = %crate::ray::error_chain(e.as_ref()), "recovery failed; exiting");
-                    std::process::exit(1);
+            // Recovery is idempotent (reservations and queue entries are keyed by job
+            // id), so a database error retries it; a fenced write means another
+            // replica leads now, and these actors stop.
+            loop {
+                match recovering.recover(&db).await {
+                    Ok(()) => {
+                        tracing::info!(seconds = started.elapsed().as_secs_f64(), "ready");
+                        break;
+                    }
+                    Err(e)
+                        if e.downcast_ref::<sea_orm::DbErr>()
+                            .is_some_and(store::is_fenced) =>
+                    {
+                        tracing::warn!("recovery: another replica leads now; stopping");
+                        recovering.halt();
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %crate::errors::chain(e.as_ref()), "recovery failed; retrying in 1 s");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
                 }
             }
         });
@@ -202,7 +246,7 @@ impl Scheduler {
             }
             tracing::warn!(job_id = %j.id, cluster = %cluster, "recovery: the job's cluster is no longer configured");
             if let Applied::Changed { job, .. } =
-                store::apply(db, j.id, &Event::ClusterRemoved { cluster }).await?
+                store::apply(db, &self.fence, j.id, &Event::ClusterRemoved { cluster }).await?
             {
                 if job.status == JobStatus::Queued {
                     requeued.push(job);
@@ -301,21 +345,23 @@ impl Scheduler {
         scheduler: Option<&Scheduler>,
         id: Uuid,
     ) -> Result<Cancelled, sea_orm::DbErr> {
-        Ok(match store::apply(db, id, &Event::CancelRequested).await? {
-            Applied::NotFound => Cancelled::NotFound,
-            Applied::Refused(job, _) => Cancelled::AlreadyFinished(job),
-            Applied::Unchanged(job) => Cancelled::StopRequested(job),
-            Applied::Changed { job, step } => {
-                if let Some(s) = scheduler {
-                    s.after_cancel(&job, step.ray);
+        Ok(
+            match store::apply(db, &Fence::Unfenced, id, &Event::CancelRequested).await? {
+                Applied::NotFound => Cancelled::NotFound,
+                Applied::Refused(job, _) => Cancelled::AlreadyFinished(job),
+                Applied::Unchanged(job) => Cancelled::StopRequested(job),
+                Applied::Changed { job, step } => {
+                    if let Some(s) = scheduler {
+                        s.after_cancel(&job, step.ray);
+                    }
+                    if job.status == JobStatus::Stopped {
+                        Cancelled::Stopped(job)
+                    } else {
+                        Cancelled::StopRequested(job)
+                    }
                 }
-                if job.status == JobStatus::Stopped {
-                    Cancelled::Stopped(job)
-                } else {
-                    Cancelled::StopRequested(job)
-                }
-            }
-        })
+            },
+        )
     }
 
     fn after_cancel(&self, job: &job::Model, ray: Option<RayCall>) {
@@ -334,6 +380,22 @@ impl Scheduler {
                 submission_id,
             });
         }
+    }
+
+    /// The jobs the arbiter counts as QUEUED, with their users (the leader's catch-up).
+    pub async fn queued_ids(&self) -> Result<Vec<(String, Uuid)>, SchedulerUnavailable> {
+        self.arbiter
+            .send(arbiter::QueuedIds)
+            .await
+            .map_err(|e| SchedulerUnavailable(e.to_string()))
+    }
+
+    /// A job the catch-up found no longer QUEUED leaves the arbiter's queues.
+    pub fn forget_queued(&self, user: &str, job_id: Uuid) {
+        self.arbiter.do_send(RemoveQueued {
+            user: user.to_string(),
+            job_id,
+        });
     }
 
     /// A user's settings changed; returns once the arbiter holds them.
@@ -405,6 +467,64 @@ impl Scheduler {
         };
         let sid = crate::lifecycle::submission_id(j.id, j.attempt.max(1) as u32);
         client.job_logs(&sid).await
+    }
+
+    /// A job another replica changed (DESIGN §10: a `NOTIFY` or the catch-up read):
+    /// a QUEUED job joins its queue unless the arbiter had it already; a STOPPED job
+    /// that never left the queue leaves it; an outstanding job with a stop asked for is
+    /// followed with that stop (and, when `stop_now`, the stop is sent to Ray at once;
+    /// the monitor repeats it every 10 s until Ray confirms).
+    pub fn remote_change(&self, j: &job::Model, stop_now: bool) {
+        match j.status {
+            JobStatus::Queued => {
+                if let (Some(attempt), Some(cluster)) = (j.retiring_attempt, &j.cluster) {
+                    self.monitor.do_send(TrackRetiring {
+                        job_id: j.id,
+                        user: j.user_id.clone(),
+                        cluster: cluster.clone(),
+                        attempt: attempt.max(1) as u32,
+                    });
+                }
+                self.arbiter.do_send(arbiter::EnqueueIfNew(Enqueue {
+                    user: j.user_id.clone(),
+                    job: summary(j),
+                    held: j.retiring_attempt.is_some(),
+                }));
+            }
+            JobStatus::Stopped if j.dispatched_at.is_none() => {
+                self.arbiter.do_send(RemoveQueued {
+                    user: j.user_id.clone(),
+                    job_id: j.id,
+                });
+            }
+            JobStatus::Pending | JobStatus::Running if j.stop_reason.is_some() => {
+                self.monitor.do_send(Track { job: j.clone() });
+                if let (true, Some(cluster)) = (stop_now, &j.cluster) {
+                    self.dispatcher.stop.do_send(StopInRay {
+                        job_id: j.id,
+                        cluster: cluster.clone(),
+                        submission_id: crate::lifecycle::submission_id(
+                            j.id,
+                            j.attempt.max(1) as u32,
+                        ),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Stops the actors (this replica lost the lease or shuts down). Their writes were
+    /// fenced already; this ends their polling and dispatching.
+    pub fn halt(&self) {
+        self.arbiter.do_send(Halt);
+        self.monitor.do_send(Halt);
+        self.dispatcher_addr.do_send(Halt);
+    }
+
+    /// The fence these actors write under.
+    pub fn fence(&self) -> &Fence {
+        &self.fence
     }
 
     /// Saves decayed usage before the process exits.

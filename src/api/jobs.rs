@@ -117,7 +117,7 @@ async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
     let mut v = JobView::from_model(j);
     v.queue_position = position;
     if queued {
-        if let Some(s) = &state.scheduler {
+        if let Some(s) = state.scheduler() {
             v.pending_reason = s.pending_reason(id).await;
         }
         if v.pending_reason.is_none() {
@@ -153,7 +153,7 @@ pub async fn submit(
     let request: SubmitRequest = parse_json(&body, false)?;
     let new = request.into_new_job()?;
     tracing::Span::current().record("user", new.user.as_str());
-    if let Some(s) = &state.scheduler {
+    if let Some(s) = state.scheduler() {
         let request = crate::policy::Resources::new(new.cpu, new.gpu, new.memory_bytes as f64);
         if s.fits_some_cluster(request).await == Some(false) {
             return Err(ApiError::invalid(
@@ -178,8 +178,10 @@ pub async fn submit(
                 "job queued"
             );
             crate::metrics::get().jobs_submitted.inc();
-            if let Some(s) = &state.scheduler {
-                s.job_submitted(&j).await;
+            // The leader queues it now; a follower hands it over (DESIGN §10).
+            match state.scheduler() {
+                Some(s) => s.job_submitted(&j).await,
+                None => state.leadership.hand_over(&format!("job:{}", j.id)).await,
             }
             let v = view(&state, j).await?;
             Ok(HttpResponse::Created().json(v))
@@ -309,7 +311,18 @@ pub async fn cancel(
     let id = parse_id(&id)?;
     // The lifecycle decides on the row as it is inside the write's transaction, so a
     // grant racing the cancel is settled there.
-    match Scheduler::cancel(&state.db, state.scheduler.as_ref(), id).await? {
+    let scheduler = state.scheduler();
+    let cancelled = Scheduler::cancel(&state.db, scheduler.as_ref(), id).await?;
+    if scheduler.is_none()
+        && matches!(
+            cancelled,
+            Cancelled::Stopped(_) | Cancelled::StopRequested(_)
+        )
+    {
+        // The leader's queues or monitor carry it out (DESIGN §10).
+        state.leadership.hand_over(&format!("job:{id}")).await;
+    }
+    match cancelled {
         Cancelled::NotFound => Err(ApiError::NotFound(format!("no job with id {id}"))),
         Cancelled::AlreadyFinished(j) => Err(ApiError::Conflict(format!(
             "job {} already finished as {}",
@@ -325,7 +338,7 @@ pub async fn cancel(
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs",
     params(("id" = Uuid, Path, description = "job id")),
     responses((status = 200, body = LogsView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-              (status = 409, body = ErrorBody, description = "Ray never had this job (QUEUED, or ended before dispatch); details: job_id, status"),
+              (status = 409, body = ErrorBody, description = "Ray never had this job (QUEUED, or ended before dispatch), or no longer has its logs; details: job_id, status"),
               (status = 503, body = ErrorBody, description = "the job's Ray cluster does not answer")),
     security(("bearer" = [])))]
 pub async fn logs(
@@ -354,10 +367,12 @@ pub async fn logs(
             status: j.status.to_string(),
         });
     }
-    let Some(s) = &state.scheduler else {
-        return Err(ApiError::Unavailable("the scheduler is not running".into()));
+    let logs = match state.scheduler() {
+        Some(s) => s.logs(&j).await,
+        // A follower asks Ray itself.
+        None => crate::actors::job_logs(&state.settings, &j).await,
     };
-    let logs = match s.logs(&j).await {
+    let logs = match logs {
         Ok(Some(logs)) => logs,
         Ok(None) => {
             return Err(ApiError::JobConflict {

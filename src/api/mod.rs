@@ -18,6 +18,7 @@ use actix_web::{web, HttpResponse};
 
 use crate::actors::Scheduler;
 use crate::config::Settings;
+use crate::leadership::Leadership;
 use crate::store::Db;
 pub use auth::Auth;
 pub use error::ApiError;
@@ -28,10 +29,17 @@ pub struct AppState {
     pub db: Db,
     pub settings: Arc<Settings>,
     pub auth: Auth,
-    /// The scheduler's actors; `None` only in tests of the bare API.
-    pub scheduler: Option<Scheduler>,
+    /// Who leads; the scheduler's actors while this replica does (DESIGN §10).
+    pub leadership: Leadership,
     /// The group-commit writer of `POST /v1/jobs`.
     pub intake: crate::store::IntakeWriter,
+}
+
+impl AppState {
+    /// The scheduler's actors while this replica leads; `None` on a follower.
+    pub fn scheduler(&self) -> Option<Scheduler> {
+        self.leadership.scheduler()
+    }
 }
 
 async fn uri_too_long() -> Result<HttpResponse, ApiError> {

@@ -8,6 +8,7 @@ use super::error::{ApiError, ErrorBody};
 use super::AppState;
 use crate::config::Role;
 use crate::views::SchedulerView;
+use entity::JobStatus;
 
 /// `GET /v1/scheduler`: clusters (health, capacity, free), the order of the next users,
 /// the last cycle's duration and grants.
@@ -21,14 +22,40 @@ pub async fn scheduler(
     state
         .auth
         .require(&req, Role::Submitter, "read the scheduler")?;
-    let s = state
-        .scheduler
-        .as_ref()
-        .ok_or_else(|| ApiError::Unavailable("the scheduler is not running".into()))?;
-    let view = s
-        .view()
-        .await
-        .map_err(|e| ApiError::Unavailable(e.to_string()))?;
+    let leadership = Some(state.leadership.view());
+    let view = match state.scheduler() {
+        Some(s) => SchedulerView {
+            leadership,
+            ..s.view()
+                .await
+                .map_err(|e| ApiError::Unavailable(e.to_string()))?
+        },
+        None => {
+            // A follower: the live state is the leader's; counts from the database.
+            let counts = crate::store::status_counts(&state.db, None).await?;
+            let sum = |f: fn(JobStatus) -> bool| {
+                counts
+                    .iter()
+                    .filter(|(_, s, _)| f(*s))
+                    .map(|(_, _, n)| (*n).max(0) as usize)
+                    .sum::<usize>()
+            };
+            let sched = &state.settings.scheduler;
+            SchedulerView {
+                ready: true,
+                leadership,
+                clusters: Vec::new(),
+                next_users: Vec::new(),
+                last_cycle: None,
+                cycles: 0,
+                queued_jobs: sum(|s| s == JobStatus::Queued),
+                outstanding_jobs: sum(|s| s.is_outstanding()),
+                usage_half_life_seconds: sched.usage_half_life.as_secs_f64(),
+                starvation_guard_seconds: sched.starvation_guard.as_secs_f64(),
+                backfill: sched.backfill,
+            }
+        }
+    };
     Ok(HttpResponse::Ok().json(view))
 }
 
@@ -36,7 +63,7 @@ pub async fn scheduler(
 #[utoipa::path(get, path = "/metrics", tag = "system",
     responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
-    if let Some(s) = &state.scheduler {
+    if let Some(s) = state.scheduler() {
         s.refresh_metrics().await;
     }
     HttpResponse::Ok()
@@ -59,12 +86,13 @@ pub async fn healthz() -> HttpResponse {
     })
 }
 
-/// `GET /readyz`: the database answers and recovery is done (503 otherwise).
+/// `GET /readyz`: the database answers and, on the leader, recovery is done (503
+/// otherwise). A follower is ready: it serves the whole API (DESIGN §10).
 #[utoipa::path(get, path = "/readyz", tag = "system",
     responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     // Loading first: recovery may hold SQLite's one connection while it streams.
-    if let Some(s) = &state.scheduler {
+    if let Some(s) = state.scheduler() {
         if let Some(loaded) = s.loading().await {
             return Err(ApiError::Unavailable(format!(
                 "recovery is not done yet: {loaded} queued jobs loaded so far"

@@ -113,7 +113,7 @@ enum Counts {
 }
 
 async fn counts(state: &AppState, user: Option<&str>) -> Result<Counts, ApiError> {
-    if let Some(s) = &state.scheduler {
+    if let Some(s) = state.scheduler() {
         if let Some(live) = s.users_state(user).await {
             return Ok(Counts::Live(live));
         }
@@ -122,9 +122,15 @@ async fn counts(state: &AppState, user: Option<&str>) -> Result<Counts, ApiError
 }
 
 fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
+    // Without live state (a follower, DESIGN §10, or a user the arbiter does not
+    // know) usage is the decayed usage the leader last saved.
+    let mut saved_usage = None;
     let (queued, running, live) = match counts {
         Counts::Live(m) => {
-            let live = m.get(&u.id).cloned().unwrap_or_default();
+            let live = m.get(&u.id).cloned().unwrap_or_else(|| {
+                saved_usage = Some(u.usage);
+                LiveUser::default()
+            });
             (live.queued as u64, u64::from(live.running), live)
         }
         Counts::Stored(rows) => {
@@ -137,6 +143,7 @@ fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
             };
             let queued = sum(|s| s == JobStatus::Queued);
             let running = sum(JobStatus::is_outstanding);
+            saved_usage = Some(u.usage);
             (queued, running, LiveUser::default())
         }
     };
@@ -163,7 +170,7 @@ fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
         running,
         allocation: live.allocation.into(),
         share: live.share,
-        usage: live.usage,
+        usage: saved_usage.unwrap_or(live.usage),
         key: live.key,
         created_at: u.created_at,
         updated_at: u.updated_at,
@@ -292,8 +299,9 @@ pub async fn put(
 async fn apply(state: &AppState, id: &str, patch: UserPatch) -> Result<HttpResponse, ApiError> {
     let u = store::upsert_user(&state.db, id, patch).await?;
     tracing::info!(weight = u.weight, paused = u.paused, "user updated");
-    if let Some(s) = &state.scheduler {
-        s.user_changed(&u).await;
+    match state.scheduler() {
+        Some(s) => s.user_changed(&u).await,
+        None => state.leadership.hand_over(&format!("user:{}", u.id)).await,
     }
     let counts = counts(state, Some(&u.id)).await?;
     Ok(HttpResponse::Ok().json(user_view(state, u, &counts)))
@@ -338,7 +346,7 @@ async fn set_paused(
 /// jobs stay, running ones go on. Takes effect before the next cycle.
 #[utoipa::path(post, path = "/v1/users/{id}/pause", tag = "users",
     params(("id" = String, Path, description = "user id")),
-    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
 pub async fn pause(
@@ -353,7 +361,7 @@ pub async fn pause(
 /// `POST /v1/users/{id}/resume` (admin).
 #[utoipa::path(post, path = "/v1/users/{id}/resume", tag = "users",
     params(("id" = String, Path, description = "user id")),
-    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
 pub async fn resume(

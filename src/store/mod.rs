@@ -1,9 +1,11 @@
 //! Repository functions over SeaORM (DESIGN §6): the only place that writes SQL.
 //!
-//! Every status change goes through [`transition`], which writes the job row and its
+//! Every status change goes through [`apply`], which writes the job row and its
 //! `job_events` row in one transaction, guarded by the status it read (optimistic
 //! concurrency: the `UPDATE ... WHERE status = <read>` matches or the change is
-//! refused), so two writers can never both move a job.
+//! refused), so two writers can never both move a job; with a [`Fence`] it also
+//! refuses a leader whose lease term is stale (DESIGN §10). The lease itself
+//! (`lease_*`) and the hand-over to the leader ([`notify`]) are here too.
 
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use migration::MigratorTrait;
 use sea_orm::sea_query::{Expr, OnConflict};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, Condition, ConnectOptions, ConnectionTrait, DatabaseBackend,
-    DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+    DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set, Statement,
     TransactionTrait,
 };
 use uuid::Uuid;
@@ -47,7 +49,8 @@ pub fn now() -> DateTime<Utc> {
 }
 
 /// Opens the database. SQLite: one connection, WAL journal, 5 s busy timeout, foreign
-/// keys on. PostgreSQL: a pool of `max_connections`.
+/// keys on. PostgreSQL: a pool of `max_connections`, whose sessions the server ends
+/// when idle inside a transaction for `idle_in_transaction_timeout`.
 pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
     let mut opts = ConnectOptions::new(settings.url.clone());
     opts.sqlx_logging(false)
@@ -65,6 +68,14 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
         });
     } else {
         opts.max_connections(settings.max_connections);
+        let idle_ms = settings
+            .idle_in_transaction_timeout
+            .as_millis()
+            .max(1)
+            .to_string();
+        opts.map_sqlx_postgres_opts(move |o| {
+            o.options([("idle_in_transaction_session_timeout", idle_ms.as_str())])
+        });
     }
     sea_orm::Database::connect(opts).await
 }
@@ -340,16 +351,53 @@ impl Applied {
     }
 }
 
+/// Who writes through [`apply`] (DESIGN §10).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fence {
+    /// Writes any replica may make (the API's: cancel, and everything on SQLite, which
+    /// runs one replica).
+    Unfenced,
+    /// The leader's writes: refused unless `leases` still names `holder` under `term`.
+    Term {
+        /// The replica id.
+        holder: String,
+        /// The fencing term it leads under.
+        term: i64,
+    },
+}
+
+/// The prefix of the error [`apply`] returns when its fence no longer holds.
+pub const FENCED: &str = "fenced";
+
+/// Whether `e` is [`apply`]'s refusal of a stale leader's write.
+pub fn is_fenced(e: &DbErr) -> bool {
+    matches!(e, DbErr::Custom(m) if m.starts_with(FENCED))
+}
+
 /// The only writer of job status (DESIGN §3): reads job `id` (locked on PostgreSQL),
 /// asks [`lifecycle::decide`] what `event` means for it, and writes the decided step —
 /// the guarded status update (`WHERE status = <read> AND attempt = <read>`) and its
 /// `job_events` row — in one transaction, then counts the step's metric.
 ///
 /// Deciding on the row read inside the transaction means two writers (say a cancel
-/// and a dispatch) can never both act on a stale status. Errors: the database's.
-pub async fn apply(db: &Db, id: Uuid, event: &lifecycle::Event) -> Result<Applied, DbErr> {
+/// and a dispatch) can never both act on a stale status. With [`Fence::Term`] the
+/// transaction first reads the lease row `FOR SHARE` (so no takeover commits while it
+/// runs) and writes nothing unless that row still names the fence's holder and term
+/// (DESIGN §10): a leader that lost its lease cannot move a job.
+///
+/// Errors: the database's; a stale fence is `DbErr::Custom("fenced: ...")`
+/// ([`is_fenced`]).
+pub async fn apply(
+    db: &Db,
+    fence: &Fence,
+    id: Uuid,
+    event: &lifecycle::Event,
+) -> Result<Applied, DbErr> {
     let at = now();
     let txn = db.begin().await?;
+    if let Fence::Term { holder, term } = fence {
+        check_fence(&txn, holder, *term).await?;
+    }
     let mut q = job::Entity::find_by_id(id);
     if txn.get_database_backend() == DatabaseBackend::Postgres {
         q = q.lock_exclusive();
@@ -521,6 +569,164 @@ pub async fn status_counts(
     q.group_by(job::Column::UserId)
         .group_by(job::Column::Status)
         .into_tuple::<(String, JobStatus, i64)>()
+        .all(db)
+        .await
+}
+
+async fn check_fence<C: ConnectionTrait>(conn: &C, holder: &str, term: i64) -> Result<(), DbErr> {
+    let backend = conn.get_database_backend();
+    let lock = if backend == DatabaseBackend::Postgres {
+        " FOR SHARE"
+    } else {
+        ""
+    };
+    let row = conn
+        .query_one(Statement::from_string(
+            backend,
+            format!("SELECT holder, term FROM leases WHERE id = 1{lock}"),
+        ))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("leases row 1".into()))?;
+    let (h, t): (String, i64) = (row.try_get("", "holder")?, row.try_get("", "term")?);
+    if h != holder || t != term {
+        crate::metrics::get().fenced_writes.inc();
+        return Err(DbErr::Custom(format!(
+            "{FENCED}: replica {holder} no longer leads under term {term} (the lease names {h}, term {t})"
+        )));
+    }
+    Ok(())
+}
+
+/// The lease as the database sees it now (DESIGN §10).
+#[derive(Clone, Debug)]
+pub struct LeaseState {
+    /// The leader's replica id (empty before anyone led).
+    pub holder: String,
+    pub term: i64,
+    /// When the holder took the lease under this term.
+    pub acquired_at: DateTime<Utc>,
+    /// Whether the lease is unexpired by the database's clock.
+    pub live: bool,
+}
+
+/// The PostgreSQL `LISTEN/NOTIFY` channel of job and user changes.
+pub const NOTIFY_CHANNEL: &str = "fairshare_changes";
+
+/// When [`lease_acquire`] may take a lease that has not lapsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Only a lapsed lease.
+    Never,
+    /// Also one held under this replica's id, whatever its term (a process starting
+    /// under the id of one that is gone, e.g. the same pod name).
+    AnyTerm,
+    /// Also this replica's own lease under this term (it stepped down on a database
+    /// error and takes it back under a new term).
+    Term(i64),
+}
+
+/// Takes the lease for `holder` when it has lapsed (or as `reclaim` allows): term + 1,
+/// expiry `lease` from now by the database's clock. PostgreSQL only. Returns the new
+/// term and when it was taken, or `None` when someone else holds it.
+pub async fn lease_acquire(
+    db: &Db,
+    holder: &str,
+    lease: Duration,
+    reclaim: Reclaim,
+) -> Result<Option<(i64, DateTime<Utc>)>, DbErr> {
+    let (own, term) = match reclaim {
+        Reclaim::Never => (false, 0),
+        Reclaim::AnyTerm => (true, -1),
+        Reclaim::Term(t) => (true, t),
+    };
+    let row = db
+        .query_one(Statement::from_sql_and_values(
+            DatabaseBackend::Postgres,
+            "UPDATE leases SET holder = $1, term = term + 1, \
+             expires_at = clock_timestamp() + make_interval(secs => $2), acquired_at = clock_timestamp() \
+             WHERE id = 1 AND (expires_at < clock_timestamp() \
+               OR ($3 AND holder = $1 AND ($4 < 0 OR term = $4))) \
+             RETURNING term, acquired_at",
+            [
+                holder.into(),
+                lease.as_secs_f64().into(),
+                own.into(),
+                term.into(),
+            ],
+        ))
+        .await?;
+    match row {
+        None => Ok(None),
+        Some(r) => Ok(Some((
+            r.try_get("", "term")?,
+            r.try_get("", "acquired_at")?,
+        ))),
+    }
+}
+
+/// Extends `holder`'s lease under `term` to `lease` from now. `Ok(false)`: the lease
+/// is no longer ours (someone took over). PostgreSQL only.
+pub async fn lease_renew(db: &Db, holder: &str, term: i64, lease: Duration) -> Result<bool, DbErr> {
+    let res = db
+        .execute(Statement::from_sql_and_values(
+            DatabaseBackend::Postgres,
+            "UPDATE leases SET expires_at = clock_timestamp() + make_interval(secs => $3) \
+             WHERE id = 1 AND holder = $1 AND term = $2",
+            [holder.into(), term.into(), lease.as_secs_f64().into()],
+        ))
+        .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Lets `holder`'s lease under `term` lapse now, so a follower takes over at once
+/// (graceful shutdown). PostgreSQL only.
+pub async fn lease_release(db: &Db, holder: &str, term: i64) -> Result<(), DbErr> {
+    db.execute(Statement::from_sql_and_values(
+        DatabaseBackend::Postgres,
+        "UPDATE leases SET expires_at = clock_timestamp() - interval '1 second' \
+         WHERE id = 1 AND holder = $1 AND term = $2",
+        [holder.into(), term.into()],
+    ))
+    .await?;
+    Ok(())
+}
+
+/// The lease row now. PostgreSQL only.
+pub async fn lease_state(db: &Db) -> Result<LeaseState, DbErr> {
+    let r = db
+        .query_one(Statement::from_string(
+            DatabaseBackend::Postgres,
+            "SELECT holder, term, acquired_at, expires_at > clock_timestamp() AS live FROM leases WHERE id = 1",
+        ))
+        .await?
+        .ok_or_else(|| DbErr::RecordNotFound("leases row 1".into()))?;
+    Ok(LeaseState {
+        holder: r.try_get("", "holder")?,
+        term: r.try_get("", "term")?,
+        acquired_at: r.try_get("", "acquired_at")?,
+        live: r.try_get("", "live")?,
+    })
+}
+
+/// Tells the leader (through PostgreSQL `NOTIFY` on [`NOTIFY_CHANNEL`]) that a job or
+/// user changed: `payload` is `job:<uuid>` or `user:<id>`. No-op on SQLite.
+pub async fn notify(db: &Db, payload: &str) -> Result<(), DbErr> {
+    if db.get_database_backend() != DatabaseBackend::Postgres {
+        return Ok(());
+    }
+    db.execute(Statement::from_sql_and_values(
+        DatabaseBackend::Postgres,
+        "SELECT pg_notify($1, $2)",
+        [NOTIFY_CHANNEL.into(), payload.into()],
+    ))
+    .await?;
+    Ok(())
+}
+
+/// Users whose settings changed after `since` (the leader's catch-up).
+pub async fn users_updated_since(db: &Db, since: DateTime<Utc>) -> Result<Vec<user::Model>, DbErr> {
+    user::Entity::find()
+        .filter(user::Column::UpdatedAt.gt(since))
         .all(db)
         .await
 }

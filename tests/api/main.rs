@@ -5,6 +5,7 @@ mod fake_ray;
 mod helpers;
 mod hostile;
 mod jobs;
+mod leadership;
 mod ray_edges;
 mod ray_mock;
 mod system;

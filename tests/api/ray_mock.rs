@@ -450,13 +450,16 @@ async fn killed_mid_dispatch(cluster: &str, running: bool) -> (crate::helpers::T
     let granted = Event::Granted {
         cluster: cluster.into(),
     };
-    let moved = fairshare::store::apply(&conn, job.id, &granted)
-        .await
-        .unwrap();
+    let moved =
+        fairshare::store::apply(&conn, &fairshare::store::Fence::Unfenced, job.id, &granted)
+            .await
+            .unwrap();
     assert!(moved.changed().is_some());
     if running {
         let seen = Event::SeenRunning { started_at: None };
-        let ran = fairshare::store::apply(&conn, job.id, &seen).await.unwrap();
+        let ran = fairshare::store::apply(&conn, &fairshare::store::Fence::Unfenced, job.id, &seen)
+            .await
+            .unwrap();
         assert!(ran.changed().is_some());
     }
     conn.close().await.unwrap();

@@ -157,6 +157,7 @@ async fn jobs_run_on_ray_in_weighted_fair_share_order_with_cancel_and_pause() {
         url: svc.db_url.clone(),
         max_connections: 1,
         acquire_timeout: std::time::Duration::from_secs(5),
+        idle_in_transaction_timeout: std::time::Duration::from_secs(2),
     })
     .await
     .unwrap();

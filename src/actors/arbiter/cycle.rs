@@ -177,7 +177,7 @@ impl FairShareArbiter {
                     expected_end: estimate.map(|e| now + e),
                 },
             );
-            if self.queued_ids.remove(&g.job_id) {
+            if self.queued_ids.remove(&g.job_id).is_some() {
                 if let Some(e) = self.users.get_mut(&g.user) {
                     e.queued = e.queued.saturating_sub(1);
                 }
@@ -232,12 +232,19 @@ impl FairShareArbiter {
     }
 
     /// Writes every user's decayed usage and its timestamp, so a restart keeps them.
-    pub(super) fn save_usage(&self) -> impl std::future::Future<Output = ()> + 'static {
+    pub(super) fn save_usage(&mut self) -> impl std::future::Future<Output = ()> + 'static {
+        // A user whose usage has not changed since the last write is skipped (equal
+        // usage means it is 0, where the time does not matter, or was not brought
+        // forward).
         let rows: Vec<(String, f64, f64)> = self
             .users
             .iter()
+            .filter(|(id, e)| self.saved_usage.get(*id) != Some(&e.usage))
             .map(|(id, e)| (id.clone(), e.usage, e.usage_at))
             .collect();
+        for (id, usage, _) in &rows {
+            self.saved_usage.insert(id.clone(), *usage);
+        }
         let db = self.db.clone();
         async move {
             for (id, usage, at) in rows {

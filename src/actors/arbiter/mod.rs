@@ -114,6 +114,18 @@ pub struct RefreshMetrics;
 #[rtype(result = "()")]
 pub struct FlushUsage;
 
+/// A QUEUED job another replica committed (DESIGN §10): queued unless this arbiter
+/// has queued or granted it before.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EnqueueIfNew(pub Enqueue);
+
+/// Ask for the jobs counted as QUEUED (the leader's catch-up compares them with the
+/// database, DESIGN §10).
+#[derive(Message)]
+#[rtype(result = "Vec<(String, JobId)>")]
+pub struct QueuedIds;
+
 /// The arbiter.
 pub struct FairShareArbiter {
     settings: Arc<Settings>,
@@ -130,10 +142,6 @@ pub struct FairShareArbiter {
     freed_at: Option<Instant>,
     /// `Some` until recovery has loaded every QUEUED job.
     loading: Option<Loading>,
-    /// Every QUEUED job the queues hold: a job reaches the arbiter from the API and
-    /// from recovery (and a requeue may repeat), but counts once (about 20 bytes a
-    /// job).
-    queued_ids: HashSet<JobId>,
     clusters: BTreeMap<String, ClusterEntry>,
     outstanding: HashMap<JobId, Reservation>,
     /// The policy's reservation, carried from one cycle to the next.
@@ -144,6 +152,14 @@ pub struct FairShareArbiter {
     cycles: u64,
     cycle_requested: bool,
     ready: bool,
+    /// Every QUEUED job the queues hold, with its user: a job reaches the arbiter
+    /// from the API, from recovery and (on PostgreSQL) from another replica, and a
+    /// requeue may repeat, but it counts once.
+    queued_ids: HashMap<JobId, String>,
+    /// Each user's usage as last written.
+    saved_usage: HashMap<String, f64>,
+    /// Every job this arbiter has queued ([`EnqueueIfNew`] skips them).
+    seen: HashSet<JobId>,
 }
 
 impl FairShareArbiter {
@@ -163,7 +179,6 @@ impl FairShareArbiter {
             me: None,
             loading: Some(Loading::default()),
             freed_at: None,
-            queued_ids: HashSet::new(),
             users: BTreeMap::new(),
             queues: HashMap::new(),
             clusters,
@@ -175,6 +190,9 @@ impl FairShareArbiter {
             cycles: 0,
             cycle_requested: false,
             ready: false,
+            queued_ids: HashMap::new(),
+            saved_usage: HashMap::new(),
+            seen: HashSet::new(),
         }
     }
 
@@ -261,7 +279,12 @@ impl FairShareArbiter {
             }
             l.loaded += 1;
         }
-        if !self.queued_ids.insert(job.job_id) {
+        self.seen.insert(job.job_id);
+        if self
+            .queued_ids
+            .insert(job.job_id, user.to_string())
+            .is_some()
+        {
             return;
         }
         self.entry(user).queued += 1;
@@ -361,6 +384,40 @@ impl Handler<Enqueue> for FairShareArbiter {
     }
 }
 
+impl Handler<EnqueueIfNew> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, msg: EnqueueIfNew, ctx: &mut Context<Self>) {
+        let id = msg.0.job.job_id;
+        if self.seen.contains(&id) || self.outstanding.contains_key(&id) {
+            return;
+        }
+        self.enqueue(&msg.0.user, msg.0.job, msg.0.held);
+        self.request_cycle(ctx);
+    }
+}
+
+impl Handler<QueuedIds> for FairShareArbiter {
+    type Result = actix::MessageResult<QueuedIds>;
+
+    fn handle(&mut self, _: QueuedIds, _: &mut Context<Self>) -> Self::Result {
+        actix::MessageResult(
+            self.queued_ids
+                .iter()
+                .map(|(id, user)| (user.clone(), *id))
+                .collect(),
+        )
+    }
+}
+
+impl Handler<super::messages::Halt> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, _: super::messages::Halt, ctx: &mut Context<Self>) {
+        actix::ActorContext::stop(ctx);
+    }
+}
+
 impl Handler<RemoveQueued> for FairShareArbiter {
     type Result = ();
 
@@ -369,7 +426,7 @@ impl Handler<RemoveQueued> for FairShareArbiter {
             l.removed.insert(msg.job_id);
         }
         // A job granted in this instant was counted out at its grant already.
-        let counted = self.queued_ids.remove(&msg.job_id);
+        let counted = self.queued_ids.remove(&msg.job_id).is_some();
         if let Some(e) = self.users.get_mut(&msg.user) {
             e.window.retain(|j| j.job_id != msg.job_id);
             if counted {

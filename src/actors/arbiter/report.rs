@@ -59,6 +59,7 @@ impl FairShareArbiter {
     pub(super) fn view(&self) -> SchedulerView {
         SchedulerView {
             ready: self.ready,
+            leadership: None,
             clusters: self
                 .cluster_views()
                 .into_iter()

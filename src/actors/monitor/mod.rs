@@ -32,7 +32,7 @@ use crate::lifecycle::{Limits, RayCall};
 use crate::metrics;
 use crate::policy::{JobId, Resources};
 use crate::ray::{error_chain, RayClient};
-use crate::store::{Applied, Db};
+use crate::store::{Applied, Db, Fence};
 use poll::{poll_cluster, ClusterPoll, Outcome};
 
 /// How long to wait before asking Ray again to stop a job that has not stopped.
@@ -72,6 +72,8 @@ pub struct PollNow;
 pub struct RayCapacityMonitor {
     settings: Arc<Settings>,
     db: Db,
+    /// Carried into every `store::apply` (DESIGN §10).
+    fence: Fence,
     clients: Arc<BTreeMap<String, RayClient>>,
     arbiter: ArbiterHandle,
     dispatcher: DispatcherHandle,
@@ -86,6 +88,7 @@ impl RayCapacityMonitor {
     pub fn new(
         settings: Arc<Settings>,
         db: Db,
+        fence: Fence,
         clients: Arc<BTreeMap<String, RayClient>>,
         arbiter: ArbiterHandle,
         dispatcher: DispatcherHandle,
@@ -97,6 +100,7 @@ impl RayCapacityMonitor {
         RayCapacityMonitor {
             settings,
             db,
+            fence,
             clients,
             arbiter,
             dispatcher,
@@ -142,6 +146,7 @@ impl RayCapacityMonitor {
                     .collect();
                 poll_cluster(
                     self.db.clone(),
+                    self.fence.clone(),
                     name.clone(),
                     client.clone(),
                     jobs,
@@ -382,6 +387,14 @@ impl Handler<PollNow> for RayCapacityMonitor {
 
     fn handle(&mut self, _: PollNow, ctx: &mut Context<Self>) {
         self.poll(ctx);
+    }
+}
+
+impl Handler<super::messages::Halt> for RayCapacityMonitor {
+    type Result = ();
+
+    fn handle(&mut self, _: super::messages::Halt, ctx: &mut Context<Self>) {
+        actix::ActorContext::stop(ctx);
     }
 }
 

@@ -11,7 +11,7 @@ use crate::lifecycle::{self, Limits};
 use crate::metrics;
 use crate::policy::JobId;
 use crate::ray::{ClusterUsage, RayClient, RayError, RayJob, RayJobStatus};
-use crate::store::{self, Applied, Db};
+use crate::store::{self, Applied, Db, Fence};
 
 /// What the poll found for one followed job or attempt.
 pub(super) enum Outcome {
@@ -51,6 +51,7 @@ pub(super) fn stop_due(sent: Option<Instant>) -> bool {
 /// What the poll decides for one tracked current attempt.
 async fn follow(
     db: &Db,
+    fence: &Fence,
     client: &RayClient,
     t: &Tracked,
     cluster: &str,
@@ -87,7 +88,7 @@ async fn follow(
     );
     if let Some(event) = event {
         return Ok(Outcome::Applied(Box::new(
-            store::apply(db, t.job.id, &event).await?,
+            store::apply(db, fence, t.job.id, &event).await?,
         )));
     }
     Ok(match ray {
@@ -112,6 +113,7 @@ async fn follow(
 #[tracing::instrument(skip_all, fields(cluster = %name))]
 pub(super) async fn poll_cluster(
     db: Db,
+    fence: Fence,
     name: String,
     client: RayClient,
     jobs: Vec<(Tracked, Limits)>,
@@ -141,7 +143,7 @@ pub(super) async fn poll_cluster(
     for (t, limits) in jobs {
         let sid = lifecycle::submission_id(t.job.id, t.job.attempt.max(1) as u32);
         let listed = by_id.get(sid.as_str()).copied();
-        match follow(&db, &client, &t, &poll.name, listed, &limits).await {
+        match follow(&db, &fence, &client, &t, &poll.name, listed, &limits).await {
             Ok(o) => poll.current.push((t.job.id, o)),
             Err(e) => {
                 metrics::db_error();
@@ -153,7 +155,7 @@ pub(super) async fn poll_cluster(
         let sid = lifecycle::submission_id(r.msg.job_id, r.msg.attempt);
         let ray = by_id.get(sid.as_str()).copied();
         let outcome = match lifecycle::observe_retiring(ray) {
-            Some(event) => store::apply(&db, r.msg.job_id, &event)
+            Some(event) => store::apply(&db, &fence, r.msg.job_id, &event)
                 .await
                 .map(|a| Outcome::Applied(Box::new(a))),
             None if stop_due(r.stop_sent_at) => Ok(Outcome::StopDue(sid)),

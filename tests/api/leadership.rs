@@ -1,0 +1,200 @@
+//! Leadership (DESIGN §10): the fencing term in `store::apply`, two replicas on one
+//! PostgreSQL database (one leads, the follower serves the API and hands work over,
+//! takes over when the leader goes), and the SQLite single-replica lock.
+
+use std::time::{Duration, Instant};
+
+use fairshare::store::{self, Applied, Fence, NewJob, Reclaim};
+use fairshare::Application;
+use sea_orm::ConnectionTrait;
+use serde_json::{json, Value};
+
+use crate::helpers::{spawn_app, test_settings, Db, TestDb, SUBMITTER};
+
+fn new_job(user: &str) -> NewJob {
+    NewJob {
+        user: user.into(),
+        external_id: None,
+        priority: 0,
+        entrypoint: "echo".into(),
+        runtime_env: None,
+        metadata: None,
+        cpu: 1.0,
+        gpu: 0.0,
+        memory_bytes: 0,
+        max_runtime_s: None,
+    }
+}
+
+fn created(i: store::Intake) -> entity::job::Model {
+    match i {
+        store::Intake::Created(j) | store::Intake::Existing(j) => j,
+        store::Intake::Conflict { existing, .. } => {
+            panic!("unexpected conflict with {}", existing.id)
+        }
+    }
+}
+
+#[actix_web::test]
+async fn a_stale_term_cannot_move_a_job() {
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    store::migrate(&conn).await.unwrap();
+    let one = created(store::submit_job(&conn, new_job("u"), 100).await.unwrap());
+    let two = created(store::submit_job(&conn, new_job("u"), 100).await.unwrap());
+    let lease = Duration::from_secs(4);
+
+    let (term_a, _) = store::lease_acquire(&conn, "a", lease, Reclaim::Never)
+        .await
+        .unwrap()
+        .expect("the lease starts free");
+    assert!(
+        store::lease_acquire(&conn, "b", lease, Reclaim::Never)
+            .await
+            .unwrap()
+            .is_none(),
+        "a live lease is not taken"
+    );
+    let a = Fence::Term {
+        holder: "a".into(),
+        term: term_a,
+    };
+    let cancel = fairshare::lifecycle::Event::CancelRequested;
+    assert!(matches!(
+        store::apply(&conn, &a, one.id, &cancel).await.unwrap(),
+        Applied::Changed { .. }
+    ));
+
+    // The lease lapses (a's process paused) and b takes it under a new term.
+    conn.execute_unprepared("UPDATE leases SET expires_at = now() - interval '1 second'")
+        .await
+        .unwrap();
+    let (term_b, _) = store::lease_acquire(&conn, "b", lease, Reclaim::Never)
+        .await
+        .unwrap()
+        .expect("a lapsed lease is taken");
+    assert_eq!(term_b, term_a + 1);
+
+    let refused = store::apply(&conn, &a, two.id, &cancel).await.unwrap_err();
+    assert!(store::is_fenced(&refused), "{refused}");
+    let row = store::get_job(&conn, two.id).await.unwrap().unwrap();
+    assert_eq!(row.status, entity::JobStatus::Queued, "nothing written");
+    assert!(!store::lease_renew(&conn, "a", term_a, lease).await.unwrap());
+
+    let b = Fence::Term {
+        holder: "b".into(),
+        term: term_b,
+    };
+    assert!(matches!(
+        store::apply(&conn, &b, two.id, &cancel).await.unwrap(),
+        Applied::Changed { .. }
+    ));
+    conn.close().await.ok();
+}
+
+struct Replica {
+    address: String,
+    handle: actix_web::dev::ServerHandle,
+}
+
+async fn replica(url: &str, id: &str) -> Replica {
+    let mut s = test_settings(url);
+    s.leadership.replica_id = id.into();
+    s.leadership.lease = Duration::from_secs(2);
+    s.leadership.renew_every = Duration::from_millis(500);
+    let app = Application::build(s).await.expect("build replica");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    actix_web::rt::spawn(app.run_until_stopped());
+    Replica { address, handle }
+}
+
+async fn get(r: &Replica, path: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .get(format!("{}{path}", r.address))
+        .bearer_auth(SUBMITTER)
+        .send()
+        .await
+        .expect("request");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// Polls `f` every 20 ms until it holds or `deadline` passes; returns the time taken.
+async fn until<F, Fut>(deadline: Duration, mut f: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < deadline {
+        if f().await {
+            return Some(start.elapsed());
+        }
+        actix_web::rt::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+#[actix_web::test]
+async fn a_follower_serves_hands_over_and_takes_over() {
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let a = replica(&db.url, "replica-a").await;
+    let b = replica(&db.url, "replica-b").await;
+
+    let (_, va) = get(&a, "/v1/scheduler").await;
+    let (_, vb) = get(&b, "/v1/scheduler").await;
+    assert_eq!(va["leadership"]["is_leader"], true, "{va}");
+    assert_eq!(vb["leadership"]["is_leader"], false, "{vb}");
+    assert_eq!(vb["leadership"]["leader"], "replica-a", "{vb}");
+    assert_eq!(get(&b, "/readyz").await.0, 200, "a follower is ready");
+
+    // A job committed by the follower reaches the leader's queues.
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/jobs", b.address))
+        .bearer_auth(SUBMITTER)
+        .json(&json!({"user": "alice", "entrypoint": "echo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let handed = until(Duration::from_secs(5), || async {
+        get(&a, "/v1/scheduler").await.1["queued_jobs"] == 1
+    })
+    .await;
+    assert!(
+        handed.is_some(),
+        "the leader never queued the follower's job"
+    );
+
+    // The leader goes (it lets its lease go); the follower leads under a new term
+    // and recovers the queue.
+    let term = va["leadership"]["term"].as_i64().unwrap();
+    a.handle.stop(true).await;
+    let took = until(Duration::from_secs(10), || async {
+        let v = get(&b, "/v1/scheduler").await.1;
+        v["leadership"]["is_leader"] == true && v["queued_jobs"] == 1
+    })
+    .await;
+    assert!(took.is_some(), "the follower never took over");
+    let (_, vb) = get(&b, "/v1/scheduler").await;
+    assert_eq!(vb["leadership"]["leader"], "replica-b");
+    assert!(vb["leadership"]["term"].as_i64().unwrap() > term, "{vb}");
+    b.handle.stop(true).await;
+}
+
+#[actix_web::test]
+async fn a_second_service_on_the_same_sqlite_file_refuses_to_start() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let err = match Application::build(test_settings(&app.db.url)).await {
+        Ok(_) => panic!("a second service started on the same SQLite file"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("another fairshare service"), "{err}");
+}
