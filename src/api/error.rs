@@ -106,7 +106,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable code: bad_json, unauthorized, forbidden, not_found, method_not_allowed,
     /// conflict, payload_too_large, uri_too_long, invalid_field, idempotency_key_reused,
-    /// queue_full, unavailable, internal.
+    /// queue_full, unavailable, loading (`/readyz` while recovery runs).
     pub code: String,
     /// A sentence for humans.
     pub message: String,

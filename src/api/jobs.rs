@@ -114,9 +114,24 @@ async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
         None
     };
     let id = j.id;
+    // Waits the lifecycle knows of without asking the arbiter (DESIGN §3).
+    let lifecycle_reason = match (j.status, j.retiring_attempt) {
+        (JobStatus::Queued, Some(old)) => Some(format!(
+            "back in the queue at its place; waiting for Ray to confirm that attempt {old} \
+             stopped before it is submitted again"
+        )),
+        (JobStatus::Pending, _) => Some(format!(
+            "submitted; Ray holds it PENDING on cluster {} until resources free up (after \
+             monitor.pending_timeout, {} s, it goes back to the queue)",
+            j.cluster.as_deref().unwrap_or("?"),
+            state.settings.monitor.pending_timeout.as_secs()
+        )),
+        _ => None,
+    };
     let mut v = JobView::from_model(j);
     v.queue_position = position;
-    if queued {
+    v.pending_reason = lifecycle_reason;
+    if queued && v.pending_reason.is_none() {
         if let Some(s) = state.scheduler() {
             v.pending_reason = s.pending_reason(id).await;
         }

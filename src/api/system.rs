@@ -89,17 +89,32 @@ pub async fn healthz() -> HttpResponse {
 /// `GET /readyz`: the database answers and, on the leader, recovery is done (503
 /// otherwise). A follower is ready: it serves the whole API (DESIGN §10).
 #[utoipa::path(get, path = "/readyz", tag = "system",
-    responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]
+    responses((status = 200, body = Health),
+              (status = 503, body = ErrorBody, description = "loading (code `loading`, details.loaded_queued_jobs), or the database does not answer")))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     // Loading first: recovery may hold SQLite's one connection while it streams.
+    // Not ready yet is an expected state, not a fault: 503 with what is loading (and
+    // no error log), so a probe and an operator both see the progress.
+    let loading = |message: String, loaded: Option<usize>| {
+        HttpResponse::ServiceUnavailable()
+            .insert_header(("Retry-After", "1"))
+            .json(super::error::ErrorBody {
+                error: super::error::ErrorDetail {
+                    code: "loading".into(),
+                    message,
+                    details: loaded.map(|n| serde_json::json!({ "loaded_queued_jobs": n })),
+                },
+            })
+    };
     if let Some(s) = state.scheduler() {
         if let Some(loaded) = s.loading().await {
-            return Err(ApiError::Unavailable(format!(
-                "recovery is not done yet: {loaded} queued jobs loaded so far"
-            )));
+            return Ok(loading(
+                format!("recovery has loaded {loaded} queued jobs so far"),
+                Some(loaded),
+            ));
         }
         if !s.ready().await {
-            return Err(ApiError::Unavailable("recovery is not done yet".into()));
+            return Ok(loading("recovery is not done yet".into(), None));
         }
     }
     crate::store::ping(&state.db).await?;

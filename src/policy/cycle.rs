@@ -366,11 +366,13 @@ impl Cycle<'_> {
         if state.ineligibility(head).is_some() {
             return None;
         }
-        // Sticks to its cluster while that one can hold the job; else moves
-        // to where it can start soonest.
+        // Sticks to its cluster while that one is healthy and large enough for the
+        // job (its total, not what other tenants leave now: a report that still
+        // counts just-finished jobs must not drop it); else moves to where it can
+        // start soonest.
         let slot = slots
             .iter()
-            .position(|s| s.name == held.cluster && head.resources.fits_within(&s.ceiling))
+            .position(|s| s.name == held.cluster && head.resources.fits_within(&s.total))
             .or_else(|| self.soonest_slot(slots, &head.resources))?;
         self.hold(slots, state, user, slot, held.since)
     }
@@ -403,11 +405,13 @@ impl Cycle<'_> {
     }
 
     /// The slot where `request` is expected to start soonest (unknown starts
-    /// last, ties by name), among those that can ever hold it.
+    /// last, ties by name), among those whose total can hold it.
     fn soonest_slot(&self, slots: &[Slot<'_>], request: &Resources) -> Option<usize> {
         let mut best: Option<(usize, Option<Seconds>)> = None;
         for (k, slot) in slots.iter().enumerate() {
-            if !request.fits_within(&slot.ceiling) {
+            // Can ever hold it: the cluster's total (what other tenants seem to hold
+            // now may be our own jobs Ray's lagging report still counts).
+            if !request.fits_within(&slot.total) {
                 continue;
             }
             let start = slot.shadow(self.now, request).start;
