@@ -483,6 +483,11 @@ impl SqliteLock {
         if path.is_empty() || path.contains(":memory:") {
             return Ok(None);
         }
+        // The real file, so that a symlink or another spelling of the path names the
+        // same lock (the database may not exist yet: then the path as given).
+        let path = std::fs::canonicalize(path)
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| path.to_string());
         let lock_path = format!("{path}.lock");
         let file = std::fs::OpenOptions::new()
             .create(true)

@@ -477,19 +477,9 @@ impl Scheduler {
     pub fn remote_change(&self, j: &job::Model, stop_now: bool) {
         match j.status {
             JobStatus::Queued => {
-                if let (Some(attempt), Some(cluster)) = (j.retiring_attempt, &j.cluster) {
-                    self.monitor.do_send(TrackRetiring {
-                        job_id: j.id,
-                        user: j.user_id.clone(),
-                        cluster: cluster.clone(),
-                        attempt: attempt.max(1) as u32,
-                    });
-                }
-                self.arbiter.do_send(arbiter::EnqueueIfNew(Enqueue {
-                    user: j.user_id.clone(),
-                    job: summary(j),
-                    held: j.retiring_attempt.is_some(),
-                }));
+                let (user, job, held) = self.recovered_queued(j);
+                self.arbiter
+                    .do_send(arbiter::EnqueueIfNew(Enqueue { user, job, held }));
             }
             JobStatus::Stopped if j.dispatched_at.is_none() => {
                 self.arbiter.do_send(RemoveQueued {

@@ -148,6 +148,23 @@ pub async fn app_with_cluster(
     .expect("sqlite app")
 }
 
+/// A 1-CPU `echo` job of `user` as intake takes it (tests that write to the store
+/// directly).
+pub fn new_job(user: &str, external_id: Option<String>) -> fairshare::store::NewJob {
+    fairshare::store::NewJob {
+        user: user.into(),
+        external_id,
+        priority: 0,
+        entrypoint: "echo".into(),
+        runtime_env: None,
+        metadata: None,
+        cpu: 1.0,
+        gpu: 0.0,
+        memory_bytes: 0,
+        max_runtime_s: None,
+    }
+}
+
 /// Starts the service on a fresh database of `kind`; `None` when that database is not
 /// available here (PostgreSQL without FAIRSHARE_TEST_POSTGRES_URL).
 pub async fn spawn_app(kind: Db) -> Option<TestApp> {

@@ -12,18 +12,7 @@ use serde_json::{json, Value};
 use crate::helpers::{spawn_app, test_settings, Db, TestDb, SUBMITTER};
 
 fn new_job(user: &str) -> NewJob {
-    NewJob {
-        user: user.into(),
-        external_id: None,
-        priority: 0,
-        entrypoint: "echo".into(),
-        runtime_env: None,
-        metadata: None,
-        cpu: 1.0,
-        gpu: 0.0,
-        memory_bytes: 0,
-        max_runtime_s: None,
-    }
+    crate::helpers::new_job(user, None)
 }
 
 fn created(i: store::Intake) -> entity::job::Model {
@@ -196,5 +185,22 @@ async fn a_second_service_on_the_same_sqlite_file_refuses_to_start() {
         Ok(_) => panic!("a second service started on the same SQLite file"),
         Err(e) => format!("{e:#}"),
     };
+    assert!(err.contains("another fairshare service"), "{err}");
+    // Nor through a symlink to the same file.
+    let path = app
+        .db
+        .url
+        .trim_start_matches("sqlite://")
+        .split('?')
+        .next()
+        .unwrap()
+        .to_string();
+    let link = format!("{path}.link.db");
+    std::os::unix::fs::symlink(&path, &link).unwrap();
+    let err = match Application::build(test_settings(&format!("sqlite://{link}?mode=rwc"))).await {
+        Ok(_) => panic!("a second service started on a symlink to the same SQLite file"),
+        Err(e) => format!("{e:#}"),
+    };
+    let _ = std::fs::remove_file(&link);
     assert!(err.contains("another fairshare service"), "{err}");
 }

@@ -465,3 +465,70 @@ async fn a_wide_job_past_the_starvation_guard_starts_within_two_seconds() {
     );
     assert!(state.lock().unwrap().max_running <= 4);
 }
+
+#[actix_web::test]
+async fn a_stop_asked_before_a_restart_reaches_ray_at_the_first_poll() {
+    use fairshare::lifecycle::Event;
+    use fairshare::store::{apply, Fence};
+    // A RUNNING job whose cancel was committed, but whose stop never reached Ray (the
+    // replica died, or leadership moved): the next scheduler must send it at once, not
+    // after the 10 s retry interval.
+    let db = crate::helpers::TestDb::new(crate::helpers::Db::Sqlite)
+        .await
+        .unwrap();
+    let conn = crate::jobs::connect(&db.url).await;
+    fairshare::store::migrate(&conn).await.unwrap();
+    let fairshare::store::Intake::Created(row) =
+        fairshare::store::submit_job(&conn, crate::helpers::new_job("r", None), 10)
+            .await
+            .unwrap()
+    else {
+        panic!("not created")
+    };
+    let (server, state) = fake_ray::start(4.0, |s| s.run_polls = 1_000_000).await;
+    let sid = row.id.to_string();
+    state.lock().unwrap().jobs.insert(
+        sid.clone(),
+        fake_ray::FakeJob {
+            status: "RUNNING",
+            cpu: 1.0,
+            stop_requested: false,
+            runs_for: 1_000_000,
+        },
+    );
+    for event in [
+        Event::Granted {
+            cluster: "fake".into(),
+        },
+        Event::RayAccepted {
+            already_existed: false,
+            attempts: 1,
+        },
+        Event::SeenRunning { started_at: None },
+        Event::CancelRequested,
+    ] {
+        assert!(apply(&conn, &Fence::Unfenced, row.id, &event)
+            .await
+            .unwrap()
+            .changed()
+            .is_some());
+    }
+    conn.close().await.unwrap();
+    let uri = server.uri();
+    let mut settings = crate::helpers::test_settings(&db.url);
+    settings.clusters = vec![fairshare::config::ClusterSettings {
+        name: "fake".into(),
+        address: uri,
+    }];
+    settings.monitor.poll_interval = Duration::from_millis(100);
+    settings.monitor.lost_job_grace = Duration::from_secs(3600);
+    let app = crate::helpers::start_on(db, settings).await;
+    until(3, "the stop reaching Ray", || async {
+        state.lock().unwrap().stops.contains(&sid).then_some(())
+    })
+    .await;
+    until(10, "STOPPED", || async {
+        (job(&app, &sid).await["status"] == "STOPPED").then_some(())
+    })
+    .await;
+}

@@ -427,18 +427,7 @@ async fn killed_mid_dispatch(cluster: &str, running: bool) -> (crate::helpers::T
     let db = crate::helpers::TestDb::new(Db::Sqlite).await.unwrap();
     let conn = crate::jobs::connect(&db.url).await;
     fairshare::store::migrate(&conn).await.unwrap();
-    let new = fairshare::store::NewJob {
-        user: "ivy".into(),
-        external_id: None,
-        priority: 0,
-        entrypoint: "echo".into(),
-        runtime_env: None,
-        metadata: None,
-        cpu: 1.0,
-        gpu: 0.0,
-        memory_bytes: 0,
-        max_runtime_s: None,
-    };
+    let new = crate::helpers::new_job("ivy", None);
     let fairshare::store::Intake::Created(job) =
         fairshare::store::submit_job(&conn, new, 10).await.unwrap()
     else {

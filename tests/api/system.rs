@@ -33,17 +33,8 @@ async fn a_restart_with_many_queued_jobs_is_alive_at_once_and_counts_each_job_on
     fairshare::store::migrate(&conn).await.unwrap();
     for batch in 0..20 {
         let jobs = (0..1000)
-            .map(|i| fairshare::store::NewJob {
-                user: format!("u{}", i % 20),
-                external_id: Some(format!("b{batch}-{i}")),
-                priority: 0,
-                entrypoint: "echo".into(),
-                runtime_env: None,
-                metadata: None,
-                cpu: 1.0,
-                gpu: 0.0,
-                memory_bytes: 0,
-                max_runtime_s: None,
+            .map(|i| {
+                crate::helpers::new_job(&format!("u{}", i % 20), Some(format!("b{batch}-{i}")))
             })
             .collect();
         for answer in fairshare::store::submit_batch(&conn, jobs, 1_000_000).await {

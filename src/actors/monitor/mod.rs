@@ -411,7 +411,9 @@ impl Handler<Track> for RayCapacityMonitor {
                 t.job = msg.job;
             }
             None => {
-                let stop_sent_at = msg.job.stop_reason.as_ref().map(|_| Instant::now());
+                // Not sent by this monitor yet (a recovered or taken-over job with a
+                // stop asked): the first poll that finds it alive in Ray sends it.
+                let stop_sent_at = None;
                 self.tracked.insert(
                     id,
                     Tracked {

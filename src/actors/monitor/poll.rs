@@ -145,6 +145,10 @@ pub(super) async fn poll_cluster(
         let listed = by_id.get(sid.as_str()).copied();
         match follow(&db, &fence, &client, &t, &poll.name, listed, &limits).await {
             Ok(o) => poll.current.push((t.job.id, o)),
+            Err(e) if store::is_fenced(&e) => {
+                // Expected after losing the lease: this replica is stepping down.
+                tracing::warn!(job_id = %t.job.id, error = %e, "status change refused: this replica no longer leads");
+            }
             Err(e) => {
                 metrics::db_error();
                 tracing::error!(job_id = %t.job.id, error = %e, "cannot record a status change; retried next poll");
