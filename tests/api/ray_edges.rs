@@ -22,6 +22,14 @@ async fn app_on(
     .await
 }
 
+/// Submits a job (see [`TestApp::submit`]) and returns its id.
+async fn submit_id(app: &TestApp, user: &str, extra: Value) -> String {
+    app.submit(user, extra).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 async fn job(app: &TestApp, id: &str) -> Value {
     app.get(&format!("/v1/jobs/{id}"), SUBMITTER)
         .await
@@ -77,12 +85,7 @@ async fn another_tenants_usage_is_counted_once_and_nothing_overcommits() {
     .await;
     let mut ids = Vec::new();
     for _ in 0..4 {
-        ids.push(
-            app.submit("u", json!({"entrypoint": "sleep 10"})).await["id"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        );
+        ids.push(submit_id(&app, "u", json!({"entrypoint": "sleep 10"})).await);
     }
     until(10, "two running", || async {
         let n = state
@@ -147,10 +150,7 @@ async fn a_job_ray_holds_pending_goes_back_to_the_queue_and_frees_its_users_slot
         (job(&app, &j).await["status"] == "PENDING").then_some(())
     })
     .await;
-    let k = app.submit("u", json!({"entrypoint": "sleep 1"})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let k = submit_id(&app, "u", json!({"entrypoint": "sleep 1"})).await;
     // Past the pending timeout J is QUEUED again, with a message, and its stop is sent.
     let back = until(10, "J back in the queue", || async {
         let v = job(&app, &j).await;
@@ -217,10 +217,7 @@ async fn a_jobs_route_that_404s_while_the_dashboard_starts_does_not_fail_the_job
         s.monitor.unhealthy_backoff = Duration::from_millis(200);
     })
     .await;
-    let id = app.submit("w", json!({})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = submit_id(&app, "w", json!({})).await;
     let v = until(20, "SUCCEEDED", || async {
         let v = job(&app, &id).await;
         assert_ne!(v["status"], "FAILED", "{v}");
@@ -285,21 +282,11 @@ async fn every_view_of_queue_depth_agrees_past_the_window() {
     let app = app_on(&server, |_| {}).await;
     let mut ids = Vec::new();
     for _ in 0..2 {
-        ids.push(
-            app.submit("b", json!({})).await["id"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        );
+        ids.push(submit_id(&app, "b", json!({})).await);
     }
     assert_eq!(depths(&app, "b").await, [2; 4]);
     for _ in 0..70 {
-        ids.push(
-            app.submit("b", json!({})).await["id"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        );
+        ids.push(submit_id(&app, "b", json!({})).await);
     }
     assert_eq!(depths(&app, "b").await, [72; 4]);
     for id in ids.iter().rev().take(10) {
@@ -376,12 +363,7 @@ async fn the_time_from_a_finish_to_the_next_dispatch_is_measured() {
     let app = app_on(&server, |_| {}).await;
     let mut ids = Vec::new();
     for _ in 0..3 {
-        ids.push(
-            app.submit("f", json!({})).await["id"]
-                .as_str()
-                .unwrap()
-                .to_string(),
-        );
+        ids.push(submit_id(&app, "f", json!({})).await);
     }
     for id in &ids {
         until(20, "SUCCEEDED", || async {
@@ -438,26 +420,11 @@ async fn a_wide_job_past_the_starvation_guard_starts_within_two_seconds() {
     let id = l["id"].as_str().unwrap().to_string();
     let submitted = std::time::Instant::now();
     let guard = Duration::from_secs(4);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let v = job(&app, &id).await;
-        if v["status"] == "RUNNING" || v["status"] == "SUCCEEDED" {
-            break;
-        }
-        if std::time::Instant::now() > deadline {
-            let s: Value = app
-                .get("/v1/scheduler", SUBMITTER)
-                .await
-                .json()
-                .await
-                .unwrap();
-            panic!(
-                "L never ran: {v}\nscheduler: {s}\nposts {}",
-                state.lock().unwrap().posts
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until(20, "L running", || async {
+        let status = job(&app, &id).await["status"].clone();
+        (status == "RUNNING" || status == "SUCCEEDED").then_some(())
+    })
+    .await;
     let started = submitted.elapsed();
     assert!(
         started <= guard + Duration::from_secs(2),
