@@ -30,6 +30,14 @@ async fn submit_id(app: &TestApp, user: &str, extra: Value) -> String {
         .to_string()
 }
 
+async fn scheduler(app: &TestApp) -> Value {
+    app.get("/v1/scheduler", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
 async fn job(app: &TestApp, id: &str) -> Value {
     app.get(&format!("/v1/jobs/{id}"), SUBMITTER)
         .await
@@ -74,12 +82,7 @@ async fn another_tenants_usage_is_counted_once_and_nothing_overcommits() {
     .await;
     let app = app_on(&server, |_| {}).await;
     until(10, "capacity known", || async {
-        let v: Value = app
-            .get("/v1/scheduler", SUBMITTER)
-            .await
-            .json()
-            .await
-            .unwrap();
+        let v: Value = scheduler(&app).await;
         (v["clusters"][0]["free"]["cpu"] == 2.0).then_some(())
     })
     .await;
@@ -111,12 +114,7 @@ async fn another_tenants_usage_is_counted_once_and_nothing_overcommits() {
         queued += usize::from(job(&app, id).await["status"] == "QUEUED");
     }
     assert_eq!(queued, 2);
-    let v: Value = app
-        .get("/v1/scheduler", SUBMITTER)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let v: Value = scheduler(&app).await;
     assert_eq!(v["clusters"][0]["used_by_others"]["cpu"], 2.0, "{v}");
     // The other tenant leaves: the rest go.
     state.lock().unwrap().foreign_cpu = 0.0;
@@ -251,12 +249,7 @@ async fn depths(app: &TestApp, user: &str) -> [u64; 4] {
         .json()
         .await
         .unwrap();
-    let s: Value = app
-        .get("/v1/scheduler", SUBMITTER)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let s: Value = scheduler(app).await;
     let page: Value = app
         .get(
             &format!("/v1/jobs?user={user}&status=QUEUED&limit=1000"),
@@ -394,12 +387,7 @@ async fn a_wide_job_past_the_starvation_guard_starts_within_two_seconds() {
     })
     .await;
     until(10, "capacity known", || async {
-        let v: Value = app
-            .get("/v1/scheduler", SUBMITTER)
-            .await
-            .json()
-            .await
-            .unwrap();
+        let v: Value = scheduler(&app).await;
         (v["clusters"][0]["healthy"] == true).then_some(())
     })
     .await;
