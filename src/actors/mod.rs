@@ -82,7 +82,7 @@ pub async fn job_logs(settings: &Settings, j: &job::Model) -> Result<Option<Stri
     let Ok(client) = RayClient::new(&c.address, settings.dispatcher.request_timeout) else {
         return Ok(None);
     };
-    let sid = crate::lifecycle::submission_id(j.id, j.attempt.max(1) as u32);
+    let sid = crate::lifecycle::current_submission_id(j);
     client.job_logs(&sid).await
 }
 
@@ -465,7 +465,7 @@ impl Scheduler {
         let Some(client) = j.cluster.as_ref().and_then(|c| self.clients.get(c)) else {
             return Ok(None);
         };
-        let sid = crate::lifecycle::submission_id(j.id, j.attempt.max(1) as u32);
+        let sid = crate::lifecycle::current_submission_id(j);
         client.job_logs(&sid).await
     }
 
@@ -493,10 +493,7 @@ impl Scheduler {
                     self.dispatcher.stop.do_send(StopInRay {
                         job_id: j.id,
                         cluster: cluster.clone(),
-                        submission_id: crate::lifecycle::submission_id(
-                            j.id,
-                            j.attempt.max(1) as u32,
-                        ),
+                        submission_id: crate::lifecycle::current_submission_id(j),
                     });
                 }
             }

@@ -63,6 +63,11 @@ pub fn submission_id(job_id: Uuid, attempt: u32) -> String {
     }
 }
 
+/// The Ray `submission_id` of a job row's current attempt.
+pub fn current_submission_id(j: &entity::job::Model) -> String {
+    submission_id(j.id, JobFacts::of(j).attempt)
+}
+
 /// The job id and attempt a Ray `submission_id` names (the inverse of
 /// [`submission_id`]); `None` for ids this service did not make.
 pub fn parse_submission_id(id: &str) -> Option<(Uuid, u32)> {

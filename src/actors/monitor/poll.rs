@@ -63,7 +63,7 @@ async fn follow(
     let looked_up;
     let ray = match (listed, t.job.status) {
         (None, JobStatus::Dispatching) => {
-            let sid = lifecycle::submission_id(t.job.id, t.job.attempt.max(1) as u32);
+            let sid = lifecycle::current_submission_id(&t.job);
             match client.get_job(&sid).await {
                 Ok(found) => {
                     looked_up = found;
@@ -98,10 +98,7 @@ async fn follow(
                 && !r.status.is_terminal()
                 && stop_due(t.stop_sent_at) =>
         {
-            Outcome::StopDue(lifecycle::submission_id(
-                t.job.id,
-                t.job.attempt.max(1) as u32,
-            ))
+            Outcome::StopDue(lifecycle::current_submission_id(&t.job))
         }
         Some(r) => Outcome::Seen {
             running: r.status == RayJobStatus::Running,
@@ -141,7 +138,7 @@ pub(super) async fn poll_cluster(
         .filter_map(|j| j.submission_id.as_deref().map(|id| (id, j)))
         .collect();
     for (t, limits) in jobs {
-        let sid = lifecycle::submission_id(t.job.id, t.job.attempt.max(1) as u32);
+        let sid = lifecycle::current_submission_id(&t.job);
         let listed = by_id.get(sid.as_str()).copied();
         match follow(&db, &fence, &client, &t, &poll.name, listed, &limits).await {
             Ok(o) => poll.current.push((t.job.id, o)),
