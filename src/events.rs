@@ -107,6 +107,11 @@ impl Reader {
         }
     }
 
+    /// Events read but not handed out yet (`next` returns them without a query).
+    pub fn buffered(&self) -> usize {
+        self.ready.len()
+    }
+
     /// The next event, waiting up to `wait` for one; `None` when none came in time.
     ///
     /// Errors: the database's (the reader keeps its place; call again).

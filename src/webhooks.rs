@@ -6,7 +6,7 @@
 //! webhook, running only while this replica leads (so two replicas never deliver at
 //! once), reads the events after the cursor (`events::Reader`), POSTs each one its
 //! filter wants, retrying with exponential backoff until the receiver answers 2xx, and
-//! moves the cursor past it. A restart, a failover or a receiver down for an hour
+//! moves the cursor past it (written once per batch read, at least every second). A restart, a failover or a receiver down for an hour
 //! therefore loses nothing: delivery resumes at the cursor. An event delivered but not
 //! yet recorded when the process dies is sent again, under the same delivery id.
 //!
@@ -127,25 +127,30 @@ impl Webhook {
             .webhook_outbox_depth
             .with_label_values(&[name]);
         depth.set(store::count_events_after(&self.db, cursor).await? as i64);
+        // `settled`: the last event delivered or skipped; written to the database
+        // (`cursor`) before the reader waits for more and at least every second, not
+        // after every event: one write per batch. A crash in between re-sends the
+        // events since the last write, under the same delivery ids (at least once).
         let mut settled = cursor;
+        let mut written_at = tokio::time::Instant::now();
         loop {
             if !self.leading() {
                 return Err(Paused::NotLeading);
             }
-            let next = reader.next(Duration::from_secs(5)).await?;
-            let Some(event) = next else {
-                if settled > cursor {
-                    store::set_webhook_cursor(&self.db, name, settled).await?;
-                    cursor = settled;
-                }
+            if settled > cursor
+                && (reader.buffered() == 0 || written_at.elapsed() >= Duration::from_secs(1))
+            {
+                store::set_webhook_cursor(&self.db, name, settled).await?;
+                cursor = settled;
+                written_at = tokio::time::Instant::now();
+                depth.set(store::count_events_after(&self.db, cursor).await? as i64);
+            }
+            let Some(event) = reader.next(Duration::from_secs(5)).await? else {
                 depth.set(store::count_events_after(&self.db, cursor).await? as i64);
                 continue;
             };
             if self.hook.events.is_empty() || self.hook.events.contains(&event.to) {
                 self.deliver(&event, &depth, cursor).await?;
-                store::set_webhook_cursor(&self.db, name, event.id).await?;
-                cursor = event.id;
-                depth.set(store::count_events_after(&self.db, cursor).await? as i64);
             }
             settled = event.id;
         }
