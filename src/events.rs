@@ -30,6 +30,9 @@ pub fn committed() {
     COMMITTED.send_modify(|n| *n = n.wrapping_add(1));
 }
 
+/// How often a reader looks without a wake-up on SQLite (see [`Reader::new`]).
+const SQLITE_POLL: Duration = Duration::from_secs(5);
+
 /// Events read from the database per query.
 const BATCH: u64 = 500;
 
@@ -97,11 +100,20 @@ pub struct Reader {
 impl Reader {
     /// A reader of the events with ids above `cursor`.
     pub fn new(db: Db, cursor: i64, settings: &EventSettings) -> Reader {
+        // SQLite runs one replica, whose every commit wakes the reader: looking on its
+        // own is only a safety net there, and would queue on SQLite's one connection.
+        let poll = if sea_orm::ConnectionTrait::get_database_backend(&db)
+            == sea_orm::DatabaseBackend::Sqlite
+        {
+            settings.poll_interval.max(SQLITE_POLL)
+        } else {
+            settings.poll_interval
+        };
         Reader {
             db,
             cursor,
             guard: GapGuard::new(settings.gap_grace),
-            poll: settings.poll_interval,
+            poll,
             wake: COMMITTED.subscribe(),
             ready: VecDeque::new(),
         }

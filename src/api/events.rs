@@ -38,11 +38,14 @@ pub const LAST_EVENT_ID: &str = "Last-Event-ID";
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     /// Only events of this user's jobs.
+    #[param(min_length = 1, max_length = 128)]
     pub user: Option<String>,
     /// Only events of this job (a job id).
+    #[param(value_type = Option<Uuid>)]
     pub job: Option<String>,
     /// Start after this event id, for clients that cannot send the `Last-Event-ID`
     /// header (which wins when both are given). 0 = from the first event.
+    #[param(value_type = Option<i64>, minimum = 0)]
     pub last_event_id: Option<String>,
 }
 
@@ -105,7 +108,7 @@ fn frame(e: &JobEvent) -> Bytes {
 /// `GET /v1/events?user=&job=&last_event_id=`: a Server-Sent Events stream of job
 /// transitions (`event: job`, `data` a [`JobEvent`]), resumable with `Last-Event-ID`.
 #[utoipa::path(get, path = "/v1/events", tag = "events", params(EventsQuery,
-        ("Last-Event-ID" = Option<i64>, Header, description = "resume after this event id (sent by reconnecting SSE clients)")),
+        ("Last-Event-ID" = Option<i64>, Header, minimum = 0, description = "resume after this event id (sent by reconnecting SSE clients)")),
     responses((status = 200, body = JobEvent, content_type = "text/event-stream",
                 description = "an endless stream: `id: <event id>`, `event: job`, `data: <JobEvent as JSON>`, and `: keep-alive` comments"),
               (status = 401, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody)),
