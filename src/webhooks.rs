@@ -101,7 +101,13 @@ impl Webhook {
                 continue;
             }
             match self.deliver_while_leading().await {
-                Ok(()) | Err(Paused::NotLeading) => {}
+                Ok(()) | Err(Paused::NotLeading) => {
+                    // Only the leader's figure means anything (summing over pods).
+                    crate::metrics::get()
+                        .webhook_outbox_depth
+                        .with_label_values(&[self.hook.name.as_str()])
+                        .set(0);
+                }
                 Err(e) => {
                     tracing::warn!(webhook = %self.hook.name, error = %crate::error_chain(&e), "webhook delivery paused; resuming from its cursor");
                     tokio::time::sleep(self.events.webhook_retry_initial_backoff).await;
