@@ -408,3 +408,49 @@ async fn a_webhook_gets_only_the_statuses_it_asked_for(db: Db) {
     assert_eq!(got[0].headers["x-fairshare-event"], "STOPPED");
 }
 both_databases!(a_webhook_gets_only_the_statuses_it_asked_for);
+
+/// Another replica's commits do not wake this process's readers: a stream sees them
+/// by its own look every `events.poll_interval`. An event row written behind the
+/// service's back (as another replica's would be) shows up within that bound.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn another_replicas_events_reach_a_stream_within_the_poll_interval() {
+    let Some(app) = spawn_app_with(Db::Postgres, |s| {
+        s.events.poll_interval = Duration::from_millis(200);
+    })
+    .await
+    else {
+        return;
+    };
+    let job = app.submit("ivan", json!({})).await;
+    let mut stream = Sse::open(&app, "?user=ivan&last_event_id=0", None).await;
+    let (_, queued) = stream.next(Duration::from_secs(10)).await.expect("QUEUED");
+    assert_eq!(queued["to"], "QUEUED");
+
+    let conn = sea_orm::Database::connect(&app.db.url).await.unwrap();
+    let written = Instant::now();
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &conn,
+        &format!(
+            "INSERT INTO job_events (job_id, from_status, to_status, at, detail) \
+             VALUES ('{}', 'QUEUED', 'STOPPED', now(), 'written by another replica')",
+            id_of(&job)
+        ),
+    )
+    .await
+    .unwrap();
+    let (_, stopped) = stream
+        .next(Duration::from_secs(5))
+        .await
+        .expect("the other replica's event");
+    let took = written.elapsed();
+    assert_eq!(stopped["to"], "STOPPED");
+    assert_eq!(stopped["message"], "written by another replica");
+    assert!(
+        took < Duration::from_millis(1500),
+        "seen after {took:?}; the poll interval is 200 ms"
+    );
+}
