@@ -20,6 +20,7 @@ const state = {
   lastShares: 0,
   lastLogs: 0,
   busy: false,
+  again: false,
   jobsAppended: false,
 };
 
@@ -614,8 +615,15 @@ function show(view) {
 
 async function refresh() {
   // Without a valid token every call would be a 401: wait for one.
-  if (state.busy || !state.role) return;
+  if (!state.role) return;
+  // One refresh at a time; one asked for meanwhile (a new search, a new view) runs
+  // right after, so its answer replaces the one in flight.
+  if (state.busy) {
+    state.again = true;
+    return;
+  }
   state.busy = true;
+  state.again = false;
   try {
     const r = route();
     if (r.view === "users") await refreshUsers();
@@ -636,6 +644,7 @@ async function refresh() {
   } finally {
     state.busy = false;
   }
+  if (state.again) await refresh();
 }
 
 function schedule() {
