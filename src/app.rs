@@ -62,11 +62,12 @@ impl Application {
         let intake =
             store::IntakeWriter::start(db.clone(), settings.scheduler.default_max_queued_jobs);
         let state = AppState {
-            db,
+            db: db.clone(),
             settings: settings.clone(),
             auth: Auth::new(settings.auth.tokens.clone()),
             leadership: leadership.clone(),
             intake,
+            shares: api::console::ShareHistory::start(leadership.clone(), db.clone()),
         };
         let addr = listener.local_addr()?;
         // actix-web's HttpServer, assembled by hand so that every connection is wrapped

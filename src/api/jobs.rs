@@ -242,13 +242,15 @@ pub struct ListQuery {
     pub user: Option<String>,
     /// Only jobs in this status.
     pub status: Option<String>,
+    /// Only jobs with this `external_id` (the idempotency key; one per user).
+    pub external_id: Option<String>,
     /// Page size, 1..=1000 (default 100).
     pub limit: Option<String>,
     /// The `next_after` of the previous page.
     pub after: Option<String>,
 }
 
-/// `GET /v1/jobs?user=&status=&limit=&after=`: newest first, cursor paging.
+/// `GET /v1/jobs?user=&status=&external_id=&limit=&after=`: newest first, cursor paging.
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
     responses((status = 200, body = JobPage), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)),
     security(("bearer" = [])))]
@@ -292,6 +294,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     let filter = JobFilter {
         user: q.user,
         status,
+        external_id: q.external_id.filter(|x| !x.is_empty()),
         limit,
         after,
     };

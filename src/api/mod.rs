@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod body;
+pub mod console;
 pub mod error;
 pub mod events;
 pub mod jobs;
@@ -11,6 +12,7 @@ pub mod openapi;
 pub mod request_id;
 pub mod submit;
 pub mod system;
+pub mod ui;
 pub mod users;
 
 use std::sync::Arc;
@@ -34,6 +36,8 @@ pub struct AppState {
     pub leadership: Leadership,
     /// The group-commit writer of `POST /v1/jobs`.
     pub intake: crate::store::IntakeWriter,
+    /// The last hour of users' shares, for `GET /v1/shares` (the console's chart).
+    pub shares: console::ShareHistory,
 }
 
 impl AppState {
@@ -68,6 +72,9 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/v1/jobs/{id}", "GET").get(jobs::get))
     .service(resource("/v1/jobs/{id}/cancel", "POST").post(jobs::cancel))
     .service(resource("/v1/jobs/{id}/logs", "GET").get(jobs::logs))
+    .service(resource("/v1/jobs/{id}/events", "GET").get(console::job_events))
+    .service(resource("/v1/shares", "GET").get(console::shares))
+    .service(resource("/v1/whoami", "GET").get(console::whoami))
     .service(resource("/v1/users", "GET").get(users::list))
     .service(
         resource("/v1/users/{id}", "GET, PUT")
@@ -91,6 +98,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .get(system::readyz)
             .route(web::head().to(system::readyz)),
     )
+    // The browser console's static files (not API routes: not in ROUTES or OpenAPI).
+    .configure(ui::routes)
     // What a request line over 64 KiB becomes (line_limit): every method, 414.
     .service(web::resource(line_limit::URI_TOO_LONG_PATH).to(uri_too_long))
     .default_service(web::to(not_found));
@@ -103,6 +112,9 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/jobs/{id}"),
     ("post", "/v1/jobs/{id}/cancel"),
     ("get", "/v1/jobs/{id}/logs"),
+    ("get", "/v1/jobs/{id}/events"),
+    ("get", "/v1/shares"),
+    ("get", "/v1/whoami"),
     ("get", "/v1/users"),
     ("get", "/v1/users/{id}"),
     ("put", "/v1/users/{id}"),

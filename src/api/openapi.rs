@@ -5,7 +5,7 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{error, jobs, system, users};
+use super::{console, error, jobs, system, users};
 
 struct BearerAuth;
 
@@ -28,11 +28,13 @@ impl Modify for BearerAuth {
         users::list, users::get, users::put, users::pause, users::resume,
         super::events::stream,
         system::scheduler, system::metrics, system::healthz, system::readyz, document,
+        console::job_events, console::shares, console::whoami,
     ),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, crate::views::Amounts,
         jobs::JobView, jobs::JobPage, jobs::LogsView, users::UserView, users::UserUpdate, users::ResourceLimit,
         users::Empty, system::Health, crate::views::SchedulerView,
+        console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
     )),
     modifiers(&BearerAuth),
 )]

@@ -169,6 +169,8 @@ pub async fn job_events(db: &Db, id: Uuid) -> Result<Vec<job_event::Model>, DbEr
 pub struct JobFilter {
     pub user: Option<String>,
     pub status: Option<JobStatus>,
+    /// Only the job(s) with this idempotency key (one per user).
+    pub external_id: Option<String>,
     /// Page size (the caller bounds it).
     pub limit: u64,
     /// The id of the last job of the previous page.
@@ -184,6 +186,9 @@ pub async fn list_jobs(db: &Db, filter: &JobFilter) -> Result<Vec<job::Model>, D
     }
     if let Some(s) = filter.status {
         q = q.filter(job::Column::Status.eq(s));
+    }
+    if let Some(x) = &filter.external_id {
+        q = q.filter(job::Column::ExternalId.eq(x.as_str()));
     }
     if let Some(after) = filter.after {
         let Some(cursor) = get_job(db, after).await? else {

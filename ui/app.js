@@ -1,0 +1,725 @@
+// fairshare console: plain JavaScript, no build step, no dependencies. Served by the
+// service at /ui/ under a strict Content-Security-Policy (no inline script or style:
+// every element is built with the DOM API and text goes in as textContent). It reads
+// and acts through the /v1 API with the operator's token, polling every 2 s.
+"use strict";
+
+const POLL_MS = 2000;
+const SHARES_POLL_MS = 5000;
+const TOKEN_KEY = "fairshare.token";
+const SVG = "http://www.w3.org/2000/svg";
+
+const state = {
+  role: null, // "admin" | "submitter" | null (unknown / no valid token)
+  users: [],
+  scheduler: null,
+  sort: { key: "share", desc: true },
+  jobsQuery: null,
+  jobsNext: null,
+  timer: null,
+  lastShares: 0,
+  lastLogs: 0,
+  busy: false,
+  again: false,
+  jobsAppended: false,
+};
+
+// ------------------------------------------------------------------ helpers
+
+function $(id) {
+  return document.getElementById(id);
+}
+
+/** Builds an element: el("td", {class: "num"}, "text", child, ...). */
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") e.className = v;
+    else if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const c of children) {
+    if (c === null || c === undefined) continue;
+    e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return e;
+}
+
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, String(v));
+  return e;
+}
+
+function pct(x) {
+  return Number.isFinite(x) ? (x * 100).toFixed(1) + "%" : "–";
+}
+
+function num(x, digits = 3) {
+  if (!Number.isFinite(x)) return "–";
+  if (x === 0) return "0";
+  return Math.abs(x) >= 1000 || Math.abs(x) < 0.001 ? x.toExponential(2) : String(+x.toPrecision(digits));
+}
+
+function bytes(b) {
+  if (!b) return "0";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (b >= 1024 && i < units.length - 1) {
+    b /= 1024;
+    i++;
+  }
+  return +b.toFixed(1) + " " + units[i];
+}
+
+function resources(r) {
+  if (!r) return "–";
+  const parts = [num(r.cpu) + " cpu"];
+  if (r.gpu) parts.push(num(r.gpu) + " gpu");
+  if (r.memory_bytes) parts.push(bytes(r.memory_bytes));
+  return parts.join(" · ");
+}
+
+function time(t) {
+  if (!t) return "–";
+  const d = new Date(t);
+  return d.toLocaleString(undefined, { hour12: false });
+}
+
+function token() {
+  return sessionStorage.getItem(TOKEN_KEY) || "";
+}
+
+/** The service's error, with the field at fault when it names one. */
+class ApiError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || {};
+    const field = e.details && e.details.field ? ` (${e.details.field})` : "";
+    super((e.message || `HTTP ${status}`) + field);
+    this.status = status;
+    this.code = e.code;
+  }
+}
+
+async function api(method, path, body) {
+  const headers = { accept: "application/json" };
+  const t = token();
+  if (t) headers.authorization = "Bearer " + t;
+  if (body !== undefined) headers["content-type"] = "application/json";
+  const res = await fetch(path, {
+    method,
+    headers,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    cache: "no-store",
+  });
+  const text = await res.text();
+  let json = null;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch {
+    json = null;
+  }
+  if (!res.ok) throw new ApiError(res.status, json);
+  return json;
+}
+
+function setStatus(text, isError) {
+  const s = $("status");
+  s.textContent = text;
+  s.classList.toggle("error", !!isError);
+}
+
+// ------------------------------------------------------------------ token and role
+
+async function loadRole() {
+  try {
+    const who = await api("GET", "/v1/whoami");
+    state.role = who.role === "none" ? null : who.role;
+    if (!state.role) setStatus(token() ? "That token is not valid here." : "Type a token (admin or submitter) to see the scheduler.", true);
+  } catch (e) {
+    state.role = null;
+    setStatus("Cannot reach the service: " + e.message, true);
+  }
+  const r = $("role");
+  r.textContent = state.role === "admin" ? "admin" : state.role === "submitter" ? "submitter: read only" : "no token";
+  r.className = "role " + (state.role || "none");
+  document.body.classList.toggle("read-only", state.role !== "admin");
+}
+
+function isAdmin() {
+  return state.role === "admin";
+}
+
+// ------------------------------------------------------------------ users
+
+/** Weighted fair share as the service computes it (fairshare_user_fair_share): weight
+ * over the summed weights of users with queued or outstanding jobs. */
+function fairShares(users) {
+  const active = users.filter((u) => u.queued > 0 || u.running > 0);
+  const total = active.reduce((s, u) => s + u.weight, 0);
+  const out = new Map();
+  for (const u of users) out.set(u.id, total > 0 && (u.queued > 0 || u.running > 0) ? u.weight / total : 0);
+  return out;
+}
+
+/** Place of each user in the order the next cycle serves them (1 = next); paused
+ * users are in the arbiter's order but skipped, so they get no place. */
+function nextPositions(scheduler, users) {
+  const paused = new Set(users.filter((u) => u.paused).map((u) => u.id));
+  const m = new Map();
+  ((scheduler && scheduler.next_users) || []).filter((u) => !paused.has(u.user)).forEach((u, i) => m.set(u.user, i + 1));
+  return m;
+}
+
+function sortValue(u, key, fair, next) {
+  switch (key) {
+    case "id":
+      return u.id;
+    case "paused":
+      return u.paused ? 1 : 0;
+    case "share":
+      return u.share;
+    case "next":
+      return next.get(u.id) || Infinity;
+    default:
+      return u[key];
+  }
+}
+
+function shareBar(share, fair) {
+  const w = 120;
+  const h = 14;
+  const s = svg("svg", { width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: "img", class: "bar" });
+  s.setAttribute("aria-label", `share ${pct(share)} against fair share ${pct(fair)}`);
+  s.append(svg("rect", { x: 0, y: 0, width: w, height: h, class: "bar-bg" }));
+  const over = share > fair + 1e-9 && fair > 0;
+  s.append(svg("rect", { x: 0, y: 2, width: Math.min(1, share) * w, height: h - 4, class: over ? "bar-over" : "bar-share" }));
+  if (fair > 0) {
+    const x = Math.min(1, fair) * w;
+    s.append(svg("line", { x1: x, x2: x, y1: 0, y2: h, class: "bar-fair" }));
+  }
+  return s;
+}
+
+function renderUsers() {
+  const users = state.users;
+  const fair = fairShares(users);
+  const next = nextPositions(state.scheduler, users);
+  const { key, desc } = state.sort;
+  const rows = [...users].sort((a, b) => {
+    const va = sortValue(a, key, fair, next);
+    const vb = sortValue(b, key, fair, next);
+    let c = va < vb ? -1 : va > vb ? 1 : 0;
+    if (desc) c = -c;
+    // Ties: the heavier user first, then by id, so the order is stable.
+    return c || b.share - a.share || b.queued - a.queued || (a.id < b.id ? -1 : 1);
+  });
+  for (const th of document.querySelectorAll("#users-table th")) {
+    const b = th.querySelector("button[data-sort]");
+    if (!b) continue;
+    th.setAttribute("aria-sort", b.dataset.sort === key ? (desc ? "descending" : "ascending") : "none");
+  }
+  const tbody = $("users-table").tBodies[0];
+  const admin = isAdmin();
+  const why = admin ? null : "needs an admin token";
+  tbody.replaceChildren(
+    ...rows.map((u) => {
+      const f = fair.get(u.id);
+      return el(
+        "tr",
+        { "data-user": u.id, class: u.paused ? "paused" : null },
+        el("th", { scope: "row", class: "user" }, el("a", { href: "#jobs?user=" + encodeURIComponent(u.id) }, u.id)),
+        el("td", { class: "num weight" }, num(u.weight, 4)),
+        el("td", { class: "paused-cell" }, u.paused ? "paused" : "no"),
+        el("td", { class: "num queued" }, u.queued),
+        el("td", { class: "num running" }, u.running),
+        el("td", { class: "alloc" }, resources(u.allocation)),
+        el("td", { class: "share" }, shareBar(u.share, f), el("span", { class: "share-text" }, `${pct(u.share)} / ${pct(f)}`)),
+        el("td", { class: "num usage" }, pct(u.usage)),
+        el("td", { class: "num key" }, num(u.key)),
+        el("td", { class: "num next" }, next.get(u.id) || "–"),
+        el(
+          "td",
+          { class: "actions" },
+          el("button", {
+            type: "button",
+            class: "pause",
+            disabled: !admin,
+            title: why,
+            text: u.paused ? "Resume" : "Pause",
+            "aria-label": (u.paused ? "Resume " : "Pause ") + u.id,
+            onclick: () => confirmPause(u),
+          }),
+          el("button", {
+            type: "button",
+            class: "edit",
+            disabled: !admin,
+            title: why,
+            text: "Edit",
+            "aria-label": "Edit weight and limits of " + u.id,
+            onclick: () => editUser(u),
+          }),
+        ),
+      );
+    }),
+  );
+  if (rows.length === 0) tbody.append(el("tr", {}, el("td", { colspan: 11, class: "empty" }, "No users yet.")));
+}
+
+async function refreshUsers() {
+  const [users, scheduler] = await Promise.all([api("GET", "/v1/users"), api("GET", "/v1/scheduler")]);
+  state.users = users;
+  state.scheduler = scheduler;
+  renderUsers();
+}
+
+// ------------------------------------------------------------------ confirmation dialog
+
+let confirmAction = null;
+
+function openConfirm(title, text, fields, action) {
+  $("confirm-title").textContent = title;
+  $("confirm-text").textContent = text;
+  $("confirm-fields").replaceChildren(...fields);
+  $("confirm-error").textContent = "";
+  confirmAction = action;
+  $("confirm").showModal();
+  const first = $("confirm-fields").querySelector("input");
+  (first || $("confirm-yes")).focus();
+}
+
+async function onConfirm(ev) {
+  ev.preventDefault();
+  if (!confirmAction) return;
+  const yes = $("confirm-yes");
+  yes.disabled = true;
+  try {
+    await confirmAction();
+    confirmAction = null;
+    $("confirm").close();
+    await refresh();
+  } catch (e) {
+    $("confirm-error").textContent = e.message;
+  } finally {
+    yes.disabled = false;
+  }
+}
+
+function confirmPause(u) {
+  const verb = u.paused ? "resume" : "pause";
+  const text = u.paused
+    ? `Resume ${u.id}? Its queued jobs become eligible at the next cycle.`
+    : `Pause ${u.id}? Nothing new of this user is dispatched; its ${u.queued} queued jobs stay and its ${u.running} running jobs go on.`;
+  openConfirm((u.paused ? "Resume " : "Pause ") + u.id, text, [], () =>
+    api("POST", `/v1/users/${encodeURIComponent(u.id)}/${verb}`),
+  );
+}
+
+function field(label, id, value, hint) {
+  return el(
+    "label",
+    { class: "field" },
+    el("span", {}, label),
+    el("input", { id, value: value === null || value === undefined ? "" : value, inputmode: "decimal", spellcheck: "false" }),
+    hint ? el("small", {}, hint) : null,
+  );
+}
+
+/** A number from a form field; "" means null (the default). */
+function numberOrNull(id, name) {
+  const v = $(id).value.trim();
+  if (v === "") return null;
+  const n = Number(v);
+  if (!Number.isFinite(n)) throw new Error(`${name}: not a number`);
+  return n;
+}
+
+function editUser(u) {
+  const lim = u.max_resources || {};
+  openConfirm(
+    "Weight and limits of " + u.id,
+    "Empty limits go back to the configured defaults; an empty cap leaves that resource uncapped.",
+    [
+      field("Weight", "f-weight", u.weight, "relative, 1e-6 to 1e6"),
+      field("Max running jobs", "f-max-running", u.max_running_jobs, `default ${u.effective_max_running_jobs}`),
+      field("Max queued jobs", "f-max-queued", u.max_queued_jobs, `default ${u.effective_max_queued_jobs}`),
+      field("Cap: cores", "f-cap-cpu", lim.cpu),
+      field("Cap: GPUs", "f-cap-gpu", lim.gpu),
+    ],
+    () => {
+      const weight = numberOrNull("f-weight", "weight");
+      const cpu = numberOrNull("f-cap-cpu", "cap on cores");
+      const gpu = numberOrNull("f-cap-gpu", "cap on GPUs");
+      const body = {
+        max_running_jobs: numberOrNull("f-max-running", "max running jobs"),
+        max_queued_jobs: numberOrNull("f-max-queued", "max queued jobs"),
+        max_resources: cpu === null && gpu === null ? null : { ...(cpu === null ? {} : { cpu }), ...(gpu === null ? {} : { gpu }) },
+      };
+      if (weight !== null) body.weight = weight;
+      return api("PUT", `/v1/users/${encodeURIComponent(u.id)}`, body);
+    },
+  );
+}
+
+// ------------------------------------------------------------------ clusters
+
+function clusterCard(c) {
+  const rows = [
+    ["cores", "cpu", num],
+    ["GPUs", "gpu", num],
+    ["memory", "memory_bytes", bytes],
+  ];
+  return el(
+    "article",
+    { class: "cluster", "data-cluster": c.name },
+    el("h3", {}, c.name + " ", el("span", { class: "badge " + (c.healthy ? "ok" : "bad") }, c.healthy ? "healthy" : "unhealthy")),
+    el(
+      "table",
+      { class: "grid" },
+      el(
+        "thead",
+        {},
+        el(
+          "tr",
+          {},
+          ...["resource", "capacity", "used by this service", "used by others", "free"].map((h) => el("th", { scope: "col" }, h)),
+        ),
+      ),
+      el(
+        "tbody",
+        {},
+        ...rows.map(([label, k, f]) =>
+          el(
+            "tr",
+            { "data-resource": k },
+            el("th", { scope: "row" }, label),
+            el("td", { class: "num" }, f(c.capacity[k])),
+            el("td", { class: "num" }, f(c.outstanding[k])),
+            el("td", { class: "num" }, f(c.used_by_others[k])),
+            el("td", { class: "num" }, f(c.free[k])),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+async function refreshClusters() {
+  const s = await api("GET", "/v1/scheduler");
+  state.scheduler = s;
+  const box = $("clusters");
+  const cards = s.clusters.map(clusterCard);
+  if (cards.length === 0) {
+    const lead = s.leadership && !s.leadership.is_leader;
+    cards.push(el("p", {}, lead ? `This replica follows; the leader (${s.leadership.leader || "none"}) shows clusters.` : "No cluster has answered yet."));
+  }
+  box.replaceChildren(...cards);
+  const c = s.last_cycle;
+  $("last-cycle").textContent =
+    `${s.cycles} cycles; ${s.queued_jobs} queued, ${s.outstanding_jobs} outstanding jobs.` +
+    (c ? ` Last cycle ${time(c.at)}, ${(c.duration_seconds * 1000).toFixed(1)} ms, ${c.grants.length} grants.` : "");
+}
+
+// ------------------------------------------------------------------ jobs
+
+function jobsQueryFromHash(q) {
+  const p = new URLSearchParams(q || "");
+  return { user: p.get("user") || "", status: p.get("status") || "", external_id: p.get("external_id") || "" };
+}
+
+function jobsUrl(q, after) {
+  const p = new URLSearchParams();
+  for (const k of ["user", "status", "external_id"]) if (q[k]) p.set(k, q[k]);
+  p.set("limit", "50");
+  if (after) p.set("after", after);
+  return "/v1/jobs?" + p.toString();
+}
+
+function jobRow(j) {
+  return el(
+    "tr",
+    { "data-job": j.id },
+    el("td", {}, el("a", { href: "#job/" + j.id, class: "mono" }, j.id.slice(0, 8) + "…" + j.id.slice(-4))),
+    el("td", {}, j.user),
+    el("td", {}, j.external_id || "–"),
+    el("td", {}, el("span", { class: "st st-" + j.status.toLowerCase() }, j.status)),
+    el("td", {}, resources(j.resources)),
+    el("td", {}, time(j.submitted_at)),
+    el("td", {}, j.cluster || "–"),
+  );
+}
+
+async function refreshJobs(append) {
+  const q = state.jobsQuery || { user: "", status: "", external_id: "" };
+  const page = await api("GET", jobsUrl(q, append ? state.jobsNext : null));
+  const tbody = $("jobs-table").tBodies[0];
+  const rows = page.jobs.map(jobRow);
+  state.jobsAppended = append;
+  if (append) tbody.append(...rows);
+  else {
+    tbody.replaceChildren(...rows);
+    if (rows.length === 0) tbody.append(el("tr", {}, el("td", { colspan: 7, class: "empty" }, "No jobs match.")));
+  }
+  state.jobsNext = page.next_after;
+  $("jobs-more").hidden = !page.next_after;
+}
+
+let currentJob = null;
+
+async function refreshJob(id) {
+  const [j, ev] = await Promise.all([api("GET", "/v1/jobs/" + id), api("GET", `/v1/jobs/${id}/events`)]);
+  currentJob = j;
+  $("h-job").textContent = "Job " + j.id;
+  const rows = [
+    ["Status", el("span", { class: "st st-" + j.status.toLowerCase(), id: "job-status" }, j.status)],
+    ["User", el("a", { href: "#jobs?user=" + encodeURIComponent(j.user) }, j.user)],
+    ["External id", j.external_id || "–"],
+    ["Pending reason", j.pending_reason || "–"],
+    ["Queue position", j.queue_position || "–"],
+    ["Resources", resources(j.resources)],
+    ["Priority", j.priority],
+    ["Max runtime", j.max_runtime_s ? j.max_runtime_s + " s" : "default"],
+    ["Ray cluster", j.cluster || "–"],
+    ["Message", j.message || "–"],
+    ["Submitted", time(j.submitted_at)],
+    ["Dispatched", time(j.dispatched_at)],
+    ["Started", time(j.started_at)],
+    ["Finished", time(j.finished_at)],
+    ["Entrypoint", el("code", {}, j.entrypoint)],
+  ];
+  $("job-fields").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
+  $("job-timeline").replaceChildren(
+    ...ev.events.map((e) =>
+      el(
+        "li",
+        { "data-to": e.to },
+        el("time", { datetime: e.at }, time(e.at)),
+        " ",
+        el("strong", {}, (e.from ? e.from + " → " : "") + e.to),
+        e.detail ? el("span", { class: "detail" }, " — " + e.detail) : null,
+      ),
+    ),
+  );
+  const finished = ["SUCCEEDED", "FAILED", "STOPPED"].includes(j.status);
+  const cancel = $("job-cancel");
+  cancel.disabled = finished || !isAdmin();
+  cancel.title = finished ? "the job has ended" : isAdmin() ? "" : "needs an admin token";
+  if (!j.dispatched_at) $("job-logs").textContent = "(not dispatched to Ray yet)";
+  const now = Date.now();
+  // Ray has logs only for a job it was given (409 otherwise).
+  if (j.dispatched_at && now - state.lastLogs >= 5000) {
+    state.lastLogs = now;
+    try {
+      const logs = await api("GET", `/v1/jobs/${id}/logs`);
+      $("job-logs").textContent = logs.logs || "(empty)";
+    } catch (e) {
+      $("job-logs").textContent = e.message;
+    }
+  }
+}
+
+function confirmCancel() {
+  const j = currentJob;
+  if (!j) return;
+  openConfirm(
+    "Cancel job",
+    `Cancel ${j.id} of ${j.user} (${j.status})? A queued job stops at once; a running one is stopped in Ray.`,
+    [],
+    () => api("POST", `/v1/jobs/${j.id}/cancel`),
+  );
+}
+
+// ------------------------------------------------------------------ shares over time
+
+function sharesPanel(user, points, t0, t1) {
+  const w = 560;
+  const h = 110;
+  const pad = { l: 36, r: 8, t: 18, b: 18 };
+  const max = Math.max(0.05, ...points.flatMap((p) => [p.share, p.fair]));
+  const x = (t) => pad.l + ((t - t0) / (t1 - t0)) * (w - pad.l - pad.r);
+  const y = (v) => h - pad.b - (v / max) * (h - pad.t - pad.b);
+  const last = points[points.length - 1];
+  const s = svg("svg", { viewBox: `0 0 ${w} ${h}`, width: w, height: h, role: "img", class: "panel" });
+  s.setAttribute("aria-label", `${user}: share now ${pct(last.share)}, fair share ${pct(last.fair)}`);
+  const title = svg("text", { x: pad.l, y: 12, class: "panel-title" });
+  title.textContent = `${user} — now ${pct(last.share)} of ${pct(last.fair)} fair`;
+  s.append(title);
+  for (const v of [0, max]) {
+    s.append(svg("line", { x1: pad.l, x2: w - pad.r, y1: y(v), y2: y(v), class: "axis" }));
+    const t = svg("text", { x: pad.l - 4, y: y(v) + 4, class: "tick", "text-anchor": "end" });
+    t.textContent = pct(v).replace(".0%", "%");
+    s.append(t);
+  }
+  const span = Math.round((t1 - t0) / 60000);
+  for (const [label, at] of [[`−${span} min`, t0], ["now", t1]]) {
+    const t = svg("text", { x: x(at), y: h - 4, class: "tick", "text-anchor": at === t0 ? "start" : "end" });
+    t.textContent = label;
+    s.append(t);
+  }
+  const line = (k, cls) =>
+    svg("polyline", { points: points.map((p) => `${x(p.t).toFixed(1)},${y(p[k]).toFixed(1)}`).join(" "), class: cls });
+  s.append(line("fair", "fair-line"), line("share", "share-line"));
+  return s;
+}
+
+async function refreshShares() {
+  const h = await api("GET", "/v1/shares");
+  // The hour, or less while the service has not kept an hour yet (at least 2 min).
+  const t1 = Date.now();
+  const first = h.samples.length ? Date.parse(h.samples[0].at) : t1;
+  const t0 = Math.max(t1 - h.history_seconds * 1000, Math.min(first, t1 - 120000));
+  const series = new Map();
+  for (const sample of h.samples) {
+    const t = Date.parse(sample.at);
+    const seen = new Set();
+    for (const u of sample.users) {
+      if (!series.has(u.user)) series.set(u.user, []);
+      series.get(u.user).push({ t, share: u.share, fair: u.fair_share });
+      seen.add(u.user);
+    }
+    // A user absent from a sample had nothing queued or running: 0 and 0.
+    for (const [user, pts] of series) if (!seen.has(user)) pts.push({ t, share: 0, fair: 0 });
+  }
+  // The users with the most share over the hour first; at most 8 panels.
+  const ranked = [...series.entries()]
+    .map(([user, pts]) => ({ user, pts, weight: pts.reduce((s, p) => s + p.share, 0) }))
+    .sort((a, b) => b.weight - a.weight || (a.user < b.user ? -1 : 1))
+    .slice(0, 8);
+  const box = $("shares-chart");
+  if (ranked.length === 0) {
+    box.replaceChildren(el("p", {}, `No samples with active users yet (one every ${h.sample_every_seconds} s while this replica leads).`));
+    return;
+  }
+  box.replaceChildren(...ranked.map((r) => sharesPanel(r.user, r.pts, t0, t1)));
+}
+
+// ------------------------------------------------------------------ routing and polling
+
+function route() {
+  const h = location.hash.replace(/^#/, "") || "users";
+  if (h.startsWith("job/")) return { view: "job", id: h.slice(4) };
+  const [view, q] = h.split("?");
+  return { view: ["users", "clusters", "jobs", "shares"].includes(view) ? view : "users", q };
+}
+
+function show(view) {
+  for (const v of ["users", "clusters", "jobs", "job", "shares"]) $("view-" + v).hidden = v !== view;
+  for (const a of document.querySelectorAll("nav a")) {
+    const on = a.id === "nav-" + (view === "job" ? "jobs" : view);
+    if (on) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+}
+
+async function refresh() {
+  // Without a valid token every call would be a 401: wait for one.
+  if (!state.role) return;
+  // One refresh at a time; one asked for meanwhile (a new search, a new view) runs
+  // right after, so its answer replaces the one in flight.
+  if (state.busy) {
+    state.again = true;
+    return;
+  }
+  state.busy = true;
+  state.again = false;
+  try {
+    const r = route();
+    if (r.view === "users") await refreshUsers();
+    else if (r.view === "clusters") await refreshClusters();
+    // Once "More" has added pages, polling would drop them: it stops until the next search.
+    else if (r.view === "jobs" && !state.jobsAppended) await refreshJobs(false);
+    else if (r.view === "job") await refreshJob(r.id);
+    else if (r.view === "shares") {
+      if (Date.now() - state.lastShares >= SHARES_POLL_MS) {
+        state.lastShares = Date.now();
+        await refreshShares();
+      }
+    }
+    setStatus("Updated " + new Date().toLocaleTimeString(undefined, { hour12: false }), false);
+  } catch (e) {
+    if (e.status === 401) setStatus("The service wants a valid token: type one above.", true);
+    else setStatus("Cannot update: " + e.message, true);
+  } finally {
+    state.busy = false;
+  }
+  if (state.again) await refresh();
+}
+
+function schedule() {
+  clearTimeout(state.timer);
+  state.timer = setTimeout(async () => {
+    if (!document.hidden && !$("confirm").open) await refresh();
+    schedule();
+  }, POLL_MS);
+}
+
+async function onRoute() {
+  const r = route();
+  show(r.view);
+  state.lastShares = 0;
+  state.lastLogs = 0;
+  if (r.view === "jobs") {
+    state.jobsAppended = false;
+    state.jobsQuery = jobsQueryFromHash(r.q);
+    $("q-user").value = state.jobsQuery.user;
+    $("q-status").value = state.jobsQuery.status;
+    $("q-external").value = state.jobsQuery.external_id;
+  }
+  if (r.view === "job") {
+    $("job-timeline").replaceChildren();
+    $("job-fields").replaceChildren();
+    $("job-logs").textContent = "";
+  }
+  await refresh();
+  schedule();
+}
+
+function init() {
+  $("token").value = token();
+  $("token-form").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, $("token").value.trim());
+    await loadRole();
+    await refresh();
+  });
+  $("token-forget").addEventListener("click", async () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    $("token").value = "";
+    await loadRole();
+    await refresh();
+  });
+  for (const b of document.querySelectorAll("#users-table button[data-sort]")) {
+    b.addEventListener("click", () => {
+      const k = b.dataset.sort;
+      state.sort = state.sort.key === k ? { key: k, desc: !state.sort.desc } : { key: k, desc: k !== "id" && k !== "next" };
+      renderUsers();
+    });
+  }
+  $("job-search").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    const q = { user: $("q-user").value.trim(), status: $("q-status").value, external_id: $("q-external").value.trim() };
+    for (const [k, v] of Object.entries(q)) if (v) p.set(k, v);
+    const h = "#jobs" + (p.toString() ? "?" + p.toString() : "");
+    if (location.hash === h) onRoute();
+    else location.hash = h;
+  });
+  $("jobs-more").addEventListener("click", () => refreshJobs(true).catch((e) => setStatus(e.message, true)));
+  $("job-cancel").addEventListener("click", confirmCancel);
+  $("confirm-form").addEventListener("submit", onConfirm);
+  $("confirm-no").addEventListener("click", () => {
+    confirmAction = null;
+    $("confirm").close();
+  });
+  $("confirm").addEventListener("close", () => {
+    confirmAction = null;
+  });
+  window.addEventListener("hashchange", () => {
+    onRoute().then(() => $("main").focus({ preventScroll: true }));
+  });
+  loadRole().then(onRoute);
+}
+
+document.addEventListener("DOMContentLoaded", init);

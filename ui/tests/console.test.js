@@ -1,0 +1,278 @@
+// Browser tests of the console (/ui/): real service binary, fake Ray, Debian's
+// headless Chromium through playwright-core, at 1280x800. Run: `npm test` here (after
+// `npm ci` and `cargo build`), or scripts/test-console from the repository root.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { ADMIN, SUBMITTER, FakeRay, Service, launchBrowser, openPage, until } from "./harness.js";
+
+let ray;
+let svc;
+let browser;
+// Console errors and uncaught page errors of every page the tests open (a CSP
+// violation is one): the last test asserts there are none.
+const errors = [];
+
+before(async () => {
+  ray = await new FakeRay(4).start();
+  svc = await new Service(ray.port).start();
+  browser = await launchBrowser();
+});
+
+after(async () => {
+  await browser?.close();
+  await svc?.stop();
+  await ray?.stop();
+});
+
+/** A page on the console with `token` typed into the token field. */
+async function consoleAs(token, hash = "", errs = errors) {
+  const page = await openPage(browser, errs);
+  await page.goto(`${svc.url}/ui/${hash}`);
+  await page.fill("#token", token);
+  await page.click("#token-save");
+  await page.locator("#role").filter({ hasText: token === ADMIN ? "admin" : "submitter" }).waitFor();
+  return page;
+}
+
+async function tableRows(page) {
+  return page.$$eval("#users-table tbody tr[data-user]", (trs) =>
+    trs.map((tr) => ({
+      id: tr.dataset.user,
+      weight: Number(tr.querySelector(".weight").textContent),
+      paused: tr.querySelector(".paused-cell").textContent === "paused",
+      queued: Number(tr.querySelector(".queued").textContent),
+      running: Number(tr.querySelector(".running").textContent),
+    })),
+  );
+}
+
+test("the console is served at /ui/ with a strict Content-Security-Policy", async () => {
+  const r = await fetch(svc.url + "/ui/");
+  assert.equal(r.status, 200);
+  const csp = r.headers.get("content-security-policy");
+  assert.match(csp, /default-src 'none'/);
+  assert.match(csp, /script-src 'self'/);
+  assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval|\*/);
+  const redirect = await fetch(svc.url + "/ui", { redirect: "manual" });
+  assert.equal(redirect.status, 308);
+  assert.equal(redirect.headers.get("location"), "/ui/");
+  assert.equal((await fetch(svc.url + "/ui/nope.js")).status, 404);
+});
+
+test("the users table matches GET /v1/users, heaviest first", async () => {
+  // alice holds 3 of the 4 cores, bob 1; carol waits behind them; dora is weighted.
+  const counts = async () => Object.fromEntries((await svc.json("GET", "/v1/users")).map((x) => [x.id, x]));
+  await until("the fake Ray's capacity to be known", async () => (await svc.json("GET", "/v1/scheduler")).clusters[0]?.healthy);
+  for (let i = 0; i < 3; i++) await svc.submit("alice");
+  await until("alice's jobs to run", async () => (await counts()).alice?.running === 3);
+  await svc.submit("bob");
+  await until("bob's job to run", async () => (await counts()).bob?.running === 1);
+  await svc.submit("carol");
+  await svc.json("PUT", "/v1/users/dora", { weight: 2.5 });
+  await until("carol's job to wait", async () => (await counts()).carol?.queued === 1);
+  const page = await consoleAs(ADMIN);
+  const api = await svc.json("GET", "/v1/users");
+  const expected = api
+    .map((u) => ({ id: u.id, weight: u.weight, paused: u.paused, queued: u.queued, running: u.running }))
+    .sort((a, b) => a.id.localeCompare(b.id));
+  await until("the table to show every user as the API does", async () => {
+    const rows = await tableRows(page);
+    return JSON.stringify([...rows].sort((a, b) => a.id.localeCompare(b.id))) === JSON.stringify(expected);
+  });
+  const rows = await tableRows(page);
+  assert.equal(rows[0].id, "alice", "the heaviest user (largest share) comes first");
+  // Every share cell draws a bar and says the share against the fair share.
+  const alice = page.locator('tr[data-user="alice"] .share-text');
+  const text = await alice.textContent();
+  const share = api.find((u) => u.id === "alice").share;
+  assert.ok(text.startsWith((share * 100).toFixed(1) + "%"), text);
+  // Sorting by user puts them in id order.
+  await page.click('button[data-sort="id"]');
+  const sorted = (await tableRows(page)).map((r) => r.id);
+  assert.deepEqual(sorted, [...sorted].sort());
+  // Live: a weight changed elsewhere shows without a reload.
+  await svc.json("PUT", "/v1/users/bob", { weight: 3 });
+  await page.locator('tr[data-user="bob"] .weight').filter({ hasText: /^3$/ }).waitFor({ timeout: 5000 });
+  await page.context().close();
+});
+
+test("pausing a user from the page pauses it and the next cycle skips it", async () => {
+  // erin has a job waiting for a free core; ray has none free until we stop one.
+  const page = await consoleAs(ADMIN);
+  await svc.submit("erin", { secs: 3600 });
+  await page.locator('tr[data-user="erin"]').waitFor();
+  await page.click('tr[data-user="erin"] button.pause');
+  const dialog = page.locator("#confirm");
+  await dialog.waitFor({ state: "visible" });
+  assert.match(await page.textContent("#confirm-text"), /Pause erin\?/);
+  await page.click("#confirm-yes");
+  await dialog.waitFor({ state: "hidden" });
+  assert.equal((await svc.json("GET", "/v1/users/erin")).paused, true);
+  await page.locator('tr[data-user="erin"] .paused-cell').filter({ hasText: "paused" }).waitFor({ timeout: 5000 });
+  await page.locator('tr[data-user="erin"] button.pause').filter({ hasText: "Resume" }).waitFor();
+
+  // Free capacity: stop alice's jobs; the next cycles run carol's job, never erin's.
+  const frank = await svc.submit("frank", { secs: 3600 });
+  const { jobs } = await svc.json("GET", "/v1/jobs?user=alice&status=RUNNING");
+  for (const j of jobs) await svc.json("POST", `/v1/jobs/${j.id}/cancel`);
+  const cycles = (await svc.json("GET", "/v1/scheduler")).cycles;
+  await until("frank's job to be dispatched", async () => (await svc.json("GET", `/v1/jobs/${frank.id}`)).status !== "QUEUED");
+  await until("two more cycles", async () => (await svc.json("GET", "/v1/scheduler")).cycles >= cycles + 2);
+  const { jobs: erins } = await svc.json("GET", "/v1/jobs?user=erin");
+  assert.equal(erins.length, 1);
+  assert.equal(erins[0].status, "QUEUED", "a paused user's job is not dispatched");
+  assert.equal(await page.textContent('tr[data-user="erin"] .next'), "–", "a paused user has no place in the order");
+
+  // Resume from the page: the job runs.
+  await page.click('tr[data-user="erin"] button.pause');
+  await dialog.waitFor({ state: "visible" });
+  await page.click("#confirm-yes");
+  await dialog.waitFor({ state: "hidden" });
+  await until("erin's job to be dispatched", async () => (await svc.json("GET", `/v1/jobs/${erins[0].id}`)).status !== "QUEUED");
+  await page.context().close();
+});
+
+test("weight and limits are changed from the page with a confirmation", async () => {
+  // This test provokes a 422, which Chromium logs: its page keeps its own errors.
+  const mine = [];
+  const page = await consoleAs(ADMIN, "", mine);
+  await page.click('tr[data-user="carol"] button.edit');
+  await page.locator("#confirm").waitFor({ state: "visible" });
+  await page.fill("#f-weight", "4");
+  await page.fill("#f-max-running", "7");
+  await page.fill("#f-cap-gpu", "1");
+  await page.click("#confirm-yes");
+  await page.locator("#confirm").waitFor({ state: "hidden" });
+  const carol = await svc.json("GET", "/v1/users/carol");
+  assert.equal(carol.weight, 4);
+  assert.equal(carol.max_running_jobs, 7);
+  assert.deepEqual(carol.max_resources, { gpu: 1 });
+  // A bad value is refused by the API and the dialog says which field.
+  await page.click('tr[data-user="carol"] button.edit');
+  await page.fill("#f-weight", "0");
+  await page.click("#confirm-yes");
+  await page.locator("#confirm-error").filter({ hasText: "weight" }).waitFor();
+  assert.ok(await page.locator("#confirm").isVisible(), "the dialog stays open on an error");
+  await page.click("#confirm-no");
+  assert.equal((await svc.json("GET", "/v1/users/carol")).weight, 4);
+  assert.equal(mine.length, 1, mine.join("\n"));
+  assert.match(mine[0], /status of 422/);
+  await page.context().close();
+});
+
+test("a submitter token sees the console but cannot pause", async () => {
+  const page = await consoleAs(SUBMITTER);
+  await page.locator('tr[data-user="alice"]').waitFor();
+  const buttons = page.locator("#users-table tbody button.pause, #users-table tbody button.edit");
+  const n = await buttons.count();
+  assert.ok(n >= 2);
+  for (let i = 0; i < n; i++) assert.equal(await buttons.nth(i).isDisabled(), true);
+  // And the API refuses anyway, whatever a page sends.
+  const r = await svc.call("POST", "/v1/users/alice/pause", undefined, SUBMITTER);
+  assert.equal(r.status, 403);
+  assert.equal((await svc.json("GET", "/v1/users/alice")).paused, false);
+  await page.context().close();
+});
+
+test("a job's page shows its status timeline, resources, cluster and logs", async () => {
+  // Room for it: stop every job the earlier tests left running.
+  for (const status of ["RUNNING", "PENDING"]) {
+    const { jobs } = await svc.json("GET", `/v1/jobs?status=${status}`);
+    for (const j of jobs) await svc.json("POST", `/v1/jobs/${j.id}/cancel`);
+  }
+  // It runs 1.5 s: the monitor polls the fake Ray every 500 ms and sees it RUNNING.
+  const job = await svc.submit("gina", { cpu: 0.5, secs: 1.5, external_id: "console-timeline-1" });
+  await until("the job to succeed", async () => (await svc.json("GET", `/v1/jobs/${job.id}`)).status === "SUCCEEDED");
+  const page = await consoleAs(ADMIN, "#jobs");
+  // Found by its external id.
+  await page.fill("#q-external", "console-timeline-1");
+  await page.press("#q-external", "Enter");
+  await until("the search to show only that job", async () => {
+    const ids = await page.$$eval("#jobs-table tbody tr[data-job]", (trs) => trs.map((tr) => tr.dataset.job));
+    return ids.length === 1 && ids[0] === job.id;
+  });
+  await page.click(`#jobs-table tr[data-job="${job.id}"] a`);
+  await page.locator("#job-timeline li").first().waitFor();
+  const shown = await page.$$eval("#job-timeline li", (lis) => lis.map((li) => li.dataset.to));
+  const events = (await svc.json("GET", `/v1/jobs/${job.id}/events`)).events.map((e) => e.to);
+  assert.deepEqual(shown, events);
+  assert.deepEqual(events.slice(0, 2), ["QUEUED", "DISPATCHING"]);
+  assert.equal(events.at(-1), "SUCCEEDED");
+  assert.ok(events.includes("RUNNING"), events.join(" "));
+  assert.equal(await page.textContent("#job-status"), "SUCCEEDED");
+  const fields = await page.textContent("#job-fields");
+  assert.match(fields, /0\.5 cpu/);
+  assert.match(fields, /fake/);
+  await page.locator("#job-logs").filter({ hasText: `hello from ${job.id}` }).waitFor();
+  assert.equal(await page.isDisabled("#job-cancel"), true, "an ended job cannot be cancelled");
+  await page.context().close();
+});
+
+test("a queued job is cancelled from its page with a confirmation", async () => {
+  await svc.json("PUT", "/v1/users/hana", {});
+  await svc.json("POST", "/v1/users/hana/pause");
+  const job = await svc.submit("hana");
+  const page = await consoleAs(ADMIN, `#job/${job.id}`);
+  await page.locator("#job-status").filter({ hasText: "QUEUED" }).waitFor();
+  assert.match(await page.textContent("#job-fields"), /paused/i, "the pending reason says why it waits");
+  await page.click("#job-cancel");
+  await page.click("#confirm-yes");
+  await page.locator("#job-status").filter({ hasText: "STOPPED" }).waitFor({ timeout: 5000 });
+  assert.equal((await svc.json("GET", `/v1/jobs/${job.id}`)).status, "STOPPED");
+  await page.context().close();
+});
+
+test("clusters show health, capacity, this service's use, others' use and free", async () => {
+  const page = await consoleAs(ADMIN, "#clusters");
+  const card = page.locator('article.cluster[data-cluster="fake"]');
+  await card.waitFor();
+  assert.match(await card.locator("h3").textContent(), /healthy/);
+  const cpu = await card.locator('tr[data-resource="cpu"] td').allTextContents();
+  assert.equal(cpu[0], "4");
+  await page.context().close();
+});
+
+test("shares over time are drawn from the service's samples", async () => {
+  await until("a sample with active users", async () => (await svc.json("GET", "/v1/shares")).samples.some((s) => s.users.length > 0), 20000, 500);
+  const page = await consoleAs(ADMIN, "#shares");
+  await page.locator("#shares-chart svg.panel").first().waitFor();
+  const label = await page.locator("#shares-chart svg.panel").first().getAttribute("aria-label");
+  assert.match(label, /share now .*fair share/);
+  await page.context().close();
+});
+
+test("the console works from the keyboard", async () => {
+  const page = await consoleAs(ADMIN);
+  await page.locator('tr[data-user="alice"]').waitFor();
+  // Tab from the top of a fresh load reaches the navigation; Enter on "Clusters" opens it.
+  await page.reload();
+  await page.locator('tr[data-user="alice"]').waitFor();
+  let guard = 0;
+  while ((await page.evaluate(() => document.activeElement?.id)) !== "nav-clusters") {
+    await page.keyboard.press("Tab");
+    assert.ok(++guard < 20, "Tab never reached the Clusters link");
+  }
+  await page.keyboard.press("Enter");
+  await page.locator("#view-clusters").waitFor({ state: "visible" });
+  // Back to users; Tab reaches a Pause button; Enter opens the dialog, Escape closes it.
+  await page.goto(`${svc.url}/ui/#users`);
+  await page.locator('tr[data-user="alice"] button.pause').waitFor();
+  await page.locator('tr[data-user="alice"] button.pause').focus();
+  await page.keyboard.press("Enter");
+  await page.locator("#confirm").waitFor({ state: "visible" });
+  await page.keyboard.press("Escape");
+  await page.locator("#confirm").waitFor({ state: "hidden" });
+  assert.equal((await svc.json("GET", "/v1/users/alice")).paused, false, "Escape did not pause");
+  await page.context().close();
+});
+
+test("no page of the console logged an error", async () => {
+  const page = await consoleAs(ADMIN);
+  for (const hash of ["#users", "#clusters", "#jobs", "#shares"]) {
+    await page.click(`a[href="${hash}"]`);
+    await page.locator(`#view-${hash.slice(1)}`).waitFor({ state: "visible" });
+    await page.locator("#status").filter({ hasText: "Updated" }).waitFor();
+  }
+  await page.context().close();
+  assert.deepEqual(errors, []);
+});
