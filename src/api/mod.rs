@@ -11,6 +11,7 @@ pub mod request_id;
 pub mod submit;
 pub mod system;
 pub mod users;
+pub mod what_if;
 
 use std::sync::Arc;
 
@@ -76,6 +77,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/v1/users/{id}/pause", "POST").post(users::pause))
     .service(resource("/v1/users/{id}/resume", "POST").post(users::resume))
     .service(resource("/v1/scheduler", "GET").get(system::scheduler))
+    .service(resource("/v1/scheduler/what-if", "POST").post(what_if::what_if))
     .service(resource("/openapi.json", "GET").get(openapi::document))
     .service(resource("/metrics", "GET").get(system::metrics))
     // Uptime checks and load balancers probe with HEAD; actix sends no body for it.
@@ -107,6 +109,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/users/{id}/pause"),
     ("post", "/v1/users/{id}/resume"),
     ("get", "/v1/scheduler"),
+    ("post", "/v1/scheduler/what-if"),
     ("get", "/openapi.json"),
     ("get", "/metrics"),
     ("get", "/healthz"),

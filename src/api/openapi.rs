@@ -5,7 +5,7 @@ use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{error, jobs, system, users};
+use super::{error, jobs, system, users, what_if};
 
 struct BearerAuth;
 
@@ -26,12 +26,13 @@ impl Modify for BearerAuth {
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
         users::list, users::get, users::put, users::pause, users::resume,
-        system::scheduler, system::metrics, system::healthz, system::readyz, document,
+        system::scheduler, what_if::what_if, system::metrics, system::healthz, system::readyz, document,
     ),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, crate::views::Amounts,
         jobs::JobView, jobs::JobPage, jobs::LogsView, users::UserView, users::UserUpdate, users::ResourceLimit,
         users::Empty, system::Health, crate::views::SchedulerView,
+        what_if::WhatIfRequest, what_if::WhatIfView,
     )),
     modifiers(&BearerAuth),
 )]

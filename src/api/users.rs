@@ -217,29 +217,59 @@ pub async fn get(
     Ok(HttpResponse::Ok().json(user_view(&state, u, &counts)))
 }
 
+/// Checks a weight (`field` names it in the 422): finite, 1e-6 to 1e6.
+pub(crate) fn check_weight(field: &str, w: f64) -> Result<(), ApiError> {
+    if !w.is_finite() || w < MIN_WEIGHT {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be a finite number >= {MIN_WEIGHT}"),
+        ));
+    }
+    if w > MAX_WEIGHT {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be at most {MAX_WEIGHT}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `max_running_jobs` value: 1 to [`MAX_JOB_LIMIT`].
+pub(crate) fn check_max_running(field: &str, n: i32) -> Result<(), ApiError> {
+    if !(1..=MAX_JOB_LIMIT).contains(&n) {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be between 1 and {MAX_JOB_LIMIT}, or null for the default"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `max_resources` value; `field` is its name (`max_resources`), the 422
+/// names the component (`max_resources.cpu`).
+pub(crate) fn check_resource_limit(field: &str, limit: &ResourceLimit) -> Result<(), ApiError> {
+    if let Some(c) = limit.cpu {
+        validate_amount(&format!("{field}.cpu"), c)?;
+    }
+    if let Some(g) = limit.gpu {
+        validate_amount(&format!("{field}.gpu"), g)?;
+    }
+    if limit.memory_bytes.is_some_and(|m| m > i64::MAX as u64) {
+        return Err(ApiError::invalid(
+            format!("{field}.memory_bytes"),
+            "is too large",
+        ));
+    }
+    Ok(())
+}
+
 impl UserUpdate {
     fn into_patch(self) -> Result<UserPatch, ApiError> {
         if let Some(w) = self.weight {
-            if !w.is_finite() || w < MIN_WEIGHT {
-                return Err(ApiError::invalid(
-                    "weight",
-                    format!("must be a finite number >= {MIN_WEIGHT}"),
-                ));
-            }
-            if w > MAX_WEIGHT {
-                return Err(ApiError::invalid(
-                    "weight",
-                    format!("must be at most {MAX_WEIGHT}"),
-                ));
-            }
+            check_weight("weight", w)?;
         }
         if let Some(Some(n)) = self.max_running_jobs {
-            if !(1..=MAX_JOB_LIMIT).contains(&n) {
-                return Err(ApiError::invalid(
-                    "max_running_jobs",
-                    format!("must be between 1 and {MAX_JOB_LIMIT}, or null for the default"),
-                ));
-            }
+            check_max_running("max_running_jobs", n)?;
         }
         if let Some(Some(n)) = self.max_queued_jobs {
             if !(0..=MAX_JOB_LIMIT).contains(&n) {
@@ -250,18 +280,7 @@ impl UserUpdate {
             }
         }
         if let Some(Some(limit)) = &self.max_resources {
-            if let Some(c) = limit.cpu {
-                validate_amount("max_resources.cpu", c)?;
-            }
-            if let Some(g) = limit.gpu {
-                validate_amount("max_resources.gpu", g)?;
-            }
-            if limit.memory_bytes.is_some_and(|m| m > i64::MAX as u64) {
-                return Err(ApiError::invalid(
-                    "max_resources.memory_bytes",
-                    "is too large",
-                ));
-            }
+            check_resource_limit("max_resources", limit)?;
         }
         Ok(UserPatch {
             weight: self.weight,

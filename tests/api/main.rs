@@ -10,3 +10,4 @@ mod ray_edges;
 mod ray_mock;
 mod system;
 mod users;
+mod what_if;
