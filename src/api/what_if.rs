@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::body::{parse_json, read_body, whole};
+use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
-use super::jobs::{validate_amount, validate_user_id};
+use super::jobs::validate_amount;
 use super::users::{check_max_running, check_resource_limit, check_weight, ResourceLimit};
 use super::AppState;
 use crate::config::Role;
@@ -39,15 +39,9 @@ pub struct UserChangeIn {
     #[schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)]
     pub max_running_jobs: Option<Option<i32>>,
     /// Cap on the user's allocation, or null for none.
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, deserialize_with = "object::double_opt")]
     #[schema(value_type = Option<ResourceLimit>)]
     pub max_resources: Option<Option<ResourceLimit>>,
-}
-
-fn double_option<'de, T: Deserialize<'de>, D: serde::Deserializer<'de>>(
-    d: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
 }
 
 /// A cluster's total capacity in a proposed change; an absent resource keeps its
@@ -55,15 +49,15 @@ fn double_option<'de, T: Deserialize<'de>, D: serde::Deserializer<'de>>(
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CapacityIn {
-    /// Cores.
-    #[schema(minimum = 0.0)]
+    /// Cores: 0 to 1e6, at most 4 decimal places.
+    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub cpu: Option<f64>,
-    /// GPUs.
-    #[schema(minimum = 0.0)]
+    /// GPUs: 0 to 1e6, at most 4 decimal places.
+    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub gpu: Option<f64>,
     /// Bytes.
     #[serde(default, deserialize_with = "whole::opt")]
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 9223372036854775807_u64)]
     pub memory_bytes: Option<u64>,
 }
 
@@ -73,6 +67,7 @@ pub struct CapacityIn {
 #[serde(deny_unknown_fields)]
 pub struct ClusterChangeIn {
     /// New total capacity.
+    #[serde(default, deserialize_with = "object::opt")]
     pub capacity: Option<CapacityIn>,
     /// Whether the cluster is healthy (granted to).
     pub healthy: Option<bool>,
@@ -83,10 +78,10 @@ pub struct ClusterChangeIn {
 #[serde(deny_unknown_fields)]
 pub struct WhatIfRequest {
     /// Changes by user id; each user must be known to the scheduler.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object::map")]
     pub users: BTreeMap<String, UserChangeIn>,
     /// Changes by cluster name; each must be configured.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "object::map")]
     pub clusters: BTreeMap<String, ClusterChangeIn>,
     /// How many grants to list, 1..=1000 (default 20).
     #[serde(default, deserialize_with = "whole::opt")]
@@ -176,7 +171,6 @@ impl WhatIfRequest {
         let mut change = Change::default();
         for (id, u) in self.users {
             let field = |f: &str| format!("users.{id}.{f}");
-            validate_user_id(&format!("users.{id}"), &id)?;
             if let Some(w) = u.weight {
                 check_weight(&field("weight"), w)?;
             }
@@ -296,13 +290,15 @@ fn state_view(u: &preview::UserState) -> UserStateView {
 /// `POST /v1/scheduler/what-if` (admin): the next grants (up to `limit`) under
 /// today's state and with the proposed change, each user's share and key before and
 /// after, and which queued jobs would start sooner or later. Changes nothing.
-#[utoipa::path(post, path = "/v1/scheduler/what-if", tag = "system", request_body = WhatIfRequest,
+#[utoipa::path(post, path = "/v1/scheduler/what-if", tag = "system",
+    request_body(content = Option<WhatIfRequest>, description = "the proposed change; none (or `{}`) previews today's state only"),
     operation_id = "what_if",
     responses((status = 200, body = WhatIfView, description = "the preview; nothing was changed"),
               (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
               (status = 413, body = ErrorBody),
-              (status = 422, body = ErrorBody, description = "a field is invalid, or names a user or cluster the scheduler does not know (details.field, e.g. users.alice.weight)"),
+              (status = 404, body = ErrorBody, description = "the change names a user or cluster the scheduler does not know"),
+              (status = 422, body = ErrorBody, description = "a field is invalid (details.field, e.g. users.alice.weight)"),
               (status = 503, body = ErrorBody, description = "this replica does not lead, or recovery has not loaded the queues yet; retry (on the leader)")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all)]
@@ -329,12 +325,12 @@ pub async fn what_if(
         .map_err(|e| ApiError::Unavailable(e.to_string()))?
         .ok_or_else(|| ApiError::Unavailable("recovery has not loaded the queues yet".into()))?;
     resolve_capacity(&mut change, &snapshot);
+    // Like pausing a user that does not exist: 404, naming the entry in the body.
     let changed = snapshot.with(&change).map_err(|e| match &e {
-        ChangeError::UnknownUser(u) => ApiError::invalid(
-            format!("users.{u}"),
-            format!("{e}; a user exists once it submits a job or an admin PUTs it"),
-        ),
-        ChangeError::UnknownCluster(c) => ApiError::invalid(format!("clusters.{c}"), e.to_string()),
+        ChangeError::UnknownUser(u) => ApiError::NotFound(format!(
+            "users.{u}: {e}; a user exists once it submits a job or an admin PUTs it"
+        )),
+        ChangeError::UnknownCluster(c) => ApiError::NotFound(format!("clusters.{c}: {e}")),
     })?;
     let at = DateTime::from_timestamp_micros((snapshot.now * 1e6) as i64)
         .unwrap_or_else(crate::store::now);

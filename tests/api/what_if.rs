@@ -290,12 +290,6 @@ async fn a_preview_changes_nothing_and_a_bad_change_names_its_field(db: Db) {
             json!({"users": {"alice": {"colour": 1}}}),
             "users.alice.colour",
         ),
-        (json!({"users": {"nobody": {"weight": 2}}}), "users.nobody"),
-        (json!({"users": {"": {"weight": 2}}}), "users."),
-        (
-            json!({"clusters": {"nowhere": {"healthy": true}}}),
-            "clusters.nowhere",
-        ),
         (
             json!({"clusters": {"c": {"capacity": {"cpu": 0.00001}}}}),
             "clusters.c.capacity.cpu",
@@ -311,6 +305,14 @@ async fn a_preview_changes_nothing_and_a_bad_change_names_its_field(db: Db) {
         assert_eq!(status, 422, "{body}: {text}");
         let e: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(e["error"]["details"]["field"], field, "{body}: {text}");
+    }
+    // A user or cluster the scheduler does not know: 404, as pausing one is.
+    for body in [
+        json!({"users": {"nobody": {"weight": 2}}}),
+        json!({"users": {"": {}}}),
+        json!({"clusters": {"nowhere": {"healthy": true}}}),
+    ] {
+        assert_error(app.post(path, ADMIN, body).await, 404, "not_found", None).await;
     }
     assert_error(
         app.post(path, SUBMITTER, json!({})).await,
