@@ -59,6 +59,25 @@ pub fn document_json() -> serde_json::Value {
         json!({"type": "string", "minLength": 1, "maxLength": 128, "pattern": NO_NUL});
     metadata["additionalProperties"] =
         json!({"type": "string", "maxLength": 4096, "pattern": NO_NUL});
+    // Map keys of the what-if change: user ids and cluster names, never with NUL.
+    for map in ["users", "clusters"] {
+        schemas["WhatIfRequest"]["properties"][map]["propertyNames"] =
+            json!({"type": "string", "pattern": NO_NUL});
+    }
+    // runtime_env: any JSON object, but no NUL in any key or string at any depth.
+    schemas["JsonNoNul"] = json!({
+        "description": "Any JSON value without a NUL character in a string or key.",
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            {"type": "string", "pattern": NO_NUL},
+            {"type": "array", "items": {"$ref": "#/components/schemas/JsonNoNul"}},
+            {"type": "object", "propertyNames": {"pattern": NO_NUL},
+             "additionalProperties": {"$ref": "#/components/schemas/JsonNoNul"}},
+        ],
+    });
+    let env = &mut schemas["SubmitRequest"]["properties"]["runtime_env"];
+    env["propertyNames"] = json!({"type": "string", "pattern": NO_NUL});
+    env["additionalProperties"] = json!({"$ref": "#/components/schemas/JsonNoNul"});
     // Every query parameter of the job list is optional (utoipa marks a parameter
     // with an explicit `value_type` required).
     if let Some(params) = doc["paths"]["/v1/jobs"]["get"]["parameters"].as_array_mut() {
