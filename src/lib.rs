@@ -29,6 +29,8 @@
 //!   replay.
 //! - [`leadership`] (public): the lease among replicas on PostgreSQL, fencing terms,
 //!   the followers' hand-over to the leader; the SQLite single-replica lock.
+//! - `events` (private): `job_events` read as a feed (wake-up on commit, gap guard);
+//!   `webhooks` (private): delivery of that feed to `[[webhooks]]`, signed.
 //! - `app` (private): wires everything into a running service ([`Application`]);
 //!   [`cli`] (public): the command line the binary runs.
 
@@ -38,6 +40,7 @@ mod app;
 pub mod cli;
 pub mod config;
 mod errors;
+mod events;
 pub mod leadership;
 pub mod lifecycle;
 mod metrics;
@@ -47,6 +50,7 @@ pub mod sim;
 pub mod store;
 pub mod telemetry;
 mod views;
+mod webhooks;
 
 pub use actors::Scheduler;
 pub use api::ROUTES;

@@ -1,4 +1,4 @@
-//! SeaORM entities of fairshare: `users`, `jobs`, `job_events`, `leases` (DESIGN §6, §10).
+//! SeaORM entities of fairshare: `users`, `jobs`, `job_events`, `leases` (DESIGN §6, §10), `webhook_cursors` (§4).
 //!
 //! Timestamps are UTC (`DateTime<Utc>`); resources are in cores (`cpu`, `gpu`) and
 //! bytes (`memory_bytes`).
@@ -7,5 +7,6 @@ pub mod job;
 pub mod job_event;
 pub mod lease;
 pub mod user;
+pub mod webhook_cursor;
 
 pub use job::JobStatus;

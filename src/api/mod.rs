@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod body;
 pub mod error;
+pub mod events;
 pub mod jobs;
 pub mod line_limit;
 pub mod openapi;
@@ -76,6 +77,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/v1/users/{id}/pause", "POST").post(users::pause))
     .service(resource("/v1/users/{id}/resume", "POST").post(users::resume))
+    .service(resource("/v1/events", "GET").get(events::stream))
     .service(resource("/v1/scheduler", "GET").get(system::scheduler))
     .service(resource("/v1/scheduler/what-if", "POST").post(what_if::what_if))
     .service(resource("/openapi.json", "GET").get(openapi::document))
@@ -108,6 +110,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("put", "/v1/users/{id}"),
     ("post", "/v1/users/{id}/pause"),
     ("post", "/v1/users/{id}/resume"),
+    ("get", "/v1/events"),
     ("get", "/v1/scheduler"),
     ("post", "/v1/scheduler/what-if"),
     ("get", "/openapi.json"),
