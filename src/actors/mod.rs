@@ -438,6 +438,17 @@ impl Scheduler {
             .map_err(|e| SchedulerUnavailable(e.to_string()))
     }
 
+    /// A copy of the policy's input now, for the what-if preview; `Ok(None)` until
+    /// recovery has loaded the queues.
+    pub async fn snapshot(
+        &self,
+    ) -> Result<Option<crate::policy::preview::Snapshot>, SchedulerUnavailable> {
+        self.arbiter
+            .send(arbiter::GetSnapshot)
+            .await
+            .map_err(|e| SchedulerUnavailable(e.to_string()))
+    }
+
     /// Whether recovery is done.
     pub async fn ready(&self) -> bool {
         self.arbiter.send(arbiter::IsReady).await.unwrap_or(false)

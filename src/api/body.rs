@@ -187,3 +187,64 @@ pub mod whole {
         Ok(Some(Option::<Whole<T>>::deserialize(d)?.map(|w| w.0)))
     }
 }
+
+/// Struct fields that take a JSON object only. serde's derived `Deserialize` also takes
+/// a struct written as an array of its fields in order (`"resources": [1, 0]`), which
+/// the OpenAPI document does not allow; these helpers refuse it (422 naming the field)
+/// while errors inside the object keep their full path (`resources.cpu`).
+///
+/// Use with `#[serde(default, deserialize_with = "object::opt")]` on `Option<T>`,
+/// `object::double_opt` on `Option<Option<T>>` (absent vs `null`), and `object::map`
+/// on `BTreeMap<String, T>`.
+pub mod object {
+    use std::collections::BTreeMap;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::value::MapAccessDeserializer;
+    use serde::de::{Deserializer, MapAccess, Visitor};
+    use serde::Deserialize;
+
+    /// A `T` read from a JSON object only.
+    pub struct ObjectOnly<T>(pub T);
+
+    impl<'de, T: Deserialize<'de>> Deserialize<'de> for ObjectOnly<T> {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V<T>(PhantomData<T>);
+            impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+                type Value = ObjectOnly<T>;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                    T::deserialize(MapAccessDeserializer::new(map)).map(ObjectOnly)
+                }
+            }
+            d.deserialize_map(V(PhantomData))
+        }
+    }
+
+    /// For `Option<T>` fields.
+    pub fn opt<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
+        Ok(Option::<ObjectOnly<T>>::deserialize(d)?.map(|o| o.0))
+    }
+
+    /// For `Option<Option<T>>` fields: absent = `None`, `null` = `Some(None)`.
+    pub fn double_opt<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<Option<Option<T>>, D::Error> {
+        Ok(Some(Option::<ObjectOnly<T>>::deserialize(d)?.map(|o| o.0)))
+    }
+
+    /// For `BTreeMap<String, T>` fields whose values are objects.
+    pub fn map<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, T>, D::Error> {
+        Ok(BTreeMap::<String, ObjectOnly<T>>::deserialize(d)?
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect())
+    }
+}

@@ -183,7 +183,7 @@ async fn take_sample(leadership: &Leadership, db: &Db) -> Option<ShareSample> {
 /// `GET /v1/shares`: each user's dominant share against its weighted fair share,
 /// sampled every 5 s over the last hour, from this replica's memory (a follower
 /// answers what it kept while it led, usually nothing).
-#[utoipa::path(get, path = "/v1/shares", tag = "users",
+#[utoipa::path(get, path = "/v1/shares", tag = "users", operation_id = "share_history",
     responses((status = 200, body = ShareHistoryView), (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn shares(
@@ -200,9 +200,10 @@ pub async fn shares(
 
 /// `GET /v1/jobs/{id}/events`: the job's status transitions (`job_events`), oldest
 /// first. 404 for an unknown id (or one that is not a UUID).
-#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs",
+#[utoipa::path(get, path = "/v1/jobs/{id}/events", tag = "jobs", operation_id = "job_timeline",
     params(("id" = Uuid, Path, description = "job id")),
-    responses((status = 200, body = JobEventsView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = JobEventsView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 pub async fn job_events(
     state: web::Data<AppState>,
@@ -231,7 +232,7 @@ pub async fn job_events(
 /// `GET /v1/whoami`: the role of the presented token: `admin`, `submitter`, or
 /// `none` (no token, or one that is not configured). Always 200, so that a page can
 /// ask before it has a token without an error.
-#[utoipa::path(get, path = "/v1/whoami", tag = "system",
+#[utoipa::path(get, path = "/v1/whoami", tag = "system", operation_id = "whoami",
     responses((status = 200, body = WhoAmI)),
     security((), ("bearer" = [])))]
 pub async fn whoami(

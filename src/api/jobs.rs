@@ -151,11 +151,13 @@ async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
 /// `(user, external_id)` with the same payload (422 `idempotency_key_reused` with
 /// another). Answered only after the job is committed.
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = SubmitRequest,
+    operation_id = "submit_job",
     responses((status = 201, body = JobView, description = "created"),
               (status = 200, body = JobView, description = "same (user, external_id) and same payload seen before"),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
               (status = 422, body = ErrorBody, description = "a field is invalid (invalid_field), or the (user, external_id) was used with another payload (idempotency_key_reused; details.job_id is the existing job)"),
-              (status = 429, body = ErrorBody), (status = 503, body = ErrorBody)),
+              (status = 429, body = ErrorBody, description = "the user's queue is full (max_queued_jobs); Retry-After"),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user, job_id))]
 pub async fn submit(
@@ -219,9 +221,11 @@ pub async fn submit(
 }
 
 /// `GET /v1/jobs/{id}`.
-#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", operation_id = "get_job",
     params(("id" = Uuid, Path, description = "job id")),
-    responses((status = 200, body = JobView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+    responses((status = 200, body = JobView), (status = 401, body = ErrorBody),
+              (status = 404, body = ErrorBody, description = "no such job (ids that are not UUIDs name no job)"),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 pub async fn get(
     state: web::Data<AppState>,
@@ -238,25 +242,64 @@ pub async fn get(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
-    /// Only this user's jobs.
+    /// Only this user's jobs: a user id (1–128 characters, no whitespace, control or
+    /// zero-width characters).
+    #[param(value_type = String, min_length = 1, max_length = 128,
+        pattern = r"^[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]+$")]
     pub user: Option<String>,
-    /// Only jobs in this status.
+    /// Only jobs in this status (case-insensitive).
+    #[param(value_type = JobStatusName)]
     pub status: Option<String>,
-    /// Only jobs with this `external_id` (the idempotency key; one per user).
+    /// Only jobs with this `external_id` (the idempotency key; one per user), 1–256
+    /// characters.
+    #[param(min_length = 1, max_length = 256)]
     pub external_id: Option<String>,
     /// Page size, 1..=1000 (default 100).
+    #[param(value_type = u32, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
     /// The `next_after` of the previous page.
+    #[param(value_type = Uuid)]
     pub after: Option<String>,
 }
 
-/// `GET /v1/jobs?user=&status=&external_id=&limit=&after=`: newest first, cursor paging.
-#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
-    responses((status = 200, body = JobPage), (status = 401, body = ErrorBody), (status = 422, body = ErrorBody)),
+/// A job status, as `GET /v1/jobs?status=` takes it (only the schema: the handler
+/// parses the string itself to name the field in its 422).
+#[derive(ToSchema)]
+#[schema(rename_all = "UPPERCASE")]
+#[allow(dead_code)]
+pub enum JobStatusName {
+    Queued,
+    Dispatching,
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Stopped,
+}
+
+/// `GET /v1/jobs?user=&status=&external_id=&limit=&after=`: newest first, cursor paging. A
+/// parameter given empty (`status=`) is invalid like any other bad value (422), never
+/// read as "not given".
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery), operation_id = "list_jobs",
+    responses((status = 200, body = JobPage), (status = 401, body = ErrorBody),
+              (status = 404, body = ErrorBody, description = "`after` names no job"),
+              (status = 422, body = ErrorBody, description = "a parameter is invalid or empty (details.field)"),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "read jobs")?;
     let q: ListQuery = parse_query(req.query_string())?;
+    if let Some(u) = &q.user {
+        validate_user_id("user", u)?;
+    }
+    if let Some(x) = &q.external_id {
+        if x.is_empty() || x.chars().count() > 256 || x.contains('\0') {
+            return Err(ApiError::invalid(
+                "external_id",
+                "must be 1 to 256 characters without NUL",
+            ));
+        }
+    }
     let status = match q.status.as_deref() {
         None => None,
         Some(s) => Some(JobStatus::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
@@ -277,7 +320,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
             })?,
     };
     let after = match q.after.as_deref() {
-        None | Some("") => None,
+        None => None,
         Some(s) => Some(
             Uuid::parse_str(s)
                 .map_err(|_| ApiError::invalid("after", "must be a job id (UUID)"))?,
@@ -285,16 +328,16 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     };
     if let Some(id) = after {
         if store::get_job(&state.db, id).await?.is_none() {
-            return Err(ApiError::invalid(
-                "after",
-                "no job with this id; pass the next_after of the previous page",
-            ));
+            // A well-formed cursor that names no job: like a path id that names none.
+            return Err(ApiError::NotFound(format!(
+                "after: no job with id {id}; pass the next_after of the previous page"
+            )));
         }
     }
     let filter = JobFilter {
         user: q.user,
         status,
-        external_id: q.external_id.filter(|x| !x.is_empty()),
+        external_id: q.external_id,
         limit,
         after,
     };
@@ -313,11 +356,13 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
 /// `POST /v1/jobs/{id}/cancel`: a QUEUED job is STOPPED at once (200); an outstanding
 /// one gets a stop sent to Ray and becomes STOPPED when Ray confirms (202); a finished
 /// one is 409.
-#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs",
+#[utoipa::path(post, path = "/v1/jobs/{id}/cancel", tag = "jobs", operation_id = "cancel_job",
     params(("id" = Uuid, Path, description = "job id")),
     responses((status = 200, body = JobView, description = "stopped"),
               (status = 202, body = JobView, description = "stop sent to Ray"),
-              (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)),
+              (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 409, body = ErrorBody, description = "the job already finished"),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(job_id = %id))]
 pub async fn cancel(
@@ -353,11 +398,11 @@ pub async fn cancel(
 
 /// `GET /v1/jobs/{id}/logs`: the job's logs from Ray. A job Ray never had (QUEUED, or
 /// ended before it was dispatched) has none: 409 saying so.
-#[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs",
+#[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs", operation_id = "job_logs",
     params(("id" = Uuid, Path, description = "job id")),
     responses((status = 200, body = LogsView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody, description = "Ray never had this job (QUEUED, or ended before dispatch), or no longer has its logs; details: job_id, status"),
-              (status = 503, body = ErrorBody, description = "the job's Ray cluster does not answer")),
+              (status = 503, body = ErrorBody, description = "the database or the job's Ray cluster does not answer; Retry-After")),
     security(("bearer" = [])))]
 pub async fn logs(
     state: web::Data<AppState>,

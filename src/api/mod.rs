@@ -14,6 +14,7 @@ pub mod submit;
 pub mod system;
 pub mod ui;
 pub mod users;
+pub mod what_if;
 
 use std::sync::Arc;
 
@@ -85,6 +86,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/v1/users/{id}/resume", "POST").post(users::resume))
     .service(resource("/v1/events", "GET").get(events::stream))
     .service(resource("/v1/scheduler", "GET").get(system::scheduler))
+    .service(resource("/v1/scheduler/what-if", "POST").post(what_if::what_if))
     .service(resource("/openapi.json", "GET").get(openapi::document))
     .service(resource("/metrics", "GET").get(system::metrics))
     // Uptime checks and load balancers probe with HEAD; actix sends no body for it.
@@ -122,6 +124,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/users/{id}/resume"),
     ("get", "/v1/events"),
     ("get", "/v1/scheduler"),
+    ("post", "/v1/scheduler/what-if"),
     ("get", "/openapi.json"),
     ("get", "/metrics"),
     ("get", "/healthz"),

@@ -2,10 +2,11 @@
 //! No Swagger UI: utoipa-swagger-ui downloads its assets at build time.
 
 use actix_web::HttpResponse;
+use serde_json::json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{console, error, jobs, system, users};
+use super::{console, error, jobs, system, users, what_if};
 
 struct BearerAuth;
 
@@ -27,22 +28,87 @@ impl Modify for BearerAuth {
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
         users::list, users::get, users::put, users::pause, users::resume,
         super::events::stream,
-        system::scheduler, system::metrics, system::healthz, system::readyz, document,
+        system::scheduler, what_if::what_if, system::metrics, system::healthz, system::readyz, document,
         console::job_events, console::shares, console::whoami,
     ),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, crate::views::Amounts,
         jobs::JobView, jobs::JobPage, jobs::LogsView, users::UserView, users::UserUpdate, users::ResourceLimit,
-        users::Empty, system::Health, crate::views::SchedulerView,
+        users::Empty, jobs::JobStatusName, system::Health, crate::views::SchedulerView,
+        what_if::WhatIfRequest, what_if::WhatIfView,
         console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
     )),
     modifiers(&BearerAuth),
 )]
 pub struct ApiDoc;
 
+/// The served document: [`ApiDoc`] plus the constraints utoipa's attributes cannot
+/// state (a rule across two fields, map keys), so that every request the document
+/// calls valid is accepted and every one it calls invalid is refused (schemathesis
+/// checks both in CI).
+pub fn document_json() -> serde_json::Value {
+    let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
+    let schemas = &mut doc["components"]["schemas"];
+    // A job needs cpu > 0 or gpu > 0; an absent or null cpu means 1.
+    schemas["ResourcesIn"]["anyOf"] = json!([
+        {"not": {"required": ["cpu"]}},
+        {"properties": {"cpu": {"type": ["number", "null"], "exclusiveMinimum": 0}}},
+        {"required": ["gpu"], "properties": {"gpu": {"type": "number", "exclusiveMinimum": 0}}},
+    ]);
+    // Metadata: at most 64 entries, keys 1–128 characters, values at most 4096; no NUL anywhere.
+    let metadata = &mut schemas["SubmitRequest"]["properties"]["metadata"];
+    metadata["maxProperties"] = json!(64);
+    metadata["propertyNames"] =
+        json!({"type": "string", "minLength": 1, "maxLength": 128, "pattern": NO_NUL});
+    metadata["additionalProperties"] =
+        json!({"type": "string", "maxLength": 4096, "pattern": NO_NUL});
+    // Map keys of the what-if change: user ids and cluster names, never with NUL.
+    for map in ["users", "clusters"] {
+        schemas["WhatIfRequest"]["properties"][map]["propertyNames"] =
+            json!({"type": "string", "pattern": NO_NUL});
+    }
+    // runtime_env: any JSON object, but no NUL in any key or string at any depth.
+    schemas["JsonNoNul"] = json!({
+        "description": "Any JSON value without a NUL character in a string or key.",
+        "anyOf": [
+            {"type": ["null", "boolean", "number"]},
+            {"type": "string", "pattern": NO_NUL},
+            {"type": "array", "items": {"$ref": "#/components/schemas/JsonNoNul"}},
+            {"type": "object", "propertyNames": {"pattern": NO_NUL},
+             "additionalProperties": {"$ref": "#/components/schemas/JsonNoNul"}},
+        ],
+    });
+    let env = &mut schemas["SubmitRequest"]["properties"]["runtime_env"];
+    env["propertyNames"] = json!({"type": "string", "pattern": NO_NUL});
+    env["additionalProperties"] = json!({"$ref": "#/components/schemas/JsonNoNul"});
+    // Every query parameter of the job list is optional (utoipa marks a parameter
+    // with an explicit `value_type` required).
+    if let Some(params) = doc["paths"]["/v1/jobs"]["get"]["parameters"].as_array_mut() {
+        for p in params {
+            p["required"] = json!(false);
+        }
+    }
+    // Optional bodies: nothing, or the object (not JSON `null`, which is refused).
+    for (path, schema) in [
+        ("/v1/users/{id}/pause", "Empty"),
+        ("/v1/users/{id}/resume", "Empty"),
+        ("/v1/scheduler/what-if", "WhatIfRequest"),
+    ] {
+        let body = &mut doc["paths"][path]["post"]["requestBody"];
+        body["required"] = json!(false);
+        body["content"]["application/json"]["schema"] =
+            json!({"$ref": format!("#/components/schemas/{schema}")});
+    }
+    doc
+}
+
+/// JSON Schema pattern of a string without NUL characters (PostgreSQL text cannot
+/// hold them; the API refuses them in every string).
+const NO_NUL: &str = r"^[^\x00]*$";
+
 /// `GET /openapi.json`.
-#[utoipa::path(get, path = "/openapi.json", tag = "system",
+#[utoipa::path(get, path = "/openapi.json", tag = "system", operation_id = "openapi",
     responses((status = 200, description = "this document", content_type = "application/json")))]
 pub async fn document() -> HttpResponse {
-    HttpResponse::Ok().json(ApiDoc::openapi())
+    HttpResponse::Ok().json(document_json())
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::body::whole;
+use super::body::{object, whole};
 use super::error::ApiError;
 use crate::store::NewJob;
 
@@ -33,12 +33,16 @@ pub const MAX_CORES: f64 = 1.0e6;
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourcesIn {
-    /// Cores, finite, >= 0 (default 1).
+    /// Cores, 0 to 1e6 with at most 4 decimal places (default 1). A job needs
+    /// cpu > 0 or gpu > 0.
+    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub cpu: Option<f64>,
-    /// GPUs, finite, >= 0 (default 0).
+    /// GPUs, 0 to 1e6 with at most 4 decimal places (default 0).
+    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub gpu: Option<f64>,
     /// Bytes (default 0).
     #[serde(default, deserialize_with = "whole::opt")]
+    #[schema(minimum = 0, maximum = 9223372036854775807_u64)]
     pub memory_bytes: Option<u64>,
 }
 
@@ -46,25 +50,44 @@ pub struct ResourcesIn {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    /// The gateway's user id: 1–128 characters, no whitespace or control characters.
+    /// The gateway's user id: 1–128 characters, no whitespace, control or zero-width
+    /// characters.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]+$"
+    )]
     pub user: String,
-    /// The command Ray runs, 1–65536 bytes.
+    /// The command Ray runs, 1–65536 bytes, not only whitespace (Unicode White_Space),
+    /// no NUL.
+    #[schema(
+        min_length = 1,
+        max_length = 65536,
+        pattern = r"^[^\x00]*[^\x00\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000][^\x00]*$"
+    )]
     pub entrypoint: String,
     /// Ray runtime_env, passed through as is (a JSON object).
     #[schema(value_type = Option<Object>)]
     pub runtime_env: Option<serde_json::Value>,
+    #[serde(default, deserialize_with = "object::opt")]
     pub resources: Option<ResourcesIn>,
     /// -1000..=1000, default 0; higher runs first within the user's queue.
     #[serde(default, deserialize_with = "whole::opt")]
+    #[schema(minimum = -1000, maximum = 1000)]
     pub priority: Option<i32>,
-    /// String to string, passed to Ray as job metadata.
+    /// String to string, passed to Ray as job metadata: at most 64 entries, keys
+    /// 1–128 characters, values at most 4096, no NUL.
     pub metadata: Option<BTreeMap<String, String>>,
     /// The gateway's id for this job (an idempotency key). A retry with the same
     /// (user, external_id) and the same payload returns the existing job with 200; the
-    /// same key with a different payload is 422 `idempotency_key_reused`.
+    /// same key with a different payload is 422 `idempotency_key_reused`. 1–256
+    /// characters, no NUL.
+    #[schema(min_length = 1, max_length = 256, pattern = r"^[^\x00]*$")]
     pub external_id: Option<String>,
-    /// Seconds; the job is stopped when it runs longer (default: scheduler.default_max_runtime).
+    /// Seconds, 1 to 31536000 (a year); the job is stopped when it runs longer
+    /// (default: scheduler.default_max_runtime).
     #[serde(default, deserialize_with = "whole::opt")]
+    #[schema(minimum = 1, maximum = 31536000)]
     pub max_runtime_s: Option<i64>,
 }
 

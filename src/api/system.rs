@@ -12,8 +12,9 @@ use entity::JobStatus;
 
 /// `GET /v1/scheduler`: clusters (health, capacity, free), the order of the next users,
 /// the last cycle's duration and grants.
-#[utoipa::path(get, path = "/v1/scheduler", tag = "system",
-    responses((status = 200, body = SchedulerView), (status = 401, body = ErrorBody), (status = 503, body = ErrorBody)),
+#[utoipa::path(get, path = "/v1/scheduler", tag = "system", operation_id = "get_scheduler",
+    responses((status = 200, body = SchedulerView), (status = 401, body = ErrorBody),
+              (status = 503, body = ErrorBody, description = "the database or the scheduler is unavailable; Retry-After")),
     security(("bearer" = [])))]
 pub async fn scheduler(
     state: web::Data<AppState>,
@@ -60,7 +61,7 @@ pub async fn scheduler(
 }
 
 /// `GET /metrics`: Prometheus text format.
-#[utoipa::path(get, path = "/metrics", tag = "system",
+#[utoipa::path(get, path = "/metrics", tag = "system", operation_id = "metrics",
     responses((status = 200, description = "Prometheus text exposition format", content_type = "text/plain")))]
 pub async fn metrics(state: web::Data<AppState>) -> HttpResponse {
     if let Some(s) = state.scheduler() {
@@ -79,7 +80,7 @@ pub struct Health {
 }
 
 /// `GET /healthz`: the process is alive.
-#[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "system", operation_id = "healthz", responses((status = 200, body = Health)))]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(Health {
         status: "ok".into(),
@@ -88,7 +89,7 @@ pub async fn healthz() -> HttpResponse {
 
 /// `GET /readyz`: the database answers and, on the leader, recovery is done (503
 /// otherwise). A follower is ready: it serves the whole API (DESIGN §10).
-#[utoipa::path(get, path = "/readyz", tag = "system",
+#[utoipa::path(get, path = "/readyz", tag = "system", operation_id = "readyz",
     responses((status = 200, body = Health),
               (status = 503, body = ErrorBody, description = "loading (code `loading`, details.loaded_queued_jobs), or the database does not answer")))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
 use entity::{user, JobStatus};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::body::{parse_json, read_body, whole};
+use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
 use super::jobs::{validate_amount, validate_user_id, ResourcesOut};
 use super::AppState;
@@ -27,11 +27,13 @@ pub const MAX_JOB_LIMIT: i32 = 1_000_000;
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceLimit {
-    /// Cores.
+    /// Cores: 0 to 1e6, at most 4 decimal places.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub cpu: Option<f64>,
-    /// GPUs.
+    /// GPUs: 0 to 1e6, at most 4 decimal places.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub gpu: Option<f64>,
     /// Bytes.
     #[serde(
@@ -39,13 +41,8 @@ pub struct ResourceLimit {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "whole::opt"
     )]
+    #[schema(minimum = 0, maximum = 9223372036854775807_u64)]
     pub memory_bytes: Option<u64>,
-}
-
-fn double_option<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<Option<T>>, D::Error> {
-    Option::<T>::deserialize(d).map(Some)
 }
 
 /// `PUT /v1/users/{id}` body. Absent fields stay as they are; `null` clears a limit
@@ -53,18 +50,19 @@ fn double_option<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserUpdate {
-    /// Fair-share weight, > 0 and at most 1e6.
+    /// Fair-share weight, 1e-6 to 1e6.
+    #[schema(minimum = 0.000001, maximum = 1000000.0)]
     pub weight: Option<f64>,
     /// 1..=1000000, or null for the default.
     #[serde(default, deserialize_with = "whole::double_opt")]
-    #[schema(value_type = Option<i32>)]
+    #[schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)]
     pub max_running_jobs: Option<Option<i32>>,
     /// 0..=1000000, or null for the default.
     #[serde(default, deserialize_with = "whole::double_opt")]
-    #[schema(value_type = Option<i32>)]
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 1000000)]
     pub max_queued_jobs: Option<Option<i32>>,
     /// Cap on the user's allocation, or null for none.
-    #[serde(default, deserialize_with = "double_option")]
+    #[serde(default, deserialize_with = "object::double_opt")]
     #[schema(value_type = Option<ResourceLimit>)]
     pub max_resources: Option<Option<ResourceLimit>>,
 }
@@ -178,8 +176,9 @@ fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
 }
 
 /// `GET /v1/users`.
-#[utoipa::path(get, path = "/v1/users", tag = "users",
-    responses((status = 200, body = [UserView]), (status = 401, body = ErrorBody)),
+#[utoipa::path(get, path = "/v1/users", tag = "users", operation_id = "list_users",
+    responses((status = 200, body = [UserView]), (status = 401, body = ErrorBody),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "read users")?;
@@ -197,9 +196,11 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 }
 
 /// `GET /v1/users/{id}`.
-#[utoipa::path(get, path = "/v1/users/{id}", tag = "users",
-    params(("id" = String, Path, description = "user id")),
-    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)),
+#[utoipa::path(get, path = "/v1/users/{id}", tag = "users", operation_id = "get_user",
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters",
+        pattern = r"^[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]+$")),
+    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 pub async fn get(
     state: web::Data<AppState>,
@@ -217,29 +218,59 @@ pub async fn get(
     Ok(HttpResponse::Ok().json(user_view(&state, u, &counts)))
 }
 
+/// Checks a weight (`field` names it in the 422): finite, 1e-6 to 1e6.
+pub(crate) fn check_weight(field: &str, w: f64) -> Result<(), ApiError> {
+    if !w.is_finite() || w < MIN_WEIGHT {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be a finite number >= {MIN_WEIGHT}"),
+        ));
+    }
+    if w > MAX_WEIGHT {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be at most {MAX_WEIGHT}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `max_running_jobs` value: 1 to [`MAX_JOB_LIMIT`].
+pub(crate) fn check_max_running(field: &str, n: i32) -> Result<(), ApiError> {
+    if !(1..=MAX_JOB_LIMIT).contains(&n) {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be between 1 and {MAX_JOB_LIMIT}, or null for the default"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a `max_resources` value; `field` is its name (`max_resources`), the 422
+/// names the component (`max_resources.cpu`).
+pub(crate) fn check_resource_limit(field: &str, limit: &ResourceLimit) -> Result<(), ApiError> {
+    if let Some(c) = limit.cpu {
+        validate_amount(&format!("{field}.cpu"), c)?;
+    }
+    if let Some(g) = limit.gpu {
+        validate_amount(&format!("{field}.gpu"), g)?;
+    }
+    if limit.memory_bytes.is_some_and(|m| m > i64::MAX as u64) {
+        return Err(ApiError::invalid(
+            format!("{field}.memory_bytes"),
+            "is too large",
+        ));
+    }
+    Ok(())
+}
+
 impl UserUpdate {
     fn into_patch(self) -> Result<UserPatch, ApiError> {
         if let Some(w) = self.weight {
-            if !w.is_finite() || w < MIN_WEIGHT {
-                return Err(ApiError::invalid(
-                    "weight",
-                    format!("must be a finite number >= {MIN_WEIGHT}"),
-                ));
-            }
-            if w > MAX_WEIGHT {
-                return Err(ApiError::invalid(
-                    "weight",
-                    format!("must be at most {MAX_WEIGHT}"),
-                ));
-            }
+            check_weight("weight", w)?;
         }
         if let Some(Some(n)) = self.max_running_jobs {
-            if !(1..=MAX_JOB_LIMIT).contains(&n) {
-                return Err(ApiError::invalid(
-                    "max_running_jobs",
-                    format!("must be between 1 and {MAX_JOB_LIMIT}, or null for the default"),
-                ));
-            }
+            check_max_running("max_running_jobs", n)?;
         }
         if let Some(Some(n)) = self.max_queued_jobs {
             if !(0..=MAX_JOB_LIMIT).contains(&n) {
@@ -250,18 +281,7 @@ impl UserUpdate {
             }
         }
         if let Some(Some(limit)) = &self.max_resources {
-            if let Some(c) = limit.cpu {
-                validate_amount("max_resources.cpu", c)?;
-            }
-            if let Some(g) = limit.gpu {
-                validate_amount("max_resources.gpu", g)?;
-            }
-            if limit.memory_bytes.is_some_and(|m| m > i64::MAX as u64) {
-                return Err(ApiError::invalid(
-                    "max_resources.memory_bytes",
-                    "is too large",
-                ));
-            }
+            check_resource_limit("max_resources", limit)?;
         }
         Ok(UserPatch {
             weight: self.weight,
@@ -276,10 +296,13 @@ impl UserUpdate {
 }
 
 /// `PUT /v1/users/{id}` (admin): changes weight and limits; creates the user if new.
-#[utoipa::path(put, path = "/v1/users/{id}", tag = "users", request_body = UserUpdate,
-    params(("id" = String, Path, description = "user id")),
-    responses((status = 200, body = UserView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)),
+#[utoipa::path(put, path = "/v1/users/{id}", tag = "users", request_body = UserUpdate, operation_id = "put_user",
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters",
+        pattern = r"^[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]+$")),
+    responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
+              (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "a field or the id is invalid (details.field)"),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
 pub async fn put(
@@ -344,9 +367,15 @@ async fn set_paused(
 
 /// `POST /v1/users/{id}/pause` (admin): nothing new is dispatched for the user; queued
 /// jobs stay, running ones go on. Takes effect before the next cycle.
-#[utoipa::path(post, path = "/v1/users/{id}/pause", tag = "users",
-    params(("id" = String, Path, description = "user id")),
-    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+#[utoipa::path(post, path = "/v1/users/{id}/pause", tag = "users", operation_id = "pause_user",
+    request_body(content = Option<Empty>, description = "nothing, or `{}`"),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters",
+        pattern = r"^[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]+$")),
+    responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
+              (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
+              (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
 pub async fn pause(
@@ -359,9 +388,15 @@ pub async fn pause(
 }
 
 /// `POST /v1/users/{id}/resume` (admin).
-#[utoipa::path(post, path = "/v1/users/{id}/resume", tag = "users",
-    params(("id" = String, Path, description = "user id")),
-    responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)),
+#[utoipa::path(post, path = "/v1/users/{id}/resume", tag = "users", operation_id = "resume_user",
+    request_body(content = Option<Empty>, description = "nothing, or `{}`"),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters",
+        pattern = r"^[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]+$")),
+    responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
+              (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
+              (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
 pub async fn resume(

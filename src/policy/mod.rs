@@ -177,6 +177,7 @@
 
 mod cycle;
 mod fit;
+pub mod preview;
 mod reservation;
 mod resources;
 mod share;

@@ -13,8 +13,10 @@
 
 mod cycle;
 mod report;
+mod what_if;
 
 pub use report::{FitsSomeCluster, GetPendingReason, GetUserState, GetView, IsReady, Loaded};
+pub use what_if::GetSnapshot;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

@@ -1,0 +1,374 @@
+//! `POST /v1/scheduler/what-if`: preview an admin change against the live queue
+//! (issue 14 §3, DESIGN §4). Nothing changes: the arbiter hands over a copy of the
+//! policy's input and [`crate::policy::preview`] runs the same pure policy on it twice,
+//! as is and with the change.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::body::{object, parse_json, read_body, whole};
+use super::error::{ApiError, ErrorBody};
+use super::jobs::validate_amount;
+use super::users::{check_max_running, check_resource_limit, check_weight, ResourceLimit};
+use super::AppState;
+use crate::config::Role;
+use crate::policy::preview::{self, Change, ChangeError, ClusterChange, Move, UserChange};
+use crate::policy::Resources;
+
+/// Default number of grants a preview lists.
+pub const DEFAULT_LIMIT: u32 = 20;
+/// Largest number of grants a preview lists (each costs a pass of the policy at worst).
+pub const MAX_LIMIT: u32 = 1000;
+
+/// A proposed change to one user. Absent fields stay as they are.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UserChangeIn {
+    /// Fair-share weight, 1e-6 to 1e6.
+    #[schema(minimum = 0.000001, maximum = 1000000.0)]
+    pub weight: Option<f64>,
+    /// `true` pauses the user, `false` resumes it.
+    pub paused: Option<bool>,
+    /// 1..=1000000, or null for the configured default.
+    #[serde(default, deserialize_with = "whole::double_opt")]
+    #[schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)]
+    pub max_running_jobs: Option<Option<i32>>,
+    /// Cap on the user's allocation, or null for none.
+    #[serde(default, deserialize_with = "object::double_opt")]
+    #[schema(value_type = Option<ResourceLimit>)]
+    pub max_resources: Option<Option<ResourceLimit>>,
+}
+
+/// A cluster's total capacity in a proposed change; an absent resource keeps its
+/// current total.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CapacityIn {
+    /// Cores: 0 to 1e6, at most 4 decimal places.
+    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
+    pub cpu: Option<f64>,
+    /// GPUs: 0 to 1e6, at most 4 decimal places.
+    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
+    pub gpu: Option<f64>,
+    /// Bytes.
+    #[serde(default, deserialize_with = "whole::opt")]
+    #[schema(minimum = 0, maximum = 9223372036854775807_u64)]
+    pub memory_bytes: Option<u64>,
+}
+
+/// A proposed change to one cluster. Other tenants' usage and this service's jobs
+/// there stay as they are.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterChangeIn {
+    /// New total capacity.
+    #[serde(default, deserialize_with = "object::opt")]
+    pub capacity: Option<CapacityIn>,
+    /// Whether the cluster is healthy (granted to).
+    pub healthy: Option<bool>,
+}
+
+/// `POST /v1/scheduler/what-if` body: the proposed change.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WhatIfRequest {
+    /// Changes by user id; each user must be known to the scheduler.
+    #[serde(default, deserialize_with = "object::map")]
+    pub users: BTreeMap<String, UserChangeIn>,
+    /// Changes by cluster name; each must be configured.
+    #[serde(default, deserialize_with = "object::map")]
+    pub clusters: BTreeMap<String, ClusterChangeIn>,
+    /// How many grants to list, 1..=1000 (default 20).
+    #[serde(default, deserialize_with = "whole::opt")]
+    #[schema(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+}
+
+/// One previewed grant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PreviewGrantView {
+    /// 1-based place in the order of grants.
+    pub position: usize,
+    pub job_id: Uuid,
+    pub user: String,
+    /// The cluster, for a grant the next cycle makes now; null for one made once
+    /// capacity frees.
+    pub cluster: Option<String>,
+    /// True when today's free capacity holds it (the next cycle grants it); false
+    /// when it starts only as capacity frees (no running job ending meanwhile).
+    pub now: bool,
+}
+
+/// A user's fair-share state at the preview's instant.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserStateView {
+    pub weight: f64,
+    pub paused: bool,
+    /// Dominant share of its allocation over the healthy clusters' capacity.
+    pub share: f64,
+    /// Decayed usage h_u.
+    pub usage: f64,
+    /// (share + usage) / weight, as in `GET /v1/users`.
+    pub key: f64,
+}
+
+/// A user before and with the change.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UserCompareView {
+    pub user: String,
+    pub before: UserStateView,
+    pub after: UserStateView,
+}
+
+/// A job whose place among the next grants changes.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MovedJobView {
+    pub job_id: Uuid,
+    pub user: String,
+    /// Place without the change; null = not among the listed grants.
+    pub before: Option<usize>,
+    /// Place with the change; null = not among the listed grants.
+    pub after: Option<usize>,
+    /// `sooner` or `later`.
+    #[schema(value_type = String, pattern = "^(sooner|later)$")]
+    pub change: Move,
+}
+
+/// What the change would do. Nothing was changed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WhatIfView {
+    /// The instant of the arbiter's state the preview ran on (RFC 3339).
+    pub at: DateTime<Utc>,
+    /// The most grants each list holds.
+    pub limit: u32,
+    /// The next grants under today's state, in order.
+    pub before: Vec<PreviewGrantView>,
+    /// The next grants with the change, in order.
+    pub after: Vec<PreviewGrantView>,
+    /// Every user the scheduler knows, by id, before and with the change.
+    pub users: Vec<UserCompareView>,
+    /// Queued jobs that would start sooner or later with the change, by their place
+    /// with it (those that drop out of the list last).
+    pub moved: Vec<MovedJobView>,
+}
+
+impl WhatIfRequest {
+    /// Validates every field (422 naming it, e.g. `users.alice.weight`) and resolves
+    /// defaults into the policy's change.
+    fn into_change(self, default_running: u32) -> Result<(Change, usize), ApiError> {
+        let limit = self.limit.unwrap_or(DEFAULT_LIMIT);
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(ApiError::invalid(
+                "limit",
+                format!("must be an integer from 1 to {MAX_LIMIT}"),
+            ));
+        }
+        let mut change = Change::default();
+        for (id, u) in self.users {
+            let field = |f: &str| format!("users.{id}.{f}");
+            if let Some(w) = u.weight {
+                check_weight(&field("weight"), w)?;
+            }
+            let max_running_jobs = match u.max_running_jobs {
+                None => None,
+                Some(None) => Some(default_running),
+                Some(Some(n)) => {
+                    check_max_running(&field("max_running_jobs"), n)?;
+                    Some(n as u32)
+                }
+            };
+            let max_resources = match u.max_resources {
+                None => None,
+                Some(None) => Some(None),
+                Some(Some(l)) => {
+                    check_resource_limit(&field("max_resources"), &l)?;
+                    // As the arbiter reads it: a resource not named is not capped.
+                    Some(Some(Resources::new(
+                        l.cpu.unwrap_or(f64::INFINITY),
+                        l.gpu.unwrap_or(f64::INFINITY),
+                        l.memory_bytes.map_or(f64::INFINITY, |m| m as f64),
+                    )))
+                }
+            };
+            change.users.insert(
+                id.clone(),
+                UserChange {
+                    weight: u.weight,
+                    paused: u.paused,
+                    max_running_jobs,
+                    max_resources,
+                },
+            );
+        }
+        for (name, c) in self.clusters {
+            let field = |f: &str| format!("clusters.{name}.{f}");
+            let total = match c.capacity {
+                None => None,
+                Some(cap) => {
+                    for (k, v) in [("cpu", cap.cpu), ("gpu", cap.gpu)] {
+                        if let Some(v) = v {
+                            validate_amount(&field(&format!("capacity.{k}")), v)?;
+                        }
+                    }
+                    if cap.memory_bytes.is_some_and(|m| m > i64::MAX as u64) {
+                        return Err(ApiError::invalid(
+                            field("capacity.memory_bytes"),
+                            "is too large",
+                        ));
+                    }
+                    Some(cap)
+                }
+            };
+            change.clusters.insert(
+                name.clone(),
+                ClusterChange {
+                    // Resolved against the current totals in `resolve_capacity`.
+                    total: total.map(|cap| {
+                        Resources::new(
+                            cap.cpu.unwrap_or(f64::NAN),
+                            cap.gpu.unwrap_or(f64::NAN),
+                            cap.memory_bytes.map_or(f64::NAN, |m| m as f64),
+                        )
+                    }),
+                    healthy: c.healthy,
+                },
+            );
+        }
+        Ok((change, limit as usize))
+    }
+}
+
+/// Fills the resources a capacity change left out (NaN) with the cluster's current
+/// total.
+fn resolve_capacity(change: &mut Change, snapshot: &preview::Snapshot) {
+    for (name, c) in change.clusters.iter_mut() {
+        let current = snapshot
+            .clusters
+            .iter()
+            .find(|k| &k.name == name)
+            .map(|k| k.total);
+        if let (Some(t), Some(current)) = (c.total.as_mut(), current) {
+            let keep = |v: f64, cur: f64| if v.is_nan() { cur } else { v };
+            *t = Resources::new(
+                keep(t.cpu, current.cpu),
+                keep(t.gpu, current.gpu),
+                keep(t.memory_bytes, current.memory_bytes),
+            );
+        }
+    }
+}
+
+fn grant_views(grants: &[preview::PreviewGrant]) -> Vec<PreviewGrantView> {
+    grants
+        .iter()
+        .enumerate()
+        .map(|(i, g)| PreviewGrantView {
+            position: i + 1,
+            job_id: g.job_id,
+            user: g.user.clone(),
+            cluster: g.cluster.clone(),
+            now: g.now,
+        })
+        .collect()
+}
+
+fn state_view(u: &preview::UserState) -> UserStateView {
+    UserStateView {
+        weight: u.weight,
+        paused: u.paused,
+        share: u.share,
+        usage: u.usage,
+        key: u.key,
+    }
+}
+
+/// `POST /v1/scheduler/what-if` (admin): the next grants (up to `limit`) under
+/// today's state and with the proposed change, each user's share and key before and
+/// after, and which queued jobs would start sooner or later. Changes nothing.
+#[utoipa::path(post, path = "/v1/scheduler/what-if", tag = "system",
+    request_body(content = Option<WhatIfRequest>, description = "the proposed change; none (or `{}`) previews today's state only"),
+    operation_id = "what_if",
+    responses((status = 200, body = WhatIfView, description = "the preview; nothing was changed"),
+              (status = 400, body = ErrorBody, description = "the body is not JSON"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
+              (status = 413, body = ErrorBody),
+              (status = 404, body = ErrorBody, description = "the change names a user or cluster the scheduler does not know"),
+              (status = 422, body = ErrorBody, description = "a field is invalid (details.field, e.g. users.alice.weight)"),
+              (status = 503, body = ErrorBody, description = "this replica does not lead, or recovery has not loaded the queues yet; retry (on the leader)")),
+    security(("bearer" = [])))]
+#[tracing::instrument(skip_all)]
+pub async fn what_if(
+    state: web::Data<AppState>,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Result<HttpResponse, ApiError> {
+    state
+        .auth
+        .require(&req, Role::Admin, "preview scheduler changes")?;
+    let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let request: WhatIfRequest = parse_json(&body, true)?;
+    let (mut change, limit) =
+        request.into_change(state.settings.scheduler.default_max_running_jobs)?;
+    let scheduler = state.scheduler().ok_or_else(|| {
+        ApiError::Unavailable(
+            "this replica does not lead; the preview needs the leader's live state".into(),
+        )
+    })?;
+    let snapshot = scheduler
+        .snapshot()
+        .await
+        .map_err(|e| ApiError::Unavailable(e.to_string()))?
+        .ok_or_else(|| ApiError::Unavailable("recovery has not loaded the queues yet".into()))?;
+    resolve_capacity(&mut change, &snapshot);
+    // Like pausing a user that does not exist: 404, naming the entry in the body.
+    let changed = snapshot.with(&change).map_err(|e| match &e {
+        ChangeError::UnknownUser(u) => ApiError::NotFound(format!(
+            "users.{u}: {e}; a user exists once it submits a job or an admin PUTs it"
+        )),
+        ChangeError::UnknownCluster(c) => ApiError::NotFound(format!("clusters.{c}: {e}")),
+    })?;
+    let at = DateTime::from_timestamp_micros((snapshot.now * 1e6) as i64)
+        .unwrap_or_else(crate::store::now);
+    // Off the HTTP worker's thread: a large queue takes a few passes of the policy.
+    let (before, after) = web::block(move || {
+        (
+            preview::next_grants(&snapshot, limit),
+            preview::next_grants(&changed, limit),
+        )
+    })
+    .await
+    .map_err(|e| ApiError::Unavailable(format!("preview did not run: {e}")))?;
+    let moved = preview::moved(&before.grants, &after.grants)
+        .into_iter()
+        .map(|m| MovedJobView {
+            job_id: m.job_id,
+            user: m.user,
+            before: m.before,
+            after: m.after,
+            change: m.change,
+        })
+        .collect();
+    let users = before
+        .users
+        .iter()
+        .zip(&after.users)
+        .map(|(b, a)| UserCompareView {
+            user: b.user.clone(),
+            before: state_view(b),
+            after: state_view(a),
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(WhatIfView {
+        at,
+        limit: limit as u32,
+        before: grant_views(&before.grants),
+        after: grant_views(&after.grants),
+        users,
+        moved,
+    }))
+}
