@@ -106,7 +106,9 @@ async fn load(state: &AppState, raw: &str) -> Result<job::Model, ApiError> {
 }
 
 /// Adds queue position and pending reason to a QUEUED job's view.
-async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
+/// `ask_arbiter`: whether to ask the arbiter for the policy's pending reason (a job
+/// just created has none yet: no cycle has seen it).
+async fn view(state: &AppState, j: job::Model, ask_arbiter: bool) -> Result<JobView, ApiError> {
     let queued = j.status == JobStatus::Queued;
     let position = if queued {
         Some(store::queue_position(&state.db, &j).await?)
@@ -132,7 +134,7 @@ async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
     v.queue_position = position;
     v.pending_reason = lifecycle_reason;
     if queued && v.pending_reason.is_none() {
-        if let Some(s) = state.scheduler() {
+        if let Some(s) = state.scheduler().filter(|_| ask_arbiter) {
             v.pending_reason = s.pending_reason(id).await;
         }
         if v.pending_reason.is_none() {
@@ -198,12 +200,12 @@ pub async fn submit(
                 Some(s) => s.job_submitted(&j).await,
                 None => state.leadership.hand_over(&format!("job:{}", j.id)).await,
             }
-            let v = view(&state, j).await?;
+            let v = view(&state, j, false).await?;
             Ok(HttpResponse::Created().json(v))
         }
         Intake::Existing(j) => {
             tracing::Span::current().record("job_id", tracing::field::display(j.id));
-            let v = view(&state, j).await?;
+            let v = view(&state, j, true).await?;
             Ok(HttpResponse::Ok().json(v))
         }
         Intake::Conflict { existing, differs } => {
@@ -230,7 +232,7 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "read jobs")?;
     let j = load(&state, &id).await?;
-    Ok(HttpResponse::Ok().json(view(&state, j).await?))
+    Ok(HttpResponse::Ok().json(view(&state, j, true).await?))
 }
 
 /// Query of `GET /v1/jobs`.
