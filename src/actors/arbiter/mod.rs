@@ -197,7 +197,10 @@ pub struct FairShareArbiter {
     /// Every QUEUED job the queues hold, with its user: a job reaches the arbiter
     /// from the API, from recovery and (on PostgreSQL) from another replica, and a
     /// requeue may repeat, but it counts once.
-    queued_ids: HashMap<JobId, String>,
+    queued_ids: HashMap<JobId, Arc<str>>,
+    /// Each user id once, shared by its entries in `queued_ids` (a million queued jobs
+    /// must not hold a million copies of a few thousand names).
+    names: HashSet<Arc<str>>,
     /// Each user's usage as last written.
     saved_usage: HashMap<String, f64>,
     /// The last [`RECENTLY_ENDED`] jobs that left this arbiter (granted and ended, or
@@ -244,6 +247,7 @@ impl FairShareArbiter {
             cycle_requested: false,
             ready: false,
             queued_ids: HashMap::new(),
+            names: HashSet::new(),
             saved_usage: HashMap::new(),
             ended: VecDeque::new(),
             ended_set: HashSet::new(),
@@ -367,11 +371,15 @@ impl FairShareArbiter {
             }
             l.loaded += 1;
         }
-        if self
-            .queued_ids
-            .insert(job.job_id, user.to_string())
-            .is_some()
-        {
+        let name = match self.names.get(user) {
+            Some(name) => name.clone(),
+            None => {
+                let name: Arc<str> = Arc::from(user);
+                self.names.insert(name.clone());
+                name
+            }
+        };
+        if self.queued_ids.insert(job.job_id, name).is_some() {
             return;
         }
         self.entry(user).queued += 1;
@@ -495,7 +503,7 @@ impl Handler<QueuedIds> for FairShareArbiter {
         actix::MessageResult(
             self.queued_ids
                 .iter()
-                .map(|(id, user)| (user.clone(), *id))
+                .map(|(id, user)| (user.to_string(), *id))
                 .collect(),
         )
     }
