@@ -152,6 +152,17 @@ impl UserQueue {
         });
     }
 
+    /// Whether a new job with `key` comes after the whole window last sent, and that
+    /// window is full: then the window does not change.
+    fn behind_full_window(&self, key: &QueueKey) -> bool {
+        let Some(last) = self.last_sent.as_ref().filter(|w| w.len() >= self.window) else {
+            return false;
+        };
+        last.last()
+            .and_then(|id| self.jobs.get(id).map(|e| e.key(*id)))
+            .is_some_and(|last_key| *key > last_key)
+    }
+
     fn remove(&mut self, id: JobId) -> Option<QueuedJob> {
         let e = self.jobs.remove(&id)?;
         self.order.remove(&e.key(id));
@@ -171,8 +182,15 @@ impl Handler<Enqueue> for UserQueue {
             e.held = msg.held;
         } else {
             let entry = Entry::new(&msg.job, msg.held);
-            self.order.insert(entry.key(msg.job.job_id));
+            let key = entry.key(msg.job.job_id);
+            let behind_window = self.behind_full_window(&key);
+            self.order.insert(key);
             self.jobs.insert(msg.job.job_id, entry);
+            if behind_window || msg.held {
+                // The window is unchanged: nothing to compare or send (a queue loaded
+                // at start gets its jobs in order, almost all of them here).
+                return;
+            }
         }
         self.announce();
     }
