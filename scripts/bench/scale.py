@@ -2,16 +2,56 @@
 """Scale benchmark (issue 11): a database holding N QUEUED jobs of U users, then the
 release service started on it. Prints time to /healthz, to /readyz, resident memory
 against an empty service, scheduling cycle time, and API latencies (p50 of repeated
-calls). Everything listens on 127.0.0.1; no Ray (a closed port), so nothing dispatches.
+calls). Everything listens on 127.0.0.1.
+
+The cluster is a stand-in for Ray that reports 64 CPUs, all used by another tenant, and
+no jobs: it is healthy, so every cycle runs the whole policy over every user's window,
+and full, so nothing dispatches. SCALE_CLUSTER=none uses a closed port instead (no
+healthy cluster: the cycle only says so).
 
     scripts/bench-scale 1000000 1000            # SQLite (the default)
     scripts/bench-scale 1000000 1000 postgres   # PostgreSQL at 127.0.0.1:5432
 """
-import json, os, socket, sqlite3, statistics, subprocess, sys, tempfile, time, urllib.request, uuid
+import json, os, socket, sqlite3, statistics, subprocess, sys, tempfile, threading, time, urllib.request, uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from datetime import datetime, timedelta, timezone
 
 BIN = os.environ.get("FAIRSHARE_BIN", "target/release/fairshare")
 PG = os.environ.get("FAIRSHARE_BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
+
+
+class FullRay(BaseHTTPRequestHandler):
+    """Ray's two polled routes: 64 CPUs all in use, no jobs of ours."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        p = self.path.split("?")[0]
+        if p == "/api/cluster_status":
+            body = {"result": True, "data": {"clusterStatus": {"loadMetricsReport": {
+                "usage": {"CPU": [64.0, 64.0], "memory": [0, 64e9]}}}}}
+        elif p == "/api/jobs/":
+            body = []
+        else:
+            self.send_response(404); self.send_header("content-length", "0"); self.end_headers()
+            return
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def ray_port():
+    if os.environ.get("SCALE_CLUSTER", "full") == "none":
+        return free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FullRay)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1]
 
 
 def free_port():
@@ -76,7 +116,7 @@ def rss_kib(pid):
 
 
 def start(url, d):
-    port, dead = free_port(), free_port()
+    port, dead = free_port(), ray_port()
     cfg = os.path.join(d, f"c{port}.toml")
     open(cfg, "w").write(f"""[server]
 bind = "127.0.0.1:{port}"
@@ -112,18 +152,26 @@ def main():
     backend = sys.argv[3] if len(sys.argv) > 3 else "sqlite"
     with tempfile.TemporaryDirectory() as d:
         dbname = f"fairshare_scale_{os.getpid()}"
+        keep = os.environ.get("SCALE_DB")  # SQLite: fill this file once, reuse it after
         if backend == "sqlite":
-            url = f"sqlite://{d}/scale.db?mode=rwc"
+            path = keep or f"{d}/scale.db"
+            url = f"sqlite://{path}?mode=rwc"
             empty_url = f"sqlite://{d}/empty.db?mode=rwc"
         else:
             subprocess.run(["psql", "-q", f"{PG}/postgres", "-c", f"create database {dbname}"], check=True)
             subprocess.run(["psql", "-q", f"{PG}/postgres", "-c", f"create database {dbname}_e"], check=True)
             url, empty_url = f"{PG}/{dbname}", f"{PG}/{dbname}_e"
         try:
+            reuse = backend == "sqlite" and keep and os.path.exists(keep)
             migrate(url, d); migrate(empty_url, d)
             t = time.perf_counter()
-            fill_sqlite(f"{d}/scale.db", n, users) if backend == "sqlite" else fill_postgres(url, n, users)
-            print(f"filled {n} queued jobs of {users} users in {time.perf_counter() - t:.1f} s ({backend})")
+            if reuse:
+                print(f"reusing {keep}", flush=True)
+            elif backend == "sqlite":
+                fill_sqlite(path, n, users)
+            else:
+                fill_postgres(url, n, users)
+            print(f"filled {n} queued jobs of {users} users in {time.perf_counter() - t:.1f} s ({backend})", flush=True)
             proc, base, _, _ = start(empty_url, d)
             time.sleep(1)
             empty_rss = rss_kib(proc.pid); proc.terminate(); proc.wait()

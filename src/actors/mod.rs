@@ -115,6 +115,8 @@ pub struct Scheduler {
     clients: Arc<BTreeMap<String, RayClient>>,
     /// What every `store::apply` of these actors carries (DESIGN §10).
     fence: Fence,
+    /// The healthy clusters' sizes as the arbiter last published them.
+    sizes: arbiter::ClusterSizes,
 }
 
 impl Scheduler {
@@ -179,11 +181,9 @@ impl Scheduler {
         let spawn_queue: QueueFactory = Box::new(move |user, arbiter| {
             UserQueue::spawn(user, window, arbiter, queues_dispatcher.clone())
         });
-        let _ = arbiter_ctx.run(FairShareArbiter::new(
-            settings.clone(),
-            db.clone(),
-            spawn_queue,
-        ));
+        let arbiter_actor = FairShareArbiter::new(settings.clone(), db.clone(), spawn_queue);
+        let sizes = arbiter_actor.cluster_sizes();
+        let _ = arbiter_ctx.run(arbiter_actor);
 
         let scheduler = Scheduler {
             arbiter,
@@ -192,6 +192,7 @@ impl Scheduler {
             dispatcher_addr: dispatcher,
             clients,
             fence,
+            sizes,
         };
         // Recovery runs beside the HTTP server, which answers /healthz at once and
         // /readyz 503 (with the progress) until it is done.
@@ -314,25 +315,21 @@ impl Scheduler {
 
     /// Whether some healthy cluster could ever hold a job of this size: `None` while
     /// no healthy cluster has reported its capacity (then nothing is refused).
+    /// Read from what the arbiter publishes, without a message to it.
     pub async fn fits_some_cluster(&self, resources: crate::policy::Resources) -> Option<bool> {
-        self.arbiter
-            .send(arbiter::FitsSomeCluster { resources })
-            .await
-            .ok()
-            .flatten()
+        self.sizes.fits(&resources)
     }
 
-    /// A new QUEUED job (already committed). Returns once the arbiter counts it, so
-    /// every view of the queue depth includes it when the submit is answered.
+    /// A new QUEUED job (already committed), handed to the arbiter's mailbox without
+    /// waiting for it to be handled: the mailbox is first in, first out, so every view
+    /// of the queue depth asked of the arbiter after the submit is answered (`GET
+    /// /v1/users`, `GET /v1/scheduler`, `/metrics`) includes it.
     pub async fn job_submitted(&self, j: &job::Model) {
-        let msg = Enqueue {
+        self.arbiter.do_send(Enqueue {
             user: j.user_id.clone(),
             job: summary(j),
             held: false,
-        };
-        if let Err(e) = self.arbiter.send(msg).await {
-            tracing::error!(error = %e, "arbiter unavailable");
-        }
+        });
     }
 
     /// Cancels a job (DESIGN §3): the lifecycle decides, `store::apply` writes, and

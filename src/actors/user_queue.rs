@@ -8,7 +8,7 @@
 //! stopped) keeps its place but is left out of the window until [`Release`].
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeSet, HashMap};
 
 use actix::{Actor, Context, Handler};
 use entity::job;
@@ -17,7 +17,7 @@ use super::messages::{
     ArbiterHandle, Demand, Dispatch, DispatcherHandle, Enqueue, Grant, GrantDeclined, QueueHandle,
     Release, RemoveQueued,
 };
-use crate::policy::{JobId, QueuedJob};
+use crate::policy::{JobId, QueuedJob, Resources};
 
 /// Queue order: priority (higher first), submit time (microseconds), id.
 type QueueKey = (Reverse<i32>, i64, JobId);
@@ -35,16 +35,58 @@ pub fn summary(j: &job::Model) -> QueuedJob {
     }
 }
 
+/// A queued job as the queue keeps it: its [`QueuedJob`] less the id (the map's key)
+/// and with the runtime estimate as `NaN` for "none": 48 bytes (BENCHMARKS.md, "Scale",
+/// has the memory per queued job).
 struct Entry {
-    job: QueuedJob,
+    resources: Resources,
+    submitted_at: f64,
+    /// `NaN`: none (the arbiter fills in the configured default).
+    runtime_estimate: f64,
+    priority: i32,
     held: bool,
+}
+
+impl Entry {
+    fn new(job: &QueuedJob, held: bool) -> Entry {
+        Entry {
+            resources: job.resources,
+            submitted_at: job.submitted_at,
+            runtime_estimate: job.runtime_estimate.unwrap_or(f64::NAN),
+            priority: job.priority,
+            held,
+        }
+    }
+
+    fn job(&self, job_id: JobId) -> QueuedJob {
+        QueuedJob {
+            job_id,
+            resources: self.resources,
+            priority: self.priority,
+            submitted_at: self.submitted_at,
+            runtime_estimate: Some(self.runtime_estimate).filter(|e| !e.is_nan()),
+        }
+    }
+
+    fn key(&self, job_id: JobId) -> QueueKey {
+        queue_key(self.priority, self.submitted_at, job_id)
+    }
+}
+
+fn queue_key(priority: i32, submitted_at: f64, job_id: JobId) -> QueueKey {
+    (
+        Reverse(priority),
+        (submitted_at * 1e6).round() as i64,
+        job_id,
+    )
 }
 
 /// The queue of one user.
 pub struct UserQueue {
     user: String,
     window: usize,
-    order: BTreeMap<QueueKey, JobId>,
+    /// Queue order; the key ends with the job's id.
+    order: BTreeSet<QueueKey>,
     jobs: HashMap<JobId, Entry>,
     arbiter: ArbiterHandle,
     dispatcher: DispatcherHandle,
@@ -63,7 +105,7 @@ impl UserQueue {
         UserQueue {
             user,
             window: window.max(1),
-            order: BTreeMap::new(),
+            order: BTreeSet::new(),
             jobs: HashMap::new(),
             arbiter,
             dispatcher,
@@ -87,30 +129,21 @@ impl UserQueue {
         }
     }
 
-    fn key(j: &QueuedJob) -> QueueKey {
-        (
-            Reverse(j.priority),
-            (j.submitted_at * 1e6).round() as i64,
-            j.job_id,
-        )
-    }
-
     /// Sends `Demand` if the window differs from the one last sent.
     fn announce(&mut self) {
         let ids: Vec<JobId> = self
             .order
-            .values()
+            .iter()
+            .map(|k| k.2)
             .filter(|id| self.jobs.get(id).is_some_and(|e| !e.held))
             .take(self.window)
-            .copied()
             .collect();
         if self.last_sent.as_ref() == Some(&ids) {
             return;
         }
         let window = ids
             .iter()
-            .filter_map(|id| self.jobs.get(id))
-            .map(|e| e.job.clone())
+            .filter_map(|id| self.jobs.get(id).map(|e| e.job(*id)))
             .collect();
         self.last_sent = Some(ids);
         self.arbiter.demand.do_send(Demand {
@@ -119,10 +152,21 @@ impl UserQueue {
         });
     }
 
+    /// Whether a new job with `key` comes after the whole window last sent, and that
+    /// window is full: then the window does not change.
+    fn behind_full_window(&self, key: &QueueKey) -> bool {
+        let Some(last) = self.last_sent.as_ref().filter(|w| w.len() >= self.window) else {
+            return false;
+        };
+        last.last()
+            .and_then(|id| self.jobs.get(id).map(|e| e.key(*id)))
+            .is_some_and(|last_key| *key > last_key)
+    }
+
     fn remove(&mut self, id: JobId) -> Option<QueuedJob> {
         let e = self.jobs.remove(&id)?;
-        self.order.remove(&Self::key(&e.job));
-        Some(e.job)
+        self.order.remove(&e.key(id));
+        Some(e.job(id))
     }
 }
 
@@ -137,14 +181,16 @@ impl Handler<Enqueue> for UserQueue {
         if let Some(e) = self.jobs.get_mut(&msg.job.job_id) {
             e.held = msg.held;
         } else {
-            self.order.insert(Self::key(&msg.job), msg.job.job_id);
-            self.jobs.insert(
-                msg.job.job_id,
-                Entry {
-                    job: msg.job,
-                    held: msg.held,
-                },
-            );
+            let entry = Entry::new(&msg.job, msg.held);
+            let key = entry.key(msg.job.job_id);
+            let behind_window = self.behind_full_window(&key);
+            self.order.insert(key);
+            self.jobs.insert(msg.job.job_id, entry);
+            if behind_window || msg.held {
+                // The window is unchanged: nothing to compare or send (a queue loaded
+                // at start gets its jobs in order, almost all of them here).
+                return;
+            }
         }
         self.announce();
     }

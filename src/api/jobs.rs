@@ -106,13 +106,23 @@ async fn load(state: &AppState, raw: &str) -> Result<job::Model, ApiError> {
 }
 
 /// Adds queue position and pending reason to a QUEUED job's view.
-async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
+/// How [`view`] finds a QUEUED job's place and pending reason.
+enum Fresh {
+    /// Read: its position counted in the database, its reason asked of the arbiter.
+    No,
+    /// Just created, at this position (the intake writer counted it in its
+    /// transaction); no cycle has seen it yet, so the arbiter has no reason for it.
+    Created(Option<u64>),
+}
+
+async fn view(state: &AppState, j: job::Model, fresh: Fresh) -> Result<JobView, ApiError> {
     let queued = j.status == JobStatus::Queued;
-    let position = if queued {
-        Some(store::queue_position(&state.db, &j).await?)
-    } else {
-        None
+    let position = match (&fresh, queued) {
+        (_, false) => None,
+        (Fresh::Created(Some(p)), true) => Some(*p),
+        _ => Some(store::queue_position(&state.db, &j).await?),
     };
+    let ask_arbiter = matches!(fresh, Fresh::No);
     let id = j.id;
     // Waits the lifecycle knows of without asking the arbiter (DESIGN §3).
     let lifecycle_reason = match (j.status, j.retiring_attempt) {
@@ -132,7 +142,7 @@ async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
     v.queue_position = position;
     v.pending_reason = lifecycle_reason;
     if queued && v.pending_reason.is_none() {
-        if let Some(s) = state.scheduler() {
+        if let Some(s) = state.scheduler().filter(|_| ask_arbiter) {
             v.pending_reason = s.pending_reason(id).await;
         }
         if v.pending_reason.is_none() {
@@ -185,7 +195,8 @@ pub async fn submit(
     }
     // Committed by the intake writer in a batch with whatever else arrived (group
     // commit); answered only after that commit.
-    match state.intake.submit(new).await? {
+    let (intake, position) = state.intake.submit_positioned(new).await?;
+    match intake {
         Intake::Created(j) => {
             tracing::Span::current().record("job_id", tracing::field::display(j.id));
             tracing::info!(
@@ -200,12 +211,12 @@ pub async fn submit(
                 Some(s) => s.job_submitted(&j).await,
                 None => state.leadership.hand_over(&format!("job:{}", j.id)).await,
             }
-            let v = view(&state, j).await?;
+            let v = view(&state, j, Fresh::Created(position)).await?;
             Ok(HttpResponse::Created().json(v))
         }
         Intake::Existing(j) => {
             tracing::Span::current().record("job_id", tracing::field::display(j.id));
-            let v = view(&state, j).await?;
+            let v = view(&state, j, Fresh::No).await?;
             Ok(HttpResponse::Ok().json(v))
         }
         Intake::Conflict { existing, differs } => {
@@ -234,7 +245,7 @@ pub async fn get(
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "read jobs")?;
     let j = load(&state, &id).await?;
-    Ok(HttpResponse::Ok().json(view(&state, j).await?))
+    Ok(HttpResponse::Ok().json(view(&state, j, Fresh::No).await?))
 }
 
 /// Query of `GET /v1/jobs`.

@@ -13,6 +13,7 @@
 //! against it. If another replica committed the same key in between (the unique index
 //! refuses the batch), the batch is retried one submission at a time.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use entity::{job, job_event, user, JobStatus};
@@ -150,6 +151,36 @@ pub async fn submit_batch(
     batch: Vec<NewJob>,
     default_max_queued: u32,
 ) -> Vec<Result<Intake, StoreError>> {
+    submit_batch_positioned(db, batch, default_max_queued)
+        .await
+        .into_iter()
+        .map(|a| a.answer)
+        .collect()
+}
+
+/// One submission's answer, with a created job's place in its user's queue.
+struct Answered {
+    answer: Result<Intake, StoreError>,
+    /// For [`Intake::Created`]: 1 + the QUEUED jobs of its user ahead of it in queue
+    /// order (higher priority, or the same and submitted earlier) at the commit.
+    position: Option<u64>,
+}
+
+impl Answered {
+    fn failed(e: StoreError) -> Answered {
+        Answered {
+            answer: Err(e),
+            position: None,
+        }
+    }
+}
+
+/// [`submit_batch`] with each created job's queue position.
+async fn submit_batch_positioned(
+    db: &Db,
+    batch: Vec<NewJob>,
+    default_max_queued: u32,
+) -> Vec<Answered> {
     match commit(db, &batch, default_max_queued).await {
         Ok(answers) => answers,
         Err(e)
@@ -162,10 +193,10 @@ pub async fn submit_batch(
             for new in batch {
                 let one = commit(db, std::slice::from_ref(&new), default_max_queued).await;
                 answers.push(match one {
-                    Ok(mut a) => a
-                        .pop()
-                        .unwrap_or_else(|| Err(StoreError::Db(DbErr::Custom("empty".into())))),
-                    Err(e) => Err(StoreError::Db(e)),
+                    Ok(mut a) => a.pop().unwrap_or_else(|| {
+                        Answered::failed(StoreError::Db(DbErr::Custom("empty".into())))
+                    }),
+                    Err(e) => Answered::failed(StoreError::Db(e)),
                 });
             }
             answers
@@ -174,7 +205,7 @@ pub async fn submit_batch(
             let text = e.to_string();
             batch
                 .iter()
-                .map(|_| Err(StoreError::Db(DbErr::Custom(text.clone()))))
+                .map(|_| Answered::failed(StoreError::Db(DbErr::Custom(text.clone()))))
                 .collect()
         }
     }
@@ -237,7 +268,7 @@ async fn commit(
     db: &Db,
     batch: &[NewJob],
     default_max_queued: u32,
-) -> Result<Vec<Result<Intake, StoreError>>, DbErr> {
+) -> Result<Vec<Answered>, DbErr> {
     let at = now();
     let users: BTreeSet<&str> = batch.iter().map(|n| n.user.as_str()).collect();
     let txn = db.begin().await?;
@@ -266,18 +297,33 @@ async fn commit(
             (u.id, limit)
         })
         .collect();
-    let mut queued: HashMap<String, u64> = job::Entity::find()
+    // QUEUED jobs per (user, priority): their sum is what the limit counts, and a new
+    // job's queue position is 1 + those of its user with a priority at least its own
+    // (all submitted before it) + those created before it in this batch that come
+    // first.
+    let mut by_priority: HashMap<String, BTreeMap<i32, u64>> = HashMap::new();
+    for (u, priority, n) in job::Entity::find()
         .select_only()
         .column(job::Column::UserId)
+        .column(job::Column::Priority)
         .column_as(Expr::col(job::Column::Id).count(), "n")
         .filter(job::Column::Status.eq(JobStatus::Queued))
         .filter(job::Column::UserId.is_in(users.iter().copied()))
         .group_by(job::Column::UserId)
-        .into_tuple::<(String, i64)>()
+        .group_by(job::Column::Priority)
+        .into_tuple::<(String, i32, i64)>()
         .all(&txn)
         .await?
-        .into_iter()
-        .map(|(u, n)| (u, n.max(0) as u64))
+    {
+        *by_priority
+            .entry(u)
+            .or_default()
+            .entry(priority)
+            .or_default() += n.max(0) as u64;
+    }
+    let mut queued: HashMap<String, u64> = by_priority
+        .iter()
+        .map(|(u, counts)| (u.clone(), counts.values().sum()))
         .collect();
     let exts: BTreeSet<&str> = batch
         .iter()
@@ -298,29 +344,55 @@ async fn commit(
     }
     let mut answers = Vec::with_capacity(batch.len());
     let mut rows = Vec::new();
+    // Per user, the jobs this batch creates: (priority, index in `answers`).
+    let mut created: HashMap<&str, Vec<(Reverse<i32>, usize)>> = HashMap::new();
     for new in batch {
         if let Some(ext) = &new.external_id {
             if let Some(existing) = known.get(&(new.user.clone(), ext.clone())) {
-                answers.push(Ok(resolve_existing(new, existing.clone())));
+                answers.push(Answered {
+                    answer: Ok(resolve_existing(new, existing.clone())),
+                    position: None,
+                });
                 continue;
             }
         }
         let limit = limits.get(&new.user).copied().unwrap_or(default_max_queued);
         let count = queued.entry(new.user.clone()).or_default();
         if *count >= u64::from(limit) {
-            answers.push(Err(StoreError::QueueFull {
+            answers.push(Answered::failed(StoreError::QueueFull {
                 user: new.user.clone(),
                 limit,
             }));
             continue;
         }
         *count += 1;
+        created
+            .entry(new.user.as_str())
+            .or_default()
+            .push((Reverse(new.priority), answers.len()));
         let row = new_row(new, Uuid::now_v7(), at);
         if let Some(ext) = &new.external_id {
             known.insert((new.user.clone(), ext.clone()), row.clone());
         }
-        answers.push(Ok(Intake::Created(row.clone())));
+        answers.push(Answered {
+            answer: Ok(Intake::Created(row.clone())),
+            position: None,
+        });
         rows.push(row);
+    }
+    // Positions: ahead of a new job are its user's stored QUEUED jobs of at least its
+    // priority (all submitted before it) and the jobs of this batch that come first in
+    // queue order (higher priority, or the same and created earlier: the same submit
+    // time and a smaller id, ids being time-ordered).
+    for (user, mut mine) in created {
+        mine.sort_unstable();
+        let stored = by_priority.get(user);
+        for (rank, (Reverse(priority), i)) in mine.into_iter().enumerate() {
+            let ahead: u64 = stored.map_or(0, |c| c.range(priority..).map(|(_, n)| n).sum());
+            if let Some(a) = answers.get_mut(i) {
+                a.position = Some(ahead + rank as u64 + 1);
+            }
+        }
     }
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         job::Entity::insert_many(chunk.iter().map(active))
@@ -344,7 +416,7 @@ async fn commit(
 
 struct Pending {
     new: NewJob,
-    reply: oneshot::Sender<Result<Intake, StoreError>>,
+    reply: oneshot::Sender<Answered>,
 }
 
 /// The process's intake writer (see the module docs). Cheap to clone.
@@ -365,13 +437,25 @@ impl IntakeWriter {
     /// Submits one job; answers after the batch holding it committed. Errors as
     /// [`submit_job`]; [`StoreError::Db`] if the writer is gone (shutting down).
     pub async fn submit(&self, new: NewJob) -> Result<Intake, StoreError> {
+        Ok(self.submit_positioned(new).await?.0)
+    }
+
+    /// [`IntakeWriter::submit`], with a created job's place in its user's queue as the
+    /// commit left it (1 + its user's QUEUED jobs of a higher priority, or of the same
+    /// and submitted before it); `None` for an existing job. Saves `POST /v1/jobs` a
+    /// `COUNT(*)` of its own.
+    pub async fn submit_positioned(
+        &self,
+        new: NewJob,
+    ) -> Result<(Intake, Option<u64>), StoreError> {
         let (reply, answer) = oneshot::channel();
         let gone = || StoreError::Db(DbErr::Custom("the intake writer has stopped".into()));
         self.tx
             .send(Pending { new, reply })
             .await
             .map_err(|_| gone())?;
-        answer.await.map_err(|_| gone())?
+        let a = answer.await.map_err(|_| gone())?;
+        Ok((a.answer?, a.position))
     }
 }
 
@@ -381,7 +465,7 @@ async fn run(db: Db, mut rx: mpsc::Receiver<Pending>, default_max_queued: u32) {
         let (news, replies): (Vec<NewJob>, Vec<_>) =
             pending.drain(..).map(|p| (p.new, p.reply)).unzip();
         let size = news.len();
-        let answers = submit_batch(&db, news, default_max_queued).await;
+        let answers = submit_batch_positioned(&db, news, default_max_queued).await;
         crate::metrics::get().intake_batch_size.observe(size as f64);
         for (reply, answer) in replies.into_iter().zip(answers) {
             // A client that went away no longer waits; its job is stored all the same.

@@ -500,6 +500,44 @@ async fn two_hundred_concurrent_submissions_all_land(db: Db) {
 }
 both_databases!(two_hundred_concurrent_submissions_all_land);
 
+async fn concurrent_submissions_of_one_user_get_each_queue_position_once(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    // Answered from the intake writer's own count (batches of whatever arrived), not a
+    // COUNT(*) per request: the positions must still be 1..=100, each once.
+    let reqs = (0..100).map(|i| {
+        app.post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "p", "entrypoint": format!("echo {i}")}),
+        )
+    });
+    let mut positions = Vec::new();
+    for r in futures_util::future::join_all(reqs).await {
+        assert_eq!(r.status(), 201);
+        let v: serde_json::Value = r.json().await.unwrap();
+        positions.push(v["queue_position"].as_u64().unwrap());
+    }
+    positions.sort_unstable();
+    assert_eq!(positions, (1..=100).collect::<Vec<u64>>());
+    let urgent = app.submit("p", json!({"priority": 5})).await;
+    assert_eq!(urgent["queue_position"], 1, "a higher priority goes first");
+    let later = app.submit("p", json!({})).await;
+    assert_eq!(later["queue_position"], 102);
+    let read: serde_json::Value = app
+        .get(
+            &format!("/v1/jobs/{}", later["id"].as_str().unwrap()),
+            SUBMITTER,
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(read["queue_position"], 102, "the database agrees");
+}
+both_databases!(concurrent_submissions_of_one_user_get_each_queue_position_once);
+
 async fn a_restart_keeps_jobs_users_and_queue_order(db: Db) {
     let Some(app) = spawn_app(db).await else {
         return;

@@ -98,6 +98,53 @@ impl FairShareArbiter {
         }
     }
 
+    /// Brings every user's decayed usage to now, with the allocations computed once.
+    pub(super) fn touch_all_usage(&mut self) {
+        let capacity = self.capacity();
+        let allocations: HashMap<String, Resources> = self
+            .allocations()
+            .into_iter()
+            .map(|(k, (alloc, _))| (k.to_string(), alloc))
+            .collect();
+        let hl = self.config.usage_half_life;
+        let now = unix_now();
+        for (name, e) in self.users.iter_mut() {
+            let alloc = allocations.get(name).copied().unwrap_or_default();
+            let share = policy::dominant_share(&alloc, &capacity);
+            e.usage = policy::decay_usage(e.usage, e.usage_at, share, now, hl);
+            e.usage_at = now;
+        }
+    }
+
+    /// Publishes the healthy clusters' totals to the API (see
+    /// [`super::ClusterSizes`]). Only a cluster that reported CPUs or GPUs counts: a
+    /// head that has just started may report no resources yet.
+    pub(super) fn publish_sizes(&self) {
+        self.sizes.set(
+            self.clusters
+                .values()
+                .filter(|c| c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
+                .map(|c| c.total)
+                .collect(),
+        );
+    }
+
+    /// Asks for a cycle at most [`super::REFRESH_AFTER`] from now, unless one runs
+    /// before (see the module docs).
+    pub(super) fn request_refresh(&mut self, ctx: &mut Context<Self>) {
+        if self.refresh_requested || !self.ready {
+            return;
+        }
+        self.refresh_requested = true;
+        let since = self.cycles;
+        ctx.run_later(super::REFRESH_AFTER, move |act, _| {
+            act.refresh_requested = false;
+            if act.cycles == since {
+                act.run_cycle();
+            }
+        });
+    }
+
     pub(super) fn request_cycle(&mut self, ctx: &mut Context<Self>) {
         if self.cycle_requested || !self.ready {
             return;
@@ -156,6 +203,19 @@ impl FairShareArbiter {
             self.reservation.as_ref(),
         );
         self.reservation.clone_from(&outcome.reservation);
+        // Free capacity as this cycle leaves it: a later window that fits none of it
+        // cannot lead to a grant until capacity is freed (which asks for a cycle).
+        let mut free: HashMap<&str, Resources> = clusters
+            .iter()
+            .filter(|c| c.healthy)
+            .map(|c| (c.name.as_str(), c.free()))
+            .collect();
+        for g in &outcome.grants {
+            if let Some(f) = free.get_mut(g.cluster.as_str()) {
+                *f = f.saturating_sub(g.resources);
+            }
+        }
+        self.free_after = Some(free.into_values().collect());
         let m = metrics::get();
         for g in &outcome.grants {
             let (submitted_at, estimate) = self

@@ -2,10 +2,21 @@
 //!
 //! It owns per-user fair-share state (weight, pause, limits, decayed usage, the head
 //! window each `UserQueue` announced), each cluster's capacity as the monitor last saw
-//! it, and the reservations of every outstanding job. When anything changes it asks for
-//! a cycle; requests coalesce into one cycle that runs once the mailbox is drained,
-//! plus a safety cycle every `scheduler.tick`. The cycle itself is
-//! [`crate::policy::run_cycle`]; the arbiter only feeds it and carries out its grants.
+//! it, and the reservations of every outstanding job. When anything changes that can
+//! lead to a grant it asks for a cycle; requests coalesce into one cycle that runs once
+//! the mailbox is drained, plus a safety cycle every `scheduler.tick`. The cycle itself
+//! is [`crate::policy::run_cycle`]; the arbiter only feeds it and carries out its
+//! grants.
+//!
+//! A new window that cannot lead to a grant does not cost a cycle (DESIGN §2, "When a
+//! cycle runs"): with backfill on and no reservation held, a user's changed window can
+//! only start one of its own jobs, and only one that fits some healthy cluster's free
+//! capacity as the last cycle left it (free capacity grows only through events that
+//! ask for a cycle themselves). Such a window asks for a *refresh* instead: one cycle
+//! at most [`REFRESH_AFTER`] later, however many windows changed meanwhile, so that
+//! pending reasons and the order shown catch up. Under a flood of submissions to a
+//! full (or unreachable) cluster the arbiter thus runs about ten cycles a second, not
+//! one per mailbox drain.
 //!
 //! It also keeps each user's QUEUED count, updated as it forwards `Enqueue` and
 //! `RemoveQueued` and as it grants, so that `GET /v1/users`, `GET /v1/scheduler` and
@@ -15,14 +26,12 @@ mod cycle;
 mod report;
 mod what_if;
 
-pub use report::{FitsSomeCluster, GetPendingReason, GetUserState, GetView, IsReady, Loaded};
+pub use report::{GetPendingReason, GetUserState, GetView, IsReady, Loaded};
 pub use what_if::GetSnapshot;
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::time::Instant;
-
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use entity::user;
@@ -36,6 +45,39 @@ use crate::config::Settings;
 use crate::policy::{self, JobId, PolicyConfig, QueuedJob, Resources};
 use crate::store::Db;
 use crate::views::{CycleView, UserOrderView};
+
+/// Longest a changed window that cannot lead to a grant waits for the cycle that
+/// refreshes pending reasons and the order (see the module docs).
+pub const REFRESH_AFTER: Duration = Duration::from_millis(100);
+
+/// How many ended jobs [`EnqueueIfNew`] remembers (a late notification of one of them
+/// must not queue it again); older ones are forgotten, so memory stays bounded.
+const RECENTLY_ENDED: usize = 65_536;
+
+/// The totals of the healthy clusters that have reported CPUs or GPUs (cores, GPUs,
+/// bytes), shared by the arbiter with the API so that `POST /v1/jobs` checks that a job
+/// could ever fit without a message to the arbiter. Empty while no healthy cluster has
+/// reported its capacity (then nothing is refused).
+#[derive(Clone, Default)]
+pub struct ClusterSizes(Arc<RwLock<Vec<Resources>>>);
+
+impl ClusterSizes {
+    /// Whether some healthy cluster could ever hold `request`: `None` while no healthy
+    /// cluster has reported its capacity.
+    pub fn fits(&self, request: &Resources) -> Option<bool> {
+        let sizes = self.0.read().ok()?;
+        if sizes.is_empty() {
+            return None;
+        }
+        Some(sizes.iter().any(|total| request.fits_within(total)))
+    }
+
+    fn set(&self, sizes: Vec<Resources>) {
+        if let Ok(mut s) = self.0.write() {
+            *s = sizes;
+        }
+    }
+}
 
 /// What a granted job holds until it ends.
 #[derive(Clone, Debug)]
@@ -157,11 +199,25 @@ pub struct FairShareArbiter {
     /// Every QUEUED job the queues hold, with its user: a job reaches the arbiter
     /// from the API, from recovery and (on PostgreSQL) from another replica, and a
     /// requeue may repeat, but it counts once.
-    queued_ids: HashMap<JobId, String>,
+    queued_ids: HashMap<JobId, Arc<str>>,
+    /// Each user id once, shared by its entries in `queued_ids` (a million queued jobs
+    /// must not hold a million copies of a few thousand names).
+    names: HashSet<Arc<str>>,
     /// Each user's usage as last written.
     saved_usage: HashMap<String, f64>,
-    /// Every job this arbiter has queued ([`EnqueueIfNew`] skips them).
-    seen: HashSet<JobId>,
+    /// The last [`RECENTLY_ENDED`] jobs that left this arbiter (granted and ended, or
+    /// removed from the queue), oldest first: [`EnqueueIfNew`] skips them, as it skips
+    /// queued and outstanding ones.
+    ended: VecDeque<JobId>,
+    ended_set: HashSet<JobId>,
+    /// Each healthy cluster's free capacity as the last cycle left it (`None` before
+    /// the first cycle): a window none of whose jobs fits any of them cannot lead to a
+    /// grant.
+    free_after: Option<Vec<Resources>>,
+    /// A refresh cycle is scheduled.
+    refresh_requested: bool,
+    /// Shared with the API (see [`ClusterSizes`]).
+    sizes: ClusterSizes,
 }
 
 impl FairShareArbiter {
@@ -193,9 +249,45 @@ impl FairShareArbiter {
             cycle_requested: false,
             ready: false,
             queued_ids: HashMap::new(),
+            names: HashSet::new(),
             saved_usage: HashMap::new(),
-            seen: HashSet::new(),
+            ended: VecDeque::new(),
+            ended_set: HashSet::new(),
+            free_after: None,
+            refresh_requested: false,
+            sizes: ClusterSizes::default(),
         }
+    }
+
+    /// The cluster sizes this arbiter publishes (call before starting it).
+    pub fn cluster_sizes(&self) -> ClusterSizes {
+        self.sizes.clone()
+    }
+
+    /// Remembers that `job_id` left this arbiter (see [`FairShareArbiter::ended`]).
+    fn remember_ended(&mut self, job_id: JobId) {
+        if !self.ended_set.insert(job_id) {
+            return;
+        }
+        self.ended.push_back(job_id);
+        if self.ended.len() > RECENTLY_ENDED {
+            if let Some(old) = self.ended.pop_front() {
+                self.ended_set.remove(&old);
+            }
+        }
+    }
+
+    /// Whether a user's new window could lead to a grant (see the module docs).
+    fn may_grant(&self, window: &[QueuedJob]) -> bool {
+        if !self.config.backfill || self.reservation.is_some() {
+            return true;
+        }
+        let Some(free) = &self.free_after else {
+            return true;
+        };
+        window
+            .iter()
+            .any(|j| free.iter().any(|f| j.resources.fits_within(f)))
     }
 
     /// The handle through which the queues, the dispatcher and the monitor reach the
@@ -281,12 +373,15 @@ impl FairShareArbiter {
             }
             l.loaded += 1;
         }
-        self.seen.insert(job.job_id);
-        if self
-            .queued_ids
-            .insert(job.job_id, user.to_string())
-            .is_some()
-        {
+        let name = match self.names.get(user) {
+            Some(name) => name.clone(),
+            None => {
+                let name: Arc<str> = Arc::from(user);
+                self.names.insert(name.clone());
+                name
+            }
+        };
+        if self.queued_ids.insert(job.job_id, name).is_some() {
             return;
         }
         self.entry(user).queued += 1;
@@ -302,6 +397,7 @@ impl FairShareArbiter {
         if let Some(r) = self.outstanding.get(&job_id).cloned() {
             self.touch_usage(&r.user);
             self.outstanding.remove(&job_id);
+            self.remember_ended(job_id);
         }
         for c in self.clusters.values_mut() {
             c.reported.remove(&job_id);
@@ -391,7 +487,10 @@ impl Handler<EnqueueIfNew> for FairShareArbiter {
 
     fn handle(&mut self, msg: EnqueueIfNew, ctx: &mut Context<Self>) {
         let id = msg.0.job.job_id;
-        if self.seen.contains(&id) || self.outstanding.contains_key(&id) {
+        if self.queued_ids.contains_key(&id)
+            || self.outstanding.contains_key(&id)
+            || self.ended_set.contains(&id)
+        {
             return;
         }
         self.enqueue(&msg.0.user, msg.0.job, msg.0.held);
@@ -406,7 +505,7 @@ impl Handler<QueuedIds> for FairShareArbiter {
         actix::MessageResult(
             self.queued_ids
                 .iter()
-                .map(|(id, user)| (user.clone(), *id))
+                .map(|(id, user)| (user.to_string(), *id))
                 .collect(),
         )
     }
@@ -429,6 +528,9 @@ impl Handler<RemoveQueued> for FairShareArbiter {
         }
         // A job granted in this instant was counted out at its grant already.
         let counted = self.queued_ids.remove(&msg.job_id).is_some();
+        if counted {
+            self.remember_ended(msg.job_id);
+        }
         if let Some(e) = self.users.get_mut(&msg.user) {
             e.window.retain(|j| j.job_id != msg.job_id);
             if counted {
@@ -459,8 +561,13 @@ impl Handler<Demand> for FairShareArbiter {
             // that is its runtime estimate (the reservation plans with it).
             j.runtime_estimate.get_or_insert(default_runtime);
         }
+        let may_grant = self.may_grant(&window);
         self.entry(&msg.user).window = window;
-        self.request_cycle(ctx);
+        if may_grant {
+            self.request_cycle(ctx);
+        } else {
+            self.request_refresh(ctx);
+        }
     }
 }
 
@@ -508,10 +615,7 @@ impl Handler<CapacityChanged> for FairShareArbiter {
             return;
         }
         // Shares change with capacity: bring every user's usage to now first.
-        let users: Vec<String> = self.users.keys().cloned().collect();
-        for u in users {
-            self.touch_usage(&u);
-        }
+        self.touch_all_usage();
         let ours_reported = self
             .outstanding
             .iter()
@@ -523,6 +627,7 @@ impl Handler<CapacityChanged> for FairShareArbiter {
         entry.used = msg.used;
         entry.foreign = msg.used.saturating_sub(ours_reported);
         entry.reported = reported;
+        self.publish_sizes();
         self.request_cycle(ctx);
     }
 }
@@ -551,10 +656,7 @@ impl Handler<FlushUsage> for FairShareArbiter {
     type Result = actix::ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _: FlushUsage, _: &mut Context<Self>) -> Self::Result {
-        let users: Vec<String> = self.users.keys().cloned().collect();
-        for u in &users {
-            self.touch_usage(u);
-        }
+        self.touch_all_usage();
         Box::pin(self.save_usage().into_actor(self).map(|_, _, _| ()))
     }
 }

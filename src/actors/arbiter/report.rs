@@ -1,11 +1,11 @@
 //! The arbiter's answers: the scheduler view, one user's live state, pending reasons,
-//! whether a job could ever fit, readiness, and the per-user and per-cluster gauges.
+//! readiness, and the per-user and per-cluster gauges.
 
 use actix::{Context, Handler, Message, MessageResult};
 
 use super::{FairShareArbiter, RefreshMetrics};
 use crate::metrics::{self, OTHER_USERS};
-use crate::policy::{self, ClusterView, JobId, Resources};
+use crate::policy::{self, JobId};
 use crate::views::{ClusterStatusView, LiveUser, SchedulerView};
 
 use super::unix_now;
@@ -27,14 +27,6 @@ pub struct GetUserState {
 #[rtype(result = "Option<String>")]
 pub struct GetPendingReason {
     pub job_id: JobId,
-}
-
-/// Ask whether some healthy cluster could ever hold a job of this size. `None` while
-/// no healthy cluster has reported its capacity (then nothing is refused).
-#[derive(Message)]
-#[rtype(result = "Option<bool>")]
-pub struct FitsSomeCluster {
-    pub resources: Resources,
 }
 
 /// Ask whether recovery is done.
@@ -211,24 +203,6 @@ impl Handler<GetPendingReason> for FairShareArbiter {
 
     fn handle(&mut self, msg: GetPendingReason, _: &mut Context<Self>) -> Option<String> {
         self.pending.get(&msg.job_id).cloned()
-    }
-}
-
-impl Handler<FitsSomeCluster> for FairShareArbiter {
-    type Result = Option<bool>;
-
-    fn handle(&mut self, msg: FitsSomeCluster, _: &mut Context<Self>) -> Option<bool> {
-        // A head that has just started may report no resources yet: only a healthy
-        // cluster that reported CPUs or GPUs makes its capacity known.
-        let clusters: Vec<ClusterView> = self
-            .cluster_views()
-            .into_iter()
-            .filter(|c| c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
-            .collect();
-        if clusters.is_empty() {
-            return None;
-        }
-        Some(policy::fits_some_cluster(&msg.resources, &clusters))
     }
 }
 
