@@ -106,7 +106,7 @@ async fn load(state: &AppState, raw: &str) -> Result<job::Model, ApiError> {
 }
 
 /// Adds queue position and pending reason to a QUEUED job's view.
-async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
+pub(crate) async fn view(state: &AppState, j: job::Model) -> Result<JobView, ApiError> {
     let queued = j.status == JobStatus::Queued;
     let position = if queued {
         Some(store::queue_position(&state.db, &j).await?)
@@ -167,6 +167,21 @@ pub async fn submit(
     let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
     let request: SubmitRequest = parse_json(&body, false)?;
     let new = request.into_new_job()?;
+    match accept(&state, new).await? {
+        (true, j) => Ok(HttpResponse::Created().json(view(&state, j).await?)),
+        (false, j) => Ok(HttpResponse::Ok().json(view(&state, j).await?)),
+    }
+}
+
+/// Takes a checked submission (of `/v1/jobs` or Ray's `/api/jobs/`): refuses a job no
+/// healthy cluster can hold (422 `resources`), commits it through the intake writer
+/// and hands it to the scheduler. `(true, job)` when created, `(false, job)` for a
+/// repeat of `(user, external_id)` with the same payload; 422
+/// `idempotency_key_reused` for another payload, 429 when the user's queue is full.
+pub(crate) async fn accept(
+    state: &AppState,
+    new: crate::store::NewJob,
+) -> Result<(bool, job::Model), ApiError> {
     tracing::Span::current().record("user", new.user.as_str());
     if let Some(s) = state.scheduler() {
         let request = crate::policy::Resources::new(new.cpu, new.gpu, new.memory_bytes as f64);
@@ -198,13 +213,11 @@ pub async fn submit(
                 Some(s) => s.job_submitted(&j).await,
                 None => state.leadership.hand_over(&format!("job:{}", j.id)).await,
             }
-            let v = view(&state, j).await?;
-            Ok(HttpResponse::Created().json(v))
+            Ok((true, j))
         }
         Intake::Existing(j) => {
             tracing::Span::current().record("job_id", tracing::field::display(j.id));
-            let v = view(&state, j).await?;
-            Ok(HttpResponse::Ok().json(v))
+            Ok((false, j))
         }
         Intake::Conflict { existing, differs } => {
             tracing::Span::current().record("job_id", tracing::field::display(existing.id));
@@ -324,19 +337,7 @@ pub async fn cancel(
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "cancel jobs")?;
     let id = parse_id(&id)?;
-    // The lifecycle decides on the row as it is inside the write's transaction, so a
-    // grant racing the cancel is settled there.
-    let scheduler = state.scheduler();
-    let cancelled = Scheduler::cancel(&state.db, scheduler.as_ref(), id).await?;
-    if scheduler.is_none()
-        && matches!(
-            cancelled,
-            Cancelled::Stopped(_) | Cancelled::StopRequested(_)
-        )
-    {
-        // The leader's queues or monitor carry it out (DESIGN §10).
-        state.leadership.hand_over(&format!("job:{id}")).await;
-    }
+    let cancelled = cancel_job(&state, id).await?;
     match cancelled {
         Cancelled::NotFound => Err(ApiError::NotFound(format!("no job with id {id}"))),
         Cancelled::AlreadyFinished(j) => Err(ApiError::Conflict(format!(
@@ -346,6 +347,23 @@ pub async fn cancel(
         Cancelled::Stopped(j) => Ok(HttpResponse::Ok().json(JobView::from_model(j))),
         Cancelled::StopRequested(j) => Ok(HttpResponse::Accepted().json(JobView::from_model(j))),
     }
+}
+
+/// Cancels job `id` (of `/v1` cancel and Ray's `/api/jobs/{id}/stop`): the lifecycle
+/// decides on the row as it is inside the write's transaction, so a grant racing the
+/// cancel is settled there; a follower hands the cancel to the leader (DESIGN §10).
+pub(crate) async fn cancel_job(state: &AppState, id: Uuid) -> Result<Cancelled, ApiError> {
+    let scheduler = state.scheduler();
+    let cancelled = Scheduler::cancel(&state.db, scheduler.as_ref(), id).await?;
+    if scheduler.is_none()
+        && matches!(
+            cancelled,
+            Cancelled::Stopped(_) | Cancelled::StopRequested(_)
+        )
+    {
+        state.leadership.hand_over(&format!("job:{id}")).await;
+    }
+    Ok(cancelled)
 }
 
 /// `GET /v1/jobs/{id}/logs`: the job's logs from Ray. A job Ray never had (QUEUED, or
