@@ -6,6 +6,7 @@ mod helpers;
 mod hostile;
 mod jobs;
 mod leadership;
+mod ray_api;
 mod ray_edges;
 mod ray_mock;
 mod system;

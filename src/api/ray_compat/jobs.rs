@@ -101,11 +101,18 @@ pub fn user_of(
 fn ray_field(field: &str) -> String {
     match field {
         "user" => format!("metadata.{USER_KEY}"),
-        "external_id" => "submission_id".into(),
-        "resources.cpu" | "resources" => "entrypoint_num_cpus".into(),
-        "resources.gpu" => "entrypoint_num_gpus".into(),
-        "resources.memory_bytes" => "entrypoint_memory".into(),
-        other => other.to_string(),
+        other => ray_name(other).to_string(),
+    }
+}
+
+/// The Ray name of a `/v1` payload field (`payload_differences` names these).
+fn ray_name(field: &str) -> &str {
+    match field {
+        "external_id" => "submission_id",
+        "resources.cpu" | "resources" => "entrypoint_num_cpus",
+        "resources.gpu" => "entrypoint_num_gpus",
+        "resources.memory_bytes" => "entrypoint_memory",
+        other => other,
     }
 }
 
@@ -377,6 +384,15 @@ pub async fn submit(
         ApiError::Invalid { field, reason } => ApiError::Invalid {
             field: ray_field(&field),
             reason,
+        },
+        ApiError::IdempotencyKeyReused {
+            external_id,
+            job_id,
+            fields,
+        } => ApiError::IdempotencyKeyReused {
+            external_id,
+            job_id,
+            fields: fields.into_iter().map(ray_name).collect(),
         },
         other => other,
     };
