@@ -25,6 +25,7 @@
 
 pub mod jobs;
 pub mod packages;
+pub mod submit;
 pub mod tail;
 
 use actix_web::{web, HttpResponse};
