@@ -236,6 +236,21 @@ async fn rays_own_client_and_cli_submit_through_fairshare_and_the_jobs_run_on_ra
         .unwrap();
     assert_eq!(bob["status"], "STOPPED");
     assert!(bob["started_at"].is_string(), "it had run: {bob}");
+    // `ray job delete` of the ended job: gone from fairshare and from Ray.
+    let delete = cli(&["delete", "cli-1"]);
+    let (ok, out, err) = run(
+        "ray",
+        &delete.iter().map(String::as_str).collect::<Vec<_>>(),
+        60,
+    )
+    .await;
+    assert!(ok, "ray job delete: {out}\n{err}");
+    assert!(svc.jobs().await.iter().all(|j| j["user"] != "bob"));
+    let bob_id = bob["id"].as_str().unwrap();
+    assert!(
+        head.jobs().await.iter().all(|(sid, _)| sid != bob_id),
+        "Ray deleted its record too"
+    );
 }
 
 const FAIR_SHARE_CLIENT: &str = r#"
