@@ -46,12 +46,18 @@ impl Application {
         store::migrate(&db)
             .await
             .context("database migration failed")?;
+        // Before the API takes a submission: a new webhook starts at the newest event.
+        let hooks: Vec<String> = settings.webhooks.iter().map(|w| w.name.clone()).collect();
+        store::init_webhook_cursors(&db, &hooks)
+            .await
+            .context("cannot create the webhooks' cursors")?;
         // Bind first: a port in use fails before any actor starts.
         let listener = TcpListener::bind(settings.server.bind)
             .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
         let leadership = Leadership::start(db.clone(), settings.clone())
             .await
             .context("cannot start the scheduler")?;
+        crate::webhooks::start(db.clone(), &settings, leadership.clone());
         let port = listener.local_addr()?.port();
         let intake =
             store::IntakeWriter::start(db.clone(), settings.scheduler.default_max_queued_jobs);

@@ -38,6 +38,11 @@ pub struct Settings {
     pub auth: AuthSettings,
     pub telemetry: TelemetrySettings,
     pub leadership: LeadershipSettings,
+    /// `[events]`: the SSE stream and webhook delivery (DESIGN §4, "Events").
+    pub events: EventSettings,
+    /// `[[webhooks]]`: receivers of every job transition (none by default).
+    #[serde(default)]
+    pub webhooks: Vec<WebhookSettings>,
     pub ray_compat: RayCompatSettings,
 }
 
@@ -48,6 +53,63 @@ pub struct RayCompatSettings {
     /// Largest `working_dir`/`py_modules` package accepted by `PUT /api/packages/...`,
     /// in bytes (kept in the database's `ray_packages` table until sent to a cluster).
     pub max_package_bytes: usize,
+}
+
+/// `[events]`: how `GET /v1/events` and the webhooks read `job_events`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSettings {
+    /// A reader looks at `job_events` at least this often; commits of this replica wake
+    /// it at once, so this bounds the latency of another replica's events.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// An event id still missing while later ones are visible (a transaction that took
+    /// its id has not committed yet, or rolled back) holds readers back for at most
+    /// this long before they take the id as never coming.
+    #[serde(with = "humantime_serde")]
+    pub gap_grace: Duration,
+    /// An idle SSE stream gets a comment line this often, so proxies keep it open and
+    /// a dead client is noticed.
+    #[serde(with = "humantime_serde")]
+    pub keep_alive: Duration,
+    /// Timeout of one webhook request.
+    #[serde(with = "humantime_serde")]
+    pub webhook_timeout: Duration,
+    /// First wait before a failed webhook delivery is retried; doubles up to
+    /// `webhook_retry_max_backoff`, and retries go on until the receiver takes it.
+    #[serde(with = "humantime_serde")]
+    pub webhook_retry_initial_backoff: Duration,
+    /// Longest wait between two tries of one delivery.
+    #[serde(with = "humantime_serde")]
+    pub webhook_retry_max_backoff: Duration,
+}
+
+/// One `[[webhooks]]` entry: where job transitions are POSTed, signed with `secret`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettings {
+    /// Unique name; keys the webhook's cursor in `webhook_cursors` (renaming a webhook
+    /// starts it afresh from the newest event) and labels its metrics.
+    pub name: String,
+    /// `http://` or `https://` URL the events are POSTed to.
+    pub url: String,
+    /// HMAC-SHA256 key of `X-Fairshare-Signature` (at least 16 bytes; never logged).
+    pub secret: String,
+    /// Only transitions to these statuses (e.g. `["SUCCEEDED", "FAILED", "STOPPED"]`);
+    /// empty or absent = all.
+    #[serde(default)]
+    pub events: Vec<entity::JobStatus>,
+}
+
+impl std::fmt::Debug for WebhookSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSettings")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("secret", &"<redacted>")
+            .field("events", &self.events)
+            .finish()
+    }
 }
 
 /// `[server]`.
@@ -285,6 +347,60 @@ pub enum LogFormat {
 }
 
 impl Settings {
+    fn validate_events(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, reason: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                reason: reason.to_string(),
+            })
+        };
+        let e = &self.events;
+        for (key, d) in [
+            ("events.poll_interval", e.poll_interval),
+            ("events.keep_alive", e.keep_alive),
+            ("events.webhook_timeout", e.webhook_timeout),
+            (
+                "events.webhook_retry_initial_backoff",
+                e.webhook_retry_initial_backoff,
+            ),
+        ] {
+            if d.is_zero() {
+                return invalid(key.to_string(), "must be longer than 0s");
+            }
+        }
+        if e.webhook_retry_max_backoff < e.webhook_retry_initial_backoff {
+            return invalid(
+                "events.webhook_retry_max_backoff".into(),
+                "must be at least events.webhook_retry_initial_backoff",
+            );
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, w) in self.webhooks.iter().enumerate() {
+            if w.name.trim().is_empty() || w.name.chars().count() > 128 {
+                return invalid(format!("webhooks[{i}].name"), "must be 1 to 128 characters");
+            }
+            if !names.insert(w.name.as_str()) {
+                return invalid(format!("webhooks[{i}].name"), "duplicate webhook name");
+            }
+            if reqwest::Url::parse(&w.url)
+                .map(|u| !matches!(u.scheme(), "http" | "https"))
+                .unwrap_or(true)
+            {
+                return invalid(
+                    format!("webhooks[{i}].url"),
+                    "must be an http:// or https:// URL",
+                );
+            }
+            if w.secret.len() < 16 {
+                return invalid(
+                    format!("webhooks[{i}].secret"),
+                    "must be at least 16 bytes (it keys the HMAC-SHA256 signature)",
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The compiled-in defaults (`config/default.toml`), the one place each key's
     /// default is written. The file is checked by this module's tests, so it always
     /// parses.
@@ -422,6 +538,7 @@ impl Settings {
                 );
             }
         }
+        self.validate_events()?;
         let mut seen = std::collections::BTreeSet::new();
         for (i, t) in self.auth.tokens.iter().enumerate() {
             if !t.token.bytes().all(|b| b.is_ascii_graphic()) {
@@ -546,6 +663,39 @@ mod tests {
             env(&[("FAIRSHARE__TELEMETRY__LEVEL", "fairshare=debug,info")]),
         );
         assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn webhooks_load_from_a_file_and_bad_ones_name_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hooks.toml");
+        let hook = |name: &str, url: &str, secret: &str| {
+            format!("[[webhooks]]\nname = \"{name}\"\nurl = \"{url}\"\nsecret = \"{secret}\"\nevents = [\"SUCCEEDED\", \"FAILED\"]\n")
+        };
+        let good = hook("gw", "http://127.0.0.1:9/hook", "0123456789abcdef");
+        std::fs::write(&path, &good).unwrap();
+        let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+        assert_eq!(s.webhooks.len(), 1);
+        assert_eq!(
+            s.webhooks[0].events,
+            vec![entity::JobStatus::Succeeded, entity::JobStatus::Failed]
+        );
+        assert!(!format!("{:?}", s.webhooks[0]).contains("0123456789abcdef"));
+        for (text, key) in [
+            (
+                hook("gw", "ftp://x/", "0123456789abcdef"),
+                "webhooks[0].url",
+            ),
+            (hook("gw", "http://x/", "short"), "webhooks[0].secret"),
+            (format!("{good}{good}"), "webhooks[1].name"),
+            (good.replace("FAILED", "DONE"), "webhooks[0].events"),
+        ] {
+            std::fs::write(&path, &text).unwrap();
+            let err = Settings::load_with_env(Some(&path), env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{text}: {err}");
+        }
     }
 
     #[test]

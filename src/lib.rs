@@ -30,6 +30,8 @@
 //!   replay.
 //! - [`leadership`] (public): the lease among replicas on PostgreSQL, fencing terms,
 //!   the followers' hand-over to the leader; the SQLite single-replica lock.
+//! - `events` (private): `job_events` read as a feed (wake-up on commit, gap guard);
+//!   `webhooks` (private): delivery of that feed to `[[webhooks]]`, signed.
 //! - `app` (private): wires everything into a running service ([`Application`]);
 //!   [`cli`] (public): the command line the binary runs.
 
@@ -39,6 +41,7 @@ mod app;
 pub mod cli;
 pub mod config;
 mod errors;
+mod events;
 pub mod leadership;
 pub mod lifecycle;
 mod metrics;
@@ -48,6 +51,7 @@ pub mod sim;
 pub mod store;
 pub mod telemetry;
 mod views;
+mod webhooks;
 
 pub use actors::Scheduler;
 /// The `/api/` routes of Ray's Jobs REST API, as `(method, path)`.

@@ -63,6 +63,12 @@ pub struct Metrics {
     pub leader_takeovers: IntCounter,
     /// Writes `store::apply` refused because the writer's term was stale.
     pub fenced_writes: IntCounter,
+    /// Webhook deliveries a receiver took (2xx), per webhook.
+    pub webhook_deliveries: IntCounterVec,
+    /// Webhook delivery attempts that failed (no answer, timeout, non-2xx), per webhook.
+    pub webhook_failures: IntCounterVec,
+    /// Events after a webhook's cursor, not yet settled (its outbox), per webhook.
+    pub webhook_outbox_depth: IntGaugeVec,
 }
 
 fn build() -> Result<Metrics, prometheus::Error> {
@@ -273,6 +279,27 @@ fn build() -> Result<Metrics, prometheus::Error> {
         fenced_writes: reg!(IntCounter::new(
             "fairshare_fenced_writes_total",
             "Job status writes refused because the writer no longer held the lease term."
+        )?),
+        webhook_deliveries: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_webhook_deliveries_total",
+                "Job events a webhook receiver accepted (2xx)."
+            ),
+            &["webhook"]
+        )?),
+        webhook_failures: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_webhook_failures_total",
+                "Webhook delivery attempts that failed (unreachable, timeout, non-2xx); each is retried."
+            ),
+            &["webhook"]
+        )?),
+        webhook_outbox_depth: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_webhook_outbox_depth",
+                "Job events after a webhook's cursor not yet delivered or skipped by its filter."
+            ),
+            &["webhook"]
         )?),
         registry,
     };

@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod body;
 pub mod error;
+pub mod events;
 pub mod jobs;
 pub mod line_limit;
 pub mod openapi;
@@ -77,6 +78,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/v1/users/{id}/pause", "POST").post(users::pause))
     .service(resource("/v1/users/{id}/resume", "POST").post(users::resume))
+    .service(resource("/v1/events", "GET").get(events::stream))
     .service(resource("/v1/scheduler", "GET").get(system::scheduler))
     .service(resource("/openapi.json", "GET").get(openapi::document))
     .service(resource("/metrics", "GET").get(system::metrics))
@@ -110,6 +112,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("put", "/v1/users/{id}"),
     ("post", "/v1/users/{id}/pause"),
     ("post", "/v1/users/{id}/resume"),
+    ("get", "/v1/events"),
     ("get", "/v1/scheduler"),
     ("get", "/openapi.json"),
     ("get", "/metrics"),

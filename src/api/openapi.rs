@@ -26,6 +26,7 @@ impl Modify for BearerAuth {
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
         users::list, users::get, users::put, users::pause, users::resume,
+        super::events::stream,
         system::scheduler, system::metrics, system::healthz, system::readyz, document,
     ),
     components(schemas(

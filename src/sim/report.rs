@@ -38,6 +38,13 @@
 //!   jobs wait (head-of-line blocking, reservations).
 //! - **Fairness error**: `Σ_u max(0, fair_u − actual_u)`, the share of the
 //!   cluster that users with demand are owed; time-averaged over contended time.
+//!   While contended the fair shares sum to 1, so it splits exactly into
+//!   **idle capacity** (free cores / capacity) plus what the other users hold
+//!   **beyond their fair share** (`Σ_u max(0, actual_u − fair_u)`); the report
+//!   gives the first part as `fairness_error_idle`. Without preemption neither
+//!   part can reach 0: a job started while its user was alone keeps its cores
+//!   when others arrive, and a wide job waits, its cores idle, until enough
+//!   are free.
 //! - **Jain's index** (R. Jain, D.-M. Chiu, W. Hawe, "A Quantitative Measure of
 //!   Fairness and Discrimination for Resource Allocation in Shared Computer
 //!   Systems", DEC TR-301, 1984) of `x_u = actual_u / fair_u` over the
@@ -99,6 +106,12 @@ pub struct Overall {
     /// users, over contended time in which some backlogged user holds cores;
     /// `null` when there is no such time.
     pub jain_index: Option<f64>,
+    /// The part of `fairness_error` that is idle capacity: free cores /
+    /// capacity, time-averaged over contended time. The rest,
+    /// `fairness_error − fairness_error_idle`, is what users hold beyond their
+    /// fair share (while contended the fair shares sum to 1, so the shortfall
+    /// of the owed users is the idle capacity plus the excess of the others).
+    pub fairness_error_idle: f64,
     /// The fairness error time-averaged over all queued time instead of
     /// contended time: the definition before issue 10, for comparison.
     pub fairness_error_over_queued_time: f64,
@@ -216,6 +229,11 @@ impl Report {
             worst_user_p95_wait_s: 0.0,
             worst_user: None,
             fairness_error,
+            fairness_error_idle: if outcome.contended_s > 0.0 {
+                outcome.contended_idle_integral / outcome.contended_s
+            } else {
+                0.0
+            },
             jain_index: jain,
             fairness_error_over_queued_time: if outcome.queued_s > 0.0 {
                 outcome.queued_error_integral / outcome.queued_s
@@ -365,7 +383,12 @@ impl Report {
             ],
             vec![
                 "fairness error".to_owned(),
-                format!("{:.4}", o.fairness_error),
+                format!(
+                    "{:.4} (idle capacity {:.4} + held beyond fair share {:.4})",
+                    o.fairness_error,
+                    o.fairness_error_idle,
+                    o.fairness_error - o.fairness_error_idle
+                ),
             ],
             vec!["Jain's index".to_owned(), jain_cell(o.jain_index)],
             vec!["queued time".to_owned(), format!("{:.0} s", o.queued_s)],

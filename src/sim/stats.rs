@@ -115,6 +115,10 @@ pub struct ShareSummary {
     pub fair: Vec<f64>,
     /// Time average over contended time of `Σ_u max(0, fair_u − actual_u)`.
     pub fairness_error: f64,
+    /// Its idle part: time average over contended time of the capacity no
+    /// replayed job holds (`1 − Σ_u actual_u`, floored at 0). The rest is what
+    /// users hold beyond their fair share.
+    pub fairness_error_idle: f64,
     /// Seconds of contended time (some user backlogged and the demands, each
     /// capped at the capacity, sum to more than the capacity).
     pub contended_s: f64,
@@ -164,6 +168,7 @@ pub fn time_averaged_shares(
     let mut queued = vec![0i64; users];
     let (mut fair, mut demands) = (Vec::new(), vec![0.0; users]);
     let mut error_integral = 0.0;
+    let mut idle_integral = 0.0;
     let mut i = 0;
     while i < events.len() {
         let t = events[i].0;
@@ -186,15 +191,18 @@ pub fn time_averaged_shares(
         let capped: f64 = demands.iter().map(|d| d.min(1.0)).sum();
         let backlogged = queued.iter().any(|&q| q > 0);
         let mut error = 0.0;
+        let mut used = 0.0;
         for u in 0..users {
             let actual = (held[u] / capacity).max(0.0);
             summary.actual[u] += actual * dt;
             summary.fair[u] += fair[u] * dt;
             error += (fair[u] - actual).max(0.0);
+            used += actual;
         }
         if backlogged && capped > 1.0 + 1e-12 {
             summary.contended_s += dt;
             error_integral += error * dt;
+            idle_integral += (1.0 - used).max(0.0) * dt;
         }
     }
     if summary.span_s > 0.0 {
@@ -205,6 +213,7 @@ pub fn time_averaged_shares(
     }
     if summary.contended_s > 0.0 {
         summary.fairness_error = error_integral / summary.contended_s;
+        summary.fairness_error_idle = idle_integral / summary.contended_s;
     }
     summary
 }

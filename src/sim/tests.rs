@@ -81,8 +81,10 @@ fn flood_under_fifo_makes_b_wait_behind_a() {
     assert_eq!(r.overall.jain_index, Some(0.5));
     assert_eq!(r.overall.worst_user_p95_wait_s, 19.0);
     assert_eq!(r.overall.worst_user.as_deref(), Some("b"));
-    // FIFO never leaves a core idle here.
+    // FIFO never leaves a core idle here, so the whole error is a holding
+    // more than its fair share.
     assert_eq!(r.overall.idle_while_queued_pct, 0.0);
+    assert_eq!(r.overall.fairness_error_idle, 0.0);
 }
 
 #[test]
@@ -163,6 +165,11 @@ fn starvation_guard_holds_capacity_for_a_wide_job() {
         (9, 410.0),
     ]);
     assert_eq!(starts(&out), expected);
+    // The core held idle for a over [350, 400) is the idle part of the
+    // fairness error; it is the only idle capacity while contended.
+    assert_eq!(out.contended_idle_integral, 0.5 * 50.0);
+    let r = report(&out, &cfg);
+    assert!(close(r.overall.fairness_error_idle, 25.0 / out.contended_s));
 
     // Without the guard, backfill keeps serving b until its queue is empty.
     let cfg = SimConfig {

@@ -338,6 +338,7 @@ async fn commit(
         .await?;
     }
     txn.commit().await?;
+    crate::events::committed();
     Ok(answers)
 }
 

@@ -23,6 +23,7 @@ use uuid::Uuid;
 use crate::config::DatabaseSettings;
 use crate::lifecycle;
 
+mod events;
 mod intake;
 mod lease;
 mod ray_api;
@@ -32,6 +33,10 @@ pub use lease::{
     lease_acquire, lease_release, lease_renew, lease_state, LeaseState, Reclaim, NOTIFY_CHANNEL,
 };
 
+pub use events::{
+    count_events_after, events_after, init_webhook_cursors, last_event_id, set_webhook_cursor,
+    webhook_cursor, JobEvent,
+};
 pub use intake::{
     payload_differences, submit_batch, submit_job, Intake, IntakeWriter, NewJob, MAX_BATCH,
 };
@@ -483,6 +488,7 @@ pub async fn apply(
         .await?
         .ok_or_else(|| DbErr::RecordNotFound(id.to_string()))?;
     txn.commit().await?;
+    crate::events::committed();
     if let Some(m) = step.metric {
         // Requeued steps clear the cluster: label with the one it was on.
         crate::metrics::count(m, current.cluster.as_deref().or(job.cluster.as_deref()));

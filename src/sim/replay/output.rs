@@ -134,7 +134,8 @@ impl Stats {
 /// the weighted, demand-capped water-filling share of the simulator's report,
 /// demand = cores of its jobs submitted and not finished), over the run from
 /// the first submit to the last event; then the run's fairness error (time
-/// average over contended time of `Σ_u max(0, fair_u − actual_u)`) and its
+/// average over contended time of `Σ_u max(0, fair_u − actual_u)`), split into
+/// idle capacity and what users held beyond their fair share, and its
 /// contended time. Definitions as in [`crate::sim::report`]; computed by
 /// [`crate::sim::stats::time_averaged_shares`]. A user far below its fair share
 /// while contended is one the run treated unfairly.
@@ -191,8 +192,14 @@ pub fn render_share_table(jobs: &[JobRecord], context: &ShareContext) -> String 
     }
     let _ = writeln!(
         out,
-        "fairness error {:.4} (time average over {:.1} s contended of {:.1} s; capacity {} cores)",
-        summary.fairness_error, summary.contended_s, summary.span_s, context.capacity_cpu
+        "fairness error {:.4} (idle capacity {:.4} + held beyond fair share {:.4}; time average \
+         over {:.1} s contended of {:.1} s; capacity {} cores)",
+        summary.fairness_error,
+        summary.fairness_error_idle,
+        summary.fairness_error - summary.fairness_error_idle,
+        summary.contended_s,
+        summary.span_s,
+        context.capacity_cpu
     );
     out
 }

@@ -264,7 +264,45 @@ fn share_table_shows_actual_against_fair_share_and_the_fairness_error() {
         "{t}"
     );
     assert!(
-        lines[3].starts_with("fairness error 0.5000 (time average over 9.0 s contended of 12.0 s"),
+        lines[3].starts_with(
+            "fairness error 0.5000 (idle capacity 0.0000 + held beyond fair share 0.5000; \
+             time average over 9.0 s contended of 12.0 s"
+        ),
+        "{t}"
+    );
+}
+
+#[test]
+fn share_table_counts_a_core_held_idle_for_a_wide_job_as_idle_capacity() {
+    // Capacity 2 cores. u62's 1-core job runs over [0, 10); u7's 2-core job waits
+    // from 1 to 10 with one core idle, then runs over [10, 12). Contended [1, 10)
+    // (capped demands 0.5 + 1 > 1): fair 0.5 each, u62 has its 0.5, u7 nothing, the
+    // other half of the cluster is idle: error 0.5, all of it idle capacity.
+    let mut wide = record(
+        "u7",
+        "SUCCEEDED",
+        [Some(1.0), Some(10.0), Some(10.0), Some(12.0)],
+    );
+    wide.resources = Some(RecordResources { cpu: 2.0 });
+    let jobs = vec![
+        record(
+            "u62",
+            "SUCCEEDED",
+            [Some(0.0), Some(0.0), Some(0.0), Some(10.0)],
+        ),
+        wide,
+    ];
+    let context = ShareContext {
+        capacity_cpu: 2.0,
+        weights: BTreeMap::new(),
+    };
+    let t = render_share_table(&jobs, &context);
+    let last = t.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(
+            "fairness error 0.5000 (idle capacity 0.5000 + held beyond fair share 0.0000; \
+             time average over 9.0 s contended of 12.0 s"
+        ),
         "{t}"
     );
 }

@@ -9,6 +9,7 @@ impl Sim<'_> {
     /// Adds the current snapshot over `[last_t, t)`.
     pub(super) fn integrate(&mut self, t: Seconds) {
         let dt = t - self.last_t;
+        let capacity = f64::from(self.config.capacity);
         if dt > 0.0 && self.snapshot.queued {
             self.queued_s += dt;
             self.idle_integral += self.snapshot.idle_while_queued * dt;
@@ -17,6 +18,7 @@ impl Sim<'_> {
         if dt > 0.0 && self.snapshot.contended {
             self.contended_s += dt;
             self.error_integral += self.snapshot.fairness_error * dt;
+            self.contended_idle_integral += self.snapshot.idle_while_queued * dt / capacity;
             if let Some(jain) = self.snapshot.jain {
                 self.jain_s += dt;
                 self.jain_integral += jain * dt;
@@ -118,6 +120,7 @@ impl Sim<'_> {
             queued_error_integral: self.queued_error_integral,
             contended_s: self.contended_s,
             fairness_error_integral: self.error_integral,
+            contended_idle_integral: self.contended_idle_integral,
             jain_s: self.jain_s,
             jain_integral: self.jain_integral,
             steps: self.steps,

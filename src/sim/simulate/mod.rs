@@ -295,6 +295,7 @@ struct Sim<'c> {
     queued_error_integral: f64,
     contended_s: Seconds,
     error_integral: f64,
+    contended_idle_integral: f64,
     jain_s: Seconds,
     jain_integral: f64,
     /// (user index, series) for the recorded users.
@@ -398,6 +399,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         queued_error_integral: 0.0,
         contended_s: 0.0,
         error_integral: 0.0,
+        contended_idle_integral: 0.0,
         jain_s: 0.0,
         jain_integral: 0.0,
         series,

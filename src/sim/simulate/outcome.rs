@@ -91,6 +91,10 @@ pub struct SimOutcome {
     pub contended_s: Seconds,
     /// ∫ fairness error dt over contended time.
     pub fairness_error_integral: f64,
+    /// ∫ free cores / capacity dt over contended time: the part of the
+    /// fairness error integral that is capacity nobody holds (the rest is
+    /// what users hold beyond their fair share).
+    pub contended_idle_integral: f64,
     /// Seconds of contended time in which some backlogged user holds cores:
     /// the time Jain's index is scored over.
     pub jain_s: Seconds,

@@ -1,0 +1,156 @@
+//! `job_events` read as a feed (DESIGN §4, "Events"): the SSE stream and the webhooks
+//! read it in id order from a cursor; each webhook's cursor is kept in
+//! `webhook_cursors`, so `job_events` is the webhooks' durable outbox.
+
+use chrono::{DateTime, Utc};
+use entity::{job, job_event, webhook_cursor, JobStatus};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ColumnTrait, DbErr, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+};
+use serde::Serialize;
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::{now, Db};
+
+/// One job transition as `GET /v1/events` and the webhooks send it: the `job_events`
+/// row with the job's user and external id.
+#[derive(Clone, Debug, PartialEq, Serialize, ToSchema)]
+pub struct JobEvent {
+    /// The `job_events` row id: increasing, the SSE `id:` and `Last-Event-ID`, and the
+    /// webhook's `X-Fairshare-Delivery`.
+    pub id: i64,
+    pub job_id: Uuid,
+    pub user: String,
+    /// The gateway's idempotency key of the job, if it gave one.
+    pub external_id: Option<String>,
+    /// The status before; null for the job's creation (to QUEUED).
+    #[schema(value_type = Option<String>)]
+    pub from: Option<JobStatus>,
+    /// QUEUED, DISPATCHING, PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED.
+    #[schema(value_type = String)]
+    pub to: JobStatus,
+    /// When the transition was committed (UTC, microseconds).
+    pub at: DateTime<Utc>,
+    /// Why: the lifecycle's detail (e.g. Ray's message, the cancel).
+    pub message: Option<String>,
+}
+
+/// Up to `limit` events with ids above `after`, oldest first. Jobs are never deleted,
+/// so each event has its job; one that has not (a row removed by hand) is left out.
+pub async fn events_after(db: &Db, after: i64, limit: u64) -> Result<Vec<JobEvent>, DbErr> {
+    let rows = job_event::Entity::find()
+        .filter(job_event::Column::Id.gt(after))
+        .order_by_asc(job_event::Column::Id)
+        .limit(limit)
+        .all(db)
+        .await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ids: Vec<Uuid> = rows.iter().map(|r| r.job_id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let jobs: std::collections::HashMap<Uuid, (String, Option<String>)> = job::Entity::find()
+        .select_only()
+        .columns([
+            job::Column::Id,
+            job::Column::UserId,
+            job::Column::ExternalId,
+        ])
+        .filter(job::Column::Id.is_in(ids))
+        .into_tuple::<(Uuid, String, Option<String>)>()
+        .all(db)
+        .await?
+        .into_iter()
+        .map(|(id, user, ext)| (id, (user, ext)))
+        .collect();
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| {
+            let (user, external_id) = jobs.get(&r.job_id)?.clone();
+            Some(JobEvent {
+                id: r.id,
+                job_id: r.job_id,
+                user,
+                external_id,
+                from: r.from_status,
+                to: r.to_status,
+                at: r.at,
+                message: r.detail,
+            })
+        })
+        .collect())
+}
+
+/// The newest event id, 0 when there is none.
+pub async fn last_event_id(db: &Db) -> Result<i64, DbErr> {
+    let max: Option<Option<i64>> = job_event::Entity::find()
+        .select_only()
+        .column_as(job_event::Column::Id.max(), "m")
+        .into_tuple::<Option<i64>>()
+        .one(db)
+        .await?;
+    Ok(max.flatten().unwrap_or(0))
+}
+
+/// How many events have ids above `after` (a webhook's outbox depth).
+pub async fn count_events_after(db: &Db, after: i64) -> Result<u64, DbErr> {
+    job_event::Entity::find()
+        .filter(job_event::Column::Id.gt(after))
+        .count(db)
+        .await
+}
+
+/// Creates the cursor of each webhook in `names` that has none, at the newest event
+/// now (a new webhook gets the events from then on). Run at start, before the API
+/// takes submissions, so no acknowledged job's events fall before a new cursor.
+pub async fn init_webhook_cursors(db: &Db, names: &[String]) -> Result<(), DbErr> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let last = last_event_id(db).await?;
+    let at = now();
+    for name in names {
+        webhook_cursor::Entity::insert(webhook_cursor::ActiveModel {
+            name: Set(name.clone()),
+            last_event_id: Set(last),
+            updated_at: Set(at),
+        })
+        .on_conflict(
+            OnConflict::column(webhook_cursor::Column::Name)
+                .do_nothing()
+                .to_owned(),
+        )
+        .exec_without_returning(db)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The id of the last event webhook `name` settled; `None` when it has no cursor.
+pub async fn webhook_cursor(db: &Db, name: &str) -> Result<Option<i64>, DbErr> {
+    Ok(webhook_cursor::Entity::find_by_id(name.to_string())
+        .one(db)
+        .await?
+        .map(|c| c.last_event_id))
+}
+
+/// Records that webhook `name` settled every event up to `id` (never moves back).
+pub async fn set_webhook_cursor(db: &Db, name: &str, id: i64) -> Result<(), DbErr> {
+    webhook_cursor::Entity::update_many()
+        .col_expr(
+            webhook_cursor::Column::LastEventId,
+            sea_orm::sea_query::Expr::value(id),
+        )
+        .col_expr(
+            webhook_cursor::Column::UpdatedAt,
+            sea_orm::sea_query::Expr::value(now()),
+        )
+        .filter(webhook_cursor::Column::Name.eq(name))
+        .filter(webhook_cursor::Column::LastEventId.lt(id))
+        .exec(db)
+        .await?;
+    Ok(())
+}
