@@ -43,6 +43,16 @@ pub struct Settings {
     /// `[[webhooks]]`: receivers of every job transition (none by default).
     #[serde(default)]
     pub webhooks: Vec<WebhookSettings>,
+    pub ray_compat: RayCompatSettings,
+}
+
+/// `[ray_compat]`: Ray's Jobs REST API served under `/api/` (README "Ray's Jobs API").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RayCompatSettings {
+    /// Largest `working_dir`/`py_modules` package accepted by `PUT /api/packages/...`,
+    /// in bytes (kept in the database's `ray_packages` table until sent to a cluster).
+    pub max_package_bytes: usize,
 }
 
 /// `[events]`: how `GET /v1/events` and the webhooks read `job_events`.
@@ -253,6 +263,11 @@ pub struct TokenSettings {
     pub name: String,
     pub token: String,
     pub role: Role,
+    /// The user this token submits as on Ray's Jobs API (`/api/jobs/`); absent for a
+    /// token that acts for many users (a gateway), which names the user in each job's
+    /// `metadata["fairshare.user"]`.
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 impl std::fmt::Debug for TokenSettings {
@@ -261,6 +276,7 @@ impl std::fmt::Debug for TokenSettings {
             .field("name", &self.name)
             .field("token", &"<redacted>")
             .field("role", &self.role)
+            .field("user", &self.user)
             .finish()
     }
 }
@@ -543,6 +559,17 @@ impl Settings {
                     "must be at least 8 characters",
                 );
             }
+            if let Some(user) = &t.user {
+                if user.trim().is_empty() || user.chars().any(char::is_whitespace) {
+                    return invalid(
+                        &format!("auth.tokens[{i}].user"),
+                        "must be a user id: not empty, no whitespace",
+                    );
+                }
+            }
+        }
+        if self.ray_compat.max_package_bytes == 0 {
+            return invalid("ray_compat.max_package_bytes", "must be at least 1");
         }
         if self.auth.tokens.is_empty() && !self.server.bind.ip().is_loopback() {
             return invalid(

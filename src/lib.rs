@@ -20,8 +20,9 @@
 //!   messages between the pure parts and the world; [`Scheduler`] is their handle.
 //! - `ray` (private): the Ray Jobs REST client and the one place Ray's answers are
 //!   classified.
-//! - `api` (private): actix-web routes, auth, errors, OpenAPI; `views` (private): what
-//!   the scheduler shows, shared by `actors` and `api`.
+//! - `api` (private): actix-web routes, auth, errors, OpenAPI, and Ray's Jobs REST API
+//!   under `/api/` (`api::ray_compat`); `views` (private): what the scheduler shows,
+//!   shared by `actors` and `api`.
 //! - [`config`] (public): typed settings; [`telemetry`] (public): `tracing` setup;
 //!   `metrics` (private): Prometheus metrics; `errors` (private): the cause-chain
 //!   formatter.
@@ -53,6 +54,8 @@ mod views;
 mod webhooks;
 
 pub use actors::Scheduler;
+/// The `/api/` routes of Ray's Jobs REST API, as `(method, path)`.
+pub use api::ray_compat::ROUTES as RAY_API_ROUTES;
 pub use api::ROUTES;
 pub use app::Application;
 pub use config::Settings;

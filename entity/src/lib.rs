@@ -1,4 +1,5 @@
-//! SeaORM entities of fairshare: `users`, `jobs`, `job_events`, `leases` (DESIGN §6, §10), `webhook_cursors` (§4).
+//! SeaORM entities of fairshare: `users`, `jobs`, `job_events`, `leases` (DESIGN §6, §10),
+//! `webhook_cursors` (§4), `ray_packages` (README "Ray's Jobs API").
 //!
 //! Timestamps are UTC (`DateTime<Utc>`); resources are in cores (`cpu`, `gpu`) and
 //! bytes (`memory_bytes`).
@@ -6,6 +7,7 @@
 pub mod job;
 pub mod job_event;
 pub mod lease;
+pub mod ray_package;
 pub mod user;
 pub mod webhook_cursor;
 

@@ -8,6 +8,7 @@ mod m20261130_000001_create_tables;
 mod m20261201_000002_job_attempts;
 mod m20261202_000003_leases;
 mod m20261203_000004_webhook_cursors;
+mod m20261204_000005_ray_packages;
 
 /// The ordered list of migrations.
 pub struct Migrator;
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261201_000002_job_attempts::Migration),
             Box::new(m20261202_000003_leases::Migration),
             Box::new(m20261203_000004_webhook_cursors::Migration),
+            Box::new(m20261204_000005_ray_packages::Migration),
         ]
     }
 }

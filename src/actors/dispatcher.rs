@@ -103,11 +103,25 @@ async fn dispatch_one(
         }
         _ => return Ok(Landed::Ended),
     };
-    let event = match client {
-        None => Event::RayRefused {
+    // Packages uploaded through Ray's Jobs API go to the cluster first (ray::packages).
+    let packages = match &client {
+        Some(c) => {
+            crate::ray::packages::send_packages(c, job.runtime_env.as_ref(), |uri| {
+                let db = db.clone();
+                async move { store::package_content(&db, &uri).await }
+            })
+            .await
+        }
+        None => Ok(()),
+    };
+    let event = match (client, packages) {
+        (None, _) => Event::RayRefused {
             message: format!("cluster {} is not configured", msg.cluster),
         },
-        Some(client) => {
+        (Some(_), Err(reason)) => Event::RayNotReady {
+            reason: format!("{}: {reason}", msg.cluster),
+        },
+        (Some(client), Ok(())) => {
             if let Some(freed) = msg.freed_at {
                 metrics::get()
                     .finish_to_dispatch

@@ -31,8 +31,22 @@ impl Auth {
         needed: Role,
         action: &'static str,
     ) -> Result<Role, ApiError> {
+        self.identify(req, needed, action).map(|id| id.role)
+    }
+
+    /// [`Auth::require`], also telling the token's `user` (config `auth.tokens[].user`;
+    /// `None` for a token that acts for many users, and with no token configured).
+    pub fn identify(
+        &self,
+        req: &HttpRequest,
+        needed: Role,
+        action: &'static str,
+    ) -> Result<Identity, ApiError> {
         if self.tokens.is_empty() {
-            return Ok(Role::Admin);
+            return Ok(Identity {
+                role: Role::Admin,
+                user: None,
+            });
         }
         let presented = req
             .headers()
@@ -44,17 +58,28 @@ impl Auth {
             })
             .ok_or(ApiError::Unauthorized)?;
         // Check every token, without stopping early, so timing does not tell which matched.
-        let mut role = None;
+        let mut found = None;
         for t in &self.tokens {
             if bool::from(t.token.as_bytes().ct_eq(presented.as_bytes())) {
-                role = Some(t.role);
+                found = Some(t);
             }
         }
-        let role = role.ok_or(ApiError::Unauthorized)?;
-        if role >= needed {
-            Ok(role)
+        let token = found.ok_or(ApiError::Unauthorized)?;
+        if token.role >= needed {
+            Ok(Identity {
+                role: token.role,
+                user: token.user.clone(),
+            })
         } else {
             Err(ApiError::Forbidden(action))
         }
     }
+}
+
+/// Who a request comes from: the token's role, and the user it acts as if it names one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub role: Role,
+    /// The token's own user; `None` when it acts for many users (or none is configured).
+    pub user: Option<String>,
 }

@@ -107,7 +107,7 @@ async fn load(state: &AppState, raw: &str) -> Result<job::Model, ApiError> {
 
 /// Adds queue position and pending reason to a QUEUED job's view.
 /// How [`view`] finds a QUEUED job's place and pending reason.
-enum Fresh {
+pub(crate) enum Fresh {
     /// Read: its position counted in the database, its reason asked of the arbiter.
     No,
     /// Just created, at this position (the intake writer counted it in its
@@ -115,7 +115,11 @@ enum Fresh {
     Created(Option<u64>),
 }
 
-async fn view(state: &AppState, j: job::Model, fresh: Fresh) -> Result<JobView, ApiError> {
+pub(crate) async fn view(
+    state: &AppState,
+    j: job::Model,
+    fresh: Fresh,
+) -> Result<JobView, ApiError> {
     let queued = j.status == JobStatus::Queued;
     let position = match (&fresh, queued) {
         (_, false) => None,
@@ -179,6 +183,41 @@ pub async fn submit(
     let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
     let request: SubmitRequest = parse_json(&body, false)?;
     let new = request.into_new_job()?;
+    match accept(&state, new).await? {
+        Accepted::Created(j, position) => {
+            let v = view(&state, j, Fresh::Created(position)).await?;
+            Ok(HttpResponse::Created().json(v))
+        }
+        Accepted::Existing(j) => Ok(HttpResponse::Ok().json(view(&state, j, Fresh::No).await?)),
+    }
+}
+
+/// What [`accept`] made of a submission.
+pub(crate) enum Accepted {
+    /// A new QUEUED job, with its place in its user's queue as the intake transaction
+    /// counted it (`None` when the writer could not count it).
+    Created(job::Model, Option<u64>),
+    /// A repeat of `(user, external_id)` with the same payload: the existing job.
+    Existing(job::Model),
+}
+
+impl Accepted {
+    /// The job, new or existing.
+    pub(crate) fn into_job(self) -> job::Model {
+        match self {
+            Accepted::Created(j, _) | Accepted::Existing(j) => j,
+        }
+    }
+}
+
+/// Takes a checked submission (of `/v1/jobs` or Ray's `/api/jobs/`): refuses a job no
+/// healthy cluster can hold (422 `resources`), commits it through the intake writer
+/// and hands it to the scheduler; [`Accepted`] says whether it was new. 422
+/// `idempotency_key_reused` for another payload, 429 when the user's queue is full.
+pub(crate) async fn accept(
+    state: &AppState,
+    new: crate::store::NewJob,
+) -> Result<Accepted, ApiError> {
     tracing::Span::current().record("user", new.user.as_str());
     if let Some(s) = state.scheduler() {
         let request = crate::policy::Resources::new(new.cpu, new.gpu, new.memory_bytes as f64);
@@ -211,13 +250,11 @@ pub async fn submit(
                 Some(s) => s.job_submitted(&j).await,
                 None => state.leadership.hand_over(&format!("job:{}", j.id)).await,
             }
-            let v = view(&state, j, Fresh::Created(position)).await?;
-            Ok(HttpResponse::Created().json(v))
+            Ok(Accepted::Created(j, position))
         }
         Intake::Existing(j) => {
             tracing::Span::current().record("job_id", tracing::field::display(j.id));
-            let v = view(&state, j, Fresh::No).await?;
-            Ok(HttpResponse::Ok().json(v))
+            Ok(Accepted::Existing(j))
         }
         Intake::Conflict { existing, differs } => {
             tracing::Span::current().record("job_id", tracing::field::display(existing.id));
@@ -383,19 +420,7 @@ pub async fn cancel(
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Submitter, "cancel jobs")?;
     let id = parse_id(&id)?;
-    // The lifecycle decides on the row as it is inside the write's transaction, so a
-    // grant racing the cancel is settled there.
-    let scheduler = state.scheduler();
-    let cancelled = Scheduler::cancel(&state.db, scheduler.as_ref(), id).await?;
-    if scheduler.is_none()
-        && matches!(
-            cancelled,
-            Cancelled::Stopped(_) | Cancelled::StopRequested(_)
-        )
-    {
-        // The leader's queues or monitor carry it out (DESIGN §10).
-        state.leadership.hand_over(&format!("job:{id}")).await;
-    }
+    let cancelled = cancel_job(&state, id).await?;
     match cancelled {
         Cancelled::NotFound => Err(ApiError::NotFound(format!("no job with id {id}"))),
         Cancelled::AlreadyFinished(j) => Err(ApiError::Conflict(format!(
@@ -405,6 +430,23 @@ pub async fn cancel(
         Cancelled::Stopped(j) => Ok(HttpResponse::Ok().json(JobView::from_model(j))),
         Cancelled::StopRequested(j) => Ok(HttpResponse::Accepted().json(JobView::from_model(j))),
     }
+}
+
+/// Cancels job `id` (of `/v1` cancel and Ray's `/api/jobs/{id}/stop`): the lifecycle
+/// decides on the row as it is inside the write's transaction, so a grant racing the
+/// cancel is settled there; a follower hands the cancel to the leader (DESIGN §10).
+pub(crate) async fn cancel_job(state: &AppState, id: Uuid) -> Result<Cancelled, ApiError> {
+    let scheduler = state.scheduler();
+    let cancelled = Scheduler::cancel(&state.db, scheduler.as_ref(), id).await?;
+    if scheduler.is_none()
+        && matches!(
+            cancelled,
+            Cancelled::Stopped(_) | Cancelled::StopRequested(_)
+        )
+    {
+        state.leadership.hand_over(&format!("job:{id}")).await;
+    }
+    Ok(cancelled)
 }
 
 /// `GET /v1/jobs/{id}/logs`: the job's logs from Ray. A job Ray never had (QUEUED, or

@@ -1,5 +1,6 @@
 //! The HTTP surface (DESIGN §4): jobs and users under `/v1`, the scheduler view,
-//! health, metrics and the OpenAPI document.
+//! health, metrics and the OpenAPI document; Ray's Jobs REST API under `/api/`
+//! (`ray_compat`).
 
 pub mod auth;
 pub mod body;
@@ -9,6 +10,7 @@ pub mod events;
 pub mod jobs;
 pub mod line_limit;
 pub mod openapi;
+pub mod ray_compat;
 pub mod request_id;
 pub mod submit;
 pub mod system;
@@ -102,6 +104,8 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     // The browser console's static files (not API routes: not in ROUTES or OpenAPI).
     .configure(ui::routes)
+    // Ray's Jobs REST API for Ray's own clients (README "Ray's Jobs API").
+    .configure(ray_compat::routes)
     // What a request line over 64 KiB becomes (line_limit): every method, 414.
     .service(web::resource(line_limit::URI_TOO_LONG_PATH).to(uri_too_long))
     .default_service(web::to(not_found));

@@ -34,7 +34,11 @@ pub async fn middleware(
     let route = res
         .request()
         .match_pattern()
-        .filter(|p| crate::api::ROUTES.iter().any(|(_, r)| r == p))
+        .filter(|p| {
+            (crate::api::ROUTES.iter())
+                .chain(crate::api::ray_compat::ROUTES)
+                .any(|(_, r)| r == p)
+        })
         .unwrap_or_else(|| UNMATCHED.to_string());
     crate::metrics::get()
         .http_requests

@@ -206,6 +206,74 @@ impl RayClient {
         }
     }
 
+    /// The job as Ray describes it (`GET /api/jobs/{id}`), undecoded, for Ray's Jobs
+    /// API served by fairshare to pass through (`status`, `message`, `error_type`,
+    /// `driver_info`, `start_time`/`end_time` in ms, ...); `None` on 404.
+    pub async fn job_details(
+        &self,
+        submission_id: &str,
+    ) -> Result<Option<serde_json::Value>, RayError> {
+        let endpoint = format!("GET /api/jobs/{submission_id}");
+        let request = self.http.get(self.url(&["api", "jobs", submission_id]));
+        let (status, bytes) = self.execute(request, &endpoint).await?;
+        match status {
+            s if s.is_success() => decode(&endpoint, &bytes).map(Some),
+            StatusCode::NOT_FOUND => Ok(None),
+            s => Err(status_error(s, &String::from_utf8_lossy(&bytes))),
+        }
+    }
+
+    /// Deletes a finished job's record in Ray (`DELETE /api/jobs/{id}`). `Ok(true)`
+    /// when Ray deleted it, `Ok(false)` when Ray does not know it (404). Ray refuses
+    /// (an error) to delete a job that is not finished.
+    pub async fn delete_job(&self, submission_id: &str) -> Result<bool, RayError> {
+        let endpoint = format!("DELETE /api/jobs/{submission_id}");
+        let request = self.http.delete(self.url(&["api", "jobs", submission_id]));
+        let (status, bytes) = self.execute(request, &endpoint).await?;
+        match status {
+            s if s.is_success() => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            s => Err(status_error(s, &String::from_utf8_lossy(&bytes))),
+        }
+    }
+
+    /// Whether the cluster has the `working_dir`/`py_modules` package `{protocol}://
+    /// {name}` (`GET /api/packages/{protocol}/{name}`: 200 yes, 404 no).
+    pub async fn package_exists(&self, protocol: &str, name: &str) -> Result<bool, RayError> {
+        let endpoint = format!("GET /api/packages/{protocol}/{name}");
+        let request = self
+            .http
+            .get(self.url(&["api", "packages", protocol, name]));
+        let (status, bytes) = self.execute(request, &endpoint).await?;
+        match status {
+            s if s.is_success() => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            s => Err(status_error(s, &String::from_utf8_lossy(&bytes))),
+        }
+    }
+
+    /// Uploads the package `{protocol}://{name}` (a zip file, as Ray's client makes it)
+    /// with `PUT /api/packages/{protocol}/{name}`, as `JobSubmissionClient` does
+    /// before a submit.
+    pub async fn upload_package(
+        &self,
+        protocol: &str,
+        name: &str,
+        content: Vec<u8>,
+    ) -> Result<(), RayError> {
+        let endpoint = format!("PUT /api/packages/{protocol}/{name}");
+        let request = self
+            .http
+            .put(self.url(&["api", "packages", protocol, name]))
+            .body(content);
+        let (status, bytes) = self.execute(request, &endpoint).await?;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(status_error(status, &String::from_utf8_lossy(&bytes)))
+        }
+    }
+
     /// Capacity and usage of the cluster (`GET /api/cluster_status`), from
     /// `data.clusterStatus.loadMetricsReport.usage` = `{"CPU": [used, total], "GPU":
     /// [..], "memory": [..], ...}` (cores, devices, bytes). A resource absent from the

@@ -12,6 +12,9 @@
 //! | [`RayClient::stop_job`] | `POST /api/jobs/{id}/stop` | `{"stopped": bool}` |
 //! | [`RayClient::job_logs`] | `GET /api/jobs/{id}/logs` | `{"logs": "..."}` |
 //! | [`RayClient::cluster_usage`] | `GET /api/cluster_status` | `data.clusterStatus.loadMetricsReport.usage` |
+//! | [`RayClient::job_details`] | `GET /api/jobs/{id}` | undecoded, for `/api/` to pass through |
+//! | [`RayClient::delete_job`] | `DELETE /api/jobs/{id}` | finished jobs only |
+//! | [`RayClient::package_exists`], [`RayClient::upload_package`] | `GET`/`PUT /api/packages/{protocol}/{name}` | [`packages`] |
 //!
 //! Ray answers errors with `text/plain` bodies, often a whole Python traceback; this
 //! module turns them into [`RayError`] with a short message (the exception line).
@@ -29,6 +32,7 @@ use serde::Deserialize;
 
 mod client;
 mod error;
+pub mod packages;
 mod submit;
 #[cfg(test)]
 mod tests;

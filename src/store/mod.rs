@@ -26,6 +26,7 @@ use crate::lifecycle;
 mod events;
 mod intake;
 mod lease;
+mod ray_api;
 
 use lease::check_fence;
 pub use lease::{
@@ -39,6 +40,8 @@ pub use events::{
 pub use intake::{
     payload_differences, submit_batch, submit_job, Intake, IntakeWriter, NewJob, MAX_BATCH,
 };
+
+pub use ray_api::{delete_job, jobs_by_external_id, package_content, package_exists, put_package};
 
 pub use sea_orm::DatabaseConnection as Db;
 

@@ -110,11 +110,13 @@ pub fn test_settings(db_url: &str) -> Settings {
             name: "gateway".into(),
             token: SUBMITTER.into(),
             role: Role::Submitter,
+            user: None,
         },
         TokenSettings {
             name: "ops".into(),
             token: ADMIN.into(),
             role: Role::Admin,
+            user: None,
         },
     ];
     s
