@@ -96,9 +96,10 @@ pub struct WebhookSettings {
     /// HMAC-SHA256 key of `X-Fairshare-Signature` (at least 16 bytes; never logged).
     pub secret: String,
     /// Only transitions to these statuses (e.g. `["SUCCEEDED", "FAILED", "STOPPED"]`);
-    /// empty or absent = all.
+    /// absent = all. An empty list is refused at start (it would deliver nothing, or,
+    /// read as "all", the opposite of what it says).
     #[serde(default)]
-    pub events: Vec<entity::JobStatus>,
+    pub events: Option<Vec<entity::JobStatus>>,
 }
 
 impl std::fmt::Debug for WebhookSettings {
@@ -391,6 +392,12 @@ impl Settings {
                     "must be an http:// or https:// URL",
                 );
             }
+            if w.events.as_ref().is_some_and(Vec::is_empty) {
+                return invalid(
+                    format!("webhooks[{i}].events"),
+                    "must name at least one status; leave it out for every transition",
+                );
+            }
             if w.secret.len() < 16 {
                 return invalid(
                     format!("webhooks[{i}].secret"),
@@ -678,7 +685,10 @@ mod tests {
         assert_eq!(s.webhooks.len(), 1);
         assert_eq!(
             s.webhooks[0].events,
-            vec![entity::JobStatus::Succeeded, entity::JobStatus::Failed]
+            Some(vec![
+                entity::JobStatus::Succeeded,
+                entity::JobStatus::Failed
+            ])
         );
         assert!(!format!("{:?}", s.webhooks[0]).contains("0123456789abcdef"));
         for (text, key) in [
@@ -689,6 +699,10 @@ mod tests {
             (hook("gw", "http://x/", "short"), "webhooks[0].secret"),
             (format!("{good}{good}"), "webhooks[1].name"),
             (good.replace("FAILED", "DONE"), "webhooks[0].events"),
+            (
+                good.replace("events = [\"SUCCEEDED\", \"FAILED\"]", "events = []"),
+                "webhooks[0].events",
+            ),
         ] {
             std::fs::write(&path, &text).unwrap();
             let err = Settings::load_with_env(Some(&path), env(&[]))

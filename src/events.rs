@@ -87,6 +87,14 @@ impl GapGuard {
     }
 }
 
+/// How many event streams may read the database at once. Every commit wakes every
+/// open stream; without a limit, a few hundred streams replaying history queue on the
+/// pool (SQLite has one connection) ahead of the scheduler's own writes, which then
+/// time out (found by a tester: 300 streams from `Last-Event-ID: 0`). With it, streams
+/// queue among themselves and the pool sees at most this many of their queries.
+const STREAM_READS_MAX: usize = 2;
+static STREAM_READS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(STREAM_READS_MAX);
+
 /// Reads the events after a cursor, waking on this process's commits.
 pub struct Reader {
     db: Db,
@@ -135,7 +143,11 @@ impl Reader {
         loop {
             // Mark the wake-ups seen before reading: a commit after the read wakes us.
             self.wake.borrow_and_update();
-            let rows = store::events_after(&self.db, self.cursor, BATCH).await?;
+            let rows = {
+                // Streams take turns at the database (see STREAM_READS).
+                let _turn = STREAM_READS.acquire().await;
+                store::events_after(&self.db, self.cursor, BATCH).await?
+            };
             let ids: Vec<i64> = rows.iter().map(|e| e.id).collect();
             let n = self.guard.ready(self.cursor, &ids, Instant::now());
             if n > 0 {

@@ -155,7 +155,12 @@ impl Webhook {
                 depth.set(store::count_events_after(&self.db, cursor).await? as i64);
                 continue;
             };
-            if self.hook.events.is_empty() || self.hook.events.contains(&event.to) {
+            if self
+                .hook
+                .events
+                .as_ref()
+                .is_none_or(|only| only.contains(&event.to))
+            {
                 self.deliver(&event, &depth, cursor).await?;
             }
             settled = event.id;

@@ -18,6 +18,8 @@ use super::messages::{
     ArbiterHandle, ClusterUnreachable, Dispatch, DispatchEnded, MonitorHandle, StopInRay, Track,
 };
 use super::unix_now;
+use backon::{ExponentialBuilder, Retryable};
+
 use crate::lifecycle::{Event, RayCall};
 use crate::metrics;
 use crate::ray::{submit_idempotent, DispatchOutcome, RayClient, RetryBudget, SubmitJob};
@@ -71,6 +73,14 @@ impl Dispatcher {
 }
 
 /// Carries out one dispatch; every write is a lifecycle step through `store::apply`.
+/// Backoff of recording Ray's answer to a dispatch after a database error: from
+/// 100 ms, doubling up to 10 s, 40 times (about 6 minutes in all) — longer than a
+/// PostgreSQL restart or a burst of SQLite pool timeouts, after which the row stays
+/// DISPATCHING for recovery to settle (DESIGN §3).
+const RECORD_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+const RECORD_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+const RECORD_RETRIES: usize = 40;
+
 async fn dispatch_one(
     db: Db,
     fence: Fence,
@@ -174,7 +184,28 @@ async fn dispatch_one(
             }
         }
     };
-    Ok(match store::apply(&db, &fence, id, &event).await? {
+    // Ray has answered: what it answered must be recorded, so a database error here
+    // (a pool timeout under load, a PostgreSQL restart) is retried with backoff rather
+    // than leaving the row DISPATCHING until the next recovery. `apply` re-reads the
+    // row in its transaction and is guarded on status and attempt, so a retry after a
+    // failed transaction is safe; a fenced write is not retried (the new leader's
+    // recovery owns the job).
+    let record = || store::apply(&db, &fence, id, &event);
+    let applied = record
+        .retry(
+            ExponentialBuilder::default()
+                .with_min_delay(RECORD_RETRY_MIN)
+                .with_max_delay(RECORD_RETRY_MAX)
+                .with_max_times(RECORD_RETRIES),
+        )
+        .when(|e| !store::is_fenced(e))
+        .notify(|e, after| {
+            metrics::db_error();
+            tracing::warn!(job_id = %id, error = %e, retry_in = ?after,
+                "could not record Ray's answer to the dispatch; retrying");
+        })
+        .await?;
+    Ok(match applied {
         Applied::Changed { job, step } if job.status == entity::JobStatus::Pending => {
             tracing::info!(job_id = %id, cluster = %msg.cluster, "dispatched");
             Landed::Submitted(job, step.ray)

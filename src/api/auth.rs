@@ -83,3 +83,24 @@ pub struct Identity {
     /// The token's own user; `None` when it acts for many users (or none is configured).
     pub user: Option<String>,
 }
+
+impl Identity {
+    /// Whether this identity may see and act on `user`'s jobs, on `/v1` as on `/api/`:
+    /// a token with a user only its own; a token without one (a gateway, an admin)
+    /// every user's.
+    pub fn may_access(&self, user: &str) -> bool {
+        self.user.as_deref().is_none_or(|own| own == user)
+    }
+
+    /// Checks a user a request names (a body's `user`, a `user=` filter): 422 naming
+    /// `field` when this token has another user.
+    pub fn check_user(&self, field: &str, user: &str) -> Result<(), ApiError> {
+        match &self.user {
+            Some(own) if own != user => Err(ApiError::invalid(
+                field,
+                format!("this token acts only for user {own:?}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+}

@@ -210,11 +210,12 @@ pub async fn job_events(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.auth.require(&req, Role::Submitter, "read jobs")?;
+    let who = state.auth.identify(&req, Role::Submitter, "read jobs")?;
     let id = Uuid::parse_str(&id)
         .map_err(|_| ApiError::NotFound(format!("no job with id {:?} (job ids are UUIDs)", *id)))?;
-    if store::get_job(&state.db, id).await?.is_none() {
-        return Err(ApiError::NotFound(format!("no job with id {id}")));
+    match store::get_job(&state.db, id).await? {
+        Some(j) if who.may_access(&j.user_id) => {}
+        _ => return Err(ApiError::NotFound(format!("no job with id {id}"))),
     }
     let events = store::job_events(&state.db, id)
         .await?

@@ -37,8 +37,10 @@ pub const LAST_EVENT_ID: &str = "Last-Event-ID";
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
-    /// Only events of this user's jobs.
-    #[param(min_length = 1, max_length = 128)]
+    /// Only events of this user's jobs: a user id (1–128 characters, no whitespace,
+    /// control or zero-width characters).
+    #[param(value_type = String, min_length = 1, max_length = 128,
+        pattern = r"^[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]+$")]
     pub user: Option<String>,
     /// Only events of this job (a job id).
     #[param(value_type = Option<Uuid>)]
@@ -117,10 +119,15 @@ pub async fn stream(
     state: web::Data<AppState>,
     req: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    state.auth.require(&req, Role::Submitter, "read events")?;
-    let q: EventsQuery = parse_query(req.query_string())?;
+    let who = state.auth.identify(&req, Role::Submitter, "read events")?;
+    let mut q: EventsQuery = parse_query(req.query_string())?;
     if let Some(u) = &q.user {
         validate_user_id("user", u)?;
+        who.check_user("user", u)?;
+    }
+    // A token with a user streams only that user's jobs' events.
+    if let Some(own) = &who.user {
+        q.user = Some(own.clone());
     }
     let job = match q.job.as_deref() {
         Some(j) => Some(
@@ -139,6 +146,13 @@ pub async fn stream(
         None => None,
     };
     let from_query = match q.last_event_id.as_deref() {
+        // Given empty is invalid, as every other query parameter (DESIGN §4).
+        Some(v) if v.trim().is_empty() => {
+            return Err(ApiError::invalid(
+                "last_event_id",
+                "must be an event id: a whole number ≥ 0 (given empty)",
+            ))
+        }
         Some(v) => parse_event_id("last_event_id", v)?,
         None => None,
     };

@@ -98,6 +98,20 @@ fn parse_id(raw: &str) -> Result<Uuid, ApiError> {
         .map_err(|_| ApiError::NotFound(format!("no job with id {raw:?} (job ids are UUIDs)")))
 }
 
+/// [`load`], as `who` may see it: a token with a user gets 404 for another user's job,
+/// as for a job that does not exist (DESIGN §4, tokens).
+pub(crate) async fn load_for(
+    state: &AppState,
+    who: &crate::api::auth::Identity,
+    raw: &str,
+) -> Result<job::Model, ApiError> {
+    let j = load(state, raw).await?;
+    if !who.may_access(&j.user_id) {
+        return Err(ApiError::NotFound(format!("no job with id {raw}")));
+    }
+    Ok(j)
+}
+
 async fn load(state: &AppState, raw: &str) -> Result<job::Model, ApiError> {
     let id = parse_id(raw)?;
     store::get_job(&state.db, id)
@@ -179,9 +193,10 @@ pub async fn submit(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    state.auth.require(&req, Role::Submitter, "submit jobs")?;
+    let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
     let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
     let request: SubmitRequest = parse_json(&body, false)?;
+    who.check_user("user", &request.user)?;
     let new = request.into_new_job()?;
     match accept(&state, new).await? {
         Accepted::Created(j, position) => {
@@ -280,8 +295,8 @@ pub async fn get(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.auth.require(&req, Role::Submitter, "read jobs")?;
-    let j = load(&state, &id).await?;
+    let who = state.auth.identify(&req, Role::Submitter, "read jobs")?;
+    let j = load_for(&state, &who, &id).await?;
     Ok(HttpResponse::Ok().json(view(&state, j, Fresh::No).await?))
 }
 
@@ -335,10 +350,15 @@ pub enum JobStatusName {
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
-    state.auth.require(&req, Role::Submitter, "read jobs")?;
-    let q: ListQuery = parse_query(req.query_string())?;
+    let who = state.auth.identify(&req, Role::Submitter, "read jobs")?;
+    let mut q: ListQuery = parse_query(req.query_string())?;
     if let Some(u) = &q.user {
         validate_user_id("user", u)?;
+        who.check_user("user", u)?;
+    }
+    // A token with a user lists only that user's jobs.
+    if let Some(own) = &who.user {
+        q.user = Some(own.clone());
     }
     if let Some(x) = &q.external_id {
         if x.is_empty() || x.chars().count() > 256 || x.contains('\0') {
@@ -418,8 +438,12 @@ pub async fn cancel(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.auth.require(&req, Role::Submitter, "cancel jobs")?;
+    let who = state.auth.identify(&req, Role::Submitter, "cancel jobs")?;
     let id = parse_id(&id)?;
+    if who.user.is_some() {
+        // A token with a user cancels only its own user's jobs (others are 404).
+        load_for(&state, &who, &id.to_string()).await?;
+    }
     let cancelled = cancel_job(&state, id).await?;
     match cancelled {
         Cancelled::NotFound => Err(ApiError::NotFound(format!("no job with id {id}"))),
@@ -462,8 +486,8 @@ pub async fn logs(
     req: HttpRequest,
     id: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    state.auth.require(&req, Role::Submitter, "read logs")?;
-    let j = load(&state, &id).await?;
+    let who = state.auth.identify(&req, Role::Submitter, "read logs")?;
+    let j = load_for(&state, &who, &id).await?;
     // A job that was never dispatched, or is back in the queue, has no logs in Ray.
     if j.cluster.is_none() || j.status == JobStatus::Queued {
         let message = if j.status.is_terminal() {

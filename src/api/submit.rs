@@ -117,6 +117,14 @@ pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
             "must not contain whitespace, control or invisible (zero-width) characters",
         ));
     }
+    if user.contains(char::REPLACEMENT_CHARACTER) {
+        // What a path or query with bytes that are not UTF-8 decodes to: never make a
+        // user of an id the client did not send.
+        return Err(ApiError::invalid(
+            field,
+            "must be UTF-8 (U+FFFD, the replacement character, is refused)",
+        ));
+    }
     Ok(())
 }
 

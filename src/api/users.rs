@@ -57,9 +57,10 @@ pub struct UserUpdate {
     #[serde(default, deserialize_with = "whole::double_opt")]
     #[schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)]
     pub max_running_jobs: Option<Option<i32>>,
-    /// 0..=1000000, or null for the default.
+    /// 1..=1000000, or null for the default. (0 would answer every submit with a
+    /// 429 whose `Retry-After` can never come true; to stop a user's jobs, pause it.)
     #[serde(default, deserialize_with = "whole::double_opt")]
-    #[schema(value_type = Option<i32>, minimum = 0, maximum = 1000000)]
+    #[schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)]
     pub max_queued_jobs: Option<Option<i32>>,
     /// Cap on the user's allocation, or null for none.
     #[serde(default, deserialize_with = "object::double_opt")]
@@ -273,10 +274,10 @@ impl UserUpdate {
             check_max_running("max_running_jobs", n)?;
         }
         if let Some(Some(n)) = self.max_queued_jobs {
-            if !(0..=MAX_JOB_LIMIT).contains(&n) {
+            if !(1..=MAX_JOB_LIMIT).contains(&n) {
                 return Err(ApiError::invalid(
                     "max_queued_jobs",
-                    format!("must be between 0 and {MAX_JOB_LIMIT}, or null for the default"),
+                    format!("must be between 1 and {MAX_JOB_LIMIT}, or null for the default"),
                 ));
             }
         }

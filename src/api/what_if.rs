@@ -170,6 +170,8 @@ impl WhatIfRequest {
         }
         let mut change = Change::default();
         for (id, u) in self.users {
+            // A key that cannot be a user id is a bad field, not an unknown user.
+            crate::api::submit::validate_user_id(&format!("users.{id}"), &id)?;
             let field = |f: &str| format!("users.{id}.{f}");
             if let Some(w) = u.weight {
                 check_weight(&field("weight"), w)?;

@@ -256,7 +256,7 @@ async fn a_webhook_receiver_that_is_down_and_comes_back_gets_every_event_in_orde
             name: hook.clone(),
             url: format!("http://127.0.0.1:{port}/hook"),
             secret: SECRET.into(),
-            events: vec![],
+            events: None,
         }];
         s.events.poll_interval = Duration::from_millis(100);
         s.events.webhook_retry_initial_backoff = Duration::from_millis(20);
@@ -374,7 +374,7 @@ async fn a_webhook_gets_only_the_statuses_it_asked_for(db: Db) {
             name: format!("finished-{db:?}"),
             url,
             secret: SECRET.into(),
-            events: vec![entity::JobStatus::Stopped],
+            events: Some(vec![entity::JobStatus::Stopped]),
         }];
         s.events.poll_interval = Duration::from_millis(100);
     })

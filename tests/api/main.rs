@@ -13,5 +13,6 @@ mod ray_api;
 mod ray_edges;
 mod ray_mock;
 mod system;
+mod tester_findings;
 mod users;
 mod what_if;

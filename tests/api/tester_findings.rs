@@ -1,0 +1,125 @@
+//! What fresh testers found this round (issues 13 and 14), each kept as a test: a
+//! token with a user is confined to that user on `/v1` as on `/api/`; empty and
+//! non-UTF-8 parameters are refused; what-if names a bad user key; a queue limit of 0
+//! is refused.
+
+use serde_json::{json, Value};
+
+use crate::both_databases;
+use crate::helpers::{assert_error, spawn_app_with, Db, ADMIN, SUBMITTER};
+use fairshare::config::{Role, TokenSettings};
+
+/// A token that acts as user `bob` only.
+const BOB: &str = "bob-token-0001";
+
+fn with_bob(s: &mut fairshare::Settings) {
+    s.auth.tokens.push(TokenSettings {
+        name: "bob".into(),
+        token: BOB.into(),
+        role: Role::Submitter,
+        user: Some("bob".into()),
+    });
+}
+
+async fn a_token_with_a_user_cannot_reach_another_users_jobs_through_v1(db: Db) {
+    let Some(app) = spawn_app_with(db, with_bob).await else {
+        return;
+    };
+    let alice: Value = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "alice", "entrypoint": "echo a"}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = alice["id"].as_str().unwrap().to_string();
+
+    // Submitting as someone else: 422 naming `user`.
+    let r = app
+        .post(
+            "/v1/jobs",
+            BOB,
+            json!({"user": "alice", "entrypoint": "echo impersonated"}),
+        )
+        .await;
+    assert_error(r, 422, "invalid_field", Some("user")).await;
+    // Another user's job reads as absent, and cannot be cancelled or read.
+    for path in [
+        format!("/v1/jobs/{id}"),
+        format!("/v1/jobs/{id}/logs"),
+        format!("/v1/jobs/{id}/events"),
+    ] {
+        assert_eq!(app.get(&path, BOB).await.status(), 404, "{path}");
+    }
+    let r = app
+        .post(&format!("/v1/jobs/{id}/cancel"), BOB, json!({}))
+        .await;
+    assert_eq!(r.status(), 404);
+    let still: Value = app
+        .get(&format!("/v1/jobs/{id}"), SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(still["status"], "QUEUED");
+    // Listing: another user's filter is refused; no filter lists only bob's jobs.
+    let r = app.get("/v1/jobs?user=alice", BOB).await;
+    assert_error(r, 422, "invalid_field", Some("user")).await;
+    let r = app
+        .post(
+            "/v1/jobs",
+            BOB,
+            json!({"user": "bob", "entrypoint": "echo b"}),
+        )
+        .await;
+    assert_eq!(r.status(), 201);
+    let page: Value = app.get("/v1/jobs", BOB).await.json().await.unwrap();
+    let users: Vec<&str> = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["user"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["bob"]);
+    // The gateway's token (no user) still sees everyone.
+    assert_eq!(
+        app.get(&format!("/v1/jobs/{id}"), SUBMITTER).await.status(),
+        200
+    );
+}
+both_databases!(a_token_with_a_user_cannot_reach_another_users_jobs_through_v1);
+
+async fn empty_and_non_utf8_parameters_and_bad_what_if_keys_are_refused(db: Db) {
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    let r = app.get("/v1/events?last_event_id=", SUBMITTER).await;
+    assert_error(r, 422, "invalid_field", Some("last_event_id")).await;
+    // %FF decodes to U+FFFD: never a user made of what the client did not send.
+    let r = app.put("/v1/users/%FF", ADMIN, json!({"weight": 2})).await;
+    assert_eq!(r.status(), 422);
+    let r = app.get("/v1/jobs?user=%FF", SUBMITTER).await;
+    assert_error(r, 422, "invalid_field", Some("user")).await;
+    let users: Value = app.get("/v1/users", SUBMITTER).await.json().await.unwrap();
+    assert!(!users.to_string().contains('\u{fffd}'), "{users}");
+    // A what-if key that cannot be a user id is a bad field, not an unknown user.
+    for key in ["", "a b", &"x".repeat(129)] {
+        let r = app
+            .post(
+                "/v1/scheduler/what-if",
+                ADMIN,
+                json!({"users": {key: {"weight": 2}}}),
+            )
+            .await;
+        assert_eq!(r.status(), 422, "key {key:?}");
+    }
+    // A queue limit of 0 would answer every submit 429 forever.
+    let r = app
+        .put("/v1/users/carol", ADMIN, json!({"max_queued_jobs": 0}))
+        .await;
+    assert_error(r, 422, "invalid_field", Some("max_queued_jobs")).await;
+}
+both_databases!(empty_and_non_utf8_parameters_and_bad_what_if_keys_are_refused);
