@@ -88,6 +88,14 @@ function time(t) {
   return d.toLocaleString(undefined, { hour12: false });
 }
 
+/** One URL path segment: encodeURIComponent, plus dots, so that no id can become a
+ * `.` or `..` segment that browsers normalise away. */
+function seg(s) {
+  return encodeURIComponent(s).replace(/\./g, "%2E");
+}
+
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 function token() {
   return sessionStorage.getItem(TOKEN_KEY) || "";
 }
@@ -140,8 +148,25 @@ async function loadRole() {
     if (!state.role) setStatus(token() ? "That token is not valid here." : "Type a token (admin or submitter) to see the scheduler.", true);
   } catch (e) {
     state.role = null;
-    setStatus("Cannot reach the service: " + e.message, true);
+    if (e.status === 401) setStatus("The service refused the token (revoked?): type a valid one above.", true);
+    else setStatus("Cannot reach the service: " + e.message, true);
   }
+  showRole();
+}
+
+/** The token stopped working (revoked, or the service's tokens changed): act as with
+ * no token, and poll nothing until one is typed (every call would be a 401). */
+function tokenRefused() {
+  state.role = null;
+  showRole();
+  if (route().view === "users") renderUsers();
+  const cancel = $("job-cancel");
+  cancel.disabled = true;
+  cancel.title = "needs an admin token";
+  setStatus("The service refused the token (revoked?): type a valid one above.", true);
+}
+
+function showRole() {
   const r = $("role");
   r.textContent = state.role === "admin" ? "admin" : state.role === "submitter" ? "submitter: read only" : "no token";
   r.className = "role " + (state.role || "none");
@@ -203,7 +228,30 @@ function shareBar(share, fair) {
   return s;
 }
 
+/** Re-renders rows without losing the keyboard: the focused control carries a stable
+ * key (data-focus-key, e.g. user id + action), and the control with the same key in
+ * the new rows gets the focus back. */
+function keepFocus(render) {
+  const a = document.activeElement;
+  const key = a && a.dataset ? a.dataset.focusKey : null;
+  render();
+  if (key && (!a.isConnected || a.dataset.focusKey !== key)) focusKey(key);
+}
+
+function focusKey(key) {
+  for (const e of document.querySelectorAll("[data-focus-key]")) {
+    if (e.dataset.focusKey === key) {
+      e.focus({ preventScroll: true });
+      return;
+    }
+  }
+}
+
 function renderUsers() {
+  keepFocus(renderUsersRows);
+}
+
+function renderUsersRows() {
   const users = state.users;
   const fair = fairShares(users);
   const next = nextPositions(state.scheduler, users);
@@ -230,7 +278,11 @@ function renderUsers() {
       return el(
         "tr",
         { "data-user": u.id, class: u.paused ? "paused" : null },
-        el("th", { scope: "row", class: "user" }, el("a", { href: "#jobs?user=" + encodeURIComponent(u.id) }, u.id)),
+        el(
+          "th",
+          { scope: "row", class: "user" },
+          el("a", { href: "#jobs?user=" + encodeURIComponent(u.id), class: "id", title: u.id, "data-focus-key": "user\u0000" + u.id }, u.id),
+        ),
         el("td", { class: "num weight" }, num(u.weight, 4)),
         el("td", { class: "paused-cell" }, u.paused ? "paused" : "no"),
         el("td", { class: "num queued" }, u.queued),
@@ -250,6 +302,7 @@ function renderUsers() {
             title: why,
             text: u.paused ? "Resume" : "Pause",
             "aria-label": (u.paused ? "Resume " : "Pause ") + u.id,
+            "data-focus-key": "pause\u0000" + u.id,
             onclick: () => confirmPause(u),
           }),
           el("button", {
@@ -259,6 +312,7 @@ function renderUsers() {
             title: why,
             text: "Edit",
             "aria-label": "Edit weight and limits of " + u.id,
+            "data-focus-key": "edit\u0000" + u.id,
             onclick: () => editUser(u),
           }),
         ),
@@ -278,16 +332,19 @@ async function refreshUsers() {
 // ------------------------------------------------------------------ confirmation dialog
 
 let confirmAction = null;
+let confirmOpener = null;
 
 function openConfirm(title, text, fields, action) {
+  confirmOpener = document.activeElement;
   $("confirm-title").textContent = title;
   $("confirm-text").textContent = text;
   $("confirm-fields").replaceChildren(...fields);
   $("confirm-error").textContent = "";
   confirmAction = action;
   $("confirm").showModal();
+  // Cancel first when there is nothing to type: Enter right after opening must not act.
   const first = $("confirm-fields").querySelector("input");
-  (first || $("confirm-yes")).focus();
+  (first || $("confirm-no")).focus();
 }
 
 async function onConfirm(ev) {
@@ -313,7 +370,7 @@ function confirmPause(u) {
     ? `Resume ${u.id}? Its queued jobs become eligible at the next cycle.`
     : `Pause ${u.id}? Nothing new of this user is dispatched; its ${u.queued} queued jobs stay and its ${u.running} running jobs go on.`;
   openConfirm((u.paused ? "Resume " : "Pause ") + u.id, text, [], () =>
-    api("POST", `/v1/users/${encodeURIComponent(u.id)}/${verb}`),
+    api("POST", `/v1/users/${seg(u.id)}/${verb}`),
   );
 }
 
@@ -328,11 +385,14 @@ function field(label, id, value, hint) {
 }
 
 /** A number from a form field; "" means null (the default). */
-function numberOrNull(id, name) {
+const DECIMAL_RE = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
+function numberOrNull(id, name, apiField) {
   const v = $(id).value.trim();
   if (v === "") return null;
-  const n = Number(v);
-  if (!Number.isFinite(n)) throw new Error(`${name}: not a number`);
+  // Decimal only: Number() would also take 0x10, 0b11, 0o7 and Infinity.
+  const n = DECIMAL_RE.test(v) ? Number(v) : NaN;
+  if (!Number.isFinite(n)) throw new Error(`${name}: not a decimal number (${apiField})`);
   return n;
 }
 
@@ -349,16 +409,16 @@ function editUser(u) {
       field("Cap: GPUs", "f-cap-gpu", lim.gpu),
     ],
     () => {
-      const weight = numberOrNull("f-weight", "weight");
-      const cpu = numberOrNull("f-cap-cpu", "cap on cores");
-      const gpu = numberOrNull("f-cap-gpu", "cap on GPUs");
+      const weight = numberOrNull("f-weight", "weight", "weight");
+      const cpu = numberOrNull("f-cap-cpu", "cap on cores", "max_resources.cpu");
+      const gpu = numberOrNull("f-cap-gpu", "cap on GPUs", "max_resources.gpu");
       const body = {
-        max_running_jobs: numberOrNull("f-max-running", "max running jobs"),
-        max_queued_jobs: numberOrNull("f-max-queued", "max queued jobs"),
+        max_running_jobs: numberOrNull("f-max-running", "max running jobs", "max_running_jobs"),
+        max_queued_jobs: numberOrNull("f-max-queued", "max queued jobs", "max_queued_jobs"),
         max_resources: cpu === null && gpu === null ? null : { ...(cpu === null ? {} : { cpu }), ...(gpu === null ? {} : { gpu }) },
       };
       if (weight !== null) body.weight = weight;
-      return api("PUT", `/v1/users/${encodeURIComponent(u.id)}`, body);
+      return api("PUT", `/v1/users/${seg(u.id)}`, body);
     },
   );
 }
@@ -424,9 +484,17 @@ async function refreshClusters() {
 
 // ------------------------------------------------------------------ jobs
 
+const STATUSES = ["QUEUED", "DISPATCHING", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"];
+
 function jobsQueryFromHash(q) {
   const p = new URLSearchParams(q || "");
-  return { user: p.get("user") || "", status: p.get("status") || "", external_id: p.get("external_id") || "" };
+  let status = (p.get("status") || "").toUpperCase();
+  // An unknown status from a hand-typed URL would only earn a 422: search without it.
+  if (status && !STATUSES.includes(status)) {
+    setStatus(`Unknown status ${status}: showing all statuses`, true);
+    status = "";
+  }
+  return { user: p.get("user") || "", status, external_id: p.get("external_id") || "" };
 }
 
 function jobsUrl(q, after) {
@@ -441,9 +509,9 @@ function jobRow(j) {
   return el(
     "tr",
     { "data-job": j.id },
-    el("td", {}, el("a", { href: "#job/" + j.id, class: "mono" }, j.id.slice(0, 8) + "…" + j.id.slice(-4))),
-    el("td", {}, j.user),
-    el("td", {}, j.external_id || "–"),
+    el("td", {}, el("a", { href: "#job/" + j.id, class: "mono", title: j.id, "data-focus-key": "job\u0000" + j.id }, j.id.slice(0, 8) + "…" + j.id.slice(-4))),
+    el("td", {}, el("span", { class: "id", title: j.user }, j.user)),
+    el("td", {}, el("span", { class: "id", title: j.external_id || null }, j.external_id || "–")),
     el("td", {}, el("span", { class: "st st-" + j.status.toLowerCase() }, j.status)),
     el("td", {}, resources(j.resources)),
     el("td", {}, time(j.submitted_at)),
@@ -458,10 +526,11 @@ async function refreshJobs(append) {
   const rows = page.jobs.map(jobRow);
   state.jobsAppended = append;
   if (append) tbody.append(...rows);
-  else {
-    tbody.replaceChildren(...rows);
-    if (rows.length === 0) tbody.append(el("tr", {}, el("td", { colspan: 7, class: "empty" }, "No jobs match.")));
-  }
+  else
+    keepFocus(() => {
+      tbody.replaceChildren(...rows);
+      if (rows.length === 0) tbody.append(el("tr", {}, el("td", { colspan: 7, class: "empty" }, "No jobs match.")));
+    });
   state.jobsNext = page.next_after;
   $("jobs-more").hidden = !page.next_after;
 }
@@ -469,6 +538,17 @@ async function refreshJobs(append) {
 let currentJob = null;
 
 async function refreshJob(id) {
+  // The id goes into API paths: only a UUID, never `../users` or the like.
+  if (!UUID_RE.test(id)) {
+    currentJob = null;
+    $("h-job").textContent = "No such job";
+    $("job-fields").replaceChildren(el("dt", {}, "Id"), el("dd", {}, id));
+    $("job-timeline").replaceChildren();
+    $("job-logs").textContent = "";
+    $("job-cancel").disabled = true;
+    setStatus("No such job: " + id, true);
+    throw Object.assign(new Error("no such job"), { quiet: true });
+  }
   const [j, ev] = await Promise.all([api("GET", "/v1/jobs/" + id), api("GET", `/v1/jobs/${id}/events`)]);
   currentJob = j;
   $("h-job").textContent = "Job " + j.id;
@@ -544,7 +624,12 @@ function sharesPanel(user, points, t0, t1) {
   const s = svg("svg", { viewBox: `0 0 ${w} ${h}`, width: w, height: h, role: "img", class: "panel" });
   s.setAttribute("aria-label", `${user}: share now ${pct(last.share)}, fair share ${pct(last.fair)}`);
   const title = svg("text", { x: pad.l, y: 12, class: "panel-title" });
-  title.textContent = `${user} — now ${pct(last.share)} of ${pct(last.fair)} fair`;
+  // A long id is cut to fit the panel; the tooltip has it whole.
+  const shown = user.length > 48 ? user.slice(0, 47) + "…" : user;
+  title.textContent = `${shown} — now ${pct(last.share)} of ${pct(last.fair)} fair`;
+  const tip = svg("title", {});
+  tip.textContent = user;
+  title.append(tip);
   s.append(title);
   for (const v of [0, max]) {
     s.append(svg("line", { x1: pad.l, x2: w - pad.r, y1: y(v), y2: y(v), class: "axis" }));
@@ -639,8 +724,10 @@ async function refresh() {
     }
     setStatus("Updated " + new Date().toLocaleTimeString(undefined, { hour12: false }), false);
   } catch (e) {
-    if (e.status === 401) setStatus("The service wants a valid token: type one above.", true);
-    else setStatus("Cannot update: " + e.message, true);
+    if (e.status === 401) tokenRefused();
+    else if (e.quiet) {
+      /* already shown */
+    } else setStatus("Cannot update: " + e.message, true);
   } finally {
     state.busy = false;
   }
@@ -701,6 +788,12 @@ function init() {
     ev.preventDefault();
     const p = new URLSearchParams();
     const q = { user: $("q-user").value.trim(), status: $("q-status").value, external_id: $("q-external").value.trim() };
+    // Only the statuses the service knows: anything else would be a predictable 422.
+    const known = [...$("q-status").options].map((o) => o.value);
+    if (!known.includes(q.status.toUpperCase())) {
+      setStatus(`Cannot search: status must be one of ${known.filter(Boolean).join(", ")} (status)`, true);
+      return;
+    }
     for (const [k, v] of Object.entries(q)) if (v) p.set(k, v);
     const h = "#jobs" + (p.toString() ? "?" + p.toString() : "");
     if (location.hash === h) onRoute();
@@ -715,6 +808,11 @@ function init() {
   });
   $("confirm").addEventListener("close", () => {
     confirmAction = null;
+    // Back to the button that opened the dialog (or its row's rebuilt twin).
+    const o = confirmOpener;
+    confirmOpener = null;
+    if (o && o.isConnected) o.focus();
+    else if (o && o.dataset && o.dataset.focusKey) focusKey(o.dataset.focusKey);
   });
   window.addEventListener("hashchange", () => {
     onRoute().then(() => $("main").focus({ preventScroll: true }));

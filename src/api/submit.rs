@@ -51,11 +51,11 @@ pub struct ResourcesIn {
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
     /// The gateway's user id: 1–128 characters, no whitespace, control or zero-width
-    /// characters.
+    /// characters, not `.` or `..` (they cannot stand in a URL path).
     #[schema(
         min_length = 1,
         max_length = 128,
-        pattern = r"^[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]+$"
+        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$"
     )]
     pub user: String,
     /// The command Ray runs, 1–65536 bytes, not only whitespace (Unicode White_Space),
@@ -123,6 +123,14 @@ pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
         return Err(ApiError::invalid(
             field,
             "must be UTF-8 (U+FFFD, the replacement character, is refused)",
+        ));
+    }
+    // `/v1/users/../pause` is normalised away by browsers and HTTP clients: such a user
+    // could never be addressed in a path.
+    if user == "." || user == ".." {
+        return Err(ApiError::invalid(
+            field,
+            "must not be `.` or `..` (they cannot be used in a URL path)",
         ));
     }
     Ok(())

@@ -200,3 +200,54 @@ async fn tokens_and_roles_are_enforced() {
         assert_eq!(status, 200, "{open}");
     }
 }
+
+/// `.` and `..` cannot be addressed in a URL path (`/v1/users/../pause` is normalised
+/// away by browsers and HTTP clients), so they are refused as user ids everywhere.
+async fn dot_and_dot_dot_are_not_user_ids(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    for user in [".", ".."] {
+        assert_error(
+            app.post(
+                "/v1/jobs",
+                SUBMITTER,
+                json!({"user": user, "entrypoint": "echo 1"}),
+            )
+            .await,
+            422,
+            "invalid_field",
+            Some("user"),
+        )
+        .await;
+        let filter = if user == "." { "%2E" } else { "%2E%2E" };
+        assert_error(
+            app.get(&format!("/v1/jobs?user={filter}"), SUBMITTER).await,
+            422,
+            "invalid_field",
+            Some("user"),
+        )
+        .await;
+    }
+    // Dots inside a longer id are fine.
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "...", "entrypoint": "echo 1"}),
+        )
+        .await;
+    assert_eq!(resp.status(), 201);
+    let resp = app.put("/v1/users/a..b", ADMIN, json!({"weight": 2})).await;
+    assert_eq!(resp.status(), 200);
+    // Nothing was created under `.` or `..`.
+    let users: serde_json::Value = app.get("/v1/users", SUBMITTER).await.json().await.unwrap();
+    let ids: Vec<&str> = users
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["id"].as_str().unwrap())
+        .collect();
+    assert!(!ids.contains(&".") && !ids.contains(&".."), "{ids:?}");
+}
+both_databases!(dot_and_dot_dot_are_not_user_ids);

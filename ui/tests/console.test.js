@@ -266,6 +266,144 @@ test("the console works from the keyboard", async () => {
   await page.context().close();
 });
 
+test("keyboard focus survives the 2 s refresh and comes back after a dialog", async () => {
+  const page = await consoleAs(ADMIN);
+  await page.locator('tr[data-user="alice"]').waitFor();
+  const ids = await page.$$eval("#users-table tbody tr[data-user]", (trs) => trs.map((tr) => tr.dataset.user));
+  assert.ok(ids.length >= 3, ids.join(" "));
+  // A lower row's Edit button.
+  const id = ids[ids.length - 2];
+  const edit = `#users-table tr[data-user="${id}"] button.edit`;
+  await page.locator(edit).focus();
+  const focused = () =>
+    page.evaluate(() => {
+      const a = document.activeElement;
+      return a ? a.tagName + ":" + (a.dataset.focusKey || "") : "";
+    });
+  assert.equal(await focused(), "BUTTON:edit\u0000" + id);
+  // Wait until two refreshes have replaced the rows (the status line changes each time).
+  const stamp = () => page.textContent("#status");
+  for (let i = 0; i < 2; i++) {
+    const before = await stamp();
+    await until("a refresh", async () => (await stamp()) !== before && /Updated/.test(await stamp()), 6000, 50);
+  }
+  assert.equal(await focused(), "BUTTON:edit\u0000" + id, "focus stayed on the Edit button");
+  // Tab goes on to the next control: the next row's user link.
+  const next = await page.$eval(edit, (b) => b.closest("tr").nextElementSibling?.dataset.user);
+  await page.keyboard.press("Tab");
+  assert.equal(await focused(), "A:user\u0000" + next);
+  // A dialog gives the focus back to the button that opened it; Cancel has it first.
+  const pause = `#users-table tr[data-user="${id}"] button.pause`;
+  const wasPaused = (await svc.json("GET", `/v1/users/${encodeURIComponent(id)}`)).paused;
+  await page.locator(pause).focus();
+  await page.keyboard.press("Enter");
+  await page.locator("#confirm").waitFor({ state: "visible" });
+  assert.equal(await page.evaluate(() => document.activeElement.id), "confirm-no", "Enter right after opening does not act");
+  await page.keyboard.press("Enter");
+  await page.locator("#confirm").waitFor({ state: "hidden" });
+  assert.equal((await svc.json("GET", `/v1/users/${encodeURIComponent(id)}`)).paused, wasPaused, "Cancel did nothing");
+  await until("focus back on the Pause button", async () => (await focused()) === "BUTTON:pause\u0000" + id, 3000, 50);
+  await page.context().close();
+});
+
+test("long ids are cut to fit 1280 px, whole in the tooltip", async () => {
+  const long = "u" + "x".repeat(127);
+  const ext = "e".repeat(200);
+  await svc.json("PUT", `/v1/users/${long}`, { weight: 1 });
+  await svc.json("POST", `/v1/users/${long}/pause`);
+  await svc.submit(long, { external_id: ext });
+  const page = await consoleAs(ADMIN);
+  const cell = page.locator(`#users-table tr[data-user="${long}"] th.user a`);
+  await cell.waitFor();
+  assert.equal(await cell.getAttribute("title"), long);
+  const width = () => page.evaluate(() => document.documentElement.scrollWidth);
+  assert.ok((await width()) <= 1280, `users page ${await width()} px wide`);
+  await page.goto(`${svc.url}/ui/#jobs?user=${long}`);
+  await page.locator("#jobs-table tbody tr[data-job]").first().waitFor();
+  assert.equal(await page.locator(`#jobs-table tbody span.id[title="${ext}"]`).count(), 1);
+  assert.ok((await width()) <= 1280, `jobs page ${await width()} px wide`);
+  const job = await page.getAttribute("#jobs-table tbody tr[data-job]", "data-job");
+  await page.goto(`${svc.url}/ui/#job/${job}`);
+  await page.locator("#job-status").waitFor();
+  assert.ok((await width()) <= 1280, `job page ${await width()} px wide`);
+  await page.context().close();
+});
+
+test("weights are decimal only: 0x10, 0b11 and 0o7 are refused naming the field", async () => {
+  const page = await consoleAs(ADMIN);
+  await page.locator('tr[data-user="carol"] button.edit').waitFor();
+  const before = (await svc.json("GET", "/v1/users/carol")).weight;
+  for (const bad of ["0x10", "0b11", "0o7", "Infinity", "1e"]) {
+    await page.click('tr[data-user="carol"] button.edit');
+    await page.locator("#confirm").waitFor({ state: "visible" });
+    await page.fill("#f-weight", bad);
+    await page.click("#confirm-yes");
+    await page.locator("#confirm-error").filter({ hasText: "(weight)" }).waitFor();
+    await page.click("#confirm-no");
+    await page.locator("#confirm").waitFor({ state: "hidden" });
+  }
+  assert.equal((await svc.json("GET", "/v1/users/carol")).weight, before);
+  // Decimal forms still work.
+  await page.click('tr[data-user="carol"] button.edit');
+  await page.fill("#f-weight", "2.5e0");
+  await page.click("#confirm-yes");
+  await page.locator("#confirm").waitFor({ state: "hidden" });
+  assert.equal((await svc.json("GET", "/v1/users/carol")).weight, 2.5);
+  await svc.json("PUT", "/v1/users/carol", { weight: before });
+  await page.context().close();
+});
+
+test("a token refused while polling drops to no token and stops polling", async () => {
+  const mine = [];
+  const page = await consoleAs(ADMIN, "", mine);
+  await page.locator('tr[data-user="alice"] button.pause:not([disabled])').waitFor();
+  // As if the token were revoked: the next poll sends one the service does not know.
+  let calls = 0;
+  page.on("request", (r) => {
+    if (new URL(r.url()).pathname.startsWith("/v1/")) calls++;
+  });
+  await page.evaluate(() => sessionStorage.setItem("fairshare.token", "revoked-token"));
+  await page.locator("#role").filter({ hasText: "no token" }).waitFor({ timeout: 5000 });
+  await page.locator('tr[data-user="alice"] button.pause[disabled]').waitFor();
+  assert.equal(await page.evaluate(() => document.body.classList.contains("read-only")), true);
+  const seen = calls;
+  // Three poll periods: nothing more is asked.
+  await new Promise((r) => setTimeout(r, 6500));
+  assert.equal(calls, seen, "polling stopped");
+  assert.ok(mine.length <= 2, mine.join("\n"));
+  // A valid token brings it back.
+  await page.fill("#token", ADMIN);
+  await page.click("#token-save");
+  await page.locator("#role").filter({ hasText: "admin" }).waitFor();
+  await page.locator('tr[data-user="alice"] button.pause:not([disabled])').waitFor();
+  await page.context().close();
+});
+
+test("a job page with an id that is not a UUID says no such job and asks nothing", async () => {
+  const page = await openPage(browser, errors);
+  const paths = [];
+  page.on("request", (r) => paths.push(new URL(r.url()).pathname));
+  await page.goto(`${svc.url}/ui/`);
+  await page.fill("#token", ADMIN);
+  await page.click("#token-save");
+  await page.locator("#role").filter({ hasText: "admin" }).waitFor();
+  await page.goto(`${svc.url}/ui/#job/../users`);
+  await page.locator("#h-job").filter({ hasText: "No such job" }).waitFor();
+  assert.ok(!paths.some((p) => p.startsWith("/v1/jobs/")), paths.join(" "));
+  await page.context().close();
+});
+
+test("an unknown status in the URL is not sent to the API", async () => {
+  const page = await consoleAs(ADMIN);
+  const urls = [];
+  page.on("request", (r) => urls.push(r.url()));
+  await page.goto(`${svc.url}/ui/#jobs?status=BOGUS`);
+  await page.locator("#jobs-table tbody tr").first().waitFor();
+  await page.locator("#status").filter({ hasText: "Updated" }).waitFor();
+  assert.ok(!urls.some((u) => /status=BOGUS/i.test(u)), urls.join(" "));
+  await page.context().close();
+});
+
 test("no page of the console logged an error", async () => {
   const page = await consoleAs(ADMIN);
   for (const hash of ["#users", "#clusters", "#jobs", "#shares"]) {
