@@ -62,11 +62,13 @@ pub fn document_json() -> serde_json::Value {
         json!({"type": "string", "minLength": 1, "maxLength": 128, "pattern": NO_NUL});
     metadata["additionalProperties"] =
         json!({"type": "string", "maxLength": 4096, "pattern": NO_NUL});
-    // Map keys of the what-if change: user ids and cluster names, never with NUL.
-    for map in ["users", "clusters"] {
-        schemas["WhatIfRequest"]["properties"][map]["propertyNames"] =
-            json!({"type": "string", "pattern": NO_NUL});
-    }
+    // Map keys of the what-if change: user ids (their limits: a key that cannot be a
+    // user id is 422) and cluster names (never with NUL).
+    schemas["WhatIfRequest"]["properties"]["users"]["propertyNames"] = json!({
+        "type": "string", "minLength": 1, "maxLength": 128, "pattern": USER_ID_PATTERN,
+    });
+    schemas["WhatIfRequest"]["properties"]["clusters"]["propertyNames"] =
+        json!({"type": "string", "pattern": NO_NUL});
     // runtime_env: any JSON object, but no NUL in any key or string at any depth.
     schemas["JsonNoNul"] = json!({
         "description": "Any JSON value without a NUL character in a string or key.",
@@ -105,6 +107,10 @@ pub fn document_json() -> serde_json::Value {
 /// JSON Schema pattern of a string without NUL characters (PostgreSQL text cannot
 /// hold them; the API refuses them in every string).
 const NO_NUL: &str = r"^[^\x00]*$";
+
+/// A user id's pattern, as on every route that takes one (`api::submit::validate_user_id`):
+/// no whitespace, control, zero-width or replacement characters, and not `.` or `..`.
+const USER_ID_PATTERN: &str = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$";
 
 /// `GET /openapi.json`.
 #[utoipa::path(get, path = "/openapi.json", tag = "system", operation_id = "openapi",
