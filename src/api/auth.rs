@@ -103,4 +103,17 @@ impl Identity {
             _ => Ok(()),
         }
     }
+
+    /// The user filter a read gets: the user it names (422 on `field` when this token
+    /// has another), or, for a token with a user, that user even when none is named.
+    pub fn user_filter(
+        &self,
+        field: &str,
+        named: Option<String>,
+    ) -> Result<Option<String>, ApiError> {
+        if let Some(u) = &named {
+            self.check_user(field, u)?;
+        }
+        Ok(self.user.clone().or(named))
+    }
 }

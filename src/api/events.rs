@@ -123,12 +123,9 @@ pub async fn stream(
     let mut q: EventsQuery = parse_query(req.query_string())?;
     if let Some(u) = &q.user {
         validate_user_id("user", u)?;
-        who.check_user("user", u)?;
     }
     // A token with a user streams only that user's jobs' events.
-    if let Some(own) = &who.user {
-        q.user = Some(own.clone());
-    }
+    q.user = who.user_filter("user", q.user)?;
     let job = match q.job.as_deref() {
         Some(j) => Some(
             Uuid::parse_str(j.trim())

@@ -9,7 +9,9 @@ use uuid::Uuid;
 
 use super::body::{parse_json, parse_query, read_body};
 use super::error::{ApiError, ErrorBody};
-pub use super::submit::{validate_amount, validate_user_id, ResourcesIn, SubmitRequest};
+pub use super::submit::{
+    validate_amount, validate_external_id, validate_user_id, ResourcesIn, SubmitRequest,
+};
 use super::AppState;
 use crate::actors::{Cancelled, Scheduler};
 use crate::config::Role;
@@ -354,19 +356,11 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     let mut q: ListQuery = parse_query(req.query_string())?;
     if let Some(u) = &q.user {
         validate_user_id("user", u)?;
-        who.check_user("user", u)?;
     }
     // A token with a user lists only that user's jobs.
-    if let Some(own) = &who.user {
-        q.user = Some(own.clone());
-    }
+    q.user = who.user_filter("user", q.user)?;
     if let Some(x) = &q.external_id {
-        if x.is_empty() || x.chars().count() > 256 || x.contains('\0') {
-            return Err(ApiError::invalid(
-                "external_id",
-                "must be 1 to 256 characters without NUL",
-            ));
-        }
+        validate_external_id("external_id", x)?;
     }
     let status = match q.status.as_deref() {
         None => None,

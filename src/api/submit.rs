@@ -136,6 +136,21 @@ pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Checks an `external_id` (a submission's, or the job list's filter): 1 to
+/// [`MAX_EXTERNAL_ID_LEN`] characters, no NUL. Errors: 422 naming `field`.
+pub fn validate_external_id(field: &str, ext: &str) -> Result<(), ApiError> {
+    if ext.is_empty() || ext.chars().count() > MAX_EXTERNAL_ID_LEN {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be 1 to {MAX_EXTERNAL_ID_LEN} characters"),
+        ));
+    }
+    if ext.contains('\0') {
+        return Err(ApiError::invalid(field, "must not contain NUL characters"));
+    }
+    Ok(())
+}
+
 /// Ray's resource granularity: fractional amounts have at most 4 decimal places
 /// (Ray refuses `num_cpus` finer than 0.0001).
 pub const RESOURCE_STEP: f64 = 0.0001;
@@ -245,12 +260,7 @@ impl SubmitRequest {
             }
         }
         if let Some(ext) = &self.external_id {
-            if ext.is_empty() || ext.chars().count() > MAX_EXTERNAL_ID_LEN {
-                return Err(ApiError::invalid(
-                    "external_id",
-                    format!("must be 1 to {MAX_EXTERNAL_ID_LEN} characters"),
-                ));
-            }
+            validate_external_id("external_id", ext)?;
         }
         if let Some(s) = self.max_runtime_s {
             if !(1..=MAX_RUNTIME_S).contains(&s) {

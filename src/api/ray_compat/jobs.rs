@@ -162,7 +162,7 @@ pub(super) async fn find(
     who: &Identity,
     raw: &str,
 ) -> Result<job::Model, ApiError> {
-    let visible = |j: &job::Model| who.user.as_ref().is_none_or(|u| *u == j.user_id);
+    let visible = |j: &job::Model| who.may_access(&j.user_id);
     if let Ok(id) = Uuid::parse_str(raw) {
         if let Some(j) = store::get_job(&state.db, id).await?.filter(visible) {
             return Ok(j);
