@@ -122,6 +122,17 @@ pub fn test_settings(db_url: &str) -> Settings {
     s
 }
 
+/// Adds a submitter token `token` that acts only for `user` (README, tokens with a
+/// user).
+pub fn add_user_token(s: &mut Settings, token: &str, user: &str) {
+    s.auth.tokens.push(TokenSettings {
+        name: user.into(),
+        token: token.into(),
+        role: Role::Submitter,
+        user: Some(user.into()),
+    });
+}
+
 /// A running service.
 pub struct TestApp {
     pub address: String,

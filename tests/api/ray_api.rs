@@ -8,19 +8,15 @@ use wiremock::{Mock, ResponseTemplate};
 
 use crate::both_databases;
 use crate::fake_ray;
-use crate::helpers::{app_with_cluster, assert_error, spawn_app_with, Db, SUBMITTER};
-use fairshare::config::{Role, TokenSettings};
+use crate::helpers::{
+    add_user_token, app_with_cluster, assert_error, spawn_app_with, Db, SUBMITTER,
+};
 
 /// A token that submits as user `alice` only.
 const ALICE: &str = "alice-token-1";
 
 fn with_alice(s: &mut fairshare::Settings) {
-    s.auth.tokens.push(TokenSettings {
-        name: "alice".into(),
-        token: ALICE.into(),
-        role: Role::Submitter,
-        user: Some("alice".into()),
-    });
+    add_user_token(s, ALICE, "alice");
 }
 
 async fn the_user_is_the_tokens_own_or_the_one_a_gateway_names_in_metadata(db: Db) {

@@ -6,19 +6,13 @@
 use serde_json::{json, Value};
 
 use crate::both_databases;
-use crate::helpers::{assert_error, spawn_app_with, Db, ADMIN, SUBMITTER};
-use fairshare::config::{Role, TokenSettings};
+use crate::helpers::{add_user_token, assert_error, spawn_app_with, Db, ADMIN, SUBMITTER};
 
 /// A token that acts as user `bob` only.
 const BOB: &str = "bob-token-0001";
 
 fn with_bob(s: &mut fairshare::Settings) {
-    s.auth.tokens.push(TokenSettings {
-        name: "bob".into(),
-        token: BOB.into(),
-        role: Role::Submitter,
-        user: Some("bob".into()),
-    });
+    add_user_token(s, BOB, "bob");
 }
 
 async fn a_token_with_a_user_cannot_reach_another_users_jobs_through_v1(db: Db) {
