@@ -15,6 +15,8 @@ use super::{
 /// One user during a cycle.
 struct UserState<'a> {
     view: &'a UserView,
+    /// The healthy clusters' totals, for the permanent reasons.
+    totals: &'a [Resources],
     allocation: Resources,
     outstanding: u32,
     share: f64,
@@ -22,10 +24,15 @@ struct UserState<'a> {
     usage: f64,
     /// Index in the window of the effective head (`queue.len()` when none).
     cursor: usize,
-    /// Reason per window job. Before the cycle's decisions only the permanent
-    /// ones (too large, over the user's limit) are set; the effective head
-    /// skips them.
-    reasons: Vec<Option<PendingReason>>,
+    /// The reasons given to jobs other than the effective head, by window
+    /// index, in increasing order: the permanent ones of the jobs the cursor
+    /// stepped over (a paused user: every job from the cursor on). Jobs
+    /// behind the effective head are not looked at, so a cycle costs what it
+    /// grants and who is queued, not how long the windows are (DESIGN §2,
+    /// "Cost"). Empty for almost every user, so it allocates nothing.
+    stepped: Vec<(usize, PendingReason)>,
+    /// The effective head's reason, if one was given (its index is `cursor`).
+    head_reason: Option<PendingReason>,
 }
 
 impl<'a> UserState<'a> {
@@ -34,7 +41,7 @@ impl<'a> UserState<'a> {
         now: Seconds,
         config: &PolicyConfig,
         capacity: &Resources,
-        slots: &[Slot<'_>],
+        totals: &'a [Resources],
     ) -> UserState<'a> {
         let share = dominant_share(&view.allocation, capacity);
         let usage = decay_usage(
@@ -44,27 +51,28 @@ impl<'a> UserState<'a> {
             now,
             config.usage_half_life,
         );
-        let reasons = view
-            .queue
-            .iter()
-            .map(|job| permanent_reason(job, view, slots))
-            .collect();
         let mut state = UserState {
             view,
+            totals,
             allocation: view.allocation,
             outstanding: view.outstanding_jobs,
             share,
             usage,
             cursor: 0,
-            reasons,
+            stepped: Vec::new(),
+            head_reason: None,
         };
         state.skip_unrunnable();
         state
     }
 
-    /// Moves the cursor over jobs that can never run.
+    /// Moves the cursor over jobs that can never run, giving each its reason.
     fn skip_unrunnable(&mut self) {
-        while self.reasons.get(self.cursor).is_some_and(Option::is_some) {
+        while let Some(job) = self.view.queue.get(self.cursor) {
+            let Some(reason) = permanent_reason(job, self.view, self.totals) else {
+                break;
+            };
+            self.stepped.push((self.cursor, reason));
             self.cursor += 1;
         }
     }
@@ -100,47 +108,129 @@ impl<'a> UserState<'a> {
     }
 
     fn set_head_reason(&mut self, reason: PendingReason) {
-        if let Some(slot) = self.reasons.get_mut(self.cursor) {
-            *slot = Some(reason);
+        if self.cursor >= self.view.queue.len() {
+            return;
         }
+        self.head_reason = Some(reason);
     }
 
-    /// Paused: every job in the window that has no permanent reason says so.
+    /// Paused: every job in the window from the effective head on says so,
+    /// or gives its permanent reason.
     fn mark_paused(&mut self) {
-        for reason in self.reasons.iter_mut().skip(self.cursor) {
-            if reason.is_none() {
-                *reason = Some(PendingReason::Paused);
-            }
+        self.head_reason = None;
+        for (index, job) in self.view.queue.iter().enumerate().skip(self.cursor) {
+            let reason =
+                permanent_reason(job, self.view, self.totals).unwrap_or(PendingReason::Paused);
+            self.stepped.push((index, reason));
         }
     }
 
-    /// Either a heap entry for this user (index `user`), or the head's reason
-    /// is recorded. Nothing when the window is exhausted.
+    /// Either an entry in `order` for this user (index `user`), or the head's
+    /// reason is recorded. Nothing when the window is exhausted.
     fn enqueue_or_explain(
         &mut self,
         user: usize,
         now: Seconds,
         config: &PolicyConfig,
-        heap: &mut BinaryHeap<Reverse<Candidate>>,
+        slots: &[Slot<'_>],
+        order: &mut Order,
     ) {
         let Some(head) = self.head() else {
             return;
         };
         match self.ineligibility(head) {
-            None => heap.push(Reverse(Candidate {
-                key: quantize_key(self.key(now, config)),
-                head_at: head.submitted_at,
-                user,
-            })),
+            None => order.push(
+                Candidate {
+                    key: quantize_key(self.key(now, config)),
+                    head_at: head.submitted_at,
+                    user,
+                },
+                best_fit_slot(&head.resources, slots).is_some(),
+                now - head.submitted_at > config.starvation_guard,
+            ),
             Some(PendingReason::Paused) => self.mark_paused(),
             Some(reason) => self.set_head_reason(reason),
         }
     }
 }
 
-/// A reason `job` can never run as things stand, independent of other jobs.
-fn permanent_reason(job: &QueuedJob, view: &UserView, slots: &[Slot<'_>]) -> Option<PendingReason> {
-    let too_large = !slots.is_empty() && !slots.iter().any(|s| job.resources.fits_within(&s.total));
+/// The eligible users in fair-share order (a binary heap of [`Candidate`]s),
+/// counting those that may still lead to a grant or a reservation, so that
+/// a cycle stops visiting users once none can (see [`Order::settled`]).
+struct Order {
+    heap: BinaryHeap<Reverse<(Candidate, Flags)>>,
+    /// Entries whose head fitted some cluster's free capacity when pushed.
+    fitting: usize,
+    /// Entries whose head had waited past the starvation guard when pushed.
+    overdue: usize,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: never stop early (see [`Order::settled`]), to check that stopping
+    /// early changes nothing.
+    pub(super) static NO_SHORTCUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// What an [`Order`] entry counts in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Flags {
+    fits: bool,
+    overdue: bool,
+}
+
+impl Order {
+    fn new() -> Order {
+        Order {
+            heap: BinaryHeap::new(),
+            fitting: 0,
+            overdue: 0,
+        }
+    }
+
+    fn push(&mut self, candidate: Candidate, fits: bool, overdue: bool) {
+        self.fitting += usize::from(fits);
+        self.overdue += usize::from(overdue);
+        self.heap
+            .push(Reverse((candidate, Flags { fits, overdue })));
+    }
+
+    fn pop(&mut self) -> Option<Candidate> {
+        let Reverse((candidate, flags)) = self.heap.pop()?;
+        self.fitting -= usize::from(flags.fits);
+        self.overdue -= usize::from(flags.overdue);
+        Some(candidate)
+    }
+
+    /// Whether no entry left can be granted nor take a reservation: none fitted
+    /// free capacity when pushed (free capacity only shrinks during a cycle),
+    /// and a reservation is held or none has waited past the starvation guard.
+    /// Each of them would then only be told [`PendingReason::WaitingForCapacity`].
+    fn settled(&self, holding: bool) -> bool {
+        #[cfg(test)]
+        if NO_SHORTCUT.with(std::cell::Cell::get) {
+            return false;
+        }
+        self.fitting == 0 && (holding || self.overdue == 0)
+    }
+
+    /// Takes every entry out, in no particular order.
+    fn drain(&mut self) -> impl Iterator<Item = Candidate> + '_ {
+        self.fitting = 0;
+        self.overdue = 0;
+        self.heap.drain().map(|Reverse((candidate, _))| candidate)
+    }
+}
+
+/// A reason `job` can never run as things stand, independent of other jobs:
+/// larger than every healthy cluster's total (`totals`; none healthy: never
+/// this reason) or, alone, than its user's `max_resources`.
+fn permanent_reason(
+    job: &QueuedJob,
+    view: &UserView,
+    totals: &[Resources],
+) -> Option<PendingReason> {
+    let too_large = !totals.is_empty() && !totals.iter().any(|t| job.resources.fits_within(t));
     if too_large {
         return Some(PendingReason::NoClusterLargeEnough);
     }
@@ -203,11 +293,13 @@ pub fn run_cycle(
         .iter()
         .fold(Resources::ZERO, |sum, slot| sum + slot.total);
 
+    let totals: Vec<Resources> = slots.iter().map(|slot| slot.total).collect();
+
     let mut views: Vec<&UserView> = users.iter().collect();
     views.sort_by(|a, b| a.user.cmp(&b.user));
     let mut states: Vec<UserState<'_>> = views
         .into_iter()
-        .map(|view| UserState::new(view, now, config, &capacity, &slots))
+        .map(|view| UserState::new(view, now, config, &capacity, &totals))
         .collect();
 
     let mut cycle = Cycle {
@@ -230,12 +322,13 @@ pub fn run_cycle(
     let pending = states
         .into_iter()
         .flat_map(|state| {
+            let queue = &state.view.queue;
+            let head = state.head_reason.map(|reason| (state.cursor, reason));
             state
-                .view
-                .queue
-                .iter()
-                .zip(state.reasons)
-                .filter_map(|(job, reason)| reason.map(|r| (job.job_id, r)))
+                .stepped
+                .into_iter()
+                .chain(head)
+                .filter_map(move |(index, reason)| Some((queue.get(index)?.job_id, reason)))
         })
         .collect();
 
@@ -295,20 +388,20 @@ impl Cycle<'_> {
         state.skip_unrunnable();
     }
 
-    /// The heap of eligible users; ineligible heads get their reason.
-    fn heap(&self, states: &mut [UserState<'_>]) -> BinaryHeap<Reverse<Candidate>> {
-        let mut heap = BinaryHeap::with_capacity(states.len());
+    /// The eligible users in fair-share order; ineligible heads get their reason.
+    fn order(&self, slots: &[Slot<'_>], states: &mut [UserState<'_>]) -> Order {
+        let mut order = Order::new();
         for (user, state) in states.iter_mut().enumerate() {
-            state.enqueue_or_explain(user, self.now, self.config, &mut heap);
+            state.enqueue_or_explain(user, self.now, self.config, slots, &mut order);
         }
-        heap
+        order
     }
 
     /// Backfill off: progressive filling that stops at the first head that
     /// fits nowhere. Returns that job, if the cycle stopped.
     fn strict(&mut self, slots: &mut [Slot<'_>], states: &mut [UserState<'_>]) -> Option<JobId> {
-        let mut heap = self.heap(states);
-        while let Some(Reverse(candidate)) = heap.pop() {
+        let mut order = self.order(slots, states);
+        while let Some(candidate) = order.pop() {
             let Some(state) = states.get_mut(candidate.user) else {
                 continue;
             };
@@ -317,12 +410,12 @@ impl Cycle<'_> {
             };
             if let Some(k) = best_fit_slot(&job.resources, slots) {
                 self.grant(slots, k, state);
-                state.enqueue_or_explain(candidate.user, self.now, self.config, &mut heap);
+                state.enqueue_or_explain(candidate.user, self.now, self.config, slots, &mut order);
                 continue;
             }
             state.set_head_reason(PendingReason::WaitingForCapacity);
             let behind = PendingReason::WaitingBehind { job_id: job.job_id };
-            for Reverse(other) in heap.drain() {
+            for other in order.drain() {
                 if let Some(state) = states.get_mut(other.user) {
                     state.set_head_reason(behind.clone());
                 }
@@ -497,8 +590,20 @@ impl Cycle<'_> {
         states: &mut [UserState<'_>],
         mut hold: Option<Hold>,
     ) -> (Option<JobId>, Option<Reservation>) {
-        let mut heap = self.heap(states);
-        while let Some(Reverse(candidate)) = heap.pop() {
+        let mut order = self.order(slots, states);
+        loop {
+            if order.settled(hold.is_some()) {
+                // Nobody left can start or take the reservation: the rest wait for
+                // capacity, whatever their order (the reserved job's reason is set
+                // below).
+                for other in order.drain() {
+                    states[other.user].set_head_reason(PendingReason::WaitingForCapacity);
+                }
+                break;
+            }
+            let Some(candidate) = order.pop() else {
+                break;
+            };
             if hold.as_ref().is_some_and(|h| h.user == candidate.user) {
                 continue; // the reserved job: it does not fit (see `reserve`)
             }
@@ -513,7 +618,7 @@ impl Cycle<'_> {
                     }
                     let state = &mut states[user];
                     self.grant(slots, k, state);
-                    state.enqueue_or_explain(user, self.now, self.config, &mut heap);
+                    state.enqueue_or_explain(user, self.now, self.config, slots, &mut order);
                 }
                 None if hold.is_none() && self.starved(slots, states, user) => {
                     // No reservation yet: the first starved head met in
@@ -602,6 +707,7 @@ fn user_order(now: Seconds, config: &PolicyConfig, states: &[UserState<'_>]) -> 
             (rank, entry)
         })
         .collect();
-    ranked.sort_by_key(|entry| entry.0);
+    // Candidates are unique (they end with the user's index): unstable is exact.
+    ranked.sort_unstable_by_key(|entry| entry.0);
     ranked.into_iter().map(|(_, entry)| entry).collect()
 }

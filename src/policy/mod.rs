@@ -139,7 +139,9 @@
 //!   cluster's `total` ([`PendingReason::NoClusterLargeEnough`]), or larger on its
 //!   own than its user's `max_resources` ([`PendingReason::ExceedsMaxResources`]),
 //!   is stepped over inside its user's window: the next job becomes the
-//!   **effective head**. The reason is reported for every such job in the window.
+//!   **effective head**. The reason is reported for each such job the cycle
+//!   steps over; jobs behind the effective head are not looked at (so a cycle's
+//!   cost does not grow with the windows' length).
 //! - **No healthy cluster**: nothing is granted; each user's effective head gets
 //!   [`PendingReason::NoHealthyCluster`] (unless the user is paused). Without
 //!   clusters no job can be judged too large, so only `ExceedsMaxResources` is
@@ -165,15 +167,20 @@
 //!
 //! # Cost
 //!
-//! O(J·K + G·(log U + K) + R log R + U²) for J jobs in the windows, K
-//! clusters, U users, G grants and R outstanding jobs on the clusters: a
-//! binary heap holds the eligible users, and a user's key changes only when
-//! that user is granted, so no entry ever goes stale; the shadow sorts the
-//! outstanding jobs of a cluster once per reservation decision; finding a
-//! starved head compares keys with the holders (U² at worst, only while no
-//! reservation is held). 100 users
-//! with 10,000 jobs in their windows and about 1,000 grants take about 0.2 ms
-//! per cycle in a release build on a 2-core machine.
+//! O(U log U + S·K + G·(log U + K) + R log R) for U users with a window, S
+//! jobs stepped over (never run; usually none), K clusters, G grants and R
+//! outstanding jobs: one key and one heap entry per eligible user (a user's
+//! key changes only when it is granted, so no entry goes stale), the order of
+//! every user for [`CycleOutcome::order`] (a sort), a shadow per reservation
+//! decision. Jobs behind a user's effective head are not read. Once no entry
+//! left in the heap has a head that fitted free capacity when it was pushed
+//! (free capacity only shrinks within a cycle) and, with no reservation held,
+//! none has waited past the starvation guard, the remaining users are told
+//! [`PendingReason::WaitingForCapacity`] without popping them (a property test
+//! checks that this changes nothing). Finding a starved head compares keys
+//! with the holders (U² at worst, only while a head is overdue and no
+//! reservation is held). `cargo bench --bench policy` measures it
+//! (BENCHMARKS.md, issue 11).
 
 mod cycle;
 mod fit;

@@ -484,4 +484,23 @@ proptest! {
         let (u, c) = (shuffled(&users, seed), shuffled(&clusters, seed.rotate_left(17)));
         prop_assert_eq!(&out, &run_cycle(NOW, &config, &u, &c, None));
     }
+
+    /// Stopping once nobody left can start or take the reservation (the
+    /// shortcut that makes a cycle on a full cluster cost O(users) rather than
+    /// O(users · log users) pops) gives exactly the outcome of visiting every
+    /// user in order, with or without a held reservation.
+    #[test]
+    fn stopping_early_changes_nothing(
+        config in config(),
+        users in users(),
+        clusters in clusters(),
+        pick in (0usize..8, 0usize..4),
+    ) {
+        let input = held(&users, &clusters, pick);
+        let fast = run_cycle(NOW, &config, &users, &clusters, input.as_ref());
+        super::cycle::NO_SHORTCUT.with(|c| c.set(true));
+        let full = run_cycle(NOW, &config, &users, &clusters, input.as_ref());
+        super::cycle::NO_SHORTCUT.with(|c| c.set(false));
+        prop_assert_eq!(fast, full);
+    }
 }

@@ -485,6 +485,59 @@ fn job_larger_than_every_cluster_blocks_nobody() {
     assert!(fits_some_cluster(&cpus(8.0), &clusters));
 }
 
+/// Permanent reasons go to the jobs the cycle steps over to reach a user's
+/// effective head; jobs behind that head are not looked at (DESIGN §2, "Cost").
+#[test]
+fn only_jobs_stepped_over_get_a_permanent_reason() {
+    let users = vec![user("A").queue(vec![
+        job(1, cpus(16.0), 0.0),
+        job(2, cpus(2.0), 1.0),
+        job(3, cpus(16.0), 2.0),
+        job(4, cpus(2.0), 3.0),
+    ])];
+    // Room for one 2-CPU job: job 2 is granted, job 3 is stepped over, job 4
+    // is the effective head and waits.
+    let clusters = vec![ClusterView {
+        used_reported: cpus(5.0),
+        ..cluster("x", cpus(8.0))
+    }];
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
+    assert_eq!(granted(&outcome), vec![("A", id(2))]);
+    assert_eq!(
+        reason(&outcome, id(1)),
+        Some(&PendingReason::NoClusterLargeEnough)
+    );
+    assert_eq!(
+        reason(&outcome, id(3)),
+        Some(&PendingReason::NoClusterLargeEnough)
+    );
+    assert_eq!(
+        reason(&outcome, id(4)),
+        Some(&PendingReason::WaitingForCapacity)
+    );
+
+    // Nothing granted: the head (job 2) waits; job 3 behind it is not judged.
+    let clusters = vec![ClusterView {
+        used_reported: cpus(8.0),
+        ..cluster("x", cpus(8.0))
+    }];
+    let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
+    assert!(outcome.grants.is_empty());
+    assert_eq!(
+        reason(&outcome, id(2)),
+        Some(&PendingReason::WaitingForCapacity)
+    );
+    assert_eq!(reason(&outcome, id(3)), None);
+    assert_eq!(
+        outcome
+            .pending
+            .iter()
+            .map(|(id, _)| *id)
+            .collect::<Vec<_>>(),
+        vec![id(1), id(2)]
+    );
+}
+
 /// Simulates test 8: A streams 1-CPU jobs of 10 s on 4 CPUs, finishing
 /// staggered so that 4 CPUs are never free at once unless dispatch pauses;
 /// B's 4-CPU job was submitted at 0. Returns when B's job was granted.
@@ -1267,7 +1320,7 @@ fn every_pending_reason_reads_as_a_sentence() {
 }
 
 #[test]
-fn a_busy_cycle_of_100_users_and_10000_jobs_is_fast() {
+fn a_busy_cycle_of_100_users_and_10000_jobs_fills_the_clusters() {
     let users: Vec<UserView> = (0..100u32)
         .map(|u| {
             user(&format!("user{u:03}"))
@@ -1283,10 +1336,7 @@ fn a_busy_cycle_of_100_users_and_10000_jobs_is_fast() {
     let clusters: Vec<ClusterView> = (0..4)
         .map(|i| cluster(&format!("ray{i}"), cpus(500.0)))
         .collect();
-    let start = std::time::Instant::now();
     let outcome = run_cycle(1000.0, &service_defaults(), &users, &clusters, None);
-    let took = start.elapsed();
+    // Its speed is measured by `cargo bench --bench policy`, not here.
     assert!(outcome.grants.len() >= 900, "{}", outcome.grants.len());
-    // Generous: unoptimized test builds on a shared, busy machine.
-    assert!(took.as_millis() < 200, "{took:?}");
 }
