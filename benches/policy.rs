@@ -5,6 +5,8 @@
 //!
 //!     cargo bench --bench policy
 //!
+//! "full_overdue": as "full", but every head has waited past the starvation guard and
+//! one user in ten holds capacity, so one head takes the reservation.
 //! "grants": one cluster with room for `GRANTS` one-core jobs, so one cycle grants
 //! `GRANTS` jobs, or every windowed job when fewer (100 users × 64 = 6,400); divan's
 //! throughput column is grants per second. "full": the cluster's
@@ -36,6 +38,11 @@ fn config() -> PolicyConfig {
 
 /// `users` users sharing 1,000,000 queued one-core jobs; each view holds its window.
 fn users(users: usize) -> Vec<UserView> {
+    users_submitted(users, NOW - 60.0)
+}
+
+/// As [`users`], the jobs submitted from `at` (seconds) on.
+fn users_submitted(users: usize, at: f64) -> Vec<UserView> {
     let per_user = QUEUED / users;
     (0..users)
         .map(|u| UserView {
@@ -53,8 +60,7 @@ fn users(users: usize) -> Vec<UserView> {
                     job_id: uuid::Uuid::from_u128(((u as u128) << 32) | i as u128),
                     resources: Resources::new(1.0, 0.0, 0.0),
                     priority: 0,
-                    // Recent submissions: no head is past the starvation guard.
-                    submitted_at: NOW - 60.0 + (u * per_user + i) as f64 * 1e-6,
+                    submitted_at: at + (u * per_user + i) as f64 * 1e-6,
                     runtime_estimate: Some(600.0),
                 })
                 .collect(),
@@ -93,6 +99,30 @@ fn grants(bencher: Bencher, n_users: usize) {
 fn full(bencher: Bencher, n_users: usize) {
     let views = users(n_users);
     let clusters = [cluster(1024.0, 1024.0)];
+    let config = config();
+    bencher.bench(|| {
+        let out = policy::run_cycle(NOW, &config, black_box(&views), &clusters, None);
+        assert!(out.grants.is_empty());
+        out
+    });
+}
+
+/// One cycle on a full cluster where every head has waited a day (past the
+/// starvation guard) and every tenth user holds a core: one head takes the
+/// reservation, nothing is granted.
+#[divan::bench(args = [100, 10_000, 100_000], sample_count = 10)]
+fn full_overdue(bencher: Bencher, n_users: usize) {
+    let mut views = users_submitted(n_users, NOW - 86_400.0);
+    let mut holders = 0.0;
+    for v in views.iter_mut().step_by(10) {
+        v.outstanding_jobs = 1;
+        v.allocation = Resources::new(1.0, 0.0, 0.0);
+        holders += 1.0;
+    }
+    let mut full = cluster(1024.0_f64.max(holders), 0.0);
+    full.used_reported = full.total;
+    full.outstanding = Resources::new(holders, 0.0, 0.0);
+    let clusters = [full];
     let config = config();
     bencher.bench(|| {
         let out = policy::run_cycle(NOW, &config, black_box(&views), &clusters, None);

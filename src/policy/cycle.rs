@@ -307,6 +307,7 @@ pub fn run_cycle(
         config,
         capacity,
         grants: Vec::new(),
+        holders_max: std::cell::Cell::new(None),
     };
     let (stopped_for, reservation) = if slots.is_empty() {
         explain_no_healthy_cluster(&mut states);
@@ -361,6 +362,10 @@ struct Cycle<'c> {
     config: &'c PolicyConfig,
     capacity: Resources,
     grants: Vec<Grant>,
+    /// The largest quantized key among users holding capacity, once computed;
+    /// forgotten at every grant (keys and allocations change). Spares
+    /// [`Cycle::starved`] a pass over every user per overdue head.
+    holders_max: std::cell::Cell<Option<f64>>,
 }
 
 impl Cycle<'_> {
@@ -386,6 +391,7 @@ impl Cycle<'_> {
         state.share = dominant_share(&state.allocation, &self.capacity);
         state.cursor += 1;
         state.skip_unrunnable();
+        self.holders_max.set(None);
     }
 
     /// The eligible users in fair-share order; ineligible heads get their reason.
@@ -542,11 +548,17 @@ impl Cycle<'_> {
             return false;
         }
         let key = quantize_key(state.key(self.now, self.config));
-        states.iter().any(|other| {
-            let holds = other.allocation.components().iter().any(|&x| x > 0.0);
-            holds
-                && cmp_f64(quantize_key(other.key(self.now, self.config)), key) == Ordering::Greater
-        })
+        let max = self.holders_max.get().unwrap_or_else(|| {
+            let max = states
+                .iter()
+                .filter(|other| other.allocation.components().iter().any(|&x| x > 0.0))
+                .map(|other| quantize_key(other.key(self.now, self.config)))
+                .max_by(|a, b| cmp_f64(*a, *b))
+                .unwrap_or(f64::NEG_INFINITY);
+            self.holders_max.set(Some(max));
+            max
+        });
+        cmp_f64(max, key) == Ordering::Greater
     }
 
     /// A reservation for the effective head of `states[user]` on the cluster
