@@ -2,7 +2,9 @@
 //! the lifecycle decides (cancel, runtime limit, pending timeout).
 //!
 //! Per grant: the lifecycle's `Granted` step (QUEUED → DISPATCHING, guarded) is
-//! written; a cancel that won the race ends the dispatch there. Then
+//! written — the grants that arrive together (one cycle's) in one transaction, so the
+//! last of them does not wait for one commit per grant ahead of it; a cancel that won
+//! the race ends that job's dispatch there. Then
 //! [`crate::ray::submit_idempotent`] with the attempt's `submission_id`, and Ray's
 //! answer, classified by [`crate::ray`], becomes the next event: accepted → PENDING
 //! (the monitor tracks it; a stop asked meanwhile is sent now), refused → FAILED,
@@ -22,6 +24,7 @@ use backon::{ExponentialBuilder, Retryable};
 
 use crate::lifecycle::{Event, RayCall};
 use crate::metrics;
+use crate::policy::JobId;
 use crate::ray::{submit_idempotent, DispatchOutcome, RayClient, RetryBudget, SubmitJob};
 use crate::store::{self, Applied, Db, Fence};
 
@@ -34,6 +37,9 @@ pub struct Dispatcher {
     budget: RetryBudget,
     arbiter: ArbiterHandle,
     monitor: MonitorHandle,
+    /// Grants received since the last flush (see [`Dispatcher::flush`]).
+    batch: Vec<Dispatch>,
+    flush_scheduled: bool,
 }
 
 /// What one dispatch ended as, for the actor to announce.
@@ -68,7 +74,113 @@ impl Dispatcher {
             },
             arbiter,
             monitor,
+            batch: Vec::new(),
+            flush_scheduled: false,
         }
+    }
+
+    /// Writes the `Granted` step of every grant received since the last flush in one
+    /// transaction ([`store::apply_many`]: one commit for a cycle's grants, not one
+    /// each), then submits each to Ray concurrently.
+    fn flush(&mut self, ctx: &mut Context<Self>) {
+        self.flush_scheduled = false;
+        let batch = std::mem::take(&mut self.batch);
+        if batch.is_empty() {
+            return;
+        }
+        let db = self.db.clone();
+        let fence = self.fence.clone();
+        let steps: Vec<(JobId, Event)> = batch
+            .iter()
+            .map(|m| {
+                let cluster = m.cluster.clone();
+                (m.job.job_id, Event::Granted { cluster })
+            })
+            .collect();
+        let fut = super::off_actor(async move { store::apply_many(&db, &fence, &steps).await });
+        ctx.spawn(fut.into_actor(self).map(move |done, act, ctx| match done {
+            Some(Ok(granted)) => {
+                for (msg, granted) in batch.into_iter().zip(granted) {
+                    act.submit(msg, granted, ctx);
+                }
+            }
+            Some(Err(e)) => {
+                let fenced = store::is_fenced(&e);
+                for msg in batch {
+                    act.landed(&msg, Err(&e), fenced);
+                }
+            }
+            None => {}
+        }));
+    }
+
+    /// Submits one granted job to Ray (its `Granted` step is written).
+    fn submit(&mut self, msg: Dispatch, granted: Applied, ctx: &mut Context<Self>) {
+        let client = self.clients.get(&msg.cluster).cloned();
+        let db = self.db.clone();
+        let fence = self.fence.clone();
+        let budget = self.budget;
+        let fut = super::off_actor(async move {
+            let res = dispatch_granted(db, fence, client, budget, &msg, granted).await;
+            (msg, res)
+        });
+        ctx.spawn(fut.into_actor(self).map(|done, act, ctx| {
+            let Some((msg, res)) = done else { return };
+            let fenced = res.as_ref().err().is_some_and(store::is_fenced);
+            if let Some(stop) = act.landed(&msg, res.as_ref(), fenced) {
+                ctx.notify(stop);
+            }
+        }));
+    }
+
+    /// Announces how a dispatch ended; a stop to send when a cancel came in meanwhile.
+    fn landed(
+        &mut self,
+        msg: &Dispatch,
+        res: Result<&Landed, &sea_orm::DbErr>,
+        fenced: bool,
+    ) -> Option<StopInRay> {
+        let ended = |requeue| DispatchEnded {
+            user: msg.user.clone(),
+            job_id: msg.job.job_id,
+            requeue,
+        };
+        match res {
+            Ok(Landed::Submitted(job, stop)) => {
+                self.monitor.track.do_send(Track { job: job.clone() });
+                if let Some(RayCall::Stop { submission_id }) = stop {
+                    return Some(StopInRay {
+                        job_id: job.id,
+                        cluster: msg.cluster.clone(),
+                        submission_id: submission_id.clone(),
+                    });
+                }
+            }
+            Ok(Landed::Requeued(job)) => {
+                let held = job.retiring_attempt.is_some();
+                if !held {
+                    self.monitor.unreachable.do_send(ClusterUnreachable {
+                        cluster: msg.cluster.clone(),
+                    });
+                }
+                self.arbiter
+                    .dispatch_ended
+                    .do_send(ended(Some(super::user_queue::summary(job))));
+            }
+            Ok(Landed::Ended) => self.arbiter.dispatch_ended.do_send(ended(None)),
+            Err(e) if fenced => {
+                // This replica lost the lease: the new leader's recovery owns the job.
+                tracing::warn!(job_id = %msg.job.job_id, error = %e, "not dispatching: the lease is lost");
+            }
+            Err(e) => {
+                // The database failed mid-dispatch. The job row says where it is; the
+                // reservation stays until recovery (the leadership loop re-runs it
+                // after a database error, DESIGN §10) or the monitor settles it.
+                metrics::db_error();
+                tracing::error!(job_id = %msg.job.job_id, error = %e, "database error during dispatch");
+            }
+        }
+        None
     }
 }
 
@@ -81,23 +193,18 @@ const RECORD_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(1
 const RECORD_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 const RECORD_RETRIES: usize = 40;
 
-async fn dispatch_one(
+/// The rest of one dispatch once its `Granted` step was written (in the batch's
+/// transaction, see [`Dispatcher::flush`]): Ray's submit and the step its answer
+/// decides.
+async fn dispatch_granted(
     db: Db,
     fence: Fence,
     client: Option<RayClient>,
     budget: RetryBudget,
     msg: &Dispatch,
+    granted: Applied,
 ) -> Result<Landed, sea_orm::DbErr> {
     let id = msg.job.job_id;
-    let granted = store::apply(
-        &db,
-        &fence,
-        id,
-        &Event::Granted {
-            cluster: msg.cluster.clone(),
-        },
-    )
-    .await?;
     let (job, submission_id) = match granted {
         Applied::Changed {
             job,
@@ -226,57 +333,13 @@ impl Handler<Dispatch> for Dispatcher {
 
     #[tracing::instrument(skip_all, fields(job_id = %msg.job.job_id, user = %msg.user, cluster = %msg.cluster))]
     fn handle(&mut self, msg: Dispatch, ctx: &mut Context<Self>) {
-        let client = self.clients.get(&msg.cluster).cloned();
-        let db = self.db.clone();
-        let fence = self.fence.clone();
-        let budget = self.budget;
-        let fut = super::off_actor(async move {
-            let res = dispatch_one(db, fence, client, budget, &msg).await;
-            (msg, res)
-        });
-        ctx.spawn(fut.into_actor(self).map(|done, act, ctx| {
-            let Some((msg, res)) = done else { return };
-            let ended = |requeue| DispatchEnded {
-                user: msg.user.clone(),
-                job_id: msg.job.job_id,
-                requeue,
-            };
-            match res {
-                Ok(Landed::Submitted(job, stop)) => {
-                    act.monitor.track.do_send(Track { job: job.clone() });
-                    if let Some(RayCall::Stop { submission_id }) = stop {
-                        ctx.notify(StopInRay {
-                            job_id: job.id,
-                            cluster: msg.cluster.clone(),
-                            submission_id,
-                        });
-                    }
-                }
-                Ok(Landed::Requeued(job)) => {
-                    let held = job.retiring_attempt.is_some();
-                    if !held {
-                        act.monitor.unreachable.do_send(ClusterUnreachable {
-                            cluster: msg.cluster.clone(),
-                        });
-                    }
-                    act.arbiter
-                        .dispatch_ended
-                        .do_send(ended(Some(super::user_queue::summary(&job))));
-                }
-                Ok(Landed::Ended) => act.arbiter.dispatch_ended.do_send(ended(None)),
-                Err(e) if store::is_fenced(&e) => {
-                    // This replica lost the lease: the new leader's recovery owns the job.
-                    tracing::warn!(job_id = %msg.job.job_id, error = %e, "not dispatching: the lease is lost");
-                }
-                Err(e) => {
-                    // The database failed mid-dispatch. The job row says where it is; the
-                    // reservation stays until recovery (the leadership loop re-runs it
-                    // after a database error, DESIGN §10) or the monitor settles it.
-                    metrics::db_error();
-                    tracing::error!(job_id = %msg.job.job_id, error = %e, "database error during dispatch");
-                }
-            }
-        }));
+        // Grants of one cycle arrive together (one per queue): they are written in one
+        // transaction once the mailbox has been drained.
+        self.batch.push(msg);
+        if !self.flush_scheduled {
+            self.flush_scheduled = true;
+            super::after_mailbox(ctx, |act: &mut Self, ctx| act.flush(ctx));
+        }
     }
 }
 

@@ -53,6 +53,22 @@ pub fn unix_now() -> f64 {
     chrono::Utc::now().timestamp_micros() as f64 / 1e6
 }
 
+/// Runs `f` on the actor once the messages already in its mailbox have been handled,
+/// without a timer: `run_later(Duration::ZERO)` waits for tokio's next timer tick (up
+/// to 1 ms), which the finish → dispatch path (issue 11) cannot afford. A spawned
+/// future that yields once is polled again right after the mailbox is drained.
+pub(crate) fn after_mailbox<A, F>(ctx: &mut A::Context, f: F)
+where
+    A: actix::Actor<Context = actix::Context<A>>,
+    F: FnOnce(&mut A, &mut actix::Context<A>) + 'static,
+{
+    use actix::{ActorFutureExt, AsyncContext};
+    ctx.spawn(
+        actix::fut::wrap_future::<_, A>(tokio::task::yield_now())
+            .map(move |(), act, ctx| f(act, ctx)),
+    );
+}
+
 /// Runs `fut` (database and Ray I/O) as a task of the tokio runtime rather than of
 /// the actor's own local task set, and awaits it; `None` if the runtime cancelled it
 /// (shutting down).

@@ -412,23 +412,88 @@ pub async fn apply(
     id: Uuid,
     event: &lifecycle::Event,
 ) -> Result<Applied, DbErr> {
-    let at = now();
     let txn = db.begin().await?;
     if let Fence::Term { holder, term } = fence {
         check_fence(&txn, holder, *term).await?;
     }
+    let (applied, metric) = apply_in(&txn, id, event).await?;
+    txn.commit().await?;
+    crate::events::committed();
+    count_step(&applied, metric);
+    Ok(applied)
+}
+
+/// [`apply`] for several jobs in **one** transaction (one commit, one fsync): what the
+/// dispatcher writes for the grants of one cycle (issue 11: the next job's POST to Ray
+/// waits for one commit, not for one per job granted before it). Each `(id, event)`
+/// is decided and written exactly as [`apply`] would; rows are visited in id order
+/// (PostgreSQL locks them in that order, so two batches cannot deadlock) and the
+/// results come back in input order. Errors: as [`apply`], for the whole batch —
+/// nothing is written then.
+pub async fn apply_many(
+    db: &Db,
+    fence: &Fence,
+    steps: &[(Uuid, lifecycle::Event)],
+) -> Result<Vec<Applied>, DbErr> {
+    if steps.is_empty() {
+        return Ok(Vec::new());
+    }
+    let txn = db.begin().await?;
+    if let Fence::Term { holder, term } = fence {
+        check_fence(&txn, holder, *term).await?;
+    }
+    let mut order: Vec<usize> = (0..steps.len()).collect();
+    order.sort_by_key(|&i| steps[i].0);
+    let mut results: Vec<Option<(Applied, Option<StepMetric>)>> =
+        (0..steps.len()).map(|_| None).collect();
+    for i in order {
+        let (id, event) = &steps[i];
+        results[i] = Some(apply_in(&txn, *id, event).await?);
+    }
+    txn.commit().await?;
+    crate::events::committed();
+    Ok(results
+        .into_iter()
+        .flatten()
+        .map(|(applied, metric)| {
+            count_step(&applied, metric);
+            applied
+        })
+        .collect())
+}
+
+/// A written step's metric and the cluster to label it with, counted once its
+/// transaction commits.
+type StepMetric = (lifecycle::Metric, Option<String>);
+
+/// Counts a committed step's metric.
+fn count_step(_: &Applied, metric: Option<StepMetric>) {
+    if let Some((m, cluster)) = metric {
+        crate::metrics::count(m, cluster.as_deref());
+    }
+}
+
+/// One [`apply`] step inside `txn`: the decision and the guarded write, not the
+/// commit. Returns what was applied and, for a written step, the metric to count once
+/// the transaction commits.
+async fn apply_in(
+    txn: &sea_orm::DatabaseTransaction,
+    id: Uuid,
+    event: &lifecycle::Event,
+) -> Result<(Applied, Option<StepMetric>), DbErr> {
+    let at = now();
     let mut q = job::Entity::find_by_id(id);
     if txn.get_database_backend() == DatabaseBackend::Postgres {
         q = q.lock_exclusive();
     }
-    let Some(current) = q.one(&txn).await? else {
-        return Ok(Applied::NotFound);
+    let Some(current) = q.one(txn).await? else {
+        return Ok((Applied::NotFound, None));
     };
     let facts = lifecycle::JobFacts::of(&current);
     let step = match lifecycle::decide(id, &facts, event) {
         lifecycle::Decision::Step(step) => step,
-        lifecycle::Decision::Ignore => return Ok(Applied::Unchanged(current)),
-        lifecycle::Decision::Refuse(r) => return Ok(Applied::Refused(current, r)),
+        lifecycle::Decision::Ignore => return Ok((Applied::Unchanged(current), None)),
+        lifecycle::Decision::Refuse(r) => return Ok((Applied::Refused(current, r), None)),
     };
     let c = &step.changes;
     let mut update = job::Entity::update_many()
@@ -475,12 +540,12 @@ pub async fn apply(
     if let Some(r) = &c.stop_reason {
         update = update.col_expr(job::Column::StopReason, Expr::value(r.clone()));
     }
-    let res = update.exec(&txn).await?;
+    let res = update.exec(txn).await?;
     if res.rows_affected != 1 {
-        return Ok(Applied::Unchanged(current));
+        return Ok((Applied::Unchanged(current), None));
     }
     insert_event(
-        &txn,
+        txn,
         id,
         Some(current.status),
         step.to,
@@ -489,16 +554,14 @@ pub async fn apply(
     )
     .await?;
     let job = job::Entity::find_by_id(id)
-        .one(&txn)
+        .one(txn)
         .await?
         .ok_or_else(|| DbErr::RecordNotFound(id.to_string()))?;
-    txn.commit().await?;
-    crate::events::committed();
-    if let Some(m) = step.metric {
-        // Requeued steps clear the cluster: label with the one it was on.
-        crate::metrics::count(m, current.cluster.as_deref().or(job.cluster.as_deref()));
-    }
-    Ok(Applied::Changed { job, step })
+    // Requeued steps clear the cluster: label with the one it was on.
+    let metric = step
+        .metric
+        .map(|m| (m, current.cluster.clone().or_else(|| job.cluster.clone())));
+    Ok((Applied::Changed { job, step }, metric))
 }
 
 /// One user by id.

@@ -24,6 +24,79 @@ fn created(i: store::Intake) -> entity::job::Model {
     }
 }
 
+/// `store::apply_many` (the dispatcher's one transaction for a cycle's grants) decides
+/// and writes each step as `store::apply` would, answers in input order, and writes
+/// nothing when its fence no longer holds.
+async fn apply_many_is_apply_for_each_in_one_transaction(which: Db) {
+    let Some(db) = TestDb::new(which).await else {
+        return;
+    };
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    store::migrate(&conn).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(created(store::submit_job(&conn, new_job("u"), 100).await.unwrap()).id);
+    }
+    // The third was cancelled before its grant was written: refused, as alone.
+    let cancel = fairshare::lifecycle::Event::CancelRequested;
+    store::apply(&conn, &Fence::Unfenced, ids[2], &cancel)
+        .await
+        .unwrap();
+    let granted = fairshare::lifecycle::Event::Granted {
+        cluster: "ray".into(),
+    };
+    // Input order is not id order: answers still come back in input order.
+    let steps: Vec<_> = [ids[3], ids[0], ids[2], ids[1]]
+        .into_iter()
+        .map(|id| (id, granted.clone()))
+        .collect();
+    let applied = store::apply_many(&conn, &Fence::Unfenced, &steps)
+        .await
+        .unwrap();
+    assert_eq!(applied.len(), 4);
+    for (a, (id, _)) in applied.iter().zip(&steps) {
+        match a {
+            Applied::Changed { job, .. } => {
+                assert_eq!(job.id, *id);
+                assert_eq!(job.status, entity::JobStatus::Dispatching);
+                assert_eq!(job.cluster.as_deref(), Some("ray"));
+            }
+            _ => assert_eq!(*id, ids[2], "only the cancelled job is not granted"),
+        }
+    }
+    // Again: every step is now ignored or refused, nothing moves twice.
+    let again = store::apply_many(&conn, &Fence::Unfenced, &steps)
+        .await
+        .unwrap();
+    assert!(!again.iter().any(|a| matches!(a, Applied::Changed { .. })));
+    assert!(store::apply_many(&conn, &Fence::Unfenced, &[])
+        .await
+        .unwrap()
+        .is_empty());
+
+    if matches!(which, Db::Postgres) {
+        // A stale fence: the whole batch is refused and nothing is written.
+        let lease = Duration::from_secs(4);
+        let (term, _) = store::lease_acquire(&conn, "a", lease, Reclaim::Never)
+            .await
+            .unwrap()
+            .expect("the lease starts free");
+        let stale = Fence::Term {
+            holder: "a".into(),
+            term: term - 1,
+        };
+        let fresh = created(store::submit_job(&conn, new_job("u"), 100).await.unwrap());
+        let e = store::apply_many(&conn, &stale, &[(fresh.id, granted.clone())])
+            .await
+            .unwrap_err();
+        assert!(store::is_fenced(&e), "{e}");
+        let row = store::get_job(&conn, fresh.id).await.unwrap().unwrap();
+        assert_eq!(row.status, entity::JobStatus::Queued, "nothing written");
+    }
+    conn.close().await.unwrap();
+}
+crate::both_databases!(apply_many_is_apply_for_each_in_one_transaction);
+
 #[actix_web::test]
 async fn a_stale_term_cannot_move_a_job() {
     let Some(db) = TestDb::new(Db::Postgres).await else {

@@ -2,7 +2,7 @@
 //! clusters as the policy sees them, decayed usage, and saving it.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::{AsyncContext, Context};
 
@@ -150,7 +150,7 @@ impl FairShareArbiter {
             return;
         }
         self.cycle_requested = true;
-        ctx.run_later(Duration::ZERO, |act, _| {
+        crate::actors::after_mailbox(ctx, |act: &mut Self, _| {
             act.cycle_requested = false;
             act.run_cycle();
         });
