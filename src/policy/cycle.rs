@@ -699,7 +699,9 @@ impl Cycle<'_> {
 
 /// Users whose input window was not empty, in serving order after the cycle.
 fn user_order(now: Seconds, config: &PolicyConfig, states: &[UserState<'_>]) -> Vec<UserOrder> {
-    let mut ranked: Vec<(Candidate, UserOrder)> = states
+    // Sort the small ranks (the key is computed once per user), then build the
+    // entries in that order.
+    let mut ranked: Vec<(Candidate, f64)> = states
         .iter()
         .enumerate()
         .filter(|(_, state)| !state.view.queue.is_empty())
@@ -710,16 +712,21 @@ fn user_order(now: Seconds, config: &PolicyConfig, states: &[UserState<'_>]) -> 
                 head_at: state.head().map_or(f64::INFINITY, |job| job.submitted_at),
                 user,
             };
-            let entry = UserOrder {
-                user: state.view.user.clone(),
-                key,
-                share: state.share,
-                usage: state.usage,
-            };
-            (rank, entry)
+            (rank, key)
         })
         .collect();
     // Candidates are unique (they end with the user's index): unstable is exact.
     ranked.sort_unstable_by_key(|entry| entry.0);
-    ranked.into_iter().map(|(_, entry)| entry).collect()
+    ranked
+        .into_iter()
+        .map(|(rank, key)| {
+            let state = &states[rank.user];
+            UserOrder {
+                user: state.view.user.clone(),
+                key,
+                share: state.share,
+                usage: state.usage,
+            }
+        })
+        .collect()
 }
