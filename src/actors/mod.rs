@@ -306,13 +306,31 @@ impl Scheduler {
             chunk.push(user, job, held);
             (chunk.len >= RECOVERY_CHUNK).then(|| std::mem::take(chunk).into_users())
         };
-        let mut rows = store::stream_queued(db).await?;
-        while let Some(j) = futures_util::TryStreamExt::try_next(&mut rows).await? {
-            if let Some(users) = take(&j, &mut chunk) {
-                if let Some(sent) = in_flight.take() {
-                    let _: Result<(), _> = sent.await;
+        if sea_orm::ConnectionTrait::get_database_backend(db) == sea_orm::DatabaseBackend::Sqlite {
+            // Pages of one packed row each (see `store::queued_page_sqlite`).
+            let mut after = i64::MIN;
+            while let (Some(last), page) =
+                store::queued_page_sqlite(db, after, RECOVERY_CHUNK as u32).await?
+            {
+                after = last;
+                for j in &page {
+                    if let Some(users) = take(j, &mut chunk) {
+                        if let Some(sent) = in_flight.take() {
+                            let _: Result<(), _> = sent.await;
+                        }
+                        in_flight = Some(self.arbiter.send(arbiter::EnqueueMany { users }));
+                    }
                 }
-                in_flight = Some(self.arbiter.send(arbiter::EnqueueMany { users }));
+            }
+        } else {
+            let mut rows = store::stream_queued(db).await?;
+            while let Some(j) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+                if let Some(users) = take(&j, &mut chunk) {
+                    if let Some(sent) = in_flight.take() {
+                        let _: Result<(), _> = sent.await;
+                    }
+                    in_flight = Some(self.arbiter.send(arbiter::EnqueueMany { users }));
+                }
             }
         }
         if let Some(sent) = in_flight.take() {
