@@ -287,3 +287,166 @@ impl Handler<Release> for UserQueue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use actix::{Actor, Addr, Context, Handler, Message};
+
+    use super::*;
+    use crate::actors::messages::{
+        CapacityChanged, DispatchEnded, JobFinished, Requeued, StopInRay,
+    };
+
+    /// What the queue sent: each window announced (ids), jobs dispatched, grants
+    /// declined.
+    #[derive(Default)]
+    struct Seen {
+        windows: Vec<Vec<JobId>>,
+        dispatched: Vec<JobId>,
+        declined: Vec<JobId>,
+    }
+
+    struct Sink(Arc<Mutex<Seen>>);
+
+    impl Actor for Sink {
+        type Context = Context<Self>;
+    }
+
+    /// Answered once every message sent to the sink before it is handled.
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Flush;
+
+    macro_rules! ignore {
+        ($($m:ty),*) => {$(
+            impl Handler<$m> for Sink {
+                type Result = ();
+                fn handle(&mut self, _: $m, _: &mut Context<Self>) {}
+            }
+        )*};
+    }
+    ignore!(
+        Flush,
+        DispatchEnded,
+        CapacityChanged,
+        JobFinished,
+        Requeued,
+        Release,
+        RemoveQueued,
+        StopInRay
+    );
+
+    impl Handler<Demand> for Sink {
+        type Result = ();
+        fn handle(&mut self, msg: Demand, _: &mut Context<Self>) {
+            let ids = msg.window.iter().map(|j| j.job_id).collect();
+            self.0.lock().unwrap().windows.push(ids);
+        }
+    }
+
+    impl Handler<Dispatch> for Sink {
+        type Result = ();
+        fn handle(&mut self, msg: Dispatch, _: &mut Context<Self>) {
+            self.0.lock().unwrap().dispatched.push(msg.job.job_id);
+        }
+    }
+
+    impl Handler<GrantDeclined> for Sink {
+        type Result = ();
+        fn handle(&mut self, msg: GrantDeclined, _: &mut Context<Self>) {
+            self.0.lock().unwrap().declined.push(msg.job_id);
+        }
+    }
+
+    fn job(n: u128, priority: i32) -> QueuedJob {
+        QueuedJob {
+            job_id: JobId::from_u128(n),
+            resources: Resources::new(1.0, 0.0, 0.0),
+            priority,
+            submitted_at: 1_700_000_000.0 + n as f64 / 1e3,
+            runtime_estimate: None,
+        }
+    }
+
+    fn grant(n: u128) -> Grant {
+        Grant {
+            job_id: JobId::from_u128(n),
+            cluster: "c".into(),
+            granted_at: 0.0,
+            freed_at: None,
+        }
+    }
+
+    async fn start(window: usize) -> (Addr<UserQueue>, Addr<Sink>, Arc<Mutex<Seen>>) {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let sink = Sink(seen.clone()).start();
+        let arbiter = ArbiterHandle {
+            demand: sink.clone().recipient(),
+            grant_declined: sink.clone().recipient(),
+            dispatch_ended: sink.clone().recipient(),
+            capacity: sink.clone().recipient(),
+            finished: sink.clone().recipient(),
+            requeued: sink.clone().recipient(),
+            release: sink.clone().recipient(),
+            remove_queued: sink.clone().recipient(),
+        };
+        let dispatcher = DispatcherHandle {
+            dispatch: sink.clone().recipient(),
+            stop: sink.clone().recipient(),
+        };
+        let queue = UserQueue::new("u".into(), window, arbiter, dispatcher).start();
+        (queue, sink, seen)
+    }
+
+    fn ids(ns: &[u128]) -> Vec<JobId> {
+        ns.iter().map(|n| JobId::from_u128(*n)).collect()
+    }
+
+    #[actix_rt::test]
+    async fn a_queue_without_an_id_map_finds_jobs_to_grant_remove_and_release() {
+        let (queue, sink, seen) = start(2).await;
+        let batch = |jobs: Vec<(QueuedJob, bool)>| queue.send(EnqueueBatch { jobs });
+        batch((1..=4).map(|n| (job(n, 0), false)).collect())
+            .await
+            .unwrap();
+        // The same job again (API and recovery both saw it) changes nothing.
+        batch(vec![(job(1, 0), false)]).await.unwrap();
+        // A higher priority pushes job 2 out of the window.
+        batch(vec![(job(5, 9), false)]).await.unwrap();
+        // A grant from the window before (job 2) still finds its job.
+        queue.send(grant(2)).await.unwrap();
+        // Removal with its place, and without (a scan).
+        let remove = |n: u128, place: Option<QueuePlace>| RemoveQueued {
+            user: "u".into(),
+            job_id: JobId::from_u128(n),
+            place,
+        };
+        queue
+            .send(remove(3, Some(QueuePlace::of(&job(3, 0)))))
+            .await
+            .unwrap();
+        queue.send(remove(4, None)).await.unwrap();
+        // A held job is not offered until released.
+        batch(vec![(job(6, 9), true)]).await.unwrap();
+        queue
+            .send(Release {
+                user: "u".into(),
+                job_id: JobId::from_u128(6),
+            })
+            .await
+            .unwrap();
+        // A grant for a job no longer queued is declined.
+        queue.send(grant(3)).await.unwrap();
+        sink.send(Flush).await.unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen.windows,
+            vec![ids(&[1, 2]), ids(&[5, 1]), ids(&[5, 6])],
+            "one window per change that shows"
+        );
+        assert_eq!(seen.dispatched, ids(&[2]));
+        assert_eq!(seen.declined, ids(&[3]));
+    }
+}
