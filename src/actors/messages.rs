@@ -8,8 +8,8 @@ use entity::{job, user};
 
 use crate::policy::{JobId, QueuedJob, Resources};
 
-/// API, recovery, a failed dispatch or the monitor → arbiter → the user's `UserQueue`:
-/// a job is (again) QUEUED; the database says so already. `held`: an earlier Ray attempt
+/// API, recovery, a failed dispatch or the monitor → arbiter (→ the user's `UserQueue`
+/// as [`EnqueueBatch`]): a job is (again) QUEUED; the database says so already. `held`: an earlier Ray attempt
 /// of it is not yet confirmed stopped, so it keeps its place but is not offered to the
 /// policy until [`Release`].
 #[derive(Message, Clone, Debug)]

@@ -229,7 +229,7 @@ pub struct FairShareArbiter {
     /// reaches the arbiter from the API, from recovery and (on PostgreSQL) from another
     /// replica, and a requeue may repeat, but it counts once. 20 bytes an entry.
     queued_ids: IdMap<u32>,
-    /// Each user id that has queued a job, once, at its index in `queued_ids`.
+    /// Each user id that has queued a job, once; `queued_ids` holds indexes into it.
     names: Vec<Arc<str>>,
     /// Index of each user id in `names`.
     name_index: HashMap<Arc<str>, u32>,
