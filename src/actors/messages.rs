@@ -8,8 +8,8 @@ use entity::{job, user};
 
 use crate::policy::{JobId, QueuedJob, Resources};
 
-/// API, recovery, a failed dispatch or the monitor → arbiter → the user's `UserQueue`:
-/// a job is (again) QUEUED; the database says so already. `held`: an earlier Ray attempt
+/// API, recovery, a failed dispatch or the monitor → arbiter (→ the user's `UserQueue`
+/// as [`EnqueueBatch`]): a job is (again) QUEUED; the database says so already. `held`: an earlier Ray attempt
 /// of it is not yet confirmed stopped, so it keeps its place but is not offered to the
 /// policy until [`Release`].
 #[derive(Message, Clone, Debug)]
@@ -20,13 +20,55 @@ pub struct Enqueue {
     pub held: bool,
 }
 
+/// Arbiter → the user's `UserQueue`: QUEUED jobs of that user, `(job, held)` each (see
+/// [`Enqueue`]), counted by the arbiter already; one message for a job from the API, one
+/// per user and chunk while recovery loads the queues.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct EnqueueBatch {
+    pub jobs: Vec<(QueuedJob, bool)>,
+}
+
+/// Where a job sits in its user's queue: its priority and its submit time in
+/// microseconds since the Unix epoch (with the id, the queue's key). A message that
+/// removes a job carries it when the sender knows it, so the queue needs no map from
+/// id to place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueuePlace {
+    pub priority: i32,
+    /// Microseconds since the Unix epoch.
+    pub submitted_at_us: i64,
+}
+
+impl QueuePlace {
+    /// The place of a job as the policy sees it (`submitted_at` in seconds, rounded
+    /// to the microsecond).
+    pub fn of(job: &QueuedJob) -> QueuePlace {
+        QueuePlace {
+            priority: job.priority,
+            submitted_at_us: (job.submitted_at * 1e6).round() as i64,
+        }
+    }
+
+    /// The place of a job row.
+    pub fn of_row(j: &job::Model) -> QueuePlace {
+        QueuePlace {
+            priority: j.priority,
+            submitted_at_us: j.submitted_at.timestamp_micros(),
+        }
+    }
+}
+
 /// API or monitor → arbiter → `UserQueue`: a QUEUED job ended (cancelled, or an earlier
-/// attempt finished its work); drop it from the queue.
+/// attempt finished its work); drop it from the queue. `place`: where it sits, when the
+/// sender knows (without it the queue looks for the id, which costs a scan when the job
+/// is neither held nor in the window it last announced).
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct RemoveQueued {
     pub user: String,
     pub job_id: JobId,
+    pub place: Option<QueuePlace>,
 }
 
 /// Monitor → arbiter → `UserQueue`: Ray confirmed that a held job's earlier attempt
@@ -201,7 +243,7 @@ pub struct MonitorHandle {
 /// How the arbiter reaches one user's queue.
 #[derive(Clone)]
 pub struct QueueHandle {
-    pub enqueue: Recipient<Enqueue>,
+    pub enqueue: Recipient<EnqueueBatch>,
     pub grant: Recipient<Grant>,
     pub remove: Recipient<RemoveQueued>,
     pub release: Recipient<Release>,

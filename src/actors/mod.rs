@@ -32,8 +32,8 @@ use uuid::Uuid;
 use arbiter::FairShareArbiter;
 use dispatcher::Dispatcher;
 use messages::{
-    DispatcherHandle, Enqueue, Halt, MonitorHandle, QueueFactory, RemoveQueued, StopInRay, Track,
-    TrackRetiring, UserSettings,
+    DispatcherHandle, Enqueue, Halt, MonitorHandle, QueueFactory, QueuePlace, RemoveQueued,
+    StopInRay, Track, TrackRetiring, UserSettings,
 };
 use monitor::RayCapacityMonitor;
 pub use user_queue::summary;
@@ -47,6 +47,32 @@ use crate::views::{LiveUser, SchedulerView};
 
 /// QUEUED jobs per message while recovery streams them to the arbiter.
 const RECOVERY_CHUNK: usize = 10_000;
+
+/// One chunk of recovered QUEUED jobs, grouped by user in the order users first
+/// appear (each user's jobs in the order read).
+#[derive(Default)]
+struct RecoveryChunk {
+    users: Vec<(String, Vec<(crate::policy::QueuedJob, bool)>)>,
+    index: std::collections::HashMap<String, usize>,
+    /// Jobs in the chunk.
+    len: usize,
+}
+
+impl RecoveryChunk {
+    fn push(&mut self, user: String, job: crate::policy::QueuedJob, held: bool) {
+        self.len += 1;
+        if let Some(i) = self.index.get(&user) {
+            self.users[*i].1.push((job, held));
+            return;
+        }
+        self.index.insert(user.clone(), self.users.len());
+        self.users.push((user, vec![(job, held)]));
+    }
+
+    fn into_users(self) -> Vec<(String, Vec<(crate::policy::QueuedJob, bool)>)> {
+        self.users
+    }
+}
 
 /// Seconds since the Unix epoch, the policy's clock.
 pub fn unix_now() -> f64 {
@@ -284,19 +310,51 @@ impl Scheduler {
         for j in &requeued {
             self.enqueue(j);
         }
-        let mut chunk = Vec::with_capacity(RECOVERY_CHUNK);
+        // Each chunk goes to the arbiter grouped by user (one message per user to its
+        // queue); the chunk before is awaited before the next is sent, so at most two
+        // chunks are in memory however far the database read runs ahead.
+        let mut chunk = RecoveryChunk::default();
         let mut n_queued = 0usize;
-        let mut rows = store::stream_queued(db).await?;
-        while let Some(j) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+        let mut in_flight = None;
+        let mut take = |j: &job::Model, chunk: &mut RecoveryChunk| {
             n_queued += 1;
-            chunk.push(self.recovered_queued(&j));
-            if chunk.len() == RECOVERY_CHUNK {
-                let jobs = std::mem::replace(&mut chunk, Vec::with_capacity(RECOVERY_CHUNK));
-                self.arbiter.do_send(arbiter::EnqueueMany { jobs });
+            let (user, job, held) = self.recovered_queued(j);
+            chunk.push(user, job, held);
+            (chunk.len >= RECOVERY_CHUNK).then(|| std::mem::take(chunk).into_users())
+        };
+        if sea_orm::ConnectionTrait::get_database_backend(db) == sea_orm::DatabaseBackend::Sqlite {
+            // Pages of one packed row each (see `store::queued_page_sqlite`).
+            let mut after = i64::MIN;
+            while let (Some(last), page) =
+                store::queued_page_sqlite(db, after, RECOVERY_CHUNK as u32).await?
+            {
+                after = last;
+                for j in &page {
+                    if let Some(users) = take(j, &mut chunk) {
+                        if let Some(sent) = in_flight.take() {
+                            let _: Result<(), _> = sent.await;
+                        }
+                        in_flight = Some(self.arbiter.send(arbiter::EnqueueMany { users }));
+                    }
+                }
+            }
+        } else {
+            let mut rows = store::stream_queued(db).await?;
+            while let Some(j) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+                if let Some(users) = take(&j, &mut chunk) {
+                    if let Some(sent) = in_flight.take() {
+                        let _: Result<(), _> = sent.await;
+                    }
+                    in_flight = Some(self.arbiter.send(arbiter::EnqueueMany { users }));
+                }
             }
         }
-        drop(rows);
-        self.arbiter.do_send(arbiter::EnqueueMany { jobs: chunk });
+        if let Some(sent) = in_flight.take() {
+            let _: Result<(), _> = sent.await;
+        }
+        self.arbiter.do_send(arbiter::EnqueueMany {
+            users: chunk.into_users(),
+        });
         tracing::info!(
             queued = n_queued,
             outstanding = n_outstanding,
@@ -312,6 +370,12 @@ impl Scheduler {
 
     /// A QUEUED row as the arbiter takes it; a retiring attempt is followed.
     fn recovered_queued(&self, j: &job::Model) -> (String, crate::policy::QueuedJob, bool) {
+        self.follow_retiring(j);
+        (j.user_id.clone(), summary(j), j.retiring_attempt.is_some())
+    }
+
+    /// Has the monitor follow a QUEUED job's retiring attempt, if it has one.
+    fn follow_retiring(&self, j: &job::Model) {
         if let (Some(attempt), Some(cluster)) = (j.retiring_attempt, &j.cluster) {
             self.monitor.do_send(TrackRetiring {
                 job_id: j.id,
@@ -320,7 +384,6 @@ impl Scheduler {
                 attempt: attempt.max(1) as u32,
             });
         }
-        (j.user_id.clone(), summary(j), j.retiring_attempt.is_some())
     }
 
     /// Queues a QUEUED job row; a retiring attempt makes it held and followed.
@@ -382,6 +445,7 @@ impl Scheduler {
             self.arbiter.do_send(RemoveQueued {
                 user: job.user_id.clone(),
                 job_id: job.id,
+                place: Some(QueuePlace::of_row(job)),
             });
         } else {
             self.monitor.do_send(Track { job: job.clone() });
@@ -408,6 +472,7 @@ impl Scheduler {
         self.arbiter.do_send(RemoveQueued {
             user: user.to_string(),
             job_id,
+            place: None,
         });
     }
 
@@ -509,6 +574,7 @@ impl Scheduler {
                 self.arbiter.do_send(RemoveQueued {
                     user: j.user_id.clone(),
                     job_id: j.id,
+                    place: Some(QueuePlace::of_row(j)),
                 });
             }
             JobStatus::Pending | JobStatus::Running if j.stop_reason.is_some() => {

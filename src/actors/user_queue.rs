@@ -8,18 +8,19 @@
 //! stopped) keeps its place but is left out of the window until [`Release`].
 
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeMap;
 
 use actix::{Actor, Context, Handler};
 use entity::job;
 
 use super::messages::{
-    ArbiterHandle, Demand, Dispatch, DispatcherHandle, Enqueue, Grant, GrantDeclined, QueueHandle,
-    Release, RemoveQueued,
+    ArbiterHandle, Demand, Dispatch, DispatcherHandle, EnqueueBatch, Grant, GrantDeclined,
+    QueueHandle, QueuePlace, Release, RemoveQueued,
 };
 use crate::policy::{JobId, QueuedJob, Resources};
 
-/// Queue order: priority (higher first), submit time (microseconds), id.
+/// Queue order: priority (higher first), submit time (microseconds since the epoch),
+/// id. 32 bytes.
 type QueueKey = (Reverse<i32>, i64, JobId);
 
 /// The policy's summary of a job row: resources in cores/GPUs/bytes, submit time in
@@ -35,15 +36,15 @@ pub fn summary(j: &job::Model) -> QueuedJob {
     }
 }
 
-/// A queued job as the queue keeps it: its [`QueuedJob`] less the id (the map's key)
-/// and with the runtime estimate as `NaN` for "none": 48 bytes (BENCHMARKS.md, "Scale",
-/// has the memory per queued job).
+/// A queued job as the queue keeps it beside its key: what [`QueuedJob`] has beyond
+/// the key, with the runtime estimate (seconds) as `NaN` for "none": 40 bytes, so a
+/// job costs 72 bytes in a B-tree leaf (BENCHMARKS.md, "Intake and scale", has the
+/// memory per queued job).
+#[derive(Clone, Copy)]
 struct Entry {
     resources: Resources,
-    submitted_at: f64,
-    /// `NaN`: none (the arbiter fills in the configured default).
+    /// Seconds; `NaN`: none (the arbiter fills in the configured default).
     runtime_estimate: f64,
-    priority: i32,
     held: bool,
 }
 
@@ -51,46 +52,44 @@ impl Entry {
     fn new(job: &QueuedJob, held: bool) -> Entry {
         Entry {
             resources: job.resources,
-            submitted_at: job.submitted_at,
             runtime_estimate: job.runtime_estimate.unwrap_or(f64::NAN),
-            priority: job.priority,
             held,
         }
     }
 
-    fn job(&self, job_id: JobId) -> QueuedJob {
+    fn job(&self, key: &QueueKey) -> QueuedJob {
         QueuedJob {
-            job_id,
+            job_id: key.2,
             resources: self.resources,
-            priority: self.priority,
-            submitted_at: self.submitted_at,
+            priority: key.0 .0,
+            submitted_at: key.1 as f64 / 1e6,
             runtime_estimate: Some(self.runtime_estimate).filter(|e| !e.is_nan()),
         }
     }
-
-    fn key(&self, job_id: JobId) -> QueueKey {
-        queue_key(self.priority, self.submitted_at, job_id)
-    }
 }
 
-fn queue_key(priority: i32, submitted_at: f64, job_id: JobId) -> QueueKey {
-    (
-        Reverse(priority),
-        (submitted_at * 1e6).round() as i64,
-        job_id,
-    )
+fn key_at(place: QueuePlace, job_id: JobId) -> QueueKey {
+    (Reverse(place.priority), place.submitted_at_us, job_id)
+}
+
+fn key_of(job: &QueuedJob) -> QueueKey {
+    key_at(QueuePlace::of(job), job.job_id)
 }
 
 /// The queue of one user.
 pub struct UserQueue {
     user: String,
     window: usize,
-    /// Queue order; the key ends with the job's id.
-    order: BTreeSet<QueueKey>,
-    jobs: HashMap<JobId, Entry>,
+    /// The queued jobs in queue order. No map from id to key: a message that removes
+    /// a job carries its place ([`QueuePlace`]), a grant names a job of the window last
+    /// sent, and a release names a held job (see [`UserQueue::find`]).
+    jobs: BTreeMap<QueueKey, Entry>,
+    /// The keys of the held jobs (few: earlier attempts not yet confirmed stopped).
+    held: Vec<QueueKey>,
     arbiter: ArbiterHandle,
     dispatcher: DispatcherHandle,
-    last_sent: Option<Vec<JobId>>,
+    /// The keys of the window last sent.
+    last_sent: Option<Vec<QueueKey>>,
 }
 
 impl UserQueue {
@@ -105,8 +104,8 @@ impl UserQueue {
         UserQueue {
             user,
             window: window.max(1),
-            order: BTreeSet::new(),
-            jobs: HashMap::new(),
+            jobs: BTreeMap::new(),
+            held: Vec::new(),
             arbiter,
             dispatcher,
             last_sent: None,
@@ -131,21 +130,21 @@ impl UserQueue {
 
     /// Sends `Demand` if the window differs from the one last sent.
     fn announce(&mut self) {
-        let ids: Vec<JobId> = self
-            .order
+        let keys: Vec<QueueKey> = self
+            .jobs
             .iter()
-            .map(|k| k.2)
-            .filter(|id| self.jobs.get(id).is_some_and(|e| !e.held))
+            .filter(|(_, e)| !e.held)
+            .map(|(k, _)| *k)
             .take(self.window)
             .collect();
-        if self.last_sent.as_ref() == Some(&ids) {
+        if self.last_sent.as_ref() == Some(&keys) {
             return;
         }
-        let window = ids
+        let window = keys
             .iter()
-            .filter_map(|id| self.jobs.get(id).map(|e| e.job(*id)))
+            .filter_map(|k| self.jobs.get(k).map(|e| e.job(k)))
             .collect();
-        self.last_sent = Some(ids);
+        self.last_sent = Some(keys);
         self.arbiter.demand.do_send(Demand {
             user: self.user.clone(),
             window,
@@ -155,18 +154,65 @@ impl UserQueue {
     /// Whether a new job with `key` comes after the whole window last sent, and that
     /// window is full: then the window does not change.
     fn behind_full_window(&self, key: &QueueKey) -> bool {
-        let Some(last) = self.last_sent.as_ref().filter(|w| w.len() >= self.window) else {
-            return false;
-        };
-        last.last()
-            .and_then(|id| self.jobs.get(id).map(|e| e.key(*id)))
-            .is_some_and(|last_key| *key > last_key)
+        self.last_sent
+            .as_ref()
+            .filter(|w| w.len() >= self.window)
+            .and_then(|w| w.last())
+            .is_some_and(|last| key > last)
     }
 
-    fn remove(&mut self, id: JobId) -> Option<QueuedJob> {
-        let e = self.jobs.remove(&id)?;
-        self.order.remove(&e.key(id));
-        Some(e.job(id))
+    /// Adds a job, or (already queued) sets whether it is held. Returns whether the
+    /// window may have changed.
+    fn insert(&mut self, job: &QueuedJob, held: bool) -> bool {
+        let key = key_of(job);
+        if let Some(e) = self.jobs.get_mut(&key) {
+            if e.held == held {
+                return false;
+            }
+            e.held = held;
+            if held {
+                self.held.push(key);
+            } else {
+                self.held.retain(|k| *k != key);
+            }
+            return true;
+        }
+        self.jobs.insert(key, Entry::new(job, held));
+        if held {
+            self.held.push(key);
+            // A held job is not in the window.
+            return false;
+        }
+        // A queue loaded at start gets its jobs in order: almost all of them land
+        // behind a full window, where nothing is to compare or send.
+        !self.behind_full_window(&key)
+    }
+
+    /// The key of queued job `id`: at `place` if given, else among the held jobs and
+    /// the window last sent, else (rarely: a grant from a window since replaced) by a
+    /// scan of the queue.
+    fn find(&self, id: JobId, place: Option<QueuePlace>) -> Option<QueueKey> {
+        if let Some(p) = place {
+            let key = key_at(p, id);
+            if self.jobs.contains_key(&key) {
+                return Some(key);
+            }
+        }
+        let known = self.held.iter().chain(self.last_sent.iter().flatten());
+        if let Some(k) = known.copied().find(|k| k.2 == id) {
+            if self.jobs.contains_key(&k) {
+                return Some(k);
+            }
+        }
+        self.jobs.keys().find(|k| k.2 == id).copied()
+    }
+
+    fn remove(&mut self, key: &QueueKey) -> Option<QueuedJob> {
+        let e = self.jobs.remove(key)?;
+        if e.held {
+            self.held.retain(|k| k != key);
+        }
+        Some(e.job(key))
     }
 }
 
@@ -174,25 +220,17 @@ impl Actor for UserQueue {
     type Context = Context<Self>;
 }
 
-impl Handler<Enqueue> for UserQueue {
+impl Handler<EnqueueBatch> for UserQueue {
     type Result = ();
 
-    fn handle(&mut self, msg: Enqueue, _: &mut Context<Self>) {
-        if let Some(e) = self.jobs.get_mut(&msg.job.job_id) {
-            e.held = msg.held;
-        } else {
-            let entry = Entry::new(&msg.job, msg.held);
-            let key = entry.key(msg.job.job_id);
-            let behind_window = self.behind_full_window(&key);
-            self.order.insert(key);
-            self.jobs.insert(msg.job.job_id, entry);
-            if behind_window || msg.held {
-                // The window is unchanged: nothing to compare or send (a queue loaded
-                // at start gets its jobs in order, almost all of them here).
-                return;
-            }
+    fn handle(&mut self, msg: EnqueueBatch, _: &mut Context<Self>) {
+        let mut changed = false;
+        for (job, held) in &msg.jobs {
+            changed |= self.insert(job, *held);
         }
-        self.announce();
+        if changed {
+            self.announce();
+        }
     }
 }
 
@@ -200,8 +238,10 @@ impl Handler<Grant> for UserQueue {
     type Result = ();
 
     fn handle(&mut self, msg: Grant, _: &mut Context<Self>) {
-        let grantable = self.jobs.get(&msg.job_id).is_some_and(|e| !e.held);
-        match grantable.then(|| self.remove(msg.job_id)).flatten() {
+        let key = self
+            .find(msg.job_id, None)
+            .filter(|k| self.jobs.get(k).is_some_and(|e| !e.held));
+        match key.and_then(|k| self.remove(&k)) {
             Some(job) => {
                 self.dispatcher.dispatch.do_send(Dispatch {
                     user: self.user.clone(),
@@ -226,7 +266,8 @@ impl Handler<RemoveQueued> for UserQueue {
     type Result = ();
 
     fn handle(&mut self, msg: RemoveQueued, _: &mut Context<Self>) {
-        if self.remove(msg.job_id).is_some() {
+        let key = self.find(msg.job_id, msg.place);
+        if key.and_then(|k| self.remove(&k)).is_some() {
             self.announce();
         }
     }
@@ -236,9 +277,176 @@ impl Handler<Release> for UserQueue {
     type Result = ();
 
     fn handle(&mut self, msg: Release, _: &mut Context<Self>) {
-        if let Some(e) = self.jobs.get_mut(&msg.job_id) {
+        let Some(key) = self.held.iter().copied().find(|k| k.2 == msg.job_id) else {
+            return;
+        };
+        self.held.retain(|k| *k != key);
+        if let Some(e) = self.jobs.get_mut(&key) {
             e.held = false;
             self.announce();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use actix::{Actor, Addr, Context, Handler, Message};
+
+    use super::*;
+    use crate::actors::messages::{
+        CapacityChanged, DispatchEnded, JobFinished, Requeued, StopInRay,
+    };
+
+    /// What the queue sent: each window announced (ids), jobs dispatched, grants
+    /// declined.
+    #[derive(Default)]
+    struct Seen {
+        windows: Vec<Vec<JobId>>,
+        dispatched: Vec<JobId>,
+        declined: Vec<JobId>,
+    }
+
+    struct Sink(Arc<Mutex<Seen>>);
+
+    impl Actor for Sink {
+        type Context = Context<Self>;
+    }
+
+    /// Answered once every message sent to the sink before it is handled.
+    #[derive(Message)]
+    #[rtype(result = "()")]
+    struct Flush;
+
+    macro_rules! ignore {
+        ($($m:ty),*) => {$(
+            impl Handler<$m> for Sink {
+                type Result = ();
+                fn handle(&mut self, _: $m, _: &mut Context<Self>) {}
+            }
+        )*};
+    }
+    ignore!(
+        Flush,
+        DispatchEnded,
+        CapacityChanged,
+        JobFinished,
+        Requeued,
+        Release,
+        RemoveQueued,
+        StopInRay
+    );
+
+    impl Handler<Demand> for Sink {
+        type Result = ();
+        fn handle(&mut self, msg: Demand, _: &mut Context<Self>) {
+            let ids = msg.window.iter().map(|j| j.job_id).collect();
+            self.0.lock().unwrap().windows.push(ids);
+        }
+    }
+
+    impl Handler<Dispatch> for Sink {
+        type Result = ();
+        fn handle(&mut self, msg: Dispatch, _: &mut Context<Self>) {
+            self.0.lock().unwrap().dispatched.push(msg.job.job_id);
+        }
+    }
+
+    impl Handler<GrantDeclined> for Sink {
+        type Result = ();
+        fn handle(&mut self, msg: GrantDeclined, _: &mut Context<Self>) {
+            self.0.lock().unwrap().declined.push(msg.job_id);
+        }
+    }
+
+    fn job(n: u128, priority: i32) -> QueuedJob {
+        QueuedJob {
+            job_id: JobId::from_u128(n),
+            resources: Resources::new(1.0, 0.0, 0.0),
+            priority,
+            submitted_at: 1_700_000_000.0 + n as f64 / 1e3,
+            runtime_estimate: None,
+        }
+    }
+
+    fn grant(n: u128) -> Grant {
+        Grant {
+            job_id: JobId::from_u128(n),
+            cluster: "c".into(),
+            granted_at: 0.0,
+            freed_at: None,
+        }
+    }
+
+    async fn start(window: usize) -> (Addr<UserQueue>, Addr<Sink>, Arc<Mutex<Seen>>) {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let sink = Sink(seen.clone()).start();
+        let arbiter = ArbiterHandle {
+            demand: sink.clone().recipient(),
+            grant_declined: sink.clone().recipient(),
+            dispatch_ended: sink.clone().recipient(),
+            capacity: sink.clone().recipient(),
+            finished: sink.clone().recipient(),
+            requeued: sink.clone().recipient(),
+            release: sink.clone().recipient(),
+            remove_queued: sink.clone().recipient(),
+        };
+        let dispatcher = DispatcherHandle {
+            dispatch: sink.clone().recipient(),
+            stop: sink.clone().recipient(),
+        };
+        let queue = UserQueue::new("u".into(), window, arbiter, dispatcher).start();
+        (queue, sink, seen)
+    }
+
+    fn ids(ns: &[u128]) -> Vec<JobId> {
+        ns.iter().map(|n| JobId::from_u128(*n)).collect()
+    }
+
+    #[actix_rt::test]
+    async fn a_queue_without_an_id_map_finds_jobs_to_grant_remove_and_release() {
+        let (queue, sink, seen) = start(2).await;
+        let batch = |jobs: Vec<(QueuedJob, bool)>| queue.send(EnqueueBatch { jobs });
+        batch((1..=4).map(|n| (job(n, 0), false)).collect())
+            .await
+            .unwrap();
+        // The same job again (API and recovery both saw it) changes nothing.
+        batch(vec![(job(1, 0), false)]).await.unwrap();
+        // A higher priority pushes job 2 out of the window.
+        batch(vec![(job(5, 9), false)]).await.unwrap();
+        // A grant from the window before (job 2) still finds its job.
+        queue.send(grant(2)).await.unwrap();
+        // Removal with its place, and without (a scan).
+        let remove = |n: u128, place: Option<QueuePlace>| RemoveQueued {
+            user: "u".into(),
+            job_id: JobId::from_u128(n),
+            place,
+        };
+        queue
+            .send(remove(3, Some(QueuePlace::of(&job(3, 0)))))
+            .await
+            .unwrap();
+        queue.send(remove(4, None)).await.unwrap();
+        // A held job is not offered until released.
+        batch(vec![(job(6, 9), true)]).await.unwrap();
+        queue
+            .send(Release {
+                user: "u".into(),
+                job_id: JobId::from_u128(6),
+            })
+            .await
+            .unwrap();
+        // A grant for a job no longer queued is declined.
+        queue.send(grant(3)).await.unwrap();
+        sink.send(Flush).await.unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen.windows,
+            vec![ids(&[1, 2]), ids(&[5, 1]), ids(&[5, 6])],
+            "one window per change that shows"
+        );
+        assert_eq!(seen.dispatched, ids(&[2]));
+        assert_eq!(seen.declined, ids(&[3]));
     }
 }

@@ -75,6 +75,91 @@ async fn a_restart_with_many_queued_jobs_is_alive_at_once_and_counts_each_job_on
         .await
         .unwrap();
     assert_eq!(u["queued"], 1_001);
+    // A job loaded at start leaves its queue and its count when cancelled.
+    let page: serde_json::Value = app
+        .get("/v1/jobs?user=u1&status=QUEUED&limit=1", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let id = page["jobs"][0]["id"].as_str().unwrap().to_string();
+    let r = app
+        .post(&format!("/v1/jobs/{id}/cancel"), SUBMITTER, json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let u: serde_json::Value = app
+        .get("/v1/users/u1", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(u["queued"], 999);
+    let s: serde_json::Value = app
+        .get("/v1/scheduler", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(s["queued_jobs"], 20_000);
+}
+
+#[actix_web::test]
+async fn the_packed_pages_of_queued_jobs_on_sqlite_read_like_the_stream() {
+    use crate::helpers::TestDb;
+    use futures_util::TryStreamExt;
+    let db = TestDb::new(Db::Sqlite).await.unwrap();
+    let conn = crate::jobs::connect(&db.url).await;
+    fairshare::store::migrate(&conn).await.unwrap();
+    let jobs = (0..23)
+        .map(|i| {
+            let mut j = crate::helpers::new_job(
+                if i % 3 == 0 {
+                    "o'brien \\ \"x\""
+                } else {
+                    "ünï"
+                },
+                Some(format!("e{i}")),
+            );
+            j.priority = i % 4 - 2;
+            j.cpu = 1.0 / 3.0 + f64::from(i);
+            j.gpu = 0.1 * f64::from(i);
+            j.memory_bytes = (1 << 40) + i64::from(i);
+            j.max_runtime_s = (i % 2 == 0).then_some(3_600 + i64::from(i));
+            j
+        })
+        .collect();
+    for answer in fairshare::store::submit_batch(&conn, jobs, 1_000_000).await {
+        answer.unwrap();
+    }
+    // One job with a retiring attempt on a cluster, one that is not QUEUED.
+    sea_orm::ConnectionTrait::execute_unprepared(
+        &conn,
+        "update jobs set retiring_attempt = 1, attempt = 2, cluster = 'c' \
+         where external_id = 'e4'; update jobs set status = 'RUNNING' where external_id = 'e5'",
+    )
+    .await
+    .unwrap();
+    let streamed: Vec<_> = fairshare::store::stream_queued(&conn)
+        .await
+        .unwrap()
+        .try_collect()
+        .await
+        .unwrap();
+    let mut paged = Vec::new();
+    let mut after = i64::MIN;
+    while let (Some(last), page) = fairshare::store::queued_page_sqlite(&conn, after, 7)
+        .await
+        .unwrap()
+    {
+        assert!(page.len() <= 7);
+        after = last;
+        paged.extend(page);
+    }
+    assert_eq!(streamed.len(), 22);
+    assert_eq!(paged, streamed);
+    assert!(paged
+        .iter()
+        .any(|j| j.retiring_attempt == Some(1) && j.attempt == 2));
 }
 
 #[actix_web::test]

@@ -30,6 +30,7 @@ pub use report::{GetPendingReason, GetUserState, GetView, IsReady, Loaded};
 pub use what_if::GetSnapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -37,8 +38,8 @@ use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, Wrap
 use entity::user;
 
 use super::messages::{
-    ArbiterHandle, CapacityChanged, Demand, DispatchEnded, Enqueue, GrantDeclined, JobFinished,
-    QueueFactory, QueueHandle, Release, RemoveQueued, Requeued, UserSettings,
+    ArbiterHandle, CapacityChanged, Demand, DispatchEnded, Enqueue, EnqueueBatch, GrantDeclined,
+    JobFinished, QueueFactory, QueueHandle, Release, RemoveQueued, Requeued, UserSettings,
 };
 use super::unix_now;
 use crate::config::Settings;
@@ -132,13 +133,41 @@ pub struct RecoveredOutstanding {
     pub outstanding: Vec<entity::job::Model>,
 }
 
-/// Recovery → arbiter: a chunk of QUEUED jobs read from the database, in queue order
-/// per user: `(user, job, held)`.
+/// Recovery → arbiter: a chunk of QUEUED jobs read from the database, grouped by user:
+/// `(user, [(job, held)])`. The arbiter counts them and hands each user's part to its
+/// queue in one message.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct EnqueueMany {
-    pub jobs: Vec<(String, QueuedJob, bool)>,
+    pub users: Vec<(String, Vec<(QueuedJob, bool)>)>,
 }
+
+/// Hashes a job id (a UUID: its random bits) with one multiply per 8 bytes rather
+/// than SipHash: the arbiter hashes every queued job's id at least twice.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
+                .wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+
+    fn write_usize(&mut self, _: usize) {
+        // Only the length prefix of the id's bytes: the same for every id.
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A map keyed by job id, hashed with [`IdHasher`].
+pub(crate) type IdMap<V> = HashMap<JobId, V, BuildHasherDefault<IdHasher>>;
 
 /// While recovery streams the queues in, a job cancelled before its row reached the
 /// arbiter must not be queued after all: its id is remembered until loading ends.
@@ -196,13 +225,14 @@ pub struct FairShareArbiter {
     cycles: u64,
     cycle_requested: bool,
     ready: bool,
-    /// Every QUEUED job the queues hold, with its user: a job reaches the arbiter
-    /// from the API, from recovery and (on PostgreSQL) from another replica, and a
-    /// requeue may repeat, but it counts once.
-    queued_ids: HashMap<JobId, Arc<str>>,
-    /// Each user id once, shared by its entries in `queued_ids` (a million queued jobs
-    /// must not hold a million copies of a few thousand names).
-    names: HashSet<Arc<str>>,
+    /// Every QUEUED job the queues hold, with its user's index in `names`: a job
+    /// reaches the arbiter from the API, from recovery and (on PostgreSQL) from another
+    /// replica, and a requeue may repeat, but it counts once. 20 bytes an entry.
+    queued_ids: IdMap<u32>,
+    /// Each user id that has queued a job, once; `queued_ids` holds indexes into it.
+    names: Vec<Arc<str>>,
+    /// Index of each user id in `names`.
+    name_index: HashMap<Arc<str>, u32>,
     /// Each user's usage as last written.
     saved_usage: HashMap<String, f64>,
     /// The last [`RECENTLY_ENDED`] jobs that left this arbiter (granted and ended, or
@@ -248,8 +278,9 @@ impl FairShareArbiter {
             cycles: 0,
             cycle_requested: false,
             ready: false,
-            queued_ids: HashMap::new(),
-            names: HashSet::new(),
+            queued_ids: IdMap::default(),
+            names: Vec::new(),
+            name_index: HashMap::new(),
             saved_usage: HashMap::new(),
             ended: VecDeque::new(),
             ended_set: HashSet::new(),
@@ -365,31 +396,47 @@ impl FairShareArbiter {
         self.users.get_mut(user).expect("inserted above")
     }
 
-    /// Adds a QUEUED job to its user's queue and count.
-    fn enqueue(&mut self, user: &str, job: QueuedJob, held: bool) {
+    /// The index of `user` in `names`, added if new.
+    fn name_index(&mut self, user: &str) -> u32 {
+        if let Some(i) = self.name_index.get(user) {
+            return *i;
+        }
+        let i = u32::try_from(self.names.len()).expect("fewer than 2^32 users");
+        let name: Arc<str> = Arc::from(user);
+        self.names.push(name.clone());
+        self.name_index.insert(name, i);
+        i
+    }
+
+    /// Counts a QUEUED job of user `user_index` in, unless it is counted already or was
+    /// removed while recovery loads. Returns whether its queue should get it.
+    fn admit(&mut self, user_index: u32, job_id: JobId) -> bool {
         if let Some(l) = &mut self.loading {
-            if l.removed.contains(&job.job_id) {
-                return;
+            if l.removed.contains(&job_id) {
+                return false;
             }
             l.loaded += 1;
         }
-        let name = match self.names.get(user) {
-            Some(name) => name.clone(),
-            None => {
-                let name: Arc<str> = Arc::from(user);
-                self.names.insert(name.clone());
-                name
-            }
-        };
-        if self.queued_ids.insert(job.job_id, name).is_some() {
+        self.queued_ids.insert(job_id, user_index).is_none()
+    }
+
+    /// Adds QUEUED jobs `(job, held)` of `user` to its queue (one message) and count.
+    fn enqueue_all(&mut self, user: &str, jobs: Vec<(QueuedJob, bool)>) {
+        let index = self.name_index(user);
+        let mut admitted = jobs;
+        admitted.retain(|(job, _)| self.admit(index, job.job_id));
+        if admitted.is_empty() {
             return;
         }
-        self.entry(user).queued += 1;
-        self.queue_for(user).enqueue.do_send(Enqueue {
-            user: user.to_string(),
-            job,
-            held,
-        });
+        self.entry(user).queued += admitted.len();
+        self.queue_for(user)
+            .enqueue
+            .do_send(EnqueueBatch { jobs: admitted });
+    }
+
+    /// Adds a QUEUED job to its user's queue and count.
+    fn enqueue(&mut self, user: &str, job: QueuedJob, held: bool) {
+        self.enqueue_all(user, vec![(job, held)]);
     }
 
     /// Releases what a grant reserved (the job ended or is queued again).
@@ -458,8 +505,8 @@ impl Handler<EnqueueMany> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: EnqueueMany, _: &mut Context<Self>) {
-        for (user, job, held) in msg.jobs {
-            self.enqueue(&user, job, held);
+        for (user, jobs) in msg.users {
+            self.enqueue_all(&user, jobs);
         }
     }
 }
@@ -505,7 +552,7 @@ impl Handler<QueuedIds> for FairShareArbiter {
         actix::MessageResult(
             self.queued_ids
                 .iter()
-                .map(|(id, user)| (user.to_string(), *id))
+                .map(|(id, user)| (self.names[*user as usize].to_string(), *id))
                 .collect(),
         )
     }

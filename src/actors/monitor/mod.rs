@@ -364,6 +364,7 @@ impl RayCapacityMonitor {
                 self.arbiter.remove_queued.do_send(RemoveQueued {
                     user: r.msg.user,
                     job_id: id,
+                    place: Some(crate::actors::messages::QueuePlace::of_row(&job)),
                 });
             }
             // Cancelled meanwhile (terminal), or gone: nothing more to follow.
