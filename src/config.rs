@@ -121,6 +121,11 @@ pub struct ServerSettings {
     pub bind: SocketAddr,
     /// Largest request body in bytes; larger ones get 413.
     pub max_body_bytes: usize,
+    /// Longest a request body may stall (no bytes arrive) before the request is
+    /// answered 408 and the connection closed (default 10 s). actix-web's own timeout
+    /// covers only the headers.
+    #[serde(with = "humantime_serde")]
+    pub body_idle_timeout: Duration,
     /// HTTP worker threads; 0 = one per core.
     pub workers: usize,
 }
@@ -465,6 +470,9 @@ impl Settings {
                 reason: reason.to_string(),
             })
         };
+        if self.server.body_idle_timeout.is_zero() {
+            return invalid("server.body_idle_timeout", "must be more than 0");
+        }
         if self.server.max_body_bytes == 0 {
             return invalid("server.max_body_bytes", "must be at least 1");
         }

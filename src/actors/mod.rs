@@ -440,6 +440,28 @@ impl Scheduler {
         )
     }
 
+    /// Ray's `DELETE` of a job its caller saw QUEUED ([`Event::WithdrawQueued`]): stops
+    /// it only if it is still QUEUED, in the write's transaction; a job granted in
+    /// between is left as it is. Returns the row as it ends up (`None`: no such job).
+    pub async fn withdraw(
+        db: &Db,
+        scheduler: Option<&Scheduler>,
+        id: Uuid,
+    ) -> Result<Option<job::Model>, sea_orm::DbErr> {
+        Ok(
+            match store::apply(db, &Fence::Unfenced, id, &Event::WithdrawQueued).await? {
+                Applied::NotFound => None,
+                Applied::Refused(job, _) | Applied::Unchanged(job) => Some(job),
+                Applied::Changed { job, step } => {
+                    if let Some(s) = scheduler {
+                        s.after_cancel(&job, step.ray);
+                    }
+                    Some(job)
+                }
+            },
+        )
+    }
+
     fn after_cancel(&self, job: &job::Model, ray: Option<RayCall>) {
         if job.status == JobStatus::Stopped {
             self.arbiter.do_send(RemoveQueued {

@@ -10,11 +10,18 @@ use super::error::ApiError;
 
 /// Reads the whole body, refusing more than `limit` bytes: at once when the declared
 /// `Content-Length` is over the limit, else as soon as the bytes read exceed it.
+/// Errors: 413 over the limit; 408 when no bytes arrive for `idle`
+/// (`server.body_idle_timeout`: actix-web times out slow *headers*, not a body that
+/// stops half-way, which would otherwise hold its connection for ever; counted per
+/// read, so a large upload that keeps moving is not cut off); 400 when the body cannot
+/// be read.
 pub async fn read_body(
     req: &actix_web::HttpRequest,
-    payload: web::Payload,
+    mut payload: web::Payload,
     limit: usize,
+    idle: std::time::Duration,
 ) -> Result<web::Bytes, ApiError> {
+    use futures_util::StreamExt;
     let declared = req
         .headers()
         .get(actix_web::http::header::CONTENT_LENGTH)
@@ -23,10 +30,23 @@ pub async fn read_body(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::PayloadTooLarge { limit });
     }
-    match payload.to_bytes_limited(limit).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) => Err(ApiError::BadJson(format!("cannot read body: {e}"))),
-        Err(_) => Err(ApiError::PayloadTooLarge { limit }),
+    let mut body = web::BytesMut::new();
+    loop {
+        match tokio::time::timeout(idle, payload.next()).await {
+            Err(_) => {
+                return Err(ApiError::BodyTimeout {
+                    idle_s: idle.as_secs_f64(),
+                })
+            }
+            Ok(None) => return Ok(body.freeze()),
+            Ok(Some(Err(e))) => return Err(ApiError::BadJson(format!("cannot read body: {e}"))),
+            Ok(Some(Ok(chunk))) => {
+                if body.len() + chunk.len() > limit {
+                    return Err(ApiError::PayloadTooLarge { limit });
+                }
+                body.extend_from_slice(&chunk);
+            }
+        }
     }
 }
 

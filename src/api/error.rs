@@ -38,6 +38,9 @@ pub enum ApiError {
         job_id: uuid::Uuid,
         status: String,
     },
+    /// 408: the request body stalled (no bytes for `idle_s` seconds).
+    #[error("the request body stalled: no bytes arrived for {idle_s} s")]
+    BodyTimeout { idle_s: f64 },
     /// 413: body over `server.max_body_bytes`.
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
@@ -85,6 +88,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
             ApiError::JobConflict { .. } => "conflict",
+            ApiError::BodyTimeout { .. } => "request_timeout",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::UriTooLong => "uri_too_long",
             ApiError::Invalid { .. } => "invalid_field",
@@ -126,6 +130,7 @@ impl ResponseError for ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) | ApiError::JobConflict { .. } => StatusCode::CONFLICT,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
             ApiError::Invalid { .. } | ApiError::IdempotencyKeyReused { .. } => {
@@ -171,7 +176,7 @@ impl ResponseError for ApiError {
         if matches!(self, ApiError::Unavailable(_) | ApiError::QueueFull(_)) {
             resp.insert_header(("Retry-After", "1"));
         }
-        if matches!(self, ApiError::UriTooLong) {
+        if matches!(self, ApiError::UriTooLong | ApiError::BodyTimeout { .. }) {
             // What followed the line is unknown; do not keep the connection.
             resp.force_close();
         }

@@ -184,7 +184,7 @@ pub(crate) async fn view(
     operation_id = "submit_job",
     responses((status = 201, body = JobView, description = "created"),
               (status = 200, body = JobView, description = "same (user, external_id) and same payload seen before"),
-              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody),
               (status = 422, body = ErrorBody, description = "a field is invalid (invalid_field), or the (user, external_id) was used with another payload (idempotency_key_reused; details.job_id is the existing job)"),
               (status = 429, body = ErrorBody, description = "the user's queue is full (max_queued_jobs); Retry-After"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
@@ -196,7 +196,13 @@ pub async fn submit(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
-    let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let body = read_body(
+        &req,
+        payload,
+        state.settings.server.max_body_bytes,
+        state.settings.server.body_idle_timeout,
+    )
+    .await?;
     let request: SubmitRequest = parse_json(&body, false)?;
     who.check_user("user", &request.user)?;
     let new = request.into_new_job()?;
@@ -465,6 +471,21 @@ pub(crate) async fn cancel_job(state: &AppState, id: Uuid) -> Result<Cancelled, 
         state.leadership.hand_over(&format!("job:{id}")).await;
     }
     Ok(cancelled)
+}
+
+/// Withdraws job `id` if it is still QUEUED (Ray's `DELETE /api/jobs/{id}`, see
+/// [`Scheduler::withdraw`]); a follower hands a withdrawal to the leader like a cancel.
+/// Returns the row as it ends up; `None` when there is no such job.
+pub(crate) async fn withdraw_job(
+    state: &AppState,
+    id: Uuid,
+) -> Result<Option<job::Model>, ApiError> {
+    let scheduler = state.scheduler();
+    let job = Scheduler::withdraw(&state.db, scheduler.as_ref(), id).await?;
+    if scheduler.is_none() && job.as_ref().is_some_and(|j| j.status == JobStatus::Stopped) {
+        state.leadership.hand_over(&format!("job:{id}")).await;
+    }
+    Ok(job)
 }
 
 /// `GET /v1/jobs/{id}/logs`: the job's logs from Ray. A job Ray never had (QUEUED, or

@@ -302,7 +302,7 @@ impl UserUpdate {
         pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
-              (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "a field or the id is invalid (details.field)"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "a field or the id is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
@@ -314,7 +314,13 @@ pub async fn put(
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Admin, "change users")?;
     check_id(&id)?;
-    let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let body = read_body(
+        &req,
+        payload,
+        state.settings.server.max_body_bytes,
+        state.settings.server.body_idle_timeout,
+    )
+    .await?;
     let update: UserUpdate = parse_json(&body, false)?;
     let patch = update.into_patch()?;
     apply(&state, &id, patch).await
@@ -348,7 +354,13 @@ async fn set_paused(
         },
     )?;
     check_id(id)?;
-    let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let body = read_body(
+        &req,
+        payload,
+        state.settings.server.max_body_bytes,
+        state.settings.server.body_idle_timeout,
+    )
+    .await?;
     let _: Empty = parse_json(&body, true)?;
     if store::get_user(&state.db, id).await?.is_none() {
         return Err(ApiError::NotFound(format!(
@@ -375,7 +387,7 @@ async fn set_paused(
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
-              (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
@@ -396,7 +408,7 @@ pub async fn pause(
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
-              (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]

@@ -298,7 +298,7 @@ fn state_view(u: &preview::UserState) -> UserStateView {
     responses((status = 200, body = WhatIfView, description = "the preview; nothing was changed"),
               (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
-              (status = 413, body = ErrorBody),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody),
               (status = 404, body = ErrorBody, description = "the change names a user or cluster the scheduler does not know"),
               (status = 422, body = ErrorBody, description = "a field is invalid (details.field, e.g. users.alice.weight)"),
               (status = 503, body = ErrorBody, description = "this replica does not lead, or recovery has not loaded the queues yet; retry (on the leader)")),
@@ -312,7 +312,13 @@ pub async fn what_if(
     state
         .auth
         .require(&req, Role::Admin, "preview scheduler changes")?;
-    let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let body = read_body(
+        &req,
+        payload,
+        state.settings.server.max_body_bytes,
+        state.settings.server.body_idle_timeout,
+    )
+    .await?;
     let request: WhatIfRequest = parse_json(&body, true)?;
     let (mut change, limit) =
         request.into_change(state.settings.scheduler.default_max_running_jobs)?;

@@ -31,6 +31,8 @@
 //! | DISPATCHING | `CancelRequested` | DISPATCHING, stop asked | | — (sent once Ray has it) | — |
 //! | PENDING, RUNNING | `CancelRequested` | same, stop asked | | stop | — |
 //! | terminal | `CancelRequested` | refused: `AlreadyFinished` | | | |
+//! | QUEUED | `WithdrawQueued` | STOPPED | message | stop of a retiring attempt, if any | finished{STOPPED} |
+//! | DISPATCHING, PENDING, RUNNING | `WithdrawQueued` | refused: `NotQueued` (nothing written) | | | |
 //! | QUEUED (retiring) | `RetiredAttemptEnded{status: SUCCEEDED}` | SUCCEEDED | the earlier attempt finished the work | — | finished{SUCCEEDED} |
 //! | QUEUED (retiring) | `RetiredAttemptEnded{other}` / `RetiredAttemptGone` | QUEUED, retiring and cluster cleared | grantable again | — | — |
 //! | PENDING, RUNNING | `ClusterRemoved` | FAILED | "cluster no longer configured" | — | finished{FAILED} |
@@ -168,6 +170,11 @@ pub enum Event {
     },
     /// A user asked to cancel the job.
     CancelRequested,
+    /// Ray's `DELETE /api/jobs/{id}` of a job the caller saw QUEUED: stop it only if it
+    /// is still QUEUED. A job granted in between is refused untouched (`NotQueued`), so
+    /// a delete that is answered 409 changes nothing (a plain cancel would have asked
+    /// Ray to stop it).
+    WithdrawQueued,
     /// Ray reports the retiring attempt finished with `status`.
     RetiredAttemptEnded {
         /// Its terminal status in Ray.
@@ -256,6 +263,8 @@ pub enum Refusal {
     AlreadyFinished(JobStatus),
     /// A grant of a job whose earlier attempt Ray has not confirmed stopped.
     PreviousAttemptNotStopped(u32),
+    /// A withdrawal of a job that has left the queue (dispatched meanwhile).
+    NotQueued(JobStatus),
 }
 
 /// What follows an event.
@@ -459,7 +468,7 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
             s.ray = stop_current(facts, job_id);
             Decision::Step(s)
         }
-        (S::Queued, Event::CancelRequested) => {
+        (S::Queued, Event::CancelRequested | Event::WithdrawQueued) => {
             let Decision::Step(mut s) = finished(
                 S::Stopped,
                 "cancelled while queued",
@@ -473,6 +482,9 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
                 });
             }
             Decision::Step(s)
+        }
+        (S::Dispatching | S::Pending | S::Running, Event::WithdrawQueued) => {
+            Decision::Refuse(Refusal::NotQueued(status))
         }
         (S::Dispatching | S::Pending | S::Running, Event::CancelRequested) => {
             let mut s = step(status, "cancel requested; stop sent to Ray when it has the job");

@@ -70,6 +70,7 @@ fn events() -> Vec<(&'static str, Event)> {
         ("pending_too_long", Event::PendingTooLong { waited_s: 61 }),
         ("runtime_exceeded", Event::RuntimeExceeded { limit_s: 5 }),
         ("cancel", Event::CancelRequested),
+        ("withdraw", Event::WithdrawQueued),
         (
             "retired_ended",
             Event::RetiredAttemptEnded { status: S::Stopped },
@@ -114,6 +115,12 @@ fn expected() -> BTreeMap<(&'static str, &'static str), Result<S, &'static str>>
         (("SUCCEEDED", "cancel"), Err("refused")),
         (("FAILED", "cancel"), Err("refused")),
         (("STOPPED", "cancel"), Err("refused")),
+        // Ray's DELETE of a job seen QUEUED: stops it only while it is still QUEUED; a
+        // job granted in between is refused untouched (tester finding, issue 11 round 2).
+        (("QUEUED", "withdraw"), Ok(Stopped)),
+        (("DISPATCHING", "withdraw"), Err("refused")),
+        (("PENDING", "withdraw"), Err("refused")),
+        (("RUNNING", "withdraw"), Err("refused")),
     ]
     .into_iter()
     .collect()
@@ -295,6 +302,7 @@ enum Action {
     PendingTimeout,
     Runtime,
     Cancel,
+    Withdraw,
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -306,6 +314,7 @@ fn action() -> impl Strategy<Value = Action> {
         Just(Action::PendingTimeout),
         Just(Action::Runtime),
         Just(Action::Cancel),
+        Just(Action::Withdraw),
     ]
 }
 
@@ -365,6 +374,7 @@ proptest! {
                 }
                 Action::Runtime => Event::RuntimeExceeded { limit_s: 1 },
                 Action::Cancel => Event::CancelRequested,
+                Action::Withdraw => Event::WithdrawQueued,
             };
             // RayAccepted only happens after a grant, to the dispatching attempt.
             if matches!(event, Event::RayAccepted { .. }) && f.status == S::Dispatching {
@@ -372,6 +382,9 @@ proptest! {
             }
             let before = f.clone();
             let decision = decide(id(), &f, &event);
+            if matches!(event, Event::WithdrawQueued) && before.status != S::Queued {
+                prop_assert!(!matches!(decision, Decision::Step(_)), "withdraw moved a {} job", before.status);
+            }
             if let Decision::Step(s) = &decision {
                 prop_assert!(!before.status.is_terminal(), "terminal {} changed by {event:?}", before.status);
                 if let Some(RayCall::Submit { submission_id }) = &s.ray {

@@ -336,6 +336,15 @@ impl TestApp {
             .expect("request")
     }
 
+    pub async fn delete(&self, path: &str, token: &str) -> reqwest::Response {
+        self.client
+            .delete(self.url(path))
+            .bearer_auth(token)
+            .send()
+            .await
+            .expect("request")
+    }
+
     pub async fn get(&self, path: &str, token: &str) -> reqwest::Response {
         self.client
             .get(self.url(path))

@@ -193,6 +193,61 @@ async fn a_declared_oversized_body_gets_413_without_waiting_for_it() {
     assert!(head.contains("payload_too_large"), "{head}");
 }
 
+/// A body that stops half-way is answered 408 once no bytes arrived for
+/// `server.body_idle_timeout` and the connection is closed; one that keeps coming in
+/// slowly is not cut off (tester finding: such a request was never answered).
+#[actix_web::test]
+async fn a_stalled_body_gets_408_and_the_connection_is_closed() {
+    let Some(app) = crate::helpers::spawn_app_with(Db::Sqlite, |s| {
+        s.server.body_idle_timeout = Duration::from_millis(500);
+    })
+    .await
+    else {
+        return;
+    };
+    let head = |len: &str| {
+        format!(
+            "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMITTER}\r\n\
+             Content-Type: application/json\r\n{len}\r\n"
+        )
+    };
+    for framing in ["Content-Length: 100\r\n", "Transfer-Encoding: chunked\r\n"] {
+        let partial = if framing.starts_with("Content") {
+            r#"{"user": "slow""#.to_string()
+        } else {
+            "f\r\n{\"user\": \"slow\"\r\n".to_string()
+        };
+        let answer = exchange(&app, format!("{}{partial}", head(framing)).as_bytes()).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 408"),
+            "{framing}: {answer:.300}"
+        );
+        assert!(answer.contains("request_timeout"), "{answer:.300}");
+        assert!(
+            answer.to_ascii_lowercase().contains("connection: close"),
+            "{answer:.300}"
+        );
+    }
+
+    // A body that arrives in pieces, each within the idle timeout, is read whole.
+    let addr = app.address.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let body = r#"{"user": "slow", "entrypoint": "echo slow but steady"}"#;
+    let request = head(&format!("Content-Length: {}\r\n", body.len()));
+    stream.write_all(request.as_bytes()).await.unwrap();
+    for piece in body.as_bytes().chunks(body.len() / 3 + 1) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        stream.write_all(piece).await.unwrap();
+    }
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+        .await
+        .expect("an answer")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 201"), "{answer:.300}");
+}
+
 #[actix_web::test]
 async fn a_queued_job_behind_others_says_how_many() {
     let Some(app) = spawn_app_with(Db::Sqlite, |s| s.scheduler.queue_window = 1).await else {

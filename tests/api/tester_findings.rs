@@ -1,7 +1,8 @@
 //! What fresh testers found this round (issues 13 and 14), each kept as a test: a
 //! token with a user is confined to that user on `/v1` as on `/api/`; empty and
 //! non-UTF-8 parameters are refused; what-if names a bad user key; a queue limit of 0
-//! is refused.
+//! is refused. Issue 11, round 2: Ray's DELETE of a job granted after it was read
+//! changes nothing.
 
 use serde_json::{json, Value};
 
@@ -117,3 +118,71 @@ async fn empty_and_non_utf8_parameters_and_bad_what_if_keys_are_refused(db: Db) 
     assert_error(r, 422, "invalid_field", Some("max_queued_jobs")).await;
 }
 both_databases!(empty_and_non_utf8_parameters_and_bad_what_if_keys_are_refused);
+
+/// Ray's `DELETE /api/jobs/{id}` reads a QUEUED job, then withdraws it. A cycle may grant
+/// the job in between; the withdrawal must then change nothing (it was answered 409
+/// but the job was stopped all the same). The race is not reproducible on demand over
+/// HTTP, so the write the handler makes is checked on a job granted behind its back,
+/// and the handler's answers on both sides of it.
+async fn withdrawing_a_job_granted_meanwhile_changes_nothing(db: Db) {
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    let submit = |name: &'static str| {
+        let app = &app;
+        async move {
+            let v: Value = app
+                .post(
+                    "/v1/jobs",
+                    SUBMITTER,
+                    json!({"user": "wd", "entrypoint": format!("echo {name}")}),
+                )
+                .await
+                .json()
+                .await
+                .unwrap();
+            uuid::Uuid::parse_str(v["id"].as_str().unwrap()).unwrap()
+        }
+    };
+    let (granted, queued) = (submit("a").await, submit("b").await);
+    let conn = sea_orm::Database::connect(&app.db.url).await.unwrap();
+    let grant = fairshare::lifecycle::Event::Granted {
+        cluster: "ray".into(),
+    };
+    let fence = fairshare::store::Fence::Unfenced;
+    assert!(fairshare::store::apply(&conn, &fence, granted, &grant)
+        .await
+        .unwrap()
+        .changed()
+        .is_some());
+    let events = |id| {
+        let conn = &conn;
+        async move { fairshare::store::job_events(conn, id).await.unwrap().len() }
+    };
+    let before = events(granted).await;
+    // What the handler writes, on the job that left the queue: refused, untouched.
+    let row = fairshare::Scheduler::withdraw(&conn, None, granted)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, entity::JobStatus::Dispatching);
+    assert_eq!(row.stop_reason, None, "no stop asked");
+    assert_eq!(events(granted).await, before, "nothing written");
+    // Over HTTP: the dispatched job is 409 and stays as it is; the queued one goes.
+    let r = app.delete(&format!("/api/jobs/{granted}"), SUBMITTER).await;
+    assert_eq!(r.status(), 409);
+    let row = fairshare::store::get_job(&conn, granted)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.status, entity::JobStatus::Dispatching);
+    assert_eq!(row.stop_reason, None);
+    let r = app.delete(&format!("/api/jobs/{queued}"), SUBMITTER).await;
+    assert_eq!(r.status(), 200);
+    assert!(fairshare::store::get_job(&conn, queued)
+        .await
+        .unwrap()
+        .is_none());
+    conn.close().await.unwrap();
+}
+both_databases!(withdrawing_a_job_granted_meanwhile_changes_nothing);

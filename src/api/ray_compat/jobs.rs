@@ -22,7 +22,7 @@ use super::{JOBS_API_VERSION, RAY_VERSION};
 use crate::actors::Cancelled;
 use crate::api::auth::Identity;
 use crate::api::body::{parse_json, read_body};
-use crate::api::jobs::{accept, cancel_job, view, Fresh};
+use crate::api::jobs::{accept, cancel_job, view, withdraw_job, Fresh};
 use crate::api::{ApiError, AppState};
 use crate::config::Role;
 use crate::ray::RayClient;
@@ -208,7 +208,13 @@ pub async fn submit(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
-    let body = read_body(&req, payload, state.settings.server.max_body_bytes).await?;
+    let body = read_body(
+        &req,
+        payload,
+        state.settings.server.max_body_bytes,
+        state.settings.server.body_idle_timeout,
+    )
+    .await?;
     let request: RaySubmitRequest = parse_json(&body, false)?;
     let user = user_of(&who, request.metadata.as_ref())?;
     let rename = |e: ApiError| match e {
@@ -302,16 +308,11 @@ pub async fn delete(
     let mut j = find(&state, &who, &id).await?;
     tracing::Span::current().record("job_id", tracing::field::display(j.id));
     if j.status == JobStatus::Queued {
-        j = match cancel_job(&state, j.id).await? {
-            Cancelled::Stopped(j) | Cancelled::AlreadyFinished(j) => j,
-            Cancelled::StopRequested(j) => j,
-            Cancelled::NotFound => {
-                return Err(ApiError::NotFound(format!(
-                    "no job with submission_id {:?}",
-                    id.as_str()
-                )))
-            }
-        };
+        // Stopped only if still QUEUED when the write runs: a job granted since it was
+        // read is left alone, and the answer below is 409 with nothing changed.
+        j = withdraw_job(&state, j.id).await?.ok_or_else(|| {
+            ApiError::NotFound(format!("no job with submission_id {:?}", id.as_str()))
+        })?;
     }
     if !j.status.is_terminal() {
         j = settle(&state, j).await?;

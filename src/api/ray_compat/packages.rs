@@ -56,7 +56,13 @@ pub async fn put(
     let uri = uri_of(&protocol, &name)?;
     tracing::Span::current().record("package", uri.as_str());
     let limit = state.settings.ray_compat.max_package_bytes;
-    let body = read_body(&req, payload, limit).await?;
+    let body = read_body(
+        &req,
+        payload,
+        limit,
+        state.settings.server.body_idle_timeout,
+    )
+    .await?;
     if body.is_empty() {
         return Err(ApiError::invalid(
             "(body)",
