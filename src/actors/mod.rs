@@ -316,39 +316,30 @@ impl Scheduler {
         let mut chunk = RecoveryChunk::default();
         let mut n_queued = 0usize;
         let mut in_flight = None;
-        let mut take = |j: &job::Model, chunk: &mut RecoveryChunk| {
-            n_queued += 1;
-            let (user, job, held) = self.recovered_queued(j);
-            chunk.push(user, job, held);
-            (chunk.len >= RECOVERY_CHUNK).then(|| std::mem::take(chunk).into_users())
-        };
-        if sea_orm::ConnectionTrait::get_database_backend(db) == sea_orm::DatabaseBackend::Sqlite {
-            // Pages of one packed row each (see `store::queued_page_sqlite`).
-            let mut after = i64::MIN;
-            while let (Some(last), page) =
-                store::queued_page_sqlite(db, after, RECOVERY_CHUNK as u32).await?
-            {
-                after = last;
-                for j in &page {
-                    if let Some(users) = take(j, &mut chunk) {
-                        if let Some(sent) = in_flight.take() {
-                            let _: Result<(), _> = sent.await;
-                        }
-                        in_flight = Some(self.arbiter.send(arbiter::EnqueueMany { users }));
-                    }
-                }
-            }
+        // On SQLite, pages of one packed row each (see `store::queued_page_sqlite`).
+        let mut rows = if sea_orm::ConnectionTrait::get_database_backend(db)
+            == sea_orm::DatabaseBackend::Sqlite
+        {
+            futures_util::StreamExt::boxed(store::stream_queued_pages_sqlite(
+                db,
+                RECOVERY_CHUNK as u32,
+            ))
         } else {
-            let mut rows = store::stream_queued(db).await?;
-            while let Some(j) = futures_util::TryStreamExt::try_next(&mut rows).await? {
-                if let Some(users) = take(&j, &mut chunk) {
-                    if let Some(sent) = in_flight.take() {
-                        let _: Result<(), _> = sent.await;
-                    }
-                    in_flight = Some(self.arbiter.send(arbiter::EnqueueMany { users }));
+            futures_util::StreamExt::boxed(store::stream_queued(db).await?)
+        };
+        while let Some(j) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+            n_queued += 1;
+            let (user, job, held) = self.recovered_queued(&j);
+            chunk.push(user, job, held);
+            if chunk.len >= RECOVERY_CHUNK {
+                if let Some(sent) = in_flight.take() {
+                    let _: Result<(), _> = sent.await;
                 }
+                let users = std::mem::take(&mut chunk).into_users();
+                in_flight = Some(self.arbiter.send(arbiter::EnqueueMany { users }));
             }
         }
+        drop(rows);
         if let Some(sent) = in_flight.take() {
             let _: Result<(), _> = sent.await;
         }
@@ -422,20 +413,14 @@ impl Scheduler {
         id: Uuid,
     ) -> Result<Cancelled, sea_orm::DbErr> {
         Ok(
-            match store::apply(db, &Fence::Unfenced, id, &Event::CancelRequested).await? {
+            match Self::stop_step(db, scheduler, id, &Event::CancelRequested).await? {
                 Applied::NotFound => Cancelled::NotFound,
                 Applied::Refused(job, _) => Cancelled::AlreadyFinished(job),
                 Applied::Unchanged(job) => Cancelled::StopRequested(job),
-                Applied::Changed { job, step } => {
-                    if let Some(s) = scheduler {
-                        s.after_cancel(&job, step.ray);
-                    }
-                    if job.status == JobStatus::Stopped {
-                        Cancelled::Stopped(job)
-                    } else {
-                        Cancelled::StopRequested(job)
-                    }
+                Applied::Changed { job, .. } if job.status == JobStatus::Stopped => {
+                    Cancelled::Stopped(job)
                 }
+                Applied::Changed { job, .. } => Cancelled::StopRequested(job),
             },
         )
     }
@@ -449,17 +434,29 @@ impl Scheduler {
         id: Uuid,
     ) -> Result<Option<job::Model>, sea_orm::DbErr> {
         Ok(
-            match store::apply(db, &Fence::Unfenced, id, &Event::WithdrawQueued).await? {
+            match Self::stop_step(db, scheduler, id, &Event::WithdrawQueued).await? {
                 Applied::NotFound => None,
-                Applied::Refused(job, _) | Applied::Unchanged(job) => Some(job),
-                Applied::Changed { job, step } => {
-                    if let Some(s) = scheduler {
-                        s.after_cancel(&job, step.ray);
-                    }
-                    Some(job)
-                }
+                Applied::Refused(job, _)
+                | Applied::Unchanged(job)
+                | Applied::Changed { job, .. } => Some(job),
             },
         )
+    }
+
+    /// Writes a cancel or withdrawal step and, when it changed the job, tells the
+    /// actors (on the leader): a STOPPED job leaves its queue, an outstanding one is
+    /// followed, a stop goes to Ray.
+    async fn stop_step(
+        db: &Db,
+        scheduler: Option<&Scheduler>,
+        id: Uuid,
+        event: &Event,
+    ) -> Result<Applied, sea_orm::DbErr> {
+        let applied = store::apply(db, &Fence::Unfenced, id, event).await?;
+        if let (Some(s), Applied::Changed { job, step }) = (scheduler, &applied) {
+            s.after_cancel(job, step.ray.clone());
+        }
+        Ok(applied)
     }
 
     fn after_cancel(&self, job: &job::Model, ray: Option<RayCall>) {

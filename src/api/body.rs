@@ -8,6 +8,22 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
+/// Reads a request body of at most `server.max_body_bytes`, with
+/// `server.body_idle_timeout` (see [`read_body_limited`]).
+pub async fn read_body(
+    req: &actix_web::HttpRequest,
+    payload: web::Payload,
+    server: &crate::config::ServerSettings,
+) -> Result<web::Bytes, ApiError> {
+    read_body_limited(
+        req,
+        payload,
+        server.max_body_bytes,
+        server.body_idle_timeout,
+    )
+    .await
+}
+
 /// Reads the whole body, refusing more than `limit` bytes: at once when the declared
 /// `Content-Length` is over the limit, else as soon as the bytes read exceed it.
 /// Errors: 413 over the limit; 408 when no bytes arrive for `idle`
@@ -15,7 +31,7 @@ use super::error::ApiError;
 /// stops half-way, which would otherwise hold its connection for ever; counted per
 /// read, so a large upload that keeps moving is not cut off); 400 when the body cannot
 /// be read.
-pub async fn read_body(
+pub async fn read_body_limited(
     req: &actix_web::HttpRequest,
     mut payload: web::Payload,
     limit: usize,

@@ -196,13 +196,7 @@ pub async fn submit(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
-    let body = read_body(
-        &req,
-        payload,
-        state.settings.server.max_body_bytes,
-        state.settings.server.body_idle_timeout,
-    )
-    .await?;
+    let body = read_body(&req, payload, &state.settings.server).await?;
     let request: SubmitRequest = parse_json(&body, false)?;
     who.check_user("user", &request.user)?;
     let new = request.into_new_job()?;

@@ -314,13 +314,7 @@ pub async fn put(
 ) -> Result<HttpResponse, ApiError> {
     state.auth.require(&req, Role::Admin, "change users")?;
     check_id(&id)?;
-    let body = read_body(
-        &req,
-        payload,
-        state.settings.server.max_body_bytes,
-        state.settings.server.body_idle_timeout,
-    )
-    .await?;
+    let body = read_body(&req, payload, &state.settings.server).await?;
     let update: UserUpdate = parse_json(&body, false)?;
     let patch = update.into_patch()?;
     apply(&state, &id, patch).await
@@ -354,13 +348,7 @@ async fn set_paused(
         },
     )?;
     check_id(id)?;
-    let body = read_body(
-        &req,
-        payload,
-        state.settings.server.max_body_bytes,
-        state.settings.server.body_idle_timeout,
-    )
-    .await?;
+    let body = read_body(&req, payload, &state.settings.server).await?;
     let _: Empty = parse_json(&body, true)?;
     if store::get_user(&state.db, id).await?.is_none() {
         return Err(ApiError::NotFound(format!(

@@ -312,13 +312,7 @@ pub async fn what_if(
     state
         .auth
         .require(&req, Role::Admin, "preview scheduler changes")?;
-    let body = read_body(
-        &req,
-        payload,
-        state.settings.server.max_body_bytes,
-        state.settings.server.body_idle_timeout,
-    )
-    .await?;
+    let body = read_body(&req, payload, &state.settings.server).await?;
     let request: WhatIfRequest = parse_json(&body, true)?;
     let (mut change, limit) =
         request.into_change(state.settings.scheduler.default_max_running_jobs)?;

@@ -401,6 +401,26 @@ pub async fn queued_page_sqlite(
     Ok((Some(last), jobs))
 }
 
+/// Every QUEUED job on SQLite as one stream, read in [`queued_page_sqlite`] pages of
+/// `page` jobs (what recovery reads; [`stream_queued`] gives the same jobs row by row).
+pub fn stream_queued_pages_sqlite(
+    db: &Db,
+    page: u32,
+) -> impl futures_util::Stream<Item = Result<job::Model, DbErr>> + Send + '_ {
+    use futures_util::{stream, TryStreamExt};
+    stream::try_unfold(Some(i64::MIN), move |after| async move {
+        let Some(after) = after else {
+            return Ok::<_, DbErr>(None);
+        };
+        let (last, jobs) = queued_page_sqlite(db, after, page).await?;
+        Ok(Some((
+            stream::iter(jobs.into_iter().map(Ok::<_, DbErr>)),
+            last,
+        )))
+    })
+    .try_flatten()
+}
+
 /// A timestamp as SQLite stores it, read as sqlx reads it (RFC 3339 first, then
 /// SQLite's other formats, without an offset meaning UTC).
 fn sqlite_time(text: &str) -> Option<DateTime<Utc>> {
@@ -544,7 +564,7 @@ pub async fn apply(
     let (applied, metric) = apply_in(&txn, id, event).await?;
     txn.commit().await?;
     crate::events::committed();
-    count_step(&applied, metric);
+    count_step(metric);
     Ok(applied)
 }
 
@@ -581,7 +601,7 @@ pub async fn apply_many(
         .into_iter()
         .flatten()
         .map(|(applied, metric)| {
-            count_step(&applied, metric);
+            count_step(metric);
             applied
         })
         .collect())
@@ -592,7 +612,7 @@ pub async fn apply_many(
 type StepMetric = (lifecycle::Metric, Option<String>);
 
 /// Counts a committed step's metric.
-fn count_step(_: &Applied, metric: Option<StepMetric>) {
+fn count_step(metric: Option<StepMetric>) {
     if let Some((m, cluster)) = metric {
         crate::metrics::count(m, cluster.as_deref());
     }

@@ -208,13 +208,7 @@ pub async fn submit(
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
-    let body = read_body(
-        &req,
-        payload,
-        state.settings.server.max_body_bytes,
-        state.settings.server.body_idle_timeout,
-    )
-    .await?;
+    let body = read_body(&req, payload, &state.settings.server).await?;
     let request: RaySubmitRequest = parse_json(&body, false)?;
     let user = user_of(&who, request.metadata.as_ref())?;
     let rename = |e: ApiError| match e {

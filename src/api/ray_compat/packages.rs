@@ -6,7 +6,7 @@
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde_json::json;
 
-use crate::api::body::read_body;
+use crate::api::body::read_body_limited;
 use crate::api::{ApiError, AppState};
 use crate::config::Role;
 use crate::ray::packages::{split_uri, UPLOADED_PROTOCOL};
@@ -56,7 +56,7 @@ pub async fn put(
     let uri = uri_of(&protocol, &name)?;
     tracing::Span::current().record("package", uri.as_str());
     let limit = state.settings.ray_compat.max_package_bytes;
-    let body = read_body(
+    let body = read_body_limited(
         &req,
         payload,
         limit,
