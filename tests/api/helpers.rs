@@ -354,6 +354,13 @@ impl TestApp {
             .expect("request")
     }
 
+    /// `GET path` as `token`, asserting 200, and its JSON body.
+    pub async fn get_json(&self, path: &str, token: &str) -> serde_json::Value {
+        let resp = self.get(path, token).await;
+        assert_eq!(resp.status(), 200, "GET {path}");
+        resp.json().await.unwrap()
+    }
+
     /// Submits a 1-CPU job for `user` and returns its JSON (asserting 201).
     pub async fn submit(&self, user: &str, extra: serde_json::Value) -> serde_json::Value {
         let mut body = serde_json::json!({"user": user, "entrypoint": "echo hello"});

@@ -61,45 +61,22 @@ async fn a_restart_with_many_queued_jobs_is_alive_at_once_and_counts_each_job_on
         assert!(std::time::Instant::now() < deadline, "never ready");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let s: serde_json::Value = app
-        .get("/v1/scheduler", SUBMITTER)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let s = app.get_json("/v1/scheduler", SUBMITTER).await;
     assert_eq!(s["queued_jobs"], 20_001, "{}", s["queued_jobs"]);
-    let u: serde_json::Value = app
-        .get("/v1/users/u0", SUBMITTER)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let u = app.get_json("/v1/users/u0", SUBMITTER).await;
     assert_eq!(u["queued"], 1_001);
     // A job loaded at start leaves its queue and its count when cancelled.
-    let page: serde_json::Value = app
-        .get("/v1/jobs?user=u1&status=QUEUED&limit=1", SUBMITTER)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let page = app
+        .get_json("/v1/jobs?user=u1&status=QUEUED&limit=1", SUBMITTER)
+        .await;
     let id = page["jobs"][0]["id"].as_str().unwrap().to_string();
     let r = app
         .post(&format!("/v1/jobs/{id}/cancel"), SUBMITTER, json!({}))
         .await;
     assert_eq!(r.status(), 200);
-    let u: serde_json::Value = app
-        .get("/v1/users/u1", SUBMITTER)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let u = app.get_json("/v1/users/u1", SUBMITTER).await;
     assert_eq!(u["queued"], 999);
-    let s: serde_json::Value = app
-        .get("/v1/scheduler", SUBMITTER)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let s = app.get_json("/v1/scheduler", SUBMITTER).await;
     assert_eq!(s["queued_jobs"], 20_000);
 }
 
@@ -157,6 +134,12 @@ async fn the_packed_pages_of_queued_jobs_on_sqlite_read_like_the_stream() {
     }
     assert_eq!(streamed.len(), 22);
     assert_eq!(paged, streamed);
+    // The pages as one stream, as recovery reads them.
+    let paged_stream: Vec<_> = fairshare::store::stream_queued_pages_sqlite(&conn, 7)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(paged_stream, streamed);
     assert!(paged
         .iter()
         .any(|j| j.retiring_attempt == Some(1) && j.attempt == 2));

@@ -128,23 +128,9 @@ async fn withdrawing_a_job_granted_meanwhile_changes_nothing(db: Db) {
     let Some(app) = spawn_app_with(db, |_| {}).await else {
         return;
     };
-    let submit = |name: &'static str| {
-        let app = &app;
-        async move {
-            let v: Value = app
-                .post(
-                    "/v1/jobs",
-                    SUBMITTER,
-                    json!({"user": "wd", "entrypoint": format!("echo {name}")}),
-                )
-                .await
-                .json()
-                .await
-                .unwrap();
-            uuid::Uuid::parse_str(v["id"].as_str().unwrap()).unwrap()
-        }
-    };
-    let (granted, queued) = (submit("a").await, submit("b").await);
+    let id = |v: Value| uuid::Uuid::parse_str(v["id"].as_str().unwrap()).unwrap();
+    let granted = id(app.submit("wd", json!({})).await);
+    let queued = id(app.submit("wd", json!({})).await);
     let conn = sea_orm::Database::connect(&app.db.url).await.unwrap();
     let grant = fairshare::lifecycle::Event::Granted {
         cluster: "ray".into(),
