@@ -10,6 +10,7 @@ mod m20261202_000003_leases;
 mod m20261203_000004_webhook_cursors;
 mod m20261204_000005_ray_packages;
 mod m20261205_000006_jobs_queue_count_index;
+mod m20261206_000007_queue_counts;
 
 /// The ordered list of migrations.
 pub struct Migrator;
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261203_000004_webhook_cursors::Migration),
             Box::new(m20261204_000005_ray_packages::Migration),
             Box::new(m20261205_000006_jobs_queue_count_index::Migration),
+            Box::new(m20261206_000007_queue_counts::Migration),
         ]
     }
 }

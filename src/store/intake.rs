@@ -6,8 +6,8 @@
 //! the answer, which comes only after the batch holding it committed. The writer takes
 //! whatever has arrived (up to [`MAX_BATCH`]) and [`submit_batch`] commits it in one
 //! transaction: the users (created if new; rows locked on PostgreSQL, in id order, so
-//! that queue limits hold across replicas), one look-up of the batch's external ids, one
-//! `COUNT(*) … GROUP BY user_id` of QUEUED jobs for the limits, then multi-row inserts
+//! that queue limits hold across replicas) read with their QUEUED jobs per priority
+//! (`queue_counts`), one look-up of the batch's external ids, then multi-row inserts
 //! of the jobs and their creation events. Idempotency on `(user, external_id)` holds
 //! inside a batch too: a repeat of a key created earlier in the same batch resolves
 //! against it. If another replica committed the same key in between (the unique index
@@ -17,10 +17,10 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use entity::{job, job_event, user, JobStatus};
-use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
-    QuerySelect, Set, SqlErr, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, QueryFilter, Set, SqlErr,
+    Statement, TransactionTrait,
 };
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
@@ -264,6 +264,19 @@ fn active(j: &job::Model) -> job::ActiveModel {
     }
 }
 
+/// Creates the users of `ids` that do not exist yet, with the defaults.
+async fn create_users<'a>(
+    txn: &sea_orm::DatabaseTransaction,
+    ids: impl Iterator<Item = &'a str>,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), DbErr> {
+    user::Entity::insert_many(ids.map(|id| super::new_user(id, at)))
+        .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
+        .exec_without_returning(txn)
+        .await?;
+    Ok(())
+}
+
 async fn commit(
     db: &Db,
     batch: &[NewJob],
@@ -272,56 +285,73 @@ async fn commit(
     let at = now();
     let users: BTreeSet<&str> = batch.iter().map(|n| n.user.as_str()).collect();
     let txn = db.begin().await?;
-    user::Entity::insert_many(users.iter().map(|id| super::new_user(id, at)))
-        .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
-        .exec_without_returning(&txn)
-        .await?;
-    // Lock the batch's users (in id order: no deadlock between two writers) so that
-    // the queue limits hold against another replica's writer on PostgreSQL; SQLite
-    // serializes writers anyway.
-    let mut q = user::Entity::find()
-        .filter(user::Column::Id.is_in(users.iter().copied()))
-        .order_by_asc(user::Column::Id);
-    if txn.get_database_backend() == DatabaseBackend::Postgres {
-        q = q.lock_exclusive();
+    let backend = txn.get_database_backend();
+    if backend == DatabaseBackend::Postgres {
+        // Before the read below locks them: a user another replica creates meanwhile
+        // is then locked like the others.
+        create_users(&txn, users.iter().copied(), at).await?;
     }
-    let limits: HashMap<String, u32> = q
-        .all(&txn)
-        .await?
-        .into_iter()
-        .map(|u| {
-            let limit = u
-                .max_queued_jobs
-                .map(|v| v.max(0) as u32)
-                .unwrap_or(default_max_queued);
-            (u.id, limit)
+    // The batch's users with their limits and their QUEUED jobs per priority, from
+    // `queue_counts` (kept exact by triggers on `jobs`, migration
+    // m20261206_000007): the sum is what the limit counts, and a new job's queue
+    // position is 1 + those of its user with a priority at least its own (all
+    // submitted before it) + those created before it in this batch that come first.
+    // On PostgreSQL the users' rows are locked (in id order: no deadlock between two
+    // writers) so that the limits hold against another replica's writer; SQLite
+    // serializes writers anyway.
+    let params = (1..=users.len())
+        .map(|i| match backend {
+            DatabaseBackend::Postgres => format!("${i}"),
+            _ => "?".to_string(),
         })
-        .collect();
-    // QUEUED jobs per (user, priority): their sum is what the limit counts, and a new
-    // job's queue position is 1 + those of its user with a priority at least its own
-    // (all submitted before it) + those created before it in this batch that come
-    // first.
+        .collect::<Vec<_>>()
+        .join(", ");
+    let lock = match backend {
+        DatabaseBackend::Postgres => " FOR UPDATE OF u",
+        _ => "",
+    };
+    let sql = format!(
+        "SELECT u.id, u.max_queued_jobs, c.priority, c.queued FROM users u \
+         LEFT JOIN queue_counts c ON c.user_id = u.id AND c.queued > 0 \
+         WHERE u.id IN ({params}) ORDER BY u.id{lock}"
+    );
+    let values = users.iter().map(|u| sea_orm::Value::from(*u));
+    let mut limits: HashMap<String, u32> = HashMap::new();
     let mut by_priority: HashMap<String, BTreeMap<i32, u64>> = HashMap::new();
-    for (u, priority, n) in job::Entity::find()
-        .select_only()
-        .column(job::Column::UserId)
-        .column(job::Column::Priority)
-        // COUNT(*), not COUNT(id): answered from the index on (user_id, status,
-        // priority) without reading the rows.
-        .column_as(Expr::cust("COUNT(*)"), "n")
-        .filter(job::Column::Status.eq(JobStatus::Queued))
-        .filter(job::Column::UserId.is_in(users.iter().copied()))
-        .group_by(job::Column::UserId)
-        .group_by(job::Column::Priority)
-        .into_tuple::<(String, i32, i64)>()
-        .all(&txn)
+    for row in txn
+        .query_all(Statement::from_sql_and_values(backend, sql, values))
         .await?
     {
-        *by_priority
-            .entry(u)
-            .or_default()
-            .entry(priority)
-            .or_default() += n.max(0) as u64;
+        let id: String = row.try_get_by_index(0)?;
+        let max: Option<i32> = row.try_get_by_index(1)?;
+        let priority: Option<i32> = row.try_get_by_index(2)?;
+        let n: Option<i64> = row.try_get_by_index(3)?;
+        if let (Some(p), Some(n)) = (priority, n) {
+            *by_priority
+                .entry(id.clone())
+                .or_default()
+                .entry(p)
+                .or_default() += n.max(0) as u64;
+        }
+        limits.insert(
+            id,
+            max.map(|v| v.max(0) as u32).unwrap_or(default_max_queued),
+        );
+    }
+    if backend != DatabaseBackend::Postgres {
+        // SQLite has one writer, this one: the users the read did not find are new
+        // (most batches have none, and skip this statement).
+        let new: Vec<&str> = users
+            .iter()
+            .copied()
+            .filter(|u| !limits.contains_key(*u))
+            .collect();
+        if !new.is_empty() {
+            create_users(&txn, new.iter().copied(), at).await?;
+            for u in new {
+                limits.insert(u.to_string(), default_max_queued);
+            }
+        }
     }
     let mut queued: HashMap<String, u64> = by_priority
         .iter()
@@ -396,6 +426,9 @@ async fn commit(
             }
         }
     }
+    // By user: the `queue_counts` triggers lock one row per (user, priority), and
+    // every transaction that changes several users' jobs does so in user order.
+    rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         job::Entity::insert_many(chunk.iter().map(active))
             .exec_without_returning(&txn)

@@ -7,6 +7,7 @@
 //! refuses a leader whose lease term is stale (DESIGN §10). The lease itself
 //! (`lease_*`) and the hand-over to the leader ([`notify`]) are here too.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -571,8 +572,9 @@ pub async fn apply(
 /// [`apply`] for several jobs in **one** transaction (one commit, one fsync): what the
 /// dispatcher writes for the grants of one cycle (issue 11: the next job's POST to Ray
 /// waits for one commit, not for one per job granted before it). Each `(id, event)`
-/// is decided and written exactly as [`apply`] would; rows are visited in id order
-/// (PostgreSQL locks them in that order, so two batches cannot deadlock) and the
+/// is decided and written exactly as [`apply`] would; rows are visited in id order,
+/// on PostgreSQL by user first (it locks them in that order, and the `queue_counts`
+/// rows of their users, which intake locks in user order: no deadlock), and the
 /// results come back in input order. Errors: as [`apply`], for the whole batch —
 /// nothing is written then.
 pub async fn apply_many(
@@ -589,6 +591,24 @@ pub async fn apply_many(
     }
     let mut order: Vec<usize> = (0..steps.len()).collect();
     order.sort_by_key(|&i| steps[i].0);
+    if txn.get_database_backend() == DatabaseBackend::Postgres {
+        // By user, then id: a step that moves a job into or out of QUEUED locks its
+        // user's `queue_counts` row, and intake locks those rows in user order too, so
+        // the two cannot deadlock.
+        let users: HashMap<Uuid, String> = job::Entity::find()
+            .select_only()
+            .column(job::Column::Id)
+            .column(job::Column::UserId)
+            .filter(job::Column::Id.is_in(steps.iter().map(|(id, _)| *id)))
+            .into_tuple::<(Uuid, String)>()
+            .all(&txn)
+            .await?
+            .into_iter()
+            .collect();
+        order.sort_by(|&a, &b| {
+            (users.get(&steps[a].0), steps[a].0).cmp(&(users.get(&steps[b].0), steps[b].0))
+        });
+    }
     let mut results: Vec<Option<(Applied, Option<StepMetric>)>> =
         (0..steps.len()).map(|_| None).collect();
     for i in order {

@@ -9,6 +9,7 @@ mod hostile;
 mod jobs;
 mod leadership;
 mod openapi;
+mod queue_counts;
 mod ray_api;
 mod ray_edges;
 mod ray_mock;
