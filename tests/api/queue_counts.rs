@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use fairshare::lifecycle::Event;
 use fairshare::store::{self, Fence, NewJob};
 use migration::MigratorTrait;
+use proptest::prelude::*;
+use proptest::test_runner::{TestCaseError, TestRunner};
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
 use crate::helpers::{Db, TestDb};
@@ -41,67 +43,90 @@ async fn counts(
     (counted, kept)
 }
 
-/// A small deterministic generator (xorshift64*): the same seed, the same walk.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
-    }
+/// One operation of a walk; job indexes are taken modulo the jobs created so far.
+#[derive(Clone, Debug)]
+enum Op {
+    /// An intake batch: (user, priority, idempotency key) per job.
+    Submit(Vec<(usize, i32, Option<u8>)>),
+    /// One lifecycle step: (job, event).
+    Apply(usize, usize),
+    /// Several steps in one `apply_many` transaction.
+    ApplyMany(Vec<(usize, usize)>),
+    /// Ray's DELETE of a job (only a finished one is deleted).
+    Delete(usize),
+    /// An operator's SQL: a job's priority changed in place.
+    Reprioritize(usize),
 }
 
-/// Random walks over everything that moves a job into or out of QUEUED: after every
-/// operation `queue_counts` equals the count of the jobs.
-async fn queue_counts_equal_the_jobs_through_any_walk(which: Db) {
-    let Some(db) = TestDb::new(which).await else {
-        return;
-    };
-    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
-    store::migrate(&conn).await.unwrap();
-    let events = [
-        Event::Granted {
+fn op() -> impl Strategy<Value = Op> {
+    let job = || (0usize..64, 0usize..EVENTS);
+    prop_oneof![
+        3 => prop::collection::vec(
+            (0usize..3, prop::sample::select(vec![-1, 0, 2]), prop::option::weighted(0.3, 0u8..8)),
+            1..6
+        )
+        .prop_map(Op::Submit),
+        3 => job().prop_map(|(j, e)| Op::Apply(j, e)),
+        2 => prop::collection::vec(job(), 1..5).prop_map(Op::ApplyMany),
+        1 => (0usize..64).prop_map(Op::Delete),
+        1 => (0usize..64).prop_map(Op::Reprioritize),
+    ]
+}
+
+const EVENTS: usize = 8;
+
+/// The events a walk applies: every one that moves a job into or out of QUEUED, and
+/// the steps between.
+fn event(i: usize) -> Event {
+    match i % EVENTS {
+        0 => Event::Granted {
             cluster: "ray".into(),
         },
-        Event::RayAccepted {
+        1 => Event::RayAccepted {
             already_existed: false,
             attempts: 1,
         },
-        Event::RayNotReady {
+        2 => Event::RayNotReady {
             reason: "walk".into(),
         },
-        Event::SeenRunning { started_at: None },
-        Event::SeenFinished {
+        3 => Event::SeenRunning { started_at: None },
+        4 => Event::SeenFinished {
             status: entity::JobStatus::Succeeded,
             message: None,
             started_at: None,
             finished_at: None,
         },
-        Event::PendingTooLong { waited_s: 1 },
-        Event::CancelRequested,
-        Event::WithdrawQueued,
-    ];
+        5 => Event::PendingTooLong { waited_s: 1 },
+        6 => Event::CancelRequested,
+        _ => Event::WithdrawQueued,
+    }
+}
+
+/// Runs `ops` on an emptied database and checks `queue_counts` against the count of
+/// the jobs after every operation.
+async fn walk(conn: &DatabaseConnection, ops: &[Op]) -> Result<(), TestCaseError> {
+    for table in ["job_events", "jobs", "queue_counts", "users"] {
+        conn.execute_unprepared(&format!("DELETE FROM {table}"))
+            .await
+            .unwrap();
+    }
     let users = ["ann", "bob", "cy"];
-    let mut rng = Rng(if matches!(which, Db::Sqlite) { 7 } else { 11 });
     let mut ids = Vec::new();
-    for step in 0..400 {
-        match rng.below(10) {
-            // An intake batch: mixed users and priorities, some repeated idempotency
-            // keys, a limit of 6 that some batches run into.
-            0..=2 => {
-                let batch: Vec<NewJob> = (0..1 + rng.below(5))
-                    .map(|_| {
-                        let mut j = crate::helpers::new_job(
-                            users[rng.below(users.len())],
-                            (rng.below(3) == 0).then(|| format!("k{}", rng.below(8))),
-                        );
-                        j.priority = [-1, 0, 2][rng.below(3)];
+    let pick = |ids: &Vec<uuid::Uuid>, i: usize| ids[i % ids.len()];
+    for (step, op) in ops.iter().enumerate() {
+        match op {
+            Op::Submit(jobs) => {
+                let batch: Vec<NewJob> = jobs
+                    .iter()
+                    .map(|(u, priority, key)| {
+                        let mut j =
+                            crate::helpers::new_job(users[*u], key.map(|k| format!("k{k}")));
+                        j.priority = *priority;
                         j
                     })
                     .collect();
-                for answer in store::submit_batch(&conn, batch, 6).await {
+                // A limit of 6 that some batches run into.
+                for answer in store::submit_batch(conn, batch, 6).await {
                     match answer {
                         Ok(store::Intake::Created(j)) => ids.push(j.id),
                         Ok(_) | Err(store::StoreError::QueueFull { .. }) => {}
@@ -109,46 +134,33 @@ async fn queue_counts_equal_the_jobs_through_any_walk(which: Db) {
                     }
                 }
             }
-            // One lifecycle step.
-            3..=5 if !ids.is_empty() => {
-                let id = ids[rng.below(ids.len())];
-                let event = &events[rng.below(events.len())];
-                store::apply(&conn, &Fence::Unfenced, id, event)
+            _ if ids.is_empty() => {}
+            Op::Apply(j, e) => {
+                store::apply(conn, &Fence::Unfenced, pick(&ids, *j), &event(*e))
                     .await
                     .unwrap();
             }
-            // Several in one transaction, jobs of several users.
-            6..=7 if !ids.is_empty() => {
-                let steps: Vec<_> = (0..1 + rng.below(4))
-                    .map(|_| {
-                        (
-                            ids[rng.below(ids.len())],
-                            events[rng.below(events.len())].clone(),
-                        )
-                    })
-                    .collect();
-                // The same job twice in one batch is not what the dispatcher sends.
+            Op::ApplyMany(steps) => {
+                // One step per job, as the dispatcher sends them.
                 let mut seen = std::collections::HashSet::new();
                 let steps: Vec<_> = steps
-                    .into_iter()
+                    .iter()
+                    .map(|(j, e)| (pick(&ids, *j), event(*e)))
                     .filter(|(id, _)| seen.insert(*id))
                     .collect();
-                store::apply_many(&conn, &Fence::Unfenced, &steps)
+                store::apply_many(conn, &Fence::Unfenced, &steps)
                     .await
                     .unwrap();
             }
-            // A finished job deleted (Ray's DELETE of a finished job).
-            8 if !ids.is_empty() => {
-                let id = ids[rng.below(ids.len())];
-                let job = store::get_job(&conn, id).await.unwrap().unwrap();
+            Op::Delete(j) => {
+                let id = pick(&ids, *j);
+                let job = store::get_job(conn, id).await.unwrap().unwrap();
                 if job.status.is_terminal() {
-                    assert!(store::delete_job(&conn, id).await.unwrap());
+                    prop_assert!(store::delete_job(conn, id).await.unwrap());
                     ids.retain(|i| *i != id);
                 }
             }
-            // An operator's SQL: a job's priority changed in place.
-            9 if !ids.is_empty() => {
-                let id = ids[rng.below(ids.len())];
+            Op::Reprioritize(j) => {
                 let backend = conn.get_database_backend();
                 let sql = match backend {
                     sea_orm::DatabaseBackend::Postgres => {
@@ -156,23 +168,60 @@ async fn queue_counts_equal_the_jobs_through_any_walk(which: Db) {
                     }
                     _ => "UPDATE jobs SET priority = priority + 1 WHERE id = ?",
                 };
+                let id = pick(&ids, *j);
                 conn.execute(Statement::from_sql_and_values(backend, sql, [id.into()]))
                     .await
                     .unwrap();
             }
-            _ => {}
         }
-        let (counted, kept) = counts(&conn).await;
-        assert_eq!(kept, counted, "after step {step}");
+        let (counted, kept) = counts(conn).await;
+        prop_assert_eq!(kept, counted, "after step {} ({:?})", step, op);
     }
-    let (counted, _) = counts(&conn).await;
-    assert!(
-        counted.len() >= 3 && ids.len() >= 20,
-        "the walk queued jobs of several users and priorities: {counted:?}"
-    );
-    conn.close().await.unwrap();
+    Ok(())
 }
-crate::both_databases!(queue_counts_equal_the_jobs_through_any_walk);
+
+/// Property: through any walk of intake batches (limits, repeated keys), lifecycle
+/// steps alone and in `apply_many` batches, deletions and an operator's `UPDATE`,
+/// `queue_counts` equals the count of the jobs after every operation.
+fn queue_counts_equal_the_jobs_through_any_walk(which: Db, cases: u32) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(db) = rt.block_on(TestDb::new(which)) else {
+        return;
+    };
+    let conn = rt.block_on(async {
+        let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+        store::migrate(&conn).await.unwrap();
+        conn
+    });
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    });
+    let result = runner.run(&prop::collection::vec(op(), 1..60), |ops| {
+        rt.block_on(walk(&conn, &ops))
+    });
+    rt.block_on(conn.close()).unwrap();
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn queue_counts_equal_the_jobs_through_any_walk_sqlite() {
+    queue_counts_equal_the_jobs_through_any_walk(Db::Sqlite, 64);
+}
+
+#[test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+fn queue_counts_equal_the_jobs_through_any_walk_postgres() {
+    queue_counts_equal_the_jobs_through_any_walk(Db::Postgres, 24);
+}
 
 /// Jobs stored before the migration are counted by it.
 async fn the_migration_counts_the_jobs_stored_before_it(which: Db) {
