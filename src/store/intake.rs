@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use entity::{job, job_event, user, JobStatus};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, QueryFilter, Set, SqlErr,
-    Statement, TransactionTrait,
+    ColumnTrait, ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Set, SqlErr, Statement, TransactionTrait,
 };
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
@@ -287,18 +287,30 @@ async fn commit(
     let txn = db.begin().await?;
     let backend = txn.get_database_backend();
     if backend == DatabaseBackend::Postgres {
-        // Before the read below locks them: a user another replica creates meanwhile
-        // is then locked like the others.
+        // Another replica's writer may commit jobs of these users meanwhile: create
+        // the new ones, then lock every one (in id order: no deadlock between two
+        // writers) before their counts are read, in a statement of its own. Read in
+        // the locking statement, the counts would come from that statement's
+        // snapshot, taken before it waited for the other writer's commit (the limit
+        // was overrun so; test `concurrent_writers_hold_the_queue_limit`).
         create_users(&txn, users.iter().copied(), at).await?;
+        user::Entity::find()
+            .select_only()
+            .column(user::Column::Id)
+            .filter(user::Column::Id.is_in(users.iter().copied()))
+            .order_by_asc(user::Column::Id)
+            .lock_exclusive()
+            .into_tuple::<String>()
+            .all(&txn)
+            .await?;
     }
     // The batch's users with their limits and their QUEUED jobs per priority, from
     // `queue_counts` (kept exact by triggers on `jobs`, migration
     // m20261206_000007): the sum is what the limit counts, and a new job's queue
     // position is 1 + those of its user with a priority at least its own (all
     // submitted before it) + those created before it in this batch that come first.
-    // On PostgreSQL the users' rows are locked (in id order: no deadlock between two
-    // writers) so that the limits hold against another replica's writer; SQLite
-    // serializes writers anyway.
+    // SQLite serializes writers, so nothing changes them before the commit; on
+    // PostgreSQL the users' rows locked above keep other writers out.
     let params = (1..=users.len())
         .map(|i| match backend {
             DatabaseBackend::Postgres => format!("${i}"),
@@ -306,14 +318,10 @@ async fn commit(
         })
         .collect::<Vec<_>>()
         .join(", ");
-    let lock = match backend {
-        DatabaseBackend::Postgres => " FOR UPDATE OF u",
-        _ => "",
-    };
     let sql = format!(
         "SELECT u.id, u.max_queued_jobs, c.priority, c.queued FROM users u \
          LEFT JOIN queue_counts c ON c.user_id = u.id AND c.queued > 0 \
-         WHERE u.id IN ({params}) ORDER BY u.id{lock}"
+         WHERE u.id IN ({params})"
     );
     let values = users.iter().map(|u| sea_orm::Value::from(*u));
     let mut limits: HashMap<String, u32> = HashMap::new();

@@ -334,3 +334,57 @@ async fn intake_and_apply_many_at_once_do_not_deadlock(which: Db) {
     conn.close().await.unwrap();
 }
 crate::both_databases!(intake_and_apply_many_at_once_do_not_deadlock);
+
+/// PostgreSQL replicas each commit their own intake batches: many writers at once
+/// (one transaction each, as two replicas' writers are) never take a user past its
+/// limit. The count must be read after the user's row is locked, in a statement of its
+/// own: read in the locking statement, it came from that statement's snapshot, taken
+/// before the wait (a fresh tester's two replicas accepted 8–9 jobs for a limit of 7).
+async fn concurrent_writers_hold_the_queue_limit(which: Db) {
+    let Some(db) = TestDb::new(which).await else {
+        return;
+    };
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    store::migrate(&conn).await.unwrap();
+    const LIMIT: u32 = 7;
+    let users = ["w0", "w1", "w2", "w3", "w4"];
+    let mut tasks = Vec::new();
+    for w in 0..24 {
+        let conn = conn.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut created = Vec::new();
+            for round in 0..4 {
+                let batch = (0..3)
+                    .map(|i| {
+                        let mut j = crate::helpers::new_job(users[(w + round + i) % 5], None);
+                        j.priority = (i % 2) as i32;
+                        j
+                    })
+                    .collect();
+                for a in store::submit_batch(&conn, batch, LIMIT).await {
+                    match a {
+                        Ok(store::Intake::Created(j)) => created.push(j.user_id),
+                        Err(store::StoreError::QueueFull { .. }) => {}
+                        other => panic!("{other:?}"),
+                    }
+                }
+            }
+            created
+        }));
+    }
+    let mut accepted = BTreeMap::<String, u32>::new();
+    for t in tasks {
+        for u in t.await.unwrap() {
+            *accepted.entry(u).or_default() += 1;
+        }
+    }
+    let expected: BTreeMap<String, u32> = users.iter().map(|u| (u.to_string(), LIMIT)).collect();
+    assert_eq!(
+        accepted, expected,
+        "each user's accepted jobs, limit {LIMIT}"
+    );
+    let (counted, kept) = counts(&conn).await;
+    assert_eq!(kept, counted);
+    conn.close().await.unwrap();
+}
+crate::both_databases!(concurrent_writers_hold_the_queue_limit);
