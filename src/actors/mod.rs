@@ -30,6 +30,7 @@ use entity::{job, user, JobStatus};
 use uuid::Uuid;
 
 use arbiter::FairShareArbiter;
+pub use arbiter::Known;
 use dispatcher::Dispatcher;
 use messages::{
     DispatcherHandle, Enqueue, Halt, MonitorHandle, QueueFactory, QueuePlace, RemoveQueued,
@@ -478,10 +479,13 @@ impl Scheduler {
         }
     }
 
-    /// The jobs the arbiter counts as QUEUED, with their users (the leader's catch-up).
-    pub async fn queued_ids(&self) -> Result<Vec<(String, Uuid)>, SchedulerUnavailable> {
+    /// What the arbiter knows of each job of `ids`, in order (the leader's catch-up).
+    pub async fn classify(
+        &self,
+        ids: Vec<Uuid>,
+    ) -> Result<Vec<arbiter::Known>, SchedulerUnavailable> {
         self.arbiter
-            .send(arbiter::QueuedIds)
+            .send(arbiter::Classify(ids))
             .await
             .map_err(|e| SchedulerUnavailable(e.to_string()))
     }

@@ -154,3 +154,80 @@ pub async fn set_webhook_cursor(db: &Db, name: &str, id: i64) -> Result<(), DbEr
         .await?;
     Ok(())
 }
+
+/// One `job_events` row as the leader's catch-up reads it (DESIGN §10): which job moved
+/// from which status to which, nothing else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The `job_events` row id.
+    pub id: i64,
+    pub job_id: Uuid,
+    /// `None` for the job's creation.
+    pub from: Option<JobStatus>,
+    pub to: JobStatus,
+}
+
+impl Change {
+    /// Whether the job entered or left the QUEUED state here: the only changes that
+    /// move a job into or out of the leader's queues.
+    pub fn touches_queue(&self) -> bool {
+        self.to == JobStatus::Queued || self.from == Some(JobStatus::Queued)
+    }
+}
+
+type ChangeRow = (i64, Uuid, Option<JobStatus>, JobStatus);
+
+fn change((id, job_id, from, to): ChangeRow) -> Change {
+    Change {
+        id,
+        job_id,
+        from,
+        to,
+    }
+}
+
+/// Up to `limit` changes with ids above `after`, oldest first: a range read of the
+/// `job_events` primary key, four narrow columns a row.
+pub async fn changes_after(db: &Db, after: i64, limit: u64) -> Result<Vec<Change>, DbErr> {
+    Ok(job_event::Entity::find()
+        .select_only()
+        .columns([
+            job_event::Column::Id,
+            job_event::Column::JobId,
+            job_event::Column::FromStatus,
+            job_event::Column::ToStatus,
+        ])
+        .filter(job_event::Column::Id.gt(after))
+        .order_by_asc(job_event::Column::Id)
+        .limit(limit)
+        .into_tuple::<ChangeRow>()
+        .all(db)
+        .await?
+        .into_iter()
+        .map(change)
+        .collect())
+}
+
+/// The changes among `ids` that are stored (ids the catch-up saw skipped and waits
+/// for: a transaction that committed after a later one), oldest first.
+pub async fn changes_with_ids(db: &Db, ids: &[i64]) -> Result<Vec<Change>, DbErr> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(job_event::Entity::find()
+        .select_only()
+        .columns([
+            job_event::Column::Id,
+            job_event::Column::JobId,
+            job_event::Column::FromStatus,
+            job_event::Column::ToStatus,
+        ])
+        .filter(job_event::Column::Id.is_in(ids.iter().copied()))
+        .order_by_asc(job_event::Column::Id)
+        .into_tuple::<ChangeRow>()
+        .all(db)
+        .await?
+        .into_iter()
+        .map(change)
+        .collect())
+}

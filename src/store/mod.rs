@@ -35,8 +35,8 @@ pub use lease::{
 };
 
 pub use events::{
-    count_events_after, events_after, init_webhook_cursors, last_event_id, set_webhook_cursor,
-    webhook_cursor, JobEvent,
+    changes_after, changes_with_ids, count_events_after, events_after, init_webhook_cursors,
+    last_event_id, set_webhook_cursor, webhook_cursor, Change, JobEvent,
 };
 pub use intake::{
     payload_differences, submit_batch, submit_job, Intake, IntakeWriter, NewJob, MAX_BATCH,
@@ -219,6 +219,34 @@ pub async fn list_jobs(db: &Db, filter: &JobFilter) -> Result<Vec<job::Model>, D
 pub async fn jobs_with_status(db: &Db, statuses: &[JobStatus]) -> Result<Vec<job::Model>, DbErr> {
     job::Entity::find()
         .filter(job::Column::Status.is_in(statuses.iter().copied()))
+        .order_by_asc(job::Column::SubmittedAt)
+        .order_by_asc(job::Column::Id)
+        .all(db)
+        .await
+}
+
+/// The jobs among `ids` (any order; ids with no row are left out).
+pub async fn jobs_with_ids(db: &Db, ids: &[Uuid]) -> Result<Vec<job::Model>, DbErr> {
+    let mut out = Vec::with_capacity(ids.len());
+    // Bounded IN lists: SQLite allows 32,766 parameters a statement.
+    for chunk in ids.chunks(1000) {
+        out.extend(
+            job::Entity::find()
+                .filter(job::Column::Id.is_in(chunk.iter().copied()))
+                .all(db)
+                .await?,
+        );
+    }
+    Ok(out)
+}
+
+/// PENDING and RUNNING jobs with a stop asked for (`stop_reason` set), oldest first:
+/// what the leader's catch-up follows (DESIGN §10). Reads the `status` index; the
+/// outstanding jobs are bounded by the clusters' capacity.
+pub async fn outstanding_with_stop(db: &Db) -> Result<Vec<job::Model>, DbErr> {
+    job::Entity::find()
+        .filter(job::Column::Status.is_in([JobStatus::Pending, JobStatus::Running]))
+        .filter(job::Column::StopReason.is_not_null())
         .order_by_asc(job::Column::SubmittedAt)
         .order_by_asc(job::Column::Id)
         .all(db)

@@ -277,3 +277,94 @@ async fn a_second_service_on_the_same_sqlite_file_refuses_to_start() {
     let _ = std::fs::remove_file(&link);
     assert!(err.contains("another fairshare service"), "{err}");
 }
+
+/// The leader's catch-up (DESIGN §10) finds what another replica committed without a
+/// notification reaching the leader: a job submitted, a job cancelled, and a job whose
+/// transaction took its event id before a later one and committed after it (the
+/// catch-up reads the changes after its cursor, so such an id is skipped at first and
+/// looked up again).
+#[actix_web::test]
+async fn the_catch_up_finds_changes_no_notification_announced() {
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let mut s = test_settings(&db.url);
+    s.leadership.replica_id = "leader".into();
+    s.leadership.catch_up_every = Duration::from_millis(100);
+    let app = Application::build(s).await.expect("build replica");
+    let leader = Replica {
+        address: format!("http://127.0.0.1:{}", app.port()),
+        handle: app.handle(),
+    };
+    actix_web::rt::spawn(app.run_until_stopped());
+    let queued = || async { get(&leader, "/v1/scheduler").await.1["queued_jobs"].clone() };
+    let until_queued = |n: u64| async move {
+        until(Duration::from_secs(5), || async { queued().await == n }).await
+    };
+
+    // Written straight to the database, as a follower would, but with no NOTIFY.
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            created(
+                store::submit_job(&conn, new_job("carol"), 100)
+                    .await
+                    .unwrap(),
+            )
+            .id,
+        );
+    }
+    assert!(
+        until_queued(3).await.is_some(),
+        "queued: {}",
+        queued().await
+    );
+
+    store::apply(
+        &conn,
+        &Fence::Unfenced,
+        ids[0],
+        &fairshare::lifecycle::Event::CancelRequested,
+    )
+    .await
+    .unwrap();
+    assert!(
+        until_queued(2).await.is_some(),
+        "queued: {}",
+        queued().await
+    );
+
+    // A transaction takes its event id, then a later one commits and is read.
+    use sea_orm::TransactionTrait;
+    let late = uuid::Uuid::now_v7();
+    let txn = conn.begin().await.unwrap();
+    txn.execute_unprepared(&format!(
+        "INSERT INTO jobs (id, user_id, status, priority, entrypoint, cpu, gpu, memory_bytes, \
+         submitted_at, attempt) VALUES ('{late}', 'carol', 'QUEUED', 0, 'echo', 1, 0, 0, now(), 1)"
+    ))
+    .await
+    .unwrap();
+    txn.execute_unprepared(&format!(
+        "INSERT INTO job_events (job_id, to_status, at) VALUES ('{late}', 'QUEUED', now())"
+    ))
+    .await
+    .unwrap();
+    // (Another user: the open transaction holds carol's `queue_counts` row.)
+    store::submit_job(&conn, new_job("erin"), 100)
+        .await
+        .unwrap();
+    assert!(
+        until_queued(3).await.is_some(),
+        "queued: {}",
+        queued().await
+    );
+    txn.commit().await.unwrap();
+    assert!(
+        until_queued(4).await.is_some(),
+        "the job committed out of order never reached the leader (queued: {})",
+        queued().await
+    );
+    conn.close().await.ok();
+    leader.handle.stop(true).await;
+}

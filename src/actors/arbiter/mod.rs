@@ -193,11 +193,23 @@ pub struct FlushUsage;
 #[rtype(result = "()")]
 pub struct EnqueueIfNew(pub Enqueue);
 
-/// Ask for the jobs counted as QUEUED (the leader's catch-up compares them with the
-/// database, DESIGN §10).
+/// What the arbiter knows of a job (the leader's catch-up, DESIGN §10).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Known {
+    /// Counted as QUEUED: in one of the queues.
+    Queued,
+    /// Granted and outstanding, or one of the [`RECENTLY_ENDED`] that left it.
+    Left,
+    /// Not known this term.
+    Unknown,
+}
+
+/// Ask what the arbiter knows of each of these jobs: one [`Known`] per id, in order.
+/// The leader's catch-up asks about the jobs that changed since its last round, so an
+/// answer costs what changed, not what is queued.
 #[derive(Message)]
-#[rtype(result = "Vec<(String, JobId)>")]
-pub struct QueuedIds;
+#[rtype(result = "Vec<Known>")]
+pub struct Classify(pub Vec<JobId>);
 
 /// The arbiter.
 pub struct FairShareArbiter {
@@ -545,14 +557,22 @@ impl Handler<EnqueueIfNew> for FairShareArbiter {
     }
 }
 
-impl Handler<QueuedIds> for FairShareArbiter {
-    type Result = actix::MessageResult<QueuedIds>;
+impl Handler<Classify> for FairShareArbiter {
+    type Result = actix::MessageResult<Classify>;
 
-    fn handle(&mut self, _: QueuedIds, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Classify, _: &mut Context<Self>) -> Self::Result {
         actix::MessageResult(
-            self.queued_ids
+            msg.0
                 .iter()
-                .map(|(id, user)| (self.names[*user as usize].to_string(), *id))
+                .map(|id| {
+                    if self.queued_ids.contains_key(id) {
+                        Known::Queued
+                    } else if self.outstanding.contains_key(id) || self.ended_set.contains(id) {
+                        Known::Left
+                    } else {
+                        Known::Unknown
+                    }
+                })
                 .collect(),
         )
     }
