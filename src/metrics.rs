@@ -49,6 +49,8 @@ pub struct Metrics {
     pub ray_pending_jobs: IntGaugeVec,
     /// Submissions committed per intake transaction (group commit).
     pub intake_batch_size: Histogram,
+    /// Seconds from an intake transaction's first statement to its commit.
+    pub intake_commit_seconds: Histogram,
     /// From the monitor seeing a job finish to the POST of the next job the freed
     /// capacity went to, seconds.
     pub finish_to_dispatch: Histogram,
@@ -249,6 +251,13 @@ fn build() -> Result<Metrics, prometheus::Error> {
                 "Submissions committed per intake transaction (group commit)."
             )
             .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0])
+        )?),
+        intake_commit_seconds: reg!(Histogram::with_opts(
+            HistogramOpts::new(
+                "fairshare_intake_commit_seconds",
+                "From an intake transaction's first statement to its commit (group commit)."
+            )
+            .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
         )?),
         ray_pending_jobs: reg!(IntGaugeVec::new(
             Opts::new(

@@ -788,3 +788,40 @@ async fn logs_of_a_job_ray_never_had_are_409_with_a_reason(db: Db) {
     assert_eq!(body["error"]["details"]["status"], "STOPPED", "{body}");
 }
 both_databases!(logs_of_a_job_ray_never_had_are_409_with_a_reason);
+
+/// Intake looks up a batch's idempotency keys as (user, key) pairs, in statements of
+/// a few hundred: a key stored for one user is a repeat for that user only, and a
+/// batch of more pairs than one statement takes still finds every stored one.
+async fn idempotency_keys_are_per_user_across_a_large_batch(db: Db) {
+    use fairshare::store::{submit_batch, Intake};
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let conn = connect(&app.db.url).await;
+    let job = |user: String, key: usize| crate::helpers::new_job(&user, Some(format!("k{key}")));
+    let stored: Vec<_> = (0..250).map(|i| job(format!("p{}", i % 3), i)).collect();
+    for a in submit_batch(&conn, stored.clone(), 10_000).await {
+        assert!(matches!(a.unwrap(), Intake::Created(_)));
+    }
+    // The same 250 again, then the same keys for other users.
+    let mut batch = stored;
+    batch.extend((0..250).map(|i| job(format!("q{}", i % 5), i)));
+    let answers = submit_batch(&conn, batch, 10_000).await;
+    let (mut existing, mut created) = (0, 0);
+    for (i, a) in answers.into_iter().enumerate() {
+        match a.unwrap() {
+            Intake::Existing(j) if i < 250 => {
+                assert_eq!(j.user_id, format!("p{}", i % 3));
+                assert_eq!(j.external_id.as_deref(), Some(format!("k{i}").as_str()));
+                existing += 1;
+            }
+            Intake::Created(j) if i >= 250 => {
+                assert_eq!(j.user_id, format!("q{}", (i - 250) % 5));
+                created += 1;
+            }
+            other => panic!("submission {i}: unexpected {other:?}"),
+        }
+    }
+    assert_eq!((existing, created), (250, 250));
+}
+both_databases!(idempotency_keys_are_per_user_across_a_large_batch);
