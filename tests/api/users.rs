@@ -251,3 +251,47 @@ async fn dot_and_dot_dot_are_not_user_ids(db: Db) {
     assert!(!ids.contains(&".") && !ids.contains(&".."), "{ids:?}");
 }
 both_databases!(dot_and_dot_dot_are_not_user_ids);
+
+/// `store::save_usages` (the arbiter's tick) writes every user's usage and its time in
+/// statements of many users: exact values, chunks past one statement's worth, a user
+/// without a row skipped, the others untouched.
+async fn usage_of_many_users_is_saved_in_few_statements(which: Db) {
+    use fairshare::store;
+    let Some(db) = crate::helpers::TestDb::new(which).await else {
+        return;
+    };
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    store::migrate(&conn).await.unwrap();
+    let n = store::USAGE_ROWS_PER_STATEMENT + 7;
+    for i in 0..n + 1 {
+        store::submit_job(
+            &conn,
+            crate::helpers::new_job(&format!("u{i:04}"), None),
+            10,
+        )
+        .await
+        .unwrap();
+    }
+    let at = chrono::DateTime::from_timestamp_micros(1_764_000_000_123_456).unwrap();
+    let mut rows: Vec<(String, f64, chrono::DateTime<chrono::Utc>)> = (0..n)
+        .map(|i| (format!("u{i:04}"), 0.5 + i as f64, at))
+        .collect();
+    rows.push(("nobody".into(), 9.0, at));
+    store::save_usages(&conn, &rows).await.unwrap();
+    for (i, u) in [0, 1, store::USAGE_ROWS_PER_STATEMENT, n - 1]
+        .into_iter()
+        .map(|i| (i, format!("u{i:04}")))
+    {
+        let got = store::get_user(&conn, &u).await.unwrap().unwrap();
+        assert_eq!(got.usage, 0.5 + i as f64, "{u}");
+        assert_eq!(got.usage_at, at, "{u}");
+    }
+    let untouched = store::get_user(&conn, &format!("u{n:04}"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(untouched.usage, 0.0);
+    assert!(store::get_user(&conn, "nobody").await.unwrap().is_none());
+    conn.close().await.ok();
+}
+both_databases!(usage_of_many_users_is_saved_in_few_statements);

@@ -295,11 +295,12 @@ impl FairShareArbiter {
     pub(super) fn save_usage(&mut self) -> impl std::future::Future<Output = ()> + 'static {
         // A user whose usage has not changed since the last write is skipped (equal
         // usage means it is 0, where the time does not matter, or was not brought
-        // forward).
+        // forward). A user the arbiter did not read from the database is new: its row
+        // was created with usage 0 (a burst of one write per new user otherwise).
         let rows: Vec<(String, f64, f64)> = self
             .users
             .iter()
-            .filter(|(id, e)| self.saved_usage.get(*id) != Some(&e.usage))
+            .filter(|(id, e)| self.saved_usage.get(*id).copied().unwrap_or(0.0) != e.usage)
             .map(|(id, e)| (id.clone(), e.usage, e.usage_at))
             .collect();
         for (id, usage, _) in &rows {
@@ -307,13 +308,20 @@ impl FairShareArbiter {
         }
         let db = self.db.clone();
         async move {
-            for (id, usage, at) in rows {
-                let at = chrono::DateTime::from_timestamp_micros((at * 1e6) as i64)
-                    .unwrap_or_else(store::now);
-                if let Err(e) = store::save_usage(&db, &id, usage, at).await {
-                    metrics::db_error();
-                    tracing::warn!(error = %e, user = %id, "cannot save decayed usage");
-                }
+            if rows.is_empty() {
+                return;
+            }
+            let rows: Vec<_> = rows
+                .into_iter()
+                .map(|(id, usage, at)| {
+                    let at = chrono::DateTime::from_timestamp_micros((at * 1e6) as i64)
+                        .unwrap_or_else(store::now);
+                    (id, usage, at)
+                })
+                .collect();
+            if let Err(e) = store::save_usages(&db, &rows).await {
+                metrics::db_error();
+                tracing::warn!(error = %e, users = rows.len(), "cannot save decayed usage");
             }
         }
     }

@@ -364,6 +364,10 @@ impl FairShareArbiter {
     fn apply_settings(&mut self, u: &user::Model) {
         let default_running = self.settings.scheduler.default_max_running_jobs;
         let fresh = self.default_entry();
+        if !self.users.contains_key(&u.id) {
+            // What the database holds: not written again until it changes.
+            self.saved_usage.insert(u.id.clone(), u.usage);
+        }
         let e = self.users.entry(u.id.clone()).or_insert_with(|| UserEntry {
             usage: u.usage,
             usage_at: u.usage_at.timestamp_micros() as f64 / 1e6,
