@@ -71,7 +71,7 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8], empty_ok: bool) -> Result<T
     let value: serde_json::Value = if empty_ok && bytes.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Object(Default::default())
     } else {
-        serde_json::from_slice(bytes).map_err(|e| ApiError::BadJson(e.to_string()))?
+        parse_value(bytes)?
     };
     if !value.is_object() {
         return Err(ApiError::invalid("(body)", "must be a JSON object"));
@@ -98,6 +98,24 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8], empty_ok: bool) -> Result<T
         };
         ApiError::invalid(field, reason)
     })
+}
+
+/// Parses `bytes` as one JSON value. Syntax errors are 400 `bad_json`; a number too
+/// large for a double (`1e400`, a 400-digit integer), which is valid JSON, is 422
+/// naming the field it stands in (its path as `serde_path_to_error` tracked it).
+fn parse_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let value: serde_json::Value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.to_string().starts_with("number out of range") && path != "." {
+            ApiError::invalid(path, "number out of range (larger than 1.8e308)")
+        } else {
+            ApiError::BadJson(inner.to_string())
+        }
+    })?;
+    de.end().map_err(|e| ApiError::BadJson(e.to_string()))?;
+    Ok(value)
 }
 
 /// The dotted path of the first string or key in `v` that contains a NUL character,

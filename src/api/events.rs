@@ -51,10 +51,15 @@ pub struct EventsQuery {
     pub last_event_id: Option<String>,
 }
 
+/// Given empty, in the header as in the query, is invalid: a client that has no id
+/// leaves it out (browsers' `EventSource` sends none until it has one).
 fn parse_event_id(field: &str, raw: &str) -> Result<Option<i64>, ApiError> {
     let raw = raw.trim();
     if raw.is_empty() {
-        return Ok(None);
+        return Err(ApiError::invalid(
+            field,
+            "must be an event id: a whole number ≥ 0 (given empty)",
+        ));
     }
     match raw.parse::<i64>() {
         Ok(n) if n >= 0 => Ok(Some(n)),
@@ -144,12 +149,6 @@ pub async fn stream(
     };
     let from_query = match q.last_event_id.as_deref() {
         // Given empty is invalid, as every other query parameter (DESIGN §4).
-        Some(v) if v.trim().is_empty() => {
-            return Err(ApiError::invalid(
-                "last_event_id",
-                "must be an event id: a whole number ≥ 0 (given empty)",
-            ))
-        }
         Some(v) => parse_event_id("last_event_id", v)?,
         None => None,
     };

@@ -172,3 +172,73 @@ async fn withdrawing_a_job_granted_meanwhile_changes_nothing(db: Db) {
     conn.close().await.unwrap();
 }
 both_databases!(withdrawing_a_job_granted_meanwhile_changes_nothing);
+
+/// Issue 11, round 4 (a fresh tester): a number too large for a double is valid JSON,
+/// so it is 422 naming its field, not 400 "not valid JSON"; broken JSON stays 400.
+async fn a_number_out_of_range_is_422_naming_its_field(db: Db) {
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    let big_int = "9".repeat(400);
+    for (body, field) in [
+        (
+            r#"{"user":"fz","entrypoint":"e","resources":{"cpu":1e400}}"#.to_string(),
+            "resources.cpu",
+        ),
+        (
+            format!(r#"{{"user":"fz","entrypoint":"e","priority":{big_int}}}"#),
+            "priority",
+        ),
+        (
+            r#"{"user":"fz","entrypoint":"e","metadata":{"k":"v"},"max_runtime_s":-1e999}"#
+                .to_string(),
+            "max_runtime_s",
+        ),
+    ] {
+        let resp = app.post_raw("/v1/jobs", SUBMITTER, body).await;
+        assert_error(resp, 422, "invalid_field", Some(field)).await;
+    }
+    let resp = app
+        .client
+        .put(app.url("/v1/users/fz"))
+        .bearer_auth(ADMIN)
+        .header("content-type", "application/json")
+        .body(r#"{"weight":1e400}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_error(resp, 422, "invalid_field", Some("weight")).await;
+    let resp = app
+        .post_raw("/v1/jobs", SUBMITTER, r#"{"user":"fz","entrypoint":"e",}"#)
+        .await;
+    assert_error(resp, 400, "bad_json", None).await;
+    let resp = app
+        .post_raw(
+            "/v1/jobs",
+            SUBMITTER,
+            r#"{"user":"fz","entrypoint":"e"} {}"#,
+        )
+        .await;
+    assert_error(resp, 400, "bad_json", None).await;
+}
+both_databases!(a_number_out_of_range_is_422_naming_its_field);
+
+/// Issue 11, round 4 (a fresh tester): an empty `Last-Event-ID` header is refused as
+/// the empty `last_event_id` parameter is, not read as "not given".
+async fn an_empty_last_event_id_header_is_422(db: Db) {
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    for value in ["", "   "] {
+        let resp = app
+            .client
+            .get(app.url("/v1/events"))
+            .bearer_auth(SUBMITTER)
+            .header("Last-Event-ID", value)
+            .send()
+            .await
+            .unwrap();
+        assert_error(resp, 422, "invalid_field", Some("Last-Event-ID")).await;
+    }
+}
+both_databases!(an_empty_last_event_id_header_is_422);
