@@ -524,11 +524,10 @@ async fn catch_up(me: Leadership) {
             continue;
         };
         if cursor.as_ref().map(|(t, _)| *t) != Some(term) {
-            cursor = Some((term, ChangeCursor::new(from - CATCH_UP_REWIND, grace)));
+            cursor = None;
         }
-        let Some((_, c)) = cursor.as_mut() else {
-            continue;
-        };
+        let (_, c) =
+            cursor.get_or_insert_with(|| (term, ChangeCursor::new(from - CATCH_UP_REWIND, grace)));
         if let Err(e) = catch_up_once(&me.inner.db, &s, c, margin, &mut sent).await {
             tracing::debug!(error = %e, "catch-up failed; next round retries");
         }

@@ -107,11 +107,11 @@ fn parse_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: serde_json::Value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
-        let inner = e.into_inner();
-        if inner.to_string().starts_with("number out of range") && path != "." {
+        let reason = e.into_inner().to_string();
+        if reason.starts_with("number out of range") && path != "." {
             ApiError::invalid(path, "number out of range (larger than 1.8e308)")
         } else {
-            ApiError::BadJson(inner.to_string())
+            ApiError::BadJson(reason)
         }
     })?;
     de.end().map_err(|e| ApiError::BadJson(e.to_string()))?;

@@ -186,9 +186,13 @@ fn change((id, job_id, from, to): ChangeRow) -> Change {
     }
 }
 
-/// Up to `limit` changes with ids above `after`, oldest first: a range read of the
-/// `job_events` primary key, four narrow columns a row.
-pub async fn changes_after(db: &Db, after: i64, limit: u64) -> Result<Vec<Change>, DbErr> {
+/// The changes whose ids match `ids`, oldest first, at most `limit`: four narrow
+/// columns a row.
+async fn changes(
+    db: &Db,
+    ids: sea_orm::sea_query::SimpleExpr,
+    limit: Option<u64>,
+) -> Result<Vec<Change>, DbErr> {
     Ok(job_event::Entity::find()
         .select_only()
         .columns([
@@ -197,7 +201,7 @@ pub async fn changes_after(db: &Db, after: i64, limit: u64) -> Result<Vec<Change
             job_event::Column::FromStatus,
             job_event::Column::ToStatus,
         ])
-        .filter(job_event::Column::Id.gt(after))
+        .filter(ids)
         .order_by_asc(job_event::Column::Id)
         .limit(limit)
         .into_tuple::<ChangeRow>()
@@ -208,26 +212,17 @@ pub async fn changes_after(db: &Db, after: i64, limit: u64) -> Result<Vec<Change
         .collect())
 }
 
+/// Up to `limit` changes with ids above `after`, oldest first: a range read of the
+/// `job_events` primary key.
+pub async fn changes_after(db: &Db, after: i64, limit: u64) -> Result<Vec<Change>, DbErr> {
+    changes(db, job_event::Column::Id.gt(after), Some(limit)).await
+}
+
 /// The changes among `ids` that are stored (ids the catch-up saw skipped and waits
 /// for: a transaction that committed after a later one), oldest first.
 pub async fn changes_with_ids(db: &Db, ids: &[i64]) -> Result<Vec<Change>, DbErr> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(job_event::Entity::find()
-        .select_only()
-        .columns([
-            job_event::Column::Id,
-            job_event::Column::JobId,
-            job_event::Column::FromStatus,
-            job_event::Column::ToStatus,
-        ])
-        .filter(job_event::Column::Id.is_in(ids.iter().copied()))
-        .order_by_asc(job_event::Column::Id)
-        .into_tuple::<ChangeRow>()
-        .all(db)
-        .await?
-        .into_iter()
-        .map(change)
-        .collect())
+    changes(db, job_event::Column::Id.is_in(ids.iter().copied()), None).await
 }

@@ -19,8 +19,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use entity::{job, job_event, user, JobStatus};
 use sea_orm::sea_query::OnConflict;
 use sea_orm::{
-    ColumnTrait, Condition, ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, QueryFilter,
-    QueryOrder, QuerySelect, Set, SqlErr, Statement, TransactionTrait,
+    ColumnTrait, Condition, ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, QueryFilter, Set,
+    SqlErr, Statement, TransactionTrait,
 };
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
@@ -298,15 +298,7 @@ async fn commit(
         // snapshot, taken before it waited for the other writer's commit (the limit
         // was overrun so; test `concurrent_writers_hold_the_queue_limit`).
         create_users(&txn, users.iter().copied(), at).await?;
-        user::Entity::find()
-            .select_only()
-            .column(user::Column::Id)
-            .filter(user::Column::Id.is_in(users.iter().copied()))
-            .order_by_asc(user::Column::Id)
-            .lock_exclusive()
-            .into_tuple::<String>()
-            .all(&txn)
-            .await?;
+        super::lock_users(&txn, users.iter().copied()).await?;
     }
     // The batch's users with their limits and their QUEUED jobs per priority, from
     // `queue_counts` (kept exact by triggers on `jobs`, migration
@@ -316,10 +308,7 @@ async fn commit(
     // SQLite serializes writers, so nothing changes them before the commit; on
     // PostgreSQL the users' rows locked above keep other writers out.
     let params = (1..=users.len())
-        .map(|i| match backend {
-            DatabaseBackend::Postgres => format!("${i}"),
-            _ => "?".to_string(),
-        })
+        .map(|i| super::placeholder(backend, i))
         .collect::<Vec<_>>()
         .join(", ");
     let sql = format!(

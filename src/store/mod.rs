@@ -814,6 +814,33 @@ pub async fn upsert_user(db: &Db, id: &str, patch: UserPatch) -> Result<user::Mo
     Ok(model)
 }
 
+/// The `i`-th (from 1) bound parameter of a raw statement: `$i` on PostgreSQL, `?` on
+/// SQLite.
+pub(super) fn placeholder(backend: DatabaseBackend, i: usize) -> String {
+    match backend {
+        DatabaseBackend::Postgres => format!("${i}"),
+        _ => "?".to_string(),
+    }
+}
+
+/// Locks the `users` rows of `ids` in id order (`SELECT … FOR UPDATE`), so that two
+/// transactions locking users never deadlock (PostgreSQL; intake and the usage save).
+pub(super) async fn lock_users<'a>(
+    txn: &sea_orm::DatabaseTransaction,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> Result<(), DbErr> {
+    user::Entity::find()
+        .select_only()
+        .column(user::Column::Id)
+        .filter(user::Column::Id.is_in(ids))
+        .order_by_asc(user::Column::Id)
+        .lock_exclusive()
+        .into_tuple::<String>()
+        .all(txn)
+        .await?;
+    Ok(())
+}
+
 /// Writes the decayed usage (and its time) of many users: one transaction per
 /// [`USAGE_ROWS_PER_STATEMENT`] users, one `UPDATE … FROM (VALUES …)` each, instead of a
 /// commit (and an fsync) per user. On PostgreSQL the rows are locked in id order
@@ -823,22 +850,11 @@ pub async fn save_usages(db: &Db, rows: &[(String, f64, DateTime<Utc>)]) -> Resu
     let backend = db.get_database_backend();
     let mut sorted: Vec<&(String, f64, DateTime<Utc>)> = rows.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    let param = |i: usize| match backend {
-        DatabaseBackend::Postgres => format!("${i}"),
-        _ => "?".to_string(),
-    };
+    let param = |i: usize| placeholder(backend, i);
     for chunk in sorted.chunks(USAGE_ROWS_PER_STATEMENT) {
         let txn = db.begin().await?;
         if backend == DatabaseBackend::Postgres {
-            user::Entity::find()
-                .select_only()
-                .column(user::Column::Id)
-                .filter(user::Column::Id.is_in(chunk.iter().map(|r| r.0.as_str())))
-                .order_by_asc(user::Column::Id)
-                .lock_exclusive()
-                .into_tuple::<String>()
-                .all(&txn)
-                .await?;
+            lock_users(&txn, chunk.iter().map(|r| r.0.as_str())).await?;
         }
         let mut values = Vec::with_capacity(chunk.len() * 3);
         let tuples: Vec<String> = chunk

@@ -308,9 +308,6 @@ impl FairShareArbiter {
         }
         let db = self.db.clone();
         async move {
-            if rows.is_empty() {
-                return;
-            }
             let rows: Vec<_> = rows
                 .into_iter()
                 .map(|(id, usage, at)| {
