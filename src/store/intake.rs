@@ -7,8 +7,9 @@
 //! whatever has arrived (up to [`MAX_BATCH`]) and [`submit_batch`] commits it in one
 //! transaction: the users (created if new; rows locked on PostgreSQL, in id order, so
 //! that queue limits hold across replicas) read with their QUEUED jobs per priority
-//! (`queue_counts`), one look-up of the batch's external ids, then multi-row inserts
-//! of the jobs and their creation events. Idempotency on `(user, external_id)` holds
+//! (`queue_counts`), one look-up of the batch's external ids, then the inserts of the
+//! jobs and their creation events (SQLite: multi-row inserts; PostgreSQL: statements
+//! of one text whatever the batch's size, see [`postgres`]). Idempotency on `(user, external_id)` holds
 //! inside a batch too: a repeat of a key created earlier in the same batch resolves
 //! against it. If another replica committed the same key in between (the unique index
 //! refuses the batch), the batch is retried one submission at a time.
@@ -269,16 +270,55 @@ fn active(j: &job::Model) -> job::ActiveModel {
 }
 
 /// Creates the users of `ids` that do not exist yet, with the defaults.
-async fn create_users<'a>(
-    txn: &sea_orm::DatabaseTransaction,
+async fn create_users<'a, C: ConnectionTrait>(
+    conn: &C,
     ids: impl Iterator<Item = &'a str>,
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), DbErr> {
     user::Entity::insert_many(ids.map(|id| super::new_user(id, at)))
         .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
-        .exec_without_returning(txn)
+        .exec_without_returning(conn)
         .await?;
     Ok(())
+}
+
+/// What the database holds of a batch's users and keys, read inside its transaction.
+#[derive(Default)]
+struct Stored {
+    /// Each user's queue limit (its own `max_queued_jobs`, else the default).
+    limits: HashMap<String, u32>,
+    /// Each user's QUEUED jobs per priority (`queue_counts`), users with none absent.
+    by_priority: HashMap<String, BTreeMap<i32, u64>>,
+    /// The stored jobs of the batch's `(user, external_id)` pairs.
+    known: BTreeMap<(String, String), job::Model>,
+}
+
+impl Stored {
+    fn add_count(&mut self, user: String, priority: i32, queued: i64) {
+        *self
+            .by_priority
+            .entry(user)
+            .or_default()
+            .entry(priority)
+            .or_default() += queued.max(0) as u64;
+    }
+
+    fn add_known(&mut self, jobs: Vec<job::Model>) {
+        for j in jobs {
+            if let Some(ext) = j.external_id.clone() {
+                self.known.insert((j.user_id.clone(), ext), j);
+            }
+        }
+    }
+}
+
+/// The batch's `(user, external_id)` pairs, each once, in order.
+fn key_pairs(batch: &[NewJob]) -> Vec<(&str, &str)> {
+    let pairs: BTreeSet<(&str, &str)> = batch
+        .iter()
+        .filter_map(|n| Some((n.user.as_str(), n.external_id.as_deref()?)))
+        .collect();
+    pairs.into_iter().collect()
 }
 
 async fn commit(
@@ -287,26 +327,50 @@ async fn commit(
     default_max_queued: u32,
 ) -> Result<Vec<Answered>, DbErr> {
     let at = now();
-    let users: BTreeSet<&str> = batch.iter().map(|n| n.user.as_str()).collect();
-    let txn = db.begin().await?;
-    let backend = txn.get_database_backend();
+    let users: Vec<&str> = batch
+        .iter()
+        .map(|n| n.user.as_str())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let backend = db.get_database_backend();
+    let (txn, stored) = if backend == DatabaseBackend::Postgres {
+        postgres::read(db, batch, &users, default_max_queued, at).await?
+    } else {
+        let txn = db.begin().await?;
+        let stored = read_sqlite(&txn, batch, &users, default_max_queued, at).await?;
+        (txn, stored)
+    };
+    let (answers, mut rows) = decide(batch, stored, default_max_queued, at);
+    // By user: the `queue_counts` triggers lock one row per (user, priority), and
+    // every transaction that changes several users' jobs does so in user order.
+    rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
     if backend == DatabaseBackend::Postgres {
-        // Another replica's writer may commit jobs of these users meanwhile: create
-        // the new ones, then lock every one (in id order: no deadlock between two
-        // writers) before their counts are read, in a statement of its own. Read in
-        // the locking statement, the counts would come from that statement's
-        // snapshot, taken before it waited for the other writer's commit (the limit
-        // was overrun so; test `concurrent_writers_hold_the_queue_limit`).
-        create_users(&txn, users.iter().copied(), at).await?;
-        super::lock_users(&txn, users.iter().copied()).await?;
+        postgres::insert(&txn, &rows, at).await?;
+    } else {
+        insert_sqlite(&txn, &rows, at).await?;
     }
+    txn.commit().await?;
+    crate::events::committed();
+    Ok(answers)
+}
+
+/// SQLite's read of a batch's users, counts and keys. SQLite has one writer, this
+/// one: nothing changes them before the commit, and the users the read did not find
+/// are new (most batches have none, and skip that statement).
+async fn read_sqlite(
+    txn: &sea_orm::DatabaseTransaction,
+    batch: &[NewJob],
+    users: &[&str],
+    default_max_queued: u32,
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<Stored, DbErr> {
+    let backend = txn.get_database_backend();
     // The batch's users with their limits and their QUEUED jobs per priority, from
-    // `queue_counts` (kept exact by triggers on `jobs`, migration
-    // m20261206_000007): the sum is what the limit counts, and a new job's queue
-    // position is 1 + those of its user with a priority at least its own (all
-    // submitted before it) + those created before it in this batch that come first.
-    // SQLite serializes writers, so nothing changes them before the commit; on
-    // PostgreSQL the users' rows locked above keep other writers out.
+    // `queue_counts` (kept exact by triggers on `jobs`, migration m20261206_000007):
+    // the sum is what the limit counts, and a new job's queue position is 1 + those
+    // of its user with a priority at least its own (all submitted before it) + those
+    // created before it in this batch that come first.
     let params = (1..=users.len())
         .map(|i| super::placeholder(backend, i))
         .collect::<Vec<_>>()
@@ -317,8 +381,7 @@ async fn commit(
          WHERE u.id IN ({params})"
     );
     let values = users.iter().map(|u| sea_orm::Value::from(*u));
-    let mut limits: HashMap<String, u32> = HashMap::new();
-    let mut by_priority: HashMap<String, BTreeMap<i32, u64>> = HashMap::new();
+    let mut stored = Stored::default();
     for row in txn
         .query_all(Statement::from_sql_and_values(backend, sql, values))
         .await?
@@ -328,47 +391,28 @@ async fn commit(
         let priority: Option<i32> = row.try_get_by_index(2)?;
         let n: Option<i64> = row.try_get_by_index(3)?;
         if let (Some(p), Some(n)) = (priority, n) {
-            *by_priority
-                .entry(id.clone())
-                .or_default()
-                .entry(p)
-                .or_default() += n.max(0) as u64;
+            stored.add_count(id.clone(), p, n);
         }
-        limits.insert(
+        stored.limits.insert(
             id,
             max.map(|v| v.max(0) as u32).unwrap_or(default_max_queued),
         );
     }
-    if backend != DatabaseBackend::Postgres {
-        // SQLite has one writer, this one: the users the read did not find are new
-        // (most batches have none, and skip this statement).
-        let new: Vec<&str> = users
-            .iter()
-            .copied()
-            .filter(|u| !limits.contains_key(*u))
-            .collect();
-        if !new.is_empty() {
-            create_users(&txn, new.iter().copied(), at).await?;
-            for u in new {
-                limits.insert(u.to_string(), default_max_queued);
-            }
+    let new: Vec<&str> = users
+        .iter()
+        .copied()
+        .filter(|u| !stored.limits.contains_key(*u))
+        .collect();
+    if !new.is_empty() {
+        create_users(txn, new.iter().copied(), at).await?;
+        for u in new {
+            stored.limits.insert(u.to_string(), default_max_queued);
         }
     }
-    let mut queued: HashMap<String, u64> = by_priority
-        .iter()
-        .map(|(u, counts)| (u.clone(), counts.values().sum()))
-        .collect();
     // The batch's (user, external_id) pairs, each one probe of the unique index: an
     // OR of pairs, not `user_id IN (…) AND external_id IN (…)`, which is the cross
-    // product of the two lists (64 × 64 probes for a batch of 64) and which
-    // PostgreSQL's planner turned into a sequential scan of `jobs` on every batch.
-    let pairs: BTreeSet<(&str, &str)> = batch
-        .iter()
-        .filter_map(|n| Some((n.user.as_str(), n.external_id.as_deref()?)))
-        .collect();
-    let pairs: Vec<(&str, &str)> = pairs.into_iter().collect();
-    let mut known: BTreeMap<(String, String), job::Model> = BTreeMap::new();
-    for chunk in pairs.chunks(PAIRS_PER_STATEMENT) {
+    // product of the two lists (64 × 64 probes for a batch of 64).
+    for chunk in key_pairs(batch).chunks(PAIRS_PER_STATEMENT) {
         let mut any = Condition::any();
         for (user, ext) in chunk {
             any = any.add(
@@ -377,12 +421,55 @@ async fn commit(
                     .add(job::Column::ExternalId.eq(*ext)),
             );
         }
-        for j in job::Entity::find().filter(any).all(&txn).await? {
-            if let Some(ext) = j.external_id.clone() {
-                known.insert((j.user_id.clone(), ext), j);
-            }
-        }
+        stored.add_known(job::Entity::find().filter(any).all(txn).await?);
     }
+    Ok(stored)
+}
+
+/// SQLite's insert of a batch's jobs and their creation events: multi-row inserts of
+/// [`ROWS_PER_STATEMENT`] rows.
+async fn insert_sqlite(
+    txn: &sea_orm::DatabaseTransaction,
+    rows: &[job::Model],
+    at: chrono::DateTime<chrono::Utc>,
+) -> Result<(), DbErr> {
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        job::Entity::insert_many(chunk.iter().map(active))
+            .exec_without_returning(txn)
+            .await?;
+        job_event::Entity::insert_many(chunk.iter().map(|j| job_event::ActiveModel {
+            job_id: Set(j.id),
+            from_status: Set(None),
+            to_status: Set(JobStatus::Queued),
+            at: Set(at),
+            detail: Set(None),
+            ..Default::default()
+        }))
+        .exec_without_returning(txn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Answers each submission of `batch` against what is stored, in order, and returns
+/// the rows to insert: a repeated key resolves against the stored job (or one created
+/// earlier in the batch), a user at its limit gets [`StoreError::QueueFull`], and
+/// every other submission becomes a new QUEUED job with its queue position.
+fn decide(
+    batch: &[NewJob],
+    stored: Stored,
+    default_max_queued: u32,
+    at: chrono::DateTime<chrono::Utc>,
+) -> (Vec<Answered>, Vec<job::Model>) {
+    let Stored {
+        limits,
+        by_priority,
+        mut known,
+    } = stored;
+    let mut queued: HashMap<String, u64> = by_priority
+        .iter()
+        .map(|(u, counts)| (u.clone(), counts.values().sum()))
+        .collect();
     let mut answers = Vec::with_capacity(batch.len());
     let mut rows = Vec::new();
     // Per user, the jobs this batch creates: (priority, index in `answers`).
@@ -435,27 +522,157 @@ async fn commit(
             }
         }
     }
-    // By user: the `queue_counts` triggers lock one row per (user, priority), and
-    // every transaction that changes several users' jobs does so in user order.
-    rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        job::Entity::insert_many(chunk.iter().map(active))
-            .exec_without_returning(&txn)
-            .await?;
-        job_event::Entity::insert_many(chunk.iter().map(|j| job_event::ActiveModel {
-            job_id: Set(j.id),
-            from_status: Set(None),
-            to_status: Set(JobStatus::Queued),
-            at: Set(at),
-            detail: Set(None),
-            ..Default::default()
-        }))
-        .exec_without_returning(&txn)
-        .await?;
+    (answers, rows)
+}
+
+/// PostgreSQL's intake statements: each has one text whatever the batch's size (the
+/// batch travels as arrays and one JSON document), so each is parsed and planned
+/// once per connection, and a batch takes five round trips (BEGIN, the user lock,
+/// the counts, the key look-up, one insert of jobs and events) and the COMMIT.
+mod postgres {
+    use super::*;
+
+    /// The users' QUEUED jobs per priority. A statement of its own, after the lock:
+    /// read in the locking statement, the counts would come from that statement's
+    /// snapshot, taken before it waited for the other writer's commit (the limit was
+    /// overrun so; test `concurrent_writers_hold_the_queue_limit`).
+    /// (`OFFSET 0` keeps the planner from flattening the lateral subquery into a
+    /// join, which it ran as a sequential scan: see [`super::super::lock_users`].)
+    const COUNTS: &str = "SELECT c.user_id, c.priority, c.queued \
+         FROM unnest($1::text[]) AS k(user_id) \
+         CROSS JOIN LATERAL (SELECT user_id, priority, queued FROM queue_counts \
+           WHERE queue_counts.user_id = k.user_id AND queued > 0 OFFSET 0) c";
+
+    /// The stored jobs of the batch's `(user, external_id)` pairs: one probe of the
+    /// unique index per pair.
+    const KNOWN: &str =
+        "SELECT j.* FROM unnest($1::text[], $2::text[]) AS k(user_id, external_id) \
+         CROSS JOIN LATERAL (SELECT * FROM jobs \
+           WHERE jobs.user_id = k.user_id AND jobs.external_id = k.external_id OFFSET 0) j";
+
+    /// The batch's jobs (a JSON array of objects, `$1`) and their creation events at
+    /// `$2`, in one statement.
+    const INSERT: &str = "WITH r AS (SELECT * FROM jsonb_to_recordset($1) AS r(\
+           id uuid, user_id text, external_id text, priority integer, entrypoint text, \
+           runtime_env json, metadata json, cpu double precision, gpu double precision, \
+           memory_bytes bigint, max_runtime_s bigint)), \
+         j AS (INSERT INTO jobs (id, user_id, external_id, status, priority, entrypoint, \
+           runtime_env, metadata, cpu, gpu, memory_bytes, max_runtime_s, submitted_at, \
+           attempt) \
+           SELECT id, user_id, external_id, 'QUEUED', priority, entrypoint, runtime_env, \
+           metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1 FROM r ORDER BY user_id \
+           RETURNING id) \
+         INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', $2 FROM j";
+
+    fn texts<'a>(items: impl Iterator<Item = &'a str>) -> sea_orm::Value {
+        sea_orm::Value::from(items.map(str::to_string).collect::<Vec<String>>())
     }
-    txn.commit().await?;
-    crate::events::committed();
-    Ok(answers)
+
+    fn statement(sql: &str, values: Vec<sea_orm::Value>) -> Statement {
+        Statement::from_sql_and_values(DatabaseBackend::Postgres, sql, values)
+    }
+
+    /// Begins the batch's transaction with its users locked and reads them. Users
+    /// that do not exist yet are created first, each in a commit of its own (the
+    /// transaction is rolled back, and begun again once they exist): a user row's
+    /// insert would take its lock out of id order. A user created so whose batch
+    /// then fails stays, with the defaults, as if an admin had read it.
+    pub(super) async fn read(
+        db: &Db,
+        batch: &[NewJob],
+        users: &[&str],
+        default_max_queued: u32,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(sea_orm::DatabaseTransaction, Stored), DbErr> {
+        let mut stored = Stored::default();
+        for attempt in 0.. {
+            let txn = db.begin().await?;
+            stored.limits.clear();
+            for (id, max) in super::super::lock_users(&txn, users.iter().copied()).await? {
+                stored.limits.insert(
+                    id,
+                    max.map(|v| v.max(0) as u32).unwrap_or(default_max_queued),
+                );
+            }
+            if stored.limits.len() < users.len() {
+                txn.rollback().await?;
+                if attempt == 2 {
+                    return Err(DbErr::Custom(
+                        "the batch's users could not be created".into(),
+                    ));
+                }
+                let missing = users
+                    .iter()
+                    .copied()
+                    .filter(|u| !stored.limits.contains_key(*u));
+                create_users(db, missing, at).await?;
+                continue;
+            }
+            for row in txn
+                .query_all(statement(COUNTS, vec![texts(users.iter().copied())]))
+                .await?
+            {
+                let user: String = row.try_get_by_index(0)?;
+                let priority: i32 = row.try_get_by_index(1)?;
+                let queued: i64 = row.try_get_by_index(2)?;
+                stored.add_count(user, priority, queued);
+            }
+            let pairs = key_pairs(batch);
+            if !pairs.is_empty() {
+                let found = job::Entity::find()
+                    .from_raw_sql(statement(
+                        KNOWN,
+                        vec![
+                            texts(pairs.iter().map(|p| p.0)),
+                            texts(pairs.iter().map(|p| p.1)),
+                        ],
+                    ))
+                    .all(&txn)
+                    .await?;
+                stored.add_known(found);
+            }
+            return Ok((txn, stored));
+        }
+        unreachable!("the loop returns")
+    }
+
+    /// Inserts the jobs and their creation events (see [`INSERT`]).
+    pub(super) async fn insert(
+        txn: &sea_orm::DatabaseTransaction,
+        rows: &[job::Model],
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<(), DbErr> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let doc: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|j| {
+                serde_json::json!({
+                    "id": j.id,
+                    "user_id": j.user_id,
+                    "external_id": j.external_id,
+                    "priority": j.priority,
+                    "entrypoint": j.entrypoint,
+                    "runtime_env": j.runtime_env,
+                    "metadata": j.metadata,
+                    "cpu": j.cpu,
+                    "gpu": j.gpu,
+                    "memory_bytes": j.memory_bytes,
+                    "max_runtime_s": j.max_runtime_s,
+                })
+            })
+            .collect();
+        txn.execute(statement(
+            INSERT,
+            vec![
+                sea_orm::Value::Json(Some(Box::new(serde_json::Value::Array(doc)))),
+                sea_orm::Value::from(at),
+            ],
+        ))
+        .await?;
+        Ok(())
+    }
 }
 
 struct Pending {

@@ -823,22 +823,39 @@ pub(super) fn placeholder(backend: DatabaseBackend, i: usize) -> String {
     }
 }
 
-/// Locks the `users` rows of `ids` in id order (`SELECT … FOR UPDATE`), so that two
-/// transactions locking users never deadlock (PostgreSQL; intake and the usage save).
+/// Locks the `users` rows of `ids` (PostgreSQL, `SELECT … FOR UPDATE`) one at a time
+/// in byte order of the id, so that two transactions locking users (intake, the usage
+/// save, another replica's) never deadlock, and returns `(id, max_queued_jobs)` of
+/// those that exist, in that order.
+///
+/// One statement whatever the number of ids (an array), whose plan probes the primary
+/// key once per id: the lateral subquery with its `FOR UPDATE` is not flattened into
+/// a join, which the planner, on tables it has no statistics of, ran as a sequential
+/// scan comparing every row with every id (0.7 ms for 32 ids of 1,000 users).
 pub(super) async fn lock_users<'a>(
     txn: &sea_orm::DatabaseTransaction,
     ids: impl IntoIterator<Item = &'a str>,
-) -> Result<(), DbErr> {
-    user::Entity::find()
-        .select_only()
-        .column(user::Column::Id)
-        .filter(user::Column::Id.is_in(ids))
-        .order_by_asc(user::Column::Id)
-        .lock_exclusive()
-        .into_tuple::<String>()
-        .all(txn)
-        .await?;
-    Ok(())
+) -> Result<Vec<(String, Option<i32>)>, DbErr> {
+    const LOCK: &str = "SELECT u.id, u.max_queued_jobs \
+         FROM unnest($1::text[]) WITH ORDINALITY AS k(id, n) \
+         CROSS JOIN LATERAL (SELECT id, max_queued_jobs FROM users \
+           WHERE users.id = k.id FOR UPDATE) u \
+         ORDER BY k.n";
+    let mut ids: Vec<String> = ids.into_iter().map(str::to_string).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut locked = Vec::with_capacity(ids.len());
+    for row in txn
+        .query_all(sea_orm::Statement::from_sql_and_values(
+            DatabaseBackend::Postgres,
+            LOCK,
+            [sea_orm::Value::from(ids)],
+        ))
+        .await?
+    {
+        locked.push((row.try_get_by_index(0)?, row.try_get_by_index(1)?));
+    }
+    Ok(locked)
 }
 
 /// Writes the decayed usage (and its time) of many users: one transaction per
