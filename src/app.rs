@@ -59,8 +59,12 @@ impl Application {
             .context("cannot start the scheduler")?;
         crate::webhooks::start(db.clone(), &settings, leadership.clone());
         let port = listener.local_addr()?.port();
-        let intake =
-            store::IntakeWriter::start(db.clone(), settings.scheduler.default_max_queued_jobs);
+        let intake = store::IntakeWriter::start(
+            db.clone(),
+            settings.scheduler.default_max_queued_jobs,
+            settings.database.intake_pipeline,
+            settings.database.max_connections,
+        );
         let state = AppState {
             db: db.clone(),
             settings: settings.clone(),

@@ -147,6 +147,11 @@ pub struct DatabaseSettings {
     /// follower can take over (DESIGN §10). Below `leadership.lease`.
     #[serde(with = "humantime_serde")]
     pub idle_in_transaction_timeout: Duration,
+    /// PostgreSQL: intake transactions in flight at once, 1–8 (DESIGN §6), and at most
+    /// `max_connections − 1` (one connection stays for everything else). The writer
+    /// begins the next batch while earlier ones commit; batches of the same users wait
+    /// for each other at the user lock. SQLite always commits one at a time.
+    pub intake_pipeline: u32,
 }
 
 /// `[scheduler]`: the fair-share policy's knobs (DESIGN §2).
@@ -513,6 +518,9 @@ impl Settings {
         }
         if self.database.max_connections == 0 {
             return invalid("database.max_connections", "must be at least 1");
+        }
+        if !(1..=8).contains(&self.database.intake_pipeline) {
+            return invalid("database.intake_pipeline", "must be between 1 and 8");
         }
         if !(self.scheduler.age_weight.is_finite() && self.scheduler.age_weight >= 0.0) {
             return invalid("scheduler.age_weight", "must be a finite number ≥ 0");

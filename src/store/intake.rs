@@ -326,7 +326,6 @@ async fn commit(
     batch: &[NewJob],
     default_max_queued: u32,
 ) -> Result<Vec<Answered>, DbErr> {
-    let at = now();
     let users: Vec<&str> = batch
         .iter()
         .map(|n| n.user.as_str())
@@ -335,12 +334,16 @@ async fn commit(
         .collect();
     let backend = db.get_database_backend();
     let (txn, stored) = if backend == DatabaseBackend::Postgres {
-        postgres::read(db, batch, &users, default_max_queued, at).await?
+        postgres::read(db, batch, &users, default_max_queued).await?
     } else {
         let txn = db.begin().await?;
-        let stored = read_sqlite(&txn, batch, &users, default_max_queued, at).await?;
+        let stored = read_sqlite(&txn, batch, &users, default_max_queued).await?;
         (txn, stored)
     };
+    // The submit time, taken once the batch holds its users (on PostgreSQL, their
+    // locks): a user's jobs are submitted in the order their batches commit, so the
+    // queue positions computed from the counts read above are the queue's order.
+    let at = now();
     let (answers, mut rows) = decide(batch, stored, default_max_queued, at);
     // By user: the `queue_counts` triggers lock one row per (user, priority), and
     // every transaction that changes several users' jobs does so in user order.
@@ -363,7 +366,6 @@ async fn read_sqlite(
     batch: &[NewJob],
     users: &[&str],
     default_max_queued: u32,
-    at: chrono::DateTime<chrono::Utc>,
 ) -> Result<Stored, DbErr> {
     let backend = txn.get_database_backend();
     // The batch's users with their limits and their QUEUED jobs per priority, from
@@ -404,7 +406,7 @@ async fn read_sqlite(
         .filter(|u| !stored.limits.contains_key(*u))
         .collect();
     if !new.is_empty() {
-        create_users(txn, new.iter().copied(), at).await?;
+        create_users(txn, new.iter().copied(), now()).await?;
         for u in new {
             stored.limits.insert(u.to_string(), default_max_queued);
         }
@@ -582,7 +584,6 @@ mod postgres {
         batch: &[NewJob],
         users: &[&str],
         default_max_queued: u32,
-        at: chrono::DateTime<chrono::Utc>,
     ) -> Result<(sea_orm::DatabaseTransaction, Stored), DbErr> {
         let mut stored = Stored::default();
         for attempt in 0.. {
@@ -605,7 +606,7 @@ mod postgres {
                     .iter()
                     .copied()
                     .filter(|u| !stored.limits.contains_key(*u));
-                create_users(db, missing, at).await?;
+                create_users(db, missing, now()).await?;
                 continue;
             }
             for row in txn
@@ -682,10 +683,14 @@ struct Pending {
 
 /// The process's intake writer (see the module docs). Cheap to clone.
 ///
-/// One per process, on PostgreSQL too: writers that own disjoint users and commit
-/// side by side were tried (four, by a hash of the user id) and measured slower
-/// (4,300–4,500 against 4,800–5,700 jobs/s, BENCHMARKS.md): PostgreSQL's CPU per job
-/// grows with the number of transactions, and it shares the two cores.
+/// One per process. On PostgreSQL it keeps up to `database.intake_pipeline`
+/// transactions in flight: it takes the next batch while earlier ones commit, so a
+/// request waits for the round trips of its own batch, not for those of the batch
+/// before it as well. Batches that share a user wait for each other at the user lock
+/// (in the order they were taken), which keeps the queue limits and idempotency as
+/// they are with one transaction at a time. Writers that own disjoint users (four, by
+/// a hash of the user id, each one transaction at a time) were tried and measured
+/// slower (BENCHMARKS.md, round 4).
 #[derive(Clone)]
 pub struct IntakeWriter {
     tx: mpsc::Sender<Pending>,
@@ -693,10 +698,21 @@ pub struct IntakeWriter {
 
 impl IntakeWriter {
     /// Starts the writer task on the current tokio runtime. `default_max_queued` is
-    /// `scheduler.default_max_queued_jobs`.
-    pub fn start(db: Db, default_max_queued: u32) -> IntakeWriter {
+    /// `scheduler.default_max_queued_jobs`; `pipeline` is `database.intake_pipeline`,
+    /// capped at `max_connections − 1` (at least 1) and 1 on SQLite.
+    pub fn start(
+        db: Db,
+        default_max_queued: u32,
+        pipeline: u32,
+        max_connections: u32,
+    ) -> IntakeWriter {
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
-        tokio::spawn(run(db, rx, default_max_queued));
+        let in_flight = if db.get_database_backend() == DatabaseBackend::Postgres {
+            pipeline.min(max_connections.saturating_sub(1)).max(1)
+        } else {
+            1
+        };
+        tokio::spawn(run(db, rx, default_max_queued, in_flight as usize));
         IntakeWriter { tx }
     }
 
@@ -725,21 +741,36 @@ impl IntakeWriter {
     }
 }
 
-async fn run(db: Db, mut rx: mpsc::Receiver<Pending>, default_max_queued: u32) {
+async fn run(db: Db, mut rx: mpsc::Receiver<Pending>, default_max_queued: u32, in_flight: usize) {
+    let mut batches = tokio::task::JoinSet::new();
     let mut pending = Vec::with_capacity(MAX_BATCH);
-    while rx.recv_many(&mut pending, MAX_BATCH).await > 0 {
-        let (news, replies): (Vec<NewJob>, Vec<_>) =
-            pending.drain(..).map(|p| (p.new, p.reply)).unzip();
-        let size = news.len();
-        let started = std::time::Instant::now();
-        let answers = submit_batch_positioned(&db, news, default_max_queued).await;
-        let m = crate::metrics::get();
-        m.intake_batch_size.observe(size as f64);
-        m.intake_commit_seconds
-            .observe(started.elapsed().as_secs_f64());
-        for (reply, answer) in replies.into_iter().zip(answers) {
-            // A client that went away no longer waits; its job is stored all the same.
-            let _ = reply.send(answer);
+    loop {
+        while batches.len() >= in_flight {
+            batches.join_next().await;
         }
+        if rx.recv_many(&mut pending, MAX_BATCH).await == 0 {
+            break;
+        }
+        let batch: Vec<Pending> = std::mem::take(&mut pending);
+        let db = db.clone();
+        batches.spawn(async move { commit_and_answer(&db, batch, default_max_queued).await });
+    }
+    while batches.join_next().await.is_some() {}
+}
+
+/// Commits one batch and answers each of its requests.
+async fn commit_and_answer(db: &Db, batch: Vec<Pending>, default_max_queued: u32) {
+    let (news, replies): (Vec<NewJob>, Vec<_>) =
+        batch.into_iter().map(|p| (p.new, p.reply)).unzip();
+    let size = news.len();
+    let started = std::time::Instant::now();
+    let answers = submit_batch_positioned(db, news, default_max_queued).await;
+    let m = crate::metrics::get();
+    m.intake_batch_size.observe(size as f64);
+    m.intake_commit_seconds
+        .observe(started.elapsed().as_secs_f64());
+    for (reply, answer) in replies.into_iter().zip(answers) {
+        // A client that went away no longer waits; its job is stored all the same.
+        let _ = reply.send(answer);
     }
 }

@@ -522,6 +522,34 @@ async fn concurrent_submissions_of_one_user_get_each_queue_position_once(db: Db)
     }
     positions.sort_unstable();
     assert_eq!(positions, (1..=100).collect::<Vec<u64>>());
+    // Three users at once, in batches that PostgreSQL's writer commits side by side
+    // (database.intake_pipeline): each answer is the job's place in the queue as it
+    // stands after all of them, since later submissions queue behind it.
+    let reqs = (0..150).map(|i| {
+        app.post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": format!("q{}", i % 3), "entrypoint": format!("echo {i}")}),
+        )
+    });
+    let mut answered = Vec::new();
+    for r in futures_util::future::join_all(reqs).await {
+        assert_eq!(r.status(), 201);
+        let v: serde_json::Value = r.json().await.unwrap();
+        answered.push((
+            v["id"].as_str().unwrap().to_string(),
+            v["queue_position"].clone(),
+        ));
+    }
+    for (id, position) in answered {
+        let read: serde_json::Value = app
+            .get(&format!("/v1/jobs/{id}"), SUBMITTER)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(read["queue_position"], position, "job {id}");
+    }
     let urgent = app.submit("p", json!({"priority": 5})).await;
     assert_eq!(urgent["queue_position"], 1, "a higher priority goes first");
     let later = app.submit("p", json!({})).await;

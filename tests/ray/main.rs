@@ -177,6 +177,7 @@ async fn jobs_run_on_ray_in_weighted_fair_share_order_with_cancel_and_pause() {
         max_connections: 1,
         acquire_timeout: std::time::Duration::from_secs(5),
         idle_in_transaction_timeout: std::time::Duration::from_secs(2),
+        intake_pipeline: 1,
     })
     .await
     .unwrap();
