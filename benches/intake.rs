@@ -30,6 +30,7 @@ async fn open(url: &str) -> Db {
         max_connections: 4,
         acquire_timeout: Duration::from_secs(5),
         idle_in_transaction_timeout: Duration::from_secs(10),
+        intake_pipeline: 1,
     })
     .await
     .expect("the database opens");
