@@ -61,9 +61,8 @@ impl Application {
         let port = listener.local_addr()?.port();
         let intake = store::IntakeWriter::start(
             db.clone(),
+            &settings.database,
             settings.scheduler.default_max_queued_jobs,
-            settings.database.intake_pipeline,
-            settings.database.max_connections,
         );
         let state = AppState {
             db: db.clone(),

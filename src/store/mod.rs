@@ -67,6 +67,18 @@ pub fn now() -> DateTime<Utc> {
 /// keys on. PostgreSQL: a pool of `max_connections`, whose sessions the server ends
 /// when idle inside a transaction for `idle_in_transaction_timeout`.
 pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
+    sea_orm::Database::connect(options(settings)).await
+}
+
+/// [`connect`], opening no connection until one is needed (and then from the tokio
+/// runtime that needs it, whose reactor drives it).
+pub(super) async fn connect_lazy(settings: &DatabaseSettings) -> Result<Db, DbErr> {
+    let mut opts = options(settings);
+    opts.connect_lazy(true);
+    sea_orm::Database::connect(opts).await
+}
+
+fn options(settings: &DatabaseSettings) -> ConnectOptions {
     let mut opts = ConnectOptions::new(settings.url.clone());
     opts.sqlx_logging(false)
         .acquire_timeout(settings.acquire_timeout)
@@ -92,7 +104,7 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
             o.options([("idle_in_transaction_session_timeout", idle_ms.as_str())])
         });
     }
-    sea_orm::Database::connect(opts).await
+    opts
 }
 
 /// Runs pending migrations.
