@@ -157,3 +157,164 @@ fn a_batch_is_stored_as_submitted_sqlite() {
 fn a_batch_is_stored_as_submitted_postgres() {
     a_batch_is_stored_as_submitted(Db::Postgres, 48);
 }
+
+/// The service binary on `url`, listening on a free loopback port, with no Ray
+/// cluster (a closed port) and no tokens; killed (SIGKILL) when dropped.
+struct Process {
+    child: tokio::process::Child,
+    base: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Process {
+    async fn start(url: &str) -> Process {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
+        let (port, dead) = (free(), free());
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("c.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[server]\nbind = \"127.0.0.1:{port}\"\n[database]\nurl = \"{url}\"\n\
+                 [scheduler]\ndefault_max_queued_jobs = 1000000\n\
+                 [[clusters]]\nname = \"none\"\naddress = \"http://127.0.0.1:{dead}\"\n\
+                 [telemetry]\nlevel = \"warn\"\n"
+            ),
+        )
+        .unwrap();
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fairshare"))
+            .args(["serve", "--config"])
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let p = Process {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            _dir: dir,
+        };
+        let client = reqwest::Client::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let ready = client.get(format!("{}/readyz", p.base)).send().await;
+            if matches!(ready, Ok(ref r) if r.status() == 200) {
+                return p;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the service is not ready after 60 s"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Crash safety of group commit: clients submit as fast as they can, the service is
+/// killed with SIGKILL (no shutdown code runs) in the middle of its batches, three
+/// times; every job it acknowledged (a 201) is stored with its key, once, and reads
+/// back over the API after a restart.
+async fn a_kill_9_under_load_loses_no_acknowledged_job(which: Db) {
+    let Some(db) = TestDb::new(which).await else {
+        return;
+    };
+    let client = reqwest::Client::new();
+    let mut acknowledged: Vec<(String, String)> = Vec::new();
+    for round in 0..3 {
+        let mut service = Process::start(&db.url).await;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
+        let clients: Vec<_> = (0..16)
+            .map(|c| {
+                let (client, base, tx) = (client.clone(), service.base.clone(), tx.clone());
+                tokio::spawn(async move {
+                    for i in 0.. {
+                        let key = format!("r{round}-c{c}-{i}");
+                        let body = serde_json::json!({
+                            "user": format!("u{}", i % 7),
+                            "entrypoint": "echo",
+                            "external_id": key,
+                        });
+                        let Ok(r) = client
+                            .post(format!("{base}/v1/jobs"))
+                            .json(&body)
+                            .send()
+                            .await
+                        else {
+                            return; // the service is gone
+                        };
+                        if r.status() == 201 {
+                            let Ok(v) = r.json::<serde_json::Value>().await else {
+                                return;
+                            };
+                            let id = v["id"].as_str().unwrap_or_default().to_string();
+                            if tx.send((id, key)).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        // Kill once this round has 400 acknowledged jobs: batches are in flight then.
+        let mut this_round = 0;
+        while this_round < 400 {
+            let next = tokio::time::timeout(std::time::Duration::from_secs(60), rx.recv());
+            let Ok(Some(ack)) = next.await else {
+                panic!("round {round}: {this_round} jobs acknowledged, then none for 60 s")
+            };
+            acknowledged.push(ack);
+            this_round += 1;
+        }
+        service.child.start_kill().unwrap();
+        service.child.wait().await.unwrap();
+        // Answers that arrived before the kill took effect count too.
+        while let Some(ack) = rx.recv().await {
+            acknowledged.push(ack);
+        }
+        for c in clients {
+            c.await.unwrap();
+        }
+    }
+    // Every acknowledged job is stored, with its key, once.
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    let stored: std::collections::HashMap<String, Option<String>> = entity::job::Entity::find()
+        .all(&conn)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| (j.id.to_string(), j.external_id))
+        .collect();
+    for (id, key) in &acknowledged {
+        assert_eq!(
+            stored.get(id),
+            Some(&Some(key.clone())),
+            "acknowledged job {id} ({key}) is not stored"
+        );
+    }
+    let keys: std::collections::HashSet<&String> = acknowledged.iter().map(|a| &a.1).collect();
+    assert_eq!(keys.len(), acknowledged.len(), "a key acknowledged twice");
+    conn.close().await.unwrap();
+    // And after a restart the service has them.
+    let service = Process::start(&db.url).await;
+    for (id, key) in acknowledged.iter().step_by(50) {
+        let v: serde_json::Value = client
+            .get(format!("{}/v1/jobs/{id}", service.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(v["external_id"], key.as_str(), "{v}");
+        assert_eq!(v["status"], "QUEUED", "{v}");
+    }
+}
+crate::both_databases!(a_kill_9_under_load_loses_no_acknowledged_job);
