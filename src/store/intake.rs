@@ -530,26 +530,30 @@ fn decide(
 
 /// PostgreSQL's intake statements: each has one text whatever the batch's size (the
 /// batch travels as arrays and one JSON document), so each is parsed and planned
-/// once per connection, and a batch takes five round trips (BEGIN, the user lock,
-/// the counts, the key look-up, one insert of jobs and events) and the COMMIT.
+/// once per connection, and a batch takes four round trips (BEGIN, the user lock,
+/// one read of the counts and the keys, one insert of jobs and events) and the
+/// COMMIT.
 mod postgres {
     use super::*;
 
-    /// The users' QUEUED jobs per priority. A statement of its own, after the lock:
-    /// read in the locking statement, the counts would come from that statement's
+    /// What the batch needs to know, in one statement after the lock: the users'
+    /// QUEUED jobs per priority (rows of kind `c`) and the stored jobs of its
+    /// `(user, external_id)` pairs (kind `j`, one probe of the unique index per
+    /// pair; `(NULL::jobs).*` gives the first branch the jobs' columns).
+    ///
+    /// Not read in the locking statement: the counts would come from that statement's
     /// snapshot, taken before it waited for the other writer's commit (the limit was
-    /// overrun so; test `concurrent_writers_hold_the_queue_limit`).
-    /// (`OFFSET 0` keeps the planner from flattening the lateral subquery into a
-    /// join, which it ran as a sequential scan: see [`super::super::lock_users`].)
-    const COUNTS: &str = "SELECT c.user_id, c.priority, c.queued \
+    /// overrun so; test `concurrent_writers_hold_the_queue_limit`). `OFFSET 0` keeps
+    /// the planner from flattening a lateral subquery into a join, which it ran as a
+    /// sequential scan (see [`super::super::lock_users`]).
+    const READ: &str = "SELECT 'c' AS kind, c.user_id AS c_user, c.priority AS c_priority, \
+           c.queued AS c_queued, (NULL::jobs).* \
          FROM unnest($1::text[]) AS k(user_id) \
          CROSS JOIN LATERAL (SELECT user_id, priority, queued FROM queue_counts \
-           WHERE queue_counts.user_id = k.user_id AND queued > 0 OFFSET 0) c";
-
-    /// The stored jobs of the batch's `(user, external_id)` pairs: one probe of the
-    /// unique index per pair.
-    const KNOWN: &str =
-        "SELECT j.* FROM unnest($1::text[], $2::text[]) AS k(user_id, external_id) \
+           WHERE queue_counts.user_id = k.user_id AND queued > 0 OFFSET 0) c \
+         UNION ALL \
+         SELECT 'j', NULL, NULL, NULL, j.* \
+         FROM unnest($2::text[], $3::text[]) AS k(user_id, external_id) \
          CROSS JOIN LATERAL (SELECT * FROM jobs \
            WHERE jobs.user_id = k.user_id AND jobs.external_id = k.external_id OFFSET 0) j";
 
@@ -610,29 +614,28 @@ mod postgres {
                 create_users(db, missing, now()).await?;
                 continue;
             }
-            for row in txn
-                .query_all(statement(COUNTS, vec![texts(users.iter().copied())]))
-                .await?
-            {
-                let user: String = row.try_get_by_index(0)?;
-                let priority: i32 = row.try_get_by_index(1)?;
-                let queued: i64 = row.try_get_by_index(2)?;
-                stored.add_count(user, priority, queued);
-            }
             let pairs = key_pairs(batch);
-            if !pairs.is_empty() {
-                let found = job::Entity::find()
-                    .from_raw_sql(statement(
-                        KNOWN,
-                        vec![
-                            texts(pairs.iter().map(|p| p.0)),
-                            texts(pairs.iter().map(|p| p.1)),
-                        ],
-                    ))
-                    .all(&txn)
-                    .await?;
-                stored.add_known(found);
+            let values = vec![
+                texts(users.iter().copied()),
+                texts(pairs.iter().map(|p| p.0)),
+                texts(pairs.iter().map(|p| p.1)),
+            ];
+            let mut found = Vec::new();
+            for row in txn.query_all(statement(READ, values)).await? {
+                let kind: String = row.try_get("", "kind")?;
+                if kind == "c" {
+                    stored.add_count(
+                        row.try_get("", "c_user")?,
+                        row.try_get("", "c_priority")?,
+                        row.try_get("", "c_queued")?,
+                    );
+                } else {
+                    found.push(<job::Model as sea_orm::FromQueryResult>::from_query_result(
+                        &row, "",
+                    )?);
+                }
             }
+            stored.add_known(found);
             return Ok((txn, stored));
         }
         unreachable!("the loop returns")
@@ -740,7 +743,7 @@ impl IntakeWriter {
                 };
                 rt.block_on(async move {
                     let db = if postgres {
-                        match super::connect_lazy(&own).await {
+                        match super::connect_intake(&own).await {
                             Ok(own) => own,
                             Err(e) => {
                                 tracing::warn!(error = %e, "the intake writer shares the service's pool: it could not open its own");

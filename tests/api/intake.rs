@@ -82,7 +82,8 @@ fn new_job() -> impl Strategy<Value = NewJob> {
 }
 
 /// Submits `batch` and checks that every job it created reads back exactly as the
-/// answer gave it and as it was submitted.
+/// answer gave it and as it was submitted; then submits it again and checks that
+/// every repeated key gets the stored job.
 async fn round_trip(conn: &DatabaseConnection, batch: Vec<NewJob>) -> Result<(), TestCaseError> {
     let answers = store::submit_batch(conn, batch.clone(), 1_000_000).await;
     prop_assert_eq!(answers.len(), batch.len());
@@ -112,6 +113,29 @@ async fn round_trip(conn: &DatabaseConnection, batch: Vec<NewJob>) -> Result<(),
         prop_assert_eq!(stored.memory_bytes, new.memory_bytes);
         prop_assert_eq!(stored.max_runtime_s, new.max_runtime_s);
         prop_assert!(store::payload_differences(new, &stored).is_empty());
+    }
+    // The same batch again: every submission with a key resolves against the stored
+    // job, read back whole by the batch's look-up of its keys.
+    let again = store::submit_batch(conn, batch.clone(), 1_000_000).await;
+    for (new, answer) in batch.iter().zip(again) {
+        let answer = answer.map_err(|e| TestCaseError::fail(format!("{e}")))?;
+        if new.external_id.is_none() {
+            continue;
+        }
+        let existing = match answer {
+            Intake::Existing(j) => j,
+            Intake::Conflict { existing, .. } => existing,
+            Intake::Created(j) => {
+                return Err(TestCaseError::fail(format!("{} created twice", j.id)))
+            }
+        };
+        let stored = entity::job::Entity::find_by_id(existing.id)
+            .one(conn)
+            .await
+            .unwrap();
+        prop_assert_eq!(stored.as_ref(), Some(&existing));
+        prop_assert_eq!(&existing.user_id, &new.user);
+        prop_assert_eq!(&existing.external_id, &new.external_id);
     }
     Ok(())
 }
