@@ -436,3 +436,36 @@ pub fn metric(text: &str, name: &str) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0.0)
 }
+
+/// Runs a property test over a fresh, migrated database of `which` (nothing when that
+/// database is not available here): `cases` inputs drawn from `strategy`, each handed
+/// to `test` with the connection on a private current-thread runtime. Panics with
+/// proptest's report (the minimal failing input) when a case fails.
+pub fn property_on_db<S, F, Fut>(which: Db, cases: u32, strategy: S, test: F)
+where
+    S: proptest::strategy::Strategy,
+    F: Fn(sea_orm::DatabaseConnection, S::Value) -> Fut,
+    Fut: std::future::Future<Output = Result<(), proptest::test_runner::TestCaseError>>,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(db) = rt.block_on(TestDb::new(which)) else {
+        return;
+    };
+    let conn = rt.block_on(async {
+        let conn = Database::connect(&db.url).await.unwrap();
+        fairshare::store::migrate(&conn).await.unwrap();
+        conn
+    });
+    let mut runner = proptest::test_runner::TestRunner::new(proptest::test_runner::Config {
+        cases,
+        ..proptest::test_runner::Config::default()
+    });
+    let result = runner.run(&strategy, |input| rt.block_on(test(conn.clone(), input)));
+    rt.block_on(conn.close()).unwrap();
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}

@@ -6,7 +6,7 @@
 
 use fairshare::store::{self, Intake, NewJob};
 use proptest::prelude::*;
-use proptest::test_runner::{TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use sea_orm::{DatabaseConnection, EntityTrait};
 
 use crate::helpers::{Db, TestDb};
@@ -143,29 +143,10 @@ async fn round_trip(conn: &DatabaseConnection, batch: Vec<NewJob>) -> Result<(),
 /// Property: any batch of submissions (any text, any JSON, any number in range) is
 /// stored as submitted.
 fn a_batch_is_stored_as_submitted(which: Db, cases: u32) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let Some(db) = rt.block_on(TestDb::new(which)) else {
-        return;
-    };
-    let conn = rt.block_on(async {
-        let conn = sea_orm::Database::connect(&db.url).await.unwrap();
-        store::migrate(&conn).await.unwrap();
-        conn
+    let batches = prop::collection::vec(new_job(), 1..40);
+    crate::helpers::property_on_db(which, cases, batches, |conn, batch| async move {
+        round_trip(&conn, batch).await
     });
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases,
-        ..ProptestConfig::default()
-    });
-    let result = runner.run(&prop::collection::vec(new_job(), 1..40), |batch| {
-        rt.block_on(round_trip(&conn, batch))
-    });
-    rt.block_on(conn.close()).unwrap();
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
 
 #[test]

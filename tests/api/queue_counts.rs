@@ -10,7 +10,7 @@ use fairshare::lifecycle::Event;
 use fairshare::store::{self, Fence, NewJob};
 use migration::MigratorTrait;
 use proptest::prelude::*;
-use proptest::test_runner::{TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Statement};
 
 use crate::helpers::{Db, TestDb};
@@ -184,29 +184,10 @@ async fn walk(conn: &DatabaseConnection, ops: &[Op]) -> Result<(), TestCaseError
 /// steps alone and in `apply_many` batches, deletions and an operator's `UPDATE`,
 /// `queue_counts` equals the count of the jobs after every operation.
 fn queue_counts_equal_the_jobs_through_any_walk(which: Db, cases: u32) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let Some(db) = rt.block_on(TestDb::new(which)) else {
-        return;
-    };
-    let conn = rt.block_on(async {
-        let conn = sea_orm::Database::connect(&db.url).await.unwrap();
-        store::migrate(&conn).await.unwrap();
-        conn
+    let walks = prop::collection::vec(op(), 1..60);
+    crate::helpers::property_on_db(which, cases, walks, |conn, ops| async move {
+        walk(&conn, &ops).await
     });
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases,
-        ..ProptestConfig::default()
-    });
-    let result = runner.run(&prop::collection::vec(op(), 1..60), |ops| {
-        rt.block_on(walk(&conn, &ops))
-    });
-    rt.block_on(conn.close()).unwrap();
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }
 
 #[test]
