@@ -579,11 +579,13 @@ mod postgres {
         Statement::from_sql_and_values(DatabaseBackend::Postgres, sql, values)
     }
 
-    /// Begins the batch's transaction with its users locked and reads them. Users
-    /// that do not exist yet are created first, each in a commit of its own (the
-    /// transaction is rolled back, and begun again once they exist): a user row's
-    /// insert would take its lock out of id order. A user created so whose batch
-    /// then fails stays, with the defaults, as if an admin had read it.
+    /// Begins the batch's transaction with its users locked and reads their limits,
+    /// counts and keys. Users that do not exist yet are created first, in a commit
+    /// of their own (the transaction is rolled back, and begun again once they
+    /// exist; at most twice, then the batch fails): inserting a user row inside the
+    /// batch would take its lock out of id order. A user created so whose batch then
+    /// fails stays, with the defaults, as `PUT /v1/users/{u}` with an empty body
+    /// would leave it.
     pub(super) async fn read(
         db: &Db,
         batch: &[NewJob],
