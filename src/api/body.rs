@@ -102,7 +102,8 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8], empty_ok: bool) -> Result<T
 
 /// Parses `bytes` as one JSON value. Syntax errors are 400 `bad_json`; a number too
 /// large for a double (`1e400`, a 400-digit integer), which is valid JSON, is 422
-/// naming the field it stands in (its path as `serde_path_to_error` tracked it).
+/// naming the field it stands in (its path as `serde_path_to_error` tracked it), and
+/// so is JSON nested deeper than 127 levels (naming the top-level field it is in).
 fn parse_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let value: serde_json::Value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -110,6 +111,15 @@ fn parse_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
         let reason = e.into_inner().to_string();
         if reason.starts_with("number out of range") && path != "." {
             ApiError::invalid(path, "number out of range (larger than 1.8e308)")
+        } else if reason.starts_with("recursion limit exceeded") {
+            // Valid JSON, nested deeper than the parser goes (serde_json's limit of
+            // 128 levels): the field it is in, not the whole path down to it.
+            let field = path
+                .split(['.', '['])
+                .find(|f| !f.is_empty())
+                .unwrap_or("(body)")
+                .to_string();
+            ApiError::invalid(field, "JSON nested deeper than 127 levels")
         } else {
             ApiError::BadJson(reason)
         }

@@ -10,6 +10,9 @@ use utoipa::ToSchema;
 
 use crate::store::StoreError;
 
+/// Longest field name an error echoes, in characters (longer ones end in `…`).
+pub const MAX_FIELD_CHARS: usize = 160;
+
 /// Every way a request can fail.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -72,8 +75,15 @@ pub enum ApiError {
 impl ApiError {
     /// A 422 for `field`.
     pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Self {
+        let mut field = field.into();
+        // A field named after what the client sent (a metadata key, a path) is cut at
+        // MAX_FIELD_CHARS characters: a 100,000-character key was echoed whole, twice.
+        if let Some((cut, _)) = field.char_indices().nth(MAX_FIELD_CHARS) {
+            field.truncate(cut);
+            field.push('…');
+        }
         ApiError::Invalid {
-            field: field.into(),
+            field,
             reason: reason.into(),
         }
     }

@@ -56,7 +56,14 @@ pub struct JobView {
 impl JobView {
     /// The view of `j` without the queue fields.
     pub fn from_model(j: job::Model) -> Self {
-        let resources = store::resources_of(&j).into();
+        // From the row itself: `memory_bytes` exactly as stored (the policy's f64
+        // rounded whole numbers above 2^53, and a client echoing the answer back got
+        // an idempotency conflict).
+        let resources = ResourcesOut {
+            cpu: j.cpu,
+            gpu: j.gpu,
+            memory_bytes: j.memory_bytes.max(0) as u64,
+        };
         JobView {
             id: j.id,
             user: j.user_id,

@@ -202,8 +202,9 @@ impl SubmitRequest {
             ));
         }
         let r = self.resources.unwrap_or_default();
-        let cpu = r.cpu.unwrap_or(1.0);
-        let gpu = r.gpu.unwrap_or(0.0);
+        // `+ 0.0` turns a -0.0 into 0.0 (shown as sent otherwise).
+        let cpu = r.cpu.unwrap_or(1.0) + 0.0;
+        let gpu = r.gpu.unwrap_or(0.0) + 0.0;
         validate_amount("resources.cpu", cpu)?;
         validate_amount("resources.gpu", gpu)?;
         if cpu <= 0.0 && gpu <= 0.0 {

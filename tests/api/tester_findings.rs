@@ -242,3 +242,100 @@ async fn an_empty_last_event_id_header_is_422(db: Db) {
     }
 }
 both_databases!(an_empty_last_event_id_header_is_422);
+
+/// Issue 11, round 5 (a fresh tester): `memory_bytes` is answered exactly as stored,
+/// above 2^53 too (it was shown rounded to a double), so a client that sends back
+/// what it was told gets the same job, not an idempotency conflict.
+async fn memory_bytes_above_two_to_the_53_is_answered_exactly(db: Db) {
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    for (key, bytes) in [("m1", 9_007_199_254_740_993_u64), ("m2", i64::MAX as u64)] {
+        let body = json!({"user": "memi", "entrypoint": "x", "external_id": key,
+                          "resources": {"memory_bytes": bytes}});
+        let created = app.post("/v1/jobs", SUBMITTER, body).await;
+        assert_eq!(created.status(), 201);
+        let created: Value = created.json().await.unwrap();
+        assert_eq!(created["resources"]["memory_bytes"].as_u64(), Some(bytes));
+        let id = created["id"].as_str().unwrap();
+        let read: Value = app
+            .get(&format!("/v1/jobs/{id}"), SUBMITTER)
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(read["resources"]["memory_bytes"].as_u64(), Some(bytes));
+        // The answer sent back as the request: the same job.
+        let again = json!({"user": "memi", "entrypoint": "x", "external_id": key,
+                           "resources": {"memory_bytes": read["resources"]["memory_bytes"]}});
+        let again = app.post("/v1/jobs", SUBMITTER, again).await;
+        assert_eq!(again.status(), 200, "{:?}", again.text().await);
+    }
+}
+both_databases!(memory_bytes_above_two_to_the_53_is_answered_exactly);
+
+/// Issue 11, round 5 (a fresh tester): valid JSON nested deeper than the parser goes
+/// is 422 naming the top-level field it is in (it was 400 `bad_json`, naming none).
+async fn json_nested_too_deep_is_422_naming_its_field(db: Db) {
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    for field in ["runtime_env", "metadata", "surprise"] {
+        let body = format!(
+            r#"{{"user":"deep","entrypoint":"x","{field}":{{"a":{}}}}}"#,
+            deep(200)
+        );
+        let resp = app.post_raw("/v1/jobs", SUBMITTER, body).await;
+        assert_error(resp, 422, "invalid_field", Some(field)).await;
+    }
+    // Within the limit, runtime_env is taken.
+    let body = format!(
+        r#"{{"user":"deep","entrypoint":"x","runtime_env":{{"a":{}}}}}"#,
+        deep(100)
+    );
+    assert_eq!(
+        app.post_raw("/v1/jobs", SUBMITTER, body).await.status(),
+        201
+    );
+}
+both_databases!(json_nested_too_deep_is_422_naming_its_field);
+
+/// Issue 11, round 5 (a fresh tester): an error names a field after what the client
+/// sent (a metadata key) in at most 160 characters, not the whole 100,000; and a
+/// `-0.0` amount is stored and shown as 0.
+async fn long_field_names_are_cut_and_negative_zero_is_zero(db: Db) {
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    let key = "k".repeat(100_000);
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "long", "entrypoint": "x", "metadata": {key: "v"}}),
+        )
+        .await;
+    assert_eq!(resp.status(), 422);
+    let text = resp.text().await.unwrap();
+    assert!(text.len() < 2_000, "{} bytes", text.len());
+    let body: Value = serde_json::from_str(&text).unwrap();
+    let field = body["error"]["details"]["field"].as_str().unwrap();
+    assert!(
+        field.starts_with("metadata.kkk") && field.ends_with('…'),
+        "{field}"
+    );
+    assert_eq!(field.chars().count(), 161);
+
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "zero", "entrypoint": "x", "resources": {"cpu": -0.0, "gpu": 1}}),
+        )
+        .await;
+    assert_eq!(resp.status(), 201);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains(r#""cpu":0.0,"#), "{text}");
+}
+both_databases!(long_field_names_are_cut_and_negative_zero_is_zero);
