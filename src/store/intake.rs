@@ -9,9 +9,9 @@
 //! that queue limits hold across replicas) read with their QUEUED jobs per priority
 //! (`queue_counts`), one look-up of the batch's external ids, then the inserts of the
 //! jobs and their creation events (SQLite: multi-row inserts; PostgreSQL: statements
-//! of one text whatever the batch's size, see [`postgres`]). Idempotency on `(user, external_id)` holds
-//! inside a batch too: a repeat of a key created earlier in the same batch resolves
-//! against it. If another replica committed the same key in between (the unique index
+//! of one text whatever the batch's size, see [`postgres`]). Idempotency on
+//! `(user, external_id)` holds inside a batch too: a repeat of a key created earlier
+//! in the same batch resolves against it. If another replica committed the same key in between (the unique index
 //! refuses the batch), the batch is retried one submission at a time.
 
 use std::cmp::Reverse;
@@ -33,7 +33,7 @@ use crate::config::DatabaseSettings;
 /// statement once split into chunks of [`ROWS_PER_STATEMENT`].
 pub const MAX_BATCH: usize = 1024;
 
-/// Rows per multi-row `INSERT`: 21 job columns × 500 = 10,500 parameters, under
+/// Rows per multi-row `INSERT` on SQLite: 12 job parameters × 500 = 6,000, under
 /// SQLite's limit of 32,766.
 const ROWS_PER_STATEMENT: usize = 500;
 
@@ -268,6 +268,12 @@ struct Stored {
 }
 
 impl Stored {
+    /// Records `user`'s queue limit: its own `max_queued_jobs`, else the default.
+    fn add_limit(&mut self, user: String, max_queued_jobs: Option<i32>, default: u32) {
+        let limit = max_queued_jobs.map_or(default, |v| v.max(0) as u32);
+        self.limits.insert(user, limit);
+    }
+
     fn add_count(&mut self, user: String, priority: i32, queued: i64) {
         *self
             .by_priority
@@ -369,10 +375,7 @@ async fn read_sqlite(
         if let (Some(p), Some(n)) = (priority, n) {
             stored.add_count(id.clone(), p, n);
         }
-        stored.limits.insert(
-            id,
-            max.map(|v| v.max(0) as u32).unwrap_or(default_max_queued),
-        );
+        stored.add_limit(id, max, default_max_queued);
     }
     let new: Vec<&str> = users
         .iter()
@@ -382,7 +385,7 @@ async fn read_sqlite(
     if !new.is_empty() {
         create_users(txn, new.iter().copied(), now()).await?;
         for u in new {
-            stored.limits.insert(u.to_string(), default_max_queued);
+            stored.add_limit(u.to_string(), None, default_max_queued);
         }
     }
     // The batch's (user, external_id) pairs, each one probe of the unique index: an
@@ -607,10 +610,7 @@ mod postgres {
             let txn = db.begin().await?;
             stored.limits.clear();
             for (id, max) in super::super::lock_users(&txn, users.iter().copied()).await? {
-                stored.limits.insert(
-                    id,
-                    max.map(|v| v.max(0) as u32).unwrap_or(default_max_queued),
-                );
+                stored.add_limit(id, max, default_max_queued);
             }
             if stored.limits.len() < users.len() {
                 txn.rollback().await?;
