@@ -312,28 +312,30 @@ async fn commit(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let backend = db.get_database_backend();
-    let (txn, stored) = if backend == DatabaseBackend::Postgres {
-        postgres::read(db, batch, &users, default_max_queued).await?
+    // The submit time is taken once the batch holds its users (on PostgreSQL, their
+    // locks): a user's jobs are submitted in the order their batches commit, so the
+    // queue positions computed from the counts read are the queue's order.
+    let decide_at = |stored: Stored| {
+        let at = now();
+        let (answers, mut rows) = decide(batch, stored, default_max_queued, at);
+        // By user: the `queue_counts` triggers lock one row per (user, priority), and
+        // every transaction that changes several users' jobs does so in user order.
+        rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
+        (answers, rows, at)
+    };
+    let answers = if db.get_database_backend() == DatabaseBackend::Postgres {
+        let (txn, stored) = postgres::read(db, batch, &users, default_max_queued).await?;
+        let (answers, rows, at) = decide_at(stored);
+        txn.insert_and_commit(&rows, at).await?;
+        answers
     } else {
         let txn = db.begin().await?;
         let stored = read_sqlite(&txn, batch, &users, default_max_queued).await?;
-        (txn, stored)
-    };
-    // The submit time, taken once the batch holds its users (on PostgreSQL, their
-    // locks): a user's jobs are submitted in the order their batches commit, so the
-    // queue positions computed from the counts read above are the queue's order.
-    let at = now();
-    let (answers, mut rows) = decide(batch, stored, default_max_queued, at);
-    // By user: the `queue_counts` triggers lock one row per (user, priority), and
-    // every transaction that changes several users' jobs does so in user order.
-    rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
-    if backend == DatabaseBackend::Postgres {
-        postgres::insert(&txn, &rows, at).await?;
-    } else {
+        let (answers, rows, at) = decide_at(stored);
         insert_sqlite(&txn, &rows, at).await?;
-    }
-    txn.commit().await?;
+        txn.commit().await?;
+        answers
+    };
     crate::events::committed();
     Ok(answers)
 }
@@ -541,12 +543,31 @@ fn decide(
     (answers, rows)
 }
 
-/// PostgreSQL's intake statements: each has one text whatever the batch's size (the
-/// batch travels as arrays and one JSON document), so each is parsed and planned
-/// once per connection, and a batch takes four round trips (BEGIN, the user lock,
-/// one read of the counts and the keys, one insert of jobs and events) and the
-/// COMMIT.
+/// PostgreSQL's intake: a batch takes two round trips, whatever its size.
+///
+/// 1. `BEGIN; EXECUTE lock(users); EXECUTE read(users, keys)` (one simple-query
+///    message): the transaction, the users' row locks and the read of their counts
+///    and keys;
+/// 2. `EXECUTE insert(jobs, at); COMMIT`: the jobs and their events, and the commit.
+///
+/// The three statements are prepared once per connection with SQL `PREPARE` (and
+/// planned once: the writer's sessions force generic plans), so a batch sends only
+/// their arguments: arrays of texts and one JSON document, written as literals
+/// ([`literal`]). Through sqlx's extended protocol the same batch took six round
+/// trips (the pool's ping, `BEGIN`, lock, read, insert, `COMMIT`), each a wake-up of
+/// the backend and of the writer: 1.3-2.5 ms of a one-job submit against 0.4 ms of
+/// work inside PostgreSQL (BENCHMARKS.md, round 6). sqlx has no pipelining; a
+/// simple-query message with several statements is PostgreSQL's own way to send them
+/// at once, each statement with its own snapshot (READ COMMITTED).
 mod postgres {
+    use std::fmt::Write as _;
+
+    use futures_util::future::BoxFuture;
+    use sea_orm::sqlx::{
+        self, pool::PoolConnection, postgres::PgConnection, postgres::PgRow, Postgres, Row as _,
+    };
+    use sea_orm::{FromQueryResult, QueryResult, RuntimeErr};
+
     use super::*;
 
     /// What the batch needs to know, in one statement after the lock: the users'
@@ -584,111 +605,310 @@ mod postgres {
            RETURNING id) \
          INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', $2 FROM j";
 
-    fn texts<'a>(items: impl Iterator<Item = &'a str>) -> sea_orm::Value {
-        sea_orm::Value::from(items.map(str::to_string).collect::<Vec<String>>())
+    /// The statements a connection prepares for intake: name, parameter types, text.
+    /// A connection prepares them at its first batch (the error "prepared statement
+    /// does not exist" says when), and again if a migration changed a table under
+    /// them ("cached plan must not change result type").
+    const PREPARED: [(&str, &str, &str); 3] = [
+        ("fairshare_intake_lock", "text[]", super::super::LOCK_USERS),
+        ("fairshare_intake_read", "text[], text[], text[]", READ),
+        ("fairshare_intake_insert", "jsonb, timestamptz", INSERT),
+    ];
+
+    /// Appends `s` to `sql` as an escape-string literal, `E'…'`, with every backslash
+    /// and quote doubled: its value is `s` exactly, whatever the server's
+    /// `standard_conforming_strings`. Errors on NUL, which no PostgreSQL text can hold
+    /// (the API refuses it before, DESIGN §4).
+    pub(super) fn literal(sql: &mut String, s: &str) -> Result<(), DbErr> {
+        if s.contains('\0') {
+            return Err(DbErr::Custom(
+                "a text holds NUL, which PostgreSQL cannot store".into(),
+            ));
+        }
+        sql.reserve(s.len() + 3);
+        sql.push_str("E'");
+        for c in s.chars() {
+            match c {
+                '\\' => sql.push_str("\\\\"),
+                '\'' => sql.push_str("''"),
+                c => sql.push(c),
+            }
+        }
+        sql.push('\'');
+        Ok(())
     }
 
-    fn statement(sql: &str, values: Vec<sea_orm::Value>) -> Statement {
-        Statement::from_sql_and_values(DatabaseBackend::Postgres, sql, values)
+    /// Appends `ARRAY[…]::text[]` of `items` ([`literal`] each).
+    fn text_array<'a>(sql: &mut String, items: impl Iterator<Item = &'a str>) -> Result<(), DbErr> {
+        sql.push_str("ARRAY[");
+        for (i, item) in items.enumerate() {
+            if i > 0 {
+                sql.push(',');
+            }
+            literal(sql, item)?;
+        }
+        sql.push_str("]::text[]");
+        Ok(())
+    }
+
+    fn db_err(e: sqlx::Error) -> DbErr {
+        DbErr::Exec(RuntimeErr::SqlxError(e))
+    }
+
+    /// The SQLSTATE of a statement the server refused, its session going on; `None`
+    /// when the connection is gone: it failed, or the server ended the session (an
+    /// error of severity FATAL, as `pg_terminate_backend` and a shutdown send, read
+    /// at the connection's next use).
+    fn sqlstate(e: &sqlx::Error) -> Option<String> {
+        use sqlx::postgres::{PgDatabaseError, PgSeverity};
+        let sqlx::Error::Database(d) = e else {
+            return None;
+        };
+        let ended = d
+            .try_downcast_ref::<PgDatabaseError>()
+            .is_some_and(|p| matches!(p.severity(), PgSeverity::Fatal | PgSeverity::Panic));
+        if ended {
+            return None;
+        }
+        Some(d.code().map(|c| c.into_owned()).unwrap_or_default())
+    }
+
+    /// Sends `sql`, one statement or several, in one simple-query message (no
+    /// arguments: a text sqlx sends with the simple protocol) and returns the rows of
+    /// all of them, in text format. A named function with its lifetimes spelled out:
+    /// the generic `raw_sql(…).fetch_all` inside the writer's spawned task does not
+    /// prove `Send` (rustc's higher-ranked lifetime limitation).
+    fn simple<'c>(
+        conn: &'c mut PgConnection,
+        sql: &'c str,
+    ) -> BoxFuture<'c, Result<Vec<PgRow>, sqlx::Error>> {
+        sqlx::Executor::fetch_all(conn, sql)
+    }
+
+    /// A batch's open transaction on a connection of its own. Dropped without
+    /// [`Txn::insert_and_commit`] (an error, a cancelled task), it closes the
+    /// connection, so no pool hands out a session left inside a transaction; the
+    /// server then rolls it back.
+    pub(super) struct Txn {
+        conn: Option<PoolConnection<Postgres>>,
+    }
+
+    impl Drop for Txn {
+        fn drop(&mut self) {
+            if let Some(conn) = self.conn.take() {
+                drop(conn.detach());
+            }
+        }
+    }
+
+    /// Rolls back `conn`'s transaction after the server refused a statement of it;
+    /// `None` (the connection closed) if that failed too.
+    async fn rollback(mut conn: PoolConnection<Postgres>) -> Option<PoolConnection<Postgres>> {
+        match simple(&mut conn, "ROLLBACK").await {
+            Ok(_) => Some(conn),
+            Err(_) => {
+                drop(conn.detach());
+                None
+            }
+        }
+    }
+
+    /// Prepares (again) the intake statements on `conn`, outside any transaction.
+    async fn prepare(conn: &mut PoolConnection<Postgres>) -> Result<(), sqlx::Error> {
+        let present = simple(
+            conn,
+            "SELECT name FROM pg_prepared_statements WHERE name LIKE 'fairshare\\_intake\\_%'",
+        )
+        .await?
+        .iter()
+        .map(|row| row.try_get::<String, _>(0))
+        .collect::<Result<Vec<_>, _>>()?;
+        let mut sql = String::new();
+        for (name, types, text) in PREPARED {
+            if present.iter().any(|p| p == name) {
+                let _ = write!(sql, "DEALLOCATE {name}; ");
+            }
+            let _ = write!(sql, "PREPARE {name}({types}) AS {text}; ");
+        }
+        simple(conn, &sql).await?;
+        Ok(())
     }
 
     /// Begins the batch's transaction with its users locked and reads their limits,
-    /// counts and keys. Users that do not exist yet are created first, in a commit
-    /// of their own (the transaction is rolled back, and begun again once they
-    /// exist; at most twice, then the batch fails): inserting a user row inside the
-    /// batch would take its lock out of id order. A user created so whose batch then
-    /// fails stays, with the defaults, as `PUT /v1/users/{u}` with an empty body
-    /// would leave it.
+    /// counts and keys (round trip 1). Users that do not exist yet are created first,
+    /// in a commit of their own (the transaction is rolled back, and begun again once
+    /// they exist; at most twice, then the batch fails): inserting a user row inside
+    /// the batch would take its lock out of id order. A user created so whose batch
+    /// then fails stays, with the defaults, as `PUT /v1/users/{u}` with an empty body
+    /// would leave it. A connection that fails before the read answers is replaced
+    /// and the batch begun again (nothing was written): the pool does not ping a
+    /// connection before handing it out (`store::connect_intake`). At most the pool's
+    /// size + 1 such retries, then the batch fails.
+    ///
+    /// `users`: the batch's users, each once, in byte order (the lock's order).
     pub(super) async fn read(
         db: &Db,
         batch: &[NewJob],
         users: &[&str],
         default_max_queued: u32,
-    ) -> Result<(sea_orm::DatabaseTransaction, Stored), DbErr> {
-        let mut stored = Stored::default();
-        for attempt in 0.. {
-            let txn = db.begin().await?;
-            stored.limits.clear();
-            for (id, max) in super::super::lock_users(&txn, users.iter().copied()).await? {
-                stored.add_limit(id, max, default_max_queued);
-            }
-            if stored.limits.len() < users.len() {
-                txn.rollback().await?;
-                if attempt == 2 {
-                    return Err(DbErr::Custom(
-                        "the batch's users could not be created".into(),
-                    ));
+    ) -> Result<(Txn, Stored), DbErr> {
+        let pool = db.get_postgres_connection_pool();
+        let pairs = key_pairs(batch);
+        let mut sql = String::from("BEGIN; EXECUTE fairshare_intake_lock(");
+        text_array(&mut sql, users.iter().copied())?;
+        sql.push_str("); EXECUTE fairshare_intake_read(");
+        text_array(&mut sql, users.iter().copied())?;
+        sql.push_str(", ");
+        text_array(&mut sql, pairs.iter().map(|p| p.0))?;
+        sql.push_str(", ");
+        text_array(&mut sql, pairs.iter().map(|p| p.1))?;
+        sql.push(')');
+
+        // Enough to get past every idle connection of the pool, had the server ended
+        // them all (a restart), plus one re-prepare.
+        let max_retries = pool.options().get_max_connections() + 1;
+        let mut conn = pool.acquire().await.map_err(db_err)?;
+        let (mut created, mut retried) = (0, 0);
+        loop {
+            let rows = match simple(&mut conn, &sql).await {
+                Ok(rows) => rows,
+                Err(e) if retried <= max_retries => {
+                    retried += 1;
+                    match sqlstate(&e).as_deref() {
+                        // Not prepared on this connection yet, or prepared before a
+                        // migration changed the tables.
+                        Some("26000" | "0A000") => {
+                            let Some(mut back) = rollback(conn).await else {
+                                return Err(db_err(e));
+                            };
+                            prepare(&mut back).await.map_err(db_err)?;
+                            conn = back;
+                        }
+                        Some(_) => {
+                            rollback(conn).await;
+                            return Err(db_err(e));
+                        }
+                        None => {
+                            drop(conn.detach());
+                            conn = pool.acquire().await.map_err(db_err)?;
+                        }
+                    }
+                    continue;
                 }
-                let missing = users
-                    .iter()
-                    .copied()
-                    .filter(|u| !stored.limits.contains_key(*u));
-                create_users(db, missing, now()).await?;
-                continue;
-            }
-            let pairs = key_pairs(batch);
-            let values = vec![
-                texts(users.iter().copied()),
-                texts(pairs.iter().map(|p| p.0)),
-                texts(pairs.iter().map(|p| p.1)),
-            ];
-            let mut found = Vec::new();
-            for row in txn.query_all(statement(READ, values)).await? {
-                let kind: String = row.try_get("", "kind")?;
-                if kind == "c" {
-                    stored.add_count(
-                        row.try_get("", "c_user")?,
-                        row.try_get("", "c_priority")?,
-                        row.try_get("", "c_queued")?,
-                    );
-                } else {
-                    found.push(<job::Model as sea_orm::FromQueryResult>::from_query_result(
-                        &row, "",
-                    )?);
+                Err(e) => {
+                    if sqlstate(&e).is_some() {
+                        rollback(conn).await;
+                    } else {
+                        drop(conn.detach());
+                    }
+                    return Err(db_err(e));
                 }
+            };
+            let stored = stored_of(rows, default_max_queued)?;
+            if stored.limits.len() == users.len() {
+                return Ok((Txn { conn: Some(conn) }, stored));
             }
-            stored.add_known(found);
-            return Ok((txn, stored));
+            // Back to the pool while the users are created: that takes a connection
+            // of the same pool, which may have no other.
+            drop(rollback(conn).await);
+            if created == 2 {
+                return Err(DbErr::Custom(
+                    "the batch's users could not be created".into(),
+                ));
+            }
+            created += 1;
+            let missing = users
+                .iter()
+                .copied()
+                .filter(|u| !stored.limits.contains_key(*u));
+            create_users(db, missing, now()).await?;
+            conn = pool.acquire().await.map_err(db_err)?;
         }
-        unreachable!("the loop returns")
     }
 
-    /// Inserts the jobs and their creation events (see [`INSERT`]).
-    pub(super) async fn insert(
-        txn: &sea_orm::DatabaseTransaction,
-        rows: &[job::Model],
-        at: chrono::DateTime<chrono::Utc>,
-    ) -> Result<(), DbErr> {
-        if rows.is_empty() {
-            return Ok(());
+    /// The rows of round trip 1: the lock's `(id, max_queued_jobs)` and the read's
+    /// kinds `c` and `j`, all in text format (a simple query's results).
+    fn stored_of(rows: Vec<PgRow>, default_max_queued: u32) -> Result<Stored, DbErr> {
+        let mut stored = Stored::default();
+        let mut found = Vec::new();
+        for row in rows {
+            if row.try_column("kind").is_err() {
+                let id: String = row.try_get(0).map_err(db_err)?;
+                let max: Option<i32> = row.try_get(1).map_err(db_err)?;
+                stored.add_limit(id, max, default_max_queued);
+                continue;
+            }
+            let row = QueryResult::from(row);
+            let kind: String = row.try_get("", "kind")?;
+            if kind == "c" {
+                stored.add_count(
+                    row.try_get("", "c_user")?,
+                    row.try_get("", "c_priority")?,
+                    row.try_get("", "c_queued")?,
+                );
+            } else {
+                found.push(job::Model::from_query_result(&row, "")?);
+            }
         }
-        let doc: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|j| {
-                serde_json::json!({
-                    "id": j.id,
-                    "user_id": j.user_id,
-                    "external_id": j.external_id,
-                    "priority": j.priority,
-                    "entrypoint": j.entrypoint,
-                    "runtime_env": j.runtime_env,
-                    "metadata": j.metadata,
-                    "cpu": j.cpu,
-                    "gpu": j.gpu,
-                    "memory_bytes": j.memory_bytes,
-                    "max_runtime_s": j.max_runtime_s,
-                })
-            })
-            .collect();
-        txn.execute(statement(
-            INSERT,
-            vec![
-                sea_orm::Value::Json(Some(Box::new(serde_json::Value::Array(doc)))),
-                sea_orm::Value::from(at),
-            ],
-        ))
-        .await?;
-        Ok(())
+        stored.add_known(found);
+        Ok(stored)
+    }
+
+    impl Txn {
+        /// Inserts the jobs and their creation events (see [`INSERT`]) and commits
+        /// (round trip 2). An error leaves nothing of the batch stored, except when
+        /// the connection failed after sending `COMMIT`, when nobody can know (the
+        /// batch's requests are answered with the error; a retry with the same
+        /// `external_id` finds the job if it was stored).
+        pub(super) async fn insert_and_commit(
+            mut self,
+            rows: &[job::Model],
+            at: chrono::DateTime<chrono::Utc>,
+        ) -> Result<(), DbErr> {
+            let mut sql = String::new();
+            if !rows.is_empty() {
+                let doc: Vec<serde_json::Value> = rows
+                    .iter()
+                    .map(|j| {
+                        serde_json::json!({
+                            "id": j.id,
+                            "user_id": j.user_id,
+                            "external_id": j.external_id,
+                            "priority": j.priority,
+                            "entrypoint": j.entrypoint,
+                            "runtime_env": j.runtime_env,
+                            "metadata": j.metadata,
+                            "cpu": j.cpu,
+                            "gpu": j.gpu,
+                            "memory_bytes": j.memory_bytes,
+                            "max_runtime_s": j.max_runtime_s,
+                        })
+                    })
+                    .collect();
+                let doc = serde_json::to_string(&doc)
+                    .map_err(|e| DbErr::Custom(format!("a batch as JSON: {e}")))?;
+                sql.push_str("EXECUTE fairshare_intake_insert(");
+                literal(&mut sql, &doc)?;
+                sql.push_str(", ");
+                literal(&mut sql, &at.format("%Y-%m-%d %H:%M:%S%.6f+00").to_string())?;
+                sql.push_str("); ");
+            }
+            sql.push_str("COMMIT");
+            let Some(mut conn) = self.conn.take() else {
+                return Err(DbErr::Custom("the batch's connection is gone".into()));
+            };
+            match simple(&mut conn, &sql).await {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    if sqlstate(&e).is_some() {
+                        rollback(conn).await;
+                    } else {
+                        drop(conn.detach());
+                    }
+                    Err(db_err(e))
+                }
+            }
+        }
     }
 }
 

@@ -78,7 +78,10 @@ pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
 /// batch's `bind`, as the statement log showed).
 pub(super) async fn connect_intake(settings: &DatabaseSettings) -> Result<Db, DbErr> {
     let mut opts = options(settings, true);
-    opts.connect_lazy(true);
+    // No ping (a round trip) before each batch: a connection that has failed fails
+    // the batch's first round trip, which writes nothing, and intake begins the
+    // batch again on another (store/intake.rs, `postgres::read`).
+    opts.connect_lazy(true).test_before_acquire(false);
     sea_orm::Database::connect(opts).await
 }
 
@@ -91,6 +94,9 @@ fn options(settings: &DatabaseSettings, generic_plans: bool) -> ConnectOptions {
         // One connection: SQLite serializes writers anyway, and a single connection
         // never sees SQLITE_BUSY ("database is locked") from itself.
         opts.max_connections(1).min_connections(1);
+        // The connection is in this process (sqlx runs it on a thread of its own):
+        // a ping before each use would only cost a round trip to that thread.
+        opts.test_before_acquire(false);
         opts.map_sqlx_sqlite_opts(|o| {
             o.journal_mode(sea_orm::sqlx::sqlite::SqliteJournalMode::Wal)
                 .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Full)
@@ -844,6 +850,15 @@ pub(super) fn placeholder(backend: DatabaseBackend, i: usize) -> String {
     }
 }
 
+/// [`lock_users`]' statement: `$1` the ids, each once, in byte order; rows
+/// `(id, max_queued_jobs)` of those that exist, in that order. Intake prepares it
+/// too (store/intake.rs).
+pub(super) const LOCK_USERS: &str = "SELECT u.id, u.max_queued_jobs \
+     FROM unnest($1::text[]) WITH ORDINALITY AS k(id, n) \
+     CROSS JOIN LATERAL (SELECT id, max_queued_jobs FROM users \
+       WHERE users.id = k.id FOR UPDATE) u \
+     ORDER BY k.n";
+
 /// Locks the `users` rows of `ids` (PostgreSQL, `SELECT … FOR UPDATE`) one at a time
 /// in byte order of the id, so that two transactions locking users (intake, the usage
 /// save, another replica's) never deadlock, and returns `(id, max_queued_jobs)` of
@@ -857,11 +872,6 @@ pub(super) async fn lock_users<'a>(
     txn: &sea_orm::DatabaseTransaction,
     ids: impl IntoIterator<Item = &'a str>,
 ) -> Result<Vec<(String, Option<i32>)>, DbErr> {
-    const LOCK: &str = "SELECT u.id, u.max_queued_jobs \
-         FROM unnest($1::text[]) WITH ORDINALITY AS k(id, n) \
-         CROSS JOIN LATERAL (SELECT id, max_queued_jobs FROM users \
-           WHERE users.id = k.id FOR UPDATE) u \
-         ORDER BY k.n";
     let mut ids: Vec<String> = ids.into_iter().map(str::to_string).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -869,7 +879,7 @@ pub(super) async fn lock_users<'a>(
     for row in txn
         .query_all(sea_orm::Statement::from_sql_and_values(
             DatabaseBackend::Postgres,
-            LOCK,
+            LOCK_USERS,
             [sea_orm::Value::from(ids)],
         ))
         .await?

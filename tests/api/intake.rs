@@ -17,6 +17,7 @@ fn text(max: usize) -> impl Strategy<Value = String> {
     prop::collection::vec(
         prop_oneof![
             Just('"'),
+            Just('\''),
             Just('\\'),
             Just('\n'),
             Just('\u{1}'),
@@ -67,7 +68,9 @@ fn new_job() -> impl Strategy<Value = NewJob> {
     )
         .prop_map(
             |((user, external_id, priority, entrypoint), (runtime_env, metadata), r)| NewJob {
-                user: format!("user-{user}"),
+                // PostgreSQL's intake writes users and keys as quoted literals:
+                // quotes and backslashes in a user's id too.
+                user: ["user-0", "user-1", "o'brien", "back\\slash\\'"][user].to_string(),
                 external_id,
                 priority,
                 entrypoint,
@@ -323,3 +326,100 @@ async fn a_kill_9_under_load_loses_no_acknowledged_job(which: Db) {
     }
 }
 crate::both_databases!(a_kill_9_under_load_loses_no_acknowledged_job);
+
+/// Runs `sql` on the test app's own database, from a connection of the test's.
+async fn run_sql(app: &crate::helpers::TestApp, sql: &str) -> Vec<sea_orm::QueryResult> {
+    use sea_orm::ConnectionTrait;
+    let conn = sea_orm::Database::connect(&app.db.url)
+        .await
+        .expect("connect");
+    let rows = conn
+        .query_all(sea_orm::Statement::from_string(
+            sea_orm::DatabaseBackend::Postgres,
+            sql,
+        ))
+        .await
+        .expect(sql);
+    conn.close().await.ok();
+    rows
+}
+
+/// PostgreSQL's intake pool does not ping a connection before a batch
+/// (store/intake.rs): a connection the server has ended (a restart, an idle timeout
+/// in between) shows at the batch's first round trip, which writes nothing, and the
+/// batch begins again on another. Every submit is answered 201, each job stored once.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_connection_the_server_ended_fails_no_submit() {
+    let Some(app) = crate::helpers::spawn_app(Db::Postgres).await else {
+        return;
+    };
+    app.submit("alice", serde_json::json!({"external_id": "first"}))
+        .await;
+    for round in 0..3 {
+        let ended = run_sql(
+            &app,
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .await;
+        assert!(!ended.is_empty(), "no connection of the service to end");
+        let job = app
+            .submit(
+                "alice",
+                serde_json::json!({"external_id": format!("r{round}")}),
+            )
+            .await;
+        assert_eq!(job["status"], "QUEUED", "{job}");
+    }
+    let stored = run_sql(
+        &app,
+        "SELECT external_id FROM jobs WHERE user_id = 'alice' ORDER BY external_id",
+    )
+    .await;
+    let keys: Vec<String> = stored
+        .iter()
+        .map(|r| r.try_get_by_index(0).unwrap())
+        .collect();
+    assert_eq!(keys, ["first", "r0", "r1", "r2"]);
+}
+
+/// Intake's statements are prepared per connection (SQL `PREPARE`, store/intake.rs).
+/// A migration that changes `jobs` under them ("cached plan must not change result
+/// type") makes the connection prepare them again, and the batch goes on: new jobs
+/// are created, and a retry of a stored key still resolves to its job.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn intake_prepares_again_when_a_migration_changes_jobs() {
+    let Some(app) = crate::helpers::spawn_app(Db::Postgres).await else {
+        return;
+    };
+    let first = app
+        .submit("alice", serde_json::json!({"external_id": "k1"}))
+        .await;
+    run_sql(&app, "ALTER TABLE jobs ADD COLUMN probe integer").await;
+    app.submit("alice", serde_json::json!({"external_id": "k2"}))
+        .await;
+    let retry = app
+        .post(
+            "/v1/jobs",
+            crate::helpers::SUBMITTER,
+            serde_json::json!({"user": "alice", "entrypoint": "echo hello", "external_id": "k1"}),
+        )
+        .await;
+    assert_eq!(retry.status(), 200, "an idempotent retry");
+    let retry: serde_json::Value = retry.json().await.unwrap();
+    assert_eq!(retry["id"], first["id"]);
+    run_sql(&app, "ALTER TABLE jobs DROP COLUMN probe").await;
+    app.submit("alice", serde_json::json!({"external_id": "k3"}))
+        .await;
+    let n = run_sql(&app, "SELECT count(*) FROM jobs WHERE user_id = 'alice'").await;
+    let n: i64 = n[0].try_get_by_index(0).unwrap();
+    assert_eq!(n, 3);
+}
