@@ -31,6 +31,14 @@ use crate::config::DatabaseSettings;
 /// statement once split into chunks of [`ROWS_PER_STATEMENT`].
 pub const MAX_BATCH: usize = 1024;
 
+/// Most bytes of jobs ([`NewJob::approx_bytes`]) committed in one transaction, beyond
+/// its first job. 1,024 submissions of 256 KiB `runtime_env`s made one batch of
+/// 256 MiB: seconds to serialize and send while the batches beside it, holding
+/// their locks, sat idle past `database.idle_in_transaction_timeout` (2 s) and
+/// PostgreSQL ended their sessions (every one of their submissions answered 503).
+/// Jobs of a few hundred bytes stay 1,024 to a batch.
+pub const MAX_BATCH_BYTES: usize = 4 << 20;
+
 /// Rows per multi-row `INSERT` on SQLite: 12 job parameters × 500 = 6,000, under
 /// SQLite's limit of 32,766.
 const ROWS_PER_STATEMENT: usize = 500;
@@ -60,6 +68,50 @@ pub struct NewJob {
     pub memory_bytes: i64,
     /// Seconds.
     pub max_runtime_s: Option<i64>,
+}
+
+impl NewJob {
+    /// About how many bytes the job takes in a batch's statements: its texts and its
+    /// JSON values as written, plus a fixed share for the rest. An estimate for
+    /// [`MAX_BATCH_BYTES`], not an exact size.
+    pub fn approx_bytes(&self) -> usize {
+        fn json(v: &serde_json::Value) -> usize {
+            match v {
+                serde_json::Value::String(s) => s.len() + 2,
+                serde_json::Value::Array(items) => {
+                    2 + items.iter().map(|v| json(v) + 1).sum::<usize>()
+                }
+                serde_json::Value::Object(map) => {
+                    2 + map
+                        .iter()
+                        .map(|(k, v)| k.len() + 4 + json(v))
+                        .sum::<usize>()
+                }
+                _ => 8,
+            }
+        }
+        128 + self.user.len()
+            + self.external_id.as_ref().map_or(0, String::len)
+            + self.entrypoint.len()
+            + self.runtime_env.as_ref().map_or(0, json)
+            + self.metadata.as_ref().map_or(0, json)
+    }
+}
+
+/// How many of `jobs`, from the first, make the next batch: at most [`MAX_BATCH`] and,
+/// beyond the first, at most [`MAX_BATCH_BYTES`] ([`NewJob::approx_bytes`]). At least
+/// one when `jobs` is not empty.
+pub fn batch_len<'a>(jobs: impl IntoIterator<Item = &'a NewJob>) -> usize {
+    let mut bytes = 0;
+    let mut n = 0;
+    for job in jobs.into_iter().take(MAX_BATCH) {
+        bytes += job.approx_bytes();
+        if n > 0 && bytes > MAX_BATCH_BYTES {
+            break;
+        }
+        n += 1;
+    }
+    n
 }
 
 /// The result of [`submit_job`].
@@ -701,20 +753,29 @@ mod postgres {
     /// `standard_conforming_strings`. Errors on NUL, which no PostgreSQL text can hold
     /// (the API refuses it before, DESIGN §4).
     pub(super) fn literal(sql: &mut String, s: &str) -> Result<(), DbErr> {
-        if s.contains('\0') {
-            return Err(DbErr::Custom(
-                "a text holds NUL, which PostgreSQL cannot store".into(),
-            ));
-        }
         sql.reserve(s.len() + 3);
         sql.push_str("E'");
-        for c in s.chars() {
-            match c {
-                '\\' => sql.push_str("\\\\"),
-                '\'' => sql.push_str("''"),
-                c => sql.push(c),
+        // Byte by byte between the three ASCII bytes that matter (none occurs inside a
+        // multi-byte UTF-8 sequence), the rest copied in runs: a batch's JSON document
+        // can be hundreds of MiB.
+        let mut rest = s;
+        while let Some(i) = rest
+            .bytes()
+            .position(|b| b == b'\\' || b == b'\'' || b == 0)
+        {
+            sql.push_str(&rest[..i]);
+            match rest.as_bytes()[i] {
+                b'\\' => sql.push_str("\\\\"),
+                b'\'' => sql.push_str("''"),
+                _ => {
+                    return Err(DbErr::Custom(
+                        "a text holds NUL, which PostgreSQL cannot store".into(),
+                    ))
+                }
             }
+            rest = &rest[i + 1..];
         }
+        sql.push_str(rest);
         sql.push('\'');
         Ok(())
     }
@@ -935,6 +996,40 @@ mod postgres {
         Ok(stored)
     }
 
+    /// A job of [`INSERT`]'s JSON document, borrowed from its row.
+    #[derive(serde::Serialize)]
+    struct DocRow<'a> {
+        id: Uuid,
+        user_id: &'a str,
+        external_id: Option<&'a str>,
+        priority: i32,
+        entrypoint: &'a str,
+        runtime_env: Option<&'a serde_json::Value>,
+        metadata: Option<&'a serde_json::Value>,
+        cpu: f64,
+        gpu: f64,
+        memory_bytes: i64,
+        max_runtime_s: Option<i64>,
+    }
+
+    impl<'a> From<&'a job::Model> for DocRow<'a> {
+        fn from(j: &'a job::Model) -> DocRow<'a> {
+            DocRow {
+                id: j.id,
+                user_id: &j.user_id,
+                external_id: j.external_id.as_deref(),
+                priority: j.priority,
+                entrypoint: &j.entrypoint,
+                runtime_env: j.runtime_env.as_ref(),
+                metadata: j.metadata.as_ref(),
+                cpu: j.cpu,
+                gpu: j.gpu,
+                memory_bytes: j.memory_bytes,
+                max_runtime_s: j.max_runtime_s,
+            }
+        }
+    }
+
     impl Txn {
         /// Inserts the jobs and their creation events (see [`INSERT`]) and commits
         /// (round trip 2). An error leaves nothing of the batch stored, except when
@@ -946,32 +1041,16 @@ mod postgres {
             rows: &[job::Model],
             at: chrono::DateTime<chrono::Utc>,
         ) -> Result<(), DbErr> {
+            let at = at.format("%Y-%m-%d %H:%M:%S%.6f+00").to_string();
             let mut sql = String::new();
             if !rows.is_empty() {
-                let doc: Vec<serde_json::Value> = rows
-                    .iter()
-                    .map(|j| {
-                        serde_json::json!({
-                            "id": j.id,
-                            "user_id": j.user_id,
-                            "external_id": j.external_id,
-                            "priority": j.priority,
-                            "entrypoint": j.entrypoint,
-                            "runtime_env": j.runtime_env,
-                            "metadata": j.metadata,
-                            "cpu": j.cpu,
-                            "gpu": j.gpu,
-                            "memory_bytes": j.memory_bytes,
-                            "max_runtime_s": j.max_runtime_s,
-                        })
-                    })
-                    .collect();
+                let doc: Vec<DocRow<'_>> = rows.iter().map(DocRow::from).collect();
                 let doc = serde_json::to_string(&doc)
                     .map_err(|e| DbErr::Custom(format!("a batch as JSON: {e}")))?;
                 sql.push_str("EXECUTE fairshare_intake_insert(");
                 literal(&mut sql, &doc)?;
                 sql.push_str(", ");
-                literal(&mut sql, &at.format("%Y-%m-%d %H:%M:%S%.6f+00").to_string())?;
+                literal(&mut sql, &at)?;
                 sql.push_str("); ");
             }
             sql.push_str("COMMIT");
@@ -1107,10 +1186,13 @@ async fn run(db: Db, mut rx: mpsc::Receiver<Pending>, default_max_queued: u32, i
         while batches.len() >= in_flight {
             batches.join_next().await;
         }
-        if rx.recv_many(&mut pending, MAX_BATCH).await == 0 {
+        // What is left of the last arrivals goes first; new ones are taken only once
+        // it is gone, so jobs are committed in the order they arrived.
+        if pending.is_empty() && rx.recv_many(&mut pending, MAX_BATCH).await == 0 {
             break;
         }
-        let batch: Vec<Pending> = std::mem::take(&mut pending);
+        let n = batch_len(pending.iter().map(|p| &p.new));
+        let batch: Vec<Pending> = pending.drain(..n).collect();
         let db = db.clone();
         batches.spawn(async move { commit_and_answer(&db, batch, default_max_queued).await });
     }

@@ -423,3 +423,80 @@ async fn intake_prepares_again_when_a_migration_changes_jobs() {
     let n: i64 = n[0].try_get_by_index(0).unwrap();
     assert_eq!(n, 3);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// The writer's next batch (`store::batch_len`) is as long as both bounds allow:
+    /// at most `MAX_BATCH` jobs and, beyond its first, at most `MAX_BATCH_BYTES`; at
+    /// least one job; and the next job would break a bound.
+    #[test]
+    fn a_batch_is_bounded_in_jobs_and_bytes(
+        sizes in prop::collection::vec(
+            prop_oneof![9 => 0usize..2_000, 1 => 100_000usize..900_000],
+            0..1_300,
+        )
+    ) {
+        let jobs: Vec<NewJob> = sizes
+            .iter()
+            .map(|&n| NewJob {
+                entrypoint: "x".repeat(n),
+                ..crate::helpers::new_job("u", None)
+            })
+            .collect();
+        let n = store::batch_len(&jobs);
+        if jobs.is_empty() {
+            prop_assert_eq!(n, 0);
+        } else {
+            prop_assert!((1..=store::MAX_BATCH).contains(&n), "{n}");
+            let bytes: usize = jobs[..n].iter().map(NewJob::approx_bytes).sum();
+            prop_assert!(n == 1 || bytes <= store::MAX_BATCH_BYTES, "{n} jobs, {bytes} bytes");
+            if let Some(next) = jobs.get(n) {
+                prop_assert!(
+                    n == store::MAX_BATCH || bytes + next.approx_bytes() > store::MAX_BATCH_BYTES,
+                    "stopped at {n} with {bytes} bytes"
+                );
+            }
+        }
+    }
+}
+
+/// Many large submissions at once: each is stored once and answered 201, and no batch
+/// holds more of them than `MAX_BATCH_BYTES` allows (~20 of ~200 KB). Batches of
+/// 1,024 such jobs (256 MiB) took seconds to send while the batches beside them sat
+/// idle in their transactions, and PostgreSQL ended those sessions (503s).
+async fn large_submissions_at_once_are_batched_by_bytes(which: Db) {
+    let Some(app) = crate::helpers::spawn_app(which).await else {
+        return;
+    };
+    let big = "x".repeat(200_000);
+    let reqs = (0..300).map(|i| {
+        app.post(
+            "/v1/jobs",
+            crate::helpers::SUBMITTER,
+            serde_json::json!({
+                "user": format!("u{}", i % 5),
+                "entrypoint": "echo",
+                "external_id": format!("big-{i}"),
+                "runtime_env": {"env_vars": {"BIG": big}},
+            }),
+        )
+    });
+    for resp in futures_util::future::join_all(reqs).await {
+        assert_eq!(resp.status(), 201);
+    }
+    let metrics = app.metrics().await;
+    let batches = crate::helpers::metric(&metrics, "fairshare_intake_batch_size_count");
+    let small = crate::helpers::metric(&metrics, "fairshare_intake_batch_size_bucket{le=\"32\"}");
+    assert!(batches > 0.0);
+    assert_eq!(small, batches, "a batch of more than 32 jobs of ~200 KB");
+    let listed = app
+        .get_json("/v1/jobs?user=u0&limit=1000", crate::helpers::ADMIN)
+        .await;
+    assert_eq!(
+        listed["jobs"].as_array().map(Vec::len),
+        Some(60),
+        "{listed}"
+    );
+}
+crate::both_databases!(large_submissions_at_once_are_batched_by_bytes);
