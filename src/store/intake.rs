@@ -388,6 +388,30 @@ async fn commit(
     Ok(answers)
 }
 
+/// A batch's open transaction on a connection taken from the pool by hand: `BEGIN`
+/// travels in one message with the batch's first statements (see [`sqlite`],
+/// [`postgres`]), so sqlx does not know the connection is inside a transaction.
+/// Dropped while it still holds the connection (an error, a cancelled task), it closes
+/// the connection instead of handing it back, so no pool hands out a session left
+/// inside a transaction; the database rolls it back (the pool opens another).
+struct Txn<DB: sea_orm::sqlx::Database> {
+    conn: Option<sea_orm::sqlx::pool::PoolConnection<DB>>,
+}
+
+impl<DB: sea_orm::sqlx::Database> Drop for Txn<DB> {
+    fn drop(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            drop(conn.detach());
+        }
+    }
+}
+
+/// A sqlx error as sea-orm gives it (so that `DbErr::sql_err` sees a unique
+/// violation).
+fn db_err(e: sea_orm::sqlx::Error) -> DbErr {
+    DbErr::Exec(sea_orm::RuntimeErr::SqlxError(e))
+}
+
 /// SQLite's intake: a batch takes two round trips to sqlx's SQLite thread, whatever its
 /// size.
 ///
@@ -416,15 +440,11 @@ mod sqlite {
         sqlite::{SqliteArguments, SqliteConnection, SqliteRow},
         Row as _, Sqlite,
     };
-    use sea_orm::{FromQueryResult, QueryResult, RuntimeErr};
+    use sea_orm::{FromQueryResult, QueryResult};
 
-    use super::*;
+    use super::{db_err, Txn, *};
 
     type SqliteQuery<'q> = Query<'q, Sqlite, SqliteArguments<'q>>;
-
-    fn db_err(e: sqlx::Error) -> DbErr {
-        DbErr::Exec(RuntimeErr::SqlxError(e))
-    }
 
     /// Runs `query` (one statement or several) and returns the rows of all of them.
     /// A named function with its lifetimes spelled out: the generic `fetch_all`
@@ -435,22 +455,6 @@ mod sqlite {
         query: SqliteQuery<'c>,
     ) -> BoxFuture<'c, Result<Vec<SqliteRow>, sqlx::Error>> {
         sqlx::Executor::fetch_all(conn, query)
-    }
-
-    /// A batch's open transaction on the pool's connection. Dropped without
-    /// [`Txn::insert_and_commit`] (an error, a cancelled task), it closes the
-    /// connection (the pool opens another), so no caller is handed a connection left
-    /// inside a transaction; SQLite then rolls it back.
-    pub(super) struct Txn {
-        conn: Option<PoolConnection<Sqlite>>,
-    }
-
-    impl Drop for Txn {
-        fn drop(&mut self) {
-            if let Some(conn) = self.conn.take() {
-                drop(conn.detach());
-            }
-        }
     }
 
     /// Rolls back `conn`'s open transaction and hands the connection back to the
@@ -468,7 +472,7 @@ mod sqlite {
         batch: &[NewJob],
         users: &[&str],
         default_max_queued: u32,
-    ) -> Result<(Txn, Stored), DbErr> {
+    ) -> Result<(Txn<Sqlite>, Stored), DbErr> {
         let pool = db.get_sqlite_connection_pool();
         let pairs = key_pairs(batch);
         let mut sql = format!(
@@ -544,7 +548,7 @@ mod sqlite {
         Ok(stored)
     }
 
-    impl Txn {
+    impl Txn<Sqlite> {
         /// Inserts the jobs and their creation events at `at`, in multi-row inserts of
         /// [`ROWS_PER_STATEMENT`] rows, and commits (round trip 2). An error rolls
         /// the batch back.
@@ -686,7 +690,7 @@ fn decide(
 /// The three statements are prepared once per connection with SQL `PREPARE` (and
 /// planned once: the writer's sessions force generic plans), so a batch sends only
 /// their arguments: arrays of texts and one JSON document, written as literals
-/// ([`literal`]). Through sqlx's extended protocol the same batch took six round
+/// ([`postgres::literal`]). Through sqlx's extended protocol the same batch took six round
 /// trips (the pool's ping, `BEGIN`, lock, read, insert, `COMMIT`), each a wake-up of
 /// the backend and of the writer: 1.3-2.5 ms of a one-job submit against 0.4 ms of
 /// work inside PostgreSQL (BENCHMARKS.md, round 6). sqlx has no pipelining; a
@@ -699,9 +703,9 @@ mod postgres {
     use sea_orm::sqlx::{
         self, pool::PoolConnection, postgres::PgConnection, postgres::PgRow, Postgres, Row as _,
     };
-    use sea_orm::{FromQueryResult, QueryResult, RuntimeErr};
+    use sea_orm::{FromQueryResult, QueryResult};
 
-    use super::*;
+    use super::{db_err, Txn, *};
 
     /// What the batch needs to know, in one statement after the lock: the users'
     /// QUEUED jobs per priority (rows of kind `c`) and the stored jobs of its
@@ -793,10 +797,6 @@ mod postgres {
         Ok(())
     }
 
-    fn db_err(e: sqlx::Error) -> DbErr {
-        DbErr::Exec(RuntimeErr::SqlxError(e))
-    }
-
     /// The SQLSTATE of a statement the server refused, its session going on; `None`
     /// when the connection is gone: it failed, or the server ended the session (an
     /// error of severity FATAL, as `pg_terminate_backend` and a shutdown send, read
@@ -825,22 +825,6 @@ mod postgres {
         sql: &'c str,
     ) -> BoxFuture<'c, Result<Vec<PgRow>, sqlx::Error>> {
         sqlx::Executor::fetch_all(conn, sql)
-    }
-
-    /// A batch's open transaction on a connection of its own. Dropped without
-    /// [`Txn::insert_and_commit`] (an error, a cancelled task), it closes the
-    /// connection, so no pool hands out a session left inside a transaction; the
-    /// server then rolls it back.
-    pub(super) struct Txn {
-        conn: Option<PoolConnection<Postgres>>,
-    }
-
-    impl Drop for Txn {
-        fn drop(&mut self) {
-            if let Some(conn) = self.conn.take() {
-                drop(conn.detach());
-            }
-        }
     }
 
     /// Rolls back `conn`'s transaction after the server refused a statement of it;
@@ -893,7 +877,7 @@ mod postgres {
         batch: &[NewJob],
         users: &[&str],
         default_max_queued: u32,
-    ) -> Result<(Txn, Stored), DbErr> {
+    ) -> Result<(Txn<Postgres>, Stored), DbErr> {
         let pool = db.get_postgres_connection_pool();
         let pairs = key_pairs(batch);
         let mut sql = String::from("BEGIN; EXECUTE fairshare_intake_lock(");
@@ -1030,7 +1014,7 @@ mod postgres {
         }
     }
 
-    impl Txn {
+    impl Txn<Postgres> {
         /// Inserts the jobs and their creation events (see [`INSERT`]) and commits
         /// (round trip 2). An error leaves nothing of the batch stored, except when
         /// the connection failed after sending `COMMIT`, when nobody can know (the
