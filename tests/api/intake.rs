@@ -470,7 +470,10 @@ async fn large_submissions_at_once_are_batched_by_bytes(which: Db) {
         return;
     };
     let big = "x".repeat(200_000);
-    let reqs = (0..300).map(|i| {
+    // 120 at once, not more: in CI this runs beside the other tests in one process on
+    // 2 cores, and 300 at once left connections unread past actix-web's 5 s limit
+    // for the headers.
+    let reqs = (0..120).map(|i| {
         app.post(
             "/v1/jobs",
             crate::helpers::SUBMITTER,
@@ -495,7 +498,7 @@ async fn large_submissions_at_once_are_batched_by_bytes(which: Db) {
         .await;
     assert_eq!(
         listed["jobs"].as_array().map(Vec::len),
-        Some(60),
+        Some(24),
         "{listed}"
     );
 }
