@@ -839,6 +839,16 @@ mod postgres {
         }
     }
 
+    /// Gives `conn` up after `e`: rolled back and handed back to the pool if the
+    /// server only refused a statement, closed if the connection is gone.
+    async fn abandon(conn: PoolConnection<Postgres>, e: &sqlx::Error) {
+        if sqlstate(e).is_some() {
+            rollback(conn).await;
+        } else {
+            drop(conn.detach());
+        }
+    }
+
     /// Prepares (again) the intake statements on `conn`, outside any transaction.
     async fn prepare(conn: &mut PoolConnection<Postgres>) -> Result<(), sqlx::Error> {
         let present = simple(
@@ -880,11 +890,12 @@ mod postgres {
     ) -> Result<(Txn<Postgres>, Stored), DbErr> {
         let pool = db.get_postgres_connection_pool();
         let pairs = key_pairs(batch);
-        let mut sql = String::from("BEGIN; EXECUTE fairshare_intake_lock(");
-        text_array(&mut sql, users.iter().copied())?;
-        sql.push_str("); EXECUTE fairshare_intake_read(");
-        text_array(&mut sql, users.iter().copied())?;
-        sql.push_str(", ");
+        let mut users_array = String::new();
+        text_array(&mut users_array, users.iter().copied())?;
+        let mut sql = format!(
+            "BEGIN; EXECUTE fairshare_intake_lock({users_array}); \
+             EXECUTE fairshare_intake_read({users_array}, "
+        );
         text_array(&mut sql, pairs.iter().map(|p| p.0))?;
         sql.push_str(", ");
         text_array(&mut sql, pairs.iter().map(|p| p.1))?;
@@ -898,7 +909,11 @@ mod postgres {
         loop {
             let rows = match simple(&mut conn, &sql).await {
                 Ok(rows) => rows,
-                Err(e) if retried <= max_retries => {
+                Err(e) if retried > max_retries => {
+                    abandon(conn, &e).await;
+                    return Err(db_err(e));
+                }
+                Err(e) => {
                     retried += 1;
                     match sqlstate(&e).as_deref() {
                         // Not prepared on this connection yet, or prepared before a
@@ -910,24 +925,17 @@ mod postgres {
                             prepare(&mut back).await.map_err(db_err)?;
                             conn = back;
                         }
-                        Some(_) => {
-                            rollback(conn).await;
-                            return Err(db_err(e));
-                        }
+                        // Gone: another connection.
                         None => {
                             drop(conn.detach());
                             conn = pool.acquire().await.map_err(db_err)?;
                         }
+                        Some(_) => {
+                            abandon(conn, &e).await;
+                            return Err(db_err(e));
+                        }
                     }
                     continue;
-                }
-                Err(e) => {
-                    if sqlstate(&e).is_some() {
-                        rollback(conn).await;
-                    } else {
-                        drop(conn.detach());
-                    }
-                    return Err(db_err(e));
                 }
             };
             let stored = stored_of(rows, default_max_queued)?;
@@ -1044,11 +1052,7 @@ mod postgres {
             match simple(&mut conn, &sql).await {
                 Ok(_) => Ok(()),
                 Err(e) => {
-                    if sqlstate(&e).is_some() {
-                        rollback(conn).await;
-                    } else {
-                        drop(conn.detach());
-                    }
+                    abandon(conn, &e).await;
                     Err(db_err(e))
                 }
             }
