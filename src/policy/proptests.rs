@@ -130,6 +130,21 @@ fn users() -> impl Strategy<Value = Vec<UserView>> {
     (0usize..=6).prop_flat_map(|n| (0..n).map(user).collect::<Vec<_>>())
 }
 
+/// As [`config`], with the age term on in some cases (saturating within the ages
+/// the windows give at `NOW`, or not).
+fn config_with_age() -> impl Strategy<Value = PolicyConfig> {
+    (
+        config(),
+        prop::sample::select(vec![0.0, 0.0, 0.2, 1.5]),
+        prop::sample::select(vec![300.0, 86_400.0]),
+    )
+        .prop_map(|(config, age_weight, max_age)| PolicyConfig {
+            age_weight,
+            max_age,
+            ..config
+        })
+}
+
 fn config() -> impl Strategy<Value = PolicyConfig> {
     (
         prop::sample::select(vec![0.0, 60.0, 3600.0]),
@@ -485,6 +500,22 @@ proptest! {
         prop_assert_eq!(&out, &run_cycle(NOW, &config, &u, &c, None));
     }
 
+    /// The incremental ledger behind `run_cycle` grants, reserves and explains
+    /// exactly as the straightforward oracle on any snapshot, with or without a
+    /// held reservation.
+    #[test]
+    fn the_ledger_decides_as_the_oracle(
+        config in config_with_age(),
+        users in users(),
+        clusters in clusters(),
+        pick in (0usize..8, 0usize..4),
+    ) {
+        let input = held(&users, &clusters, pick);
+        let expected = super::oracle::run_cycle(NOW, &config, &users, &clusters, input.as_ref());
+        let got = run_cycle(NOW, &config, &users, &clusters, input.as_ref());
+        prop_assert_eq!(got, expected);
+    }
+
     /// Stopping once nobody left can start or take the reservation (the
     /// shortcut that makes a cycle on a full cluster cost O(users) rather than
     /// O(users · log users) pops) gives exactly the outcome of visiting every
@@ -497,10 +528,10 @@ proptest! {
         pick in (0usize..8, 0usize..4),
     ) {
         let input = held(&users, &clusters, pick);
-        let fast = run_cycle(NOW, &config, &users, &clusters, input.as_ref());
-        super::cycle::NO_SHORTCUT.with(|c| c.set(true));
-        let full = run_cycle(NOW, &config, &users, &clusters, input.as_ref());
-        super::cycle::NO_SHORTCUT.with(|c| c.set(false));
+        let fast = super::oracle::run_cycle(NOW, &config, &users, &clusters, input.as_ref());
+        super::oracle::NO_SHORTCUT.with(|c| c.set(true));
+        let full = super::oracle::run_cycle(NOW, &config, &users, &clusters, input.as_ref());
+        super::oracle::NO_SHORTCUT.with(|c| c.set(false));
         prop_assert_eq!(fast, full);
     }
 }

@@ -85,6 +85,22 @@ pub fn shadow(
     held: Resources,
     jobs: &[OutstandingJob],
 ) -> Shadow {
+    let mut order: Vec<(Option<Seconds>, Resources)> =
+        jobs.iter().map(|j| (j.expected_end, j.resources)).collect();
+    // Stable: jobs ending at the same instant are released in the order given.
+    order.sort_by(|a, b| cmp_raw_end(a.0, b.0));
+    shadow_sorted(now, request, ceiling, held, order)
+}
+
+/// [`shadow`] of jobs already in [`cmp_raw_end`] order, given as `(expected end,
+/// resources)`.
+pub(crate) fn shadow_sorted(
+    now: Seconds,
+    request: &Resources,
+    ceiling: Resources,
+    held: Resources,
+    jobs: impl IntoIterator<Item = (Option<Seconds>, Resources)>,
+) -> Shadow {
     let free = |released: Resources| ceiling.saturating_sub(held.saturating_sub(released));
     let mut released = Resources::ZERO;
     let avail = free(released);
@@ -94,16 +110,18 @@ pub fn shadow(
             extra: avail.saturating_sub(*request),
         };
     }
-    let end_of = |job: &OutstandingJob| job.expected_end.map(|e| if e > now { e } else { now });
-    let mut order: Vec<(Option<Seconds>, Resources)> =
-        jobs.iter().map(|j| (end_of(j), j.resources)).collect();
-    order.sort_by(|a, b| cmp_end(a.0, b.0));
-    let mut i = 0;
-    while i < order.len() {
-        let end = order[i].0;
-        while i < order.len() && cmp_end(order[i].0, end) == Ordering::Equal {
-            released += order[i].1;
-            i += 1;
+    // An end already past (or NaN) counts as `now`; the order is kept (see
+    // `cmp_raw_end`).
+    let clamp = |e: Option<Seconds>| e.map(|e| if e > now { e } else { now });
+    let mut jobs = jobs.into_iter().map(|(end, r)| (clamp(end), r)).peekable();
+    while let Some((end, r)) = jobs.next() {
+        released += r;
+        while let Some(&(next, r)) = jobs.peek() {
+            if cmp_end(next, end) != Ordering::Equal {
+                break;
+            }
+            released += r;
+            jobs.next();
         }
         let avail = free(released);
         if request.fits_within(&avail) {
@@ -120,9 +138,29 @@ pub fn shadow(
 }
 
 /// Known ends first, in time order; unknown (`None`) last.
-fn cmp_end(a: Option<Seconds>, b: Option<Seconds>) -> Ordering {
+pub(crate) fn cmp_end(a: Option<Seconds>, b: Option<Seconds>) -> Ordering {
     match (a, b) {
         (Some(x), Some(y)) => cmp_f64(x, y),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => Ordering::Equal,
+    }
+}
+
+/// The order in which a shadow walks expected ends as given (before clamping to
+/// `now`): known ends by time with NaN first (a NaN end counts as already past),
+/// unknown last. Clamping to any `now` keeps this order, so a list sorted once
+/// stays sorted as time passes.
+pub(crate) fn cmp_raw_end(a: Option<Seconds>, b: Option<Seconds>) -> Ordering {
+    let low = |x: f64| {
+        if x.is_nan() {
+            f64::NEG_INFINITY
+        } else {
+            x + 0.0
+        }
+    };
+    match (a, b) {
+        (Some(x), Some(y)) => low(x).total_cmp(&low(y)),
         (Some(_), None) => Ordering::Less,
         (None, Some(_)) => Ordering::Greater,
         (None, None) => Ordering::Equal,

@@ -752,6 +752,17 @@ fn easy_backfill_admits_jobs_that_end_before_the_shadow_or_fit_the_extra() {
     // A (ends at 550) would delay W and needs more than the extra; B has no
     // estimate but fits the 1 extra CPU; C ends at 100, exactly the shadow.
     assert_eq!(granted(&outcome), vec![("B", id(20)), ("C", id(30))]);
+    // B and C took the 3 free CPUs: A now waits for capacity, whatever the
+    // reservation (a reason describes free capacity as the cycle leaves it).
+    assert_eq!(
+        reason(&outcome, id(10)),
+        Some(&PendingReason::WaitingForCapacity)
+    );
+    // Without C, 2 CPUs stay free, which A's 2 CPUs fit: the reservation is what
+    // keeps it out.
+    let without_c = &users[..4];
+    let outcome = run_cycle(50.0, &config, without_c, &[easy_cluster()], None);
+    assert_eq!(granted(&outcome), vec![("B", id(20))]);
     assert_eq!(
         reason(&outcome, id(10)),
         Some(&PendingReason::BlockedByReservation {
@@ -830,12 +841,10 @@ fn the_reservation_sticks_to_its_job_whatever_the_keys_and_ages() {
             .map(|r| (r.job_id, r.expected_start)),
         Some((id(2), Some(151.0)))
     );
+    // Z took the last free CPU after Y's turn: Y waits for capacity.
     assert_eq!(
         reason(&outcome, id(3)),
-        Some(&PendingReason::BlockedByReservation {
-            job_id: id(2),
-            until_in: Some(50.0),
-        })
+        Some(&PendingReason::WaitingForCapacity)
     );
 }
 

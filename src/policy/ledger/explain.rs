@@ -1,0 +1,128 @@
+//! Explanations, derived when asked rather than by every cycle: why a queued job is
+//! not running, and the order in which users would be served.
+//!
+//! A reason is read from the user's current state (paused, limits, its effective
+//! head) and what the last cycle left: whether any cluster was healthy, the free
+//! capacity after its grants, the reservation and its expected start, and where a
+//! strict cycle stopped. Right after a cycle this is exactly the reason
+//! [`crate::policy::CycleOutcome::pending`] gives (the property tests check it); a
+//! job queued since then is explained against the same cycle until the next one.
+
+use super::{permanent_reason, Ledger, Uid};
+use crate::policy::{JobId, PendingReason, Seconds, UserOrder};
+
+impl Ledger {
+    /// Why `job` of `user` is not running: `None` if it is not in the user's window,
+    /// no cycle has run yet, or it is behind its user's effective head (only the head
+    /// waits for a reason of its own; a paused user's whole window says so).
+    #[must_use]
+    pub fn reason(&self, user: &str, job: JobId) -> Option<PendingReason> {
+        let &uid = self.by_name.get(user)?;
+        let i = self.accounts[uid as usize]
+            .window
+            .iter()
+            .position(|j| j.job_id == job)?;
+        self.reason_at(uid, i)
+    }
+
+    /// The reason of the job at index `i` of `uid`'s window.
+    fn reason_at(&self, uid: Uid, i: usize) -> Option<PendingReason> {
+        let last = self.last.as_ref()?;
+        let a = &self.accounts[uid as usize];
+        let job = a.window.get(i)?;
+        let permanent = || permanent_reason(job, a.settings.max_resources.as_ref(), &self.totals);
+        if i < a.cursor {
+            return permanent();
+        }
+        if a.settings.paused {
+            return Some(permanent().unwrap_or(PendingReason::Paused));
+        }
+        if i > a.cursor {
+            return None;
+        }
+        if last.no_healthy {
+            return Some(PendingReason::NoHealthyCluster);
+        }
+        if let Some(reason) = a.ineligibility(job) {
+            return Some(reason);
+        }
+        if !last.backfill {
+            return match last.stopped_for {
+                Some(x) if x == job.job_id => Some(PendingReason::WaitingForCapacity),
+                Some(x) => Some(PendingReason::WaitingBehind { job_id: x }),
+                None => None,
+            };
+        }
+        if let Some((held, expected_in)) = &last.hold {
+            if held.job_id == job.job_id && *held.user == *a.name {
+                return Some(PendingReason::Reserved {
+                    cluster: held.cluster.clone(),
+                    expected_in: *expected_in,
+                    waited: last.now - job.submitted_at,
+                });
+            }
+            if last.free_after.iter().any(|f| job.resources.fits_within(f)) {
+                return Some(PendingReason::BlockedByReservation {
+                    job_id: held.job_id,
+                    until_in: *expected_in,
+                });
+            }
+        }
+        Some(PendingReason::WaitingForCapacity)
+    }
+
+    /// Every reason [`Ledger::reason`] gives, by user name, then window order: what
+    /// [`crate::policy::CycleOutcome::pending`] lists. O(users · window).
+    #[must_use]
+    pub fn pending(&self) -> Vec<(JobId, PendingReason)> {
+        let mut names: Vec<(&str, Uid)> = self
+            .by_name
+            .iter()
+            .map(|(name, &uid)| (&**name, uid))
+            .collect();
+        names.sort_unstable();
+        let mut out = Vec::new();
+        for (_, uid) in names {
+            let a = &self.accounts[uid as usize];
+            for (i, job) in a.window.iter().enumerate() {
+                if let Some(reason) = self.reason_at(uid, i) {
+                    out.push((job.job_id, reason));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every user with a window, in the order a cycle at `now` would serve them
+    /// (rank: quantized key, oldest effective head, name), with its key, share and
+    /// usage at `now`. O(users · log users).
+    #[must_use]
+    pub fn order(&self, now: Seconds) -> Vec<UserOrder> {
+        self.order_of(now, &[])
+    }
+
+    /// [`Ledger::order`], with `also` (users a cycle's grants emptied) included.
+    pub(crate) fn order_of(&self, now: Seconds, also: &[Uid]) -> Vec<UserOrder> {
+        let mut ranked: Vec<(super::Rank, Uid)> = self
+            .by_name
+            .values()
+            .copied()
+            .filter(|&uid| !self.accounts[uid as usize].window.is_empty() || also.contains(&uid))
+            .map(|uid| (self.rank(uid, now), uid))
+            .collect();
+        ranked.sort_unstable();
+        let hl = self.config.usage_half_life;
+        ranked
+            .into_iter()
+            .map(|(_, uid)| {
+                let a = &self.accounts[uid as usize];
+                UserOrder {
+                    user: a.name.to_string(),
+                    key: self.key(uid, now),
+                    share: a.share,
+                    usage: crate::policy::decay_usage(a.usage, a.usage_at, a.share, now, hl),
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,803 @@
+//! The oracle of the property tests: one scheduling cycle computed the
+//! straightforward way, reading every user (a key and a heap entry each, O(users ·
+//! log users)), as the policy was implemented before the incremental
+//! [`super::Ledger`]. The tests check that the ledger grants, reserves and explains
+//! exactly as this does; it is kept as the executable statement of DESIGN §2.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use super::fit::leftover;
+use super::reservation::{shadow, Backfill, Hold, OutstandingJob, Reservation, Shadow};
+use super::share::cmp_f64;
+use super::{
+    age_term, decay_usage, dominant_share, fair_share_key, quantize_key, ClusterView, CycleOutcome,
+    Grant, JobId, PendingReason, PolicyConfig, QueuedJob, Resources, Seconds, UserOrder, UserView,
+};
+
+/// One user during a cycle.
+struct UserState<'a> {
+    view: &'a UserView,
+    /// The healthy clusters' totals, for the permanent reasons.
+    totals: &'a [Resources],
+    allocation: Resources,
+    outstanding: u32,
+    share: f64,
+    /// `h_u` at `now`.
+    usage: f64,
+    /// Index in the window of the effective head (`queue.len()` when none).
+    cursor: usize,
+    /// The reasons given to jobs other than the effective head, by window
+    /// index, in increasing order: the permanent ones of the jobs the cursor
+    /// stepped over (a paused user: every job from the cursor on). Jobs
+    /// behind the effective head are not looked at, so a cycle costs what it
+    /// grants and who is queued, not how long the windows are (DESIGN §2,
+    /// "Cost"). Empty for almost every user, so it allocates nothing.
+    stepped: Vec<(usize, PendingReason)>,
+    /// The effective head's reason, if one was given (its index is `cursor`).
+    head_reason: Option<PendingReason>,
+}
+
+impl<'a> UserState<'a> {
+    fn new(
+        view: &'a UserView,
+        now: Seconds,
+        config: &PolicyConfig,
+        capacity: &Resources,
+        totals: &'a [Resources],
+    ) -> UserState<'a> {
+        let share = dominant_share(&view.allocation, capacity);
+        let usage = decay_usage(
+            view.usage,
+            view.usage_at,
+            share,
+            now,
+            config.usage_half_life,
+        );
+        let mut state = UserState {
+            view,
+            totals,
+            allocation: view.allocation,
+            outstanding: view.outstanding_jobs,
+            share,
+            usage,
+            cursor: 0,
+            stepped: Vec::new(),
+            head_reason: None,
+        };
+        state.skip_unrunnable();
+        state
+    }
+
+    /// Moves the cursor over jobs that can never run, giving each its reason.
+    fn skip_unrunnable(&mut self) {
+        while let Some(job) = self.view.queue.get(self.cursor) {
+            let Some(reason) = permanent_reason(job, self.view, self.totals) else {
+                break;
+            };
+            self.stepped.push((self.cursor, reason));
+            self.cursor += 1;
+        }
+    }
+
+    fn head(&self) -> Option<&'a QueuedJob> {
+        self.view.queue.get(self.cursor)
+    }
+
+    /// The key `(s_u + h_u) / w_u − a · min(age / M, 1)` at `now`, the age
+    /// being that of the effective head (none: no age term).
+    fn key(&self, now: Seconds, config: &PolicyConfig) -> f64 {
+        let base = fair_share_key(self.share, self.usage, self.view.weight);
+        let age = self.head().map_or(0.0, |job| now - job.submitted_at);
+        base - age_term(age, config.age_weight, config.max_age)
+    }
+
+    /// Why this user cannot start `head` now regardless of capacity, if so.
+    fn ineligibility(&self, head: &QueuedJob) -> Option<PendingReason> {
+        if self.view.paused {
+            return Some(PendingReason::Paused);
+        }
+        if self.outstanding >= self.view.max_running_jobs {
+            return Some(PendingReason::MaxRunningJobs {
+                limit: self.view.max_running_jobs,
+            });
+        }
+        match &self.view.max_resources {
+            Some(max) if !(self.allocation + head.resources).fits_within(max) => {
+                Some(PendingReason::MaxResources)
+            }
+            _ => None,
+        }
+    }
+
+    fn set_head_reason(&mut self, reason: PendingReason) {
+        if self.cursor >= self.view.queue.len() {
+            return;
+        }
+        self.head_reason = Some(reason);
+    }
+
+    /// Paused: every job in the window from the effective head on says so,
+    /// or gives its permanent reason.
+    fn mark_paused(&mut self) {
+        self.head_reason = None;
+        for (index, job) in self.view.queue.iter().enumerate().skip(self.cursor) {
+            let reason =
+                permanent_reason(job, self.view, self.totals).unwrap_or(PendingReason::Paused);
+            self.stepped.push((index, reason));
+        }
+    }
+
+    /// Either an entry in `order` for this user (index `user`), or the head's
+    /// reason is recorded. Nothing when the window is exhausted.
+    fn enqueue_or_explain(
+        &mut self,
+        user: usize,
+        now: Seconds,
+        config: &PolicyConfig,
+        slots: &[Slot<'_>],
+        order: &mut Order,
+    ) {
+        let Some(head) = self.head() else {
+            return;
+        };
+        match self.ineligibility(head) {
+            None => order.push(
+                Candidate {
+                    key: quantize_key(self.key(now, config)),
+                    head_at: head.submitted_at,
+                    user,
+                },
+                best_fit_slot(&head.resources, slots).is_some(),
+                now - head.submitted_at > config.starvation_guard,
+            ),
+            Some(PendingReason::Paused) => self.mark_paused(),
+            Some(reason) => self.set_head_reason(reason),
+        }
+    }
+}
+
+/// The eligible users in fair-share order (a binary heap of [`Candidate`]s),
+/// counting those that may still lead to a grant or a reservation, so that
+/// a cycle stops visiting users once none can (see [`Order::settled`]).
+struct Order {
+    heap: BinaryHeap<Reverse<(Candidate, Flags)>>,
+    /// Entries whose head fitted some cluster's free capacity when pushed.
+    fitting: usize,
+    /// Entries whose head had waited past the starvation guard when pushed.
+    overdue: usize,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Tests: never stop early (see [`Order::settled`]), to check that stopping
+    /// early changes nothing.
+    pub(super) static NO_SHORTCUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// What an [`Order`] entry counts in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Flags {
+    fits: bool,
+    overdue: bool,
+}
+
+impl Order {
+    fn new() -> Order {
+        Order {
+            heap: BinaryHeap::new(),
+            fitting: 0,
+            overdue: 0,
+        }
+    }
+
+    fn push(&mut self, candidate: Candidate, fits: bool, overdue: bool) {
+        self.fitting += usize::from(fits);
+        self.overdue += usize::from(overdue);
+        self.heap
+            .push(Reverse((candidate, Flags { fits, overdue })));
+    }
+
+    fn pop(&mut self) -> Option<Candidate> {
+        let Reverse((candidate, flags)) = self.heap.pop()?;
+        self.fitting -= usize::from(flags.fits);
+        self.overdue -= usize::from(flags.overdue);
+        Some(candidate)
+    }
+
+    /// Whether no entry left can be granted nor take a reservation: none fitted
+    /// free capacity when pushed (free capacity only shrinks during a cycle),
+    /// and a reservation is held or none has waited past the starvation guard.
+    /// Each of them would then only be told [`PendingReason::WaitingForCapacity`].
+    fn settled(&self, holding: bool) -> bool {
+        #[cfg(test)]
+        if NO_SHORTCUT.with(std::cell::Cell::get) {
+            return false;
+        }
+        self.fitting == 0 && (holding || self.overdue == 0)
+    }
+
+    /// Takes every entry out, in no particular order.
+    fn drain(&mut self) -> impl Iterator<Item = Candidate> + '_ {
+        self.fitting = 0;
+        self.overdue = 0;
+        self.heap.drain().map(|Reverse((candidate, _))| candidate)
+    }
+}
+
+/// A reason `job` can never run as things stand, independent of other jobs:
+/// larger than every healthy cluster's total (`totals`; none healthy: never
+/// this reason) or, alone, than its user's `max_resources`.
+fn permanent_reason(
+    job: &QueuedJob,
+    view: &UserView,
+    totals: &[Resources],
+) -> Option<PendingReason> {
+    let too_large = !totals.is_empty() && !totals.iter().any(|t| job.resources.fits_within(t));
+    if too_large {
+        return Some(PendingReason::NoClusterLargeEnough);
+    }
+    match &view.max_resources {
+        Some(max) if !job.resources.fits_within(max) => Some(PendingReason::ExceedsMaxResources),
+        _ => None,
+    }
+}
+
+/// An eligible user waiting in the order: smallest quantized key first, then
+/// the oldest head, then the user's index (users are sorted by name).
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    key: f64,
+    head_at: Seconds,
+    user: usize,
+}
+
+impl Ord for Candidate {
+    fn cmp(&self, other: &Self) -> Ordering {
+        cmp_f64(self.key, other.key)
+            .then_with(|| cmp_f64(self.head_at, other.head_at))
+            .then_with(|| self.user.cmp(&other.user))
+    }
+}
+
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Candidate {}
+
+/// [`super::run_cycle`], computed the straightforward way.
+#[must_use]
+pub fn run_cycle(
+    now: Seconds,
+    config: &PolicyConfig,
+    users: &[UserView],
+    clusters: &[ClusterView],
+    reservation: Option<&Reservation>,
+) -> CycleOutcome {
+    let mut slots = healthy_slots(clusters);
+    let capacity = slots
+        .iter()
+        .fold(Resources::ZERO, |sum, slot| sum + slot.total);
+
+    let totals: Vec<Resources> = slots.iter().map(|slot| slot.total).collect();
+
+    let mut views: Vec<&UserView> = users.iter().collect();
+    views.sort_by(|a, b| a.user.cmp(&b.user));
+    let mut states: Vec<UserState<'_>> = views
+        .into_iter()
+        .map(|view| UserState::new(view, now, config, &capacity, &totals))
+        .collect();
+
+    let mut cycle = Cycle {
+        now,
+        config,
+        capacity,
+        grants: Vec::new(),
+        holders_max: std::cell::Cell::new(None),
+    };
+    let (stopped_for, reservation) = if slots.is_empty() {
+        explain_no_healthy_cluster(&mut states);
+        (None, None)
+    } else if config.backfill {
+        let held = cycle.reserve(&mut slots, &mut states, reservation);
+        cycle.backfill(&mut slots, &mut states, held)
+    } else {
+        (cycle.strict(&mut slots, &mut states), None)
+    };
+
+    let order = user_order(now, config, &states);
+    let pending = states
+        .into_iter()
+        .flat_map(|state| {
+            let queue = &state.view.queue;
+            let head = state.head_reason.map(|reason| (state.cursor, reason));
+            state
+                .stepped
+                .into_iter()
+                .chain(head)
+                .filter_map(move |(index, reason)| Some((queue.get(index)?.job_id, reason)))
+        })
+        .collect();
+
+    CycleOutcome {
+        grants: cycle.grants,
+        pending,
+        order,
+        stopped_for,
+        reservation,
+    }
+}
+
+/// No healthy cluster: every head says so, or that its user is paused.
+fn explain_no_healthy_cluster(states: &mut [UserState<'_>]) {
+    for state in states {
+        if state.head().is_none() {
+            continue;
+        }
+        if state.view.paused {
+            state.mark_paused();
+        } else {
+            state.set_head_reason(PendingReason::NoHealthyCluster);
+        }
+    }
+}
+
+/// What one cycle carries besides the slots and users.
+struct Cycle<'c> {
+    now: Seconds,
+    config: &'c PolicyConfig,
+    capacity: Resources,
+    grants: Vec<Grant>,
+    /// The largest quantized key among users holding capacity, once computed;
+    /// forgotten at every grant (keys and allocations change). Spares
+    /// [`Cycle::starved`] a pass over every user per overdue head.
+    holders_max: std::cell::Cell<Option<f64>>,
+}
+
+impl Cycle<'_> {
+    /// Grants `state`'s effective head on `slots[k]` and moves the head on.
+    fn grant(&mut self, slots: &mut [Slot<'_>], k: usize, state: &mut UserState<'_>) {
+        let (Some(job), Some(slot)) = (state.head(), slots.get_mut(k)) else {
+            return;
+        };
+        slot.free = slot.free.saturating_sub(job.resources);
+        slot.held += job.resources;
+        slot.added.push(OutstandingJob {
+            resources: job.resources,
+            expected_end: job.runtime_estimate.map(|e| self.now + e),
+        });
+        self.grants.push(Grant {
+            user: state.view.user.clone(),
+            job_id: job.job_id,
+            cluster: slot.name.to_owned(),
+            resources: job.resources,
+        });
+        state.allocation += job.resources;
+        state.outstanding = state.outstanding.saturating_add(1);
+        state.share = dominant_share(&state.allocation, &self.capacity);
+        state.cursor += 1;
+        state.skip_unrunnable();
+        self.holders_max.set(None);
+    }
+
+    /// The eligible users in fair-share order; ineligible heads get their reason.
+    fn order(&self, slots: &[Slot<'_>], states: &mut [UserState<'_>]) -> Order {
+        let mut order = Order::new();
+        for (user, state) in states.iter_mut().enumerate() {
+            state.enqueue_or_explain(user, self.now, self.config, slots, &mut order);
+        }
+        order
+    }
+
+    /// Backfill off: progressive filling that stops at the first head that
+    /// fits nowhere. Returns that job, if the cycle stopped.
+    fn strict(&mut self, slots: &mut [Slot<'_>], states: &mut [UserState<'_>]) -> Option<JobId> {
+        let mut order = self.order(slots, states);
+        while let Some(candidate) = order.pop() {
+            let Some(state) = states.get_mut(candidate.user) else {
+                continue;
+            };
+            let Some(job) = state.head() else {
+                continue;
+            };
+            if let Some(k) = best_fit_slot(&job.resources, slots) {
+                self.grant(slots, k, state);
+                state.enqueue_or_explain(candidate.user, self.now, self.config, slots, &mut order);
+                continue;
+            }
+            state.set_head_reason(PendingReason::WaitingForCapacity);
+            let behind = PendingReason::WaitingBehind { job_id: job.job_id };
+            for other in order.drain() {
+                if let Some(state) = states.get_mut(other.user) {
+                    state.set_head_reason(behind.clone());
+                }
+            }
+            return Some(job.job_id);
+        }
+        None
+    }
+
+    /// Settles the reservation before the cycle's filling: keeps the held one
+    /// if it is still valid, grants its job if it fits now, and otherwise (or
+    /// then) makes one for the starved head first in fair-share order.
+    fn reserve(
+        &mut self,
+        slots: &mut [Slot<'_>],
+        states: &mut [UserState<'_>],
+        held: Option<&Reservation>,
+    ) -> Option<Hold> {
+        if let Some(hold) = held.and_then(|r| self.still_held(slots, states, r)) {
+            let state = &mut states[hold.user];
+            let request = hold.reservation.resources;
+            match best_fit_slot(&request, slots) {
+                Some(k) => self.grant(slots, k, state),
+                None => return Some(hold),
+            }
+        }
+        self.new_reservation(slots, states)
+    }
+
+    /// The held reservation, if its job is still its user's effective head,
+    /// the user is eligible for it and some healthy cluster can hold it.
+    fn still_held(
+        &self,
+        slots: &[Slot<'_>],
+        states: &[UserState<'_>],
+        held: &Reservation,
+    ) -> Option<Hold> {
+        let user = states.iter().position(|s| s.view.user == held.user)?;
+        let state = &states[user];
+        let head = state.head().filter(|job| job.job_id == held.job_id)?;
+        if state.ineligibility(head).is_some() {
+            return None;
+        }
+        // Sticks to its cluster while that one is healthy and large enough for the
+        // job (its total, not what other tenants leave now: a report that still
+        // counts just-finished jobs must not drop it); else moves to where it can
+        // start soonest.
+        let slot = slots
+            .iter()
+            .position(|s| s.name == held.cluster && head.resources.fits_within(&s.total))
+            .or_else(|| self.soonest_slot(slots, &head.resources))?;
+        self.hold(slots, state, user, slot, held.since)
+    }
+
+    /// A reservation of `slots[slot]` for the effective head of `state`
+    /// (index `user`).
+    fn hold(
+        &self,
+        slots: &[Slot<'_>],
+        state: &UserState<'_>,
+        user: usize,
+        slot: usize,
+        since: Seconds,
+    ) -> Option<Hold> {
+        let job = state.head()?;
+        let shadow = slots[slot].shadow(self.now, &job.resources);
+        Some(Hold {
+            slot,
+            user,
+            shadow,
+            reservation: Reservation {
+                job_id: job.job_id,
+                user: state.view.user.clone(),
+                cluster: slots[slot].name.to_owned(),
+                resources: job.resources,
+                expected_start: shadow.start,
+                since,
+            },
+        })
+    }
+
+    /// The slot where `request` is expected to start soonest (unknown starts
+    /// last, ties by name), among those whose total can hold it.
+    fn soonest_slot(&self, slots: &[Slot<'_>], request: &Resources) -> Option<usize> {
+        let mut best: Option<(usize, Option<Seconds>)> = None;
+        for (k, slot) in slots.iter().enumerate() {
+            // Can ever hold it: the cluster's total (what other tenants seem to hold
+            // now may be our own jobs Ray's lagging report still counts).
+            if !request.fits_within(&slot.total) {
+                continue;
+            }
+            let start = slot.shadow(self.now, request).start;
+            let better = match (best, start) {
+                (None, _) => true,
+                (Some((_, None)), Some(_)) => true,
+                (Some((_, Some(b))), Some(s)) => cmp_f64(s, b) == Ordering::Less,
+                _ => false,
+            };
+            if better {
+                best = Some((k, start));
+            }
+        }
+        best.map(|(k, _)| k)
+    }
+
+    /// Whether the effective head of `states[user]` is **starved**: its user
+    /// is eligible for it, it has waited longer than the starvation guard,
+    /// it fits no cluster's free capacity, and it is **passed over**: some
+    /// user holding capacity comes after its user in fair-share order (a
+    /// larger quantized key). A head that waits only behind its own user's
+    /// running jobs is queued, not starved.
+    fn starved(&self, slots: &[Slot<'_>], states: &[UserState<'_>], user: usize) -> bool {
+        let Some(state) = states.get(user) else {
+            return false;
+        };
+        let Some(head) = state.head() else {
+            return false;
+        };
+        let waited_long = self.now - head.submitted_at > self.config.starvation_guard;
+        if !waited_long
+            || state.ineligibility(head).is_some()
+            || best_fit_slot(&head.resources, slots).is_some()
+        {
+            return false;
+        }
+        let key = quantize_key(state.key(self.now, self.config));
+        let max = self.holders_max.get().unwrap_or_else(|| {
+            let max = states
+                .iter()
+                .filter(|other| other.allocation.components().iter().any(|&x| x > 0.0))
+                .map(|other| quantize_key(other.key(self.now, self.config)))
+                .max_by(|a, b| cmp_f64(*a, *b))
+                .unwrap_or(f64::NEG_INFINITY);
+            self.holders_max.set(Some(max));
+            max
+        });
+        cmp_f64(max, key) == Ordering::Greater
+    }
+
+    /// A reservation for the effective head of `states[user]` on the cluster
+    /// where it can start soonest, made at `now`.
+    fn reserve_for(
+        &self,
+        slots: &[Slot<'_>],
+        states: &[UserState<'_>],
+        user: usize,
+    ) -> Option<Hold> {
+        let job = states.get(user)?.head()?;
+        let slot = self.soonest_slot(slots, &job.resources)?;
+        self.hold(slots, &states[user], user, slot, self.now)
+    }
+
+    /// A new reservation, before the cycle's filling, for the starved
+    /// effective head that comes first in fair-share order (key, older head,
+    /// user): the user the order owes most.
+    fn new_reservation(&self, slots: &[Slot<'_>], states: &[UserState<'_>]) -> Option<Hold> {
+        let first = (0..states.len())
+            .filter(|&user| self.starved(slots, states, user))
+            .filter_map(|user| {
+                let state = &states[user];
+                Some(Candidate {
+                    key: quantize_key(state.key(self.now, self.config)),
+                    head_at: state.head()?.submitted_at,
+                    user,
+                })
+            })
+            .min()?;
+        self.reserve_for(slots, states, first.user)
+    }
+
+    /// Backfill on: progressive filling in key order, skipping users whose
+    /// head fits nowhere, and starting a job on the reserved cluster only if
+    /// it does not delay the reservation. Returns the reserved job and the
+    /// reservation for the next cycle.
+    fn backfill(
+        &mut self,
+        slots: &mut [Slot<'_>],
+        states: &mut [UserState<'_>],
+        mut hold: Option<Hold>,
+    ) -> (Option<JobId>, Option<Reservation>) {
+        let mut order = self.order(slots, states);
+        loop {
+            if order.settled(hold.is_some()) {
+                // Nobody left can start or take the reservation: the rest wait for
+                // capacity, whatever their order (the reserved job's reason is set
+                // below).
+                for other in order.drain() {
+                    states[other.user].set_head_reason(PendingReason::WaitingForCapacity);
+                }
+                break;
+            }
+            let Some(candidate) = order.pop() else {
+                break;
+            };
+            if hold.as_ref().is_some_and(|h| h.user == candidate.user) {
+                continue; // the reserved job: it does not fit (see `reserve`)
+            }
+            let user = candidate.user;
+            let Some(job) = states.get(user).and_then(UserState::head) else {
+                continue;
+            };
+            match self.admissible_slot(slots, job, hold.as_ref()) {
+                Some((k, how)) => {
+                    if let Some(h) = hold.as_mut().filter(|h| h.slot == k) {
+                        h.take(&job.resources, how);
+                    }
+                    let state = &mut states[user];
+                    self.grant(slots, k, state);
+                    state.enqueue_or_explain(user, self.now, self.config, slots, &mut order);
+                }
+                None if hold.is_none() && self.starved(slots, states, user) => {
+                    // No reservation yet: the first starved head met in
+                    // fair-share order gets it (its reason is set below).
+                    hold = self.reserve_for(slots, states, user);
+                    if hold.is_none() {
+                        states[user].set_head_reason(PendingReason::WaitingForCapacity);
+                    }
+                }
+                None => {
+                    let state = &mut states[user];
+                    let reason = match &hold {
+                        Some(h) if best_fit_slot(&job.resources, slots).is_some() => {
+                            PendingReason::BlockedByReservation {
+                                job_id: h.reservation.job_id,
+                                until_in: h.expected_in(self.now),
+                            }
+                        }
+                        _ => PendingReason::WaitingForCapacity,
+                    };
+                    state.set_head_reason(reason);
+                }
+            }
+        }
+        // "Blocked" means the head fits free capacity as the cycle leaves it; one that
+        // fitted when its turn came but not after later grants waits for capacity.
+        for state in states.iter_mut() {
+            if matches!(
+                state.head_reason,
+                Some(PendingReason::BlockedByReservation { .. })
+            ) {
+                let fits = state
+                    .head()
+                    .is_some_and(|job| best_fit_slot(&job.resources, slots).is_some());
+                if !fits {
+                    state.head_reason = Some(PendingReason::WaitingForCapacity);
+                }
+            }
+        }
+        let Some(hold) = hold else {
+            return (None, None);
+        };
+        let state = &mut states[hold.user];
+        let waited = state.head().map_or(0.0, |job| self.now - job.submitted_at);
+        state.set_head_reason(PendingReason::Reserved {
+            cluster: hold.reservation.cluster.clone(),
+            expected_in: hold.expected_in(self.now),
+            waited,
+        });
+        (Some(hold.reservation.job_id), Some(hold.reservation))
+    }
+
+    /// The best-fit slot whose free capacity holds `job` and where starting it
+    /// does not delay the reservation, with how it is admitted there.
+    fn admissible_slot(
+        &self,
+        slots: &[Slot<'_>],
+        job: &QueuedJob,
+        hold: Option<&Hold>,
+    ) -> Option<(usize, Backfill)> {
+        let mut best: Option<(usize, Backfill, f64)> = None;
+        for (k, slot) in slots.iter().enumerate() {
+            if !job.resources.fits_within(&slot.free) {
+                continue;
+            }
+            let how = match hold {
+                Some(h) if h.slot == k => h.admits(self.now, &job.resources, job.runtime_estimate),
+                _ => Backfill::EndsBefore,
+            };
+            if how == Backfill::No {
+                continue;
+            }
+            let score = leftover(&job.resources, &slot.free, &slot.total);
+            if best.is_none_or(|(_, _, b)| cmp_f64(score, b) == Ordering::Less) {
+                best = Some((k, how, score));
+            }
+        }
+        best.map(|(k, how, _)| (k, how))
+    }
+}
+
+/// Users whose input window was not empty, in serving order after the cycle.
+fn user_order(now: Seconds, config: &PolicyConfig, states: &[UserState<'_>]) -> Vec<UserOrder> {
+    // Sort the small ranks (the key is computed once per user), then build the
+    // entries in that order.
+    let mut ranked: Vec<(Candidate, f64)> = states
+        .iter()
+        .enumerate()
+        .filter(|(_, state)| !state.view.queue.is_empty())
+        .map(|(user, state)| {
+            let key = state.key(now, config);
+            let rank = Candidate {
+                key: quantize_key(key),
+                head_at: state.head().map_or(f64::INFINITY, |job| job.submitted_at),
+                user,
+            };
+            (rank, key)
+        })
+        .collect();
+    // Candidates are unique (they end with the user's index): unstable is exact.
+    ranked.sort_unstable_by_key(|entry| entry.0);
+    ranked
+        .into_iter()
+        .map(|(rank, key)| {
+            let state = &states[rank.user];
+            UserOrder {
+                user: state.view.user.clone(),
+                key,
+                share: state.share,
+                usage: state.usage,
+            }
+        })
+        .collect()
+}
+
+/// A healthy cluster during a cycle: its capacity and what is still free.
+struct Slot<'a> {
+    pub name: &'a str,
+    pub total: Resources,
+    pub free: Resources,
+    /// `total − foreign`: the most that can ever be free for this service.
+    pub ceiling: Resources,
+    /// What this service's outstanding jobs hold, grants of this cycle
+    /// included.
+    pub held: Resources,
+    /// Its outstanding jobs at the start of the cycle.
+    pub jobs: &'a [OutstandingJob],
+    /// Jobs granted to it during this cycle.
+    pub added: Vec<OutstandingJob>,
+}
+
+impl Slot<'_> {
+    /// The shadow of `request` on this cluster at `now` ([`shadow`]).
+    pub fn shadow(&self, now: Seconds, request: &Resources) -> Shadow {
+        let jobs: Vec<OutstandingJob> = self.jobs.iter().chain(&self.added).copied().collect();
+        shadow(now, request, self.ceiling, self.held, &jobs)
+    }
+}
+
+/// The healthy clusters, sorted by name, with their free capacity.
+fn healthy_slots(clusters: &[ClusterView]) -> Vec<Slot<'_>> {
+    let mut slots: Vec<Slot<'_>> = clusters
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.healthy)
+        .map(|(_, c)| Slot {
+            name: &c.name,
+            total: c.total,
+            free: c.free(),
+            ceiling: c.total.saturating_sub(c.foreign()),
+            held: c.outstanding,
+            jobs: &c.jobs,
+            added: Vec::new(),
+        })
+        .collect();
+    slots.sort_by(|a, b| a.name.cmp(b.name));
+    slots
+}
+
+/// Index (in `slots`) of the best-fit slot for `request`: among those whose
+/// free capacity holds it, the smallest [`leftover`]; ties go to the earlier
+/// slot, that is the smaller name.
+fn best_fit_slot(request: &Resources, slots: &[Slot<'_>]) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, slot) in slots.iter().enumerate() {
+        if !request.fits_within(&slot.free) {
+            continue;
+        }
+        let score = leftover(request, &slot.free, &slot.total);
+        if best.is_none_or(|(_, b)| cmp_f64(score, b) == Ordering::Less) {
+            best = Some((i, score));
+        }
+    }
+    best.map(|(i, _)| i)
+}
