@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::body::{parse_json, parse_query, read_body};
+use super::body::{parse_query, read_body};
 use super::error::{ApiError, ErrorBody};
 pub use super::submit::{
     validate_amount, validate_external_id, validate_user_id, ResourcesIn, SubmitRequest,
@@ -204,7 +204,7 @@ pub async fn submit(
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
     let body = read_body(&req, payload, &state.settings.server).await?;
-    let request: SubmitRequest = parse_json(&body, false)?;
+    let request = SubmitRequest::parse(&body)?;
     who.check_user("user", &request.user)?;
     let new = request.into_new_job()?;
     match accept(&state, new).await? {
