@@ -731,7 +731,14 @@ mod postgres {
 
     /// The batch's jobs (a JSON array of objects, `$1`) and their creation events at
     /// `$2`, in one statement.
-    const INSERT: &str = "WITH r AS (SELECT * FROM jsonb_to_recordset($1) AS r(\
+    ///
+    /// `json`, not `jsonb`: `json_to_recordset` hands each `runtime_env` and
+    /// `metadata` on as the text the writer wrote (serde_json's, the same text SQLite
+    /// stores), into columns of type `json`, which keep it. Through `jsonb` PostgreSQL
+    /// rewrote it (keys by length, `1e16` as `10000000000000000`, read back as an
+    /// integer; `-0.0` as `0.0`), so the same submission read back differently by
+    /// database (DESIGN §6, "JSON columns").
+    const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) AS r(\
            id uuid, user_id text, external_id text, priority integer, entrypoint text, \
            runtime_env json, metadata json, cpu double precision, gpu double precision, \
            memory_bytes bigint, max_runtime_s bigint)), \
@@ -750,7 +757,7 @@ mod postgres {
     const PREPARED: [(&str, &str, &str); 3] = [
         ("fairshare_intake_lock", "text[]", super::super::LOCK_USERS),
         ("fairshare_intake_read", "text[], text[], text[]", READ),
-        ("fairshare_intake_insert", "jsonb, timestamptz", INSERT),
+        ("fairshare_intake_insert", "json, timestamptz", INSERT),
     ];
 
     /// Appends `s` to `sql` as an escape-string literal, `E'…'`, with every backslash

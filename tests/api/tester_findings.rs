@@ -470,3 +470,70 @@ async fn numbers_are_judged_as_written_in_every_endpoint(db: Db) {
     assert_eq!(job["resources"]["memory_bytes"].as_u64(), Some(1 << 53));
 }
 both_databases!(numbers_are_judged_as_written_in_every_endpoint);
+
+/// F6 (a fresh tester): PostgreSQL rewrote `runtime_env` and `metadata` (intake sent
+/// them through `jsonb`: keys reordered, `1e300` as a 301-digit integer, `1e16` read
+/// back as an integer, `-0.0` as `0.0`) while SQLite kept serde_json's text, so one
+/// submission read back differently by database, and on PostgreSQL its retry was a
+/// 422 `idempotency_key_reused` (`1e16` read back as `10000000000000000` is another
+/// value to serde_json). Both now store and read back the same text.
+async fn runtime_env_and_metadata_read_back_the_same_on_both_databases(db: Db) {
+    use sea_orm::ConnectionTrait;
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    let runtime_env = r#"{"zz": 1, "a": {"b": 1e300, "c": -0.0, "d": 1e16, "e": 1.5E2,
+        "f": 123456789012345678901234567890, "g": 18446744073709551615,
+        "h": -9223372036854775808, "i": 0.1, "j": 1e-7, "k": [1.0, 2.50, true, null]},
+        "env_vars": {"\u00e9\ud83d\ude00": "\u0001\"\\\/\u2028", "Z": "\u00ff"},
+        "": {}, "pip": ["x==1"]}"#;
+    let metadata = r#"{"zeta": "1", "alpha": "\u00e9", "mid": "\ud83d\ude00"}"#;
+    let body = format!(
+        r#"{{"user": "h", "entrypoint": "e", "external_id": "hostile",
+             "runtime_env": {runtime_env}, "metadata": {metadata}}}"#
+    );
+    let created = app.post_raw("/v1/jobs", SUBMITTER, body.clone()).await;
+    assert_eq!(created.status(), 201);
+    let created: Value = created.json().await.unwrap();
+    // What fairshare writes: serde_json's text of the values as parsed.
+    let text = |raw: &str| serde_json::to_string(&serde_json::from_str::<Value>(raw).unwrap());
+    let (env_text, md_text) = (text(runtime_env).unwrap(), text(metadata).unwrap());
+    let conn = sea_orm::Database::connect(&app.db.url).await.unwrap();
+    let row = conn
+        .query_one(sea_orm::Statement::from_string(
+            conn.get_database_backend(),
+            "SELECT CAST(runtime_env AS TEXT), CAST(metadata AS TEXT) FROM jobs \
+             WHERE external_id = 'hostile'",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let stored: (String, String) = (
+        row.try_get_by_index(0).unwrap(),
+        row.try_get_by_index(1).unwrap(),
+    );
+    assert_eq!(
+        stored,
+        (env_text.clone(), md_text.clone()),
+        "stored as written"
+    );
+    // Read back through the store (what the dispatcher sends to Ray): the same values,
+    // down to the kind of each number.
+    let id = uuid::Uuid::parse_str(created["id"].as_str().unwrap()).unwrap();
+    let job = fairshare::store::get_job(&conn, id).await.unwrap().unwrap();
+    assert_eq!(serde_json::to_string(&job.runtime_env).unwrap(), env_text);
+    assert_eq!(serde_json::to_string(&job.metadata).unwrap(), md_text);
+    conn.close().await.ok();
+    // The same body again is the same job.
+    let again = app.post_raw("/v1/jobs", SUBMITTER, body).await;
+    assert_eq!(again.status(), 200, "{:?}", again.text().await);
+    // And Ray's view of the job shows the metadata as submitted.
+    let ray: Value = app
+        .get(&format!("/api/jobs/{id}"), SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ray["metadata"].to_string(), md_text);
+}
+both_databases!(runtime_env_and_metadata_read_back_the_same_on_both_databases);
