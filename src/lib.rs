@@ -57,6 +57,7 @@ mod views;
 mod webhooks;
 
 pub use actors::Scheduler;
+pub use api::error::ERROR_CODES;
 /// The `/api/` routes of Ray's Jobs REST API, as `(method, path)`.
 pub use api::ray_compat::ROUTES as RAY_API_ROUTES;
 pub use api::ROUTES;

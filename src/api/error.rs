@@ -10,6 +10,24 @@ use utoipa::ToSchema;
 
 use crate::store::StoreError;
 
+/// Every `code` an [`ApiError`] answers with ([`ApiError::code`]), for the docs'
+/// error tables (a test checks `docs/gateway.md` lists each).
+pub const ERROR_CODES: &[&str] = &[
+    "bad_json",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+    "conflict",
+    "request_timeout",
+    "payload_too_large",
+    "uri_too_long",
+    "invalid_field",
+    "idempotency_key_reused",
+    "queue_full",
+    "unavailable",
+];
+
 /// Longest field name an error echoes, in characters (longer ones end in `…`).
 pub const MAX_FIELD_CHARS: usize = 160;
 
@@ -220,5 +238,44 @@ impl From<StoreError> for ApiError {
             StoreError::Db(db) => db.into(),
             StoreError::QueueFull { .. } => ApiError::QueueFull(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of each variant (a new variant goes here too): [`ERROR_CODES`] lists
+    /// exactly their codes, in order.
+    #[test]
+    fn every_error_code_is_listed() {
+        let id = uuid::Uuid::nil();
+        let all = [
+            ApiError::BadJson(String::new()),
+            ApiError::Unauthorized,
+            ApiError::Forbidden("x"),
+            ApiError::NotFound(String::new()),
+            ApiError::MethodNotAllowed { allow: "GET" },
+            ApiError::Conflict(String::new()),
+            ApiError::JobConflict {
+                message: String::new(),
+                job_id: id,
+                status: String::new(),
+            },
+            ApiError::BodyTimeout { idle_s: 1.0 },
+            ApiError::PayloadTooLarge { limit: 1 },
+            ApiError::UriTooLong,
+            ApiError::invalid("f", "r"),
+            ApiError::IdempotencyKeyReused {
+                external_id: String::new(),
+                job_id: id,
+                fields: vec![],
+            },
+            ApiError::QueueFull(String::new()),
+            ApiError::Unavailable(String::new()),
+        ];
+        let mut codes: Vec<&str> = all.iter().map(ApiError::code).collect();
+        codes.dedup();
+        assert_eq!(codes, ERROR_CODES);
     }
 }

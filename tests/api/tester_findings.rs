@@ -537,3 +537,41 @@ async fn runtime_env_and_metadata_read_back_the_same_on_both_databases(db: Db) {
     assert_eq!(ray["metadata"].to_string(), md_text);
 }
 both_databases!(runtime_env_and_metadata_read_back_the_same_on_both_databases);
+
+/// F4 (a fresh tester): `docs/gateway.md` said "a retry returns the stored job even if
+/// its body differs"; the service answers 422 `idempotency_key_reused` (test
+/// `jobs::the_same_external_id_with_another_payload_is_422_naming_the_existing_job`),
+/// as the README and DESIGN §4 say. The guide now says so in its retry section, and
+/// its error table has a row for every code the API answers.
+#[test]
+fn the_gateway_guide_says_what_a_reused_key_answers_and_lists_every_error_code() {
+    let guide = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/gateway.md"))
+        .expect("docs/gateway.md");
+    assert!(
+        !guide.contains("even if its body differs"),
+        "the guide still says a retry with another body gets the stored job"
+    );
+    let retries = guide
+        .split("### Idempotent retries")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the guide's section on idempotent retries");
+    for said in ["`422`", "`idempotency_key_reused`", "`details.job_id`"] {
+        assert!(
+            retries.contains(said),
+            "the retry section does not say {said}"
+        );
+    }
+    for code in fairshare::ERROR_CODES {
+        let row = format!("| `{code}` |");
+        assert!(
+            guide
+                .lines()
+                .any(|l| l.starts_with("| 4") && l.contains(&row))
+                || guide
+                    .lines()
+                    .any(|l| l.starts_with("| 5") && l.contains(&row)),
+            "docs/gateway.md's error table has no row for `{code}`"
+        );
+    }
+}
