@@ -8,20 +8,55 @@ use serde::de::DeserializeOwned;
 
 use super::error::ApiError;
 
-/// Reads a request body of at most `server.max_body_bytes`, with
-/// `server.body_idle_timeout` (see [`read_body_limited`]).
+/// Reads a JSON request body of at most `server.max_body_bytes`, with
+/// `server.body_idle_timeout` (see [`read_body_limited`]). A body that is not empty
+/// must come with `Content-Type: application/json` (any parameters, such as
+/// `charset`): 415 otherwise (DESIGN §4, "Content-Type"). A browser sends a
+/// cross-site `text/plain` or form body without asking the server first (no CORS
+/// preflight), so this is what keeps another site's page from submitting through a
+/// browser on the service's machine while no token is configured.
 pub async fn read_body(
     req: &actix_web::HttpRequest,
     payload: web::Payload,
     server: &crate::config::ServerSettings,
 ) -> Result<web::Bytes, ApiError> {
-    read_body_limited(
+    let body = read_body_limited(
         req,
         payload,
         server.max_body_bytes,
         server.body_idle_timeout,
     )
-    .await
+    .await?;
+    if !body.is_empty() {
+        check_json_content_type(req)?;
+    }
+    Ok(body)
+}
+
+/// Checks that `req` declares `Content-Type: application/json` (type and subtype in
+/// any case, with or without parameters). Errors: 415 naming the header.
+pub fn check_json_content_type(req: &actix_web::HttpRequest) -> Result<(), ApiError> {
+    let declared = req
+        .headers()
+        .get(actix_web::http::header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let is_json = declared.as_deref().is_some_and(|v| {
+        let essence = v.split(';').next().unwrap_or("").trim();
+        essence.eq_ignore_ascii_case("application/json")
+    });
+    if is_json {
+        Ok(())
+    } else {
+        let mut shown = declared;
+        if let Some(s) = shown.as_mut() {
+            // Echo at most a line's worth of what the client sent.
+            if let Some((cut, _)) = s.char_indices().nth(100) {
+                s.truncate(cut);
+                s.push('…');
+            }
+        }
+        Err(ApiError::UnsupportedMediaType(shown))
+    }
 }
 
 /// Reads the whole body, refusing more than `limit` bytes: at once when the declared

@@ -308,8 +308,8 @@ impl UserUpdate {
     params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
         pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
-              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
-              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "a field or the id is invalid (details.field)"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"), (status = 422, body = ErrorBody, description = "a field or the id is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
@@ -381,9 +381,9 @@ async fn set_paused(
     params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
         pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
-              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
-              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
@@ -402,9 +402,9 @@ pub async fn pause(
     params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
         pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
-              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
-              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]

@@ -575,3 +575,161 @@ fn the_gateway_guide_says_what_a_reused_key_answers_and_lists_every_error_code()
         );
     }
 }
+
+/// F5 (a fresh tester): `Content-Type` was not checked, so a browser page could POST
+/// a job as `text/plain`, which browsers send cross-site without asking first (no
+/// CORS preflight). A request with a body must now declare `application/json` (with
+/// or without parameters) on every JSON route, else 415 naming the header, and
+/// nothing happens.
+async fn a_body_not_declared_json_is_415_on_every_json_route(db: Db) {
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    let r = app.put("/v1/users/ct", ADMIN, json!({"weight": 2})).await;
+    assert_eq!(r.status(), 200);
+    let routes = [
+        (
+            "post",
+            "/v1/jobs",
+            SUBMITTER,
+            r#"{"user":"ct","entrypoint":"e"}"#,
+        ),
+        ("put", "/v1/users/ct", ADMIN, r#"{"weight":3}"#),
+        ("post", "/v1/users/ct/pause", ADMIN, "{}"),
+        ("post", "/v1/scheduler/what-if", ADMIN, "{}"),
+        (
+            "post",
+            "/api/jobs/",
+            SUBMITTER,
+            r#"{"entrypoint":"e","metadata":{"fairshare.user":"ct"}}"#,
+        ),
+    ];
+    let send = |method: &str, path: &str, token: &str, body: &str, ct: Option<&str>| {
+        let req = match method {
+            "put" => app.client.put(app.url(path)),
+            _ => app.client.post(app.url(path)),
+        };
+        let req = req.bearer_auth(token).body(body.to_string());
+        let req = match ct {
+            Some(ct) => req.header("content-type", ct),
+            None => req,
+        };
+        req.send()
+    };
+    for (method, path, token, body) in routes {
+        for ct in [
+            Some("text/plain"),
+            Some("text/plain; charset=utf-8"),
+            Some("application/x-www-form-urlencoded"),
+            Some("multipart/form-data; boundary=x"),
+            Some("text/json"),
+            Some("application/jsonp"),
+            None,
+        ] {
+            let resp = send(method, path, token, body, ct).await.unwrap();
+            assert_eq!(resp.status(), 415, "{method} {path} as {ct:?}");
+            let e: Value = resp.json().await.unwrap();
+            assert_eq!(e["error"]["code"], "unsupported_media_type", "{e}");
+            assert_eq!(e["error"]["details"]["field"], "Content-Type", "{e}");
+        }
+    }
+    // Nothing happened.
+    let user = app.get_json("/v1/users/ct", ADMIN).await;
+    assert_eq!(
+        (user["weight"].as_f64(), user["paused"].as_bool()),
+        (Some(2.0), Some(false))
+    );
+    let jobs = app.get_json("/v1/jobs?user=ct", ADMIN).await;
+    assert_eq!(jobs["jobs"], json!([]));
+    // JSON, with parameters or in capitals, is taken; so is a request with no body,
+    // whatever it declares.
+    for ct in ["application/json; charset=utf-8", "Application/JSON"] {
+        let resp = send("post", "/v1/jobs", SUBMITTER, routes[0].3, Some(ct))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201, "{ct}");
+    }
+    let resp = send("post", "/v1/users/ct/pause", ADMIN, "", Some("text/plain"))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
+both_databases!(a_body_not_declared_json_is_415_on_every_json_route);
+
+/// F5, the rest of the forgery: with no token configured, a change asked for by a
+/// browser page of another origin (`Sec-Fetch-Site: cross-site`, or an `Origin` that
+/// is not the service's) is 403, bodiless ones too (pause, cancel, Ray's stop), which
+/// a page can send without a preflight. The service's own console (same origin) and
+/// clients that are not browsers (no such headers) work as before.
+async fn with_no_token_a_page_of_another_origin_changes_nothing(db: Db) {
+    let Some(app) = spawn_app_with(db, |s| s.auth.tokens.clear()).await else {
+        return;
+    };
+    let job = app.submit("open", json!({})).await;
+    let id = job["id"].as_str().unwrap().to_string();
+    let own = app.address.clone();
+    let post = |path: &str, headers: &[(&str, &str)]| {
+        let mut req = app.client.post(app.url(path));
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        req.send()
+    };
+    let cancel = format!("/v1/jobs/{id}/cancel");
+    let stop = format!("/api/jobs/{id}/stop");
+    for path in ["/v1/users/open/pause", cancel.as_str(), stop.as_str()] {
+        for headers in [
+            vec![("origin", "http://evil.example")],
+            vec![("origin", "null")],
+            vec![("origin", "http://127.0.0.1:1")],
+            vec![("sec-fetch-site", "cross-site")],
+            vec![("sec-fetch-site", "same-site"), ("origin", own.as_str())],
+        ] {
+            let resp = post(path, &headers).await.unwrap();
+            assert_eq!(resp.status(), 403, "{path} {headers:?}");
+            let e: Value = resp.json().await.unwrap();
+            assert_eq!(e["error"]["code"], "forbidden", "{e}");
+        }
+    }
+    // A JSON submit from another origin too (a browser would ask first, but a page
+    // may also be served to one that does not).
+    let resp = app
+        .client
+        .post(app.url("/v1/jobs"))
+        .header("origin", "http://evil.example")
+        .json(&json!({"user": "open", "entrypoint": "e"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    // Nothing changed; reading is the browser's same-origin policy's business.
+    let resp = app
+        .client
+        .get(app.url(&format!("/v1/jobs/{id}")))
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let job: Value = resp.json().await.unwrap();
+    assert_eq!(job["status"], "QUEUED");
+    let user = app.get_json("/v1/users/open", ADMIN).await;
+    assert_eq!(user["paused"], false);
+    let jobs = app.get_json("/v1/jobs?user=open", ADMIN).await;
+    assert_eq!(jobs["jobs"].as_array().map(Vec::len), Some(1));
+    // The console (same origin) and curl (no browser headers) may.
+    let resp = post(
+        "/v1/users/open/pause",
+        &[("origin", own.as_str()), ("sec-fetch-site", "same-origin")],
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = post("/v1/users/open/resume", &[("origin", own.as_str())])
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let resp = post(&cancel, &[]).await.unwrap();
+    assert_eq!(resp.status(), 200);
+}
+both_databases!(with_no_token_a_page_of_another_origin_changes_nothing);
