@@ -420,20 +420,36 @@ async fn writer_waiting_for_a_lock(conn: &sea_orm::DatabaseConnection) -> i32 {
     }
 }
 
-/// Ends the session `pid` (`pg_terminate_backend`) and waits until it is gone.
+/// Ends the session `pid` (`pg_terminate_backend`) and waits, with a deadline, until
+/// it is gone from `pg_stat_activity` (so the lock the test then lets go cannot
+/// reach the session first).
 async fn terminate(conn: &sea_orm::DatabaseConnection, pid: i32) {
     use sea_orm::ConnectionTrait;
-    let ended: bool = conn
-        .query_one(sea_orm::Statement::from_string(
+    let query = |sql: String| {
+        conn.query_one(sea_orm::Statement::from_string(
             sea_orm::DatabaseBackend::Postgres,
-            format!("SELECT pg_terminate_backend({pid}, 10000)"),
+            sql,
         ))
+    };
+    let ended: bool = query(format!("SELECT pg_terminate_backend({pid})"))
         .await
         .expect("pg_terminate_backend")
         .expect("a row")
         .try_get_by_index(0)
         .unwrap();
     assert!(ended, "session {pid} did not end");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while query(format!("SELECT 1 FROM pg_stat_activity WHERE pid = {pid}"))
+        .await
+        .expect("pg_stat_activity")
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "session {pid} is still there"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
 }
 
 /// Submits `external_id` for alice while `lock` (SQL run in a transaction of the
@@ -599,7 +615,7 @@ async fn a_writer_session_ended_after_its_commit_loses_no_submit_and_stores_it_o
                 let ended = conn
                     .query_all(sea_orm::Statement::from_string(
                         sea_orm::DatabaseBackend::Postgres,
-                        "SELECT pg_terminate_backend(pid, 10000) FROM pg_stat_activity \
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
                          WHERE datname = current_database() \
                          AND application_name = 'fairshare-intake'",
                     ))
