@@ -934,7 +934,9 @@ mod postgres {
     /// Commits `batch` (see the module docs), beginning it again when its connection
     /// is lost, at most the pool's size + 2 times (enough to get past every idle
     /// connection of the pool, had the server ended them all, as a restart does, and
-    /// then some), then failing with the last error (503).
+    /// then some), then failing with the last error (503). A batch whose doubt is
+    /// still open then may have been committed: as with any 503 to a submit, a retry
+    /// with the same `external_id` finds the job if so.
     ///
     /// - Lost before round trip 2 was sent (round trip 1, preparing, creating users):
     ///   nothing of the batch can have been committed; it begins again on another
@@ -977,7 +979,7 @@ mod postgres {
             if lost > max_lost {
                 return Err(e);
             }
-            tracing::debug!(error = %e, lost, in_doubt = in_doubt.is_some(),
+            tracing::info!(error = %e, lost, in_doubt = in_doubt.is_some(),
                 "intake lost its connection; the batch begins again on another");
         }
     }
