@@ -266,6 +266,14 @@ async fn submit_batch_positioned(
     }
 }
 
+/// What a batch comes to once its stored state is read: each submission's answer,
+/// the rows to insert (by user), and their submit time.
+type Decided = (
+    Vec<Answered>,
+    Vec<job::Model>,
+    chrono::DateTime<chrono::Utc>,
+);
+
 /// A job row as it is created.
 fn new_row(new: &NewJob, id: Uuid, at: chrono::DateTime<chrono::Utc>) -> job::Model {
     job::Model {
@@ -955,13 +963,7 @@ mod postgres {
         batch: &[NewJob],
         users: &[&str],
         default_max_queued: u32,
-        decide: impl Fn(
-            Stored,
-        ) -> (
-            Vec<Answered>,
-            Vec<job::Model>,
-            chrono::DateTime<chrono::Utc>,
-        ),
+        decide: impl Fn(Stored) -> Decided,
     ) -> Result<Vec<Answered>, DbErr> {
         let pool = db.get_postgres_connection_pool();
         let max_lost = pool.options().get_max_connections() as usize + 2;
@@ -992,13 +994,7 @@ mod postgres {
         batch: &[NewJob],
         users: &[&str],
         default_max_queued: u32,
-        decide: &impl Fn(
-            Stored,
-        ) -> (
-            Vec<Answered>,
-            Vec<job::Model>,
-            chrono::DateTime<chrono::Utc>,
-        ),
+        decide: &impl Fn(Stored) -> Decided,
         in_doubt: &mut Option<(Uuid, Vec<Answered>)>,
     ) -> Result<Vec<Answered>, Failed> {
         let (mut txn, stored) = read(db, batch, users, default_max_queued).await?;
