@@ -10,8 +10,8 @@ use utoipa::ToSchema;
 
 use crate::store::StoreError;
 
-/// Every `code` an [`ApiError`] answers with ([`ApiError::code`]), for the docs'
-/// error tables (a test checks `docs/gateway.md` lists each).
+/// Every `code` an API error answers with (`ApiError::code`), for the docs' error
+/// tables (a test checks `docs/gateway.md` lists each).
 pub const ERROR_CODES: &[&str] = &[
     "bad_json",
     "unauthorized",
