@@ -32,6 +32,7 @@
 //!   the followers' hand-over to the leader; the SQLite single-replica lock.
 //! - `events` (private): `job_events` read as a feed (wake-up on commit, gap guard);
 //!   `webhooks` (private): delivery of that feed to `[[webhooks]]`, signed.
+//! - `faults` (public, feature `fault-injection`, tests only): fault-injection hooks.
 //! - `app` (private): wires everything into a running service ([`Application`]);
 //!   [`cli`] (public): the command line the binary runs.
 
@@ -42,6 +43,8 @@ pub mod cli;
 pub mod config;
 mod errors;
 mod events;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 pub mod leadership;
 pub mod lifecycle;
 mod metrics;
@@ -54,6 +57,7 @@ mod views;
 mod webhooks;
 
 pub use actors::Scheduler;
+pub use api::error::ERROR_CODES;
 /// The `/api/` routes of Ray's Jobs REST API, as `(method, path)`.
 pub use api::ray_compat::ROUTES as RAY_API_ROUTES;
 pub use api::ROUTES;

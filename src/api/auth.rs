@@ -1,7 +1,11 @@
 //! Bearer-token auth (DESIGN §4): tokens from config with role `submitter` or `admin`.
 //!
 //! Tokens are compared in constant time and never logged. With no token configured the
-//! API is open (the config refuses that on a non-loopback bind).
+//! API is open (the config refuses that on a non-loopback bind), and a change asked
+//! for by a browser page of another origin is refused ([`cross_origin`]): a bearer
+//! token is never sent by a browser on its own, but an open API on loopback is
+//! reachable from any page a browser on that machine shows (DESIGN §4, "Requests
+//! from browsers").
 
 use actix_web::HttpRequest;
 use subtle::ConstantTimeEq;
@@ -43,6 +47,9 @@ impl Auth {
         action: &'static str,
     ) -> Result<Identity, ApiError> {
         if self.tokens.is_empty() {
+            if !req.method().is_safe() && cross_origin(req) {
+                return Err(ApiError::CrossOrigin(action));
+            }
             return Ok(Identity {
                 role: Role::Admin,
                 user: None,
@@ -73,6 +80,34 @@ impl Auth {
         } else {
             Err(ApiError::Forbidden(action))
         }
+    }
+}
+
+/// Whether `req` comes from a browser page of another origin than this service:
+/// `Sec-Fetch-Site` (sent by browsers since 2020–2023) other than `same-origin` or
+/// `none` (typed in, a bookmark); without it, an `Origin` whose host and port are not
+/// the request's `Host` (`Origin: null` included). A request with neither header
+/// is not a browser's cross-origin request (curl, the Python client, Ray's client).
+pub fn cross_origin(req: &HttpRequest) -> bool {
+    let header = |name| {
+        req.headers().get(name).map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase()
+        })
+    };
+    if let Some(site) = header("sec-fetch-site") {
+        return !matches!(site.as_str(), "same-origin" | "none");
+    }
+    let Some(origin) = header("origin") else {
+        return false;
+    };
+    let authority = origin
+        .split_once("://")
+        .map(|(_, rest)| rest.trim_end_matches('/'));
+    match (authority, header("host")) {
+        (Some(authority), Some(host)) => authority != host,
+        _ => true,
     }
 }
 

@@ -10,6 +10,25 @@ use utoipa::ToSchema;
 
 use crate::store::StoreError;
 
+/// Every `code` an API error answers with (`ApiError::code`), for the docs' error
+/// tables (a test checks `docs/gateway.md` lists each).
+pub const ERROR_CODES: &[&str] = &[
+    "bad_json",
+    "unauthorized",
+    "forbidden",
+    "not_found",
+    "method_not_allowed",
+    "conflict",
+    "request_timeout",
+    "payload_too_large",
+    "uri_too_long",
+    "unsupported_media_type",
+    "invalid_field",
+    "idempotency_key_reused",
+    "queue_full",
+    "unavailable",
+];
+
 /// Longest field name an error echoes, in characters (longer ones end in `…`).
 pub const MAX_FIELD_CHARS: usize = 160;
 
@@ -25,6 +44,13 @@ pub enum ApiError {
     /// 403: the token's role may not do this.
     #[error("this token's role may not {0}")]
     Forbidden(&'static str),
+    /// 403: with no token configured, a browser page of another origin asked for a
+    /// change (cross-site request forgery; `api::auth`).
+    #[error(
+        "a page of another origin may not {0}: with no token configured the API takes \
+         changes only from clients that are not browsers and from this service's own console"
+    )]
+    CrossOrigin(&'static str),
     /// 404.
     #[error("{0}")]
     NotFound(String),
@@ -47,6 +73,13 @@ pub enum ApiError {
     /// 413: body over `server.max_body_bytes`.
     #[error("request body is larger than {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    /// 415: a request with a body that does not declare `Content-Type:
+    /// application/json` (what it declared, if anything).
+    #[error(
+        "a request body must be JSON, sent with `Content-Type: application/json`{}",
+        .0.as_ref().map_or(" (none was given)".to_string(), |t| format!(" (not {t:?})"))
+    )]
+    UnsupportedMediaType(Option<String>),
     /// 414: a request line of `api::line_limit::MAX_REQUEST_LINE` bytes or more.
     #[error(
         "the request line is {} bytes or longer; send long parameters in a request body",
@@ -93,7 +126,7 @@ impl ApiError {
         match self {
             ApiError::BadJson(_) => "bad_json",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Forbidden(_) | ApiError::CrossOrigin(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -101,6 +134,7 @@ impl ApiError {
             ApiError::BodyTimeout { .. } => "request_timeout",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
             ApiError::UriTooLong => "uri_too_long",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::Invalid { .. } => "invalid_field",
             ApiError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             ApiError::QueueFull(_) => "queue_full",
@@ -119,12 +153,14 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable code: bad_json, unauthorized, forbidden, not_found, method_not_allowed,
-    /// conflict, payload_too_large, uri_too_long, invalid_field, idempotency_key_reused,
-    /// queue_full, unavailable, loading (`/readyz` while recovery runs).
+    /// conflict, request_timeout, payload_too_large, uri_too_long,
+    /// unsupported_media_type, invalid_field, idempotency_key_reused, queue_full,
+    /// unavailable, loading (`/readyz` while recovery runs).
     pub code: String,
     /// A sentence for humans.
     pub message: String,
-    /// For invalid_field: `{"field", "reason"}`; for idempotency_key_reused:
+    /// For invalid_field: `{"field", "reason"}`; for unsupported_media_type:
+    /// `{"field": "Content-Type", "reason"}`; for idempotency_key_reused:
     /// `{"field": "external_id", "external_id", "job_id" (the existing job), "differs"
     /// (the fields that differ)}`; for a conflict about a job: `{"job_id", "status"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -136,13 +172,14 @@ impl ResponseError for ApiError {
         match self {
             ApiError::BadJson(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) | ApiError::JobConflict { .. } => StatusCode::CONFLICT,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UriTooLong => StatusCode::URI_TOO_LONG,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Invalid { .. } | ApiError::IdempotencyKeyReused { .. } => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
@@ -173,6 +210,10 @@ impl ResponseError for ApiError {
             ApiError::JobConflict { job_id, status, .. } => {
                 Some(serde_json::json!({ "job_id": job_id, "status": status }))
             }
+            ApiError::UnsupportedMediaType(_) => Some(serde_json::json!({
+                "field": "Content-Type",
+                "reason": "must be application/json (parameters such as charset allowed)",
+            })),
             _ => None,
         };
         let message = match self {
@@ -220,5 +261,46 @@ impl From<StoreError> for ApiError {
             StoreError::Db(db) => db.into(),
             StoreError::QueueFull { .. } => ApiError::QueueFull(e.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One of each variant (a new variant goes here too): [`ERROR_CODES`] lists
+    /// exactly their codes, in order.
+    #[test]
+    fn every_error_code_is_listed() {
+        let id = uuid::Uuid::nil();
+        let all = [
+            ApiError::BadJson(String::new()),
+            ApiError::Unauthorized,
+            ApiError::Forbidden("x"),
+            ApiError::CrossOrigin("x"),
+            ApiError::NotFound(String::new()),
+            ApiError::MethodNotAllowed { allow: "GET" },
+            ApiError::Conflict(String::new()),
+            ApiError::JobConflict {
+                message: String::new(),
+                job_id: id,
+                status: String::new(),
+            },
+            ApiError::BodyTimeout { idle_s: 1.0 },
+            ApiError::PayloadTooLarge { limit: 1 },
+            ApiError::UriTooLong,
+            ApiError::UnsupportedMediaType(None),
+            ApiError::invalid("f", "r"),
+            ApiError::IdempotencyKeyReused {
+                external_id: String::new(),
+                job_id: id,
+                fields: vec![],
+            },
+            ApiError::QueueFull(String::new()),
+            ApiError::Unavailable(String::new()),
+        ];
+        let mut codes: Vec<&str> = all.iter().map(ApiError::code).collect();
+        codes.dedup();
+        assert_eq!(codes, ERROR_CODES);
     }
 }

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-use super::body::{parse_json, parse_query, read_body};
+use super::body::{parse_query, read_body};
 use super::error::{ApiError, ErrorBody};
 pub use super::submit::{
     validate_amount, validate_external_id, validate_user_id, ResourcesIn, SubmitRequest,
@@ -191,7 +191,9 @@ pub(crate) async fn view(
     operation_id = "submit_job",
     responses((status = 201, body = JobView, description = "created"),
               (status = 200, body = JobView, description = "same (user, external_id) and same payload seen before"),
-              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 403, body = ErrorBody, description = "no token is configured and a browser page of another origin asked (cross-site request forgery)"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"),
               (status = 422, body = ErrorBody, description = "a field is invalid (invalid_field), or the (user, external_id) was used with another payload (idempotency_key_reused; details.job_id is the existing job)"),
               (status = 429, body = ErrorBody, description = "the user's queue is full (max_queued_jobs); Retry-After"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
@@ -204,7 +206,7 @@ pub async fn submit(
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
     let body = read_body(&req, payload, &state.settings.server).await?;
-    let request: SubmitRequest = parse_json(&body, false)?;
+    let request = SubmitRequest::parse(&body)?;
     who.check_user("user", &request.user)?;
     let new = request.into_new_job()?;
     match accept(&state, new).await? {
@@ -429,7 +431,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     params(("id" = Uuid, Path, description = "job id")),
     responses((status = 200, body = JobView, description = "stopped"),
               (status = 202, body = JobView, description = "stop sent to Ray"),
-              (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "no token is configured and a browser page of another origin asked (cross-site request forgery)"), (status = 404, body = ErrorBody),
               (status = 409, body = ErrorBody, description = "the job already finished"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::body::{object, whole};
+use super::body::numbers::{self, Written, MAX_WHOLE};
+use super::body::{object, parse_json, whole};
 use super::error::ApiError;
 use crate::store::NewJob;
 
@@ -40,9 +41,9 @@ pub struct ResourcesIn {
     /// GPUs, 0 to 1e6 with at most 4 decimal places (default 0).
     #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub gpu: Option<f64>,
-    /// Bytes (default 0).
+    /// Bytes, a whole number from 0 to 2^53 (default 0).
     #[serde(default, deserialize_with = "whole::opt")]
-    #[schema(minimum = 0, maximum = 9223372036854775807_u64)]
+    #[schema(minimum = 0, maximum = 9007199254740992_u64)]
     pub memory_bytes: Option<u64>,
 }
 
@@ -152,11 +153,23 @@ pub fn validate_external_id(field: &str, ext: &str) -> Result<(), ApiError> {
 }
 
 /// Ray's resource granularity: fractional amounts have at most 4 decimal places
-/// (Ray refuses `num_cpus` finer than 0.0001).
-pub const RESOURCE_STEP: f64 = 0.0001;
+/// (Ray refuses `num_cpus` finer than 0.0001). Whether `v` is the double nearest a
+/// decimal of at most 4 places, exactly: Rust's
+/// `Display` of a double is the shortest decimal that reads back as it (without an
+/// exponent), and a decimal of at most 4 places within [`MAX_CORES`] has at most 11
+/// significant digits, so it is its double's shortest decimal. No tolerance: `0.3`
+/// and `0.0001` pass, `0.3000000001` and `0.30000000000000004` (`0.1 + 0.2`) do not.
+/// The body's text is checked too ([`numbers::check`]), which also refuses what no
+/// double shows (`0.30000000000000001` reads as `0.3`).
+pub fn at_most_4_decimals(v: f64) -> bool {
+    let shown = v.abs().to_string();
+    shown
+        .split_once('.')
+        .is_none_or(|(_, decimals)| decimals.len() <= 4)
+}
 
-/// Checks a resource amount: finite, >= 0, at most [`MAX_CORES`], a multiple of
-/// [`RESOURCE_STEP`].
+/// Checks a resource amount: finite, >= 0, at most [`MAX_CORES`], with at most 4
+/// decimal places ([`at_most_4_decimals`]).
 pub fn validate_amount(field: &str, v: f64) -> Result<(), ApiError> {
     if !v.is_finite() {
         return Err(ApiError::invalid(field, "must be a finite number"));
@@ -170,10 +183,7 @@ pub fn validate_amount(field: &str, v: f64) -> Result<(), ApiError> {
             format!("must be at most {MAX_CORES}"),
         ));
     }
-    let steps = v / RESOURCE_STEP;
-    // Tolerance for binary floating point: 1e-6 of a step, relatively more for huge values.
-    let off_grid = (steps - steps.round()).abs() > 1e-6_f64.max(steps.abs() * 1e-12);
-    if off_grid || (v > 0.0 && steps.round() == 0.0) {
+    if !at_most_4_decimals(v) {
         return Err(ApiError::invalid(
             field,
             "must have at most 4 decimal places (Ray's resource precision is 0.0001)",
@@ -182,7 +192,40 @@ pub fn validate_amount(field: &str, v: f64) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The numbers of a `POST /v1/jobs` body checked as written ([`numbers::check`]).
+pub const SUBMIT_NUMBERS: &[(&str, Written)] = &[
+    ("resources.cpu", Written::Resource),
+    ("resources.gpu", Written::Resource),
+    ("resources.memory_bytes", Written::Whole),
+    ("priority", Written::Whole),
+    ("max_runtime_s", Written::Whole),
+];
+
+/// Checks `memory_bytes` (`field` names it): at most [`MAX_WHOLE`] (2^53), which the
+/// body's text is held to as well; the column's `i64`. Errors: 422 naming `field`.
+pub fn check_memory_bytes(field: &str, bytes: u64) -> Result<i64, ApiError> {
+    if bytes > MAX_WHOLE {
+        return Err(ApiError::invalid(
+            field,
+            format!(
+                "must be at most {MAX_WHOLE} (2^53: whole numbers above it are not exact \
+                 as doubles)"
+            ),
+        ));
+    }
+    i64::try_from(bytes).map_err(|_| ApiError::invalid(field, "is too large"))
+}
+
 impl SubmitRequest {
+    /// Parses a `POST /v1/jobs` body: the typed parse ([`parse_json`]), then its
+    /// numbers as written ([`SUBMIT_NUMBERS`]). Errors: 400 not JSON, 422 naming the
+    /// field.
+    pub fn parse(body: &[u8]) -> Result<SubmitRequest, ApiError> {
+        let request = parse_json(body, false)?;
+        numbers::check(body, SUBMIT_NUMBERS)?;
+        Ok(request)
+    }
+
     /// Validates every field and applies defaults. Errors name the field (422).
     pub fn into_new_job(self) -> Result<NewJob, ApiError> {
         validate_user_id("user", &self.user)?;
@@ -213,9 +256,8 @@ impl SubmitRequest {
                 "a job needs cpu > 0 or gpu > 0",
             ));
         }
-        let memory = r.memory_bytes.unwrap_or(0);
-        let memory_bytes = i64::try_from(memory)
-            .map_err(|_| ApiError::invalid("resources.memory_bytes", "is too large"))?;
+        let memory_bytes =
+            check_memory_bytes("resources.memory_bytes", r.memory_bytes.unwrap_or(0))?;
         let priority = self.priority.unwrap_or(0);
         if !PRIORITY_RANGE.contains(&priority) {
             return Err(ApiError::invalid(
@@ -285,5 +327,159 @@ impl SubmitRequest {
             memory_bytes,
             max_runtime_s: self.max_runtime_s,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// `n / 10^places` written out: `fixed(12345, 4)` = `1.2345`.
+    fn fixed(n: u64, places: u32) -> String {
+        let scale = 10_u64.pow(places);
+        format!(
+            "{}.{:0width$}",
+            n / scale,
+            n % scale,
+            width = places as usize
+        )
+    }
+
+    /// The ways a client may write `n / 10^places` (`places` ≥ 3): as is, with its
+    /// trailing zeros trimmed, padded with more, and with an exponent (`e` or `E`).
+    fn spellings(n: u64, places: u32) -> Vec<String> {
+        let plain = fixed(n, places);
+        let trimmed = plain
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string();
+        vec![
+            plain.clone(),
+            trimmed,
+            format!("{plain}000"),
+            format!("{n}e-{places}"),
+            format!("{}E-{}", n * 10, places + 1),
+            format!("{}E-3", fixed(n, places - 3)),
+        ]
+    }
+
+    /// A `POST /v1/jobs` body with `cpu` written as `cpu`, through the handler's
+    /// checks: the parse with its numbers as written, then the fields.
+    fn submit_cpu(cpu: &str) -> Result<NewJob, ApiError> {
+        let body = format!(
+            r#"{{"user": "u", "entrypoint": "e", "resources": {{"cpu": {cpu}, "gpu": 1}}}}"#
+        );
+        SubmitRequest::parse(body.as_bytes())?.into_new_job()
+    }
+
+    fn refused_on(result: Result<NewJob, ApiError>, field: &str) -> bool {
+        matches!(result, Err(ApiError::Invalid { field: f, .. }) if f == field)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// F3: every amount of at most 4 decimal places within range is taken, in any
+        /// spelling, as the double it names.
+        #[test]
+        fn every_amount_of_at_most_4_decimals_is_accepted(k in 0_u64..=10_000_000_000) {
+            let exact: f64 = fixed(k, 4).parse().unwrap();
+            for text in spellings(k, 4) {
+                let job = submit_cpu(&text);
+                prop_assert!(job.is_ok(), "{text}: {job:?}");
+                prop_assert_eq!(job.unwrap().cpu, exact, "{}", text);
+                prop_assert!(validate_amount("cpu", text.parse().unwrap()).is_ok(), "{}", text);
+            }
+        }
+
+        /// F3: every amount with a 5th decimal place that is not 0 is refused naming
+        /// the field, in any spelling, and on the double alone too
+        /// (`validate_amount`, for callers without the text).
+        #[test]
+        fn every_amount_with_a_5th_decimal_is_refused(
+            k in (0_u64..=99_999_999_999).prop_filter("5th place not 0", |k| k % 10 != 0),
+        ) {
+            for text in spellings(k, 5) {
+                prop_assert!(refused_on(submit_cpu(&text), "resources.cpu"), "{}", text);
+                prop_assert!(validate_amount("cpu", text.parse().unwrap()).is_err(), "{}", text);
+            }
+        }
+
+        /// F3: a digit other than 0 anywhere past the 4th place is refused, however
+        /// far (the rule had a tolerance: `0.3000000001` passed). Past about 15
+        /// significant digits the double is the 4-place value's own; the text tells.
+        #[test]
+        fn a_digit_past_the_4th_place_is_refused_however_far(
+            k in 0_u64..10_000_000_000,
+            place in 5_usize..=24,
+            digit in 1_u8..=9,
+        ) {
+            let zeros = "0".repeat(place - 5);
+            // The digits without the point (no leading 0: JSON refuses `01e-5`).
+            let digits = format!("{k}{zeros}{digit}");
+            let digits = if k == 0 { digit.to_string() } else { digits };
+            for text in [
+                format!("{}{zeros}{digit}", fixed(k, 4)),
+                format!("{digits}e-{place}"),
+            ] {
+                prop_assert!(refused_on(submit_cpu(&text), "resources.cpu"), "{}", text);
+                let significant = k.to_string().len() + place - 4;
+                if k > 0 && significant <= 15 {
+                    prop_assert!(
+                        validate_amount("cpu", text.parse().unwrap()).is_err(),
+                        "{}", text
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_tolerance_is_gone() {
+        for ok in ["0.3", "0.0001", "1e-4", "2.5E0", "1000000", "999999.9999"] {
+            assert!(submit_cpu(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "0.3000000001",
+            "0.30000000000000004",
+            "0.30000000000000001",
+            "0.00001",
+            "1000000.0001",
+        ] {
+            assert!(submit_cpu(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// F2: `memory_bytes` is a whole number up to 2^53 as written; above it, or not
+    /// whole as written, is 422 naming the field, however it is spelled.
+    #[test]
+    fn memory_bytes_is_exact_up_to_two_to_the_53() {
+        let submit = |m: &str| {
+            let body = format!(
+                r#"{{"user": "u", "entrypoint": "e", "resources": {{"memory_bytes": {m}}}}}"#
+            );
+            SubmitRequest::parse(body.as_bytes()).and_then(SubmitRequest::into_new_job)
+        };
+        for (ok, bytes) in [
+            ("9007199254740992", 1_i64 << 53),
+            ("9007199254740992.0", 1 << 53),
+            ("9.007199254740992e15", 1 << 53),
+            ("1024.0", 1024),
+            ("1.024E3", 1024),
+        ] {
+            assert_eq!(submit(ok).map(|j| j.memory_bytes).ok(), Some(bytes), "{ok}");
+        }
+        for bad in [
+            "9007199254740993",
+            "9007199254740993.0",
+            "9.007199254740993e15",
+            "9223372036854775807",
+            "1024.5",
+            "1024.00000000000000001",
+        ] {
+            assert!(refused_on(submit(bad), "resources.memory_bytes"), "{bad}");
+        }
     }
 }

@@ -8,6 +8,7 @@ use entity::{user, JobStatus};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::body::numbers::{self, Written};
 use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
 use super::jobs::{validate_amount, validate_user_id, ResourcesOut};
@@ -35,13 +36,13 @@ pub struct ResourceLimit {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub gpu: Option<f64>,
-    /// Bytes.
+    /// Bytes, a whole number from 0 to 2^53.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "whole::opt"
     )]
-    #[schema(minimum = 0, maximum = 9223372036854775807_u64)]
+    #[schema(minimum = 0, maximum = 9007199254740992_u64)]
     pub memory_bytes: Option<u64>,
 }
 
@@ -256,14 +257,20 @@ pub(crate) fn check_resource_limit(field: &str, limit: &ResourceLimit) -> Result
     if let Some(g) = limit.gpu {
         validate_amount(&format!("{field}.gpu"), g)?;
     }
-    if limit.memory_bytes.is_some_and(|m| m > i64::MAX as u64) {
-        return Err(ApiError::invalid(
-            format!("{field}.memory_bytes"),
-            "is too large",
-        ));
+    if let Some(m) = limit.memory_bytes {
+        super::submit::check_memory_bytes(&format!("{field}.memory_bytes"), m)?;
     }
     Ok(())
 }
+
+/// The numbers of a `PUT /v1/users/{id}` body checked as written ([`numbers::check`]).
+pub const UPDATE_NUMBERS: &[(&str, Written)] = &[
+    ("max_resources.cpu", Written::Resource),
+    ("max_resources.gpu", Written::Resource),
+    ("max_resources.memory_bytes", Written::Whole),
+    ("max_running_jobs", Written::Whole),
+    ("max_queued_jobs", Written::Whole),
+];
 
 impl UserUpdate {
     fn into_patch(self) -> Result<UserPatch, ApiError> {
@@ -301,8 +308,8 @@ impl UserUpdate {
     params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
         pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
-              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
-              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "a field or the id is invalid (details.field)"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"), (status = 422, body = ErrorBody, description = "a field or the id is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
@@ -316,6 +323,7 @@ pub async fn put(
     check_id(&id)?;
     let body = read_body(&req, payload, &state.settings.server).await?;
     let update: UserUpdate = parse_json(&body, false)?;
+    numbers::check(&body, UPDATE_NUMBERS)?;
     let patch = update.into_patch()?;
     apply(&state, &id, patch).await
 }
@@ -373,9 +381,9 @@ async fn set_paused(
     params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
         pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
-              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
-              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]
@@ -394,9 +402,9 @@ pub async fn pause(
     params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
         pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
-              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
-              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"), (status = 422, body = ErrorBody, description = "the body is not empty or `{}`, or the id is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all, fields(user = %id))]

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::body::numbers::{self, Written};
 use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
 use super::jobs::validate_amount;
@@ -55,9 +56,9 @@ pub struct CapacityIn {
     /// GPUs: 0 to 1e6, at most 4 decimal places.
     #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub gpu: Option<f64>,
-    /// Bytes.
+    /// Bytes, a whole number from 0 to 2^53.
     #[serde(default, deserialize_with = "whole::opt")]
-    #[schema(minimum = 0, maximum = 9223372036854775807_u64)]
+    #[schema(minimum = 0, maximum = 9007199254740992_u64)]
     pub memory_bytes: Option<u64>,
 }
 
@@ -88,6 +89,18 @@ pub struct WhatIfRequest {
     #[schema(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
+
+/// The numbers of a what-if body checked as written ([`numbers::check`]).
+pub const WHAT_IF_NUMBERS: &[(&str, Written)] = &[
+    ("users.*.max_resources.cpu", Written::Resource),
+    ("users.*.max_resources.gpu", Written::Resource),
+    ("users.*.max_resources.memory_bytes", Written::Whole),
+    ("users.*.max_running_jobs", Written::Whole),
+    ("clusters.*.capacity.cpu", Written::Resource),
+    ("clusters.*.capacity.gpu", Written::Resource),
+    ("clusters.*.capacity.memory_bytes", Written::Whole),
+    ("limit", Written::Whole),
+];
 
 /// One previewed grant.
 #[derive(Debug, Serialize, ToSchema)]
@@ -217,11 +230,8 @@ impl WhatIfRequest {
                             validate_amount(&field(&format!("capacity.{k}")), v)?;
                         }
                     }
-                    if cap.memory_bytes.is_some_and(|m| m > i64::MAX as u64) {
-                        return Err(ApiError::invalid(
-                            field("capacity.memory_bytes"),
-                            "is too large",
-                        ));
+                    if let Some(m) = cap.memory_bytes {
+                        super::submit::check_memory_bytes(&field("capacity.memory_bytes"), m)?;
                     }
                     Some(cap)
                 }
@@ -297,8 +307,8 @@ fn state_view(u: &preview::UserState) -> UserStateView {
     operation_id = "what_if",
     responses((status = 200, body = WhatIfView, description = "the preview; nothing was changed"),
               (status = 400, body = ErrorBody, description = "the body is not JSON"),
-              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token"),
-              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody),
+              (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
+              (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"),
               (status = 404, body = ErrorBody, description = "the change names a user or cluster the scheduler does not know"),
               (status = 422, body = ErrorBody, description = "a field is invalid (details.field, e.g. users.alice.weight)"),
               (status = 503, body = ErrorBody, description = "this replica does not lead, or recovery has not loaded the queues yet; retry (on the leader)")),
@@ -314,6 +324,7 @@ pub async fn what_if(
         .require(&req, Role::Admin, "preview scheduler changes")?;
     let body = read_body(&req, payload, &state.settings.server).await?;
     let request: WhatIfRequest = parse_json(&body, true)?;
+    numbers::check(&body, WHAT_IF_NUMBERS)?;
     let (mut change, limit) =
         request.into_change(state.settings.scheduler.default_max_running_jobs)?;
     let scheduler = state.scheduler().ok_or_else(|| {

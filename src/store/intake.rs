@@ -266,6 +266,14 @@ async fn submit_batch_positioned(
     }
 }
 
+/// What a batch comes to once its stored state is read: each submission's answer,
+/// the rows to insert (by user), and their submit time.
+type Decided = (
+    Vec<Answered>,
+    Vec<job::Model>,
+    chrono::DateTime<chrono::Utc>,
+);
+
 /// A job row as it is created.
 fn new_row(new: &NewJob, id: Uuid, at: chrono::DateTime<chrono::Utc>) -> job::Model {
     job::Model {
@@ -374,10 +382,7 @@ async fn commit(
         (answers, rows, at)
     };
     let answers = if db.get_database_backend() == DatabaseBackend::Postgres {
-        let (txn, stored) = postgres::read(db, batch, &users, default_max_queued).await?;
-        let (answers, rows, at) = decide_at(stored);
-        txn.insert_and_commit(&rows, at).await?;
-        answers
+        postgres::commit(db, batch, &users, default_max_queued, decide_at).await?
     } else {
         let (txn, stored) = sqlite::read(db, batch, &users, default_max_queued).await?;
         let (answers, rows, at) = decide_at(stored);
@@ -696,6 +701,10 @@ fn decide(
 /// work inside PostgreSQL (BENCHMARKS.md, round 6). sqlx has no pipelining; a
 /// simple-query message with several statements is PostgreSQL's own way to send them
 /// at once, each statement with its own snapshot (READ COMMITTED).
+///
+/// A batch whose connection is lost is begun again on another; when the loss came
+/// after round trip 2 was sent, the next attempt first looks whether the lost one
+/// committed ([`postgres::commit`], DESIGN §6 "Lost connections").
 mod postgres {
     use std::fmt::Write as _;
 
@@ -730,7 +739,14 @@ mod postgres {
 
     /// The batch's jobs (a JSON array of objects, `$1`) and their creation events at
     /// `$2`, in one statement.
-    const INSERT: &str = "WITH r AS (SELECT * FROM jsonb_to_recordset($1) AS r(\
+    ///
+    /// `json`, not `jsonb`: `json_to_recordset` hands each `runtime_env` and
+    /// `metadata` on as the text the writer wrote (serde_json's, the same text SQLite
+    /// stores), into columns of type `json`, which keep it. Through `jsonb` PostgreSQL
+    /// rewrote it (keys by length, `1e16` as `10000000000000000`, read back as an
+    /// integer; `-0.0` as `0.0`), so the same submission read back differently by
+    /// database (DESIGN §6, "JSON columns").
+    const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) AS r(\
            id uuid, user_id text, external_id text, priority integer, entrypoint text, \
            runtime_env json, metadata json, cpu double precision, gpu double precision, \
            memory_bytes bigint, max_runtime_s bigint)), \
@@ -749,7 +765,7 @@ mod postgres {
     const PREPARED: [(&str, &str, &str); 3] = [
         ("fairshare_intake_lock", "text[]", super::super::LOCK_USERS),
         ("fairshare_intake_read", "text[], text[], text[]", READ),
-        ("fairshare_intake_insert", "jsonb, timestamptz", INSERT),
+        ("fairshare_intake_insert", "json, timestamptz", INSERT),
     ];
 
     /// Appends `s` to `sql` as an escape-string literal, `E'…'`, with every backslash
@@ -870,75 +886,221 @@ mod postgres {
         Ok(())
     }
 
+    /// How an attempt at a batch failed.
+    pub(super) enum Failed {
+        /// The connection was lost (it failed, or the server ended the session) at a
+        /// point where the batch may be begun again: before round trip 2 was sent,
+        /// when nothing of it can have been committed, or after round trip 2 with the
+        /// doubt recorded for the next attempt to resolve ([`commit`]).
+        Lost(DbErr),
+        /// Anything else (the server refused a statement, no connection could be had):
+        /// the batch fails with it.
+        Refused(DbErr),
+    }
+
+    /// Whether `e` means the connection is gone rather than a refusal: an I/O or
+    /// protocol failure, or an error of severity FATAL (`pg_terminate_backend`, a
+    /// shutdown, `idle_in_transaction_session_timeout`). The pool's own errors (no
+    /// connection within `acquire_timeout`) are not: trying again would only wait as
+    /// long again.
+    fn connection_lost(e: &sqlx::Error) -> bool {
+        match e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => true,
+            sqlx::Error::Database(_) => sqlstate(e).is_none(),
+            _ => false,
+        }
+    }
+
+    /// [`Failed`] of a sqlx error.
+    fn failed(e: sqlx::Error) -> Failed {
+        if connection_lost(&e) {
+            Failed::Lost(db_err(e))
+        } else {
+            Failed::Refused(db_err(e))
+        }
+    }
+
+    /// [`Failed`] of an error sea-orm returned (creating users).
+    fn failed_db(e: DbErr) -> Failed {
+        use sea_orm::RuntimeErr;
+        let lost = match &e {
+            DbErr::Conn(RuntimeErr::SqlxError(s))
+            | DbErr::Exec(RuntimeErr::SqlxError(s))
+            | DbErr::Query(RuntimeErr::SqlxError(s)) => connection_lost(s),
+            _ => false,
+        };
+        if lost {
+            Failed::Lost(e)
+        } else {
+            Failed::Refused(e)
+        }
+    }
+
+    /// Commits `batch` (see the module docs), beginning it again when its connection
+    /// is lost, at most the pool's size + 2 times (enough to get past every idle
+    /// connection of the pool, had the server ended them all, as a restart does, and
+    /// then some), then failing with the last error (503). A batch whose doubt is
+    /// still open then may have been committed: as with any 503 to a submit, a retry
+    /// with the same `external_id` finds the job if so.
+    ///
+    /// - Lost before round trip 2 was sent (round trip 1, preparing, creating users):
+    ///   nothing of the batch can have been committed; it begins again on another
+    ///   connection.
+    /// - Lost after round trip 2 was sent: the `COMMIT` may or may not have happened.
+    ///   The next attempt, on another connection, first takes the batch's user locks
+    ///   (round trip 1 as always), which waits for the lost transaction to end if its
+    ///   session still runs, then looks for the first of the lost attempt's job ids:
+    ///   a transaction is all or nothing, so that one id tells. Found: the lost
+    ///   attempt committed, and its answers are the batch's (the new transaction is
+    ///   rolled back). Not found: it never will be, and the batch goes on as new.
+    ///
+    /// `decide`: what the batch answers and inserts given what round trip 1 read.
+    pub(super) async fn commit(
+        db: &Db,
+        batch: &[NewJob],
+        users: &[&str],
+        default_max_queued: u32,
+        decide: impl Fn(Stored) -> Decided,
+    ) -> Result<Vec<Answered>, DbErr> {
+        let pool = db.get_postgres_connection_pool();
+        let max_lost = pool.options().get_max_connections() as usize + 2;
+        let mut lost = 0;
+        // The last attempt's first job id and answers when its round trip 2 was lost.
+        let mut in_doubt = None;
+        loop {
+            let e =
+                match attempt(db, batch, users, default_max_queued, &decide, &mut in_doubt).await {
+                    Ok(answers) => return Ok(answers),
+                    Err(Failed::Refused(e)) => return Err(e),
+                    Err(Failed::Lost(e)) => e,
+                };
+            lost += 1;
+            if lost > max_lost {
+                return Err(e);
+            }
+            tracing::info!(error = %e, lost, in_doubt = in_doubt.is_some(),
+                "intake lost its connection; the batch begins again on another");
+        }
+    }
+
+    /// One attempt at a batch (see [`commit`]). On a loss in round trip 2 it leaves
+    /// the attempt's first job id and answers in `in_doubt`; when `in_doubt` holds an
+    /// earlier attempt's, it settles that first.
+    async fn attempt(
+        db: &Db,
+        batch: &[NewJob],
+        users: &[&str],
+        default_max_queued: u32,
+        decide: &impl Fn(Stored) -> Decided,
+        in_doubt: &mut Option<(Uuid, Vec<Answered>)>,
+    ) -> Result<Vec<Answered>, Failed> {
+        let (mut txn, stored) = read(db, batch, users, default_max_queued).await?;
+        if let Some((id, _)) = in_doubt {
+            let committed = txn.holds_job(*id).await?;
+            let (_, answers) = in_doubt.take().expect("checked above");
+            if committed {
+                txn.roll_back().await;
+                return Ok(answers);
+            }
+        }
+        let (answers, rows, at) = decide(stored);
+        match txn.insert_and_commit(&rows, at).await {
+            Ok(()) => {}
+            Err(Failed::Lost(e)) => {
+                let Some(first) = rows.first() else {
+                    // Nothing to commit: the answers (stored jobs, full queues) stand
+                    // as read.
+                    return Ok(answers);
+                };
+                *in_doubt = Some((first.id, answers));
+                return Err(Failed::Lost(e));
+            }
+            Err(refused) => return Err(refused),
+        }
+        #[cfg(feature = "fault-injection")]
+        if let (Some(first), Some(name)) = (rows.first(), db_name(db)) {
+            if crate::faults::intake_commit_answer_lost(&name).await {
+                *in_doubt = Some((first.id, answers));
+                return Err(Failed::Lost(DbErr::Custom(
+                    "fault injected: the answer to the commit was lost".into(),
+                )));
+            }
+        }
+        Ok(answers)
+    }
+
+    /// The database `db` connects to (the fault-injection hooks' key).
+    #[cfg(feature = "fault-injection")]
+    fn db_name(db: &Db) -> Option<String> {
+        let options = db.get_postgres_connection_pool().connect_options();
+        options.get_database().map(str::to_string)
+    }
+
     /// Begins the batch's transaction with its users locked and reads their limits,
     /// counts and keys (round trip 1). Users that do not exist yet are created first,
     /// in a commit of their own (the transaction is rolled back, and begun again once
     /// they exist; at most twice, then the batch fails): inserting a user row inside
     /// the batch would take its lock out of id order. A user created so whose batch
     /// then fails stays, with the defaults, as `PUT /v1/users/{u}` with an empty body
-    /// would leave it. A connection that fails before the read answers is replaced
-    /// and the batch begun again (nothing was written): the pool does not ping a
-    /// connection before handing it out (`store::connect_intake`). At most the pool's
-    /// size + 1 such retries, then the batch fails.
+    /// would leave it. A connection found lost (the pool does not ping a connection
+    /// before handing it out, `store::connect_intake`) is [`Failed::Lost`]: nothing
+    /// was written, and [`commit`] begins the batch again on another.
     ///
     /// `users`: the batch's users, each once, in byte order (the lock's order).
-    pub(super) async fn read(
+    async fn read(
         db: &Db,
         batch: &[NewJob],
         users: &[&str],
         default_max_queued: u32,
-    ) -> Result<(Txn<Postgres>, Stored), DbErr> {
+    ) -> Result<(Txn<Postgres>, Stored), Failed> {
         let pool = db.get_postgres_connection_pool();
         let pairs = key_pairs(batch);
         let mut users_array = String::new();
-        text_array(&mut users_array, users.iter().copied())?;
+        text_array(&mut users_array, users.iter().copied()).map_err(Failed::Refused)?;
         let mut sql = format!(
             "BEGIN; EXECUTE fairshare_intake_lock({users_array}); \
              EXECUTE fairshare_intake_read({users_array}, "
         );
-        text_array(&mut sql, pairs.iter().map(|p| p.0))?;
+        text_array(&mut sql, pairs.iter().map(|p| p.0)).map_err(Failed::Refused)?;
         sql.push_str(", ");
-        text_array(&mut sql, pairs.iter().map(|p| p.1))?;
+        text_array(&mut sql, pairs.iter().map(|p| p.1)).map_err(Failed::Refused)?;
         sql.push(')');
 
-        // Enough to get past every idle connection of the pool, had the server ended
-        // them all (a restart), plus one re-prepare.
-        let max_retries = pool.options().get_max_connections() + 1;
-        let mut conn = pool.acquire().await.map_err(db_err)?;
-        let (mut created, mut retried) = (0, 0);
+        let mut conn = pool
+            .acquire()
+            .await
+            .map_err(|e| Failed::Refused(db_err(e)))?;
+        let (mut created, mut prepared) = (0, false);
         loop {
             let rows = match simple(&mut conn, &sql).await {
                 Ok(rows) => rows,
-                Err(e) if retried > max_retries => {
-                    abandon(conn, &e).await;
-                    return Err(db_err(e));
-                }
                 Err(e) => {
-                    retried += 1;
                     match sqlstate(&e).as_deref() {
                         // Not prepared on this connection yet, or prepared before a
-                        // migration changed the tables.
-                        Some("26000" | "0A000") => {
+                        // migration changed the tables: prepare, once per connection.
+                        Some("26000" | "0A000") if !prepared => {
+                            prepared = true;
                             let Some(mut back) = rollback(conn).await else {
-                                return Err(db_err(e));
+                                return Err(Failed::Lost(db_err(e)));
                             };
-                            prepare(&mut back).await.map_err(db_err)?;
+                            if let Err(e) = prepare(&mut back).await {
+                                abandon(back, &e).await;
+                                return Err(failed(e));
+                            }
                             conn = back;
+                            continue;
                         }
-                        // Gone: another connection.
-                        None => {
-                            drop(conn.detach());
-                            conn = pool.acquire().await.map_err(db_err)?;
-                        }
-                        Some(_) => {
+                        _ => {
                             abandon(conn, &e).await;
-                            return Err(db_err(e));
+                            return Err(failed(e));
                         }
                     }
-                    continue;
                 }
             };
-            let stored = stored_of(rows, default_max_queued)?;
+            let stored = stored_of(rows, default_max_queued).map_err(Failed::Refused)?;
             if stored.limits.len() == users.len() {
                 return Ok((Txn { conn: Some(conn) }, stored));
             }
@@ -946,17 +1108,21 @@ mod postgres {
             // of the same pool, which may have no other.
             drop(rollback(conn).await);
             if created == 2 {
-                return Err(DbErr::Custom(
+                return Err(Failed::Refused(DbErr::Custom(
                     "the batch's users could not be created".into(),
-                ));
+                )));
             }
             created += 1;
             let missing = users
                 .iter()
                 .copied()
                 .filter(|u| !stored.limits.contains_key(*u));
-            create_users(db, missing, now()).await?;
-            conn = pool.acquire().await.map_err(db_err)?;
+            create_users(db, missing, now()).await.map_err(failed_db)?;
+            conn = pool
+                .acquire()
+                .await
+                .map_err(|e| Failed::Refused(db_err(e)))?;
+            prepared = false;
         }
     }
 
@@ -1023,37 +1189,65 @@ mod postgres {
     }
 
     impl Txn<Postgres> {
+        /// Whether job `id` is stored, read inside the batch's transaction after its
+        /// user locks (see [`commit`]).
+        async fn holds_job(&mut self, id: Uuid) -> Result<bool, Failed> {
+            let Some(conn) = self.conn.as_mut() else {
+                return Err(Failed::Refused(DbErr::Custom(
+                    "the batch's connection is gone".into(),
+                )));
+            };
+            let sql = format!("SELECT 1 FROM jobs WHERE id = '{id}'");
+            match simple(conn, &sql).await {
+                Ok(rows) => Ok(!rows.is_empty()),
+                Err(e) => {
+                    if let Some(conn) = self.conn.take() {
+                        abandon(conn, &e).await;
+                    }
+                    Err(failed(e))
+                }
+            }
+        }
+
+        /// Rolls the transaction back and hands its connection back to the pool.
+        async fn roll_back(mut self) {
+            if let Some(conn) = self.conn.take() {
+                drop(rollback(conn).await);
+            }
+        }
+
         /// Inserts the jobs and their creation events (see [`INSERT`]) and commits
-        /// (round trip 2). An error leaves nothing of the batch stored, except when
-        /// the connection failed after sending `COMMIT`, when nobody can know (the
-        /// batch's requests are answered with the error; a retry with the same
-        /// `external_id` finds the job if it was stored).
-        pub(super) async fn insert_and_commit(
+        /// (round trip 2). A refusal leaves nothing of the batch stored
+        /// ([`Failed::Refused`]); a lost connection ([`Failed::Lost`]) leaves it in
+        /// doubt, for [`commit`] to settle.
+        async fn insert_and_commit(
             mut self,
             rows: &[job::Model],
             at: chrono::DateTime<chrono::Utc>,
-        ) -> Result<(), DbErr> {
+        ) -> Result<(), Failed> {
             let at = at.format("%Y-%m-%d %H:%M:%S%.6f+00").to_string();
             let mut sql = String::new();
             if !rows.is_empty() {
                 let doc: Vec<DocRow<'_>> = rows.iter().map(DocRow::from).collect();
                 let doc = serde_json::to_string(&doc)
-                    .map_err(|e| DbErr::Custom(format!("a batch as JSON: {e}")))?;
+                    .map_err(|e| Failed::Refused(DbErr::Custom(format!("a batch as JSON: {e}"))))?;
                 sql.push_str("EXECUTE fairshare_intake_insert(");
-                literal(&mut sql, &doc)?;
+                literal(&mut sql, &doc).map_err(Failed::Refused)?;
                 sql.push_str(", ");
-                literal(&mut sql, &at)?;
+                literal(&mut sql, &at).map_err(Failed::Refused)?;
                 sql.push_str("); ");
             }
             sql.push_str("COMMIT");
             let Some(mut conn) = self.conn.take() else {
-                return Err(DbErr::Custom("the batch's connection is gone".into()));
+                return Err(Failed::Refused(DbErr::Custom(
+                    "the batch's connection is gone".into(),
+                )));
             };
             match simple(&mut conn, &sql).await {
                 Ok(_) => Ok(()),
                 Err(e) => {
                     abandon(conn, &e).await;
-                    Err(db_err(e))
+                    Err(failed(e))
                 }
             }
         }

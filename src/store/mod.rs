@@ -81,12 +81,18 @@ pub(super) async fn connect_intake(settings: &DatabaseSettings) -> Result<Db, Db
     let mut opts = options(settings, true);
     // No ping (a round trip) before each batch: a connection that has failed fails
     // the batch's first round trip, which writes nothing, and intake begins the
-    // batch again on another (store/intake.rs, `postgres::read`).
+    // batch again on another (store/intake.rs, `postgres::commit`).
     opts.connect_lazy(true).test_before_acquire(false);
     sea_orm::Database::connect(opts).await
 }
 
-fn options(settings: &DatabaseSettings, generic_plans: bool) -> ConnectOptions {
+/// The `application_name` of the service's PostgreSQL sessions, unless the URL names
+/// one; the intake writer's sessions add `-intake` (`fairshare-intake`).
+pub const APPLICATION_NAME: &str = "fairshare";
+
+/// Connection options of `settings`; `intake`: for the intake writer's pool (generic
+/// plans, its own `application_name`).
+fn options(settings: &DatabaseSettings, intake: bool) -> ConnectOptions {
     let mut opts = ConnectOptions::new(settings.url.clone());
     opts.sqlx_logging(false)
         .acquire_timeout(settings.acquire_timeout)
@@ -113,10 +119,16 @@ fn options(settings: &DatabaseSettings, generic_plans: bool) -> ConnectOptions {
             .to_string();
         opts.map_sqlx_postgres_opts(move |o| {
             let o = o.options([("idle_in_transaction_session_timeout", idle_ms.as_str())]);
-            if generic_plans {
-                o.options([("plan_cache_mode", "force_generic_plan")])
+            // Named in `pg_stat_activity`: the intake writer's sessions apart from the
+            // rest (an `application_name` in the URL is kept, with `-intake` added).
+            let name = o.get_application_name().unwrap_or(APPLICATION_NAME);
+            if intake {
+                let name = format!("{name}-intake");
+                o.application_name(&name)
+                    .options([("plan_cache_mode", "force_generic_plan")])
             } else {
-                o
+                let name = name.to_string();
+                o.application_name(&name)
             }
         });
     }

@@ -387,6 +387,281 @@ async fn a_connection_the_server_ended_fails_no_submit() {
     assert_eq!(keys, ["first", "r0", "r1", "r2"]);
 }
 
+/// A connection of the test's own to the app's PostgreSQL database, to hold locks
+/// that make the intake writer wait where a test wants to end its session.
+async fn side_connection(app: &crate::helpers::TestApp) -> sea_orm::DatabaseConnection {
+    sea_orm::Database::connect(&app.db.url)
+        .await
+        .expect("connect")
+}
+
+/// The process id of the intake writer's session (`application_name`
+/// `fairshare-intake`) once it waits for a lock, polled with a deadline.
+async fn writer_waiting_for_a_lock(conn: &sea_orm::DatabaseConnection) -> i32 {
+    use sea_orm::ConnectionTrait;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let row = conn
+            .query_one(sea_orm::Statement::from_string(
+                sea_orm::DatabaseBackend::Postgres,
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+                 AND application_name = 'fairshare-intake' AND wait_event_type = 'Lock'",
+            ))
+            .await
+            .expect("pg_stat_activity");
+        if let Some(row) = row {
+            return row.try_get_by_index(0).unwrap();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the intake writer never waited for the lock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Ends the session `pid` (`pg_terminate_backend`) and waits, with a deadline, until
+/// it is gone from `pg_stat_activity` (so the lock the test then lets go cannot
+/// reach the session first).
+async fn terminate(conn: &sea_orm::DatabaseConnection, pid: i32) {
+    use sea_orm::ConnectionTrait;
+    let query = |sql: String| {
+        conn.query_one(sea_orm::Statement::from_string(
+            sea_orm::DatabaseBackend::Postgres,
+            sql,
+        ))
+    };
+    let ended: bool = query(format!("SELECT pg_terminate_backend({pid})"))
+        .await
+        .expect("pg_terminate_backend")
+        .expect("a row")
+        .try_get_by_index(0)
+        .unwrap();
+    assert!(ended, "session {pid} did not end");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while query(format!("SELECT 1 FROM pg_stat_activity WHERE pid = {pid}"))
+        .await
+        .expect("pg_stat_activity")
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "session {pid} is still there"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Submits `external_id` for alice while `lock` (SQL run in a transaction of the
+/// test's own) makes the intake writer wait, ends the writer's session while it
+/// waits, then lets the lock go. The submit must be answered 201 and its job stored
+/// exactly once, under the id answered.
+async fn submit_through_a_killed_writer(app: &crate::helpers::TestApp, lock: &str, key: &str) {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let side = side_connection(app).await;
+    let txn = side.begin().await.unwrap();
+    txn.execute_unprepared(lock).await.expect(lock);
+    let submit = app.post(
+        "/v1/jobs",
+        crate::helpers::SUBMITTER,
+        serde_json::json!({"user": "alice", "entrypoint": "echo hello", "external_id": key}),
+    );
+    let kill = async {
+        let pid = writer_waiting_for_a_lock(&side).await;
+        terminate(&side, pid).await;
+        txn.rollback().await.unwrap();
+    };
+    let (resp, ()) = futures_util::join!(submit, kill);
+    let status = resp.status();
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let stored = run_sql(
+        app,
+        &format!("SELECT id::text FROM jobs WHERE user_id = 'alice' AND external_id = '{key}'"),
+    )
+    .await;
+    let ids: Vec<String> = stored
+        .iter()
+        .map(|r| r.try_get_by_index(0).unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [body["id"].as_str().unwrap()],
+        "stored once, as answered"
+    );
+    let events = run_sql(
+        app,
+        &format!(
+            "SELECT count(*) FROM job_events WHERE job_id = '{}'",
+            ids[0]
+        ),
+    )
+    .await;
+    let events: i64 = events[0].try_get_by_index(0).unwrap();
+    assert_eq!(events, 1, "one creation event");
+    side.close().await.ok();
+}
+
+/// F1, round trip 1: the writer's session ended while its first message
+/// (`BEGIN; EXECUTE lock; EXECUTE read`) waits for a user's row lock. Nothing of the
+/// batch was written: it begins again on another connection and the client sees
+/// only its 201.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_writer_session_ended_in_round_trip_1_loses_no_submit() {
+    let Some(app) = crate::helpers::spawn_app(Db::Postgres).await else {
+        return;
+    };
+    app.submit("alice", serde_json::json!({"external_id": "first"}))
+        .await;
+    submit_through_a_killed_writer(
+        &app,
+        "SELECT id FROM users WHERE id = 'alice' FOR UPDATE",
+        "k1",
+    )
+    .await;
+}
+
+/// F1, round trip 1 on a new connection: the writer prepares its statements at a
+/// connection's first batch (after `BEGIN; EXECUTE lock` failed as not prepared), and
+/// its session ends while `PREPARE` waits for a table lock. Nothing was written: the
+/// batch begins again on another connection.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_writer_session_ended_while_preparing_loses_no_submit() {
+    let Some(app) = crate::helpers::spawn_app(Db::Postgres).await else {
+        return;
+    };
+    // The user exists (created outside intake), and the writer has no connection yet.
+    let r = app
+        .put(
+            "/v1/users/alice",
+            crate::helpers::ADMIN,
+            serde_json::json!({"weight": 1}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    // EXCLUSIVE lets readers through and stops `PREPARE` of the insert into job_events.
+    submit_through_a_killed_writer(&app, "LOCK TABLE job_events IN EXCLUSIVE MODE", "k1").await;
+}
+
+/// F1, round trip 2 before its commit: the writer's session ends while
+/// `EXECUTE insert; COMMIT` waits for alice's `queue_counts` row (its insert trigger
+/// updates it). The writer cannot know whether the commit happened; it looks on a new
+/// connection (the job is not there) and runs the batch again.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_writer_session_ended_in_round_trip_2_loses_no_submit() {
+    let Some(app) = crate::helpers::spawn_app(Db::Postgres).await else {
+        return;
+    };
+    app.submit("alice", serde_json::json!({"external_id": "first"}))
+        .await;
+    submit_through_a_killed_writer(
+        &app,
+        "SELECT queued FROM queue_counts WHERE user_id = 'alice' AND priority = 0 FOR UPDATE",
+        "k1",
+    )
+    .await;
+    // And the batch after it goes through as usual.
+    app.submit("alice", serde_json::json!({"external_id": "k2"}))
+        .await;
+}
+
+/// F1, round trip 2 after its commit: the writer's session ends once the server has
+/// committed the batch and before its answer is read. No lock can hold a session
+/// there, so a fault-injection hook (feature `fault-injection`, src/faults.rs) ends
+/// the writer's sessions right after the commit and has the writer take the answer
+/// as lost. The writer looks on a new connection, finds the job committed and
+/// answers 201 with it: stored once, never twice.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_writer_session_ended_after_its_commit_loses_no_submit_and_stores_it_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let Some(app) = crate::helpers::spawn_app(Db::Postgres).await else {
+        return;
+    };
+    app.submit("alice", serde_json::json!({"external_id": "first"}))
+        .await;
+    let database = app.db.url.rsplit('/').next().unwrap().to_string();
+    let url = app.db.url.clone();
+    let armed = Arc::new(AtomicBool::new(true));
+    let fired = armed.clone();
+    fairshare::faults::on_intake_commit(
+        &database,
+        Arc::new(move || {
+            let (url, armed) = (url.clone(), armed.clone());
+            Box::pin(async move {
+                if !armed.swap(false, Ordering::SeqCst) {
+                    return false;
+                }
+                // The writer's thread has a runtime of its own: the test's connection
+                // is opened and used here, on it.
+                use sea_orm::ConnectionTrait;
+                let conn = sea_orm::Database::connect(&url).await.expect("connect");
+                let ended = conn
+                    .query_all(sea_orm::Statement::from_string(
+                        sea_orm::DatabaseBackend::Postgres,
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE datname = current_database() \
+                         AND application_name = 'fairshare-intake'",
+                    ))
+                    .await
+                    .expect("pg_terminate_backend");
+                assert!(!ended.is_empty(), "no intake session to end");
+                conn.close().await.ok();
+                true
+            })
+        }),
+    );
+    // No external_id: nothing but the writer's own look keeps a second copy out.
+    let resp = app
+        .post(
+            "/v1/jobs",
+            crate::helpers::SUBMITTER,
+            serde_json::json!({"user": "alice", "entrypoint": "echo in doubt"}),
+        )
+        .await;
+    fairshare::faults::clear(&database);
+    assert!(!fired.load(Ordering::SeqCst), "the hook never ran");
+    let status = resp.status();
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(status, 201, "{body}");
+    let stored = run_sql(
+        &app,
+        "SELECT id::text FROM jobs WHERE user_id = 'alice' AND entrypoint = 'echo in doubt'",
+    )
+    .await;
+    let ids: Vec<String> = stored
+        .iter()
+        .map(|r| r.try_get_by_index(0).unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [body["id"].as_str().unwrap()],
+        "stored once, as answered"
+    );
+    // The next batch goes through on the writer's new connections.
+    app.submit("alice", serde_json::json!({"external_id": "k2"}))
+        .await;
+    let n = run_sql(&app, "SELECT count(*) FROM jobs").await;
+    let n: i64 = n[0].try_get_by_index(0).unwrap();
+    assert_eq!(n, 3);
+}
+
 /// Intake's statements are prepared per connection (SQL `PREPARE`, store/intake.rs).
 /// A migration that changes `jobs` under them ("cached plan must not change result
 /// type") makes the connection prepare them again, and the batch goes on: new jobs

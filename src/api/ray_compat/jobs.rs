@@ -210,6 +210,7 @@ pub async fn submit(
     let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
     let body = read_body(&req, payload, &state.settings.server).await?;
     let request: RaySubmitRequest = parse_json(&body, false)?;
+    crate::api::body::numbers::check(&body, super::submit::RAY_SUBMIT_NUMBERS)?;
     let user = user_of(&who, request.metadata.as_ref())?;
     let rename = |e: ApiError| match e {
         ApiError::Invalid { field, reason } => ApiError::Invalid {

@@ -7,9 +7,21 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::api::auth::Identity;
+use crate::api::body::numbers::Written;
 use crate::api::body::whole;
 use crate::api::jobs::{ResourcesIn, SubmitRequest};
 use crate::api::ApiError;
+
+/// The numbers of Ray's submit body checked as written
+/// ([`crate::api::body::numbers::check`]), under Ray's field names.
+pub const RAY_SUBMIT_NUMBERS: &[(&str, Written)] = &[
+    ("entrypoint_num_cpus", Written::Resource),
+    ("entrypoint_num_gpus", Written::Resource),
+    ("entrypoint_memory", Written::Whole),
+    ("entrypoint_resources.CPU", Written::Resource),
+    ("entrypoint_resources.GPU", Written::Resource),
+    ("entrypoint_resources.memory", Written::Whole),
+];
 
 /// The metadata key naming the user a job is for, when the token acts for many users.
 pub const USER_KEY: &str = "fairshare.user";
