@@ -1,22 +1,15 @@
 //! `FairShareArbiter`: the only place where the fair-share decision is made.
 //!
-//! It owns per-user fair-share state (weight, pause, limits, decayed usage, the head
-//! window each `UserQueue` announced), each cluster's capacity as the monitor last saw
-//! it, and the reservations of every outstanding job. When anything changes that can
-//! lead to a grant it asks for a cycle; requests coalesce into one cycle that runs once
-//! the mailbox is drained, plus a safety cycle every `scheduler.tick`. The cycle itself
-//! is [`crate::policy::run_cycle`]; the arbiter only feeds it and carries out its
-//! grants.
-//!
-//! A new window that cannot lead to a grant does not cost a cycle (DESIGN §2, "When a
-//! cycle runs"): with backfill on and no reservation held, a user's changed window can
-//! only start one of its own jobs, and only one that fits some healthy cluster's free
-//! capacity as the last cycle left it (free capacity grows only through events that
-//! ask for a cycle themselves). Such a window asks for a *refresh* instead: one cycle
-//! at most [`REFRESH_AFTER`] later, however many windows changed meanwhile, so that
-//! pending reasons and the order shown catch up. Under a flood of submissions to a
-//! full (or unreachable) cluster the arbiter thus runs about ten cycles a second, not
-//! one per mailbox drain.
+//! It feeds the policy's [`Ledger`]: each user's settings, decayed usage and the head
+//! window its `UserQueue` announced, each cluster's capacity as the monitor last saw
+//! it, and every outstanding job. When anything changes that can lead to a grant it
+//! asks for a cycle; requests coalesce into one cycle that runs once the mailbox is
+//! drained, plus a safety cycle every `scheduler.tick`. The cycle itself is
+//! [`Ledger::cycle`] (DESIGN §2): it reads only what can change its outcome, so a
+//! cycle that cannot grant (a flood of submissions to a full cluster, say) costs
+//! microseconds whatever is queued, and a cycle is asked for on every change.
+//! Pending reasons and the order of the next users are derived from the ledger when
+//! asked.
 //!
 //! It also keeps each user's QUEUED count, updated as it forwards `Enqueue` and
 //! `RemoveQueued` and as it grants, so that `GET /v1/users`, `GET /v1/scheduler` and
@@ -32,7 +25,7 @@ pub use what_if::GetSnapshot;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use entity::user;
@@ -43,13 +36,11 @@ use super::messages::{
 };
 use super::unix_now;
 use crate::config::Settings;
-use crate::policy::{self, JobId, PolicyConfig, QueuedJob, Resources};
+use crate::policy::{
+    JobId, Ledger, PolicyConfig, QueuedJob, Resources, UserSettings as PolicyUserSettings,
+};
 use crate::store::Db;
-use crate::views::{CycleView, UserOrderView};
-
-/// Longest a changed window that cannot lead to a grant waits for the cycle that
-/// refreshes pending reasons and the order (see the module docs).
-pub const REFRESH_AFTER: Duration = Duration::from_millis(100);
+use crate::views::CycleView;
 
 /// How many ended jobs [`EnqueueIfNew`] remembers (a late notification of one of them
 /// must not queue it again); older ones are forgotten, so memory stays bounded.
@@ -78,43 +69,6 @@ impl ClusterSizes {
             *s = sizes;
         }
     }
-}
-
-/// What a granted job holds until it ends.
-#[derive(Clone, Debug)]
-struct Reservation {
-    user: String,
-    cluster: String,
-    resources: Resources,
-    /// Granted at (or, after recovery, dispatched at) plus the job's runtime
-    /// estimate, seconds since the epoch; what the policy's reservation plans with.
-    expected_end: Option<f64>,
-}
-
-#[derive(Clone, Debug)]
-struct UserEntry {
-    weight: f64,
-    paused: bool,
-    max_running_jobs: u32,
-    max_resources: Option<Resources>,
-    /// Decayed usage h_u at `usage_at` (seconds since the epoch).
-    usage: f64,
-    usage_at: f64,
-    window: Vec<QueuedJob>,
-    queued: usize,
-}
-
-#[derive(Clone, Debug, Default)]
-struct ClusterEntry {
-    healthy: bool,
-    total: Resources,
-    used: Resources,
-    /// Our jobs that `used` already includes.
-    reported: HashSet<JobId>,
-    /// Other tenants' usage as of the last report: `used` less our jobs the report
-    /// included (computed when it arrived, so a job of ours that finishes later
-    /// frees its capacity at once rather than when the next report shows it).
-    foreign: Resources,
 }
 
 /// Recovery → arbiter: users from the database, outstanding jobs' reservations; then
@@ -220,19 +174,20 @@ pub struct FairShareArbiter {
     spawn_queue: QueueFactory,
     /// This arbiter's own handle, given to the queues it starts (set in `started`).
     me: Option<ArbiterHandle>,
-    users: BTreeMap<String, UserEntry>,
+    /// The policy's state: users' settings, usage and windows, outstanding jobs,
+    /// clusters and the reservation.
+    ledger: Ledger,
+    /// Every user the arbiter knows, with its QUEUED count.
+    queued: BTreeMap<String, usize>,
     queues: HashMap<String, QueueHandle>,
     /// The earliest finish not yet followed by a cycle: its capacity is what the next
     /// cycle hands out.
     freed_at: Option<Instant>,
     /// `Some` until recovery has loaded every QUEUED job.
     loading: Option<Loading>,
-    clusters: BTreeMap<String, ClusterEntry>,
-    outstanding: HashMap<JobId, Reservation>,
-    /// The policy's reservation, carried from one cycle to the next.
-    reservation: Option<policy::Reservation>,
-    pending: HashMap<JobId, String>,
-    order: Vec<UserOrderView>,
+    /// Each cluster's last report as taken (health, total, used, our jobs it counts):
+    /// the same report again changes nothing.
+    reports: HashMap<String, (bool, Resources, Resources, HashSet<JobId>)>,
     last: Option<CycleView>,
     cycles: u64,
     cycle_requested: bool,
@@ -245,19 +200,11 @@ pub struct FairShareArbiter {
     names: Vec<Arc<str>>,
     /// Index of each user id in `names`.
     name_index: HashMap<Arc<str>, u32>,
-    /// Each user's usage as last written.
-    saved_usage: HashMap<String, f64>,
     /// The last [`RECENTLY_ENDED`] jobs that left this arbiter (granted and ended, or
     /// removed from the queue), oldest first: [`EnqueueIfNew`] skips them, as it skips
     /// queued and outstanding ones.
     ended: VecDeque<JobId>,
     ended_set: HashSet<JobId>,
-    /// Each healthy cluster's free capacity as the last cycle left it (`None` before
-    /// the first cycle): a window none of whose jobs fits any of them cannot lead to a
-    /// grant.
-    free_after: Option<Vec<Resources>>,
-    /// A refresh cycle is scheduled.
-    refresh_requested: bool,
     /// Shared with the API (see [`ClusterSizes`]).
     sizes: ClusterSizes,
 }
@@ -266,26 +213,34 @@ impl FairShareArbiter {
     /// A new arbiter; it knows the configured clusters (unhealthy until polled).
     pub fn new(settings: Arc<Settings>, db: Db, spawn_queue: QueueFactory) -> Self {
         let config = settings.scheduler.policy();
-        let clusters = settings
-            .clusters
-            .iter()
-            .map(|c| (c.name.clone(), ClusterEntry::default()))
-            .collect();
+        let defaults = PolicyUserSettings {
+            max_running_jobs: settings.scheduler.default_max_running_jobs,
+            ..PolicyUserSettings::default()
+        };
+        let mut ledger = Ledger::new(config.clone(), defaults);
+        let now = unix_now();
+        for c in &settings.clusters {
+            ledger.report_cluster(
+                now,
+                &c.name,
+                false,
+                Resources::default(),
+                Resources::default(),
+                |_| false,
+            );
+        }
         FairShareArbiter {
             settings,
             config,
             db,
             spawn_queue,
             me: None,
+            ledger,
+            queued: BTreeMap::new(),
             loading: Some(Loading::default()),
             freed_at: None,
-            users: BTreeMap::new(),
             queues: HashMap::new(),
-            clusters,
-            outstanding: HashMap::new(),
-            reservation: None,
-            pending: HashMap::new(),
-            order: Vec::new(),
+            reports: HashMap::new(),
             last: None,
             cycles: 0,
             cycle_requested: false,
@@ -293,11 +248,8 @@ impl FairShareArbiter {
             queued_ids: IdMap::default(),
             names: Vec::new(),
             name_index: HashMap::new(),
-            saved_usage: HashMap::new(),
             ended: VecDeque::new(),
             ended_set: HashSet::new(),
-            free_after: None,
-            refresh_requested: false,
             sizes: ClusterSizes::default(),
         }
     }
@@ -320,19 +272,6 @@ impl FairShareArbiter {
         }
     }
 
-    /// Whether a user's new window could lead to a grant (see the module docs).
-    fn may_grant(&self, window: &[QueuedJob]) -> bool {
-        if !self.config.backfill || self.reservation.is_some() {
-            return true;
-        }
-        let Some(free) = &self.free_after else {
-            return true;
-        };
-        window
-            .iter()
-            .any(|j| free.iter().any(|f| j.resources.fits_within(f)))
-    }
-
     /// The handle through which the queues, the dispatcher and the monitor reach the
     /// arbiter at `addr`.
     pub fn handle(addr: &actix::Addr<Self>) -> ArbiterHandle {
@@ -348,46 +287,33 @@ impl FairShareArbiter {
         }
     }
 
-    fn default_entry(&self) -> UserEntry {
-        UserEntry {
-            weight: 1.0,
-            paused: false,
-            max_running_jobs: self.settings.scheduler.default_max_running_jobs,
-            max_resources: None,
-            usage: 0.0,
-            usage_at: unix_now(),
-            window: Vec::new(),
-            queued: 0,
-        }
-    }
-
+    /// Takes a user's settings (and, for a user the arbiter has not seen yet, its
+    /// decayed usage) as stored.
     fn apply_settings(&mut self, u: &user::Model) {
-        let default_running = self.settings.scheduler.default_max_running_jobs;
-        let fresh = self.default_entry();
-        if !self.users.contains_key(&u.id) {
-            // What the database holds: not written again until it changes.
-            self.saved_usage.insert(u.id.clone(), u.usage);
+        let now = unix_now();
+        if !self.ledger.knows(&u.id) {
+            let at = u.usage_at.timestamp_micros() as f64 / 1e6;
+            self.ledger.set_usage(now, &u.id, u.usage, at);
         }
-        let e = self.users.entry(u.id.clone()).or_insert_with(|| UserEntry {
-            usage: u.usage,
-            usage_at: u.usage_at.timestamp_micros() as f64 / 1e6,
-            ..fresh
-        });
-        e.weight = u.weight;
-        e.paused = u.paused;
-        e.max_running_jobs = u
-            .max_running_jobs
-            .map(|v| v.max(0) as u32)
-            .unwrap_or(default_running);
-        e.max_resources = u.max_resources.as_ref().map(|v| {
-            // `{"cpu": .., "gpu": .., "memory_bytes": ..}`; a missing key caps nothing.
-            let cap = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
-            Resources {
-                cpu: cap("cpu").unwrap_or(f64::INFINITY),
-                gpu: cap("gpu").unwrap_or(f64::INFINITY),
-                memory_bytes: cap("memory_bytes").unwrap_or(f64::INFINITY),
-            }
-        });
+        let settings = PolicyUserSettings {
+            weight: u.weight,
+            paused: u.paused,
+            max_running_jobs: u
+                .max_running_jobs
+                .map(|v| v.max(0) as u32)
+                .unwrap_or(self.settings.scheduler.default_max_running_jobs),
+            max_resources: u.max_resources.as_ref().map(|v| {
+                // `{"cpu": .., "gpu": .., "memory_bytes": ..}`; a missing key caps nothing.
+                let cap = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
+                Resources {
+                    cpu: cap("cpu").unwrap_or(f64::INFINITY),
+                    gpu: cap("gpu").unwrap_or(f64::INFINITY),
+                    memory_bytes: cap("memory_bytes").unwrap_or(f64::INFINITY),
+                }
+            }),
+        };
+        self.ledger.set_user(now, &u.id, settings);
+        self.queued.entry(u.id.clone()).or_default();
     }
 
     fn queue_for(&mut self, user: &str) -> QueueHandle {
@@ -404,12 +330,13 @@ impl FairShareArbiter {
         q
     }
 
-    fn entry(&mut self, user: &str) -> &mut UserEntry {
-        if !self.users.contains_key(user) {
-            let e = self.default_entry();
-            self.users.insert(user.to_string(), e);
+    /// The QUEUED count of `user`, which becomes known (default settings) if new.
+    fn entry(&mut self, user: &str) -> &mut usize {
+        if !self.queued.contains_key(user) {
+            self.ledger.ensure_user(unix_now(), user);
+            self.queued.insert(user.to_string(), 0);
         }
-        self.users.get_mut(user).expect("inserted above")
+        self.queued.get_mut(user).expect("inserted above")
     }
 
     /// The index of `user` in `names`, added if new.
@@ -444,7 +371,7 @@ impl FairShareArbiter {
         if admitted.is_empty() {
             return;
         }
-        self.entry(user).queued += admitted.len();
+        *self.entry(user) += admitted.len();
         self.queue_for(user)
             .enqueue
             .do_send(EnqueueBatch { jobs: admitted });
@@ -457,13 +384,11 @@ impl FairShareArbiter {
 
     /// Releases what a grant reserved (the job ended or is queued again).
     fn release(&mut self, job_id: JobId) {
-        if let Some(r) = self.outstanding.get(&job_id).cloned() {
-            self.touch_usage(&r.user);
-            self.outstanding.remove(&job_id);
+        if self.ledger.end(unix_now(), job_id).is_some() {
             self.remember_ended(job_id);
         }
-        for c in self.clusters.values_mut() {
-            c.reported.remove(&job_id);
+        for (_, _, _, reported) in self.reports.values_mut() {
+            reported.remove(&job_id);
         }
     }
 }
@@ -495,22 +420,23 @@ impl Handler<RecoveredOutstanding> for FairShareArbiter {
             self.apply_settings(u);
         }
         let default_runtime = self.settings.scheduler.default_max_runtime.as_secs_f64();
+        let now = unix_now();
         for j in msg.outstanding {
             if let Some(cluster) = j.cluster.clone() {
                 let summary = super::user_queue::summary(&j);
                 let granted_at = j
                     .dispatched_at
                     .or(j.started_at)
-                    .map_or_else(unix_now, |t| t.timestamp_micros() as f64 / 1e6);
+                    .map_or(now, |t| t.timestamp_micros() as f64 / 1e6);
                 let estimate = summary.runtime_estimate.unwrap_or(default_runtime);
-                self.outstanding.insert(
+                self.entry(&j.user_id);
+                self.ledger.start(
+                    now,
                     j.id,
-                    Reservation {
-                        user: j.user_id.clone(),
-                        cluster,
-                        resources: summary.resources,
-                        expected_end: Some(granted_at + estimate),
-                    },
+                    &j.user_id,
+                    &cluster,
+                    summary.resources,
+                    Some(granted_at + estimate),
                 );
             }
         }
@@ -551,7 +477,7 @@ impl Handler<EnqueueIfNew> for FairShareArbiter {
     fn handle(&mut self, msg: EnqueueIfNew, ctx: &mut Context<Self>) {
         let id = msg.0.job.job_id;
         if self.queued_ids.contains_key(&id)
-            || self.outstanding.contains_key(&id)
+            || self.ledger.is_outstanding(&id)
             || self.ended_set.contains(&id)
         {
             return;
@@ -571,7 +497,7 @@ impl Handler<Classify> for FairShareArbiter {
                 .map(|id| {
                     if self.queued_ids.contains_key(id) {
                         Known::Queued
-                    } else if self.outstanding.contains_key(id) || self.ended_set.contains(id) {
+                    } else if self.ledger.is_outstanding(id) || self.ended_set.contains(id) {
                         Known::Left
                     } else {
                         Known::Unknown
@@ -602,13 +528,12 @@ impl Handler<RemoveQueued> for FairShareArbiter {
         if counted {
             self.remember_ended(msg.job_id);
         }
-        if let Some(e) = self.users.get_mut(&msg.user) {
-            e.window.retain(|j| j.job_id != msg.job_id);
-            if counted {
-                e.queued = e.queued.saturating_sub(1);
+        self.ledger.drop_queued(unix_now(), &msg.user, msg.job_id);
+        if counted {
+            if let Some(q) = self.queued.get_mut(&msg.user) {
+                *q = q.saturating_sub(1);
             }
         }
-        self.pending.remove(&msg.job_id);
         self.queue_for(&msg.user).remove.do_send(msg);
     }
 }
@@ -626,19 +551,18 @@ impl Handler<Demand> for FairShareArbiter {
 
     fn handle(&mut self, msg: Demand, ctx: &mut Context<Self>) {
         let mut window = msg.window;
+        // Only jobs counted as QUEUED: a window the queue sent before it heard of a
+        // grant (or of a job's end) must not offer that job again.
+        window.retain(|j| self.queued_ids.contains_key(&j.job_id));
         let default_runtime = self.settings.scheduler.default_max_runtime.as_secs_f64();
         for j in &mut window {
             // A job without `max_runtime_s` is stopped after the configured default:
             // that is its runtime estimate (the reservation plans with it).
             j.runtime_estimate.get_or_insert(default_runtime);
         }
-        let may_grant = self.may_grant(&window);
-        self.entry(&msg.user).window = window;
-        if may_grant {
-            self.request_cycle(ctx);
-        } else {
-            self.request_refresh(ctx);
-        }
+        self.entry(&msg.user);
+        self.ledger.set_window(unix_now(), &msg.user, window);
+        self.request_cycle(ctx);
     }
 }
 
@@ -678,28 +602,23 @@ impl Handler<CapacityChanged> for FairShareArbiter {
 
     fn handle(&mut self, msg: CapacityChanged, ctx: &mut Context<Self>) {
         let reported: HashSet<JobId> = msg.reported.into_iter().collect();
-        let before = self
-            .clusters
-            .get(&msg.cluster)
-            .map(|c| (c.healthy, c.total, c.used, &c.reported));
-        if before == Some((msg.healthy, msg.total, msg.used, &reported)) {
+        let report = (msg.healthy, msg.total, msg.used, reported);
+        if self.reports.get(&msg.cluster) == Some(&report) {
             return;
         }
-        // Shares change with capacity: bring every user's usage to now first.
-        self.touch_all_usage();
-        let ours_reported = self
-            .outstanding
-            .iter()
-            .filter(|(id, r)| r.cluster == msg.cluster && reported.contains(id))
-            .fold(Resources::default(), |acc, (_, r)| acc + r.resources);
-        let entry = self.clusters.entry(msg.cluster).or_default();
-        entry.healthy = msg.healthy;
-        entry.total = msg.total;
-        entry.used = msg.used;
-        entry.foreign = msg.used.saturating_sub(ours_reported);
-        entry.reported = reported;
+        let changed = self.ledger.report_cluster(
+            unix_now(),
+            &msg.cluster,
+            report.0,
+            report.1,
+            report.2,
+            |id| report.3.contains(id),
+        );
+        self.reports.insert(msg.cluster, report);
         self.publish_sizes();
-        self.request_cycle(ctx);
+        if changed {
+            self.request_cycle(ctx);
+        }
     }
 }
 
@@ -717,7 +636,6 @@ impl Handler<UserSettings> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: UserSettings, ctx: &mut Context<Self>) {
-        self.touch_usage(&msg.user.id);
         self.apply_settings(&msg.user);
         self.request_cycle(ctx);
     }
@@ -727,7 +645,7 @@ impl Handler<FlushUsage> for FairShareArbiter {
     type Result = actix::ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _: FlushUsage, _: &mut Context<Self>) -> Self::Result {
-        self.touch_all_usage();
+        self.ledger.touch_all_usage(unix_now());
         Box::pin(self.save_usage().into_actor(self).map(|_, _, _| ()))
     }
 }

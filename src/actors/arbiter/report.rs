@@ -5,8 +5,8 @@ use actix::{Context, Handler, Message, MessageResult};
 
 use super::{FairShareArbiter, RefreshMetrics};
 use crate::metrics::{self, OTHER_USERS};
-use crate::policy::{self, JobId};
-use crate::views::{ClusterStatusView, LiveUser, SchedulerView};
+use crate::policy::JobId;
+use crate::views::{ClusterStatusView, LiveUser, SchedulerView, UserOrderView};
 
 use super::unix_now;
 
@@ -49,10 +49,12 @@ impl Handler<Loaded> for FairShareArbiter {
 
 impl FairShareArbiter {
     pub(super) fn view(&self) -> SchedulerView {
+        let now = unix_now();
         SchedulerView {
             ready: self.ready,
             leadership: None,
             clusters: self
+                .ledger
                 .cluster_views()
                 .into_iter()
                 .map(|c| ClusterStatusView {
@@ -69,11 +71,21 @@ impl FairShareArbiter {
                     unreported: c.unreported.into(),
                 })
                 .collect(),
-            next_users: self.order.clone(),
+            next_users: self
+                .ledger
+                .order(now)
+                .into_iter()
+                .map(|o| UserOrderView {
+                    user: o.user,
+                    key: o.key,
+                    share: o.share,
+                    usage: o.usage,
+                })
+                .collect(),
             last_cycle: self.last.clone(),
             cycles: self.cycles,
-            queued_jobs: self.users.values().map(|e| e.queued).sum(),
-            outstanding_jobs: self.outstanding.len(),
+            queued_jobs: self.queued.values().sum(),
+            outstanding_jobs: self.ledger.outstanding_count(),
             usage_half_life_seconds: self.config.usage_half_life,
             starvation_guard_seconds: self.config.starvation_guard,
             backfill: self.config.backfill,
@@ -88,40 +100,43 @@ impl FairShareArbiter {
         m.user_dominant_share.reset();
         m.user_weight.reset();
         m.user_fair_share.reset();
-        let allocations = self.allocations();
-        let capacity = self.capacity();
+        let now = unix_now();
+        let live = |id: &str| self.ledger.user(id, now);
         let active_weight: f64 = self
-            .users
+            .queued
             .iter()
-            .filter(|(id, e)| e.queued > 0 || allocations.contains_key(id.as_str()))
-            .map(|(_, e)| e.weight)
+            .filter_map(|(id, &queued)| {
+                let u = live(id)?;
+                (queued > 0 || u.outstanding > 0).then_some(u.settings.weight)
+            })
             .sum();
-        for (i, (id, e)) in self.users.iter().enumerate() {
-            let (alloc, running) = allocations.get(id.as_str()).copied().unwrap_or_default();
+        let mut paused = 0;
+        for (i, (id, &queued)) in self.queued.iter().enumerate() {
+            let u = live(id).unwrap_or_else(|| self.unknown_user());
+            paused += i64::from(u.settings.paused);
             let label = if i < cap { id.as_str() } else { OTHER_USERS };
-            m.queued_jobs
-                .with_label_values(&[label])
-                .add(e.queued as i64);
+            m.queued_jobs.with_label_values(&[label]).add(queued as i64);
             m.running_jobs
                 .with_label_values(&[label])
-                .add(i64::from(running));
+                .add(i64::from(u.outstanding));
             if i < cap {
                 m.user_dominant_share
                     .with_label_values(&[label])
-                    .set(policy::dominant_share(&alloc, &capacity));
-                m.user_weight.with_label_values(&[label]).set(e.weight);
-                let active = e.queued > 0 || running > 0;
+                    .set(u.share);
+                m.user_weight
+                    .with_label_values(&[label])
+                    .set(u.settings.weight);
+                let active = queued > 0 || u.outstanding > 0;
                 let fair = if active && active_weight > 0.0 {
-                    e.weight / active_weight
+                    u.settings.weight / active_weight
                 } else {
                     0.0
                 };
                 m.user_fair_share.with_label_values(&[label]).set(fair);
             }
         }
-        m.users_paused
-            .set(self.users.values().filter(|e| e.paused).count() as i64);
-        for c in self.cluster_views() {
+        m.users_paused.set(paused);
+        for c in self.ledger.cluster_views() {
             let used = (c.used_reported + c.unreported).max(c.outstanding);
             let free = c.free();
             let rows = [
@@ -145,6 +160,23 @@ impl FairShareArbiter {
                 .set(i64::from(c.healthy));
         }
     }
+
+    /// The live state of a user the ledger does not know yet: nothing held, the
+    /// default settings.
+    fn unknown_user(&self) -> crate::policy::UserState {
+        crate::policy::UserState {
+            settings: crate::policy::UserSettings {
+                max_running_jobs: self.settings.scheduler.default_max_running_jobs,
+                ..crate::policy::UserSettings::default()
+            },
+            allocation: crate::policy::Resources::default(),
+            outstanding: 0,
+            share: 0.0,
+            usage: 0.0,
+            key: 0.0,
+            window: 0,
+        }
+    }
 }
 
 impl Handler<GetView> for FairShareArbiter {
@@ -164,34 +196,32 @@ impl Handler<GetUserState> for FairShareArbiter {
         if self.loading.is_some() {
             return MessageResult(None);
         }
-        let capacity = self.capacity();
-        let allocations = self.allocations();
         let now = unix_now();
-        let live = |e: &super::UserEntry, id: &str| {
-            let (allocation, running) = allocations.get(id).copied().unwrap_or_default();
-            let share = policy::dominant_share(&allocation, &capacity);
-            let usage =
-                policy::decay_usage(e.usage, e.usage_at, share, now, self.config.usage_half_life);
+        let live = |id: &str| {
+            let u = self
+                .ledger
+                .user(id, now)
+                .unwrap_or_else(|| self.unknown_user());
             LiveUser {
-                allocation,
-                share,
-                usage,
-                key: policy::fair_share_key(share, usage, e.weight),
-                queued: e.queued,
-                running,
+                allocation: u.allocation,
+                share: u.share,
+                usage: u.usage,
+                key: u.key,
+                queued: self.queued.get(id).copied().unwrap_or(0),
+                running: u.outstanding,
             }
         };
         let out = match &msg.user {
             Some(id) => self
-                .users
-                .get(id)
-                .map(|e| (id.clone(), live(e, id)))
+                .queued
+                .get_key_value(id)
+                .map(|(id, _)| (id.clone(), live(id)))
                 .into_iter()
                 .collect(),
             None => self
-                .users
-                .iter()
-                .map(|(id, e)| (id.clone(), live(e, id)))
+                .queued
+                .keys()
+                .map(|id| (id.clone(), live(id)))
                 .collect(),
         };
         MessageResult(Some(out))
@@ -202,7 +232,12 @@ impl Handler<GetPendingReason> for FairShareArbiter {
     type Result = Option<String>;
 
     fn handle(&mut self, msg: GetPendingReason, _: &mut Context<Self>) -> Option<String> {
-        self.pending.get(&msg.job_id).cloned()
+        let user = self
+            .names
+            .get(*self.queued_ids.get(&msg.job_id)? as usize)?;
+        self.ledger
+            .reason(user, msg.job_id)
+            .map(|reason| reason.to_string())
     }
 }
 

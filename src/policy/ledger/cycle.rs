@@ -45,6 +45,9 @@ pub struct CycleResult {
     pub stopped_for: Option<JobId>,
     /// The reservation after the cycle.
     pub reservation: Option<Reservation>,
+    /// For each grant, how long its job had queued (seconds from its submit time to
+    /// the cycle).
+    pub waited: Vec<Seconds>,
     /// Users whose window this cycle's grants emptied (they took part in it).
     pub(crate) emptied: Vec<Uid>,
 }
@@ -63,6 +66,7 @@ struct Run {
     now: Seconds,
     rooms: Vec<Room>,
     grants: Vec<Grant>,
+    waited: Vec<Seconds>,
     /// Grants to record on their clusters once the cycle is done: job, user, cluster,
     /// request, expected end.
     granted: Vec<(JobId, Uid, usize, Resources, Option<Seconds>)>,
@@ -91,6 +95,7 @@ impl Ledger {
             now,
             rooms: self.rooms(),
             grants: Vec::new(),
+            waited: Vec::new(),
             granted: Vec::new(),
             taken: HashSet::new(),
             aside: Vec::new(),
@@ -189,6 +194,7 @@ impl Ledger {
         });
         CycleResult {
             grants: run.grants,
+            waited: run.waited,
             stopped_for,
             reservation,
             emptied: run.emptied,
@@ -318,6 +324,7 @@ impl Ledger {
         });
         run.granted
             .push((job.job_id, uid, cluster, job.resources, end));
+        run.waited.push(now - job.submitted_at);
         self.unindex(uid);
         self.touch_usage(uid, now);
         let capacity = self.capacity;

@@ -621,6 +621,34 @@ impl Ledger {
         self.reindex(uid, now);
     }
 
+    /// Makes sure `name` is known (with the default settings if new).
+    pub fn ensure_user(&mut self, now: Seconds, name: &str) {
+        let now = self.clock(now);
+        self.account(name, now);
+    }
+
+    /// Whether `name` is known.
+    pub fn knows(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    /// Takes a QUEUED job out of its user's window (it was cancelled or left the
+    /// queue); whether it was there.
+    pub fn drop_queued(&mut self, now: Seconds, name: &str, job: JobId) -> bool {
+        let now = self.clock(now);
+        let Some(&uid) = self.by_name.get(name) else {
+            return false;
+        };
+        let a = &mut self.accounts[uid as usize];
+        let before = a.window.len();
+        a.window.retain(|j| j.job_id != job);
+        if a.window.len() == before {
+            return false;
+        }
+        self.reindex(uid, now);
+        true
+    }
+
     /// Counts `job` of `user` as outstanding on `cluster` (a recovered job, or one
     /// granted outside a cycle), holding `resources` until [`Ledger::end`]; its
     /// expected end is seconds since the epoch, if known. Not counted twice.
@@ -804,7 +832,9 @@ impl Ledger {
         let hl = self.config.usage_half_life;
         let a = &mut self.accounts[uid as usize];
         let usage = decay_usage(a.usage, a.usage_at, a.share, now, hl);
-        if usage != a.usage || a.usage_at != now {
+        // An unchanged value needs no write: from the stored pair it decays the same
+        // (it equals the share, or history is off).
+        if usage != a.usage {
             a.usage_dirty = true;
         }
         a.usage = usage;
@@ -1142,17 +1172,27 @@ impl Ledger {
             .collect()
     }
 
+    /// Every user the ledger knows, as [`super::run_cycle`] takes users (those with
+    /// an empty window too), in name order.
+    pub fn all_user_views(&self) -> Vec<UserView> {
+        self.views_where(|_| true)
+    }
+
     /// Every user that takes part in a cycle, as [`super::run_cycle`] would take it,
     /// in name order: with the ledger's [`Ledger::cluster_views`] and
     /// [`Ledger::reservation`], the snapshot whose cycle the next
     /// [`Ledger::cycle`] makes.
     pub fn user_views(&self) -> Vec<UserView> {
+        self.views_where(Account::listed)
+    }
+
+    fn views_where(&self, keep: impl Fn(&Account) -> bool) -> Vec<UserView> {
         let mut names: Vec<(&Arc<str>, Uid)> = self.by_name.iter().map(|(n, &u)| (n, u)).collect();
         names.sort();
         names
             .into_iter()
             .map(|(_, uid)| &self.accounts[uid as usize])
-            .filter(|a| a.listed())
+            .filter(|a| keep(a))
             .map(|a| UserView {
                 user: a.name.to_string(),
                 weight: a.settings.weight,
