@@ -167,20 +167,17 @@
 //!
 //! # Cost
 //!
-//! O(U log U + S·K + G·(log U + K) + R log R) for U users with a window, S
-//! jobs stepped over (never run; usually none), K clusters, G grants and R
-//! outstanding jobs: one key and one heap entry per eligible user (a user's
-//! key changes only when it is granted, so no entry goes stale), the order of
-//! every user for [`CycleOutcome::order`] (a sort), a shadow per reservation
-//! decision. Jobs behind a user's effective head are not read. Once no entry
-//! left in the heap has a head that fitted free capacity when it was pushed
-//! (free capacity only shrinks within a cycle) and, with no reservation held,
-//! none has waited past the starvation guard, the remaining users are told
-//! [`PendingReason::WaitingForCapacity`] without popping them (a property test
-//! checks that this changes nothing). Finding a starved head compares keys
-//! with the holders (U² at worst, only while a head is overdue and no
-//! reservation is held). `cargo bench --bench policy` measures it
-//! (BENCHMARKS.md, issue 11).
+//! The decision is made by a [`Ledger`], which keeps users, clusters, outstanding
+//! jobs and the reservation between cycles, indexed so that a cycle reads what it
+//! grants and what changed, not every user (see [`ledger`] and DESIGN §2, "Cost").
+//! [`run_cycle`] is one ledger cycle on a snapshot: O(U log U) to build the ledger
+//! from U users, then the same decision. Property tests check the ledger against
+//! the straightforward O(U) cycle kept, test-only, as their oracle. `cargo bench
+//! --bench policy` measures both (BENCHMARKS.md, issue 11).
+//!
+//! Pending reasons are derived from the state a cycle leaves ([`Ledger::reason`]);
+//! "blocked by the reservation" means the head fits free capacity as the cycle leaves
+//! it, and would delay the reservation wherever it fits.
 
 mod cycle;
 mod fit;

@@ -23,7 +23,6 @@ pub use report::{GetPendingReason, GetUserState, GetView, IsReady, Loaded};
 pub use what_if::GetSnapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
@@ -96,32 +95,8 @@ pub struct EnqueueMany {
     pub users: Vec<(String, Vec<(QueuedJob, bool)>)>,
 }
 
-/// Hashes a job id (a UUID: its random bits) with one multiply per 8 bytes rather
-/// than SipHash: the arbiter hashes every queued job's id at least twice.
-#[derive(Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word))
-                .wrapping_mul(0x517c_c1b7_2722_0a95);
-        }
-    }
-
-    fn write_usize(&mut self, _: usize) {
-        // Only the length prefix of the id's bytes: the same for every id.
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-/// A map keyed by job id, hashed with [`IdHasher`].
-pub(crate) type IdMap<V> = HashMap<JobId, V, BuildHasherDefault<IdHasher>>;
+/// A map keyed by job id, hashed cheaply ([`crate::policy::ledger::JobHasher`]).
+pub(crate) type IdMap<V> = crate::policy::ledger::JobMap<V>;
 
 /// While recovery streams the queues in, a job cancelled before its row reached the
 /// arbiter must not be queued after all: its id is remembered until loading ends.

@@ -13,6 +13,8 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashSet};
 
+use super::FastHash;
+
 use super::index::Verdict;
 use super::{Ledger, Rank, Shape, Uid};
 use crate::policy::fit::leftover;
@@ -72,7 +74,10 @@ struct Run {
     granted: Vec<(JobId, Uid, usize, Resources, Option<Seconds>)>,
     /// Users taken out of the indexes (served, or read by a stream): each is read at
     /// most once per cycle, and indexed again at its end.
-    taken: HashSet<Uid>,
+    taken: HashSet<Uid, FastHash>,
+    /// Users granted since the holders' index last saw them (it is brought up to date
+    /// when the holders' maximum is needed).
+    stale_holders: Vec<Uid>,
     /// Users set aside by a query (to index again at the end).
     aside: Vec<Uid>,
     emptied: Vec<Uid>,
@@ -97,7 +102,8 @@ impl Ledger {
             grants: Vec::new(),
             waited: Vec::new(),
             granted: Vec::new(),
-            taken: HashSet::new(),
+            taken: HashSet::default(),
+            stale_holders: Vec::new(),
             aside: Vec::new(),
             emptied: Vec::new(),
             holders_max: None,
@@ -145,6 +151,7 @@ impl Ledger {
     /// out, and keeps what explanations need.
     fn finish(&mut self, run: Run, stopped_for: Option<JobId>, hold: Option<Hold>) -> CycleResult {
         let now = run.now;
+        self.jobs.reserve(run.granted.len());
         for &(job, uid, k, resources, end) in &run.granted {
             let c = &mut self.clusters[k];
             c.outstanding += resources;
@@ -325,7 +332,8 @@ impl Ledger {
         run.granted
             .push((job.job_id, uid, cluster, job.resources, end));
         run.waited.push(now - job.submitted_at);
-        self.unindex(uid);
+        // Its index entries are stale from here (it is taken, so no stream reads it
+        // again); the end of the cycle indexes it afresh.
         self.touch_usage(uid, now);
         let capacity = self.capacity;
         let a = &mut self.accounts[uid as usize];
@@ -340,9 +348,7 @@ impl Ledger {
         }
         self.skip_unrunnable(uid, at);
         // It holds capacity now, with a new key: the holders' maximum must see it.
-        if self.accounts[uid as usize].holds() {
-            self.index_holder(uid, now);
-        }
+        run.stale_holders.push(uid);
         run.holders_max = None;
         run.taken.insert(uid);
     }
@@ -353,25 +359,39 @@ impl Ledger {
             return max;
         }
         let now = run.now;
+        for uid in std::mem::take(&mut run.stale_holders) {
+            // A participant of this cycle (its window may be empty now).
+            self.holders.remove(uid);
+            self.accounts[uid as usize].holder = false;
+            if self.accounts[uid as usize].holds() {
+                let (key, h) = self.key_parts(uid, now);
+                let bound = self.bound(uid, now, key, h, false);
+                self.index_holder(uid, bound);
+            }
+        }
         let mut index = std::mem::take(&mut self.holders);
         let max = if index.is_empty() {
             f64::NEG_INFINITY
         } else {
             let (top, skipped) = index.pop_min(now, |uid| {
-                let rank = self.rank(uid, now);
+                let (key, h) = self.key_parts(uid, now);
+                let bound = self.bound(uid, now, key, h, false);
+                let rank = self.rank_of(uid, key);
                 Verdict::Rank(
                     Rank {
                         key: -rank.key,
                         head_at: 0.0,
                         name: rank.name,
                     },
-                    self.upper_bound(uid, now),
+                    bound,
                 )
             });
             debug_assert!(skipped.is_empty());
             match top {
                 Some((rank, uid)) => {
-                    index.insert(uid, 0.0, &rank.name, self.upper_bound(uid, now));
+                    let (key, h) = self.key_parts(uid, now);
+                    let bound = self.bound(uid, now, key, h, false);
+                    index.insert(uid, 0.0, &rank.name, bound);
                     -rank.key
                 }
                 None => f64::NEG_INFINITY,
@@ -484,7 +504,8 @@ impl Ledger {
             let a = &self.accounts[uid as usize];
             match a.head() {
                 Some(h) if !Self::fits_some_room(&run.rooms, &h.resources) => {
-                    Verdict::Rank(self.rank(uid, now), self.lower_bound(uid, now))
+                    let (rank, bound) = self.rank_and_bound(uid, now);
+                    Verdict::Rank(rank, bound)
                 }
                 _ => Verdict::Skip,
             }
@@ -492,7 +513,7 @@ impl Ledger {
         for uid in skipped.into_iter().chain(first.as_ref().map(|f| f.1)) {
             let a = &self.accounts[uid as usize];
             let at = a.head().map_or(f64::INFINITY, |h| h.submitted_at);
-            index.insert(uid, at, &a.name, self.lower_bound(uid, now));
+            index.insert(uid, at, &a.name, self.rank_and_bound(uid, now).1);
         }
         self.overdue = index;
         let (rank, uid) = first?;
@@ -514,7 +535,8 @@ impl Ledger {
             if run.taken.contains(&uid) {
                 Verdict::Skip
             } else {
-                Verdict::Rank(self.rank(uid, now), self.lower_bound(uid, now))
+                let (rank, bound) = self.rank_and_bound(uid, now);
+                Verdict::Rank(rank, bound)
             }
         });
         for uid in skipped {
@@ -537,11 +559,11 @@ impl Ledger {
             if run.taken.contains(&uid) {
                 return Verdict::Skip;
             }
-            let rank = self.rank(uid, now);
+            let (rank, bound) = self.rank_and_bound(uid, now);
             if rank <= *floor {
                 Verdict::Skip
             } else {
-                Verdict::Rank(rank, self.lower_bound(uid, now))
+                Verdict::Rank(rank, bound)
             }
         });
         self.overdue = index;

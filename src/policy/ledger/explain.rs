@@ -84,7 +84,13 @@ impl Ledger {
         let mut out = Vec::new();
         for (_, uid) in names {
             let a = &self.accounts[uid as usize];
-            for (i, job) in a.window.iter().enumerate() {
+            // Jobs behind the effective head have no reason, but a paused user's.
+            let last = if a.settings.paused {
+                a.window.len()
+            } else {
+                (a.cursor + 1).min(a.window.len())
+            };
+            for (i, job) in a.window.iter().enumerate().take(last) {
                 if let Some(reason) = self.reason_at(uid, i) {
                     out.push((job.job_id, reason));
                 }

@@ -312,10 +312,10 @@ impl KeyIndex {
         let mut losers: Vec<(Rank, Uid, Bound)> = Vec::new();
         let mut skipped = Vec::new();
         while let Some((class, bound)) = self.front(now) {
-            let Some(entry) = self.classes[class].set.first().cloned() else {
-                break;
-            };
             if let Some((rank, _, _)) = &best {
+                let Some(entry) = self.classes[class].set.first() else {
+                    break;
+                };
                 let ahead = cmp_f64(bound, rank.key)
                     .then_with(|| cmp_f64(entry.head_at, rank.head_at))
                     .then_with(|| entry.name.cmp(&rank.name));
@@ -323,7 +323,14 @@ impl KeyIndex {
                     break;
                 }
             }
-            self.remove(entry.uid);
+            let Some(entry) = self.classes[class].set.pop_first() else {
+                break;
+            };
+            self.members.remove(&entry.uid);
+            if self.members.is_empty() {
+                self.classes.clear();
+                self.epoch = None;
+            }
             match eval(entry.uid) {
                 Verdict::Skip => skipped.push(entry.uid),
                 Verdict::Rank(rank, fresh) => {

@@ -14,7 +14,7 @@
 //! - **Head shapes.** Eligible users are grouped by their effective head's request
 //!   (cores, GPUs, bytes). With backfill on, only a group whose request fits some
 //!   healthy cluster's free capacity can lead to a grant: the others are not read.
-//!   Within a group, users are kept in fair-share order by a [`index::KeyIndex`]
+//!   Within a group, users are kept in fair-share order by a key index (`index.rs`)
 //!   (lower bounds of their keys that stay valid as keys drift with time), so the
 //!   next user to serve is found by evaluating a few keys, not all.
 //! - **Overdue heads.** Eligible users whose head has waited past the starvation
@@ -48,7 +48,7 @@ mod index;
 mod tests;
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
@@ -74,22 +74,38 @@ pub(crate) struct UidHasher(u64);
 impl Hasher for UidHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
-            self.0 = (self.0 << 8 | u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            self.write_u64(u64::from(b));
         }
     }
 
     fn write_u32(&mut self, n: u32) {
-        self.0 = u64::from(n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        // High bits into the low ones a table indexes by.
+        self.0 ^ (self.0 >> 29)
     }
 }
 
-/// Hashes a job id (a UUID: its random bits) cheaply.
+/// A map or set keyed by small integers or bit patterns, hashed with [`UidHasher`].
+pub(crate) type FastHash = BuildHasherDefault<UidHasher>;
+
+/// Hashes a job id with one multiply per 8 bytes and a final mix, rather than
+/// SipHash (the arbiter and the ledger hash every queued or outstanding job's id at
+/// least twice). The final mix spreads every input bit over the low bits a hash
+/// table indexes by: ids whose bytes differ only in a few places (sequential test ids,
+/// a v7 id's timestamp) would otherwise collide.
 #[derive(Default)]
-pub(crate) struct JobHasher(u64);
+pub struct JobHasher(u64);
 
 impl Hasher for JobHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -101,12 +117,23 @@ impl Hasher for JobHasher {
         }
     }
 
-    fn write_usize(&mut self, _: usize) {}
+    fn write_usize(&mut self, _: usize) {
+        // Only the length prefix of the id's bytes: the same for every id.
+    }
 
     fn finish(&self) -> u64 {
-        self.0
+        // The finalizer of MurmurHash3 (fmix64).
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
     }
 }
+
+/// A map keyed by job id, hashed with [`JobHasher`].
+pub type JobMap<V> = HashMap<JobId, V, BuildHasherDefault<JobHasher>>;
 
 /// A user's place in fair-share order at one instant: the quantized key
 /// ([`quantize_key`]), then the effective head's submit time (older first; `+∞`
@@ -346,8 +373,9 @@ struct Account {
     /// Decayed usage `h` at `usage_at` (seconds).
     usage: f64,
     usage_at: Seconds,
-    /// A prefix of its QUEUED jobs in queue order.
-    window: Vec<QueuedJob>,
+    /// A prefix of its QUEUED jobs in queue order (a grant takes the head from the
+    /// front).
+    window: VecDeque<QueuedJob>,
     /// Index in `window` of the effective head (`window.len()` when none).
     cursor: usize,
     outstanding: u32,
@@ -374,7 +402,7 @@ impl Account {
             settings,
             usage: 0.0,
             usage_at: now,
-            window: Vec::new(),
+            window: VecDeque::new(),
             cursor: 0,
             outstanding: 0,
             allocation: Resources::ZERO,
@@ -456,7 +484,7 @@ pub struct Ledger {
     /// In order of first appearance (indexes are stable); `by_cluster_name` sorts.
     clusters: Vec<ClusterState>,
     by_cluster_name: BTreeMap<String, usize>,
-    jobs: HashMap<JobId, Job, BuildHasherDefault<JobHasher>>,
+    jobs: JobMap<Job>,
     reservation: Option<Reservation>,
     /// Sum of the healthy clusters' totals, in name order.
     capacity: Resources,
@@ -465,7 +493,7 @@ pub struct Ledger {
     /// The latest time seen.
     now: Seconds,
     /// Eligible users by their effective head's request.
-    shapes: HashMap<Shape, KeyIndex>,
+    shapes: HashMap<Shape, KeyIndex, FastHash>,
     /// Eligible users whose head has not waited past the guard, by its submit time.
     waiting: BTreeSet<(Ordered, Uid)>,
     /// Eligible users whose head has waited past the guard.
@@ -492,7 +520,7 @@ impl Ledger {
             capacity: Resources::ZERO,
             totals: Vec::new(),
             now: f64::NEG_INFINITY,
-            shapes: HashMap::new(),
+            shapes: HashMap::default(),
             waiting: BTreeSet::new(),
             overdue: KeyIndex::default(),
             holders: KeyIndex::default(),
@@ -546,7 +574,7 @@ impl Ledger {
             a.outstanding = v.outstanding_jobs;
             a.allocation = v.allocation;
             a.share = share;
-            a.window = v.queue.clone();
+            a.window = v.queue.iter().cloned().collect();
             a.pinned = true;
             ledger.reindex(uid, now);
         }
@@ -617,7 +645,7 @@ impl Ledger {
         let now = self.clock(now);
         let uid = self.account(name, now);
         window.retain(|j| !self.jobs.contains_key(&j.job_id));
-        self.accounts[uid as usize].window = window;
+        self.accounts[uid as usize].window = VecDeque::from(window);
         self.reindex(uid, now);
     }
 
@@ -871,6 +899,11 @@ impl Ledger {
     /// The user's key at `now`: `(s + h) / w − a · min(age / M, 1)`, `h` brought to
     /// `now`, the age that of its effective head (none: no age term).
     fn key(&self, uid: Uid, now: Seconds) -> f64 {
+        self.key_parts(uid, now).0
+    }
+
+    /// The user's key at `now` and its decayed usage `h` then.
+    fn key_parts(&self, uid: Uid, now: Seconds) -> (f64, f64) {
         #[cfg(test)]
         tests::KEYS.with(|k| k.set(k.get() + 1));
         let a = &self.accounts[uid as usize];
@@ -878,17 +911,28 @@ impl Ledger {
         let usage = decay_usage(a.usage, a.usage_at, a.share, now, c.usage_half_life);
         let base = fair_share_key(a.share, usage, a.settings.weight);
         let age = a.head().map_or(0.0, |job| now - job.submitted_at);
-        base - age_term(age, c.age_weight, c.max_age)
+        (base - age_term(age, c.age_weight, c.max_age), usage)
+    }
+
+    /// The user's exact rank given its key.
+    fn rank_of(&self, uid: Uid, key: f64) -> Rank {
+        let a = &self.accounts[uid as usize];
+        Rank {
+            key: quantize_key(key),
+            head_at: a.head().map_or(f64::INFINITY, |j| j.submitted_at),
+            name: a.name.clone(),
+        }
     }
 
     /// The user's exact rank at `now`.
     fn rank(&self, uid: Uid, now: Seconds) -> Rank {
-        let a = &self.accounts[uid as usize];
-        Rank {
-            key: quantize_key(self.key(uid, now)),
-            head_at: a.head().map_or(f64::INFINITY, |j| j.submitted_at),
-            name: a.name.clone(),
-        }
+        self.rank_of(uid, self.key(uid, now))
+    }
+
+    /// The user's exact rank at `now` and a fresh lower bound of it.
+    fn rank_and_bound(&self, uid: Uid, now: Seconds) -> (Rank, Bound) {
+        let (key, h) = self.key_parts(uid, now);
+        (self.rank_of(uid, key), self.bound(uid, now, key, h, true))
     }
 
     /// Whether the user's key is the same at every instant from `now` on, bit for
@@ -911,82 +955,52 @@ impl Ledger {
         usage_still && age_still
     }
 
-    /// The rate (per second) at which the user's key can at most fall (`falling`)
-    /// or rise, from `now` on: usage drifting toward the share at `λ |h − s| / w`,
-    /// and (falling only) the age term at `a / M` until it saturates.
-    fn key_slope(&self, uid: Uid, now: Seconds, falling: bool) -> f64 {
+    /// A bound of the user's quantized key from `now` on, given its key `key` and
+    /// decayed usage `h` at `now`: with `falling`, a lower bound falling at the
+    /// fastest rate the key can fall (usage drifting down to the share at
+    /// `λ (h − s) / w`, the age term at `a / M` until it saturates); else the lower
+    /// bound of the *negated* key (an upper bound of the key, rising at `λ (s − h) /
+    /// w`), for the holders' maximum. A key that cannot move is exact. The margin
+    /// covers the rounding of a key's evaluation and its quantization, relative to
+    /// the magnitudes that enter it.
+    fn bound(&self, uid: Uid, now: Seconds, key: f64, h: f64, falling: bool) -> Bound {
+        let sign = if falling { 1.0 } else { -1.0 };
+        if self.constant_key(uid, now) {
+            return Bound {
+                value: sign * quantize_key(key),
+                slope: 0.0,
+                exact: true,
+                at: now,
+            };
+        }
         let a = &self.accounts[uid as usize];
         let c = &self.config;
-        let hl = c.usage_half_life;
         let w = a.settings.weight;
+        let hl = c.usage_half_life;
         let mut slope = 0.0;
         if hl.is_finite() && hl > 0.0 {
-            let h = decay_usage(a.usage, a.usage_at, a.share, now, hl);
-            let gap = if falling { h - a.share } else { a.share - h };
+            let gap = sign * (h - a.share);
             if gap > 0.0 {
                 slope += std::f64::consts::LN_2 / hl * gap / w;
             } else if gap.is_nan() {
-                return f64::INFINITY;
+                slope = f64::INFINITY;
             }
         }
         let valid = |x: f64| x.is_finite() && x > 0.0;
         if falling && valid(c.age_weight) && valid(c.max_age) {
             let unsaturated = a
                 .head()
-                .is_some_and(|h| !saturated(now - h.submitted_at, c.max_age));
+                .is_some_and(|j| !saturated(now - j.submitted_at, c.max_age));
             if unsaturated {
                 slope += c.age_weight / c.max_age;
             }
         }
-        // Rounding of the slope itself.
-        slope * (1.0 + 1e-9)
-    }
-
-    /// A margin covering the rounding of a key's evaluation and its quantization:
-    /// relative to the magnitudes that enter it.
-    fn key_margin(&self, uid: Uid, now: Seconds) -> f64 {
-        let a = &self.accounts[uid as usize];
-        let c = &self.config;
-        let h = decay_usage(a.usage, a.usage_at, a.share, now, c.usage_half_life);
-        let scale =
-            (a.share.abs() + h.abs() + a.usage.abs()) / a.settings.weight + c.age_weight.abs();
-        scale * f64::powi(2.0, -36) + f64::MIN_POSITIVE
-    }
-
-    /// A lower bound of the user's quantized key from `now` on.
-    fn lower_bound(&self, uid: Uid, now: Seconds) -> Bound {
-        let key = self.key(uid, now);
-        if self.constant_key(uid, now) {
-            return Bound {
-                value: quantize_key(key),
-                slope: 0.0,
-                exact: true,
-                at: now,
-            };
-        }
+        let scale = (a.share.abs() + h.abs() + a.usage.abs()) / w + c.age_weight.abs();
+        let margin = scale * f64::powi(2.0, -36) + f64::MIN_POSITIVE;
         Bound {
-            value: key - self.key_margin(uid, now),
-            slope: self.key_slope(uid, now, true),
-            exact: false,
-            at: now,
-        }
-    }
-
-    /// A lower bound of the user's negated quantized key from `now` on (an upper
-    /// bound of the key, for the holders' maximum).
-    fn upper_bound(&self, uid: Uid, now: Seconds) -> Bound {
-        let key = self.key(uid, now);
-        if self.constant_key(uid, now) {
-            return Bound {
-                value: -quantize_key(key),
-                slope: 0.0,
-                exact: true,
-                at: now,
-            };
-        }
-        Bound {
-            value: -(key + self.key_margin(uid, now)),
-            slope: self.key_slope(uid, now, false),
+            value: sign * key - margin,
+            // Rounding of the slope itself.
+            slope: slope * (1.0 + 1e-9),
             exact: false,
             at: now,
         }
@@ -1035,27 +1049,30 @@ impl Ledger {
         self.unindex(uid);
         self.skip_unrunnable(uid, 0);
         let a = &self.accounts[uid as usize];
-        if !a.listed() {
+        let (holds, eligible) = (a.listed() && a.holds(), a.listed() && a.eligible());
+        if !holds && !eligible {
             return;
         }
-        if a.holds() {
-            self.index_holder(uid, now);
+        let (key, h) = self.key_parts(uid, now);
+        if holds {
+            let bound = self.bound(uid, now, key, h, false);
+            self.index_holder(uid, bound);
         }
-        if self.accounts[uid as usize].eligible() {
-            self.index_eligible(uid, now);
+        if eligible {
+            let bound = self.bound(uid, now, key, h, true);
+            self.index_eligible(uid, now, bound);
         }
     }
 
-    fn index_holder(&mut self, uid: Uid, now: Seconds) {
-        let bound = self.upper_bound(uid, now);
+    fn index_holder(&mut self, uid: Uid, bound: Bound) {
         let a = &mut self.accounts[uid as usize];
         a.holder = true;
         self.holders.insert(uid, 0.0, &a.name, bound);
     }
 
-    /// Puts an eligible user in its shape's index and in `waiting` or `overdue`.
-    fn index_eligible(&mut self, uid: Uid, now: Seconds) {
-        let bound = self.lower_bound(uid, now);
+    /// Puts an eligible user in its shape's index and in `waiting` or `overdue`, with
+    /// `bound`, a lower bound of its key from `now` on.
+    fn index_eligible(&mut self, uid: Uid, now: Seconds, bound: Bound) {
         let guard = self.config.starvation_guard;
         let a = &mut self.accounts[uid as usize];
         let Some(head) = a.head() else {
@@ -1085,7 +1102,7 @@ impl Ledger {
                 break;
             }
             self.waiting.pop_first();
-            let bound = self.lower_bound(uid, now);
+            let bound = self.rank_and_bound(uid, now).1;
             let a = &mut self.accounts[uid as usize];
             a.waiting = None;
             a.overdue = true;
@@ -1203,7 +1220,7 @@ impl Ledger {
                 allocation: a.allocation,
                 usage: a.usage,
                 usage_at: a.usage_at,
-                queue: a.window.clone(),
+                queue: a.window.iter().cloned().collect(),
             })
             .collect()
     }
