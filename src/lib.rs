@@ -9,8 +9,9 @@
 //! Public modules are what the binary, the tests and the simulator use; the rest is
 //! private and reached through the re-exports below.
 //! - [`policy`] (public): the pure fair-share decision (DRF, decayed usage, sticky
-//!   reservation with EASY backfill, age term). No I/O; the arbiter and the simulator
-//!   both call it.
+//!   reservation with EASY backfill, age term), kept between cycles in a
+//!   [`policy::Ledger`] so that a cycle costs what it grants. No I/O; the arbiter and
+//!   the simulator both call it.
 //! - [`lifecycle`] (public): the pure job lifecycle — states, events, and what
 //!   follows each (the table in its docs). Nothing else decides a transition.
 //! - [`store`] (public): repository functions over SeaORM; `store::apply` is the only

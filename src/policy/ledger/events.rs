@@ -1,0 +1,283 @@
+//! What the ledger is told between cycles: users' settings, usage and windows, jobs
+//! starting and ending, cluster reports.
+
+use std::collections::VecDeque;
+
+use super::{Job, Ledger, Outstanding, Uid, UserSettings};
+use crate::policy::{decay_usage, dominant_share, JobId, QueuedJob, Resources, Seconds};
+
+impl Ledger {
+    /// Sets a user's settings (creating it if new).
+    pub fn set_user(&mut self, now: Seconds, name: &str, settings: UserSettings) {
+        let now = self.clock(now);
+        let uid = self.account(name, now);
+        self.accounts[uid as usize].settings = settings;
+        self.reindex(uid, now);
+    }
+
+    /// Sets a user's decayed usage `usage`, valid at `usage_at` (seconds), as read back
+    /// from the database (creating the user if new).
+    pub fn set_usage(&mut self, now: Seconds, name: &str, usage: f64, usage_at: Seconds) {
+        let now = self.clock(now);
+        let uid = self.account(name, now);
+        let a = &mut self.accounts[uid as usize];
+        a.usage = usage;
+        a.usage_at = usage_at;
+        self.reindex(uid, now);
+    }
+
+    /// Replaces a user's window: a prefix of its QUEUED jobs in queue order (priority
+    /// desc, submit time, id). Jobs outstanding in the ledger are left out.
+    pub fn set_window(&mut self, now: Seconds, name: &str, mut window: Vec<QueuedJob>) {
+        let now = self.clock(now);
+        let uid = self.account(name, now);
+        window.retain(|j| !self.jobs.contains_key(&j.job_id));
+        self.accounts[uid as usize].window = VecDeque::from(window);
+        self.reindex(uid, now);
+    }
+
+    /// Makes sure `name` is known (with the default settings if new).
+    pub fn ensure_user(&mut self, now: Seconds, name: &str) {
+        let now = self.clock(now);
+        self.account(name, now);
+    }
+
+    /// Whether `name` is known.
+    pub fn knows(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
+    /// Takes a QUEUED job out of its user's window (it was cancelled or left the
+    /// queue); whether it was there.
+    pub fn drop_queued(&mut self, now: Seconds, name: &str, job: JobId) -> bool {
+        let now = self.clock(now);
+        let Some(&uid) = self.by_name.get(name) else {
+            return false;
+        };
+        let a = &mut self.accounts[uid as usize];
+        let before = a.window.len();
+        a.window.retain(|j| j.job_id != job);
+        if a.window.len() == before {
+            return false;
+        }
+        self.reindex(uid, now);
+        true
+    }
+
+    /// Counts `job` of `user` as outstanding on `cluster` (a recovered job, or one
+    /// granted outside a cycle), holding `resources` until [`Ledger::end`]; its
+    /// expected end is seconds since the epoch, if known. Not counted twice.
+    pub fn start(
+        &mut self,
+        now: Seconds,
+        job: JobId,
+        user: &str,
+        cluster: &str,
+        resources: Resources,
+        expected_end: Option<Seconds>,
+    ) {
+        let now = self.clock(now);
+        if self.jobs.contains_key(&job) {
+            return;
+        }
+        let uid = self.account(user, now);
+        let k = self.cluster(cluster);
+        self.hold(now, uid, k, job, resources, expected_end);
+        let a = &mut self.accounts[uid as usize];
+        a.window.retain(|j| j.job_id != job);
+        self.reindex(uid, now);
+    }
+
+    /// Adds a job to its user's allocation and its cluster's outstanding capacity.
+    pub(super) fn hold(
+        &mut self,
+        now: Seconds,
+        uid: Uid,
+        k: usize,
+        job: JobId,
+        resources: Resources,
+        expected_end: Option<Seconds>,
+    ) {
+        self.touch_usage(uid, now);
+        let capacity = self.capacity;
+        let a = &mut self.accounts[uid as usize];
+        a.allocation += resources;
+        a.outstanding = a.outstanding.saturating_add(1);
+        a.share = dominant_share(&a.allocation, &capacity);
+        let c = &mut self.clusters[k];
+        c.outstanding += resources;
+        c.unreported += resources;
+        let end_key = c.add(job, resources, expected_end);
+        self.jobs.insert(
+            job,
+            Job {
+                uid,
+                cluster: k,
+                resources,
+                expected_end,
+                reported: false,
+                end_key,
+            },
+        );
+    }
+
+    /// Ends an outstanding job (it finished, was declined, or is queued again): what
+    /// it held is free again. Returns it, or `None` if it was not outstanding.
+    pub fn end(&mut self, now: Seconds, job: JobId) -> Option<Outstanding> {
+        let now = self.clock(now);
+        let j = self.jobs.remove(&job)?;
+        self.touch_usage(j.uid, now);
+        let capacity = self.capacity;
+        let a = &mut self.accounts[j.uid as usize];
+        a.outstanding = a.outstanding.saturating_sub(1);
+        a.allocation = if a.outstanding == 0 {
+            Resources::ZERO
+        } else {
+            a.allocation.saturating_sub(j.resources)
+        };
+        a.share = dominant_share(&a.allocation, &capacity);
+        let c = &mut self.clusters[j.cluster];
+        c.ends.remove(&j.end_key);
+        if c.ends.is_empty() {
+            c.used_reported = c
+                .used_reported
+                .saturating_sub(c.outstanding.saturating_sub(c.unreported));
+            c.outstanding = Resources::ZERO;
+            c.unreported = Resources::ZERO;
+        } else {
+            c.outstanding = c.outstanding.saturating_sub(j.resources);
+            if j.reported {
+                c.used_reported = c.used_reported.saturating_sub(j.resources);
+            } else {
+                c.unreported = c.unreported.saturating_sub(j.resources);
+            }
+        }
+        let out = Outstanding {
+            user: self.accounts[j.uid as usize].name.clone(),
+            cluster: c.name.clone(),
+            resources: j.resources,
+            expected_end: j.expected_end,
+        };
+        self.reindex(j.uid, now);
+        Some(out)
+    }
+
+    /// Takes a report of cluster `name`: whether it answers (`healthy`), its capacity
+    /// `total` and what Ray reports in use (`used`, every tenant), of which
+    /// `reported(job)` tells which of this service's jobs the report already counts.
+    /// Other tenants' load is `used` less those jobs; the jobs it does not count yet
+    /// are added to it when judging free capacity (DESIGN §2). Returns whether
+    /// anything the policy sees changed.
+    pub fn report_cluster(
+        &mut self,
+        now: Seconds,
+        name: &str,
+        healthy: bool,
+        total: Resources,
+        used: Resources,
+        reported: impl Fn(&JobId) -> bool,
+    ) -> bool {
+        let now = self.clock(now);
+        let k = self.cluster(name);
+        let mut outstanding = Resources::ZERO;
+        let mut unreported = Resources::ZERO;
+        let mut ours_reported = Resources::ZERO;
+        let ids: Vec<JobId> = self.clusters[k].ends.values().map(|(id, _)| *id).collect();
+        for id in ids {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            job.reported = reported(&id);
+            outstanding += job.resources;
+            if job.reported {
+                ours_reported += job.resources;
+            } else {
+                unreported += job.resources;
+            }
+        }
+        let foreign = used.saturating_sub(ours_reported);
+        let c = &mut self.clusters[k];
+        let resized = c.healthy != healthy || c.total != total;
+        let before = (c.used_reported, c.outstanding, c.unreported);
+        c.healthy = healthy;
+        c.total = total;
+        c.outstanding = outstanding;
+        c.unreported = unreported;
+        c.used_reported = foreign + outstanding.saturating_sub(unreported);
+        let changed = resized || before != (c.used_reported, c.outstanding, c.unreported);
+        if resized {
+            self.resize(now);
+        }
+        changed
+    }
+
+    /// The healthy clusters changed: bring every user's usage to `now` with the
+    /// share it held, then recompute capacity, shares and every index.
+    pub(super) fn resize(&mut self, now: Seconds) {
+        for uid in 0..self.accounts.len() {
+            self.touch_usage(uid as Uid, now);
+        }
+        self.refresh_capacity();
+        let capacity = self.capacity;
+        for a in &mut self.accounts {
+            a.share = dominant_share(&a.allocation, &capacity);
+        }
+        for uid in 0..self.accounts.len() {
+            self.reindex(uid as Uid, now);
+        }
+    }
+
+    pub(super) fn refresh_capacity(&mut self) {
+        self.totals = self
+            .by_cluster_name
+            .values()
+            .map(|&k| &self.clusters[k])
+            .filter(|c| c.healthy)
+            .map(|c| c.total)
+            .collect();
+        self.capacity = self
+            .totals
+            .iter()
+            .fold(Resources::ZERO, |sum, total| sum + *total);
+    }
+
+    /// Brings a user's decayed usage to `now` with the share it holds (call before
+    /// the share changes).
+    pub(super) fn touch_usage(&mut self, uid: Uid, now: Seconds) {
+        let hl = self.config.usage_half_life;
+        let a = &mut self.accounts[uid as usize];
+        let usage = decay_usage(a.usage, a.usage_at, a.share, now, hl);
+        // An unchanged value needs no write: from the stored pair it decays the same
+        // (it equals the share, or history is off).
+        if usage != a.usage {
+            a.usage_dirty = true;
+        }
+        a.usage = usage;
+        a.usage_at = now;
+    }
+
+    /// Brings every user's decayed usage to `now` (before saving them all).
+    pub fn touch_all_usage(&mut self, now: Seconds) {
+        let now = self.clock(now);
+        for uid in 0..self.accounts.len() {
+            self.touch_usage(uid as Uid, now);
+            self.accounts[uid].usage_dirty = true;
+        }
+        for uid in 0..self.accounts.len() {
+            self.reindex(uid as Uid, now);
+        }
+    }
+
+    /// The users whose decayed usage changed since the last call: `(user, usage,
+    /// usage_at)`, the usage valid at `usage_at` (seconds); what a restart needs to
+    /// carry usage on.
+    pub fn take_usage_changes(&mut self) -> Vec<(String, f64, Seconds)> {
+        let mut out = Vec::new();
+        for a in &mut self.accounts {
+            if std::mem::take(&mut a.usage_dirty) {
+                out.push((a.name.to_string(), a.usage, a.usage_at));
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,124 @@
+//! What the ledger answers besides explanations: outstanding jobs, users' live
+//! state, and the snapshot a cycle decides on.
+
+use std::sync::Arc;
+
+use super::{Account, Ledger, Outstanding, Uid, UserState};
+use crate::policy::{
+    decay_usage, fair_share_key, ClusterView, JobId, Reservation, Resources, Seconds, UserView,
+};
+
+impl Ledger {
+    /// The reservation the last cycle left, if any.
+    pub fn reservation(&self) -> Option<&Reservation> {
+        self.reservation.as_ref()
+    }
+
+    /// An outstanding job.
+    pub fn outstanding(&self, job: &JobId) -> Option<Outstanding> {
+        let j = self.jobs.get(job)?;
+        Some(Outstanding {
+            user: self.accounts[j.uid as usize].name.clone(),
+            cluster: self.clusters[j.cluster].name.clone(),
+            resources: j.resources,
+            expected_end: j.expected_end,
+        })
+    }
+
+    /// Number of outstanding jobs.
+    pub fn outstanding_count(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Whether `job` is outstanding.
+    pub fn is_outstanding(&self, job: &JobId) -> bool {
+        self.jobs.contains_key(job)
+    }
+
+    /// The sum of the healthy clusters' totals (cores, GPUs, bytes).
+    pub fn capacity(&self) -> Resources {
+        self.capacity
+    }
+
+    /// One user's live state, its usage brought to `now`.
+    pub fn user(&self, name: &str, now: Seconds) -> Option<UserState> {
+        let &uid = self.by_name.get(name)?;
+        Some(self.user_state(uid, now))
+    }
+
+    fn user_state(&self, uid: Uid, now: Seconds) -> UserState {
+        let a = &self.accounts[uid as usize];
+        let hl = self.config.usage_half_life;
+        let usage = decay_usage(a.usage, a.usage_at, a.share, now, hl);
+        UserState {
+            settings: a.settings.clone(),
+            allocation: a.allocation,
+            outstanding: a.outstanding,
+            share: a.share,
+            usage,
+            key: fair_share_key(a.share, usage, a.settings.weight),
+            window: a.window.len(),
+        }
+    }
+
+    /// Every user the ledger knows, by name, with its live state at `now`.
+    pub fn users(&self, now: Seconds) -> impl Iterator<Item = (&str, UserState)> + '_ {
+        self.by_name.values().map(move |&uid| {
+            (
+                &*self.accounts[uid as usize].name,
+                self.user_state(uid, now),
+            )
+        })
+    }
+
+    /// The stored decayed usage of a user: `(usage, usage_at)`.
+    pub fn usage_of(&self, name: &str) -> Option<(f64, Seconds)> {
+        let &uid = self.by_name.get(name)?;
+        let a = &self.accounts[uid as usize];
+        Some((a.usage, a.usage_at))
+    }
+
+    /// Every cluster as [`super::run_cycle`] would see it, in name order.
+    pub fn cluster_views(&self) -> Vec<ClusterView> {
+        self.by_cluster_name
+            .values()
+            .map(|&k| self.clusters[k].view())
+            .collect()
+    }
+
+    /// Every user the ledger knows, as [`super::run_cycle`] takes users (those with
+    /// an empty window too), in name order.
+    pub fn all_user_views(&self) -> Vec<UserView> {
+        self.views_where(|_| true)
+    }
+
+    /// Every user that takes part in a cycle, as [`super::run_cycle`] would take it,
+    /// in name order: with the ledger's [`Ledger::cluster_views`] and
+    /// [`Ledger::reservation`], the snapshot whose cycle the next
+    /// [`Ledger::cycle`] makes.
+    pub fn user_views(&self) -> Vec<UserView> {
+        self.views_where(Account::listed)
+    }
+
+    fn views_where(&self, keep: impl Fn(&Account) -> bool) -> Vec<UserView> {
+        let mut names: Vec<(&Arc<str>, Uid)> = self.by_name.iter().map(|(n, &u)| (n, u)).collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|(_, uid)| &self.accounts[uid as usize])
+            .filter(|a| keep(a))
+            .map(|a| UserView {
+                user: a.name.to_string(),
+                weight: a.settings.weight,
+                paused: a.settings.paused,
+                max_running_jobs: a.settings.max_running_jobs,
+                max_resources: a.settings.max_resources,
+                outstanding_jobs: a.outstanding,
+                allocation: a.allocation,
+                usage: a.usage,
+                usage_at: a.usage_at,
+                queue: a.window.iter().cloned().collect(),
+            })
+            .collect()
+    }
+}
