@@ -4,7 +4,7 @@
 //!
 //! A [`Ledger`] is still pure: no I/O, no clock (every call that depends on time
 //! takes `now`, seconds), no randomness. Feeding it the same calls gives the same
-//! grants. [`Ledger::cycle`] makes exactly the decision [`super::run_cycle`] makes
+//! grants. [`Ledger::cycle`] makes exactly the decision [`crate::policy::run_cycle`] makes
 //! on a snapshot of the same state (the property tests check it against the
 //! straightforward O(users) implementation kept as their oracle); `run_cycle` is a
 //! ledger built from the snapshot for one cycle.
@@ -34,7 +34,7 @@
 //! the last cycle left (free capacity after its grants, the reservation and its
 //! expected start, where a strict cycle stopped, whether any cluster was healthy).
 //! Right after a cycle they are exactly the reasons and order
-//! [`super::CycleOutcome`] lists.
+//! [`crate::policy::CycleOutcome`] lists.
 //!
 //! # Time
 //!
@@ -305,7 +305,7 @@ impl ClusterState {
         }
     }
 
-    /// The cluster as [`super::run_cycle`] takes it.
+    /// The cluster as [`crate::policy::run_cycle`] takes it.
     fn view(&self) -> ClusterView {
         ClusterView {
             name: self.name.clone(),
@@ -539,7 +539,7 @@ impl Ledger {
         }
     }
 
-    /// A ledger holding exactly a snapshot, as [`super::run_cycle`] takes one: every
+    /// A ledger holding exactly a snapshot, as [`crate::policy::run_cycle`] takes one: every
     /// user takes part in the next cycle (even with an empty window), each with the
     /// allocation and outstanding count given, and each cluster as given (its
     /// `jobs` are what its reservation shadow walks).

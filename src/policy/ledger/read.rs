@@ -78,7 +78,7 @@ impl Ledger {
         Some((a.usage, a.usage_at))
     }
 
-    /// Every cluster as [`super::run_cycle`] would see it, in name order.
+    /// Every cluster as [`crate::policy::run_cycle`] would see it, in name order.
     pub fn cluster_views(&self) -> Vec<ClusterView> {
         self.by_cluster_name
             .values()
@@ -86,13 +86,13 @@ impl Ledger {
             .collect()
     }
 
-    /// Every user the ledger knows, as [`super::run_cycle`] takes users (those with
+    /// Every user the ledger knows, as [`crate::policy::run_cycle`] takes users (those with
     /// an empty window too), in name order.
     pub fn all_user_views(&self) -> Vec<UserView> {
         self.views_where(|_| true)
     }
 
-    /// Every user that takes part in a cycle, as [`super::run_cycle`] would take it,
+    /// Every user that takes part in a cycle, as [`crate::policy::run_cycle`] would take it,
     /// in name order: with the ledger's [`Ledger::cluster_views`] and
     /// [`Ledger::reservation`], the snapshot whose cycle the next
     /// [`Ledger::cycle`] makes.
