@@ -51,6 +51,10 @@ pub struct Metrics {
     pub intake_batch_size: Histogram,
     /// Seconds from an intake transaction's first statement to its commit.
     pub intake_commit_seconds: Histogram,
+    /// Intake transactions committed, by round trips to the database (label
+    /// `round_trips`: "1" for a PostgreSQL batch committed in one message, "2"
+    /// otherwise).
+    pub intake_batches: IntCounterVec,
     /// From the monitor seeing a job finish to the POST of the next job the freed
     /// capacity went to, seconds.
     pub finish_to_dispatch: Histogram,
@@ -258,6 +262,13 @@ fn build() -> Result<Metrics, prometheus::Error> {
                 "From an intake transaction's first statement to its commit (group commit)."
             )
             .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
+        )?),
+        intake_batches: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_intake_batches_total",
+                "Intake transactions committed, by round trips to the database (1: a PostgreSQL batch with no stored key, no new user and room in every queue, sent as one message)."
+            ),
+            &["round_trips"]
         )?),
         ray_pending_jobs: reg!(IntGaugeVec::new(
             Opts::new(

@@ -5,9 +5,11 @@ against an empty service, scheduling cycle time, and API latencies (p50 of repea
 calls). Everything listens on 127.0.0.1.
 
 The cluster is a stand-in for Ray that reports 64 CPUs, all used by another tenant, and
-no jobs: it is healthy, so every cycle runs the whole policy over every user's window,
-and full, so nothing dispatches. SCALE_CLUSTER=none uses a closed port instead (no
-healthy cluster: the cycle only says so).
+no jobs: it is healthy, so every cycle runs the policy, and full, so nothing
+dispatches. SCALE_CLUSTER=none uses a closed port instead (no healthy cluster: the
+cycle only says so). After the service, one pass of the scheduler fairshare replaces
+(scripts/bench/old_loop.py: the gateway's queries) runs on the same database, for the
+ratio.
 
     scripts/bench-scale 1000000 1000            # SQLite (the default)
     scripts/bench-scale 1000000 1000 postgres   # PostgreSQL at 127.0.0.1:5432
@@ -216,6 +218,9 @@ def main():
                 cycle_ms = val("fairshare_cycle_duration_seconds_sum") / max(cycles, 1) * 1000
             finally:
                 proc.terminate(); proc.wait()
+            old_loop = os.path.join(os.path.dirname(os.path.abspath(__file__)), "old_loop.py")
+            subprocess.run([sys.executable, old_loop, backend,
+                            path if backend == "sqlite" else url, "3"], check=False)
             per_user = n // users
             print(f"/healthz after {healthz:.3f} s; /readyz after {readyz:.3f} s; queued {sched['queued_jobs']}")
             print(f"RSS {rss / 1024:.0f} MiB, empty service {empty_rss / 1024:.0f} MiB: "

@@ -206,11 +206,32 @@ pub async fn submit_batch(
     batch: Vec<NewJob>,
     default_max_queued: u32,
 ) -> Vec<Result<Intake, StoreError>> {
-    submit_batch_positioned(db, batch, default_max_queued)
+    submit_batch_with(db, batch, default_max_queued, true)
         .await
+        .0
         .into_iter()
-        .map(|a| a.answer)
+        .map(|(answer, _)| answer)
         .collect()
+}
+
+/// [`submit_batch`], on PostgreSQL trying the batch in one round trip first or not
+/// (`one_round_trip`, see [`postgres`]): each answer with a created job's queue
+/// position, and in how many round trips the batch committed (2 on SQLite; 0 if it
+/// failed or went one submission at a time). Answers and rows are the same either
+/// way; the tests hold the two ways to that.
+pub async fn submit_batch_with(
+    db: &Db,
+    batch: Vec<NewJob>,
+    default_max_queued: u32,
+    one_round_trip: bool,
+) -> (Vec<(Result<Intake, StoreError>, Option<u64>)>, u8) {
+    let (answers, trips) =
+        submit_batch_counted(db, batch, default_max_queued, one_round_trip).await;
+    let answers = answers
+        .into_iter()
+        .map(|a| (a.answer, a.position))
+        .collect();
+    (answers, trips)
 }
 
 /// One submission's answer, with a created job's place in its user's queue.
@@ -230,14 +251,29 @@ impl Answered {
     }
 }
 
-/// [`submit_batch`] with each created job's queue position.
+/// [`submit_batch`] with each created job's queue position; `speculate`: PostgreSQL
+/// may try the batch in one round trip first ([`postgres::commit`]).
 async fn submit_batch_positioned(
     db: &Db,
     batch: Vec<NewJob>,
     default_max_queued: u32,
+    speculate: bool,
 ) -> Vec<Answered> {
-    match commit(db, &batch, default_max_queued).await {
-        Ok(answers) => answers,
+    submit_batch_counted(db, batch, default_max_queued, speculate)
+        .await
+        .0
+}
+
+/// [`submit_batch_positioned`], with the round trips the commit took (0: it failed,
+/// or went one submission at a time).
+async fn submit_batch_counted(
+    db: &Db,
+    batch: Vec<NewJob>,
+    default_max_queued: u32,
+    speculate: bool,
+) -> (Vec<Answered>, u8) {
+    match commit(db, &batch, default_max_queued, speculate).await {
+        Ok(done) => done,
         Err(e)
             if matches!(e.sql_err(), Some(SqlErr::UniqueConstraintViolation(_)))
                 && batch.len() > 1 =>
@@ -246,22 +282,23 @@ async fn submit_batch_positioned(
             // resolves against whatever is stored now.
             let mut answers = Vec::with_capacity(batch.len());
             for new in batch {
-                let one = commit(db, std::slice::from_ref(&new), default_max_queued).await;
+                let one = commit(db, std::slice::from_ref(&new), default_max_queued, false).await;
                 answers.push(match one {
-                    Ok(mut a) => a.pop().unwrap_or_else(|| {
+                    Ok((mut a, _)) => a.pop().unwrap_or_else(|| {
                         Answered::failed(StoreError::Db(DbErr::Custom("empty".into())))
                     }),
                     Err(e) => Answered::failed(StoreError::Db(e)),
                 });
             }
-            answers
+            (answers, 0)
         }
         Err(e) => {
             let text = e.to_string();
-            batch
+            let answers = batch
                 .iter()
                 .map(|_| Answered::failed(StoreError::Db(DbErr::Custom(text.clone()))))
-                .collect()
+                .collect();
+            (answers, 0)
         }
     }
 }
@@ -363,7 +400,8 @@ async fn commit(
     db: &Db,
     batch: &[NewJob],
     default_max_queued: u32,
-) -> Result<Vec<Answered>, DbErr> {
+    speculate: bool,
+) -> Result<(Vec<Answered>, u8), DbErr> {
     let users: Vec<&str> = batch
         .iter()
         .map(|n| n.user.as_str())
@@ -375,22 +413,26 @@ async fn commit(
     // queue positions computed from the counts read are the queue's order.
     let decide_at = |stored: Stored| {
         let at = now();
-        let (answers, mut rows) = decide(batch, stored, default_max_queued, at);
+        let (answers, mut rows) = decide(batch, stored, default_max_queued, at, Uuid::now_v7);
         // By user: the `queue_counts` triggers lock one row per (user, priority), and
         // every transaction that changes several users' jobs does so in user order.
         rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
         (answers, rows, at)
     };
-    let answers = if db.get_database_backend() == DatabaseBackend::Postgres {
-        postgres::commit(db, batch, &users, default_max_queued, decide_at).await?
+    let done = if db.get_database_backend() == DatabaseBackend::Postgres {
+        postgres::commit(db, batch, &users, default_max_queued, speculate, decide_at).await?
     } else {
         let (txn, stored) = sqlite::read(db, batch, &users, default_max_queued).await?;
         let (answers, rows, at) = decide_at(stored);
         txn.insert_and_commit(&rows, at).await?;
-        answers
+        crate::metrics::get()
+            .intake_batches
+            .with_label_values(&["2"])
+            .inc();
+        (answers, 2)
     };
     crate::events::committed();
-    Ok(answers)
+    Ok(done)
 }
 
 /// A batch's open transaction on a connection taken from the pool by hand: `BEGIN`
@@ -620,6 +662,7 @@ fn decide(
     stored: Stored,
     default_max_queued: u32,
     at: chrono::DateTime<chrono::Utc>,
+    mut next_id: impl FnMut() -> Uuid,
 ) -> (Vec<Answered>, Vec<job::Model>) {
     let Stored {
         limits,
@@ -658,7 +701,7 @@ fn decide(
             .entry(new.user.as_str())
             .or_default()
             .push((Reverse(new.priority), answers.len()));
-        let row = new_row(new, Uuid::now_v7(), at);
+        let row = new_row(new, next_id(), at);
         if let Some(ext) = &new.external_id {
             known.insert((new.user.clone(), ext.clone()), row.clone());
         }
@@ -685,7 +728,9 @@ fn decide(
     (answers, rows)
 }
 
-/// PostgreSQL's intake: a batch takes two round trips, whatever its size.
+/// PostgreSQL's intake: a batch takes two round trips, whatever its size (one, for a
+/// batch taken while no other is in flight and with nothing to weigh: see
+/// [`postgres::commit`], "One round trip").
 ///
 /// 1. `BEGIN; EXECUTE lock(users); EXECUTE read(users, keys)` (one simple-query
 ///    message): the transaction, the users' row locks and the read of their counts
@@ -758,14 +803,50 @@ mod postgres {
            RETURNING id) \
          INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', $2 FROM j";
 
+    /// [`INSERT`], guarded (the batch in one round trip, see [`commit`]): the jobs
+    /// (`$1`) and their events at `$2` are inserted only if every user of the batch
+    /// (`$3`) exists, no stored job has one of the batch's `(user, external_id)`
+    /// pairs, and no user's QUEUED jobs plus its jobs in the batch (`$4`, by `$3`'s
+    /// order) exceed its `max_queued_jobs` (else the default, `$5`): exactly when
+    /// [`super::decide`] would create every job of a batch without repeated keys.
+    /// Otherwise nothing. Answers the number of jobs inserted (all or none). Runs after
+    /// the lock, in a snapshot of its own (READ COMMITTED), as [`READ`] does.
+    const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) AS r(\
+           id uuid, user_id text, external_id text, priority integer, entrypoint text, \
+           runtime_env json, metadata json, cpu double precision, gpu double precision, \
+           memory_bytes bigint, max_runtime_s bigint)), \
+         ok AS (SELECT \
+           (SELECT count(*) FROM users WHERE id = ANY($3::text[])) = cardinality($3::text[]) \
+           AND NOT EXISTS (SELECT 1 FROM r CROSS JOIN LATERAL (SELECT 1 FROM jobs \
+             WHERE jobs.user_id = r.user_id AND jobs.external_id = r.external_id OFFSET 0) x) \
+           AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::bigint[]) AS k(user_id, n) \
+             CROSS JOIN LATERAL (SELECT max_queued_jobs FROM users \
+               WHERE users.id = k.user_id OFFSET 0) u \
+             WHERE (SELECT coalesce(sum(queued), 0) FROM queue_counts \
+               WHERE queue_counts.user_id = k.user_id) + k.n \
+               > greatest(coalesce(u.max_queued_jobs, $5), 0)) AS pass), \
+         j AS (INSERT INTO jobs (id, user_id, external_id, status, priority, entrypoint, \
+           runtime_env, metadata, cpu, gpu, memory_bytes, max_runtime_s, submitted_at, \
+           attempt) \
+           SELECT id, user_id, external_id, 'QUEUED', priority, entrypoint, runtime_env, \
+           metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1 FROM r, ok \
+           WHERE ok.pass ORDER BY user_id RETURNING id), \
+         e AS (INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', $2 FROM j) \
+         SELECT count(*) AS inserted FROM j";
+
     /// The statements a connection prepares for intake: name, parameter types, text.
     /// A connection prepares them at its first batch (the error "prepared statement
     /// does not exist" says when), and again if a migration changed a table under
     /// them ("cached plan must not change result type").
-    const PREPARED: [(&str, &str, &str); 3] = [
+    const PREPARED: [(&str, &str, &str); 4] = [
         ("fairshare_intake_lock", "text[]", super::super::LOCK_USERS),
         ("fairshare_intake_read", "text[], text[], text[]", READ),
         ("fairshare_intake_insert", "json, timestamptz", INSERT),
+        (
+            "fairshare_intake_insert_if",
+            "json, timestamptz, text[], bigint[], integer",
+            INSERT_IF,
+        ),
     ];
 
     /// Appends `s` to `sql` as an escape-string literal, `E'…'`, with every backslash
@@ -958,22 +1039,56 @@ mod postgres {
     ///   rolled back). Not found: it never will be, and the batch goes on as new.
     ///
     /// `decide`: what the batch answers and inserts given what round trip 1 read.
+    ///
+    /// **One round trip** (`speculate`, when the writer has no other batch in flight:
+    /// a lone client's case). The batch is first sent as one message, `BEGIN; lock;
+    /// read; insert if; COMMIT` ([`INSERT_IF`]), its ids and submit time chosen
+    /// before: the guarded insert writes every job exactly when [`super::decide`]
+    /// would create them all (users exist, no key stored, every user within its
+    /// limit), and nothing otherwise; then the batch goes the two-round-trip way
+    /// above. The answers (queue positions) come from `decide` on what the same
+    /// message read. Its submit time is taken before its user locks, not after: the
+    /// writer runs such a batch alone, so none of its own batches can commit a later
+    /// submit time first; another replica's batch for the same user, racing it within
+    /// that round trip, can (their queue order is then their submit times', and the
+    /// positions answered may count the other batch's jobs or miss them). A loss in
+    /// that round trip is in doubt, settled as above.
     pub(super) async fn commit(
         db: &Db,
         batch: &[NewJob],
         users: &[&str],
         default_max_queued: u32,
+        speculate: bool,
         decide: impl Fn(Stored) -> Decided,
-    ) -> Result<Vec<Answered>, DbErr> {
+    ) -> Result<(Vec<Answered>, u8), DbErr> {
         let pool = db.get_postgres_connection_pool();
         let max_lost = pool.options().get_max_connections() as usize + 2;
         let mut lost = 0;
         // The last attempt's first job id and answers when its round trip 2 was lost.
         let mut in_doubt = None;
+        let batches = &crate::metrics::get().intake_batches;
+        if speculate {
+            match one_round_trip(db, batch, users, default_max_queued, &mut in_doubt).await {
+                Ok(Some(answers)) => {
+                    batches.with_label_values(&["1"]).inc();
+                    return Ok((answers, 1));
+                }
+                Ok(None) => {}
+                Err(Failed::Refused(e)) => return Err(e),
+                Err(Failed::Lost(e)) => {
+                    lost += 1;
+                    tracing::info!(error = %e, lost, in_doubt = in_doubt.is_some(),
+                        "intake lost its connection; the batch begins again on another");
+                }
+            }
+        }
         loop {
             let e =
                 match attempt(db, batch, users, default_max_queued, &decide, &mut in_doubt).await {
-                    Ok(answers) => return Ok(answers),
+                    Ok(answers) => {
+                        batches.with_label_values(&["2"]).inc();
+                        return Ok((answers, 2));
+                    }
                     Err(Failed::Refused(e)) => return Err(e),
                     Err(Failed::Lost(e)) => e,
                 };
@@ -984,6 +1099,149 @@ mod postgres {
             tracing::info!(error = %e, lost, in_doubt = in_doubt.is_some(),
                 "intake lost its connection; the batch begins again on another");
         }
+    }
+
+    /// The batch in one round trip (see [`commit`]): `Some(answers)` if it committed
+    /// so, `None` if the guard found something [`super::decide`] must weigh (nothing
+    /// was written) or the statements were not prepared on the connection yet (now
+    /// they are). A loss leaves the batch in doubt, with the answers it would have
+    /// (without queue positions: the API counts them).
+    async fn one_round_trip(
+        db: &Db,
+        batch: &[NewJob],
+        users: &[&str],
+        default_max_queued: u32,
+        in_doubt: &mut Option<(Uuid, Vec<Answered>)>,
+    ) -> Result<Option<Vec<Answered>>, Failed> {
+        let pairs = key_pairs(batch);
+        if pairs.len() != batch.iter().filter(|n| n.external_id.is_some()).count() {
+            // A key repeated inside the batch resolves against its first use: decide.
+            return Ok(None);
+        }
+        let at = now();
+        let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::now_v7()).collect();
+        let mut rows: Vec<job::Model> = batch
+            .iter()
+            .zip(&ids)
+            .map(|(new, id)| new_row(new, *id, at))
+            .collect();
+        rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
+        let counts: Vec<String> = users
+            .iter()
+            .map(|u| batch.iter().filter(|n| n.user == *u).count().to_string())
+            .collect();
+
+        let mut users_array = String::new();
+        text_array(&mut users_array, users.iter().copied()).map_err(Failed::Refused)?;
+        let mut sql = format!(
+            "BEGIN; EXECUTE fairshare_intake_lock({users_array}); \
+             EXECUTE fairshare_intake_read({users_array}, "
+        );
+        text_array(&mut sql, pairs.iter().map(|p| p.0)).map_err(Failed::Refused)?;
+        sql.push_str(", ");
+        text_array(&mut sql, pairs.iter().map(|p| p.1)).map_err(Failed::Refused)?;
+        sql.push_str("); EXECUTE fairshare_intake_insert_if(");
+        let doc: Vec<DocRow<'_>> = rows.iter().map(DocRow::from).collect();
+        let doc = serde_json::to_string(&doc)
+            .map_err(|e| Failed::Refused(DbErr::Custom(format!("a batch as JSON: {e}"))))?;
+        literal(&mut sql, &doc).map_err(Failed::Refused)?;
+        sql.push_str(", ");
+        literal(&mut sql, &at.format("%Y-%m-%d %H:%M:%S%.6f+00").to_string())
+            .map_err(Failed::Refused)?;
+        let _ = write!(
+            sql,
+            ", {users_array}, '{{{}}}'::bigint[], {default_max_queued}); COMMIT",
+            counts.join(",")
+        );
+
+        let pool = db.get_postgres_connection_pool();
+        let mut conn = pool
+            .acquire()
+            .await
+            .map_err(|e| Failed::Refused(db_err(e)))?;
+        let answered = match simple(&mut conn, &sql).await {
+            Ok(read) => read,
+            Err(e) => {
+                if matches!(sqlstate(&e).as_deref(), Some("26000" | "0A000")) {
+                    // Not prepared here yet: prepare now, and go the usual way.
+                    let Some(mut back) = rollback(conn).await else {
+                        return Err(Failed::Lost(db_err(e)));
+                    };
+                    if let Err(e) = prepare(&mut back).await {
+                        abandon(back, &e).await;
+                        return Err(failed(e));
+                    }
+                    return Ok(None);
+                }
+                if connection_lost(&e) {
+                    drop(conn.detach());
+                    *in_doubt = Some((batch_first(&ids), created(&rows)));
+                    return Err(Failed::Lost(db_err(e)));
+                }
+                abandon(conn, &e).await;
+                return Err(failed(e));
+            }
+        };
+        let (inserted, read): (Vec<PgRow>, Vec<PgRow>) = answered
+            .into_iter()
+            .partition(|row| row.try_column("inserted").is_ok());
+        let inserted: i64 = match inserted.first() {
+            Some(row) => row
+                .try_get("inserted")
+                .map_err(|e| Failed::Refused(db_err(e)))?,
+            None => 0,
+        };
+        if inserted == 0 {
+            return Ok(None);
+        }
+        // Committed: what decide makes of the same read, with the same ids, is what was
+        // written (the guard is decide's own condition for creating every job).
+        let stored = stored_of(read, default_max_queued).map_err(Failed::Refused)?;
+        let mut next = ids.iter().copied();
+        let (answers, decided) = decide(batch, stored, default_max_queued, at, || {
+            next.next().unwrap_or_else(Uuid::now_v7)
+        });
+        let same = decided.len() == rows.len()
+            && decided.iter().all(|d| rows.iter().any(|r| r.id == d.id));
+        #[cfg(feature = "fault-injection")]
+        if let Some(name) = db_name(db) {
+            if crate::faults::intake_commit_answer_lost(&name).await {
+                let answers = if same { answers } else { created(&rows) };
+                *in_doubt = Some((batch_first(&ids), answers));
+                return Err(Failed::Lost(DbErr::Custom(
+                    "fault injected: the answer to the commit was lost".into(),
+                )));
+            }
+        }
+        if !same {
+            // The guard read the counts a statement later than decide's read: a job
+            // that left or re-entered a queue in between (a dispatch, a requeue, which
+            // take no user lock) can make them disagree. What was written stands (the
+            // guard held the limit on the later count); positions are counted afresh.
+            tracing::info!(
+                written = rows.len(),
+                decided = decided.len(),
+                "a queue changed between intake's read and its guarded insert"
+            );
+            return Ok(Some(created(&rows)));
+        }
+        Ok(Some(answers))
+    }
+
+    /// Each row's answer as created, without its queue position (the API counts it).
+    fn created(rows: &[job::Model]) -> Vec<Answered> {
+        rows.iter()
+            .map(|row| Answered {
+                answer: Ok(Intake::Created(row.clone())),
+                position: None,
+            })
+            .collect()
+    }
+
+    /// The id of a batch's first job as written (rows go in user order, but any of
+    /// them tells whether the transaction committed): the smallest.
+    fn batch_first(ids: &[Uuid]) -> Uuid {
+        ids.iter().copied().min().unwrap_or_else(Uuid::nil)
     }
 
     /// One attempt at a batch (see [`commit`]). On a loss in round trip 2 it leaves
@@ -1364,8 +1622,12 @@ impl IntakeWriter {
 async fn run(db: Db, mut rx: mpsc::Receiver<Pending>, default_max_queued: u32, in_flight: usize) {
     let mut batches = tokio::task::JoinSet::new();
     let mut pending = Vec::with_capacity(MAX_BATCH);
+    // A batch tried in one round trip takes its submit time before its user locks;
+    // it runs alone, so that no batch of this writer takes a lock it waits for and
+    // commits a later submit time first (see `postgres::commit`, "One round trip").
+    let mut alone = false;
     loop {
-        while batches.len() >= in_flight {
+        while batches.len() >= in_flight || (alone && !batches.is_empty()) {
             batches.join_next().await;
         }
         // What is left of the last arrivals goes first; new ones are taken only once
@@ -1376,18 +1638,22 @@ async fn run(db: Db, mut rx: mpsc::Receiver<Pending>, default_max_queued: u32, i
         let n = batch_len(pending.iter().map(|p| &p.new));
         let batch: Vec<Pending> = pending.drain(..n).collect();
         let db = db.clone();
-        batches.spawn(async move { commit_and_answer(&db, batch, default_max_queued).await });
+        alone = batches.is_empty();
+        let speculate = alone;
+        batches.spawn(
+            async move { commit_and_answer(&db, batch, default_max_queued, speculate).await },
+        );
     }
     while batches.join_next().await.is_some() {}
 }
 
 /// Commits one batch and answers each of its requests.
-async fn commit_and_answer(db: &Db, batch: Vec<Pending>, default_max_queued: u32) {
+async fn commit_and_answer(db: &Db, batch: Vec<Pending>, default_max_queued: u32, speculate: bool) {
     let (news, replies): (Vec<NewJob>, Vec<_>) =
         batch.into_iter().map(|p| (p.new, p.reply)).unzip();
     let size = news.len();
     let started = std::time::Instant::now();
-    let answers = submit_batch_positioned(db, news, default_max_queued).await;
+    let answers = submit_batch_positioned(db, news, default_max_queued, speculate).await;
     let m = crate::metrics::get();
     m.intake_batch_size.observe(size as f64);
     m.intake_commit_seconds

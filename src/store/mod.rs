@@ -39,8 +39,8 @@ pub use events::{
     last_event_id, set_webhook_cursor, webhook_cursor, Change, JobEvent,
 };
 pub use intake::{
-    batch_len, payload_differences, submit_batch, submit_job, Intake, IntakeWriter, NewJob,
-    MAX_BATCH, MAX_BATCH_BYTES,
+    batch_len, payload_differences, submit_batch, submit_batch_with, submit_job, Intake,
+    IntakeWriter, NewJob, MAX_BATCH, MAX_BATCH_BYTES,
 };
 
 pub use ray_api::{delete_job, jobs_by_external_id, package_content, package_exists, put_package};

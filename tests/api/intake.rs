@@ -778,3 +778,125 @@ async fn large_submissions_at_once_are_batched_by_bytes(which: Db) {
     );
 }
 crate::both_databases!(large_submissions_at_once_are_batched_by_bytes);
+
+/// What one submission of [`one_round_trip_answers_as_two_do`] came to, without what
+/// may differ between two runs (ids, times, the users' prefix).
+fn outcome(a: &(Result<Intake, store::StoreError>, Option<u64>)) -> String {
+    let strip = |u: &str| u.rsplit('-').next().unwrap_or(u).to_string();
+    match &a.0 {
+        Ok(Intake::Created(j)) => format!(
+            "created {} {:?} p{} at {:?}",
+            strip(&j.user_id),
+            j.external_id,
+            j.priority,
+            a.1
+        ),
+        Ok(Intake::Existing(j)) => format!("existing {} {:?}", strip(&j.user_id), j.external_id),
+        Ok(Intake::Conflict { existing, .. }) => {
+            format!("conflict {:?}", existing.external_id)
+        }
+        Err(store::StoreError::QueueFull { user, limit }) => {
+            format!("full {} {limit}", strip(user))
+        }
+        Err(e) => format!("error {e}"),
+    }
+}
+
+/// Property (PostgreSQL): a batch tried in one round trip (as a lone client's is)
+/// answers and stores exactly what the two-round-trip way does, whatever is stored
+/// already: keys seen before, queues at their limit, users not created yet, keys
+/// repeated inside the batch. And it takes one round trip exactly when none of these
+/// is there (each user exists, no key is stored or repeated, every queue has room).
+#[test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+fn one_round_trip_answers_as_two_do() {
+    use sea_orm::ConnectionTrait;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CASE: AtomicU64 = AtomicU64::new(0);
+    let job = (0..3usize, prop::option::of(0..5u8), -1i32..=1);
+    let case = (
+        prop::collection::vec(job.clone(), 0..8),
+        prop::collection::vec(job, 1..8),
+        prop::option::of(0..5i32),
+    );
+    crate::helpers::property_on_db(
+        Db::Postgres,
+        96,
+        case,
+        |conn, (first, batch, own)| async move {
+            let case = CASE.fetch_add(1, Ordering::SeqCst);
+            let mut runs = Vec::new();
+            for one in [true, false] {
+                let prefix = format!("c{case}{}-", if one { "a" } else { "b" });
+                let new = |&(u, k, p): &(usize, Option<u8>, i32)| NewJob {
+                    priority: p,
+                    ..crate::helpers::new_job(&format!("{prefix}{u}"), k.map(|k| format!("k{k}")))
+                };
+                let stored: Vec<NewJob> = first.iter().map(new).collect();
+                store::submit_batch_with(&conn, stored, 4, false).await;
+                if let Some(limit) = own {
+                    conn.execute_unprepared(&format!(
+                        "UPDATE users SET max_queued_jobs = {limit} WHERE id = '{prefix}0'"
+                    ))
+                    .await
+                    .unwrap();
+                }
+                let existing: Vec<String> = conn
+                    .query_all(sea_orm::Statement::from_string(
+                        sea_orm::DatabaseBackend::Postgres,
+                        format!("SELECT id FROM users WHERE id LIKE '{prefix}%'"),
+                    ))
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.try_get_by_index(0).unwrap())
+                    .collect();
+                let batch: Vec<NewJob> = batch.iter().map(new).collect();
+                let users_exist = batch.iter().all(|n| existing.contains(&n.user));
+                let (answers, trips) = store::submit_batch_with(&conn, batch.clone(), 4, one).await;
+                prop_assert_eq!(answers.len(), batch.len());
+                let counts: Vec<i64> = conn
+                .query_all(sea_orm::Statement::from_string(
+                    sea_orm::DatabaseBackend::Postgres,
+                    format!(
+                        "SELECT count(*) FROM generate_series(0, 2) u LEFT JOIN jobs \
+                         ON jobs.user_id = '{prefix}' || u AND status = 'QUEUED' GROUP BY u ORDER BY u"
+                    ),
+                ))
+                .await
+                .unwrap()
+                .iter()
+                .map(|r| r.try_get_by_index(0).unwrap())
+                .collect();
+                runs.push((
+                    answers.iter().map(outcome).collect::<Vec<_>>(),
+                    counts,
+                    trips,
+                    users_exist,
+                    batch,
+                ));
+            }
+            let (a, b) = (&runs[0], &runs[1]);
+            prop_assert_eq!(&a.0, &b.0, "answers");
+            prop_assert_eq!(&a.1, &b.1, "QUEUED jobs per user");
+            prop_assert_eq!(b.2, 2);
+            let keys: Vec<_> =
+                b.4.iter()
+                    .filter_map(|n| n.external_id.clone().map(|k| (n.user.clone(), k)))
+                    .collect();
+            let repeated =
+                keys.iter().collect::<std::collections::BTreeSet<_>>().len() != keys.len();
+            let all_created = b.0.iter().all(|o| o.starts_with("created"));
+            let expected = if b.3 && !repeated && all_created {
+                1
+            } else {
+                2
+            };
+            prop_assert_eq!(a.2, expected, "round trips: {:?}", a.0);
+            Ok(())
+        },
+    );
+}
