@@ -61,7 +61,9 @@ pub struct ClusterStatusView {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct UserOrderView {
     pub user: String,
-    /// (share + usage) / weight; smallest goes next.
+    /// The fair-share key the order uses: (share + usage) / weight − age term
+    /// (DESIGN §2; the age term of the user's next job, which grows with its wait);
+    /// smallest goes next. `GET /v1/users`' `key` is the same without the age term.
     pub key: f64,
     pub share: f64,
     pub usage: f64,
@@ -111,7 +113,8 @@ pub struct SchedulerView {
     pub ready: bool,
     pub leadership: Option<LeadershipView>,
     pub clusters: Vec<ClusterStatusView>,
-    /// Users with queued jobs, in the order the next cycle would serve them.
+    /// The users the next cycle could serve (not paused, under their limits, with a
+    /// queued job some healthy cluster can hold), in the order it would serve them.
     pub next_users: Vec<UserOrderView>,
     pub last_cycle: Option<CycleView>,
     pub cycles: u64,

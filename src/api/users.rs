@@ -97,7 +97,9 @@ pub struct UserView {
     pub share: f64,
     /// Decayed usage h_u (0..1), as of now.
     pub usage: f64,
-    /// Fair-share key (share + usage) / weight: smallest goes next.
+    /// Fair-share key (share + usage) / weight, without the age term (which belongs
+    /// to the user's next job and grows with its wait; `GET /v1/scheduler`'s
+    /// `next_users` give the key with it, the one the order uses).
     pub key: f64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,

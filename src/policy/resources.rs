@@ -4,13 +4,16 @@ use std::ops::{Add, AddAssign};
 
 use serde::{Deserialize, Serialize};
 
-/// Relative tolerance of [`Resources::fits_within`].
+/// Relative tolerance of [`Resources::fits_within`] for cores and GPUs.
 ///
 /// Requests and capacities are sums of f64 values (`0.1 + 0.2` cores is
 /// `0.30000000000000004`), so an exact `<=` would refuse fits that are exact
 /// in decimal. One part in 10⁹ of the larger side absorbs that rounding noise
 /// (about 2·10⁶ ulps) while staying far below anything a request can mean:
-/// 10⁻⁹ of a 1,000,000-core pool is 0.001 core, of 1 TiB is about 1 KiB.
+/// 10⁻⁹ of a 1,000,000-core pool is 0.001 core. Bytes of memory are whole
+/// numbers, exact in f64 up to 2⁵³ (the most a request may ask), so their sums
+/// have no noise and they are compared exactly: a tolerance there let a job 64
+/// bytes over a 64 GB cluster through, which Ray would then hold PENDING.
 pub const FIT_TOLERANCE: f64 = 1e-9;
 
 /// A vector of resources: what a job requests, what a user holds, what a
@@ -78,15 +81,15 @@ impl Resources {
     }
 
     /// True when every component of `self` is at most the same component of
-    /// `limit`, allowing a relative slack of [`FIT_TOLERANCE`] times the larger
-    /// magnitude of the two, so that rounding noise never refuses a fit.
-    /// A NaN on either side never fits.
+    /// `limit`: cores and GPUs allowing a relative slack of [`FIT_TOLERANCE`]
+    /// times the larger magnitude of the two, so that rounding noise never
+    /// refuses a fit; bytes exactly (whole numbers, no noise). A NaN on either
+    /// side never fits.
     #[must_use]
     pub fn fits_within(&self, limit: &Resources) -> bool {
-        self.components()
-            .into_iter()
-            .zip(limit.components())
-            .all(|(want, have)| le_with_tolerance(want, have))
+        le_with_tolerance(self.cpu, limit.cpu)
+            && le_with_tolerance(self.gpu, limit.gpu)
+            && self.memory_bytes <= limit.memory_bytes
     }
 }
 

@@ -1349,3 +1349,15 @@ fn a_busy_cycle_of_100_users_and_10000_jobs_fills_the_clusters() {
     // Its speed is measured by `cargo bench --bench policy`, not here.
     assert!(outcome.grants.len() >= 900, "{}", outcome.grants.len());
 }
+
+#[test]
+fn bytes_fit_exactly_and_cores_within_rounding_noise() {
+    let cluster = Resources::new(0.3, 1.0, 64e9);
+    // 0.1 + 0.2 cores is 0.30000000000000004: rounding noise, it fits.
+    assert!(Resources::new(0.1 + 0.2, 0.0, 0.0).fits_within(&cluster));
+    // One byte over is over (it was let through by the relative tolerance: up to 64
+    // bytes on 64 GB).
+    assert!(Resources::new(0.0, 0.0, 64e9).fits_within(&cluster));
+    assert!(!Resources::new(0.0, 0.0, 64e9 + 1.0).fits_within(&cluster));
+    assert!(!Resources::new(0.0, 0.0, 64e9 + 64.0).fits_within(&cluster));
+}

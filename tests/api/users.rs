@@ -295,3 +295,49 @@ async fn usage_of_many_users_is_saved_in_few_statements(which: Db) {
     conn.close().await.ok();
 }
 both_databases!(usage_of_many_users_is_saved_in_few_statements);
+
+/// Fresh tester (round 7): every queued job of a paused user says "paused", beyond the
+/// arbiter's window too (they said how many jobs were ahead of them), and a paused
+/// user leaves `GET /v1/scheduler`'s `next_users`, which lists the users the next
+/// cycle could serve (it listed every user with queued jobs).
+async fn a_paused_users_jobs_all_say_so_and_it_leaves_the_next_users(db: Db) {
+    let Some(app) = crate::helpers::spawn_app_with(db, |s| s.scheduler.queue_window = 3).await
+    else {
+        return;
+    };
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        let job = app.submit("bob", json!({})).await;
+        ids.push(job["id"].as_str().unwrap().to_string());
+    }
+    app.submit("alice", json!({})).await;
+    app.submit("carol", json!({})).await;
+    let resp = app.post("/v1/users/bob/pause", ADMIN, json!({})).await;
+    assert_eq!(resp.status(), 200);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let view = app.get_json("/v1/scheduler", SUBMITTER).await;
+        let mut next: Vec<String> = view["next_users"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["user"].as_str().unwrap().to_string())
+            .collect();
+        next.sort();
+        let mut reasons = Vec::new();
+        for id in &ids {
+            let job = app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await;
+            reasons.push(job["pending_reason"].as_str().unwrap_or("").to_string());
+        }
+        let all_paused = reasons.iter().all(|r| r.contains("paused"));
+        if next == ["alice", "carol"] && all_paused {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "next users {next:?}, reasons {reasons:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+both_databases!(a_paused_users_jobs_all_say_so_and_it_leaves_the_next_users);

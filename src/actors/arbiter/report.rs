@@ -73,7 +73,7 @@ impl FairShareArbiter {
                 .collect(),
             next_users: self
                 .ledger
-                .order(now)
+                .next_users(now)
                 .into_iter()
                 .map(|o| UserOrderView {
                     user: o.user,

@@ -12,17 +12,19 @@ use super::{permanent_reason, Ledger, Uid};
 use crate::policy::{JobId, PendingReason, Seconds, UserOrder};
 
 impl Ledger {
-    /// Why `job` of `user` is not running: `None` if it is not in the user's window,
-    /// no cycle has run yet, or it is behind its user's effective head (only the head
-    /// waits for a reason of its own; a paused user's whole window says so).
+    /// Why QUEUED `job` of `user` is not running: `None` if no cycle has run yet, or
+    /// it is behind its user's effective head (only the head waits for a reason of
+    /// its own), or it is not in the user's window and the user is not paused. Every
+    /// queued job of a paused user says so, in its window or beyond it (the caller
+    /// asks only about jobs it knows are QUEUED).
     #[must_use]
     pub fn reason(&self, user: &str, job: JobId) -> Option<PendingReason> {
         let &uid = self.by_name.get(user)?;
-        let i = self.accounts[uid as usize]
-            .window
-            .iter()
-            .position(|j| j.job_id == job)?;
-        self.reason_at(uid, i)
+        let a = &self.accounts[uid as usize];
+        match a.window.iter().position(|j| j.job_id == job) {
+            Some(i) => self.reason_at(uid, i),
+            None => (self.last.is_some() && a.settings.paused).then_some(PendingReason::Paused),
+        }
     }
 
     /// The reason of the job at index `i` of `uid`'s window.
@@ -105,6 +107,21 @@ impl Ledger {
     #[must_use]
     pub fn order(&self, now: Seconds) -> Vec<UserOrder> {
         self.order_of(now, &[])
+    }
+
+    /// The users the next cycle could serve (not paused, under their limits, with
+    /// an effective head: a queued job some healthy cluster can hold and its
+    /// `max_resources` allows), in the order a cycle at `now` would serve them.
+    /// What `GET /v1/scheduler` shows as the next users.
+    #[must_use]
+    pub fn next_users(&self, now: Seconds) -> Vec<UserOrder> {
+        let mut order = self.order(now);
+        order.retain(|o| {
+            self.by_name
+                .get(o.user.as_str())
+                .is_some_and(|&uid| self.accounts[uid as usize].eligible())
+        });
+        order
     }
 
     /// [`Ledger::order`], with `also` (users a cycle's grants emptied) included.
