@@ -1101,11 +1101,27 @@ mod postgres {
         }
     }
 
+    /// Round trip 1's text, `BEGIN; EXECUTE lock(users); EXECUTE read(users, keys)`,
+    /// and the users' array literal (the one-round-trip message goes on from it).
+    fn begin_lock_read(users: &[&str], pairs: &[(&str, &str)]) -> Result<(String, String), Failed> {
+        let mut users_array = String::new();
+        text_array(&mut users_array, users.iter().copied()).map_err(Failed::Refused)?;
+        let mut sql = format!(
+            "BEGIN; EXECUTE fairshare_intake_lock({users_array}); \
+             EXECUTE fairshare_intake_read({users_array}, "
+        );
+        text_array(&mut sql, pairs.iter().map(|p| p.0)).map_err(Failed::Refused)?;
+        sql.push_str(", ");
+        text_array(&mut sql, pairs.iter().map(|p| p.1)).map_err(Failed::Refused)?;
+        sql.push(')');
+        Ok((sql, users_array))
+    }
+
     /// The batch in one round trip (see [`commit`]): `Some(answers)` if it committed
     /// so, `None` if the guard found something [`super::decide`] must weigh (nothing
-    /// was written) or the statements were not prepared on the connection yet (now
-    /// they are). A loss leaves the batch in doubt, with the answers it would have
-    /// (without queue positions: the API counts them).
+    /// was written). A connection that has not prepared the statements yet prepares
+    /// them and is sent the message again. A loss leaves the batch in doubt, with the
+    /// answers it would have (without queue positions: the API counts them).
     async fn one_round_trip(
         db: &Db,
         batch: &[NewJob],
@@ -1131,16 +1147,8 @@ mod postgres {
             .map(|u| batch.iter().filter(|n| n.user == *u).count().to_string())
             .collect();
 
-        let mut users_array = String::new();
-        text_array(&mut users_array, users.iter().copied()).map_err(Failed::Refused)?;
-        let mut sql = format!(
-            "BEGIN; EXECUTE fairshare_intake_lock({users_array}); \
-             EXECUTE fairshare_intake_read({users_array}, "
-        );
-        text_array(&mut sql, pairs.iter().map(|p| p.0)).map_err(Failed::Refused)?;
-        sql.push_str(", ");
-        text_array(&mut sql, pairs.iter().map(|p| p.1)).map_err(Failed::Refused)?;
-        sql.push_str("); EXECUTE fairshare_intake_insert_if(");
+        let (mut sql, users_array) = begin_lock_read(users, &pairs)?;
+        sql.push_str("; EXECUTE fairshare_intake_insert_if(");
         let doc: Vec<DocRow<'_>> = rows.iter().map(DocRow::from).collect();
         let doc = serde_json::to_string(&doc)
             .map_err(|e| Failed::Refused(DbErr::Custom(format!("a batch as JSON: {e}"))))?;
@@ -1159,27 +1167,33 @@ mod postgres {
             .acquire()
             .await
             .map_err(|e| Failed::Refused(db_err(e)))?;
-        let answered = match simple(&mut conn, &sql).await {
-            Ok(read) => read,
-            Err(e) => {
-                if matches!(sqlstate(&e).as_deref(), Some("26000" | "0A000")) {
-                    // Not prepared here yet: prepare now, and go the usual way.
-                    let Some(mut back) = rollback(conn).await else {
-                        return Err(Failed::Lost(db_err(e)));
-                    };
-                    if let Err(e) = prepare(&mut back).await {
-                        abandon(back, &e).await;
-                        return Err(failed(e));
+        let mut prepared = false;
+        let answered = loop {
+            match simple(&mut conn, &sql).await {
+                Ok(read) => break read,
+                Err(e) => {
+                    if !prepared && matches!(sqlstate(&e).as_deref(), Some("26000" | "0A000")) {
+                        // Not prepared on this connection yet (or prepared before a
+                        // migration): nothing ran; prepare, and send it again.
+                        prepared = true;
+                        let Some(mut back) = rollback(conn).await else {
+                            return Err(Failed::Lost(db_err(e)));
+                        };
+                        if let Err(e) = prepare(&mut back).await {
+                            abandon(back, &e).await;
+                            return Err(failed(e));
+                        }
+                        conn = back;
+                        continue;
                     }
-                    return Ok(None);
+                    if connection_lost(&e) {
+                        drop(conn.detach());
+                        *in_doubt = Some((batch_first(&ids), created(&rows)));
+                        return Err(Failed::Lost(db_err(e)));
+                    }
+                    abandon(conn, &e).await;
+                    return Err(failed(e));
                 }
-                if connection_lost(&e) {
-                    drop(conn.detach());
-                    *in_doubt = Some((batch_first(&ids), created(&rows)));
-                    return Err(Failed::Lost(db_err(e)));
-                }
-                abandon(conn, &e).await;
-                return Err(failed(e));
             }
         };
         let (inserted, read): (Vec<PgRow>, Vec<PgRow>) = answered
@@ -1316,16 +1330,7 @@ mod postgres {
     ) -> Result<(Txn<Postgres>, Stored), Failed> {
         let pool = db.get_postgres_connection_pool();
         let pairs = key_pairs(batch);
-        let mut users_array = String::new();
-        text_array(&mut users_array, users.iter().copied()).map_err(Failed::Refused)?;
-        let mut sql = format!(
-            "BEGIN; EXECUTE fairshare_intake_lock({users_array}); \
-             EXECUTE fairshare_intake_read({users_array}, "
-        );
-        text_array(&mut sql, pairs.iter().map(|p| p.0)).map_err(Failed::Refused)?;
-        sql.push_str(", ");
-        text_array(&mut sql, pairs.iter().map(|p| p.1)).map_err(Failed::Refused)?;
-        sql.push(')');
+        let (sql, _) = begin_lock_read(users, &pairs)?;
 
         let mut conn = pool
             .acquire()

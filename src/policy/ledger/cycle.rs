@@ -151,21 +151,7 @@ impl Ledger {
         let now = run.now;
         self.jobs.reserve(run.granted.len());
         for &(job, uid, k, resources, end) in &run.granted {
-            let c = &mut self.clusters[k];
-            c.outstanding += resources;
-            c.unreported += resources;
-            let end_key = c.add(job, resources, end);
-            self.jobs.insert(
-                job,
-                super::Job {
-                    uid,
-                    cluster: k,
-                    resources,
-                    expected_end: end,
-                    reported: false,
-                    end_key,
-                },
-            );
+            self.book(job, uid, k, resources, end);
         }
         let mut again: Vec<Uid> = run
             .taken

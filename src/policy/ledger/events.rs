@@ -104,6 +104,19 @@ impl Ledger {
         a.allocation += resources;
         a.outstanding = a.outstanding.saturating_add(1);
         a.share = dominant_share(&a.allocation, &capacity);
+        self.book(job, uid, k, resources, expected_end);
+    }
+
+    /// Records `job` of `uid` as outstanding on cluster `k`: in the cluster's
+    /// outstanding capacity (not in Ray's report yet) and its jobs by expected end.
+    pub(super) fn book(
+        &mut self,
+        job: JobId,
+        uid: Uid,
+        k: usize,
+        resources: Resources,
+        expected_end: Option<Seconds>,
+    ) {
         let c = &mut self.clusters[k];
         c.outstanding += resources;
         c.unreported += resources;
