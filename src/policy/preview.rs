@@ -13,14 +13,17 @@
 //! 1. **Now**: one [`run_cycle`] on the snapshot as is (real free capacity, the held
 //!    reservation): exactly what the arbiter's next cycle grants if nothing else
 //!    changes first. These grants name their cluster (`now = true`).
-//! 2. **As capacity frees**: the grants are added to their users' allocations and
-//!    outstanding counts, then [`run_cycle`] runs again on the healthy clusters as
-//!    if they were empty (their totals, none of our or other tenants' usage), so it
-//!    fills them in fair-share order; repeated until `limit` grants or a cycle grants
+//! 2. **As capacity frees**: the grants stay in their users' allocations and
+//!    outstanding counts, and the cycle runs again on the healthy clusters as if they
+//!    were empty (their totals, none of our or other tenants' usage), so it fills
+//!    them in fair-share order; repeated until `limit` grants or a cycle grants
 //!    nothing (every user left is paused, at a limit, or out of queued jobs). Shares
 //!    stay measured against the real capacity. This is the order in which jobs start
 //!    when capacity frees up a job's worth at a time while nobody's running jobs end
-//!    (no share goes down); these grants carry no cluster (`now = false`).
+//!    (no share goes down); these grants carry no cluster (`now = false`). The rounds
+//!    run on one [`Ledger`] built from the snapshot, as the arbiter keeps one: a
+//!    granted user's decayed usage is brought to `now` with the share it held before
+//!    its grant, as the arbiter does.
 //!
 //! Only the jobs the arbiter sees are previewed: each user's window
 //! (`scheduler.queue_window`, 64 by default). Time stands still at the snapshot's
@@ -32,7 +35,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    decay_usage, dominant_share, fair_share_key, run_cycle, ClusterView, JobId, PolicyConfig,
+    decay_usage, dominant_share, fair_share_key, ClusterView, JobId, Ledger, PolicyConfig,
     Reservation, Resources, Seconds, UserView,
 };
 
@@ -214,23 +217,6 @@ impl Snapshot {
     }
 }
 
-/// Adds granted jobs to their users' allocations and takes them out of the windows.
-fn apply_grants(users: &mut [UserView], grants: &[super::Grant]) {
-    let by_user: HashMap<String, usize> = users
-        .iter()
-        .enumerate()
-        .map(|(i, u)| (u.user.clone(), i))
-        .collect();
-    for g in grants {
-        if let Some(&i) = by_user.get(&g.user) {
-            let u = &mut users[i];
-            u.allocation += g.resources;
-            u.outstanding_jobs = u.outstanding_jobs.saturating_add(1);
-            u.queue.retain(|j| j.job_id != g.job_id);
-        }
-    }
-}
-
 /// The next grants (up to `limit`) on `snapshot`, with no job finishing (module doc),
 /// and every user's state before them.
 pub fn next_grants(snapshot: &Snapshot, limit: usize) -> Preview {
@@ -240,44 +226,30 @@ pub fn next_grants(snapshot: &Snapshot, limit: usize) -> Preview {
         return Preview { grants, users };
     }
     let now = snapshot.now;
-    let config = &snapshot.config;
-    let mut views = snapshot.users.clone();
-    let first = run_cycle(
+    // One ledger for every round: after the first, a round costs what it grants.
+    let mut ledger = Ledger::from_views(
+        snapshot.config.clone(),
         now,
-        config,
-        &views,
+        &snapshot.users,
         &snapshot.clusters,
         snapshot.reservation.as_ref(),
     );
-    apply_grants(&mut views, &first.grants);
+    let first = ledger.cycle(now);
     grants.extend(first.grants.into_iter().map(|g| PreviewGrant {
         user: g.user,
         job_id: g.job_id,
         cluster: Some(g.cluster),
         now: true,
     }));
-    // The healthy clusters as if every job on them had ended: their totals to fill.
-    let empty: Vec<ClusterView> = snapshot
-        .clusters
-        .iter()
-        .filter(|c| c.healthy)
-        .map(|c| ClusterView {
-            name: c.name.clone(),
-            healthy: true,
-            total: c.total,
-            used_reported: Resources::ZERO,
-            outstanding: Resources::ZERO,
-            unreported: Resources::ZERO,
-            jobs: Vec::new(),
-        })
-        .collect();
     // Each round grants at least one job, so this ends within `limit` rounds.
     while grants.len() < limit {
-        let outcome = run_cycle(now, config, &views, &empty, None);
+        // The healthy clusters as if every job on them had ended: their totals to
+        // fill (the users keep what they were granted).
+        ledger.empty_clusters();
+        let outcome = ledger.cycle(now);
         if outcome.grants.is_empty() {
             break;
         }
-        apply_grants(&mut views, &outcome.grants);
         grants.extend(outcome.grants.into_iter().map(|g| PreviewGrant {
             user: g.user,
             job_id: g.job_id,

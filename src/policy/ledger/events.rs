@@ -134,6 +134,21 @@ impl Ledger {
         );
     }
 
+    /// Every cluster as if every job on it had ended and no other tenant used it: its
+    /// total free (what the what-if preview fills after its first round). Users keep
+    /// their allocations and outstanding counts; the jobs are no longer followed
+    /// (ending one later is a no-op), and no reservation is held.
+    pub fn empty_clusters(&mut self) {
+        for c in &mut self.clusters {
+            c.used_reported = Resources::ZERO;
+            c.outstanding = Resources::ZERO;
+            c.unreported = Resources::ZERO;
+            c.ends.clear();
+        }
+        self.jobs.clear();
+        self.reservation = None;
+    }
+
     /// Ends an outstanding job (it finished, was declined, or is queued again): what
     /// it held is free again. Returns it, or `None` if it was not outstanding.
     pub fn end(&mut self, now: Seconds, job: JobId) -> Option<Outstanding> {
