@@ -531,6 +531,14 @@ impl Settings {
         if self.scheduler.default_max_running_jobs == 0 {
             return invalid("scheduler.default_max_running_jobs", "must be at least 1");
         }
+        if self.scheduler.default_max_queued_jobs == 0 {
+            // A user's limit of 0 is refused by the API (PUT /v1/users); as a default it
+            // would answer every submission of a user without a limit of its own with 429.
+            return invalid(
+                "scheduler.default_max_queued_jobs",
+                "must be at least 1 (0 would refuse every submission with 429)",
+            );
+        }
         if self.scheduler.tick.is_zero() {
             return invalid("scheduler.tick", "must be longer than 0s");
         }
@@ -686,6 +694,23 @@ mod tests {
             env(&[("FAIRSHARE__TELEMETRY__LEVEL", "fairshare=debug,info")]),
         );
         assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn zero_per_user_defaults_are_refused_naming_the_key() {
+        for key in [
+            "scheduler.default_max_running_jobs",
+            "scheduler.default_max_queued_jobs",
+        ] {
+            let var = format!("FAIRSHARE__{}", key.replace('.', "__").to_uppercase());
+            let err = Settings::load_with_env(None, env(&[(var.as_str(), "0")]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{key} = 0: {err}");
+            assert!(err.contains("at least 1"), "{key} = 0: {err}");
+            let ok = Settings::load_with_env(None, env(&[(var.as_str(), "1")]));
+            assert!(ok.is_ok(), "{key} = 1: {:?}", ok.err());
+        }
     }
 
     #[test]
