@@ -90,9 +90,11 @@ pub enum ApiError {
     #[error("invalid field `{field}`: {reason}")]
     Invalid { field: String, reason: String },
     /// 422: the `(user, external_id)` names a job that was submitted with another
-    /// payload (`fields` lists what differs).
-    #[error("external_id {external_id:?} was already used by this user for job {job_id} with a different {}; use a new external_id for a new job", fields.join(", "))]
+    /// payload (`fields` lists what differs). `key` is the key's field name as the
+    /// client sent it: `external_id` on `/v1`, `submission_id` on Ray's Jobs API.
+    #[error("{key} {external_id:?} was already used by this user for job {job_id} with a different {}; use a new {key} for a new job", fields.join(", "))]
     IdempotencyKeyReused {
+        key: &'static str,
         external_id: String,
         job_id: uuid::Uuid,
         fields: Vec<&'static str>,
@@ -162,7 +164,8 @@ pub struct ErrorDetail {
     /// For invalid_field: `{"field", "reason"}`; for unsupported_media_type:
     /// `{"field": "Content-Type", "reason"}`; for idempotency_key_reused:
     /// `{"field": "external_id", "external_id", "job_id" (the existing job), "differs"
-    /// (the fields that differ)}`; for a conflict about a job: `{"job_id", "status"}`.
+    /// (the fields that differ)}` (on Ray's Jobs API `submission_id` in place of
+    /// `external_id`); for a conflict about a job: `{"job_id", "status"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
 }
@@ -198,15 +201,19 @@ impl ResponseError for ApiError {
                 Some(serde_json::json!({ "field": field, "reason": reason }))
             }
             ApiError::IdempotencyKeyReused {
+                key,
                 external_id,
                 job_id,
                 fields,
-            } => Some(serde_json::json!({
-                "field": "external_id",
-                "external_id": external_id,
-                "job_id": job_id,
-                "differs": fields,
-            })),
+            } => {
+                let mut d = serde_json::json!({
+                    "field": key,
+                    "job_id": job_id,
+                    "differs": fields,
+                });
+                d[*key] = serde_json::Value::from(external_id.as_str());
+                Some(d)
+            }
             ApiError::JobConflict { job_id, status, .. } => {
                 Some(serde_json::json!({ "job_id": job_id, "status": status }))
             }
@@ -292,6 +299,7 @@ mod tests {
             ApiError::UnsupportedMediaType(None),
             ApiError::invalid("f", "r"),
             ApiError::IdempotencyKeyReused {
+                key: "external_id",
                 external_id: String::new(),
                 job_id: id,
                 fields: vec![],

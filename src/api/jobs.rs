@@ -286,6 +286,7 @@ pub(crate) async fn accept(
             tracing::Span::current().record("job_id", tracing::field::display(existing.id));
             tracing::info!(differs = ?differs, "external_id reused with another payload");
             Err(ApiError::IdempotencyKeyReused {
+                key: "external_id",
                 external_id: existing.external_id.unwrap_or_default(),
                 job_id: existing.id,
                 fields: differs,
