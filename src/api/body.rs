@@ -4,7 +4,8 @@
 //! dotted path of the field (`resources.cpu`); over `server.max_body_bytes` is 413.
 
 use actix_web::web;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::Deserialize;
 
 use super::error::ApiError;
 
@@ -223,6 +224,15 @@ pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
         };
         ApiError::invalid(field, reason)
     })
+}
+
+/// For an `Option<Option<T>>` field with `#[serde(default, deserialize_with =
+/// "nullable")]`: absent = `None`, `null` = `Some(None)` (serde alone reads `null` as
+/// absent). For whole numbers and objects use `whole::double_opt`, `object::double_opt`.
+pub fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Ok(Some(Option::<T>::deserialize(d)?))
 }
 
 /// Integer fields that also accept a whole number written with a decimal point

@@ -26,13 +26,15 @@ pub const DEFAULT_LIMIT: u32 = 20;
 /// Largest number of grants a preview lists (each costs a pass of the policy at worst).
 pub const MAX_LIMIT: u32 = 1000;
 
-/// A proposed change to one user. Absent fields stay as they are.
+/// A proposed change to one user. Absent fields stay as they are; `null` is the
+/// default, as in `PUT /v1/users/{id}`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserChangeIn {
-    /// Fair-share weight, 1e-6 to 1e6.
-    #[schema(minimum = 0.000001, maximum = 1000000.0)]
-    pub weight: Option<f64>,
+    /// Fair-share weight, 1e-6 to 1e6, or null for the default (1).
+    #[serde(default, deserialize_with = "super::body::nullable")]
+    #[schema(value_type = Option<f64>, minimum = 0.000001, maximum = 1000000.0)]
+    pub weight: Option<Option<f64>>,
     /// `true` pauses the user, `false` resumes it.
     pub paused: Option<bool>,
     /// 1..=1000000, or null for the configured default.
@@ -186,7 +188,7 @@ impl WhatIfRequest {
             // A key that cannot be a user id is a bad field, not an unknown user.
             crate::api::submit::validate_user_id(&format!("users.{id}"), &id)?;
             let field = |f: &str| format!("users.{id}.{f}");
-            if let Some(w) = u.weight {
+            if let Some(Some(w)) = u.weight {
                 check_weight(&field("weight"), w)?;
             }
             let max_running_jobs = match u.max_running_jobs {
@@ -213,7 +215,7 @@ impl WhatIfRequest {
             change.users.insert(
                 id.clone(),
                 UserChange {
-                    weight: u.weight,
+                    weight: u.weight.map(|w| w.unwrap_or(crate::store::DEFAULT_WEIGHT)),
                     paused: u.paused,
                     max_running_jobs,
                     max_resources,
