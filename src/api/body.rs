@@ -275,6 +275,11 @@ pub mod whole {
                     // 2^63 bounds every target type; beyond it the cast would saturate.
                     if v.is_finite() && v.fract() == 0.0 && v.abs() < 9.3e18 {
                         Self::fit(v as i128)
+                    } else if v.is_finite() && v.fract() == 0.0 {
+                        // A whole number too large for an integer (`18446744073709551616`
+                        // reads as a double): say so, as the bound of every whole-number
+                        // field (`numbers::MAX_WHOLE`), not "expected a whole number".
+                        Err(E::custom(super::numbers::too_large()))
                     } else {
                         Err(E::invalid_value(de::Unexpected::Float(v), &self))
                     }
@@ -445,6 +450,15 @@ pub mod numbers {
         })
     }
 
+    /// The reason given for a whole number beyond [`MAX_WHOLE`] in magnitude, however
+    /// it was found (as written, as parsed, as stored).
+    pub fn too_large() -> String {
+        format!(
+            "must be at most {MAX_WHOLE} in magnitude (2^53: whole numbers above it are not \
+             exact as doubles)"
+        )
+    }
+
     /// Why `text` breaks `rule`, if it does.
     fn broken(text: &str, rule: Written) -> Option<String> {
         let d = decimal(text)?;
@@ -463,10 +477,7 @@ pub mod numbers {
                     .and_then(|m| m.checked_mul(10_u64.checked_pow(d.exponent as u32)?));
                 match magnitude {
                     Some(m) if m <= MAX_WHOLE => None,
-                    _ => Some(format!(
-                        "must be at most {MAX_WHOLE} in magnitude (2^53: whole numbers above \
-                         it are not exact as doubles)"
-                    )),
+                    _ => Some(too_large()),
                 }
             }
             Written::Resource => (d.exponent < -RESOURCE_DECIMALS).then(|| {

@@ -207,10 +207,7 @@ pub fn check_memory_bytes(field: &str, bytes: u64) -> Result<i64, ApiError> {
     if bytes > MAX_WHOLE {
         return Err(ApiError::invalid(
             field,
-            format!(
-                "must be at most {MAX_WHOLE} (2^53: whole numbers above it are not exact \
-                 as doubles)"
-            ),
+            crate::api::body::numbers::too_large(),
         ));
     }
     i64::try_from(bytes).map_err(|_| ApiError::invalid(field, "is too large"))

@@ -471,6 +471,70 @@ async fn numbers_are_judged_as_written_in_every_endpoint(db: Db) {
 }
 both_databases!(numbers_are_judged_as_written_in_every_endpoint);
 
+/// A later tester: `memory_bytes: 18446744073709551616` (2^64, which JSON parsers read
+/// as a double) was refused with serde's "invalid value: floating point
+/// `1.8446744073709552e+19`, expected a whole number". It is whole; it is too large:
+/// the reason says the bound, 2^53, as it does for 2^63, in every endpoint.
+#[actix_web::test]
+async fn a_whole_number_too_large_for_an_integer_names_the_bound() {
+    let Some(app) = spawn_app_with(Db::Sqlite, |_| {}).await else {
+        return;
+    };
+    for n in ["18446744073709551616", "1e19", "9223372036854775808"] {
+        let cases = [
+            (
+                "post",
+                "/v1/jobs",
+                format!(r#"{{"user":"n","entrypoint":"e","resources":{{"memory_bytes":{n}}}}}"#),
+                "resources.memory_bytes",
+            ),
+            (
+                "put",
+                "/v1/users/n",
+                format!(r#"{{"max_resources":{{"memory_bytes":{n}}}}}"#),
+                "max_resources.memory_bytes",
+            ),
+            (
+                "post",
+                "/v1/scheduler/what-if",
+                format!(r#"{{"clusters":{{"local":{{"capacity":{{"memory_bytes":{n}}}}}}}}}"#),
+                "clusters.local.capacity.memory_bytes",
+            ),
+            (
+                "post",
+                "/api/jobs/",
+                format!(
+                    r#"{{"entrypoint":"e","metadata":{{"fairshare.user":"n"}},"entrypoint_memory":{n}}}"#
+                ),
+                "entrypoint_memory",
+            ),
+        ];
+        for (method, path, body, field) in cases {
+            let req = if method == "put" {
+                app.client.put(app.url(path))
+            } else {
+                app.client.post(app.url(path))
+            };
+            let resp = req
+                .bearer_auth(ADMIN)
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 422, "{path} {body}");
+            let e: Value = resp.json().await.unwrap();
+            assert_eq!(e["error"]["details"]["field"], field, "{e}");
+            let reason = e["error"]["details"]["reason"].as_str().unwrap();
+            assert!(
+                reason.starts_with("must be at most 9007199254740992 in magnitude (2^53"),
+                "{path} {n}: {reason}"
+            );
+            assert!(!reason.contains("floating point"), "{path} {n}: {reason}");
+        }
+    }
+}
+
 /// F6 (a fresh tester): PostgreSQL rewrote `runtime_env` and `metadata` (intake sent
 /// them through `jsonb`: keys reordered, `1e300` as a 301-digit integer, `1e16` read
 /// back as an integer, `-0.0` as `0.0`) while SQLite kept serde_json's text, so one
