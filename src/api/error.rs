@@ -105,6 +105,15 @@ pub enum ApiError {
     /// 503: the database or another dependency is unavailable; retry later.
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// 503 (code `unavailable`, `Retry-After`) for a state that passes and that the
+    /// client may act on: this replica does not lead, or recovery is still loading.
+    /// Unlike [`ApiError::Unavailable`] (a fault, whose cause stays in the log) the
+    /// message is shown and `details` (`{"reason", ...}`) says which.
+    #[error("{message}")]
+    NotNow {
+        message: String,
+        details: serde_json::Value,
+    },
 }
 
 impl ApiError {
@@ -140,7 +149,7 @@ impl ApiError {
             ApiError::Invalid { .. } => "invalid_field",
             ApiError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             ApiError::QueueFull(_) => "queue_full",
-            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Unavailable(_) | ApiError::NotNow { .. } => "unavailable",
         }
     }
 }
@@ -165,7 +174,9 @@ pub struct ErrorDetail {
     /// `{"field": "Content-Type", "reason"}`; for idempotency_key_reused:
     /// `{"field": "external_id", "external_id", "job_id" (the existing job), "differs"
     /// (the fields that differ)}` (on Ray's Jobs API `submission_id` in place of
-    /// `external_id`); for a conflict about a job: `{"job_id", "status"}`.
+    /// `external_id`); for a 503 that passes: `{"reason": "not_leader", "replica",
+    /// "leader"}` (this replica does not lead; `leader` is null while nobody does) or
+    /// `{"reason": "loading"}` (recovery has not loaded the queues yet); for a conflict about a job: `{"job_id", "status"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
 }
@@ -187,13 +198,14 @@ impl ResponseError for ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::QueueFull(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::NotNow { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        if status.is_server_error() {
+        // A state that passes (NotNow) is expected, not a fault: no error log.
+        if status.is_server_error() && !matches!(self, ApiError::NotNow { .. }) {
             tracing::error!(error = %crate::errors::chain(self), code = self.code(), "request failed");
         }
         let details = match self {
@@ -221,6 +233,7 @@ impl ResponseError for ApiError {
                 "field": "Content-Type",
                 "reason": "must be application/json (parameters such as charset allowed)",
             })),
+            ApiError::NotNow { details, .. } => Some(details.clone()),
             _ => None,
         };
         let message = match self {
@@ -231,7 +244,10 @@ impl ResponseError for ApiError {
             other => other.to_string(),
         };
         let mut resp = HttpResponse::build(status);
-        if matches!(self, ApiError::Unavailable(_) | ApiError::QueueFull(_)) {
+        if matches!(
+            self,
+            ApiError::Unavailable(_) | ApiError::NotNow { .. } | ApiError::QueueFull(_)
+        ) {
             resp.insert_header(("Retry-After", "1"));
         }
         if matches!(self, ApiError::UriTooLong | ApiError::BodyTimeout { .. }) {
@@ -306,6 +322,10 @@ mod tests {
             },
             ApiError::QueueFull(String::new()),
             ApiError::Unavailable(String::new()),
+            ApiError::NotNow {
+                message: String::new(),
+                details: serde_json::Value::Null,
+            },
         ];
         let mut codes: Vec<&str> = all.iter().map(ApiError::code).collect();
         codes.dedup();

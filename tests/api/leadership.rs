@@ -9,7 +9,7 @@ use fairshare::Application;
 use sea_orm::ConnectionTrait;
 use serde_json::{json, Value};
 
-use crate::helpers::{spawn_app, test_settings, Db, TestDb, SUBMITTER};
+use crate::helpers::{spawn_app, test_settings, Db, TestDb, ADMIN, SUBMITTER};
 
 fn new_job(user: &str) -> NewJob {
     crate::helpers::new_job(user, None)
@@ -214,6 +214,27 @@ async fn a_follower_serves_hands_over_and_takes_over() {
     assert_eq!(vb["leadership"]["is_leader"], false, "{vb}");
     assert_eq!(vb["leadership"]["leader"], "replica-a", "{vb}");
     assert_eq!(get(&b, "/readyz").await.0, 200, "a follower is ready");
+    // A preview needs the leader's live state: the follower's 503 says so and names
+    // the leader (it once said "the database or a dependency is unavailable").
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/scheduler/what-if", b.address))
+        .bearer_auth(ADMIN)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "unavailable", "{e}");
+    assert_eq!(e["error"]["details"]["reason"], "not_leader", "{e}");
+    assert_eq!(e["error"]["details"]["replica"], "replica-b", "{e}");
+    assert_eq!(e["error"]["details"]["leader"], "replica-a", "{e}");
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("does not lead") && message.contains("\"replica-a\""),
+        "{message}"
+    );
 
     // A job committed by the follower reaches the leader's queues.
     let resp = reqwest::Client::new()
