@@ -591,10 +591,12 @@ impl Settings {
                 );
             }
             if let Some(user) = &t.user {
-                if user.trim().is_empty() || user.chars().any(char::is_whitespace) {
+                // The API's rule for user ids: a token could otherwise submit as a user
+                // that no request can name.
+                if let Some(why) = crate::api::user_id::problem(user) {
                     return invalid(
                         &format!("auth.tokens[{i}].user"),
-                        "must be a user id: not empty, no whitespace",
+                        &format!("must be a user id: {why}"),
                     );
                 }
             }
@@ -774,6 +776,38 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// A token's user follows the API's rule for user ids (api::user_id): it checked
+    /// only for whitespace, so a token could submit as an id no request can name.
+    #[test]
+    fn a_tokens_user_is_a_valid_user_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let file = |user: &str| {
+            format!(
+                "[[auth.tokens]]\nname = \"a\"\ntoken = \"0123456789\"\nrole = \"submitter\"\nuser = \"{user}\"\n"
+            )
+        };
+        for user in [
+            "",
+            " ",
+            "a b",
+            "a\u{200b}b",
+            "a\u{fe0f}b",
+            "a\u{180e}b",
+            "..",
+            "x\u{ad}",
+        ] {
+            std::fs::write(&path, file(user)).unwrap();
+            let err = Settings::load_with_env(Some(&path), env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("auth.tokens[0].user"), "{user:?}: {err}");
+        }
+        std::fs::write(&path, file("alice")).unwrap();
+        let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+        assert_eq!(s.auth.tokens[0].user.as_deref(), Some("alice"));
     }
 
     #[test]

@@ -318,9 +318,9 @@ pub async fn get(
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only this user's jobs: a user id (1–128 characters, no whitespace, control or
-    /// zero-width characters, not `.` or `..`).
-    #[param(value_type = String, min_length = 1, max_length = 128,
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")]
+    /// invisible characters, not `.` or `..`; the pattern is `api::user_id`'s, set in
+    /// `api::openapi::document_json`).
+    #[param(value_type = String, min_length = 1, max_length = 128)]
     pub user: Option<String>,
     /// Only jobs in this status (case-insensitive).
     #[param(value_type = JobStatusName)]

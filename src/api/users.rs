@@ -200,8 +200,7 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 
 /// `GET /v1/users/{id}`.
 #[utoipa::path(get, path = "/v1/users/{id}", tag = "users", operation_id = "get_user",
-    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or invisible (format, zero-width, variation selector, default-ignorable) characters, not `.` or `..`")),
     responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
@@ -311,8 +310,7 @@ impl UserUpdate {
 /// A field left out stays as it is; `null` puts it back to its default (weight 1,
 /// the configured job limits, no resource cap).
 #[utoipa::path(put, path = "/v1/users/{id}", tag = "users", request_body = UserUpdate, operation_id = "put_user",
-    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or invisible (format, zero-width, variation selector, default-ignorable) characters, not `.` or `..`")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"), (status = 422, body = ErrorBody, description = "a field or the id is invalid (details.field)"),
@@ -384,8 +382,7 @@ async fn set_paused(
 /// jobs stay, running ones go on. Takes effect before the next cycle.
 #[utoipa::path(post, path = "/v1/users/{id}/pause", tag = "users", operation_id = "pause_user",
     request_body(content = Option<Empty>, description = "nothing, or `{}`"),
-    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or invisible (format, zero-width, variation selector, default-ignorable) characters, not `.` or `..`")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
@@ -405,8 +402,7 @@ pub async fn pause(
 /// `POST /v1/users/{id}/resume` (admin).
 #[utoipa::path(post, path = "/v1/users/{id}/resume", tag = "users", operation_id = "resume_user",
     request_body(content = Option<Empty>, description = "nothing, or `{}`"),
-    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or invisible (format, zero-width, variation selector, default-ignorable) characters, not `.` or `..`")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
