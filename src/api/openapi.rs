@@ -84,7 +84,13 @@ pub fn document_json() -> serde_json::Value {
     env["propertyNames"] = json!({"type": "string", "pattern": NO_NUL});
     env["additionalProperties"] = json!({"$ref": "#/components/schemas/JsonNoNul"});
     schemas["SubmitRequest"]["properties"]["user"]["pattern"] = json!(user_id_pattern());
-    // User ids in parameters: the `user` filters, `/v1/users/{id}`.
+    // User ids in parameters (the `user` filters, `/v1/users/{id}`), and 414 on every
+    // operation: `api::line_limit` answers a request line of 64 KiB or more with 414
+    // before any route runs, whatever the path.
+    let uri_too_long = json!({
+        "description": "the request line is 64 KiB or longer (uri_too_long); the connection is closed",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    });
     if let Some(paths) = doc["paths"].as_object_mut() {
         for (path, item) in paths.iter_mut() {
             let Some(item) = item.as_object_mut() else {
@@ -102,6 +108,7 @@ pub fn document_json() -> serde_json::Value {
                         p["schema"]["pattern"] = json!(user_id_pattern());
                     }
                 }
+                op["responses"]["414"] = uri_too_long.clone();
             }
         }
     }
