@@ -88,6 +88,53 @@ async fn a_token_with_a_user_cannot_reach_another_users_jobs_through_v1(db: Db) 
 }
 both_databases!(a_token_with_a_user_cannot_reach_another_users_jobs_through_v1);
 
+/// A later tester asked whether a token with a user should see other users at all.
+/// Decided (DESIGN §4, "What a token with a user sees"): jobs are private, shares are
+/// not. This pins both halves, so that either changes only on purpose.
+async fn a_token_with_a_user_sees_every_users_share_but_only_its_own_jobs(db: Db) {
+    let Some(app) = spawn_app_with(db, with_bob).await else {
+        return;
+    };
+    let alice = app
+        .submit(
+            "alice",
+            json!({"external_id": "secret-order", "metadata": {"k": "v"}}),
+        )
+        .await;
+    app.submit("bob", json!({})).await;
+    // Shown: alice's row, her counts, and the totals.
+    let users: Value = app.get("/v1/users", BOB).await.json().await.unwrap();
+    let ids: Vec<&str> = users
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["alice", "bob"], "{users}");
+    let row = app.get_json("/v1/users/alice", BOB).await;
+    assert_eq!(row["queued"], 1, "{row}");
+    let scheduler = app.get_json("/v1/scheduler", BOB).await;
+    assert_eq!(scheduler["queued_jobs"], 2, "{scheduler}");
+    assert_eq!(app.get("/v1/shares", BOB).await.status(), 200);
+    // Hidden: anything about her job, by id or by its external id.
+    let id = alice["id"].as_str().unwrap();
+    assert_eq!(app.get(&format!("/v1/jobs/{id}"), BOB).await.status(), 404);
+    let page: Value = app
+        .get("/v1/jobs?external_id=secret-order", BOB)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["jobs"], json!([]), "{page}");
+    for body in [users.to_string(), row.to_string(), scheduler.to_string()] {
+        assert!(
+            !body.contains("secret-order") && !body.contains(id),
+            "{body}"
+        );
+    }
+}
+both_databases!(a_token_with_a_user_sees_every_users_share_but_only_its_own_jobs);
+
 async fn empty_and_non_utf8_parameters_and_bad_what_if_keys_are_refused(db: Db) {
     let Some(app) = spawn_app_with(db, |_| {}).await else {
         return;
