@@ -47,7 +47,9 @@ pub struct JobView {
     pub cluster: Option<String>,
     /// Why it ended, or what Ray said.
     pub message: Option<String>,
-    /// For a QUEUED job: why it is not running yet, from the last scheduling cycle.
+    /// For a QUEUED job: why it is not running yet, from the last scheduling cycle (on
+    /// a replica that does not lead, from the database: the user is paused, the job is
+    /// next in its user's queue, or how many jobs are ahead).
     pub pending_reason: Option<String>,
     /// For a QUEUED job: 1-based position within its user's queue.
     pub queue_position: Option<u64>,
@@ -165,12 +167,19 @@ pub(crate) async fn view(
         )),
         _ => None,
     };
+    let user_id = j.user_id.clone();
     let mut v = JobView::from_model(j);
     v.queue_position = position;
     v.pending_reason = lifecycle_reason;
     if queued && v.pending_reason.is_none() {
-        if let Some(s) = state.scheduler().filter(|_| ask_arbiter) {
-            v.pending_reason = s.pending_reason(id).await;
+        // Not for a job just created (no cycle has seen it; a submit costs no read).
+        match state.scheduler() {
+            Some(s) if ask_arbiter => v.pending_reason = s.pending_reason(id).await,
+            // A follower has no arbiter to ask (DESIGN §10): what the database says.
+            None if ask_arbiter => {
+                v.pending_reason = follower_reason(state, &user_id, position).await?;
+            }
+            _ => {}
         }
         if v.pending_reason.is_none() {
             if let Some(ahead) = position.filter(|p| *p > 1).map(|p| p - 1) {
@@ -182,6 +191,37 @@ pub(crate) async fn view(
         }
     }
     Ok(v)
+}
+
+/// A QUEUED job's pending reason on a replica that does not lead, from the database:
+/// the user is paused (the arbiter's own words), else for the head of its user's
+/// queue that the leader decides when it starts; a job further back gets the count of
+/// jobs ahead (by the caller, as on the leader for a job outside the arbiter's window).
+async fn follower_reason(
+    state: &AppState,
+    user: &str,
+    position: Option<u64>,
+) -> Result<Option<String>, ApiError> {
+    if store::get_user(&state.db, user)
+        .await?
+        .is_some_and(|u| u.paused)
+    {
+        return Ok(Some(crate::policy::PendingReason::Paused.to_string()));
+    }
+    if position != Some(1) {
+        return Ok(None);
+    }
+    let view = state.leadership.view();
+    let leader = match &view.leader {
+        Some(l) => format!("replica {l:?}"),
+        None => "the replica that takes the lease next".to_string(),
+    };
+    Ok(Some(format!(
+        "next in its user's queue; the leader ({leader}) decides when it starts, by fair \
+         share and free capacity (this replica, {:?}, does not lead: ask the leader for \
+         the reason in detail)",
+        view.replica
+    )))
 }
 
 /// `POST /v1/jobs`: 201 with the new job, or 200 with the existing one for a repeated

@@ -270,6 +270,77 @@ async fn a_follower_serves_hands_over_and_takes_over() {
     b.handle.stop(true).await;
 }
 
+/// A fresh tester: on a follower a queue head's `pending_reason` was null, even for a
+/// paused user. A follower has no arbiter to ask; it says what the database knows
+/// (DESIGN §10): the user is paused, or the head is next in its user's queue and the
+/// leader decides when it starts, or how many jobs are ahead.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_follower_says_why_a_queued_job_waits() {
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let a = replica(&db.url, "replica-a").await;
+    let b = replica(&db.url, "replica-b").await;
+    let (_, vb) = get(&b, "/v1/scheduler").await;
+    assert_eq!(vb["leadership"]["is_leader"], false, "{vb}");
+    let client = reqwest::Client::new();
+    let submit = |user: &'static str| {
+        let client = client.clone();
+        let url = format!("{}/v1/jobs", b.address);
+        async move {
+            let r = client
+                .post(url)
+                .bearer_auth(SUBMITTER)
+                .json(&json!({"user": user, "entrypoint": "echo"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+            r.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let head = submit("carol").await;
+    let second = submit("carol").await;
+    let paused = submit("dave").await;
+    let r = client
+        .post(format!("{}/v1/users/dave/pause", b.address))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let reason = |id: String| {
+        let b = &b;
+        async move {
+            let (status, job) = get(b, &format!("/v1/jobs/{id}")).await;
+            assert_eq!(status, 200, "{job}");
+            assert_eq!(job["status"], "QUEUED", "{job}");
+            job["pending_reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    let r = reason(head).await;
+    assert!(
+        r.starts_with("next in its user's queue; the leader (replica \"replica-a\") decides"),
+        "{r}"
+    );
+    let r = reason(second).await;
+    assert_eq!(r, "waiting behind 1 earlier job in this user's queue");
+    let r = reason(paused).await;
+    assert!(r.starts_with("the user is paused"), "{r}");
+    a.handle.stop(true).await;
+    b.handle.stop(true).await;
+}
+
 #[actix_web::test]
 async fn a_second_service_on_the_same_sqlite_file_refuses_to_start() {
     let Some(app) = spawn_app(Db::Sqlite).await else {
