@@ -98,6 +98,10 @@ async fn apply_many_is_apply_for_each_in_one_transaction(which: Db) {
 crate::both_databases!(apply_many_is_apply_for_each_in_one_transaction);
 
 #[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
 async fn a_stale_term_cannot_move_a_job() {
     let Some(db) = TestDb::new(Db::Postgres).await else {
         return;
@@ -201,6 +205,10 @@ where
 }
 
 #[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
 async fn a_follower_serves_hands_over_and_takes_over() {
     let Some(db) = TestDb::new(Db::Postgres).await else {
         return;
@@ -376,6 +384,10 @@ async fn a_second_service_on_the_same_sqlite_file_refuses_to_start() {
 /// catch-up reads the changes after its cursor, so such an id is skipped at first and
 /// looked up again).
 #[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
 async fn the_catch_up_finds_changes_no_notification_announced() {
     let Some(db) = TestDb::new(Db::Postgres).await else {
         return;
