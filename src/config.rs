@@ -531,6 +531,14 @@ impl Settings {
         if self.scheduler.default_max_running_jobs == 0 {
             return invalid("scheduler.default_max_running_jobs", "must be at least 1");
         }
+        if self.scheduler.default_max_queued_jobs == 0 {
+            // A user's limit of 0 is refused by the API (PUT /v1/users); as a default it
+            // would answer every submission of a user without a limit of its own with 429.
+            return invalid(
+                "scheduler.default_max_queued_jobs",
+                "must be at least 1 (0 would refuse every submission with 429)",
+            );
+        }
         if self.scheduler.tick.is_zero() {
             return invalid("scheduler.tick", "must be longer than 0s");
         }
@@ -583,10 +591,12 @@ impl Settings {
                 );
             }
             if let Some(user) = &t.user {
-                if user.trim().is_empty() || user.chars().any(char::is_whitespace) {
+                // The API's rule for user ids: a token could otherwise submit as a user
+                // that no request can name.
+                if let Some(why) = crate::api::user_id::problem(user) {
                     return invalid(
                         &format!("auth.tokens[{i}].user"),
-                        "must be a user id: not empty, no whitespace",
+                        &format!("must be a user id: {why}"),
                     );
                 }
             }
@@ -689,6 +699,23 @@ mod tests {
     }
 
     #[test]
+    fn zero_per_user_defaults_are_refused_naming_the_key() {
+        for key in [
+            "scheduler.default_max_running_jobs",
+            "scheduler.default_max_queued_jobs",
+        ] {
+            let var = format!("FAIRSHARE__{}", key.replace('.', "__").to_uppercase());
+            let err = Settings::load_with_env(None, env(&[(var.as_str(), "0")]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{key} = 0: {err}");
+            assert!(err.contains("at least 1"), "{key} = 0: {err}");
+            let ok = Settings::load_with_env(None, env(&[(var.as_str(), "1")]));
+            assert!(ok.is_ok(), "{key} = 1: {:?}", ok.err());
+        }
+    }
+
+    #[test]
     fn webhooks_load_from_a_file_and_bad_ones_name_their_key() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("hooks.toml");
@@ -749,6 +776,38 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    /// A token's user follows the API's rule for user ids (api::user_id): it checked
+    /// only for whitespace, so a token could submit as an id no request can name.
+    #[test]
+    fn a_tokens_user_is_a_valid_user_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let file = |user: &str| {
+            format!(
+                "[[auth.tokens]]\nname = \"a\"\ntoken = \"0123456789\"\nrole = \"submitter\"\nuser = \"{user}\"\n"
+            )
+        };
+        for user in [
+            "",
+            " ",
+            "a b",
+            "a\u{200b}b",
+            "a\u{fe0f}b",
+            "a\u{180e}b",
+            "..",
+            "x\u{ad}",
+        ] {
+            std::fs::write(&path, file(user)).unwrap();
+            let err = Settings::load_with_env(Some(&path), env(&[]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("auth.tokens[0].user"), "{user:?}: {err}");
+        }
+        std::fs::write(&path, file("alice")).unwrap();
+        let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+        assert_eq!(s.auth.tokens[0].user.as_deref(), Some("alice"));
     }
 
     #[test]

@@ -15,6 +15,52 @@ use prometheus::{
 /// Label value under which users past `telemetry.per_user_metrics_max` are aggregated.
 pub const OTHER_USERS: &str = "_other";
 
+/// Why a dispatch did not reach Ray: the `reason` label of
+/// `fairshare_dispatch_failures_total`, whose HELP lists every value with its meaning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DispatchFailure {
+    /// Ray refused the job with a 4xx about the job itself; the job is FAILED.
+    Rejected,
+    /// The cluster did not take the job (its dashboard not ready, the retry budget
+    /// spent on timeouts or 5xx, or the job's packages could not be sent); the job is
+    /// back in its queue.
+    NotReady,
+}
+
+impl DispatchFailure {
+    /// Every reason, in the order the HELP text lists them.
+    pub const ALL: [DispatchFailure; 2] = [DispatchFailure::Rejected, DispatchFailure::NotReady];
+
+    /// The label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            DispatchFailure::Rejected => "rejected",
+            DispatchFailure::NotReady => "not_ready",
+        }
+    }
+
+    fn meaning(self) -> &'static str {
+        match self {
+            DispatchFailure::Rejected => "Ray refused the job, which is FAILED",
+            DispatchFailure::NotReady => {
+                "the cluster did not take it (not ready, retries spent, or packages not sent), \
+                 so it is back in its queue"
+            }
+        }
+    }
+
+    fn help() -> String {
+        let reasons: Vec<String> = Self::ALL
+            .iter()
+            .map(|r| format!("{}: {}", r.label(), r.meaning()))
+            .collect();
+        format!(
+            "Dispatches that did not reach Ray, by reason ({}).",
+            reasons.join("; ")
+        )
+    }
+}
+
 /// Every metric of the service.
 pub struct Metrics {
     pub registry: Registry,
@@ -112,7 +158,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
         dispatch_failures: reg!(IntCounterVec::new(
             Opts::new(
                 "fairshare_dispatch_failures_total",
-                "Dispatches that did not reach Ray (reason: rejected, gave_up)."
+                DispatchFailure::help()
             ),
             &["cluster", "reason"]
         )?),
@@ -379,12 +425,16 @@ impl Metrics {
                 .jobs_finished
                 .with_label_values(&[status.as_str()])
                 .inc(),
-            Metric::Requeued => self
-                .dispatch_failures
-                .with_label_values(&[cluster, "not_ready"])
-                .inc(),
+            Metric::Requeued => self.dispatch_failed(cluster, DispatchFailure::NotReady),
             Metric::PendingTimeout => self.pending_timeouts.inc(),
         }
+    }
+
+    /// Counts a dispatch to `cluster` that did not reach Ray.
+    pub fn dispatch_failed(&self, cluster: &str, reason: DispatchFailure) {
+        self.dispatch_failures
+            .with_label_values(&[cluster, reason.label()])
+            .inc();
     }
 
     /// The Prometheus text exposition of this registry.
@@ -437,5 +487,32 @@ mod tests {
                 "missing {line:?} in:\n{text}"
             );
         }
+    }
+
+    /// The HELP of `fairshare_dispatch_failures_total` names every `reason` the
+    /// service emits (it once listed `gave_up`, never emitted, and not `not_ready`).
+    #[test]
+    fn dispatch_failure_help_lists_every_reason_emitted() {
+        let m = super::build().expect("valid metric definitions");
+        m.count(Metric::Requeued, Some("a"));
+        m.dispatch_failed("a", super::DispatchFailure::Rejected);
+        let text = m.render();
+        let help = text
+            .lines()
+            .find(|l| l.starts_with("# HELP fairshare_dispatch_failures_total "))
+            .expect("HELP line");
+        let emitted: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("fairshare_dispatch_failures_total{"))
+            .filter_map(|l| l.split("reason=\"").nth(1)?.split('"').next())
+            .collect();
+        assert_eq!(emitted.len(), 2, "{text}");
+        for reason in emitted {
+            assert!(
+                help.contains(&format!("{reason}: ")),
+                "{reason} not in {help}"
+            );
+        }
+        assert!(!help.contains("gave_up"), "{help}");
     }
 }

@@ -14,7 +14,10 @@ Everything listens on 127.0.0.1.
 import importlib.machinery, importlib.util, json, os, subprocess, sys, tempfile, time, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.environ.get("FAIRSHARE_BIN", os.path.join(ROOT, "target/release/fairshare"))
+# cargo builds into $CARGO_TARGET_DIR when it is set (relative to the repository root,
+# where scripts/bench-dispatch runs cargo), else into target/.
+BIN = os.environ.get("FAIRSHARE_BIN") or os.path.join(
+    ROOT, os.environ.get("CARGO_TARGET_DIR") or "target", "release", "fairshare")
 PG = os.environ.get("FAIRSHARE_BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
 
 loader = importlib.machinery.SourceFileLoader("chaos", os.path.join(ROOT, "scripts/chaos"))

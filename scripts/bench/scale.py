@@ -18,7 +18,11 @@ import http.client, json, os, socket, sqlite3, statistics, subprocess, sys, temp
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from datetime import datetime, timedelta, timezone
 
-BIN = os.environ.get("FAIRSHARE_BIN", "target/release/fairshare")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# cargo builds into $CARGO_TARGET_DIR when it is set (relative to the repository root,
+# where scripts/bench-scale runs cargo), else into target/.
+BIN = os.environ.get("FAIRSHARE_BIN") or os.path.join(
+    ROOT, os.environ.get("CARGO_TARGET_DIR") or "target", "release", "fairshare")
 PG = os.environ.get("FAIRSHARE_BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432")
 
 

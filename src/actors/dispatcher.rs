@@ -270,9 +270,7 @@ async fn dispatch_granted(
                 DispatchOutcome::Rejected { message } => {
                     tracing::warn!(job_id = %id, cluster = %msg.cluster, %message, "Ray refused the job");
                     metrics::get()
-                        .dispatch_failures
-                        .with_label_values(&[&msg.cluster, "rejected"])
-                        .inc();
+                        .dispatch_failed(&msg.cluster, metrics::DispatchFailure::Rejected);
                     Event::RayRefused { message }
                 }
                 DispatchOutcome::GaveUp {

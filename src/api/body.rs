@@ -4,7 +4,8 @@
 //! dotted path of the field (`resources.cpu`); over `server.max_body_bytes` is 413.
 
 use actix_web::web;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Deserializer};
+use serde::Deserialize;
 
 use super::error::ApiError;
 
@@ -225,6 +226,15 @@ pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
     })
 }
 
+/// For an `Option<Option<T>>` field with `#[serde(default, deserialize_with =
+/// "nullable")]`: absent = `None`, `null` = `Some(None)` (serde alone reads `null` as
+/// absent). For whole numbers and objects use `whole::double_opt`, `object::double_opt`.
+pub fn nullable<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Option<T>>, D::Error> {
+    Ok(Some(Option::<T>::deserialize(d)?))
+}
+
 /// Integer fields that also accept a whole number written with a decimal point
 /// (`600.0`): JSON Schema counts it as an integer and Python clients send it. `600.5`,
 /// and anything outside the target type's range, is refused naming the field (422).
@@ -265,6 +275,11 @@ pub mod whole {
                     // 2^63 bounds every target type; beyond it the cast would saturate.
                     if v.is_finite() && v.fract() == 0.0 && v.abs() < 9.3e18 {
                         Self::fit(v as i128)
+                    } else if v.is_finite() && v.fract() == 0.0 {
+                        // A whole number too large for an integer (`18446744073709551616`
+                        // reads as a double): say so, as the bound of every whole-number
+                        // field (`numbers::MAX_WHOLE`), not "expected a whole number".
+                        Err(E::custom(super::numbers::too_large()))
                     } else {
                         Err(E::invalid_value(de::Unexpected::Float(v), &self))
                     }
@@ -435,6 +450,15 @@ pub mod numbers {
         })
     }
 
+    /// The reason given for a whole number beyond [`MAX_WHOLE`] in magnitude, however
+    /// it was found (as written, as parsed, as stored).
+    pub fn too_large() -> String {
+        format!(
+            "must be at most {MAX_WHOLE} in magnitude (2^53: whole numbers above it are not \
+             exact as doubles)"
+        )
+    }
+
     /// Why `text` breaks `rule`, if it does.
     fn broken(text: &str, rule: Written) -> Option<String> {
         let d = decimal(text)?;
@@ -453,10 +477,7 @@ pub mod numbers {
                     .and_then(|m| m.checked_mul(10_u64.checked_pow(d.exponent as u32)?));
                 match magnitude {
                     Some(m) if m <= MAX_WHOLE => None,
-                    _ => Some(format!(
-                        "must be at most {MAX_WHOLE} in magnitude (2^53: whole numbers above \
-                         it are not exact as doubles)"
-                    )),
+                    _ => Some(too_large()),
                 }
             }
             Written::Resource => (d.exponent < -RESOURCE_DECIMALS).then(|| {

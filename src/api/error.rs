@@ -90,9 +90,11 @@ pub enum ApiError {
     #[error("invalid field `{field}`: {reason}")]
     Invalid { field: String, reason: String },
     /// 422: the `(user, external_id)` names a job that was submitted with another
-    /// payload (`fields` lists what differs).
-    #[error("external_id {external_id:?} was already used by this user for job {job_id} with a different {}; use a new external_id for a new job", fields.join(", "))]
+    /// payload (`fields` lists what differs). `key` is the key's field name as the
+    /// client sent it: `external_id` on `/v1`, `submission_id` on Ray's Jobs API.
+    #[error("{key} {external_id:?} was already used by this user for job {job_id} with a different {}; use a new {key} for a new job", fields.join(", "))]
     IdempotencyKeyReused {
+        key: &'static str,
         external_id: String,
         job_id: uuid::Uuid,
         fields: Vec<&'static str>,
@@ -103,6 +105,15 @@ pub enum ApiError {
     /// 503: the database or another dependency is unavailable; retry later.
     #[error("service unavailable: {0}")]
     Unavailable(String),
+    /// 503 (code `unavailable`, `Retry-After`) for a state that passes and that the
+    /// client may act on: this replica does not lead, or recovery is still loading.
+    /// Unlike [`ApiError::Unavailable`] (a fault, whose cause stays in the log) the
+    /// message is shown and `details` (`{"reason", ...}`) says which.
+    #[error("{message}")]
+    NotNow {
+        message: String,
+        details: serde_json::Value,
+    },
 }
 
 impl ApiError {
@@ -138,7 +149,7 @@ impl ApiError {
             ApiError::Invalid { .. } => "invalid_field",
             ApiError::IdempotencyKeyReused { .. } => "idempotency_key_reused",
             ApiError::QueueFull(_) => "queue_full",
-            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Unavailable(_) | ApiError::NotNow { .. } => "unavailable",
         }
     }
 }
@@ -162,7 +173,10 @@ pub struct ErrorDetail {
     /// For invalid_field: `{"field", "reason"}`; for unsupported_media_type:
     /// `{"field": "Content-Type", "reason"}`; for idempotency_key_reused:
     /// `{"field": "external_id", "external_id", "job_id" (the existing job), "differs"
-    /// (the fields that differ)}`; for a conflict about a job: `{"job_id", "status"}`.
+    /// (the fields that differ)}` (on Ray's Jobs API `submission_id` in place of
+    /// `external_id`); for a 503 that passes: `{"reason": "not_leader", "replica",
+    /// "leader"}` (this replica does not lead; `leader` is null while nobody does) or
+    /// `{"reason": "loading"}` (recovery has not loaded the queues yet); for a conflict about a job: `{"job_id", "status"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
 }
@@ -184,13 +198,14 @@ impl ResponseError for ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::QueueFull(_) => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable(_) | ApiError::NotNow { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
     fn error_response(&self) -> HttpResponse {
         let status = self.status_code();
-        if status.is_server_error() {
+        // A state that passes (NotNow) is expected, not a fault: no error log.
+        if status.is_server_error() && !matches!(self, ApiError::NotNow { .. }) {
             tracing::error!(error = %crate::errors::chain(self), code = self.code(), "request failed");
         }
         let details = match self {
@@ -198,15 +213,19 @@ impl ResponseError for ApiError {
                 Some(serde_json::json!({ "field": field, "reason": reason }))
             }
             ApiError::IdempotencyKeyReused {
+                key,
                 external_id,
                 job_id,
                 fields,
-            } => Some(serde_json::json!({
-                "field": "external_id",
-                "external_id": external_id,
-                "job_id": job_id,
-                "differs": fields,
-            })),
+            } => {
+                let mut d = serde_json::json!({
+                    "field": key,
+                    "job_id": job_id,
+                    "differs": fields,
+                });
+                d[*key] = serde_json::Value::from(external_id.as_str());
+                Some(d)
+            }
             ApiError::JobConflict { job_id, status, .. } => {
                 Some(serde_json::json!({ "job_id": job_id, "status": status }))
             }
@@ -214,6 +233,7 @@ impl ResponseError for ApiError {
                 "field": "Content-Type",
                 "reason": "must be application/json (parameters such as charset allowed)",
             })),
+            ApiError::NotNow { details, .. } => Some(details.clone()),
             _ => None,
         };
         let message = match self {
@@ -224,7 +244,10 @@ impl ResponseError for ApiError {
             other => other.to_string(),
         };
         let mut resp = HttpResponse::build(status);
-        if matches!(self, ApiError::Unavailable(_) | ApiError::QueueFull(_)) {
+        if matches!(
+            self,
+            ApiError::Unavailable(_) | ApiError::NotNow { .. } | ApiError::QueueFull(_)
+        ) {
             resp.insert_header(("Retry-After", "1"));
         }
         if matches!(self, ApiError::UriTooLong | ApiError::BodyTimeout { .. }) {
@@ -292,12 +315,17 @@ mod tests {
             ApiError::UnsupportedMediaType(None),
             ApiError::invalid("f", "r"),
             ApiError::IdempotencyKeyReused {
+                key: "external_id",
                 external_id: String::new(),
                 job_id: id,
                 fields: vec![],
             },
             ApiError::QueueFull(String::new()),
             ApiError::Unavailable(String::new()),
+            ApiError::NotNow {
+                message: String::new(),
+                details: serde_json::Value::Null,
+            },
         ];
         let mut codes: Vec<&str> = all.iter().map(ApiError::code).collect();
         codes.dedup();

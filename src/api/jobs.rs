@@ -47,7 +47,9 @@ pub struct JobView {
     pub cluster: Option<String>,
     /// Why it ended, or what Ray said.
     pub message: Option<String>,
-    /// For a QUEUED job: why it is not running yet, from the last scheduling cycle.
+    /// For a QUEUED job: why it is not running yet, from the last scheduling cycle (on
+    /// a replica that does not lead, from the database: the user is paused, the job is
+    /// next in its user's queue, or how many jobs are ahead).
     pub pending_reason: Option<String>,
     /// For a QUEUED job: 1-based position within its user's queue.
     pub queue_position: Option<u64>,
@@ -165,12 +167,19 @@ pub(crate) async fn view(
         )),
         _ => None,
     };
+    let user_id = j.user_id.clone();
     let mut v = JobView::from_model(j);
     v.queue_position = position;
     v.pending_reason = lifecycle_reason;
     if queued && v.pending_reason.is_none() {
-        if let Some(s) = state.scheduler().filter(|_| ask_arbiter) {
-            v.pending_reason = s.pending_reason(id).await;
+        // Not for a job just created (no cycle has seen it; a submit costs no read).
+        match state.scheduler() {
+            Some(s) if ask_arbiter => v.pending_reason = s.pending_reason(id).await,
+            // A follower has no arbiter to ask (DESIGN §10): what the database says.
+            None if ask_arbiter => {
+                v.pending_reason = follower_reason(state, &user_id, position).await?;
+            }
+            _ => {}
         }
         if v.pending_reason.is_none() {
             if let Some(ahead) = position.filter(|p| *p > 1).map(|p| p - 1) {
@@ -182,6 +191,37 @@ pub(crate) async fn view(
         }
     }
     Ok(v)
+}
+
+/// A QUEUED job's pending reason on a replica that does not lead, from the database:
+/// the user is paused (the arbiter's own words), else for the head of its user's
+/// queue that the leader decides when it starts; a job further back gets the count of
+/// jobs ahead (by the caller, as on the leader for a job outside the arbiter's window).
+async fn follower_reason(
+    state: &AppState,
+    user: &str,
+    position: Option<u64>,
+) -> Result<Option<String>, ApiError> {
+    if store::get_user(&state.db, user)
+        .await?
+        .is_some_and(|u| u.paused)
+    {
+        return Ok(Some(crate::policy::PendingReason::Paused.to_string()));
+    }
+    if position != Some(1) {
+        return Ok(None);
+    }
+    let view = state.leadership.view();
+    let leader = match &view.leader {
+        Some(l) => format!("replica {l:?}"),
+        None => "the replica that takes the lease next".to_string(),
+    };
+    Ok(Some(format!(
+        "next in its user's queue; the leader ({leader}) decides when it starts, by fair \
+         share and free capacity (this replica, {:?}, does not lead: ask the leader for \
+         the reason in detail)",
+        view.replica
+    )))
 }
 
 /// `POST /v1/jobs`: 201 with the new job, or 200 with the existing one for a repeated
@@ -286,6 +326,7 @@ pub(crate) async fn accept(
             tracing::Span::current().record("job_id", tracing::field::display(existing.id));
             tracing::info!(differs = ?differs, "external_id reused with another payload");
             Err(ApiError::IdempotencyKeyReused {
+                key: "external_id",
                 external_id: existing.external_id.unwrap_or_default(),
                 job_id: existing.id,
                 fields: differs,
@@ -317,9 +358,9 @@ pub async fn get(
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only this user's jobs: a user id (1–128 characters, no whitespace, control or
-    /// zero-width characters, not `.` or `..`).
-    #[param(value_type = String, min_length = 1, max_length = 128,
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")]
+    /// invisible characters, not `.` or `..`; the pattern is `api::user_id`'s, set in
+    /// `api::openapi::document_json`).
+    #[param(value_type = String, min_length = 1, max_length = 128)]
     pub user: Option<String>,
     /// Only jobs in this status (case-insensitive).
     #[param(value_type = JobStatusName)]

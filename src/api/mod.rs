@@ -15,6 +15,7 @@ pub mod request_id;
 pub mod submit;
 pub mod system;
 pub mod ui;
+pub mod user_id;
 pub mod users;
 pub mod what_if;
 

@@ -65,7 +65,7 @@ pub fn document_json() -> serde_json::Value {
     // Map keys of the what-if change: user ids (their limits: a key that cannot be a
     // user id is 422) and cluster names (never with NUL).
     schemas["WhatIfRequest"]["properties"]["users"]["propertyNames"] = json!({
-        "type": "string", "minLength": 1, "maxLength": 128, "pattern": USER_ID_PATTERN,
+        "type": "string", "minLength": 1, "maxLength": 128, "pattern": user_id_pattern(),
     });
     schemas["WhatIfRequest"]["properties"]["clusters"]["propertyNames"] =
         json!({"type": "string", "pattern": NO_NUL});
@@ -83,6 +83,35 @@ pub fn document_json() -> serde_json::Value {
     let env = &mut schemas["SubmitRequest"]["properties"]["runtime_env"];
     env["propertyNames"] = json!({"type": "string", "pattern": NO_NUL});
     env["additionalProperties"] = json!({"$ref": "#/components/schemas/JsonNoNul"});
+    schemas["SubmitRequest"]["properties"]["user"]["pattern"] = json!(user_id_pattern());
+    // User ids in parameters (the `user` filters, `/v1/users/{id}`), and 414 on every
+    // operation: `api::line_limit` answers a request line of 64 KiB or more with 414
+    // before any route runs, whatever the path.
+    let uri_too_long = json!({
+        "description": "the request line is 64 KiB or longer (uri_too_long); the connection is closed",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    });
+    if let Some(paths) = doc["paths"].as_object_mut() {
+        for (path, item) in paths.iter_mut() {
+            let Some(item) = item.as_object_mut() else {
+                continue;
+            };
+            let methods = ["get", "put", "post", "delete", "patch", "head", "options"];
+            for (_, op) in item
+                .iter_mut()
+                .filter(|(m, _)| methods.contains(&m.as_str()))
+            {
+                // `get_mut`: indexing would insert `"parameters": null` where there are
+                // none, which is no valid document.
+                if let Some(params) = op.get_mut("parameters").and_then(|p| p.as_array_mut()) {
+                    for p in params.iter_mut().filter(|p| is_user_id_parameter(path, p)) {
+                        p["schema"]["pattern"] = json!(user_id_pattern());
+                    }
+                }
+                op["responses"]["414"] = uri_too_long.clone();
+            }
+        }
+    }
     // Every query parameter of the job list is optional (utoipa marks a parameter
     // with an explicit `value_type` required).
     if let Some(params) = doc["paths"]["/v1/jobs"]["get"]["parameters"].as_array_mut() {
@@ -109,8 +138,17 @@ pub fn document_json() -> serde_json::Value {
 const NO_NUL: &str = r"^[^\x00]*$";
 
 /// A user id's pattern, as on every route that takes one (`api::submit::validate_user_id`):
-/// no whitespace, control, zero-width or replacement characters, and not `.` or `..`.
-const USER_ID_PATTERN: &str = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$";
+/// built from the rule itself (`api::user_id`), so that the two cannot drift.
+fn user_id_pattern() -> &'static str {
+    super::user_id::pattern()
+}
+
+/// Whether an operation's parameter is a user id: the `user` filters and the path id of
+/// `/v1/users/{id}…`.
+fn is_user_id_parameter(path: &str, p: &serde_json::Value) -> bool {
+    (p["in"] == "query" && p["name"] == "user")
+        || (p["in"] == "path" && p["name"] == "id" && path.starts_with("/v1/users/"))
+}
 
 /// `GET /openapi.json`.
 #[utoipa::path(get, path = "/openapi.json", tag = "system", operation_id = "openapi",

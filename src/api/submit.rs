@@ -51,13 +51,10 @@ pub struct ResourcesIn {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    /// The gateway's user id: 1–128 characters, no whitespace, control or zero-width
-    /// characters, not `.` or `..` (they cannot stand in a URL path).
-    #[schema(
-        min_length = 1,
-        max_length = 128,
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$"
-    )]
+    /// The gateway's user id: 1–128 characters, no whitespace, control or invisible
+    /// characters (format, zero-width, variation selectors, default-ignorable), not `.`
+    /// or `..` (they cannot stand in a URL path).
+    #[schema(min_length = 1, max_length = 128)]
     pub user: String,
     /// The command Ray runs, 1–65536 bytes, not only whitespace (Unicode White_Space),
     /// no NUL.
@@ -92,12 +89,6 @@ pub struct SubmitRequest {
     pub max_runtime_s: Option<i64>,
 }
 
-/// Zero-width and bidirectional-control characters: they would let two user ids that
-/// look the same on screen be different users.
-fn is_invisible(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}' | '\u{00AD}')
-}
-
 /// Checks a user id (also used by the users API).
 pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
     if user.is_empty() {
@@ -109,22 +100,11 @@ pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
             format!("must be at most {MAX_USER_LEN} characters"),
         ));
     }
-    if user
-        .chars()
-        .any(|c| c.is_whitespace() || c.is_control() || is_invisible(c))
-    {
-        return Err(ApiError::invalid(
-            field,
-            "must not contain whitespace, control or invisible (zero-width) characters",
-        ));
-    }
-    if user.contains(char::REPLACEMENT_CHARACTER) {
-        // What a path or query with bytes that are not UTF-8 decodes to: never make a
-        // user of an id the client did not send.
-        return Err(ApiError::invalid(
-            field,
-            "must be UTF-8 (U+FFFD, the replacement character, is refused)",
-        ));
+    // Whitespace, control and invisible characters, and U+FFFD (what bytes that are
+    // not UTF-8 decode to): the rule of `api::user_id`, which the OpenAPI pattern is
+    // built from.
+    if let Some(c) = super::user_id::first_refused(user) {
+        return Err(ApiError::invalid(field, super::user_id::refused_reason(c)));
     }
     // `/v1/users/../pause` is normalised away by browsers and HTTP clients: such a user
     // could never be addressed in a path.
@@ -207,10 +187,7 @@ pub fn check_memory_bytes(field: &str, bytes: u64) -> Result<i64, ApiError> {
     if bytes > MAX_WHOLE {
         return Err(ApiError::invalid(
             field,
-            format!(
-                "must be at most {MAX_WHOLE} (2^53: whole numbers above it are not exact \
-                 as doubles)"
-            ),
+            crate::api::body::numbers::too_large(),
         ));
     }
     i64::try_from(bytes).map_err(|_| ApiError::invalid(field, "is too large"))

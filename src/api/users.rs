@@ -46,14 +46,15 @@ pub struct ResourceLimit {
     pub memory_bytes: Option<u64>,
 }
 
-/// `PUT /v1/users/{id}` body. Absent fields stay as they are; `null` clears a limit
-/// back to the configured default.
+/// `PUT /v1/users/{id}` body. Absent fields stay as they are; `null` puts a field
+/// back to its default: weight 1, the configured job limits, no resource cap.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserUpdate {
-    /// Fair-share weight, 1e-6 to 1e6.
-    #[schema(minimum = 0.000001, maximum = 1000000.0)]
-    pub weight: Option<f64>,
+    /// Fair-share weight, 1e-6 to 1e6, or null for the default (1).
+    #[serde(default, deserialize_with = "super::body::nullable")]
+    #[schema(value_type = Option<f64>, minimum = 0.000001, maximum = 1000000.0)]
+    pub weight: Option<Option<f64>>,
     /// 1..=1000000, or null for the default.
     #[serde(default, deserialize_with = "whole::double_opt")]
     #[schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)]
@@ -201,8 +202,7 @@ fn check_id(id: &str) -> Result<(), ApiError> {
 
 /// `GET /v1/users/{id}`.
 #[utoipa::path(get, path = "/v1/users/{id}", tag = "users", operation_id = "get_user",
-    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or invisible (format, zero-width, variation selector, default-ignorable) characters, not `.` or `..`")),
     responses((status = 200, body = UserView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
@@ -276,7 +276,7 @@ pub const UPDATE_NUMBERS: &[(&str, Written)] = &[
 
 impl UserUpdate {
     fn into_patch(self) -> Result<UserPatch, ApiError> {
-        if let Some(w) = self.weight {
+        if let Some(Some(w)) = self.weight {
             check_weight("weight", w)?;
         }
         if let Some(Some(n)) = self.max_running_jobs {
@@ -294,7 +294,10 @@ impl UserUpdate {
             check_resource_limit("max_resources", limit)?;
         }
         Ok(UserPatch {
-            weight: self.weight,
+            // null: back to the default, as null puts a limit back to the default.
+            weight: self
+                .weight
+                .map(|w| w.unwrap_or(crate::store::DEFAULT_WEIGHT)),
             max_running_jobs: self.max_running_jobs,
             max_queued_jobs: self.max_queued_jobs,
             max_resources: self
@@ -306,9 +309,10 @@ impl UserUpdate {
 }
 
 /// `PUT /v1/users/{id}` (admin): changes weight and limits; creates the user if new.
+/// A field left out stays as it is; `null` puts it back to its default (weight 1,
+/// the configured job limits, no resource cap).
 #[utoipa::path(put, path = "/v1/users/{id}", tag = "users", request_body = UserUpdate, operation_id = "put_user",
-    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or invisible (format, zero-width, variation selector, default-ignorable) characters, not `.` or `..`")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"), (status = 422, body = ErrorBody, description = "a field or the id is invalid (details.field)"),
@@ -380,8 +384,7 @@ async fn set_paused(
 /// jobs stay, running ones go on. Takes effect before the next cycle.
 #[utoipa::path(post, path = "/v1/users/{id}/pause", tag = "users", operation_id = "pause_user",
     request_body(content = Option<Empty>, description = "nothing, or `{}`"),
-    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or invisible (format, zero-width, variation selector, default-ignorable) characters, not `.` or `..`")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),
@@ -401,8 +404,7 @@ pub async fn pause(
 /// `POST /v1/users/{id}/resume` (admin).
 #[utoipa::path(post, path = "/v1/users/{id}/resume", tag = "users", operation_id = "resume_user",
     request_body(content = Option<Empty>, description = "nothing, or `{}`"),
-    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or zero-width characters, not `.` or `..`",
-        pattern = r"^(?!\.\.?$)[^\s\x00-\x1f\x7f-\x9f\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufffd]+$")),
+    params(("id" = String, Path, min_length = 1, max_length = 128, description = "user id: 1–128 characters, no whitespace, control or invisible (format, zero-width, variation selector, default-ignorable) characters, not `.` or `..`")),
     responses((status = 200, body = UserView), (status = 400, body = ErrorBody, description = "the body is not JSON"),
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "not an admin token; or, with no token configured, a browser page of another origin asked"),
               (status = 404, body = ErrorBody, description = "no such user (a user exists once it submits a job or an admin PUTs it)"),

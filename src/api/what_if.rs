@@ -26,13 +26,15 @@ pub const DEFAULT_LIMIT: u32 = 20;
 /// Largest number of grants a preview lists (each costs a pass of the policy at worst).
 pub const MAX_LIMIT: u32 = 1000;
 
-/// A proposed change to one user. Absent fields stay as they are.
+/// A proposed change to one user. Absent fields stay as they are; `null` is the
+/// default, as in `PUT /v1/users/{id}`.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserChangeIn {
-    /// Fair-share weight, 1e-6 to 1e6.
-    #[schema(minimum = 0.000001, maximum = 1000000.0)]
-    pub weight: Option<f64>,
+    /// Fair-share weight, 1e-6 to 1e6, or null for the default (1).
+    #[serde(default, deserialize_with = "super::body::nullable")]
+    #[schema(value_type = Option<f64>, minimum = 0.000001, maximum = 1000000.0)]
+    pub weight: Option<Option<f64>>,
     /// `true` pauses the user, `false` resumes it.
     pub paused: Option<bool>,
     /// 1..=1000000, or null for the configured default.
@@ -186,7 +188,7 @@ impl WhatIfRequest {
             // A key that cannot be a user id is a bad field, not an unknown user.
             crate::api::submit::validate_user_id(&format!("users.{id}"), &id)?;
             let field = |f: &str| format!("users.{id}.{f}");
-            if let Some(w) = u.weight {
+            if let Some(Some(w)) = u.weight {
                 check_weight(&field("weight"), w)?;
             }
             let max_running_jobs = match u.max_running_jobs {
@@ -213,7 +215,7 @@ impl WhatIfRequest {
             change.users.insert(
                 id.clone(),
                 UserChange {
-                    weight: u.weight,
+                    weight: u.weight.map(|w| w.unwrap_or(crate::store::DEFAULT_WEIGHT)),
                     paused: u.paused,
                     max_running_jobs,
                     max_resources,
@@ -299,6 +301,32 @@ fn state_view(u: &preview::UserState) -> UserStateView {
     }
 }
 
+/// The 503 of a replica that does not lead: the preview needs the leader's live
+/// state. Names this replica and the leader (if any), as `GET /v1/scheduler` does.
+pub(crate) fn not_leader(replica: &str, leader: Option<&str>) -> ApiError {
+    let whom = match leader {
+        Some(l) => format!("send it to the leader, replica {l:?}"),
+        None => "no replica leads right now (a takeover takes a few seconds); retry".into(),
+    };
+    ApiError::NotNow {
+        message: format!(
+            "replica {replica:?} does not lead and a preview needs the leader's live state: \
+             {whom}"
+        ),
+        details: serde_json::json!({"reason": "not_leader", "replica": replica, "leader": leader}),
+    }
+}
+
+/// The 503 while recovery loads the queues (`/readyz` answers 503 `loading` meanwhile).
+pub(crate) fn loading() -> ApiError {
+    ApiError::NotNow {
+        message: "recovery has not loaded the queues yet (GET /readyz answers 200 once it \
+                  has); retry shortly"
+            .into(),
+        details: serde_json::json!({"reason": "loading"}),
+    }
+}
+
 /// `POST /v1/scheduler/what-if` (admin): the next grants (up to `limit`) under
 /// today's state and with the proposed change, each user's share and key before and
 /// after, and which queued jobs would start sooner or later. Changes nothing.
@@ -311,7 +339,7 @@ fn state_view(u: &preview::UserState) -> UserStateView {
               (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"),
               (status = 404, body = ErrorBody, description = "the change names a user or cluster the scheduler does not know"),
               (status = 422, body = ErrorBody, description = "a field is invalid (details.field, e.g. users.alice.weight)"),
-              (status = 503, body = ErrorBody, description = "this replica does not lead, or recovery has not loaded the queues yet; retry (on the leader)")),
+              (status = 503, body = ErrorBody, description = "this replica does not lead (details.reason = not_leader, details.leader names the leader), or recovery has not loaded the queues yet (details.reason = loading); Retry-After")),
     security(("bearer" = [])))]
 #[tracing::instrument(skip_all)]
 pub async fn what_if(
@@ -328,15 +356,14 @@ pub async fn what_if(
     let (mut change, limit) =
         request.into_change(state.settings.scheduler.default_max_running_jobs)?;
     let scheduler = state.scheduler().ok_or_else(|| {
-        ApiError::Unavailable(
-            "this replica does not lead; the preview needs the leader's live state".into(),
-        )
+        let who = state.leadership.view();
+        not_leader(&who.replica, who.leader.as_deref())
     })?;
     let snapshot = scheduler
         .snapshot()
         .await
         .map_err(|e| ApiError::Unavailable(e.to_string()))?
-        .ok_or_else(|| ApiError::Unavailable("recovery has not loaded the queues yet".into()))?;
+        .ok_or_else(loading)?;
     resolve_capacity(&mut change, &snapshot);
     // Like pausing a user that does not exist: 404, naming the entry in the body.
     let changed = snapshot.with(&change).map_err(|e| match &e {
@@ -384,4 +411,54 @@ pub async fn what_if(
         users,
         moved,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use actix_web::body::MessageBody;
+    use actix_web::ResponseError;
+
+    /// Status, `Retry-After` and body of an error as the client gets them.
+    fn answer(e: super::ApiError) -> (u16, String, serde_json::Value) {
+        let r = e.error_response();
+        let retry = r
+            .headers()
+            .get("retry-after")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        let status = r.status().as_u16();
+        let bytes = r.into_body().try_into_bytes().unwrap();
+        (status, retry, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    /// A preview that cannot run says why: on a follower, and while recovery loads
+    /// (both once answered "the database or a dependency is unavailable").
+    #[test]
+    fn a_preview_that_cannot_run_yet_says_why() {
+        let (status, retry, body) = answer(super::loading());
+        assert_eq!((status, retry.as_str()), (503, "1"));
+        assert_eq!(body["error"]["code"], "unavailable");
+        assert_eq!(body["error"]["details"]["reason"], "loading");
+        let m = body["error"]["message"].as_str().unwrap();
+        assert!(m.contains("recovery has not loaded the queues"), "{m}");
+
+        let (status, retry, body) = answer(super::not_leader("b", Some("a")));
+        assert_eq!((status, retry.as_str()), (503, "1"));
+        assert_eq!(
+            body["error"]["details"],
+            serde_json::json!({"reason": "not_leader", "replica": "b", "leader": "a"})
+        );
+        let m = body["error"]["message"].as_str().unwrap();
+        assert!(
+            m.contains("\"b\" does not lead") && m.contains("leader, replica \"a\""),
+            "{m}"
+        );
+
+        let (_, _, body) = answer(super::not_leader("b", None));
+        assert_eq!(body["error"]["details"]["leader"], serde_json::Value::Null);
+        let m = body["error"]["message"].as_str().unwrap();
+        assert!(m.contains("no replica leads right now"), "{m}");
+    }
 }

@@ -166,11 +166,14 @@ pub(super) async fn insert_event<C: sea_orm::ConnectionTrait>(
     Ok(())
 }
 
+/// A new user's weight, and what `PUT /v1/users/{id}` with `"weight": null` restores.
+pub const DEFAULT_WEIGHT: f64 = 1.0;
+
 /// A user row with the defaults (weight 1, not paused, no limits, no usage).
 pub(super) fn new_user(id: &str, at: DateTime<Utc>) -> user::ActiveModel {
     user::ActiveModel {
         id: Set(id.to_string()),
-        weight: Set(1.0),
+        weight: Set(DEFAULT_WEIGHT),
         paused: Set(false),
         max_running_jobs: Set(None),
         max_queued_jobs: Set(None),

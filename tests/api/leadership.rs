@@ -9,7 +9,7 @@ use fairshare::Application;
 use sea_orm::ConnectionTrait;
 use serde_json::{json, Value};
 
-use crate::helpers::{spawn_app, test_settings, Db, TestDb, SUBMITTER};
+use crate::helpers::{spawn_app, test_settings, Db, TestDb, ADMIN, SUBMITTER};
 
 fn new_job(user: &str) -> NewJob {
     crate::helpers::new_job(user, None)
@@ -98,6 +98,10 @@ async fn apply_many_is_apply_for_each_in_one_transaction(which: Db) {
 crate::both_databases!(apply_many_is_apply_for_each_in_one_transaction);
 
 #[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
 async fn a_stale_term_cannot_move_a_job() {
     let Some(db) = TestDb::new(Db::Postgres).await else {
         return;
@@ -201,6 +205,10 @@ where
 }
 
 #[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
 async fn a_follower_serves_hands_over_and_takes_over() {
     let Some(db) = TestDb::new(Db::Postgres).await else {
         return;
@@ -214,6 +222,27 @@ async fn a_follower_serves_hands_over_and_takes_over() {
     assert_eq!(vb["leadership"]["is_leader"], false, "{vb}");
     assert_eq!(vb["leadership"]["leader"], "replica-a", "{vb}");
     assert_eq!(get(&b, "/readyz").await.0, 200, "a follower is ready");
+    // A preview needs the leader's live state: the follower's 503 says so and names
+    // the leader (it once said "the database or a dependency is unavailable").
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/scheduler/what-if", b.address))
+        .bearer_auth(ADMIN)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let e: Value = r.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "unavailable", "{e}");
+    assert_eq!(e["error"]["details"]["reason"], "not_leader", "{e}");
+    assert_eq!(e["error"]["details"]["replica"], "replica-b", "{e}");
+    assert_eq!(e["error"]["details"]["leader"], "replica-a", "{e}");
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("does not lead") && message.contains("\"replica-a\""),
+        "{message}"
+    );
 
     // A job committed by the follower reaches the leader's queues.
     let resp = reqwest::Client::new()
@@ -246,6 +275,77 @@ async fn a_follower_serves_hands_over_and_takes_over() {
     let (_, vb) = get(&b, "/v1/scheduler").await;
     assert_eq!(vb["leadership"]["leader"], "replica-b");
     assert!(vb["leadership"]["term"].as_i64().unwrap() > term, "{vb}");
+    b.handle.stop(true).await;
+}
+
+/// A fresh tester: on a follower a queue head's `pending_reason` was null, even for a
+/// paused user. A follower has no arbiter to ask; it says what the database knows
+/// (DESIGN §10): the user is paused, or the head is next in its user's queue and the
+/// leader decides when it starts, or how many jobs are ahead.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_follower_says_why_a_queued_job_waits() {
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let a = replica(&db.url, "replica-a").await;
+    let b = replica(&db.url, "replica-b").await;
+    let (_, vb) = get(&b, "/v1/scheduler").await;
+    assert_eq!(vb["leadership"]["is_leader"], false, "{vb}");
+    let client = reqwest::Client::new();
+    let submit = |user: &'static str| {
+        let client = client.clone();
+        let url = format!("{}/v1/jobs", b.address);
+        async move {
+            let r = client
+                .post(url)
+                .bearer_auth(SUBMITTER)
+                .json(&json!({"user": user, "entrypoint": "echo"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 201);
+            r.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        }
+    };
+    let head = submit("carol").await;
+    let second = submit("carol").await;
+    let paused = submit("dave").await;
+    let r = client
+        .post(format!("{}/v1/users/dave/pause", b.address))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let reason = |id: String| {
+        let b = &b;
+        async move {
+            let (status, job) = get(b, &format!("/v1/jobs/{id}")).await;
+            assert_eq!(status, 200, "{job}");
+            assert_eq!(job["status"], "QUEUED", "{job}");
+            job["pending_reason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+    };
+    let r = reason(head).await;
+    assert!(
+        r.starts_with("next in its user's queue; the leader (replica \"replica-a\") decides"),
+        "{r}"
+    );
+    let r = reason(second).await;
+    assert_eq!(r, "waiting behind 1 earlier job in this user's queue");
+    let r = reason(paused).await;
+    assert!(r.starts_with("the user is paused"), "{r}");
+    a.handle.stop(true).await;
     b.handle.stop(true).await;
 }
 
@@ -284,6 +384,10 @@ async fn a_second_service_on_the_same_sqlite_file_refuses_to_start() {
 /// catch-up reads the changes after its cursor, so such an id is skipped at first and
 /// looked up again).
 #[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
 async fn the_catch_up_finds_changes_no_notification_announced() {
     let Some(db) = TestDb::new(Db::Postgres).await else {
         return;

@@ -86,6 +86,12 @@ async fn every_operation_has_its_own_id_and_lists_every_status_it_can_answer() {
                 assert!(statuses[s].is_object(), "{method} {path} does not list {s}");
             }
         }
+        // api::line_limit answers a request line of 64 KiB or more with 414 on every
+        // route, before any route runs (a fresh tester: no operation listed it).
+        assert!(
+            statuses["414"].is_object(),
+            "{method} {path} does not list 414"
+        );
     }
     for path in ["/v1/users/{id}/pause", "/v1/users/{id}/resume"] {
         assert!(doc["paths"][path]["post"]["responses"]["404"].is_object());
@@ -153,12 +159,45 @@ async fn the_documented_limits_are_the_ones_the_service_enforces() {
         (id["minLength"].as_u64(), id["maxLength"].as_u64()),
         (Some(1), Some(128))
     );
-    // The pattern refuses what validate_user_id refuses (a space, a zero-width space).
+    // One pattern for every user id, built from the service's rule (api::user_id,
+    // whose unit tests hold it to the rule for every code point): it refuses a space,
+    // a zero-width space, and (a later finding) the variation selectors and U+180E.
     let pattern = id["pattern"].as_str().unwrap();
-    assert!(
-        pattern.contains(r"\s") && pattern.contains(r"\u200b"),
-        "{pattern}"
+    for refused in [
+        r"\u0000-\u0020",
+        r"\u2000-\u200f",
+        r"\ufe00-\ufe0f",
+        r"\u180b-\u180f",
+    ] {
+        assert!(pattern.contains(refused), "{refused} not in {pattern}");
+    }
+    // Beyond the BMP as the characters themselves: tags and variation selectors 17–256.
+    assert!(pattern.contains("\u{E0000}-\u{E0FFF}"), "{pattern}");
+    assert_eq!(user["pattern"], pattern);
+    assert_eq!(param("user")["schema"]["pattern"], pattern);
+    assert_eq!(
+        s["WhatIfRequest"]["properties"]["users"]["propertyNames"]["pattern"],
+        pattern
     );
+    let mut ids = 0;
+    for (method, path, op) in operations(&doc) {
+        // Where there are none, no `"parameters": null` (schemathesis refuses it).
+        assert!(
+            op.get("parameters").is_none_or(Value::is_array),
+            "{method} {path}: {}",
+            op["parameters"]
+        );
+        for p in op["parameters"].as_array().into_iter().flatten() {
+            let user_id = (p["in"] == "query" && p["name"] == "user")
+                || (p["in"] == "path" && path.starts_with("/v1/users/"));
+            if user_id {
+                assert_eq!(p["schema"]["pattern"], pattern, "{method} {path} {p}");
+                ids += 1;
+            }
+        }
+    }
+    // /v1/jobs and /v1/events filters; get, put, pause, resume of /v1/users/{id}.
+    assert_eq!(ids, 6);
 }
 
 #[actix_web::test]

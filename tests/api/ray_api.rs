@@ -142,6 +142,17 @@ async fn a_repeated_submission_id_is_the_same_job_and_another_body_is_refused(db
         e["error"]["details"]["differs"],
         json!(["entrypoint_num_cpus"])
     );
+    // Under /api/ the key is Ray's `submission_id`, in the message and the details.
+    assert_eq!(e["error"]["details"]["field"], "submission_id", "{e}");
+    assert_eq!(e["error"]["details"]["submission_id"], "k-1", "{e}");
+    assert!(e["error"]["details"].get("external_id").is_none(), "{e}");
+    let message = e["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("submission_id \"k-1\" was already used")
+            && message.contains("use a new submission_id")
+            && !message.contains("external_id"),
+        "{message}"
+    );
 }
 both_databases!(a_repeated_submission_id_is_the_same_job_and_another_body_is_refused);
 

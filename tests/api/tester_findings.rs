@@ -88,6 +88,53 @@ async fn a_token_with_a_user_cannot_reach_another_users_jobs_through_v1(db: Db) 
 }
 both_databases!(a_token_with_a_user_cannot_reach_another_users_jobs_through_v1);
 
+/// A later tester asked whether a token with a user should see other users at all.
+/// Decided (DESIGN §4, "What a token with a user sees"): jobs are private, shares are
+/// not. This pins both halves, so that either changes only on purpose.
+async fn a_token_with_a_user_sees_every_users_share_but_only_its_own_jobs(db: Db) {
+    let Some(app) = spawn_app_with(db, with_bob).await else {
+        return;
+    };
+    let alice = app
+        .submit(
+            "alice",
+            json!({"external_id": "secret-order", "metadata": {"k": "v"}}),
+        )
+        .await;
+    app.submit("bob", json!({})).await;
+    // Shown: alice's row, her counts, and the totals.
+    let users: Value = app.get("/v1/users", BOB).await.json().await.unwrap();
+    let ids: Vec<&str> = users
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["alice", "bob"], "{users}");
+    let row = app.get_json("/v1/users/alice", BOB).await;
+    assert_eq!(row["queued"], 1, "{row}");
+    let scheduler = app.get_json("/v1/scheduler", BOB).await;
+    assert_eq!(scheduler["queued_jobs"], 2, "{scheduler}");
+    assert_eq!(app.get("/v1/shares", BOB).await.status(), 200);
+    // Hidden: anything about her job, by id or by its external id.
+    let id = alice["id"].as_str().unwrap();
+    assert_eq!(app.get(&format!("/v1/jobs/{id}"), BOB).await.status(), 404);
+    let page: Value = app
+        .get("/v1/jobs?external_id=secret-order", BOB)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["jobs"], json!([]), "{page}");
+    for body in [users.to_string(), row.to_string(), scheduler.to_string()] {
+        assert!(
+            !body.contains("secret-order") && !body.contains(id),
+            "{body}"
+        );
+    }
+}
+both_databases!(a_token_with_a_user_sees_every_users_share_but_only_its_own_jobs);
+
 async fn empty_and_non_utf8_parameters_and_bad_what_if_keys_are_refused(db: Db) {
     let Some(app) = spawn_app_with(db, |_| {}).await else {
         return;
@@ -470,6 +517,70 @@ async fn numbers_are_judged_as_written_in_every_endpoint(db: Db) {
     assert_eq!(job["resources"]["memory_bytes"].as_u64(), Some(1 << 53));
 }
 both_databases!(numbers_are_judged_as_written_in_every_endpoint);
+
+/// A later tester: `memory_bytes: 18446744073709551616` (2^64, which JSON parsers read
+/// as a double) was refused with serde's "invalid value: floating point
+/// `1.8446744073709552e+19`, expected a whole number". It is whole; it is too large:
+/// the reason says the bound, 2^53, as it does for 2^63, in every endpoint.
+#[actix_web::test]
+async fn a_whole_number_too_large_for_an_integer_names_the_bound() {
+    let Some(app) = spawn_app_with(Db::Sqlite, |_| {}).await else {
+        return;
+    };
+    for n in ["18446744073709551616", "1e19", "9223372036854775808"] {
+        let cases = [
+            (
+                "post",
+                "/v1/jobs",
+                format!(r#"{{"user":"n","entrypoint":"e","resources":{{"memory_bytes":{n}}}}}"#),
+                "resources.memory_bytes",
+            ),
+            (
+                "put",
+                "/v1/users/n",
+                format!(r#"{{"max_resources":{{"memory_bytes":{n}}}}}"#),
+                "max_resources.memory_bytes",
+            ),
+            (
+                "post",
+                "/v1/scheduler/what-if",
+                format!(r#"{{"clusters":{{"local":{{"capacity":{{"memory_bytes":{n}}}}}}}}}"#),
+                "clusters.local.capacity.memory_bytes",
+            ),
+            (
+                "post",
+                "/api/jobs/",
+                format!(
+                    r#"{{"entrypoint":"e","metadata":{{"fairshare.user":"n"}},"entrypoint_memory":{n}}}"#
+                ),
+                "entrypoint_memory",
+            ),
+        ];
+        for (method, path, body, field) in cases {
+            let req = if method == "put" {
+                app.client.put(app.url(path))
+            } else {
+                app.client.post(app.url(path))
+            };
+            let resp = req
+                .bearer_auth(ADMIN)
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 422, "{path} {body}");
+            let e: Value = resp.json().await.unwrap();
+            assert_eq!(e["error"]["details"]["field"], field, "{e}");
+            let reason = e["error"]["details"]["reason"].as_str().unwrap();
+            assert!(
+                reason.starts_with("must be at most 9007199254740992 in magnitude (2^53"),
+                "{path} {n}: {reason}"
+            );
+            assert!(!reason.contains("floating point"), "{path} {n}: {reason}");
+        }
+    }
+}
 
 /// F6 (a fresh tester): PostgreSQL rewrote `runtime_env` and `metadata` (intake sent
 /// them through `jsonb`: keys reordered, `1e300` as a 301-digit integer, `1e16` read

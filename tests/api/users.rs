@@ -50,6 +50,57 @@ async fn admins_create_and_change_users(db: Db) {
 }
 both_databases!(admins_create_and_change_users);
 
+/// A fresh tester: `{"weight": null}` answered 200 and changed nothing. Like a limit,
+/// null puts the weight back to its default, 1; the live key follows; what-if
+/// previews the same.
+async fn a_null_weight_is_the_default_weight(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    app.submit("dora", json!({})).await;
+    let u = app
+        .put("/v1/users/dora", ADMIN, json!({"weight": 4}))
+        .await
+        .json::<serde_json::Value>()
+        .await
+        .unwrap();
+    assert_eq!(u["weight"], 4.0);
+    let preview: serde_json::Value = app
+        .post(
+            "/v1/scheduler/what-if",
+            ADMIN,
+            json!({"users": {"dora": {"weight": null}}}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    let dora = preview["users"]
+        .as_array()
+        .and_then(|us| us.iter().find(|u| u["user"] == "dora"))
+        .unwrap_or_else(|| panic!("no dora in {preview}"));
+    assert_eq!(dora["before"]["weight"], 4.0, "{preview}");
+    assert_eq!(dora["after"]["weight"], 1.0, "{preview}");
+    let resp = app
+        .put("/v1/users/dora", ADMIN, json!({"weight": null}))
+        .await;
+    assert_eq!(resp.status(), 200);
+    let u: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(u["weight"], 1.0, "{u}");
+    let got = app.get_json("/v1/users/dora", SUBMITTER).await;
+    assert_eq!(got["weight"], 1.0, "{got}");
+    // Absent still means "as it is".
+    app.put("/v1/users/dora", ADMIN, json!({"weight": 3})).await;
+    let u: serde_json::Value = app
+        .put("/v1/users/dora", ADMIN, json!({"max_queued_jobs": 5}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(u["weight"], 3.0, "{u}");
+}
+both_databases!(a_null_weight_is_the_default_weight);
+
 #[actix_web::test]
 async fn bad_user_settings_get_422_naming_the_field() {
     let Some(app) = spawn_app(Db::Sqlite).await else {

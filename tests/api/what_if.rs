@@ -327,3 +327,69 @@ async fn a_preview_changes_nothing_and_a_bad_change_names_its_field(db: Db) {
     app.stop().await;
 }
 both_databases!(a_preview_changes_nothing_and_a_bad_change_names_its_field);
+
+/// A fresh tester: while recovery loads the queues a preview answered "the database or
+/// a dependency is unavailable". It says that recovery is loading (503, Retry-After,
+/// `details.reason` = `loading`). Recovery is held on its read of the jobs table by a
+/// lock another session takes before the service starts.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_preview_while_recovery_loads_says_so() {
+    use sea_orm::{ConnectionTrait, TransactionTrait};
+    let Some(db) = crate::helpers::TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let conn = crate::jobs::connect(&db.url).await;
+    fairshare::store::migrate(&conn).await.unwrap();
+    let jobs = vec![crate::helpers::new_job("u", None)];
+    for answer in fairshare::store::submit_batch(&conn, jobs, 10).await {
+        answer.unwrap();
+    }
+    // A session of its own, without the service's idle-in-transaction timeout (2 s),
+    // which would end the lock on its own.
+    let locker = sea_orm::Database::connect(&db.url).await.unwrap();
+    let lock = locker.begin().await.unwrap();
+    lock.execute_unprepared("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+        .await
+        .unwrap();
+    let url = db.url.clone();
+    let app = crate::helpers::start_unready(db, crate::helpers::test_settings(&url)).await;
+    // Before it leads the preview says "not the leader"; then "loading" until the
+    // lock goes.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        let r = app.post("/v1/scheduler/what-if", ADMIN, json!({})).await;
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()["retry-after"], "1");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "unavailable", "{body}");
+        if body["error"]["details"]["reason"] == "loading" {
+            break body;
+        }
+        assert_eq!(body["error"]["details"]["reason"], "not_leader", "{body}");
+        assert!(Instant::now() < deadline, "never loading: {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("recovery has not loaded the queues"),
+        "{message}"
+    );
+    lock.rollback().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while app
+        .post("/v1/scheduler/what-if", ADMIN, json!({}))
+        .await
+        .status()
+        != 200
+    {
+        assert!(Instant::now() < deadline, "never ready after the lock went");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    conn.close().await.ok();
+    locker.close().await.ok();
+    app.stop().await;
+}

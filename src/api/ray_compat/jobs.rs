@@ -221,7 +221,9 @@ pub async fn submit(
             external_id,
             job_id,
             fields,
+            ..
         } => ApiError::IdempotencyKeyReused {
+            key: "submission_id",
             external_id,
             job_id,
             fields: fields.into_iter().map(ray_name).collect(),
