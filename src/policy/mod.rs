@@ -369,8 +369,9 @@ impl fmt::Display for PendingReason {
             }
             PendingReason::MaxRunningJobs { limit } => write!(
                 f,
-                "the user already has {limit} jobs dispatched or running, its limit \
-                 (max_running_jobs)"
+                "the user already has {limit} {} dispatched or running, its limit \
+                 (max_running_jobs)",
+                if *limit == 1 { "job" } else { "jobs" }
             ),
             PendingReason::MaxResources => write!(
                 f,

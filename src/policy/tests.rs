@@ -1361,3 +1361,17 @@ fn bytes_fit_exactly_and_cores_within_rounding_noise() {
     assert!(!Resources::new(0.0, 0.0, 64e9 + 1.0).fits_within(&cluster));
     assert!(!Resources::new(0.0, 0.0, 64e9 + 64.0).fits_within(&cluster));
 }
+
+#[test]
+fn the_running_limit_reason_counts_its_jobs_in_words() {
+    let one = PendingReason::MaxRunningJobs { limit: 1 }.to_string();
+    assert_eq!(
+        one,
+        "the user already has 1 job dispatched or running, its limit (max_running_jobs)"
+    );
+    let three = PendingReason::MaxRunningJobs { limit: 3 }.to_string();
+    assert!(
+        three.starts_with("the user already has 3 jobs dispatched"),
+        "{three}"
+    );
+}
