@@ -200,7 +200,7 @@ use serde::{Deserialize, Serialize};
 
 pub use cycle::run_cycle;
 pub use fit::{best_fit, fits_some_cluster};
-pub use ledger::{CycleResult, Ledger, Outstanding, UserSettings, UserState};
+pub use ledger::{CycleResult, Ledger, UserSettings, UserState};
 pub use reservation::{shadow, OutstandingJob, Reservation, Shadow};
 pub use resources::{ClusterView, Resources, FIT_TOLERANCE};
 pub use share::{

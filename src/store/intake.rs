@@ -967,6 +967,29 @@ mod postgres {
         Ok(())
     }
 
+    /// Whether `e` says the intake statements are not prepared on the connection: not
+    /// yet ("prepared statement does not exist"), or prepared before a migration
+    /// changed a table under them ("cached plan must not change result type").
+    fn unprepared(e: &sqlx::Error) -> bool {
+        matches!(sqlstate(e).as_deref(), Some("26000" | "0A000"))
+    }
+
+    /// After [`unprepared`] `e`: rolls `conn`'s transaction back and prepares the
+    /// statements on it, ready for the message again.
+    async fn prepare_after(
+        conn: PoolConnection<Postgres>,
+        e: sqlx::Error,
+    ) -> Result<PoolConnection<Postgres>, Failed> {
+        let Some(mut back) = rollback(conn).await else {
+            return Err(Failed::Lost(db_err(e)));
+        };
+        if let Err(e) = prepare(&mut back).await {
+            abandon(back, &e).await;
+            return Err(failed(e));
+        }
+        Ok(back)
+    }
+
     /// How an attempt at a batch failed.
     pub(super) enum Failed {
         /// The connection was lost (it failed, or the server ended the session) at a
@@ -1172,18 +1195,10 @@ mod postgres {
             match simple(&mut conn, &sql).await {
                 Ok(read) => break read,
                 Err(e) => {
-                    if !prepared && matches!(sqlstate(&e).as_deref(), Some("26000" | "0A000")) {
-                        // Not prepared on this connection yet (or prepared before a
-                        // migration): nothing ran; prepare, and send it again.
+                    if !prepared && unprepared(&e) {
+                        // Nothing ran: prepare, and send it again.
                         prepared = true;
-                        let Some(mut back) = rollback(conn).await else {
-                            return Err(Failed::Lost(db_err(e)));
-                        };
-                        if let Err(e) = prepare(&mut back).await {
-                            abandon(back, &e).await;
-                            return Err(failed(e));
-                        }
-                        conn = back;
+                        conn = prepare_after(conn, e).await?;
                         continue;
                     }
                     if connection_lost(&e) {
@@ -1341,26 +1356,14 @@ mod postgres {
             let rows = match simple(&mut conn, &sql).await {
                 Ok(rows) => rows,
                 Err(e) => {
-                    match sqlstate(&e).as_deref() {
-                        // Not prepared on this connection yet, or prepared before a
-                        // migration changed the tables: prepare, once per connection.
-                        Some("26000" | "0A000") if !prepared => {
-                            prepared = true;
-                            let Some(mut back) = rollback(conn).await else {
-                                return Err(Failed::Lost(db_err(e)));
-                            };
-                            if let Err(e) = prepare(&mut back).await {
-                                abandon(back, &e).await;
-                                return Err(failed(e));
-                            }
-                            conn = back;
-                            continue;
-                        }
-                        _ => {
-                            abandon(conn, &e).await;
-                            return Err(failed(e));
-                        }
+                    // Prepare, once per connection.
+                    if !prepared && unprepared(&e) {
+                        prepared = true;
+                        conn = prepare_after(conn, e).await?;
+                        continue;
                     }
+                    abandon(conn, &e).await;
+                    return Err(failed(e));
                 }
             };
             let stored = stored_of(rows, default_max_queued).map_err(Failed::Refused)?;

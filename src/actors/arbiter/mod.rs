@@ -359,7 +359,7 @@ impl FairShareArbiter {
 
     /// Releases what a grant reserved (the job ended or is queued again).
     fn release(&mut self, job_id: JobId) {
-        if self.ledger.end(unix_now(), job_id).is_some() {
+        if self.ledger.end(unix_now(), job_id) {
             self.remember_ended(job_id);
         }
         for (_, _, _, reported) in self.reports.values_mut() {

@@ -101,18 +101,20 @@ impl FairShareArbiter {
         m.user_weight.reset();
         m.user_fair_share.reset();
         let now = unix_now();
-        let live = |id: &str| self.ledger.user(id, now);
-        let active_weight: f64 = self
+        // Every user counted in `queued` is known to the ledger (`entry`,
+        // `apply_settings` make it so together).
+        let users: Vec<_> = self
             .queued
             .iter()
-            .filter_map(|(id, &queued)| {
-                let u = live(id)?;
-                (queued > 0 || u.outstanding > 0).then_some(u.settings.weight)
-            })
+            .filter_map(|(id, &queued)| Some((id, self.ledger.user(id, now)?, queued)))
+            .collect();
+        let active_weight: f64 = users
+            .iter()
+            .filter(|(_, u, queued)| *queued > 0 || u.outstanding > 0)
+            .map(|(_, u, _)| u.settings.weight)
             .sum();
         let mut paused = 0;
-        for (i, (id, &queued)) in self.queued.iter().enumerate() {
-            let u = live(id).unwrap_or_else(|| self.unknown_user());
+        for (i, (id, u, queued)) in users.into_iter().enumerate() {
             paused += i64::from(u.settings.paused);
             let label = if i < cap { id.as_str() } else { OTHER_USERS };
             m.queued_jobs.with_label_values(&[label]).add(queued as i64);
@@ -160,23 +162,6 @@ impl FairShareArbiter {
                 .set(i64::from(c.healthy));
         }
     }
-
-    /// The live state of a user the ledger does not know yet: nothing held, the
-    /// default settings.
-    fn unknown_user(&self) -> crate::policy::UserState {
-        crate::policy::UserState {
-            settings: crate::policy::UserSettings {
-                max_running_jobs: self.settings.scheduler.default_max_running_jobs,
-                ..crate::policy::UserSettings::default()
-            },
-            allocation: crate::policy::Resources::default(),
-            outstanding: 0,
-            share: 0.0,
-            usage: 0.0,
-            key: 0.0,
-            window: 0,
-        }
-    }
 }
 
 impl Handler<GetView> for FairShareArbiter {
@@ -198,30 +183,27 @@ impl Handler<GetUserState> for FairShareArbiter {
         }
         let now = unix_now();
         let live = |id: &str| {
-            let u = self
-                .ledger
-                .user(id, now)
-                .unwrap_or_else(|| self.unknown_user());
-            LiveUser {
+            let u = self.ledger.user(id, now)?;
+            Some(LiveUser {
                 allocation: u.allocation,
                 share: u.share,
                 usage: u.usage,
                 key: u.key,
                 queued: self.queued.get(id).copied().unwrap_or(0),
                 running: u.outstanding,
-            }
+            })
         };
         let out = match &msg.user {
             Some(id) => self
                 .queued
                 .get_key_value(id)
-                .map(|(id, _)| (id.clone(), live(id)))
+                .and_then(|(id, _)| Some((id.clone(), live(id)?)))
                 .into_iter()
                 .collect(),
             None => self
                 .queued
                 .keys()
-                .map(|id| (id.clone(), live(id)))
+                .filter_map(|id| Some((id.clone(), live(id)?)))
                 .collect(),
         };
         MessageResult(Some(out))

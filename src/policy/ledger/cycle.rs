@@ -170,8 +170,6 @@ impl Ledger {
         self.reservation.clone_from(&reservation);
         self.last = Some(super::LastCycle {
             now,
-            backfill: self.config.backfill,
-            no_healthy: run.rooms.is_empty(),
             free_after: run.rooms.iter().map(|r| r.free).collect(),
             hold: hold.map(|h| {
                 let expected_in = h.expected_in(now);

@@ -3,7 +3,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Job, Ledger, Outstanding, Uid, UserSettings};
+use super::{Job, Ledger, Uid, UserSettings};
 use crate::policy::{decay_usage, dominant_share, JobId, QueuedJob, Resources, Seconds};
 
 impl Ledger {
@@ -127,7 +127,6 @@ impl Ledger {
                 uid,
                 cluster: k,
                 resources,
-                expected_end,
                 reported: false,
                 end_key,
             },
@@ -150,10 +149,12 @@ impl Ledger {
     }
 
     /// Ends an outstanding job (it finished, was declined, or is queued again): what
-    /// it held is free again. Returns it, or `None` if it was not outstanding.
-    pub fn end(&mut self, now: Seconds, job: JobId) -> Option<Outstanding> {
+    /// it held is free again. Whether it was outstanding.
+    pub fn end(&mut self, now: Seconds, job: JobId) -> bool {
         let now = self.clock(now);
-        let j = self.jobs.remove(&job)?;
+        let Some(j) = self.jobs.remove(&job) else {
+            return false;
+        };
         self.touch_usage(j.uid, now);
         let capacity = self.capacity;
         let a = &mut self.accounts[j.uid as usize];
@@ -180,14 +181,8 @@ impl Ledger {
                 c.unreported = c.unreported.saturating_sub(j.resources);
             }
         }
-        let out = Outstanding {
-            user: self.accounts[j.uid as usize].name.clone(),
-            cluster: c.name.clone(),
-            resources: j.resources,
-            expected_end: j.expected_end,
-        };
         self.reindex(j.uid, now);
-        Some(out)
+        true
     }
 
     /// Takes a report of cluster `name`: whether it answers (`healthy`), its capacity

@@ -42,13 +42,13 @@ impl Ledger {
         if i > a.cursor {
             return None;
         }
-        if last.no_healthy {
+        if last.free_after.is_empty() {
             return Some(PendingReason::NoHealthyCluster);
         }
         if let Some(reason) = a.ineligibility(job) {
             return Some(reason);
         }
-        if !last.backfill {
+        if !self.config.backfill {
             return match last.stopped_for {
                 Some(x) if x == job.job_id => Some(PendingReason::WaitingForCapacity),
                 Some(x) => Some(PendingReason::WaitingBehind { job_id: x }),

@@ -221,28 +221,15 @@ pub struct UserState {
     pub window: usize,
 }
 
-/// A job the ledger counts as outstanding.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Outstanding {
-    /// Its user.
-    pub user: Arc<str>,
-    /// The cluster it holds capacity on.
-    pub cluster: String,
-    /// What it holds.
-    pub resources: Resources,
-    /// Its start plus its runtime estimate, seconds, if known.
-    pub expected_end: Option<Seconds>,
-}
-
+/// An outstanding job: its user, its cluster, what it holds.
 #[derive(Clone, Debug)]
 struct Job {
     uid: Uid,
     cluster: usize,
     resources: Resources,
-    expected_end: Option<Seconds>,
     /// The cluster's last report counted it.
     reported: bool,
-    /// Its key in the cluster's `ends`.
+    /// Its key in the cluster's `ends` (its expected end, and arrival).
     end_key: EndKey,
 }
 
@@ -472,10 +459,8 @@ impl Account {
 #[derive(Clone, Debug)]
 struct LastCycle {
     now: Seconds,
-    backfill: bool,
-    /// No cluster was healthy.
-    no_healthy: bool,
-    /// Each healthy cluster's free capacity after the cycle's grants.
+    /// Each healthy cluster's free capacity after the cycle's grants (empty: no
+    /// cluster was healthy).
     free_after: Vec<Resources>,
     /// The reservation after the cycle, and seconds from `now` to its expected
     /// start (if known).
@@ -591,11 +576,6 @@ impl Ledger {
         }
         ledger.reservation = reservation.cloned();
         ledger
-    }
-
-    /// The policy's knobs.
-    pub fn config(&self) -> &PolicyConfig {
-        &self.config
     }
 
     fn clock(&mut self, now: Seconds) -> Seconds {

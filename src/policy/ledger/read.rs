@@ -3,26 +3,15 @@
 
 use std::sync::Arc;
 
-use super::{Account, Ledger, Outstanding, Uid, UserState};
+use super::{Account, Ledger, Uid, UserState};
 use crate::policy::{
-    decay_usage, fair_share_key, ClusterView, JobId, Reservation, Resources, Seconds, UserView,
+    decay_usage, fair_share_key, ClusterView, JobId, Reservation, Seconds, UserView,
 };
 
 impl Ledger {
     /// The reservation the last cycle left, if any.
     pub fn reservation(&self) -> Option<&Reservation> {
         self.reservation.as_ref()
-    }
-
-    /// An outstanding job.
-    pub fn outstanding(&self, job: &JobId) -> Option<Outstanding> {
-        let j = self.jobs.get(job)?;
-        Some(Outstanding {
-            user: self.accounts[j.uid as usize].name.clone(),
-            cluster: self.clusters[j.cluster].name.clone(),
-            resources: j.resources,
-            expected_end: j.expected_end,
-        })
     }
 
     /// Number of outstanding jobs.
@@ -33,11 +22,6 @@ impl Ledger {
     /// Whether `job` is outstanding.
     pub fn is_outstanding(&self, job: &JobId) -> bool {
         self.jobs.contains_key(job)
-    }
-
-    /// The sum of the healthy clusters' totals (cores, GPUs, bytes).
-    pub fn capacity(&self) -> Resources {
-        self.capacity
     }
 
     /// One user's live state, its usage brought to `now`.
@@ -69,13 +53,6 @@ impl Ledger {
                 self.user_state(uid, now),
             )
         })
-    }
-
-    /// The stored decayed usage of a user: `(usage, usage_at)`.
-    pub fn usage_of(&self, name: &str) -> Option<(f64, Seconds)> {
-        let &uid = self.by_name.get(name)?;
-        let a = &self.accounts[uid as usize];
-        Some((a.usage, a.usage_at))
     }
 
     /// Every cluster as [`crate::policy::run_cycle`] would see it, in name order.
