@@ -15,6 +15,29 @@ pub(crate) fn leftover(request: &Resources, free: &Resources, total: &Resources)
         .sum()
 }
 
+/// Best fit: among `places` (each a tag, its free capacity and its total), the
+/// tag of the one whose free capacity holds `request` and that is left tightest,
+/// the smallest [`leftover`]; ties to the earlier place.
+pub(crate) fn tightest<T>(
+    request: &Resources,
+    places: impl IntoIterator<Item = (T, Resources, Resources)>,
+) -> Option<T> {
+    let mut best: Option<(T, f64)> = None;
+    for (tag, free, total) in places {
+        if !request.fits_within(&free) {
+            continue;
+        }
+        let score = leftover(request, &free, &total);
+        if best
+            .as_ref()
+            .is_none_or(|(_, b)| cmp_f64(score, *b) == Ordering::Less)
+        {
+            best = Some((tag, score));
+        }
+    }
+    best.map(|(tag, _)| tag)
+}
+
 /// The best-fit healthy cluster for `request` given the clusters' current
 /// [`ClusterView::free`]: the one whose free capacity holds the request and
 /// that is left tightest, `min Σ_k (free_k − req_k) / total_k` over resources
@@ -23,18 +46,7 @@ pub(crate) fn leftover(request: &Resources, free: &Resources, total: &Resources)
 pub fn best_fit<'a>(request: &Resources, clusters: &'a [ClusterView]) -> Option<&'a ClusterView> {
     let mut healthy: Vec<&ClusterView> = clusters.iter().filter(|c| c.healthy).collect();
     healthy.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut best: Option<(&ClusterView, f64)> = None;
-    for c in healthy {
-        let free = c.free();
-        if !request.fits_within(&free) {
-            continue;
-        }
-        let score = leftover(request, &free, &c.total);
-        if best.is_none_or(|(_, b)| cmp_f64(score, b) == Ordering::Less) {
-            best = Some((c, score));
-        }
-    }
-    best.map(|(c, _)| c)
+    tightest(request, healthy.into_iter().map(|c| (c, c.free(), c.total)))
 }
 
 /// True when some healthy cluster could hold `request` when empty

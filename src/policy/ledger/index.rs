@@ -214,11 +214,16 @@ impl KeyIndex {
             return false;
         };
         self.classes[class].set.remove(&entry);
+        self.reset_if_empty();
+        true
+    }
+
+    /// An empty index starts afresh: no classes, no time origin.
+    fn reset_if_empty(&mut self) {
         if self.members.is_empty() {
             self.classes.clear();
             self.epoch = None;
         }
-        true
     }
 
     /// The lower bound at `now` of an entry of class `class`.
@@ -327,10 +332,7 @@ impl KeyIndex {
                 break;
             };
             self.members.remove(&entry.uid);
-            if self.members.is_empty() {
-                self.classes.clear();
-                self.epoch = None;
-            }
+            self.reset_if_empty();
             match eval(entry.uid) {
                 Verdict::Skip => skipped.push(entry.uid),
                 Verdict::Rank(rank, fresh) => {

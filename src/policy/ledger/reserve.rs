@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use super::cycle::{Room, Run};
 use super::index::Verdict;
 use super::{Ledger, Rank, Uid};
-use crate::policy::fit::leftover;
+use crate::policy::fit::tightest;
 use crate::policy::reservation::{cmp_raw_end, shadow_sorted, Backfill, Hold, Shadow};
 use crate::policy::share::cmp_f64;
 use crate::policy::{QueuedJob, Reservation, Resources, Seconds};
@@ -17,17 +17,10 @@ impl Ledger {
     /// The best-fit room whose free capacity holds `request`: the smallest
     /// [`leftover`], ties to the earlier (smaller name).
     pub(super) fn best_fit_room(rooms: &[Room], request: &Resources) -> Option<usize> {
-        let mut best: Option<(usize, f64)> = None;
-        for (i, room) in rooms.iter().enumerate() {
-            if !request.fits_within(&room.free) {
-                continue;
-            }
-            let score = leftover(request, &room.free, &room.total);
-            if best.is_none_or(|(_, b)| cmp_f64(score, b) == Ordering::Less) {
-                best = Some((i, score));
-            }
-        }
-        best.map(|(i, _)| i)
+        tightest(
+            request,
+            rooms.iter().enumerate().map(|(k, r)| (k, r.free, r.total)),
+        )
     }
 
     pub(super) fn fits_some_room(rooms: &[Room], request: &Resources) -> bool {
@@ -41,24 +34,14 @@ impl Ledger {
         job: &QueuedJob,
         hold: Option<&Hold>,
     ) -> Option<(usize, Backfill)> {
-        let mut best: Option<(usize, Backfill, f64)> = None;
-        for (k, room) in run.rooms.iter().enumerate() {
-            if !job.resources.fits_within(&room.free) {
-                continue;
-            }
+        let admitted = run.rooms.iter().enumerate().filter_map(|(k, room)| {
             let how = match hold {
                 Some(h) if h.slot == k => h.admits(run.now, &job.resources, job.runtime_estimate),
                 _ => Backfill::EndsBefore,
             };
-            if how == Backfill::No {
-                continue;
-            }
-            let score = leftover(&job.resources, &room.free, &room.total);
-            if best.is_none_or(|(_, _, b)| cmp_f64(score, b) == Ordering::Less) {
-                best = Some((k, how, score));
-            }
-        }
-        best.map(|(k, how, _)| (k, how))
+            (how != Backfill::No).then_some(((k, how), room.free, room.total))
+        });
+        tightest(&job.resources, admitted)
     }
 
     /// The shadow of `request` on `run.rooms[k]`: its outstanding jobs and this
