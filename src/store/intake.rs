@@ -1165,9 +1165,13 @@ mod postgres {
             .map(|(new, id)| new_row(new, *id, at))
             .collect();
         rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
+        let mut per_user: HashMap<&str, usize> = HashMap::new();
+        for new in batch {
+            *per_user.entry(new.user.as_str()).or_default() += 1;
+        }
         let counts: Vec<String> = users
             .iter()
-            .map(|u| batch.iter().filter(|n| n.user == *u).count().to_string())
+            .map(|u| per_user.get(u).copied().unwrap_or(0).to_string())
             .collect();
 
         let (mut sql, users_array) = begin_lock_read(users, &pairs)?;
@@ -1230,8 +1234,8 @@ mod postgres {
         let (answers, decided) = decide(batch, stored, default_max_queued, at, || {
             next.next().unwrap_or_else(Uuid::now_v7)
         });
-        let same = decided.len() == rows.len()
-            && decided.iter().all(|d| rows.iter().any(|r| r.id == d.id));
+        let written: BTreeSet<Uuid> = rows.iter().map(|r| r.id).collect();
+        let same = decided.len() == rows.len() && decided.iter().all(|d| written.contains(&d.id));
         #[cfg(feature = "fault-injection")]
         if let Some(name) = db_name(db) {
             if crate::faults::intake_commit_answer_lost(&name).await {
