@@ -487,18 +487,7 @@ async fn numbers_are_judged_as_written_in_every_endpoint(db: Db) {
         ),
     ];
     for (method, path, body, field) in cases {
-        let req = if method == "put" {
-            app.client.put(app.url(path))
-        } else {
-            app.client.post(app.url(path))
-        };
-        let resp = req
-            .bearer_auth(ADMIN)
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await
-            .unwrap();
+        let resp = send_as_written(&app, method, path, &body).await;
         assert_eq!(resp.status(), 422, "{path} {body}");
         assert_error(resp, 422, "invalid_field", Some(field)).await;
     }
@@ -517,6 +506,27 @@ async fn numbers_are_judged_as_written_in_every_endpoint(db: Db) {
     assert_eq!(job["resources"]["memory_bytes"].as_u64(), Some(1 << 53));
 }
 both_databases!(numbers_are_judged_as_written_in_every_endpoint);
+
+/// `method` ("put", else POST) `path` as an admin, with `body` sent as written and
+/// declared JSON.
+async fn send_as_written(
+    app: &crate::helpers::TestApp,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> reqwest::Response {
+    let req = if method == "put" {
+        app.client.put(app.url(path))
+    } else {
+        app.client.post(app.url(path))
+    };
+    req.bearer_auth(ADMIN)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
 
 /// A later tester: `memory_bytes: 18446744073709551616` (2^64, which JSON parsers read
 /// as a double) was refused with serde's "invalid value: floating point
@@ -557,18 +567,7 @@ async fn a_whole_number_too_large_for_an_integer_names_the_bound() {
             ),
         ];
         for (method, path, body, field) in cases {
-            let req = if method == "put" {
-                app.client.put(app.url(path))
-            } else {
-                app.client.post(app.url(path))
-            };
-            let resp = req
-                .bearer_auth(ADMIN)
-                .header("content-type", "application/json")
-                .body(body.clone())
-                .send()
-                .await
-                .unwrap();
+            let resp = send_as_written(&app, method, path, &body).await;
             assert_eq!(resp.status(), 422, "{path} {body}");
             let e: Value = resp.json().await.unwrap();
             assert_eq!(e["error"]["details"]["field"], field, "{e}");
