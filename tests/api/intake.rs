@@ -554,7 +554,9 @@ async fn a_writer_session_ended_while_preparing_loses_no_submit() {
 /// F1, round trip 2 before its commit: the writer's session ends while
 /// `EXECUTE insert; COMMIT` waits for alice's `queue_counts` row (its insert trigger
 /// updates it). The writer cannot know whether the commit happened; it looks on a new
-/// connection (the job is not there) and runs the batch again.
+/// connection (the job is not there) and runs the batch again. (A lone batch sends
+/// its guarded insert and `COMMIT` in its one message, DESIGN §6 "One round trip":
+/// the same doubt, settled the same way.)
 #[actix_web::test]
 #[cfg_attr(
     not(fairshare_postgres),
