@@ -2,15 +2,15 @@
 //! make next on a copy of the arbiter's state, as it is and with a proposed admin
 //! change applied, without changing anything.
 //!
-//! Pure, like [`run_cycle`], which it calls: the same decision the arbiter makes,
-//! on a [`Snapshot`] of the arbiter's input.
+//! Pure: a [`Ledger`] built from a [`Snapshot`] of the arbiter's input makes the
+//! same decision the arbiter's ledger makes.
 //!
 //! # The next grants
 //!
 //! [`next_grants`] lists up to `limit` grants in the order the policy would make
 //! them, with **no job finishing** (allocations only grow):
 //!
-//! 1. **Now**: one [`run_cycle`] on the snapshot as is (real free capacity, the held
+//! 1. **Now**: one cycle on the snapshot as is (real free capacity, the held
 //!    reservation): exactly what the arbiter's next cycle grants if nothing else
 //!    changes first. These grants name their cluster (`now = true`).
 //! 2. **As capacity frees**: the grants stay in their users' allocations and
@@ -39,8 +39,8 @@ use super::{
     Reservation, Resources, Seconds, UserView,
 };
 
-/// A copy of the arbiter's policy input at one instant: what [`run_cycle`] would be
-/// called with now.
+/// A copy of the arbiter's policy input at one instant: what [`super::run_cycle`]
+/// would be called with now.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
     /// The instant, seconds since the epoch.
