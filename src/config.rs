@@ -593,7 +593,7 @@ impl Settings {
             if let Some(user) = &t.user {
                 // The API's rule for user ids: a token could otherwise submit as a user
                 // that no request can name.
-                if let Some(why) = crate::api::user_id::problem(user) {
+                if let Some(why) = crate::user_id::problem(user) {
                     return invalid(
                         &format!("auth.tokens[{i}].user"),
                         &format!("must be a user id: {why}"),

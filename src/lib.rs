@@ -54,6 +54,7 @@ mod ray;
 pub mod sim;
 pub mod store;
 pub mod telemetry;
+mod user_id;
 mod views;
 mod webhooks;
 

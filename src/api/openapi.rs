@@ -138,7 +138,7 @@ pub fn document_json() -> serde_json::Value {
 const NO_NUL: &str = r"^[^\x00]*$";
 
 /// A user id's pattern, as on every route that takes one (`api::submit::validate_user_id`):
-/// built from the rule itself (`api::user_id`), so that the two cannot drift.
+/// built from the rule itself (`crate::user_id`), so that the two cannot drift.
 fn user_id_pattern() -> &'static str {
     super::user_id::pattern()
 }

@@ -11,8 +11,6 @@ use super::body::{object, parse_json, whole};
 use super::error::ApiError;
 use crate::store::NewJob;
 
-/// Longest accepted user id, in characters.
-pub const MAX_USER_LEN: usize = 128;
 /// Longest accepted entrypoint, in bytes (Ray passes it to a shell; 64 KiB is far more
 /// than any real command line).
 pub const MAX_ENTRYPOINT_BYTES: usize = 65_536;
@@ -89,32 +87,14 @@ pub struct SubmitRequest {
     pub max_runtime_s: Option<i64>,
 }
 
-/// Checks a user id (also used by the users API).
+/// Checks a user id (also used by the users API): the rule of [`crate::user_id`], which
+/// the configuration's `auth.tokens[].user` and the OpenAPI pattern share. Errors: 422
+/// naming `field`, with the rule's reason.
 pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
-    if user.is_empty() {
-        return Err(ApiError::invalid(field, "must not be empty"));
+    match crate::user_id::problem(user) {
+        Some(why) => Err(ApiError::invalid(field, why)),
+        None => Ok(()),
     }
-    if user.chars().count() > MAX_USER_LEN {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be at most {MAX_USER_LEN} characters"),
-        ));
-    }
-    // Whitespace, control and invisible characters, and U+FFFD (what bytes that are
-    // not UTF-8 decode to): the rule of `api::user_id`, which the OpenAPI pattern is
-    // built from.
-    if let Some(c) = super::user_id::first_refused(user) {
-        return Err(ApiError::invalid(field, super::user_id::refused_reason(c)));
-    }
-    // `/v1/users/../pause` is normalised away by browsers and HTTP clients: such a user
-    // could never be addressed in a path.
-    if user == "." || user == ".." {
-        return Err(ApiError::invalid(
-            field,
-            "must not be `.` or `..` (they cannot be used in a URL path)",
-        ));
-    }
-    Ok(())
 }
 
 /// Checks an `external_id` (a submission's, or the job list's filter): 1 to
