@@ -1,11 +1,11 @@
 //! Job events as a feed (DESIGN §4, "Events"): what `GET /v1/events` streams and the
 //! webhooks deliver, read from `job_events` in id order.
 //!
-//! - [`committed`] is called by the store right after a transaction that wrote
-//!   `job_events` rows commits; it wakes every [`Reader`] of this process at once. It is
-//!   a wake-up only (a counter in a `watch` channel), not state: a reader always
-//!   re-reads the database, and also looks every `events.poll_interval` on its own, which
-//!   is how it sees another replica's events.
+//! - The store's wake-up on commit ([`store::commits`]), which it sends right after a
+//!   transaction that wrote `job_events` rows commits, wakes every [`Reader`] of this
+//!   process at once. It is a wake-up only (a counter in a `watch` channel), not state:
+//!   a reader always re-reads the database, and also looks every `events.poll_interval`
+//!   on its own, which is how it sees another replica's events.
 //! - [`GapGuard`] keeps a reader from skipping an event: on PostgreSQL an id is taken
 //!   when the row is inserted, not when it commits, so id 11 can be visible before
 //!   id 10. A reader hands out only the events up to the first missing id, and takes
@@ -13,7 +13,6 @@
 //!   `events.gap_grace`.
 
 use std::collections::VecDeque;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use sea_orm::DbErr;
@@ -22,13 +21,6 @@ use tokio::time::Instant;
 
 use crate::config::EventSettings;
 use crate::store::{self, Db, JobEvent};
-
-static COMMITTED: LazyLock<watch::Sender<u64>> = LazyLock::new(|| watch::channel(0).0);
-
-/// Tells this process's readers that new `job_events` rows are committed.
-pub fn committed() {
-    COMMITTED.send_modify(|n| *n = n.wrapping_add(1));
-}
 
 /// How often a reader looks without a wake-up on SQLite (see [`Reader::new`]).
 const SQLITE_POLL: Duration = Duration::from_secs(5);
@@ -122,7 +114,7 @@ impl Reader {
             cursor,
             guard: GapGuard::new(settings.gap_grace),
             poll,
-            wake: COMMITTED.subscribe(),
+            wake: store::commits(),
             ready: VecDeque::new(),
         }
     }

@@ -1,6 +1,11 @@
 //! `job_events` read as a feed (DESIGN §4, "Events"): the SSE stream and the webhooks
 //! read it in id order from a cursor; each webhook's cursor is kept in
 //! `webhook_cursors`, so `job_events` is the webhooks' durable outbox.
+//!
+//! The wake-up on commit lives here too, beside the writers that commit: [`committed`]
+//! is called right after a transaction that wrote `job_events` rows commits, and
+//! [`commits`] is what `crate::events`' readers wait on. It is a wake-up only (a counter
+//! in a `watch` channel), not state: a reader always re-reads the database.
 
 use chrono::{DateTime, Utc};
 use entity::{job, job_event, webhook_cursor, JobStatus};
@@ -12,7 +17,23 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use std::sync::LazyLock;
+
+use tokio::sync::watch;
+
 use super::{now, Db};
+
+static COMMITTED: LazyLock<watch::Sender<u64>> = LazyLock::new(|| watch::channel(0).0);
+
+/// Tells this process's readers that new `job_events` rows are committed.
+pub(crate) fn committed() {
+    COMMITTED.send_modify(|n| *n = n.wrapping_add(1));
+}
+
+/// A wake-up that changes whenever [`committed`] is called.
+pub(crate) fn commits() -> watch::Receiver<u64> {
+    COMMITTED.subscribe()
+}
 
 /// One job transition as `GET /v1/events` and the webhooks send it: the `job_events`
 /// row with the job's user and external id.

@@ -431,7 +431,7 @@ async fn commit(
             .inc();
         (answers, 2)
     };
-    crate::events::committed();
+    super::events::committed();
     Ok(done)
 }
 

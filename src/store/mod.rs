@@ -34,6 +34,7 @@ pub use lease::{
     lease_acquire, lease_release, lease_renew, lease_state, LeaseState, Reclaim, NOTIFY_CHANNEL,
 };
 
+pub(crate) use events::commits;
 pub use events::{
     changes_after, changes_with_ids, count_events_after, events_after, init_webhook_cursors,
     last_event_id, set_webhook_cursor, webhook_cursor, Change, JobEvent,
@@ -637,7 +638,7 @@ pub async fn apply(
     }
     let (applied, metric) = apply_in(&txn, id, event).await?;
     txn.commit().await?;
-    crate::events::committed();
+    events::committed();
     count_step(metric);
     Ok(applied)
 }
@@ -689,7 +690,7 @@ pub async fn apply_many(
         results[i] = Some(apply_in(&txn, *id, event).await?);
     }
     txn.commit().await?;
-    crate::events::committed();
+    events::committed();
     Ok(results
         .into_iter()
         .flatten()
