@@ -10,7 +10,7 @@
 //!   writer then takes the answer to its `COMMIT` as lost with the connection (as when
 //!   the session ends after the server committed and before its answer arrived, which
 //!   no lock can make a test wait for), and settles the doubt as it does for a real
-//!   loss (store/intake.rs, `postgres::commit`).
+//!   loss (store/intake/postgres/, `commit`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

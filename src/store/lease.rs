@@ -1,5 +1,6 @@
 //! The leadership lease's SQL (DESIGN §10): one row of `leases` naming the holder and
-//! its fencing term, taken, renewed and released by the database's clock.
+//! its fencing term, taken, renewed and released by the database's clock; and
+//! [`notify`], the followers' word to the leader that a job or user changed.
 
 use std::time::Duration;
 
@@ -145,4 +146,19 @@ pub async fn lease_state(db: &Db) -> Result<LeaseState, DbErr> {
         acquired_at: r.try_get("", "acquired_at")?,
         live: r.try_get("", "live")?,
     })
+}
+
+/// Tells the leader (through PostgreSQL `NOTIFY` on [`NOTIFY_CHANNEL`]) that a job or
+/// user changed: `payload` is `job:<uuid>` or `user:<id>`. No-op on SQLite.
+pub async fn notify(db: &Db, payload: &str) -> Result<(), DbErr> {
+    if db.get_database_backend() != DatabaseBackend::Postgres {
+        return Ok(());
+    }
+    db.execute(Statement::from_sql_and_values(
+        DatabaseBackend::Postgres,
+        "SELECT pg_notify($1, $2)",
+        [NOTIFY_CHANNEL.into(), payload.into()],
+    ))
+    .await?;
+    Ok(())
 }

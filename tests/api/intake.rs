@@ -1,6 +1,6 @@
 //! Intake's writes (`store::submit_batch`) against a real database: what a batch
 //! stores is what was submitted, field by field, on both databases. PostgreSQL's intake
-//! sends a batch as arrays and one JSON document (store/intake.rs), so every value
+//! sends a batch as arrays and one JSON document (store/intake/postgres/), so every value
 //! there crosses a JSON encoding: strings with escapes and any Unicode, doubles that
 //! must come back bit for bit, the full range of `i64` and absent optional fields.
 
@@ -345,7 +345,7 @@ async fn run_sql(app: &crate::helpers::TestApp, sql: &str) -> Vec<sea_orm::Query
 }
 
 /// PostgreSQL's intake pool does not ping a connection before a batch
-/// (store/intake.rs): a connection the server has ended (a restart, an idle timeout
+/// (store/intake/postgres/): a connection the server has ended (a restart, an idle timeout
 /// in between) shows at the batch's first round trip, which writes nothing, and the
 /// batch begins again on another. Every submit is answered 201, each job stored once.
 #[actix_web::test]
@@ -664,7 +664,7 @@ async fn a_writer_session_ended_after_its_commit_loses_no_submit_and_stores_it_o
     assert_eq!(n, 3);
 }
 
-/// Intake's statements are prepared per connection (SQL `PREPARE`, store/intake.rs).
+/// Intake's statements are prepared per connection (SQL `PREPARE`, store/intake/postgres/).
 /// A migration that changes `jobs` under them ("cached plan must not change result
 /// type") makes the connection prepare them again, and the batch goes on: new jobs
 /// are created, and a retry of a stored key still resolves to its job.

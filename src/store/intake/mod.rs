@@ -297,7 +297,7 @@ async fn create_users<'a, C: ConnectionTrait>(
     ids: impl Iterator<Item = &'a str>,
     at: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), DbErr> {
-    user::Entity::insert_many(ids.map(|id| super::new_user(id, at)))
+    user::Entity::insert_many(ids.map(|id| super::users::new_user(id, at)))
         .on_conflict(OnConflict::column(user::Column::Id).do_nothing().to_owned())
         .exec_without_returning(conn)
         .await?;

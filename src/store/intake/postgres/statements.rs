@@ -15,7 +15,7 @@ use uuid::Uuid;
 /// snapshot, taken before it waited for the other writer's commit (the limit was
 /// overrun so; test `concurrent_writers_hold_the_queue_limit`). `OFFSET 0` keeps
 /// the planner from flattening a lateral subquery into a join, which it ran as a
-/// sequential scan (see [`crate::store::lock_users`]).
+/// sequential scan (see [`crate::store::users::lock_users`]).
 pub(super) const READ: &str = "SELECT 'c' AS kind, c.user_id AS c_user, c.priority AS c_priority, \
        c.queued AS c_queued, (NULL::jobs).* \
      FROM unnest($1::text[]) AS k(user_id) \
@@ -84,7 +84,11 @@ pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($
 /// does not exist" says when), and again if a migration changed a table under
 /// them ("cached plan must not change result type").
 pub(super) const PREPARED: [(&str, &str, &str); 4] = [
-    ("fairshare_intake_lock", "text[]", crate::store::LOCK_USERS),
+    (
+        "fairshare_intake_lock",
+        "text[]",
+        crate::store::users::LOCK_USERS,
+    ),
     ("fairshare_intake_read", "text[], text[], text[]", READ),
     ("fairshare_intake_insert", "json, timestamptz", INSERT),
     (
