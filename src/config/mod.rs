@@ -1,0 +1,417 @@
+//! Typed settings loaded with the `config` crate (DESIGN §7).
+//!
+//! Sources, later ones winning: the built-in `config/default.toml`, the file given by
+//! `--config FILE`, then environment variables `FAIRSHARE__SECTION__KEY`. Unknown keys
+//! and bad values are errors that name the key (`scheduler.usage_half_life: ...`).
+//!
+//! Here: the sections and the loading; `validate` the checks run after loading;
+//! `tests` their tests against `config/default.toml`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+#[cfg(test)]
+mod tests;
+mod validate;
+
+/// The built-in defaults, shipped inside the binary so it runs without files.
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+
+/// Why the settings could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A source could not be read or parsed (missing file, bad TOML).
+    #[error("cannot read configuration: {0}")]
+    Source(#[from] config::ConfigError),
+    /// A key is unknown or has a bad value; `key` is its dotted path.
+    #[error("invalid configuration key `{key}`: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+/// All settings.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub database: DatabaseSettings,
+    pub scheduler: SchedulerSettings,
+    #[serde(default)]
+    pub clusters: Vec<ClusterSettings>,
+    pub monitor: MonitorSettings,
+    pub dispatcher: DispatcherSettings,
+    pub auth: AuthSettings,
+    pub telemetry: TelemetrySettings,
+    pub leadership: LeadershipSettings,
+    /// `[events]`: the SSE stream and webhook delivery (DESIGN §4, "Events").
+    pub events: EventSettings,
+    /// `[[webhooks]]`: receivers of every job transition (none by default).
+    #[serde(default)]
+    pub webhooks: Vec<WebhookSettings>,
+    pub ray_compat: RayCompatSettings,
+}
+
+/// `[ray_compat]`: Ray's Jobs REST API served under `/api/` (README "Ray's Jobs API").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RayCompatSettings {
+    /// Largest `working_dir`/`py_modules` package accepted by `PUT /api/packages/...`,
+    /// in bytes (kept in the database's `ray_packages` table until sent to a cluster).
+    pub max_package_bytes: usize,
+}
+
+/// `[events]`: how `GET /v1/events` and the webhooks read `job_events`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSettings {
+    /// A reader looks at `job_events` at least this often; commits of this replica wake
+    /// it at once, so this bounds the latency of another replica's events.
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// An event id still missing while later ones are visible (a transaction that took
+    /// its id has not committed yet, or rolled back) holds readers back for at most
+    /// this long before they take the id as never coming.
+    #[serde(with = "humantime_serde")]
+    pub gap_grace: Duration,
+    /// An idle SSE stream gets a comment line this often, so proxies keep it open and
+    /// a dead client is noticed.
+    #[serde(with = "humantime_serde")]
+    pub keep_alive: Duration,
+    /// Timeout of one webhook request.
+    #[serde(with = "humantime_serde")]
+    pub webhook_timeout: Duration,
+    /// First wait before a failed webhook delivery is retried; doubles up to
+    /// `webhook_retry_max_backoff`, and retries go on until the receiver takes it.
+    #[serde(with = "humantime_serde")]
+    pub webhook_retry_initial_backoff: Duration,
+    /// Longest wait between two tries of one delivery.
+    #[serde(with = "humantime_serde")]
+    pub webhook_retry_max_backoff: Duration,
+}
+
+/// One `[[webhooks]]` entry: where job transitions are POSTed, signed with `secret`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSettings {
+    /// Unique name; keys the webhook's cursor in `webhook_cursors` (renaming a webhook
+    /// starts it afresh from the newest event) and labels its metrics.
+    pub name: String,
+    /// `http://` or `https://` URL the events are POSTed to.
+    pub url: String,
+    /// HMAC-SHA256 key of `X-Fairshare-Signature` (at least 16 bytes; never logged).
+    pub secret: String,
+    /// Only transitions to these statuses (e.g. `["SUCCEEDED", "FAILED", "STOPPED"]`);
+    /// absent = all. An empty list is refused at start (it would deliver nothing, or,
+    /// read as "all", the opposite of what it says).
+    #[serde(default)]
+    pub events: Option<Vec<entity::JobStatus>>,
+}
+
+impl std::fmt::Debug for WebhookSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSettings")
+            .field("name", &self.name)
+            .field("url", &self.url)
+            .field("secret", &"<redacted>")
+            .field("events", &self.events)
+            .finish()
+    }
+}
+
+/// `[server]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Listen address, e.g. `127.0.0.1:8080` (port 0 picks a free port).
+    pub bind: SocketAddr,
+    /// Largest request body in bytes; larger ones get 413.
+    pub max_body_bytes: usize,
+    /// Longest a request body may stall (no bytes arrive) before the request is
+    /// answered 408 and the connection closed (default 10 s). actix-web's own timeout
+    /// covers only the headers.
+    #[serde(with = "humantime_serde")]
+    pub body_idle_timeout: Duration,
+    /// HTTP worker threads; 0 = one per core.
+    pub workers: usize,
+}
+
+/// `[database]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// `sqlite://PATH?mode=rwc` or `postgres://...`.
+    pub url: String,
+    /// Pool size for PostgreSQL (SQLite always uses one connection).
+    pub max_connections: u32,
+    /// Wait for a pooled connection before answering 503.
+    #[serde(with = "humantime_serde")]
+    pub acquire_timeout: Duration,
+    /// PostgreSQL ends a session that sits this long inside a transaction
+    /// (`idle_in_transaction_session_timeout`): a replica paused mid-write (SIGSTOP, a
+    /// frozen VM) then stops holding its locks, the lease row's among them, so a
+    /// follower can take over (DESIGN §10). Below `leadership.lease`.
+    #[serde(with = "humantime_serde")]
+    pub idle_in_transaction_timeout: Duration,
+    /// PostgreSQL: intake transactions in flight at once, 1–8 (DESIGN §6), and at most
+    /// `max_connections − 1` (one connection stays for everything else). The writer
+    /// begins the next batch while earlier ones commit; batches of the same users wait
+    /// for each other at the user lock. SQLite always commits one at a time.
+    pub intake_pipeline: u32,
+}
+
+/// `[scheduler]`: the fair-share policy's knobs (DESIGN §2).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerSettings {
+    /// Half-life `T` of decayed usage; zero turns history off.
+    #[serde(with = "humantime_serde")]
+    pub usage_half_life: Duration,
+    /// Wait after which a head that fits nowhere gets the reservation (EASY
+    /// backfill around it; DESIGN §2).
+    #[serde(with = "humantime_serde")]
+    pub starvation_guard: Duration,
+    /// Weight of the age term in dominant-share units (0 turns it off).
+    pub age_weight: f64,
+    /// Age at which the age term saturates (Slurm's `PriorityMaxAge`).
+    #[serde(with = "humantime_serde")]
+    pub max_age: Duration,
+    /// Skip users whose head does not fit and go on (true), or stop the cycle (false).
+    pub backfill: bool,
+    /// Default cap on DISPATCHING + PENDING + RUNNING jobs per user.
+    pub default_max_running_jobs: u32,
+    /// Default cap on QUEUED jobs per user (429 beyond it).
+    pub default_max_queued_jobs: u32,
+    /// Safety cycle interval on top of event-driven cycles.
+    #[serde(with = "humantime_serde")]
+    pub tick: Duration,
+    /// Default cap on a job's run time.
+    #[serde(with = "humantime_serde")]
+    pub default_max_runtime: Duration,
+    /// Jobs per user queue the arbiter considers per cycle (at least 1).
+    pub queue_window: usize,
+}
+
+/// One `[[clusters]]` entry.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    /// Unique name, shown in the API and metrics.
+    pub name: String,
+    /// Ray dashboard base URL, e.g. `http://127.0.0.1:8265`.
+    pub address: String,
+}
+
+impl SchedulerSettings {
+    /// The policy's knobs from these settings (seconds for durations).
+    #[must_use]
+    pub fn policy(&self) -> crate::policy::PolicyConfig {
+        crate::policy::PolicyConfig {
+            usage_half_life: self.usage_half_life.as_secs_f64(),
+            starvation_guard: self.starvation_guard.as_secs_f64(),
+            backfill: self.backfill,
+            age_weight: self.age_weight,
+            max_age: self.max_age.as_secs_f64(),
+        }
+    }
+}
+
+/// `[monitor]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorSettings {
+    #[serde(with = "humantime_serde")]
+    pub poll_interval: Duration,
+    /// Consecutive failed polls before a cluster is unhealthy (at least 1).
+    pub failure_threshold: u32,
+    /// How long a job may be missing from an answering cluster before it is FAILED.
+    #[serde(with = "humantime_serde")]
+    pub lost_job_grace: Duration,
+    /// Longest time Ray may keep one of our jobs PENDING (waiting for resources, e.g.
+    /// taken by another tenant) before it is stopped there and queued here again.
+    #[serde(with = "humantime_serde")]
+    pub pending_timeout: Duration,
+    /// How long Ray's usage report (`/api/cluster_status`) may lag behind its job list:
+    /// a job of ours counts as included in the reported usage only once Ray has listed
+    /// it RUNNING for this long (RAY.md: about 5 s, about 1 s with
+    /// `AUTOSCALER_UPDATE_INTERVAL_S=1`).
+    #[serde(with = "humantime_serde")]
+    pub usage_report_lag: Duration,
+    /// How long a cluster stays unhealthy after a dispatch found it not ready (route
+    /// missing, 5xx, timeouts); doubles while it keeps failing, up to
+    /// `unhealthy_backoff_max`.
+    #[serde(with = "humantime_serde")]
+    pub unhealthy_backoff: Duration,
+    /// Longest such hold.
+    #[serde(with = "humantime_serde")]
+    pub unhealthy_backoff_max: Duration,
+    /// Least time between two warnings that the same cluster is unreachable.
+    #[serde(with = "humantime_serde")]
+    pub unreachable_warn_every: Duration,
+}
+
+/// `[dispatcher]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DispatcherSettings {
+    #[serde(with = "humantime_serde")]
+    pub request_timeout: Duration,
+    /// Submit attempts (at least 1).
+    pub retry_attempts: u32,
+    #[serde(with = "humantime_serde")]
+    pub retry_initial_backoff: Duration,
+    #[serde(with = "humantime_serde")]
+    pub retry_max_backoff: Duration,
+}
+
+/// `[auth]`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSettings {
+    #[serde(default)]
+    pub tokens: Vec<TokenSettings>,
+}
+
+/// A bearer token and the role it grants.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenSettings {
+    /// A label for logs (the token itself is never logged).
+    pub name: String,
+    pub token: String,
+    pub role: Role,
+    /// The user this token submits as on Ray's Jobs API (`/api/jobs/`); absent for a
+    /// token that acts for many users (a gateway), which names the user in each job's
+    /// `metadata["fairshare.user"]`.
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+impl std::fmt::Debug for TokenSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenSettings")
+            .field("name", &self.name)
+            .field("token", &"<redacted>")
+            .field("role", &self.role)
+            .field("user", &self.user)
+            .finish()
+    }
+}
+
+/// What a token may do. `Admin` can do everything a `Submitter` can.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Submitter,
+    Admin,
+}
+
+/// `[telemetry]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySettings {
+    pub log_format: LogFormat,
+    /// A `tracing` filter directive; `RUST_LOG` wins when set.
+    pub level: String,
+    /// Per-user metric series only up to this many users.
+    pub per_user_metrics_max: usize,
+}
+
+/// `[leadership]`: replicas on one PostgreSQL database elect a leader by a lease
+/// (DESIGN §10). Ignored on SQLite, which runs one replica.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeadershipSettings {
+    /// This replica's id, unique among the replicas; empty = `$HOSTNAME` (the pod name
+    /// on Kubernetes), else `<host>-<pid>`.
+    pub replica_id: String,
+    /// How long a lease lasts unless renewed; a follower takes a lapsed one.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// How often the leader renews the lease and a follower tries to take it.
+    #[serde(with = "humantime_serde")]
+    pub renew_every: Duration,
+    /// How often the leader re-reads QUEUED jobs, stops and users, in case a
+    /// notification from a follower was missed.
+    #[serde(with = "humantime_serde")]
+    pub catch_up_every: Duration,
+}
+
+impl LeadershipSettings {
+    /// The configured replica id, or `$HOSTNAME`, or `<host>-<pid>`.
+    pub fn resolved_replica_id(&self) -> String {
+        if !self.replica_id.trim().is_empty() {
+            return self.replica_id.trim().to_string();
+        }
+        match std::env::var("HOSTNAME") {
+            Ok(h) if !h.trim().is_empty() => h.trim().to_string(),
+            _ => {
+                let host = std::fs::read_to_string("/etc/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_default();
+                format!("{host}-{}", std::process::id())
+            }
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
+
+impl Settings {
+    /// The compiled-in defaults (`config/default.toml`), the one place each key's
+    /// default is written. The file is checked by this module's tests, so it always
+    /// parses.
+    #[must_use]
+    pub fn defaults() -> Settings {
+        Settings::load_with_env(None, Vec::<(String, String)>::new())
+            .expect("config/default.toml is valid (checked by the tests)")
+    }
+
+    /// Loads defaults, then `file` (if any), then `FAIRSHARE__*` environment variables.
+    ///
+    /// Errors: [`ConfigError::Source`] for an unreadable file, [`ConfigError::Invalid`]
+    /// naming the key for unknown keys and bad values.
+    pub fn load(file: Option<&Path>) -> Result<Settings, ConfigError> {
+        Self::load_with_env(file, std::env::vars())
+    }
+
+    /// [`Settings::load`] with an explicit environment (for tests).
+    pub fn load_with_env(
+        file: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Settings, ConfigError> {
+        let env: config::Map<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("FAIRSHARE__"))
+            .collect();
+        let mut builder = config::Config::builder().add_source(config::File::from_str(
+            DEFAULT_TOML,
+            config::FileFormat::Toml,
+        ));
+        if let Some(path) = file {
+            builder = builder.add_source(config::File::from(path).required(true));
+        }
+        builder = builder.add_source(
+            config::Environment::with_prefix("FAIRSHARE")
+                .prefix_separator("__")
+                .separator("__")
+                .try_parsing(true)
+                .source(Some(env)),
+        );
+        let raw: serde_json::Value = builder.build()?.try_deserialize()?;
+        let settings: Settings =
+            serde_path_to_error::deserialize(raw).map_err(|e| ConfigError::Invalid {
+                key: e.path().to_string(),
+                reason: e.inner().to_string(),
+            })?;
+        settings.validate()?;
+        Ok(settings)
+    }
+}

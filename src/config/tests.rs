@@ -1,0 +1,208 @@
+//! The settings' tests: loading `config/default.toml`, files and environment overrides,
+//! and every check of `validate` naming its key.
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn defaults_load_without_any_file() {
+    let s = Settings::load_with_env(None, env(&[])).unwrap();
+    assert_eq!(s.server.bind.to_string(), "127.0.0.1:8080");
+    assert_eq!(s.scheduler.usage_half_life, Duration::from_secs(3600));
+    assert_eq!(s.monitor.poll_interval, Duration::from_millis(500));
+    assert_eq!(s.clusters.len(), 1);
+}
+
+#[test]
+fn environment_overrides_defaults() {
+    let s = Settings::load_with_env(
+        None,
+        env(&[
+            ("FAIRSHARE__SCHEDULER__BACKFILL", "false"),
+            ("FAIRSHARE__SCHEDULER__USAGE_HALF_LIFE", "0s"),
+            ("FAIRSHARE__DATABASE__URL", "postgres://x@127.0.0.1/db"),
+        ]),
+    )
+    .unwrap();
+    assert!(!s.scheduler.backfill);
+    assert!(s.scheduler.usage_half_life.is_zero());
+    assert_eq!(s.database.url, "postgres://x@127.0.0.1/db");
+}
+
+#[test]
+fn bad_duration_names_the_key() {
+    let err = Settings::load_with_env(
+        None,
+        env(&[("FAIRSHARE__SCHEDULER__STARVATION_GUARD", "soon")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("scheduler.starvation_guard"), "{err}");
+}
+
+#[test]
+fn unknown_key_names_the_key() {
+    let err = Settings::load_with_env(None, env(&[("FAIRSHARE__SERVER__BINDD", "x")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("bindd"), "{err}");
+}
+
+#[test]
+fn open_api_on_a_public_address_is_refused() {
+    let err = Settings::load_with_env(None, env(&[("FAIRSHARE__SERVER__BIND", "0.0.0.0:8080")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("auth.tokens"), "{err}");
+}
+
+#[test]
+fn values_that_would_fail_later_are_refused_at_load() {
+    for (key, value, named) in [
+        ("FAIRSHARE__SERVER__WORKERS", "100000", "server.workers"),
+        ("FAIRSHARE__TELEMETRY__LEVEL", "[[[", "telemetry.level"),
+        ("FAIRSHARE__TELEMETRY__LEVEL", "verbose", "telemetry.level"),
+    ] {
+        let err = Settings::load_with_env(None, env(&[(key, value)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(named), "{key}={value}: {err}");
+    }
+    let ok = Settings::load_with_env(
+        None,
+        env(&[("FAIRSHARE__TELEMETRY__LEVEL", "fairshare=debug,info")]),
+    );
+    assert!(ok.is_ok());
+}
+
+#[test]
+fn zero_per_user_defaults_are_refused_naming_the_key() {
+    for key in [
+        "scheduler.default_max_running_jobs",
+        "scheduler.default_max_queued_jobs",
+    ] {
+        let var = format!("FAIRSHARE__{}", key.replace('.', "__").to_uppercase());
+        let err = Settings::load_with_env(None, env(&[(var.as_str(), "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{key} = 0: {err}");
+        assert!(err.contains("at least 1"), "{key} = 0: {err}");
+        let ok = Settings::load_with_env(None, env(&[(var.as_str(), "1")]));
+        assert!(ok.is_ok(), "{key} = 1: {:?}", ok.err());
+    }
+}
+
+#[test]
+fn webhooks_load_from_a_file_and_bad_ones_name_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hooks.toml");
+    let hook = |name: &str, url: &str, secret: &str| {
+        format!("[[webhooks]]\nname = \"{name}\"\nurl = \"{url}\"\nsecret = \"{secret}\"\nevents = [\"SUCCEEDED\", \"FAILED\"]\n")
+    };
+    let good = hook("gw", "http://127.0.0.1:9/hook", "0123456789abcdef");
+    std::fs::write(&path, &good).unwrap();
+    let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+    assert_eq!(s.webhooks.len(), 1);
+    assert_eq!(
+        s.webhooks[0].events,
+        Some(vec![
+            entity::JobStatus::Succeeded,
+            entity::JobStatus::Failed
+        ])
+    );
+    assert!(!format!("{:?}", s.webhooks[0]).contains("0123456789abcdef"));
+    for (text, key) in [
+        (
+            hook("gw", "ftp://x/", "0123456789abcdef"),
+            "webhooks[0].url",
+        ),
+        (hook("gw", "http://x/", "short"), "webhooks[0].secret"),
+        (format!("{good}{good}"), "webhooks[1].name"),
+        (good.replace("FAILED", "DONE"), "webhooks[0].events"),
+        (
+            good.replace("events = [\"SUCCEEDED\", \"FAILED\"]", "events = []"),
+            "webhooks[0].events",
+        ),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        let err = Settings::load_with_env(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+    }
+}
+
+#[test]
+fn duplicate_or_non_ascii_tokens_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = |name: &str, token: &str, role: &str| {
+        format!("[[auth.tokens]]\nname = \"{name}\"\ntoken = \"{token}\"\nrole = \"{role}\"\n")
+    };
+    for file in [
+        token("a", "0123456789", "submitter") + &token("b", "0123456789", "admin"),
+        token("a", "t\u{f6}kenUnicode", "admin"),
+        token("a", "        ", "admin"),
+    ] {
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, file).unwrap();
+        let err = Settings::load_with_env(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("auth.tokens[") && err.contains("].token"),
+            "{err}"
+        );
+    }
+}
+
+/// A token's user follows the API's rule for user ids (api::user_id): it checked
+/// only for whitespace, so a token could submit as an id no request can name.
+#[test]
+fn a_tokens_user_is_a_valid_user_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let file = |user: &str| {
+        format!(
+            "[[auth.tokens]]\nname = \"a\"\ntoken = \"0123456789\"\nrole = \"submitter\"\nuser = \"{user}\"\n"
+        )
+    };
+    for user in [
+        "",
+        " ",
+        "a b",
+        "a\u{200b}b",
+        "a\u{fe0f}b",
+        "a\u{180e}b",
+        "..",
+        "x\u{ad}",
+    ] {
+        std::fs::write(&path, file(user)).unwrap();
+        let err = Settings::load_with_env(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("auth.tokens[0].user"), "{user:?}: {err}");
+    }
+    std::fs::write(&path, file("alice")).unwrap();
+    let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+    assert_eq!(s.auth.tokens[0].user.as_deref(), Some("alice"));
+}
+
+#[test]
+fn a_file_overrides_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(
+        &path,
+        "[server]\nbind = \"0.0.0.0:9000\"\n[[auth.tokens]]\nname = \"a\"\ntoken = \"0123456789\"\nrole = \"admin\"\n",
+    )
+    .unwrap();
+    let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+    assert_eq!(s.server.bind.port(), 9000);
+    assert_eq!(s.auth.tokens[0].role, Role::Admin);
+}

@@ -1,0 +1,216 @@
+//! The checks [`Settings::load`] runs once the sources are merged: values that would
+//! only fail later (a zero interval, a backoff range upside down, a webhook without
+//! a usable URL or secret, a token's user that no request could name, an open API on
+//! a public address) are refused here, naming their key.
+
+use super::{ConfigError, Settings};
+
+impl Settings {
+    /// Every check, in order; the first that fails names its key.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| {
+            Err(ConfigError::Invalid {
+                key: key.to_string(),
+                reason: reason.to_string(),
+            })
+        };
+        if self.server.body_idle_timeout.is_zero() {
+            return invalid("server.body_idle_timeout", "must be more than 0");
+        }
+        if self.server.max_body_bytes == 0 {
+            return invalid("server.max_body_bytes", "must be at least 1");
+        }
+        if !(self.database.url.starts_with("sqlite:") || self.database.url.starts_with("postgres"))
+        {
+            return invalid("database.url", "must start with sqlite: or postgres://");
+        }
+        if self.server.workers > 512 {
+            return invalid("server.workers", "must be at most 512 (0 = one per core)");
+        }
+        let level_ok = matches!(
+            self.telemetry.level.trim(),
+            "trace" | "debug" | "info" | "warn" | "error" | "off"
+        ) || (self.telemetry.level.contains('=')
+            && tracing_subscriber::EnvFilter::try_new(&self.telemetry.level).is_ok());
+        if !level_ok {
+            return invalid(
+                "telemetry.level",
+                "must be a level (trace, debug, info, warn, error, off) or filter directives like \"fairshare=debug,info\"",
+            );
+        }
+        let l = &self.leadership;
+        if l.renew_every.is_zero() || l.lease < l.renew_every * 2 {
+            return invalid(
+                "leadership.lease",
+                "must be at least twice leadership.renew_every (and renew_every above 0)",
+            );
+        }
+        let idle = self.database.idle_in_transaction_timeout;
+        if idle.is_zero() || idle >= l.lease {
+            return invalid(
+                "database.idle_in_transaction_timeout",
+                "must be above 0 and below leadership.lease",
+            );
+        }
+        if l.catch_up_every.is_zero() {
+            return invalid("leadership.catch_up_every", "must be above 0");
+        }
+        if self.database.max_connections == 0 {
+            return invalid("database.max_connections", "must be at least 1");
+        }
+        if !(1..=8).contains(&self.database.intake_pipeline) {
+            return invalid("database.intake_pipeline", "must be between 1 and 8");
+        }
+        if !(self.scheduler.age_weight.is_finite() && self.scheduler.age_weight >= 0.0) {
+            return invalid("scheduler.age_weight", "must be a finite number ≥ 0");
+        }
+        if self.scheduler.queue_window == 0 {
+            return invalid("scheduler.queue_window", "must be at least 1");
+        }
+        if self.scheduler.default_max_running_jobs == 0 {
+            return invalid("scheduler.default_max_running_jobs", "must be at least 1");
+        }
+        if self.scheduler.default_max_queued_jobs == 0 {
+            // A user's limit of 0 is refused by the API (PUT /v1/users); as a default it
+            // would answer every submission of a user without a limit of its own with 429.
+            return invalid(
+                "scheduler.default_max_queued_jobs",
+                "must be at least 1 (0 would refuse every submission with 429)",
+            );
+        }
+        if self.scheduler.tick.is_zero() {
+            return invalid("scheduler.tick", "must be longer than 0s");
+        }
+        if self.monitor.poll_interval.is_zero() {
+            return invalid("monitor.poll_interval", "must be longer than 0s");
+        }
+        if self.monitor.failure_threshold == 0 {
+            return invalid("monitor.failure_threshold", "must be at least 1");
+        }
+        if self.dispatcher.retry_attempts == 0 {
+            return invalid("dispatcher.retry_attempts", "must be at least 1");
+        }
+        if self.dispatcher.request_timeout.is_zero() {
+            return invalid("dispatcher.request_timeout", "must be longer than 0s");
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, c) in self.clusters.iter().enumerate() {
+            if c.name.trim().is_empty() {
+                return invalid(&format!("clusters[{i}].name"), "must not be empty");
+            }
+            if !names.insert(c.name.as_str()) {
+                return invalid(&format!("clusters[{i}].name"), "duplicate cluster name");
+            }
+            if !(c.address.starts_with("http://") || c.address.starts_with("https://")) {
+                return invalid(
+                    &format!("clusters[{i}].address"),
+                    "must be an http:// or https:// URL of the Ray dashboard",
+                );
+            }
+        }
+        self.validate_events()?;
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            if !t.token.bytes().all(|b| b.is_ascii_graphic()) {
+                return invalid(
+                    &format!("auth.tokens[{i}].token"),
+                    "must be visible ASCII characters only (it travels in an HTTP header)",
+                );
+            }
+            if !seen.insert(t.token.as_str()) {
+                return invalid(
+                    &format!("auth.tokens[{i}].token"),
+                    "the same token is configured twice",
+                );
+            }
+            if t.token.len() < 8 {
+                return invalid(
+                    &format!("auth.tokens[{i}].token"),
+                    "must be at least 8 characters",
+                );
+            }
+            if let Some(user) = &t.user {
+                // The API's rule for user ids: a token could otherwise submit as a user
+                // that no request can name.
+                if let Some(why) = crate::user_id::problem(user) {
+                    return invalid(
+                        &format!("auth.tokens[{i}].user"),
+                        &format!("must be a user id: {why}"),
+                    );
+                }
+            }
+        }
+        if self.ray_compat.max_package_bytes == 0 {
+            return invalid("ray_compat.max_package_bytes", "must be at least 1");
+        }
+        if self.auth.tokens.is_empty() && !self.server.bind.ip().is_loopback() {
+            return invalid(
+                "auth.tokens",
+                "no token configured: the API would be open to the network; \
+                 configure [[auth.tokens]] or bind to a loopback address",
+            );
+        }
+        Ok(())
+    }
+
+    /// The checks of `[events]` and `[[webhooks]]`.
+    fn validate_events(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, reason: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                reason: reason.to_string(),
+            })
+        };
+        let e = &self.events;
+        for (key, d) in [
+            ("events.poll_interval", e.poll_interval),
+            ("events.keep_alive", e.keep_alive),
+            ("events.webhook_timeout", e.webhook_timeout),
+            (
+                "events.webhook_retry_initial_backoff",
+                e.webhook_retry_initial_backoff,
+            ),
+        ] {
+            if d.is_zero() {
+                return invalid(key.to_string(), "must be longer than 0s");
+            }
+        }
+        if e.webhook_retry_max_backoff < e.webhook_retry_initial_backoff {
+            return invalid(
+                "events.webhook_retry_max_backoff".into(),
+                "must be at least events.webhook_retry_initial_backoff",
+            );
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, w) in self.webhooks.iter().enumerate() {
+            if w.name.trim().is_empty() || w.name.chars().count() > 128 {
+                return invalid(format!("webhooks[{i}].name"), "must be 1 to 128 characters");
+            }
+            if !names.insert(w.name.as_str()) {
+                return invalid(format!("webhooks[{i}].name"), "duplicate webhook name");
+            }
+            if reqwest::Url::parse(&w.url)
+                .map(|u| !matches!(u.scheme(), "http" | "https"))
+                .unwrap_or(true)
+            {
+                return invalid(
+                    format!("webhooks[{i}].url"),
+                    "must be an http:// or https:// URL",
+                );
+            }
+            if w.events.as_ref().is_some_and(Vec::is_empty) {
+                return invalid(
+                    format!("webhooks[{i}].events"),
+                    "must name at least one status; leave it out for every transition",
+                );
+            }
+            if w.secret.len() < 16 {
+                return invalid(
+                    format!("webhooks[{i}].secret"),
+                    "must be at least 16 bytes (it keys the HMAC-SHA256 signature)",
+                );
+            }
+        }
+        Ok(())
+    }
+}
