@@ -16,9 +16,11 @@
 //! `fairshare_queued_jobs` give the same number at every moment.
 
 mod cycle;
+mod recovery;
 mod report;
 mod what_if;
 
+pub use recovery::{EnqueueMany, Recovered, RecoveredOutstanding};
 pub use report::{GetPendingReason, GetUserState, GetView, IsReady, Loaded};
 pub use what_if::GetSnapshot;
 
@@ -68,31 +70,6 @@ impl ClusterSizes {
             *s = sizes;
         }
     }
-}
-
-/// Recovery → arbiter: users from the database, outstanding jobs' reservations; then
-/// the arbiter is ready.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Recovered;
-
-/// Recovery → arbiter, first: the users' settings and the reservations of every
-/// outstanding job (before the monitor follows them, so a job that ends at once
-/// releases what it holds).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct RecoveredOutstanding {
-    pub users: Vec<user::Model>,
-    pub outstanding: Vec<entity::job::Model>,
-}
-
-/// Recovery → arbiter: a chunk of QUEUED jobs read from the database, grouped by user:
-/// `(user, [(job, held)])`. The arbiter counts them and hands each user's part to its
-/// queue in one message.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct EnqueueMany {
-    pub users: Vec<(String, Vec<(QueuedJob, bool)>)>,
 }
 
 /// A map keyed by job id, hashed cheaply ([`crate::policy::ledger::JobHasher`]).
@@ -384,57 +361,6 @@ impl Actor for FairShareArbiter {
                 );
             }
         });
-    }
-}
-
-impl Handler<RecoveredOutstanding> for FairShareArbiter {
-    type Result = ();
-
-    fn handle(&mut self, msg: RecoveredOutstanding, _: &mut Context<Self>) {
-        for u in &msg.users {
-            self.apply_settings(u);
-        }
-        let default_runtime = self.settings.scheduler.default_max_runtime.as_secs_f64();
-        let now = unix_now();
-        for j in msg.outstanding {
-            if let Some(cluster) = j.cluster.clone() {
-                let summary = super::user_queue::summary(&j);
-                let granted_at = j
-                    .dispatched_at
-                    .or(j.started_at)
-                    .map_or(now, |t| t.timestamp_micros() as f64 / 1e6);
-                let estimate = summary.runtime_estimate.unwrap_or(default_runtime);
-                self.entry(&j.user_id);
-                self.ledger.start(
-                    now,
-                    j.id,
-                    &j.user_id,
-                    &cluster,
-                    summary.resources,
-                    Some(granted_at + estimate),
-                );
-            }
-        }
-    }
-}
-
-impl Handler<EnqueueMany> for FairShareArbiter {
-    type Result = ();
-
-    fn handle(&mut self, msg: EnqueueMany, _: &mut Context<Self>) {
-        for (user, jobs) in msg.users {
-            self.enqueue_all(&user, jobs);
-        }
-    }
-}
-
-impl Handler<Recovered> for FairShareArbiter {
-    type Result = ();
-
-    fn handle(&mut self, _: Recovered, ctx: &mut Context<Self>) {
-        self.loading = None;
-        self.ready = true;
-        self.request_cycle(ctx);
     }
 }
 
