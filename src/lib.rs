@@ -15,7 +15,8 @@
 //! - [`lifecycle`] (public): the pure job lifecycle — states, events, and what
 //!   follows each (the table in its docs). Nothing else decides a transition.
 //! - [`store`] (public): repository functions over SeaORM; `store::apply` is the only
-//!   writer of job status, the intake writer commits submissions in batches.
+//!   writer of job status, the intake writer (`store/intake/`) commits submissions in
+//!   batches. It imports no HTTP layer.
 //! - `actors` (private): the actix actors — one `UserQueue` per user, the
 //!   `FairShareArbiter`, the `Dispatcher`, the `RayCapacityMonitor` — which carry
 //!   messages between the pure parts and the world; [`Scheduler`] is their handle.
@@ -24,14 +25,18 @@
 //! - `api` (private): actix-web routes, auth, errors, OpenAPI, and Ray's Jobs REST API
 //!   under `/api/` (`api::ray_compat`); `views` (private): what the scheduler shows,
 //!   shared by `actors` and `api`.
-//! - [`config`] (public): typed settings; [`telemetry`] (public): `tracing` setup;
+//! - [`config`] (public): typed settings (the sections, their checks), importing no
+//!   HTTP layer; `user_id` (private): what a user id may be, the one rule the
+//!   configuration and `api` share; [`telemetry`] (public): `tracing` setup;
 //!   `metrics` (private): Prometheus metrics; `errors` (private): the cause-chain
 //!   formatter.
 //! - [`sim`] (public): SWF traces, the discrete-event simulator and baselines, live
 //!   replay.
 //! - [`leadership`] (public): the lease among replicas on PostgreSQL, fencing terms,
-//!   the followers' hand-over to the leader; the SQLite single-replica lock.
-//! - `events` (private): `job_events` read as a feed (wake-up on commit, gap guard);
+//!   the followers' hand-over to the leader and the leader's catch-up; the SQLite
+//!   single-replica lock.
+//! - `events` (private): `job_events` read as a feed (readers woken by the store's
+//!   commits, gap guard);
 //!   `webhooks` (private): delivery of that feed to `[[webhooks]]`, signed.
 //! - `faults` (public, feature `fault-injection`, tests only): fault-injection hooks.
 //! - `app` (private): wires everything into a running service ([`Application`]);

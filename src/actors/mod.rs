@@ -8,7 +8,7 @@
 //!   JobFinished      └──────── RayCapacityMonitor ────────┴──┘
 //! ```
 //! The actors are carriers: they turn what they see into lifecycle events
-//! ([`crate::lifecycle`]), let [`crate::store::apply`] write the decided step, and send
+//! ([`crate::lifecycle`]), let [`crate::store::apply()`] write the decided step, and send
 //! the next message. They reach each other through the handles of
 //! [`messages`] (`Recipient`s), built once here; no actor file names another's type.
 //! Recovery runs in [`Scheduler::start`] before the service reports ready

@@ -2,7 +2,7 @@
 //! that says what follows. Beside [`crate::policy`] and as pure: no I/O, no clock.
 //!
 //! Every status change of a job is decided here and written by
-//! [`crate::store::apply`] (guarded status update + `job_events` row, one
+//! [`crate::store::apply()`] (guarded status update + `job_events` row, one
 //! transaction). Actors and the API only turn what they see into an [`Event`], apply
 //! the decision, and carry out the [`RayCall`] it names.
 //!

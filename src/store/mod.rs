@@ -1,6 +1,6 @@
 //! Repository functions over SeaORM (DESIGN §6): the only place that writes SQL.
 //!
-//! Every status change goes through [`apply`], which writes the job row and its
+//! Every status change goes through [`apply()`], which writes the job row and its
 //! `job_events` row in one transaction, guarded by the status it read (optimistic
 //! concurrency: the `UPDATE ... WHERE status = <read>` matches or the change is
 //! refused), so two writers can never both move a job; with a [`Fence`] it also

@@ -64,7 +64,7 @@ use statements::{literal, text_array, DocRow};
 /// **One round trip** (`speculate`, when the writer has no other batch in flight:
 /// a lone client's case). The batch is first sent as one message, `BEGIN; lock;
 /// read; insert if; COMMIT` ([`statements::INSERT_IF`]), its ids and submit time chosen
-/// before: the guarded insert writes every job exactly when [`super::decide`]
+/// before: the guarded insert writes every job exactly when [`super::decide()`]
 /// would create them all (users exist, no key stored, every user within its
 /// limit), and nothing otherwise; then the batch goes the two-round-trip way
 /// above. The answers (queue positions) come from `decide` on what the same
@@ -138,7 +138,7 @@ fn begin_lock_read(users: &[&str], pairs: &[(&str, &str)]) -> Result<(String, St
 }
 
 /// The batch in one round trip (see [`commit`]): `Some(answers)` if it committed
-/// so, `None` if the guard found something [`super::decide`] must weigh (nothing
+/// so, `None` if the guard found something [`super::decide()`] must weigh (nothing
 /// was written). A connection that has not prepared the statements yet prepares
 /// them and is sent the message again. A loss leaves the batch in doubt, with the
 /// answers it would have (without queue positions: the API counts them).

@@ -53,7 +53,7 @@ pub(super) const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) 
 /// (`$3`) exists, no stored job has one of the batch's `(user, external_id)`
 /// pairs, and no user's QUEUED jobs plus its jobs in the batch (`$4`, by `$3`'s
 /// order) exceed its `max_queued_jobs` (else the default, `$5`): exactly when
-/// [`super::super::decide`] would create every job of a batch without repeated keys.
+/// [`super::super::decide()`] would create every job of a batch without repeated keys.
 /// Otherwise nothing. Answers the number of jobs inserted (all or none). Runs after
 /// the lock, in a snapshot of its own (READ COMMITTED), as [`READ`] does.
 pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) AS r(\
