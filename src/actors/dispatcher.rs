@@ -19,6 +19,7 @@ use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
 use super::messages::{
     ArbiterHandle, ClusterUnreachable, Dispatch, DispatchEnded, MonitorHandle, StopInRay, Track,
 };
+use super::monitor::book::Origin;
 use super::unix_now;
 use backon::{ExponentialBuilder, Retryable};
 
@@ -43,11 +44,12 @@ pub struct Dispatcher {
 }
 
 /// What one dispatch ended as, for the actor to announce.
-enum Landed {
+#[derive(Clone, Debug)]
+pub(crate) enum Landed {
     /// Ray has it (PENDING); `stop` when a cancel came in meanwhile.
-    Submitted(entity::job::Model, Option<RayCall>),
+    Submitted(Box<entity::job::Model>, Option<RayCall>),
     /// Back in the queue: the cluster was not ready.
-    Requeued(entity::job::Model),
+    Requeued(Box<entity::job::Model>),
     /// Ended (FAILED/STOPPED) or moved by someone else.
     Ended,
 }
@@ -140,37 +142,12 @@ impl Dispatcher {
         res: Result<&Landed, &sea_orm::DbErr>,
         fenced: bool,
     ) -> Option<StopInRay> {
-        let ended = |requeue| DispatchEnded {
-            user: msg.user.clone(),
-            job_id: msg.job.job_id,
-            requeue,
-        };
-        match res {
-            Ok(Landed::Submitted(job, stop)) => {
-                self.monitor.track.do_send(Track { job: job.clone() });
-                if let Some(RayCall::Stop { submission_id }) = stop {
-                    return Some(StopInRay {
-                        job_id: job.id,
-                        cluster: msg.cluster.clone(),
-                        submission_id: submission_id.clone(),
-                    });
-                }
-            }
-            Ok(Landed::Requeued(job)) => {
-                let held = job.retiring_attempt.is_some();
-                if !held {
-                    self.monitor.unreachable.do_send(ClusterUnreachable {
-                        cluster: msg.cluster.clone(),
-                    });
-                }
-                self.arbiter
-                    .dispatch_ended
-                    .do_send(ended(Some(super::user_queue::summary(job))));
-            }
-            Ok(Landed::Ended) => self.arbiter.dispatch_ended.do_send(ended(None)),
+        let landed = match res {
+            Ok(landed) => landed,
             Err(e) if fenced => {
                 // This replica lost the lease: the new leader's recovery owns the job.
                 tracing::warn!(job_id = %msg.job.job_id, error = %e, "not dispatching: the lease is lost");
+                return None;
             }
             Err(e) => {
                 // The database failed mid-dispatch. The job row says where it is; the
@@ -178,9 +155,161 @@ impl Dispatcher {
                 // after a database error, DESIGN §10) or the monitor settles it.
                 metrics::db_error();
                 tracing::error!(job_id = %msg.job.job_id, error = %e, "database error during dispatch");
+                return None;
+            }
+        };
+        let mut stop = None;
+        for then in after(&msg.cluster, msg.job.job_id, &msg.user, landed) {
+            match then {
+                Then::Track(job) => self.monitor.track.do_send(Track {
+                    job: *job,
+                    origin: Origin::Dispatched,
+                }),
+                Then::Stop(s) => stop = Some(s),
+                Then::Unreachable(cluster) => self
+                    .monitor
+                    .unreachable
+                    .do_send(ClusterUnreachable { cluster }),
+                Then::Ended(ended) => self.arbiter.dispatch_ended.do_send(ended),
             }
         }
-        None
+        stop
+    }
+}
+
+/// What follows a dispatch's end, for the actor to send (pure).
+#[derive(Clone, Debug)]
+pub(crate) enum Then {
+    /// Monitor: follow the job (Ray has it).
+    Track(Box<entity::job::Model>),
+    /// Self: stop the attempt in Ray (a cancel came in meanwhile).
+    Stop(StopInRay),
+    /// Monitor: the cluster was not ready; back off.
+    Unreachable(String),
+    /// Arbiter: the grant's reservation is released.
+    Ended(DispatchEnded),
+}
+
+/// What follows a dispatch of `job_id` (user `user`) to `cluster` that ended as
+/// `landed`, in order.
+pub(crate) fn after(cluster: &str, job_id: JobId, user: &str, landed: &Landed) -> Vec<Then> {
+    let ended = |requeue, held| {
+        Then::Ended(DispatchEnded {
+            user: user.to_string(),
+            job_id,
+            requeue,
+            held,
+        })
+    };
+    match landed {
+        Landed::Submitted(job, stop) => {
+            let mut then = vec![Then::Track(job.clone())];
+            if let Some(RayCall::Stop { submission_id }) = stop {
+                then.push(Then::Stop(StopInRay {
+                    job_id: job.id,
+                    cluster: cluster.to_string(),
+                    submission_id: submission_id.clone(),
+                }));
+            }
+            then
+        }
+        Landed::Requeued(job) => {
+            let held = job.retiring_attempt.is_some();
+            let mut then = Vec::new();
+            if !held {
+                then.push(Then::Unreachable(cluster.to_string()));
+            }
+            then.push(ended(Some(super::user_queue::summary(job)), held));
+            then
+        }
+        Landed::Ended => vec![ended(None, false)],
+    }
+}
+
+/// What the `Granted` step's result means: the attempt to submit, or how the dispatch
+/// ended without a submit (cancelled or moved between grant and dispatch, or held).
+pub(crate) fn granted(applied: Applied) -> Result<(entity::job::Model, String), Landed> {
+    match applied {
+        Applied::Changed {
+            job,
+            step:
+                crate::lifecycle::Step {
+                    ray: Some(RayCall::Submit { submission_id }),
+                    ..
+                },
+        } => Ok((job, submission_id)),
+        Applied::Refused(job, _) if job.status == entity::JobStatus::Queued => {
+            Err(Landed::Requeued(Box::new(job)))
+        }
+        _ => Err(Landed::Ended),
+    }
+}
+
+/// The lifecycle event Ray's answer to a submit is.
+pub(crate) fn answer_event(cluster: &str, outcome: DispatchOutcome) -> Event {
+    match outcome {
+        DispatchOutcome::Submitted {
+            already_existed,
+            attempts,
+        } => Event::RayAccepted {
+            already_existed,
+            attempts,
+        },
+        DispatchOutcome::Rejected { message } => Event::RayRefused { message },
+        DispatchOutcome::GaveUp {
+            last_error,
+            attempts,
+        } => Event::RayNotReady {
+            reason: format!("{cluster} did not take it after {attempts} attempts: {last_error}"),
+        },
+    }
+}
+
+/// Whether a dispatch of `attempt` should send another POST after an ambiguous
+/// failure, given the job's row as it is now and whether this replica still leads.
+///
+/// Errors: why not — the job was cancelled, has moved on, or the lease is lost.
+pub(crate) fn keep_trying(
+    facts: &crate::lifecycle::JobFacts,
+    attempt: u32,
+    leads: bool,
+) -> Result<(), String> {
+    if !leads {
+        return Err("this replica no longer leads".into());
+    }
+    if facts.status != entity::JobStatus::Dispatching || facts.attempt != attempt {
+        return Err(format!("the job is {} now", facts.status));
+    }
+    if facts.stop_reason.is_some() {
+        return Err("the job was cancelled".into());
+    }
+    Ok(())
+}
+
+/// How a dispatch ended once Ray's answer was recorded as `applied`. A row that some
+/// other path moved on to PENDING or RUNNING under the same attempt (it should not
+/// happen: nothing else moves a job whose submit is in flight here) is still handed
+/// to the monitor, with its stop, rather than dropped: the attempt is alive in Ray.
+pub(crate) fn recorded(applied: Applied) -> Landed {
+    match applied {
+        Applied::Changed { job, step } if job.status == entity::JobStatus::Pending => {
+            Landed::Submitted(Box::new(job), step.ray)
+        }
+        Applied::Unchanged(job)
+            if matches!(
+                job.status,
+                entity::JobStatus::Pending | entity::JobStatus::Running
+            ) =>
+        {
+            let stop = job.stop_reason.as_ref().map(|_| RayCall::Stop {
+                submission_id: crate::lifecycle::current_submission_id(&job),
+            });
+            Landed::Submitted(Box::new(job), stop)
+        }
+        Applied::Changed { job, .. } if job.status == entity::JobStatus::Queued => {
+            Landed::Requeued(Box::new(job))
+        }
+        _ => Landed::Ended,
     }
 }
 
@@ -205,20 +334,9 @@ async fn dispatch_granted(
     granted: Applied,
 ) -> Result<Landed, sea_orm::DbErr> {
     let id = msg.job.job_id;
-    let (job, submission_id) = match granted {
-        Applied::Changed {
-            job,
-            step:
-                crate::lifecycle::Step {
-                    ray: Some(RayCall::Submit { submission_id }),
-                    ..
-                },
-        } => (job, submission_id),
-        // Cancelled or moved between grant and dispatch, or held back.
-        Applied::Refused(job, _) if job.status == entity::JobStatus::Queued => {
-            return Ok(Landed::Requeued(job))
-        }
-        _ => return Ok(Landed::Ended),
+    let (job, submission_id) = match self::granted(granted) {
+        Ok(submit) => submit,
+        Err(landed) => return Ok(landed),
     };
     // Packages uploaded through Ray's Jobs API go to the cluster first (ray::packages).
     let packages = match &client {
@@ -255,23 +373,30 @@ async fn dispatch_granted(
                     .unwrap_or_default(),
                 resources: crate::store::resources_of(&job),
             };
-            let outcome = submit_idempotent(&client, &submit, &budget).await;
+            let attempt = crate::lifecycle::JobFacts::of(&job).attempt;
+            let guard = || {
+                let (db, fence) = (db.clone(), fence.clone());
+                async move {
+                    let row = store::get_job(&db, id)
+                        .await
+                        .map_err(|e| format!("cannot read the job: {e}"))?
+                        .ok_or_else(|| "the job no longer exists".to_string())?;
+                    let leads = store::fence_holds(&db, &fence)
+                        .await
+                        .map_err(|e| format!("cannot read the lease: {e}"))?;
+                    keep_trying(&crate::lifecycle::JobFacts::of(&row), attempt, leads)
+                }
+            };
+            let outcome = submit_idempotent(&client, &submit, &budget, guard).await;
             metrics::get()
                 .dispatch_latency
                 .observe((unix_now() - msg.granted_at).max(0.0));
-            match outcome {
-                DispatchOutcome::Submitted {
-                    already_existed,
-                    attempts,
-                } => Event::RayAccepted {
-                    already_existed,
-                    attempts,
-                },
+            match &outcome {
+                DispatchOutcome::Submitted { .. } => {}
                 DispatchOutcome::Rejected { message } => {
                     tracing::warn!(job_id = %id, cluster = %msg.cluster, %message, "Ray refused the job");
                     metrics::get()
                         .dispatch_failed(&msg.cluster, metrics::DispatchFailure::Rejected);
-                    Event::RayRefused { message }
                 }
                 DispatchOutcome::GaveUp {
                     last_error,
@@ -279,14 +404,9 @@ async fn dispatch_granted(
                 } => {
                     tracing::warn!(job_id = %id, cluster = %msg.cluster, attempts, error = %last_error,
                         "the cluster did not take the job; back to its queue");
-                    Event::RayNotReady {
-                        reason: format!(
-                            "{} did not take it after {attempts} attempts: {last_error}",
-                            msg.cluster
-                        ),
-                    }
                 }
             }
+            answer_event(&msg.cluster, outcome)
         }
     };
     // Ray has answered: what it answered must be recorded, so a database error here
@@ -310,16 +430,11 @@ async fn dispatch_granted(
                 "could not record Ray's answer to the dispatch; retrying");
         })
         .await?;
-    Ok(match applied {
-        Applied::Changed { job, step } if job.status == entity::JobStatus::Pending => {
-            tracing::info!(job_id = %id, cluster = %msg.cluster, "dispatched");
-            Landed::Submitted(job, step.ray)
-        }
-        Applied::Changed { job, .. } if job.status == entity::JobStatus::Queued => {
-            Landed::Requeued(job)
-        }
-        _ => Landed::Ended,
-    })
+    let landed = recorded(applied);
+    if matches!(landed, Landed::Submitted(..)) {
+        tracing::info!(job_id = %id, cluster = %msg.cluster, "dispatched");
+    }
+    Ok(landed)
 }
 
 impl Actor for Dispatcher {

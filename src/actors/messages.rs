@@ -133,6 +133,8 @@ pub struct DispatchEnded {
     pub user: String,
     pub job_id: JobId,
     pub requeue: Option<QueuedJob>,
+    /// With `requeue`: an earlier attempt is alive in Ray; queue it held.
+    pub held: bool,
 }
 
 /// Dispatcher, recovery or API → monitor: follow this outstanding job (its current
@@ -141,6 +143,8 @@ pub struct DispatchEnded {
 #[rtype(result = "()")]
 pub struct Track {
     pub job: job::Model,
+    /// Why: the monitor follows a DISPATCHING job only when it was recovered.
+    pub origin: super::monitor::book::Origin,
 }
 
 /// Monitor (pending timeout) or recovery → monitor: follow an earlier attempt of a
@@ -152,6 +156,19 @@ pub struct TrackRetiring {
     pub user: String,
     pub cluster: String,
     pub attempt: u32,
+    /// What the job declared (cores, GPUs, bytes): counted as used while it lives.
+    pub resources: Resources,
+}
+
+/// Monitor → arbiter → `UserQueue`: a QUEUED job has an earlier attempt alive in Ray
+/// (the sweep found a POST that landed late); it keeps its place but is not granted
+/// until [`Release`].
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct Hold {
+    pub user: String,
+    pub job_id: JobId,
+    pub place: QueuePlace,
 }
 
 /// Dispatcher → monitor: a dispatch to `cluster` failed with the cluster not ready;
@@ -224,6 +241,7 @@ pub struct ArbiterHandle {
     pub requeued: Recipient<Requeued>,
     pub release: Recipient<Release>,
     pub remove_queued: Recipient<RemoveQueued>,
+    pub hold: Recipient<Hold>,
 }
 
 /// How the dispatcher is reached by the queues and the monitor.
@@ -247,6 +265,7 @@ pub struct QueueHandle {
     pub grant: Recipient<Grant>,
     pub remove: Recipient<RemoveQueued>,
     pub release: Recipient<Release>,
+    pub hold: Recipient<Hold>,
 }
 
 /// Starts a `UserQueue` for a user (the arbiter calls it on a user's first job).

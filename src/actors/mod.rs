@@ -23,6 +23,8 @@ mod user_queue;
 
 #[cfg(test)]
 mod capacity_tests;
+#[cfg(test)]
+mod model;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -38,6 +40,7 @@ use messages::{
     DispatcherHandle, Enqueue, Halt, MonitorHandle, QueueFactory, QueuePlace, RemoveQueued,
     StopInRay, Track, TrackRetiring, UserSettings,
 };
+use monitor::book::Origin;
 use monitor::RayCapacityMonitor;
 pub use user_queue::summary;
 use user_queue::UserQueue;
@@ -118,6 +121,39 @@ pub enum Cancelled {
     AlreadyFinished(job::Model),
     /// No such job.
     NotFound,
+}
+
+/// What follows a written cancel or withdrawal step, for the actors (pure).
+#[derive(Clone, Debug)]
+pub(crate) enum CancelThen {
+    /// Arbiter: the STOPPED job leaves its queue.
+    RemoveQueued(RemoveQueued),
+    /// Monitor: follow the outstanding job with its stop.
+    Track(Box<job::Model>),
+    /// Dispatcher: send the stop to Ray.
+    Stop(StopInRay),
+}
+
+/// What follows a cancel step that left `job` as it is now, with the Ray call the
+/// step asked for.
+pub(crate) fn cancelled(job: &job::Model, ray: Option<RayCall>) -> Vec<CancelThen> {
+    let mut then = vec![if job.status == JobStatus::Stopped {
+        CancelThen::RemoveQueued(RemoveQueued {
+            user: job.user_id.clone(),
+            job_id: job.id,
+            place: Some(QueuePlace::of_row(job)),
+        })
+    } else {
+        CancelThen::Track(Box::new(job.clone()))
+    }];
+    if let (Some(RayCall::Stop { submission_id }), Some(cluster)) = (ray, &job.cluster) {
+        then.push(CancelThen::Stop(StopInRay {
+            job_id: job.id,
+            cluster: cluster.clone(),
+            submission_id,
+        }));
+    }
+    then
 }
 
 /// Handle to the running actors. Cheap to clone.
@@ -256,6 +292,7 @@ impl Scheduler {
                 user: j.user_id.clone(),
                 cluster: cluster.clone(),
                 attempt: attempt.max(1) as u32,
+                resources: store::resources_of(j),
             });
         }
     }
@@ -343,21 +380,15 @@ impl Scheduler {
     }
 
     fn after_cancel(&self, job: &job::Model, ray: Option<RayCall>) {
-        if job.status == JobStatus::Stopped {
-            self.arbiter.do_send(RemoveQueued {
-                user: job.user_id.clone(),
-                job_id: job.id,
-                place: Some(QueuePlace::of_row(job)),
-            });
-        } else {
-            self.monitor.do_send(Track { job: job.clone() });
-        }
-        if let (Some(RayCall::Stop { submission_id }), Some(cluster)) = (ray, &job.cluster) {
-            self.dispatcher.stop.do_send(StopInRay {
-                job_id: job.id,
-                cluster: cluster.clone(),
-                submission_id,
-            });
+        for then in cancelled(job, ray) {
+            match then {
+                CancelThen::RemoveQueued(m) => self.arbiter.do_send(m),
+                CancelThen::Track(job) => self.monitor.do_send(Track {
+                    job: *job,
+                    origin: Origin::Changed,
+                }),
+                CancelThen::Stop(stop) => self.dispatcher.stop.do_send(stop),
+            }
         }
     }
 
@@ -483,7 +514,10 @@ impl Scheduler {
                 });
             }
             JobStatus::Pending | JobStatus::Running if j.stop_reason.is_some() => {
-                self.monitor.do_send(Track { job: j.clone() });
+                self.monitor.do_send(Track {
+                    job: j.clone(),
+                    origin: Origin::Changed,
+                });
                 if let (true, Some(cluster)) = (stop_now, &j.cluster) {
                     self.dispatcher.stop.do_send(StopInRay {
                         job_id: j.id,

@@ -6,6 +6,7 @@
 use entity::JobStatus;
 
 use super::messages::Track;
+use super::monitor::book::Origin;
 use super::{arbiter, Scheduler};
 use crate::lifecycle::Event;
 use crate::store::{self, Applied, Db};
@@ -77,7 +78,10 @@ impl Scheduler {
             .await
             .map_err(|e| anyhow::anyhow!("arbiter unavailable: {e}"))?;
         for j in outstanding {
-            self.monitor.do_send(Track { job: j });
+            self.monitor.do_send(Track {
+                job: j,
+                origin: Origin::Recovered,
+            });
         }
         for j in &requeued {
             self.enqueue(j);

@@ -14,7 +14,7 @@ use actix::{Actor, Context, Handler};
 use entity::job;
 
 use super::messages::{
-    ArbiterHandle, Demand, Dispatch, DispatcherHandle, EnqueueBatch, Grant, GrantDeclined,
+    ArbiterHandle, Demand, Dispatch, DispatcherHandle, EnqueueBatch, Grant, GrantDeclined, Hold,
     QueueHandle, QueuePlace, Release, RemoveQueued,
 };
 use crate::policy::{JobId, QueuedJob, Resources};
@@ -124,7 +124,8 @@ impl UserQueue {
             enqueue: addr.clone().recipient(),
             grant: addr.clone().recipient(),
             remove: addr.clone().recipient(),
-            release: addr.recipient(),
+            release: addr.clone().recipient(),
+            hold: addr.recipient(),
         }
     }
 
@@ -288,6 +289,24 @@ impl Handler<Release> for UserQueue {
     }
 }
 
+impl Handler<Hold> for UserQueue {
+    type Result = ();
+
+    fn handle(&mut self, msg: Hold, _: &mut Context<Self>) {
+        let key = key_at(msg.place, msg.job_id);
+        match self.jobs.get_mut(&key) {
+            Some(e) if !e.held => {
+                e.held = true;
+                self.held.push(key);
+                self.announce();
+            }
+            // Held already, or granted meanwhile: the grant's write is refused (the
+            // job has a retiring attempt) and the dispatcher queues it back held.
+            _ => {}
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
@@ -296,7 +315,7 @@ mod tests {
 
     use super::*;
     use crate::actors::messages::{
-        CapacityChanged, DispatchEnded, JobFinished, Requeued, StopInRay,
+        CapacityChanged, DispatchEnded, Hold, JobFinished, Requeued, StopInRay,
     };
 
     /// What the queue sent: each window announced (ids), jobs dispatched, grants
@@ -330,6 +349,7 @@ mod tests {
     ignore!(
         Flush,
         DispatchEnded,
+        Hold,
         CapacityChanged,
         JobFinished,
         Requeued,
@@ -391,6 +411,7 @@ mod tests {
             requeued: sink.clone().recipient(),
             release: sink.clone().recipient(),
             remove_queued: sink.clone().recipient(),
+            hold: sink.clone().recipient(),
         };
         let dispatcher = DispatcherHandle {
             dispatch: sink.clone().recipient(),

@@ -17,18 +17,20 @@
 //! | QUEUED (no retiring attempt) | `Granted{cluster}` | DISPATCHING | cluster, dispatched_at | submit (attempt's id) | — |
 //! | QUEUED (retiring attempt) | `Granted` | refused: `PreviousAttemptNotStopped` | | | |
 //! | DISPATCHING | `RayAccepted` | PENDING | | stop, if stop asked | dispatched |
-//! | DISPATCHING | `RayRefused{message}` | FAILED | message | — | finished{FAILED} |
+//! | DISPATCHING (no stop asked) | `RayRefused{message}` | FAILED | message | — | finished{FAILED} |
+//! | DISPATCHING (stop asked) | `RayRefused{message}` | STOPPED | the stop reason, and Ray's refusal | — | finished{STOPPED} |
 //! | DISPATCHING | `RayNotReady{reason}` | QUEUED (same attempt), or STOPPED if stop asked | cluster cleared | — | dispatch_requeued / finished{STOPPED} |
 //! | DISPATCHING, PENDING | `SeenRunning` | RUNNING | started_at | stop, if stop asked | — |
-//! | DISPATCHING | `SeenPending` | PENDING | (recovery found it) | — | — |
+//! | DISPATCHING | `SeenPending` | PENDING | (recovery found it) | stop, if stop asked | — |
 //! | DISPATCHING, PENDING, RUNNING | `SeenFinished{status}` | that status | finished_at, message (the stop reason for STOPPED) | — | finished{status} |
-//! | DISPATCHING | `Missing` (recovery: Ray does not have it) | QUEUED (same attempt) | | — | — |
+//! | DISPATCHING (no stop asked) | `Missing` (recovery: Ray does not have it) | QUEUED (same attempt) | | — | — |
+//! | DISPATCHING (stop asked) | `Missing` (recovery: Ray does not have it) | STOPPED | the stop reason | — | finished{STOPPED} |
 //! | PENDING, RUNNING | `Missing` (longer than the grace) | FAILED | "the cluster lost it" | — | finished{FAILED} |
 //! | PENDING (no stop asked) | `PendingTooLong{waited_s}` | QUEUED, attempt + 1, retiring = old attempt (`cluster` kept: where it is) | message says why | stop (old id) | pending_timeouts |
 //! | PENDING (stop asked) | `PendingTooLong` | STOPPED | the stop reason | stop | finished{STOPPED} |
 //! | RUNNING (no stop asked) | `RuntimeExceeded{limit_s}` | RUNNING, stop asked | | stop | — |
 //! | QUEUED | `CancelRequested` | STOPPED | message | stop of a retiring attempt, if any | finished{STOPPED} |
-//! | DISPATCHING | `CancelRequested` | DISPATCHING, stop asked | | — (sent once Ray has it) | — |
+//! | DISPATCHING | `CancelRequested` | DISPATCHING, stop asked | | stop (a 404 if Ray does not have it yet; sent again once it has) | — |
 //! | PENDING, RUNNING | `CancelRequested` | same, stop asked | | stop | — |
 //! | terminal | `CancelRequested` | refused: `AlreadyFinished` | | | |
 //! | QUEUED | `WithdrawQueued` | STOPPED | message | stop of a retiring attempt, if any | finished{STOPPED} |
@@ -36,7 +38,9 @@
 //! | QUEUED (retiring) | `RetiredAttemptEnded{status: SUCCEEDED}` | SUCCEEDED | the earlier attempt finished the work | — | finished{SUCCEEDED} |
 //! | QUEUED (retiring) | `RetiredAttemptEnded{other}` / `RetiredAttemptGone` | QUEUED, retiring and cluster cleared | grantable again | — | — |
 //! | PENDING, RUNNING | `ClusterRemoved` | FAILED | "cluster no longer configured" | — | finished{FAILED} |
-//! | DISPATCHING | `ClusterRemoved` | QUEUED (same attempt) | | — | — |
+//! | DISPATCHING (no stop asked) | `ClusterRemoved` | QUEUED (same attempt) | | — | — |
+//! | DISPATCHING (stop asked) | `ClusterRemoved` | STOPPED | the stop reason | — | finished{STOPPED} |
+//! | QUEUED (no retiring attempt) | `StrayFound{attempt}` = the current attempt | QUEUED, attempt + 1, retiring = that attempt (`cluster` = where it is) | message says why | stop (that attempt) | — |
 //! | terminal | anything | ignored | | | |
 //!
 //! # Invariants (checked by the property tests)
@@ -45,12 +49,22 @@
 //!   earlier attempt is still alive in Ray: the job never runs twice.
 //! - Once Ray reports an attempt finished, the job is terminal (or, for a retired
 //!   attempt that did not succeed, grantable again): nothing stays stuck.
+//! - A stop asked while DISPATCHING is carried out on every path: sent the moment Ray
+//!   is known to have the attempt (accepted, found PENDING or RUNNING), or the job
+//!   ends STOPPED when Ray does not have it (refused, not ready, missing, cluster
+//!   removed). It never goes back to the queue.
+//!
+//! What happens between the actors (a submit in flight while the monitor polls, a lost
+//! answer, a late POST, a crash or a change of leader) is checked by the protocol
+//! model in `actors::model` over every bounded interleaving.
 
 mod observe;
+mod row;
 #[cfg(test)]
 mod tests;
 
 pub use observe::{observe_current, observe_retiring, Limits};
+pub use row::updated;
 
 use entity::JobStatus;
 use uuid::Uuid;
@@ -183,6 +197,16 @@ pub enum Event {
     /// The cluster answers and does not know the retiring attempt (never started, or
     /// forgotten): it cannot run any more.
     RetiredAttemptGone,
+    /// The monitor's sweep found `attempt`, the current attempt of this QUEUED job,
+    /// alive in Ray although nobody followed it (a POST that landed late, or whose
+    /// answer was lost). It cannot be granted again under that id (Ray would call it a
+    /// duplicate), so it moves to the next attempt and waits for this one to end.
+    StrayFound {
+        /// The attempt Ray holds.
+        attempt: u32,
+        /// The cluster where Ray holds it.
+        cluster: String,
+    },
     /// Recovery: the job's cluster is no longer configured.
     ClusterRemoved {
         /// Cluster name.
@@ -349,11 +373,18 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
             }
             Decision::Step(s)
         }
-        (S::Dispatching, Event::RayRefused { message }) => finished(
-            S::Failed,
-            "Ray refused the submission",
-            Some(format!("Ray refused the job: {message}")),
-        ),
+        (S::Dispatching, Event::RayRefused { message }) => match &facts.stop_reason {
+            Some(why) => finished(
+                S::Stopped,
+                format!("cancelled while dispatching; Ray refused the submission: {message}"),
+                Some(format!("{why} (Ray had refused the job: {message})")),
+            ),
+            None => finished(
+                S::Failed,
+                "Ray refused the submission",
+                Some(format!("Ray refused the job: {message}")),
+            ),
+        },
         (S::Dispatching, Event::RayNotReady { reason }) => {
             if let Some(why) = &facts.stop_reason {
                 return finished(
@@ -372,7 +403,11 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
             Decision::Step(s)
         }
         (S::Dispatching, Event::SeenPending) => {
-            Decision::Step(step(S::Pending, "recovery: found in Ray as PENDING"))
+            let mut s = step(S::Pending, "recovery: found in Ray as PENDING");
+            if facts.stop_reason.is_some() {
+                s.ray = stop_current(facts, job_id);
+            }
+            Decision::Step(s)
         }
         (S::Dispatching | S::Pending, Event::SeenRunning { started_at }) => {
             let mut s = step(S::Running, "Ray reported RUNNING");
@@ -405,6 +440,13 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
             s.changes.stop_reason = Some(None);
             s.metric = Some(Metric::Finished(*to));
             Decision::Step(s)
+        }
+        (S::Dispatching, Event::Missing { cluster, .. }) if facts.stop_reason.is_some() => {
+            finished(
+                S::Stopped,
+                format!("recovery: cluster {cluster} does not have it; it was cancelled"),
+                facts.stop_reason.clone(),
+            )
         }
         (S::Dispatching, Event::Missing { cluster, .. }) => {
             let mut s = step(
@@ -487,12 +529,17 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
             Decision::Refuse(Refusal::NotQueued(status))
         }
         (S::Dispatching | S::Pending | S::Running, Event::CancelRequested) => {
-            let mut s = step(status, "cancel requested; stop sent to Ray when it has the job");
+            let mut s = step(status, "cancel requested; stop sent to Ray");
             s.changes.stop_reason = Some(Some("cancelled by request".into()));
-            if status != S::Dispatching {
-                s.detail = "cancel requested; stop sent to Ray".into();
-                s.ray = stop_current(facts, job_id);
+            if status == S::Dispatching {
+                // The submit is in flight: Ray may have the attempt already (a POST
+                // whose answer is late) or not yet (then the stop is a 404, and it is
+                // sent again the moment Ray's acceptance is recorded).
+                s.detail = "cancel requested while dispatching; stop sent to Ray, and sent \
+                            again once Ray has the job"
+                    .into();
             }
+            s.ray = stop_current(facts, job_id);
             Decision::Step(s)
         }
         (S::Queued, Event::RetiredAttemptEnded { status: S::Succeeded })
@@ -538,6 +585,36 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
                 "cluster {cluster:?} is no longer in the configuration; the job's outcome is unknown"
             )),
         ),
+        (S::Dispatching, Event::ClusterRemoved { cluster }) if facts.stop_reason.is_some() => {
+            finished(
+                S::Stopped,
+                format!("recovery: cluster {cluster:?} is not configured; it was cancelled"),
+                facts.stop_reason.clone(),
+            )
+        }
+        (S::Queued, Event::StrayFound { attempt, cluster })
+            if facts.retiring_attempt.is_none() && *attempt == facts.attempt =>
+        {
+            let mut s = step(
+                S::Queued,
+                format!(
+                    "attempt {attempt} found alive in Ray on cluster {cluster} while queued (a \
+                     submit that landed late); stopping it and queueing attempt {}",
+                    attempt + 1
+                ),
+            );
+            s.changes.message = Some(format!(
+                "an earlier submit of this job reached Ray late (attempt {attempt}); it is \
+                 stopped and the job keeps its place in the queue"
+            ));
+            s.changes.cluster = Some(Some(cluster.clone()));
+            s.changes.attempt = Some(attempt + 1);
+            s.changes.retiring_attempt = Some(Some(*attempt));
+            s.ray = Some(RayCall::Stop {
+                submission_id: submission_id(job_id, *attempt),
+            });
+            Decision::Step(s)
+        }
         (S::Dispatching, Event::ClusterRemoved { cluster }) => {
             let mut s = step(
                 S::Queued,

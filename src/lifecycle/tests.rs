@@ -82,6 +82,13 @@ fn events() -> Vec<(&'static str, Event)> {
                 cluster: "c".into(),
             },
         ),
+        (
+            "stray_found",
+            Event::StrayFound {
+                attempt: 1,
+                cluster: "c".into(),
+            },
+        ),
     ]
 }
 
@@ -121,6 +128,8 @@ fn expected() -> BTreeMap<(&'static str, &'static str), Result<S, &'static str>>
         (("DISPATCHING", "withdraw"), Err("refused")),
         (("PENDING", "withdraw"), Err("refused")),
         (("RUNNING", "withdraw"), Err("refused")),
+        // The sweep found the current attempt alive in Ray while queued (issue 26).
+        (("QUEUED", "stray_found"), Ok(Queued)),
     ]
     .into_iter()
     .collect()
@@ -255,6 +264,87 @@ fn a_cancel_while_dispatching_is_carried_out_when_ray_answers() {
         panic!()
     };
     assert_eq!(s.changes.message.as_deref(), Some("cancelled by request"));
+}
+
+#[test]
+fn a_cancel_while_dispatching_ends_stopped_wherever_ray_does_not_have_the_job() {
+    let mut f = facts(S::Dispatching);
+    f.stop_reason = Some("cancelled by request".into());
+    let cluster = || "c".to_string();
+    for event in [
+        Event::RayRefused {
+            message: "bad field".into(),
+        },
+        Event::RayNotReady { reason: "x".into() },
+        Event::Missing {
+            cluster: cluster(),
+            for_s: 0,
+        },
+        Event::ClusterRemoved { cluster: cluster() },
+    ] {
+        let Decision::Step(s) = decide(id(), &f, &event) else {
+            panic!("{event:?}: not a step")
+        };
+        assert_eq!(s.to, S::Stopped, "{event:?}");
+        assert!(
+            s.changes
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("cancelled by request")),
+            "{event:?}: {:?}",
+            s.changes.message
+        );
+        assert_eq!(s.metric, Some(Metric::Finished(S::Stopped)));
+    }
+    // Wherever Ray has it, the stop goes with the step.
+    let stop = Some(RayCall::Stop {
+        submission_id: id().to_string(),
+    });
+    for event in [
+        Event::SeenPending,
+        Event::SeenRunning { started_at: None },
+        Event::RayAccepted {
+            already_existed: true,
+            attempts: 2,
+        },
+    ] {
+        let Decision::Step(s) = decide(id(), &f, &event) else {
+            panic!("{event:?}: not a step")
+        };
+        assert_eq!(s.ray, stop, "{event:?}");
+    }
+    // The cancel itself sends a stop at once (a 404 while Ray does not have it yet).
+    let Decision::Step(s) = decide(id(), &facts(S::Dispatching), &Event::CancelRequested) else {
+        panic!()
+    };
+    assert_eq!((s.to, s.ray), (S::Dispatching, stop));
+}
+
+#[test]
+fn a_stray_found_while_queued_moves_the_job_to_its_next_attempt() {
+    let found = |attempt| Event::StrayFound {
+        attempt,
+        cluster: "c2".into(),
+    };
+    let mut f = facts(S::Queued);
+    f.attempt = 2;
+    let Decision::Step(s) = decide(id(), &f, &found(2)) else {
+        panic!()
+    };
+    assert_eq!(s.to, S::Queued);
+    assert_eq!(s.changes.attempt, Some(3));
+    assert_eq!(s.changes.retiring_attempt, Some(Some(2)));
+    assert_eq!(s.changes.cluster, Some(Some("c2".into())));
+    assert_eq!(
+        s.ray,
+        Some(RayCall::Stop {
+            submission_id: format!("{}-2", id())
+        })
+    );
+    // Not the current attempt, or a retiring one already: nothing to write.
+    assert_eq!(decide(id(), &f, &found(1)), Decision::Ignore);
+    f.retiring_attempt = Some(1);
+    assert_eq!(decide(id(), &f, &found(2)), Decision::Ignore);
 }
 
 #[test]

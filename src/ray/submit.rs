@@ -70,6 +70,14 @@ pub enum DispatchOutcome {
 enum AttemptError {
     /// Ray refused the job for good (a non-retryable 4xx).
     Rejected(RayError),
+    /// The caller's guard stopped the retries (the job was cancelled, or this replica
+    /// no longer leads), after an earlier attempt found nothing in Ray.
+    Abandoned {
+        /// The earlier attempt's error.
+        last: String,
+        /// Why the guard stopped.
+        why: String,
+    },
     /// The POST failed ambiguously and the lookup did not find the job.
     Unresolved {
         submit: RayError,
@@ -82,6 +90,7 @@ impl std::fmt::Display for AttemptError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Rejected(err) => f.write_str(&error_chain(err)),
+            Self::Abandoned { last, why } => write!(f, "{last}; not retried: {why}"),
             Self::Unresolved {
                 submit,
                 lookup: None,
@@ -131,23 +140,43 @@ async fn submit_attempt(client: &RayClient, job: &SubmitJob) -> Result<bool, Att
 /// `ExponentialBuilder`, no jitter, delays from `budget`). Once any answer shows the
 /// job exists, nothing is POSTed again. After `budget.attempts` POSTs it is `GaveUp`.
 ///
+/// Before each retry (never before the first POST) `keep_trying` is asked: an `Err`
+/// with a reason ends the retries there (`GaveUp`, the reason in `last_error`) — the
+/// dispatcher's guard, which stops when the job was cancelled meanwhile or this
+/// replica no longer leads (DESIGN §3, §10).
+///
 /// Each retry is logged at `warn` with `submission_id`, `attempt` and `error`; the
 /// entrypoint and runtime_env are never logged.
 #[tracing::instrument(level = "debug", skip_all, fields(submission_id = %job.submission_id))]
-pub async fn submit_idempotent(
+pub async fn submit_idempotent<F, Fut>(
     client: &RayClient,
     job: &SubmitJob,
     budget: &RetryBudget,
-) -> DispatchOutcome {
+    keep_trying: F,
+) -> DispatchOutcome
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     let attempts = AtomicU32::new(0);
+    let last_error = std::sync::Mutex::new(String::new());
     let retries = usize::try_from(budget.attempts.max(1) - 1).unwrap_or(usize::MAX);
     let backoff = ExponentialBuilder::default()
         .with_min_delay(budget.initial_backoff)
         .with_max_delay(budget.max_backoff)
         .with_max_times(retries);
-    let result = (|| {
-        attempts.fetch_add(1, Ordering::Relaxed);
-        submit_attempt(client, job)
+    let result = (|| async {
+        if attempts.fetch_add(1, Ordering::Relaxed) > 0 {
+            if let Err(why) = keep_trying().await {
+                let last = last_error.lock().map(|l| l.clone()).unwrap_or_default();
+                return Err(AttemptError::Abandoned { last, why });
+            }
+        }
+        let res = submit_attempt(client, job).await;
+        if let (Err(e), Ok(mut last)) = (&res, last_error.lock()) {
+            *last = e.to_string();
+        }
+        res
     })
     .retry(backoff)
     .when(|err| matches!(err, AttemptError::Unresolved { .. }))
@@ -173,9 +202,12 @@ pub async fn submit_idempotent(
                 other => error_chain(&other),
             },
         },
-        Err(err @ AttemptError::Unresolved { .. }) => DispatchOutcome::GaveUp {
-            last_error: err.to_string(),
-            attempts,
-        },
+        Err(err @ (AttemptError::Unresolved { .. } | AttemptError::Abandoned { .. })) => {
+            DispatchOutcome::GaveUp {
+                last_error: err.to_string(),
+                attempts: attempts
+                    .saturating_sub(u32::from(matches!(err, AttemptError::Abandoned { .. }))),
+            }
+        }
     }
 }

@@ -224,7 +224,8 @@ async fn a_duplicate_submission_id_is_already_exists_and_is_not_posted_again() {
     let client = client(&server);
 
     let direct = client.submit(&job("job-1")).await;
-    let idempotent = submit_idempotent(&client, &job("job-1"), &fast_budget(5)).await;
+    let idempotent =
+        submit_idempotent(&client, &job("job-1"), &fast_budget(5), || async { Ok(()) }).await;
 
     assert!(
         matches!(direct, Ok(SubmitOutcome::AlreadyExists)),
@@ -275,7 +276,8 @@ async fn a_400_is_a_client_error_with_rays_message_and_is_rejected_without_retry
     }
     let posts_before = count(&server, "POST", "/api/jobs/").await;
 
-    let outcome = submit_idempotent(&client, &job("job-1"), &fast_budget(5)).await;
+    let outcome =
+        submit_idempotent(&client, &job("job-1"), &fast_budget(5), || async { Ok(()) }).await;
 
     assert_eq!(
         outcome,
@@ -337,7 +339,8 @@ async fn a_timed_out_post_is_settled_by_get_and_not_posted_again() {
 
     let client = client_with_timeout(&server, SHORT_TIMEOUT);
 
-    let outcome = submit_idempotent(&client, &job("job-1"), &fast_budget(5)).await;
+    let outcome =
+        submit_idempotent(&client, &job("job-1"), &fast_budget(5), || async { Ok(()) }).await;
 
     assert_eq!(
         outcome,
@@ -375,7 +378,10 @@ async fn two_503s_then_200_is_submitted_after_three_posts_with_lookups_between()
         .mount(&server)
         .await;
 
-    let outcome = submit_idempotent(&client(&server), &job("job-1"), &fast_budget(5)).await;
+    let outcome = submit_idempotent(&client(&server), &job("job-1"), &fast_budget(5), || async {
+        Ok(())
+    })
+    .await;
 
     assert_eq!(
         outcome,
@@ -413,7 +419,10 @@ async fn a_5xx_that_never_clears_gives_up_after_the_budget() {
         .mount(&server)
         .await;
 
-    let outcome = submit_idempotent(&client(&server), &job("job-1"), &fast_budget(3)).await;
+    let outcome = submit_idempotent(&client(&server), &job("job-1"), &fast_budget(3), || async {
+        Ok(())
+    })
+    .await;
 
     match outcome {
         DispatchOutcome::GaveUp {
@@ -437,7 +446,8 @@ async fn an_unreachable_ray_gives_up_after_the_budget_with_the_cause() {
     };
 
     let direct = client.get_job("job-1").await;
-    let outcome = submit_idempotent(&client, &job("job-1"), &fast_budget(3)).await;
+    let outcome =
+        submit_idempotent(&client, &job("job-1"), &fast_budget(3), || async { Ok(()) }).await;
 
     match direct {
         Err(err @ RayError::Transport { .. }) => {
@@ -484,7 +494,8 @@ async fn an_undecodable_2xx_is_a_decode_error_settled_by_get() {
     let client = client(&server);
 
     let direct = client.submit(&job("job-1")).await;
-    let outcome = submit_idempotent(&client, &job("job-1"), &fast_budget(5)).await;
+    let outcome =
+        submit_idempotent(&client, &job("job-1"), &fast_budget(5), || async { Ok(()) }).await;
 
     match direct {
         Err(err @ RayError::Decode { .. }) => assert_eq!(err.kind(), "decode"),
@@ -508,7 +519,7 @@ fn submit_idempotent_can_be_spawned_on_a_multithreaded_runtime() {
     };
     let job = job("job-1");
     let budget = RetryBudget::default();
-    let future = submit_idempotent(&client, &job, &budget);
+    let future = submit_idempotent(&client, &job, &budget, || async { Ok(()) });
     assert_send(&future);
 }
 

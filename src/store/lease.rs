@@ -37,6 +37,30 @@ pub(super) async fn check_fence<C: ConnectionTrait>(
     Ok(())
 }
 
+/// Whether `fence` still holds: always for [`super::Fence::Unfenced`]; for a term,
+/// whether the lease still names its holder under it (a read, no lock). The
+/// dispatcher asks before each retry of a submit, so that a deposed leader stops
+/// POSTing (DESIGN §10). Errors: the database's.
+pub async fn fence_holds(db: &Db, fence: &super::Fence) -> Result<bool, DbErr> {
+    let super::Fence::Term { holder, term } = fence else {
+        return Ok(true);
+    };
+    let backend = db.get_database_backend();
+    let row = db
+        .query_one(Statement::from_string(
+            backend,
+            "SELECT holder, term FROM leases WHERE id = 1".to_string(),
+        ))
+        .await?;
+    Ok(match row {
+        Some(row) => {
+            let (h, t): (String, i64) = (row.try_get("", "holder")?, row.try_get("", "term")?);
+            &h == holder && t == *term
+        }
+        None => false,
+    })
+}
+
 /// The lease as the database sees it now (DESIGN §10).
 #[derive(Clone, Debug)]
 pub struct LeaseState {

@@ -36,8 +36,8 @@ pub use jobs::{
     stream_queued_pages_sqlite, JobFilter,
 };
 pub use lease::{
-    lease_acquire, lease_release, lease_renew, lease_state, notify, LeaseState, Reclaim,
-    NOTIFY_CHANNEL,
+    fence_holds, lease_acquire, lease_release, lease_renew, lease_state, notify, LeaseState,
+    Reclaim, NOTIFY_CHANNEL,
 };
 pub use users::{
     get_user, list_users, save_usages, upsert_user, users_updated_since, UserPatch, DEFAULT_WEIGHT,

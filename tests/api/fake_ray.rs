@@ -40,9 +40,32 @@ pub struct State {
     pub list_polls: u64,
     /// Most of our jobs RUNNING at once.
     pub max_running: usize,
+    /// A loopback proxy in front of Ray that holds each `POST /api/jobs/` this long
+    /// before Ray sees it (and answers only then).
+    pub submit_hold: std::time::Duration,
+    /// The proxy answers the submits with this status itself (after the hold); Ray
+    /// never sees them.
+    pub submit_status: Option<u16>,
+    /// Submissions the proxy holds: (when Ray sees it, submission id, job).
+    pub in_transit: Vec<(std::time::Instant, String, FakeJob)>,
+    /// Every `POST /api/jobs/`'s submission id, in order (refused ones too).
+    pub post_ids: Vec<String>,
 }
 
 impl State {
+    /// Submissions whose hold has passed reach Ray.
+    fn arrive(&mut self) {
+        let now = std::time::Instant::now();
+        let (due, held): (Vec<_>, Vec<_>) = std::mem::take(&mut self.in_transit)
+            .into_iter()
+            .partition(|(at, _, _)| *at <= now);
+        self.in_transit = held;
+        for (_, sid, job) in due {
+            self.jobs.insert(sid.clone(), job);
+            self.submitted.push(sid);
+        }
+    }
+
     fn used(&self) -> f64 {
         self.foreign_cpu
             + self
@@ -91,6 +114,7 @@ pub struct FakeRay(pub Arc<Mutex<State>>);
 impl Respond for FakeRay {
     fn respond(&self, req: &Request) -> ResponseTemplate {
         let mut s = self.0.lock().unwrap();
+        s.arrive();
         let path = req.url.path().to_string();
         let post = req.method == wiremock::http::Method::POST;
         match (post, path.as_str()) {
@@ -112,15 +136,42 @@ impl Respond for FakeRay {
             }
             (true, "/api/jobs/") => {
                 s.posts += 1;
-                if s.submit_404s > 0 {
-                    s.submit_404s -= 1;
-                    return ResponseTemplate::new(404).set_body_string("404: Not Found");
-                }
+                let hold = s.submit_hold;
                 let body: serde_json::Value = serde_json::from_slice(&req.body).unwrap_or_default();
                 let sid = body["submission_id"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string();
+                s.post_ids.push(sid.clone());
+                if let Some(status) = s.submit_status {
+                    return ResponseTemplate::new(status)
+                        .set_body_string("proxy: upstream unavailable")
+                        .set_delay(hold);
+                }
+                if !hold.is_zero() {
+                    let in_transit = s.in_transit.iter().any(|(_, id, _)| *id == sid);
+                    if s.jobs.contains_key(&sid) || in_transit {
+                        return ResponseTemplate::new(500).set_body_string(format!(
+                            "ValueError: Job with submission_id {sid} already exists. Please use a different submission_id."
+                        )).set_delay(hold);
+                    }
+                    let cpu = body["entrypoint_num_cpus"].as_f64().unwrap_or(0.0);
+                    let job = FakeJob {
+                        status: "PENDING",
+                        cpu,
+                        stop_requested: false,
+                        runs_for: s.run_polls,
+                    };
+                    s.in_transit
+                        .push((std::time::Instant::now() + hold, sid.clone(), job));
+                    return ResponseTemplate::new(200)
+                        .set_body_json(json!({"job_id": sid, "submission_id": sid}))
+                        .set_delay(hold);
+                }
+                if s.submit_404s > 0 {
+                    s.submit_404s -= 1;
+                    return ResponseTemplate::new(404).set_body_string("404: Not Found");
+                }
                 if s.jobs.contains_key(&sid) {
                     return ResponseTemplate::new(500).set_body_string(format!(
                         "ValueError: Job with submission_id {sid} already exists. Please use a different submission_id."

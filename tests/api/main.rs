@@ -2,6 +2,7 @@
 //! on PostgreSQL.
 
 mod console;
+mod edge_races;
 mod events;
 mod fake_ray;
 mod helpers;

@@ -33,7 +33,7 @@ use entity::user;
 
 use super::messages::{
     ArbiterHandle, CapacityChanged, Demand, DispatchEnded, Enqueue, EnqueueBatch, GrantDeclined,
-    JobFinished, QueueFactory, QueueHandle, Release, RemoveQueued, Requeued, UserSettings,
+    Hold, JobFinished, QueueFactory, QueueHandle, Release, RemoveQueued, Requeued, UserSettings,
 };
 use super::unix_now;
 use crate::config::Settings;
@@ -236,6 +236,7 @@ impl FairShareArbiter {
             requeued: addr.clone().recipient(),
             release: addr.clone().recipient(),
             remove_queued: addr.clone().recipient(),
+            hold: addr.clone().recipient(),
         }
     }
 
@@ -447,6 +448,14 @@ impl Handler<Release> for FairShareArbiter {
     }
 }
 
+impl Handler<Hold> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, msg: Hold, _: &mut Context<Self>) {
+        self.queue_for(&msg.user).hold.do_send(msg);
+    }
+}
+
 impl Handler<Demand> for FairShareArbiter {
     type Result = ();
 
@@ -482,7 +491,7 @@ impl Handler<DispatchEnded> for FairShareArbiter {
     fn handle(&mut self, msg: DispatchEnded, ctx: &mut Context<Self>) {
         self.release(msg.job_id);
         if let Some(job) = msg.requeue {
-            self.enqueue(&msg.user, job, false);
+            self.enqueue(&msg.user, job, msg.held);
         }
         self.request_cycle(ctx);
     }

@@ -12,45 +12,29 @@
 //! cluster is logged at `warn` at once and then at most every
 //! `monitor.unreachable_warn_every`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
-use entity::{job, JobStatus};
+use entity::job;
 use futures_util::future::join_all;
 
-mod poll;
+pub(crate) mod book;
+pub(crate) mod poll;
 
 use super::messages::{
-    ArbiterHandle, CapacityChanged, ClusterUnreachable, DispatcherHandle, JobFinished, Release,
-    RemoveQueued, Requeued, StopInRay, Track, TrackRetiring,
+    ArbiterHandle, CapacityChanged, ClusterUnreachable, DispatcherHandle, Hold, JobFinished,
+    Release, RemoveQueued, Requeued, StopInRay, Track, TrackRetiring,
 };
-use super::user_queue::summary;
 use crate::config::Settings;
-use crate::lifecycle::{Limits, RayCall};
+use crate::lifecycle::Limits;
 use crate::metrics;
-use crate::policy::{JobId, Resources};
+use crate::policy::Resources;
 use crate::ray::{error_chain, RayClient};
-use crate::store::{Applied, Db, Fence};
-use poll::{poll_cluster, ClusterPoll, Outcome};
-
-/// How long to wait before asking Ray again to stop a job that has not stopped.
-pub(super) const STOP_RETRY: Duration = Duration::from_secs(10);
-
-#[derive(Clone, Debug)]
-pub(super) struct Tracked {
-    job: job::Model,
-    missing_since: Option<Instant>,
-    running_seen: Option<Instant>,
-    stop_sent_at: Option<Instant>,
-}
-
-#[derive(Clone, Debug)]
-pub(super) struct Retiring {
-    msg: TrackRetiring,
-    stop_sent_at: Option<Instant>,
-}
+use crate::store::{Db, Fence};
+use book::{Book, Effect, Retiring};
+use poll::{poll_cluster, ClusterPoll};
 
 #[derive(Clone, Debug, Default)]
 struct Health {
@@ -78,8 +62,8 @@ pub struct RayCapacityMonitor {
     arbiter: ArbiterHandle,
     dispatcher: DispatcherHandle,
     health: BTreeMap<String, Health>,
-    tracked: HashMap<JobId, Tracked>,
-    retiring: HashMap<JobId, Retiring>,
+    /// What it follows (pure; see [`book`]).
+    book: Book,
     polling: bool,
 }
 
@@ -105,8 +89,7 @@ impl RayCapacityMonitor {
             arbiter,
             dispatcher,
             health,
-            tracked: HashMap::new(),
-            retiring: HashMap::new(),
+            book: Book::default(),
             polling: false,
         }
     }
@@ -133,24 +116,24 @@ impl RayCapacityMonitor {
             .iter()
             .map(|(name, client)| {
                 let jobs = self
-                    .tracked
-                    .values()
-                    .filter(|t| t.job.cluster.as_deref() == Some(name.as_str()))
+                    .book
+                    .current_on(name)
                     .map(|t| (t.clone(), self.limits(&t.job)))
                     .collect();
-                let retiring = self
-                    .retiring
-                    .values()
-                    .filter(|r| &r.msg.cluster == name)
-                    .cloned()
-                    .collect();
+                let retiring = self.book.retiring_on(name).cloned().collect();
+                let strays = self.book.strays_on(name).cloned().collect();
+                let followed = self.book.followed_on(name);
                 poll_cluster(
                     self.db.clone(),
                     self.fence.clone(),
                     name.clone(),
                     client.clone(),
-                    jobs,
-                    retiring,
+                    poll::OnCluster {
+                        jobs,
+                        retiring,
+                        strays,
+                        followed,
+                    },
                 )
             })
             .collect();
@@ -166,12 +149,49 @@ impl RayCapacityMonitor {
         );
     }
 
-    fn stop(&mut self, job_id: JobId, cluster: &str, submission_id: String) {
-        self.dispatcher.stop.do_send(StopInRay {
-            job_id,
-            cluster: cluster.to_string(),
-            submission_id,
-        });
+    /// Sends what the book decided.
+    fn carry(&self, effects: Vec<Effect>) {
+        for e in effects {
+            match e {
+                Effect::Stop {
+                    job_id,
+                    cluster,
+                    submission_id,
+                } => self.dispatcher.stop.do_send(StopInRay {
+                    job_id,
+                    cluster,
+                    submission_id,
+                }),
+                Effect::Finished { job_id } => self.arbiter.finished.do_send(JobFinished {
+                    job_id,
+                    seen_at: Instant::now(),
+                }),
+                Effect::Requeued { user, job, held } => {
+                    self.arbiter.requeued.do_send(Requeued { user, job, held })
+                }
+                Effect::Release { user, job_id } => {
+                    self.arbiter.release.do_send(Release { user, job_id })
+                }
+                Effect::RemoveQueued {
+                    user,
+                    job_id,
+                    place,
+                } => self.arbiter.remove_queued.do_send(RemoveQueued {
+                    user,
+                    job_id,
+                    place,
+                }),
+                Effect::Hold {
+                    user,
+                    job_id,
+                    place,
+                } => self.arbiter.hold.do_send(Hold {
+                    user,
+                    job_id,
+                    place,
+                }),
+            }
+        }
     }
 
     /// Health, logging and the capacity message for one cluster's poll.
@@ -224,152 +244,27 @@ impl RayCapacityMonitor {
     fn apply(&mut self, r: ClusterPoll) {
         let used = self.apply_health(&r);
         let lag = self.settings.monitor.usage_report_lag;
-        let mut pending_in_ray = 0i64;
-        for (id, outcome) in r.current {
-            match outcome {
-                Outcome::Seen { running, pending } => {
-                    pending_in_ray += i64::from(pending);
-                    if let Some(t) = self.tracked.get_mut(&id) {
-                        t.missing_since = None;
-                        if running {
-                            t.running_seen.get_or_insert_with(Instant::now);
-                        }
-                    }
-                }
-                Outcome::Missing => {
-                    if let Some(t) = self.tracked.get_mut(&id) {
-                        t.missing_since.get_or_insert_with(Instant::now);
-                    }
-                }
-                Outcome::StopDue(sid) => {
-                    if let Some(t) = self.tracked.get_mut(&id) {
-                        t.stop_sent_at = Some(Instant::now());
-                        t.missing_since = None;
-                    }
-                    self.stop(id, &r.name, sid);
-                }
-                Outcome::Applied(applied) => self.settle_current(id, &r.name, *applied),
-            }
-        }
-        for (id, outcome) in r.retiring {
-            match outcome {
-                Outcome::StopDue(sid) => {
-                    if let Some(t) = self.retiring.get_mut(&id) {
-                        t.stop_sent_at = Some(Instant::now());
-                    }
-                    self.stop(id, &r.name, sid);
-                }
-                Outcome::Applied(applied) => self.settle_retiring(id, *applied),
-                _ => {}
-            }
-        }
+        let name = r.name.clone();
+        let now = Instant::now();
+        let (effects, pending_in_ray) = self.book.absorb(r, now);
+        self.carry(effects);
         metrics::get()
             .ray_pending_jobs
-            .with_label_values(&[r.name.as_str()])
+            .with_label_values(&[name.as_str()])
             .set(pending_in_ray);
-        let Some(health) = self.health.get(&r.name) else {
+        let Some(health) = self.health.get(&name) else {
             return;
         };
-        let reported: Vec<JobId> = self
-            .tracked
-            .values()
-            .filter(|t| t.job.cluster.as_deref() == Some(r.name.as_str()))
-            .filter(|t| t.running_seen.is_some_and(|s| s.elapsed() >= lag))
-            .map(|t| t.job.id)
-            .collect();
+        // Attempts alive in Ray that are not a job's current one (retiring, strays)
+        // count as used at their declared size until Ray's report covers them.
+        let others = self.book.unreported_others(&name, lag, now);
         self.arbiter.capacity.do_send(CapacityChanged {
-            cluster: r.name.clone(),
+            cluster: name.clone(),
             healthy: health.healthy,
             total: health.total,
-            used: used.unwrap_or_default(),
-            reported,
+            used: used.map(|u| u + others).unwrap_or_default(),
+            reported: self.book.reported(&name, lag, now),
         });
-    }
-
-    /// Announces what a step on a current attempt did.
-    fn settle_current(&mut self, id: JobId, cluster: &str, applied: Applied) {
-        let (job, ray) = match applied {
-            Applied::Changed { job, step } => (job, step.ray),
-            Applied::Unchanged(job) | Applied::Refused(job, _) => {
-                if !job.status.is_outstanding() {
-                    // Someone else moved it (e.g. a cancel of a recovered job).
-                    self.tracked.remove(&id);
-                }
-                return;
-            }
-            Applied::NotFound => {
-                self.tracked.remove(&id);
-                return;
-            }
-        };
-        if let Some(RayCall::Stop { submission_id }) = ray {
-            self.stop(id, cluster, submission_id);
-        }
-        if job.status.is_terminal() {
-            tracing::info!(job_id = %id, status = %job.status, "job finished");
-            self.tracked.remove(&id);
-            self.arbiter.finished.do_send(JobFinished {
-                job_id: id,
-                seen_at: Instant::now(),
-            });
-        } else if job.status == JobStatus::Queued {
-            tracing::info!(job_id = %id, attempt = job.attempt, "job back in the queue");
-            self.tracked.remove(&id);
-            let held = job.retiring_attempt.is_some();
-            if let Some(attempt) = job.retiring_attempt {
-                self.retiring.insert(
-                    id,
-                    Retiring {
-                        msg: TrackRetiring {
-                            job_id: id,
-                            user: job.user_id.clone(),
-                            cluster: cluster.to_string(),
-                            attempt: attempt.max(1) as u32,
-                        },
-                        stop_sent_at: Some(Instant::now()),
-                    },
-                );
-            }
-            self.arbiter.requeued.do_send(Requeued {
-                user: job.user_id.clone(),
-                job: summary(&job),
-                held,
-            });
-        } else if let Some(t) = self.tracked.get_mut(&id) {
-            tracing::info!(job_id = %id, status = %job.status, "job moved");
-            if job.status == JobStatus::Running {
-                t.running_seen.get_or_insert_with(Instant::now);
-            }
-            if job.stop_reason.is_some() && t.job.stop_reason.is_none() {
-                t.stop_sent_at = Some(Instant::now());
-            }
-            t.job = job;
-            t.missing_since = None;
-        }
-    }
-
-    /// Announces what a step on a retiring attempt did.
-    fn settle_retiring(&mut self, id: JobId, applied: Applied) {
-        let Some(r) = self.retiring.remove(&id) else {
-            return;
-        };
-        match applied {
-            Applied::Changed { job, .. } if job.status == JobStatus::Queued => {
-                self.arbiter.release.do_send(Release {
-                    user: r.msg.user,
-                    job_id: id,
-                });
-            }
-            Applied::Changed { job, .. } if job.status.is_terminal() => {
-                self.arbiter.remove_queued.do_send(RemoveQueued {
-                    user: r.msg.user,
-                    job_id: id,
-                    place: Some(crate::actors::messages::QueuePlace::of_row(&job)),
-                });
-            }
-            // Cancelled meanwhile (terminal), or gone: nothing more to follow.
-            _ => {}
-        }
     }
 }
 
@@ -403,29 +298,7 @@ impl Handler<Track> for RayCapacityMonitor {
     type Result = ();
 
     fn handle(&mut self, msg: Track, _: &mut Context<Self>) {
-        let id = msg.job.id;
-        match self.tracked.get_mut(&id) {
-            Some(t) => {
-                if msg.job.stop_reason.is_some() && t.job.stop_reason.is_none() {
-                    t.stop_sent_at = Some(Instant::now());
-                }
-                t.job = msg.job;
-            }
-            None => {
-                // Not sent by this monitor yet (a recovered or taken-over job with a
-                // stop asked): the first poll that finds it alive in Ray sends it.
-                let stop_sent_at = None;
-                self.tracked.insert(
-                    id,
-                    Tracked {
-                        job: msg.job,
-                        missing_since: None,
-                        running_seen: None,
-                        stop_sent_at,
-                    },
-                );
-            }
-        }
+        self.book.track(msg.job, msg.origin, Instant::now());
     }
 }
 
@@ -433,13 +306,15 @@ impl Handler<TrackRetiring> for RayCapacityMonitor {
     type Result = ();
 
     fn handle(&mut self, msg: TrackRetiring, _: &mut Context<Self>) {
-        self.retiring.insert(
-            msg.job_id,
-            Retiring {
-                msg,
-                stop_sent_at: None,
-            },
-        );
+        self.book.track_retiring(Retiring {
+            job_id: msg.job_id,
+            user: msg.user,
+            cluster: msg.cluster,
+            attempt: msg.attempt,
+            resources: msg.resources,
+            stop_sent_at: None,
+            running_seen: None,
+        });
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use entity::JobStatus;
 
-use super::{Retiring, Tracked, STOP_RETRY};
+use super::book::{stop_due, Followed, Retiring, Stray};
 use crate::lifecycle::{self, Limits};
 use crate::metrics;
 use crate::policy::JobId;
@@ -14,7 +14,7 @@ use crate::ray::{ClusterUsage, RayClient, RayError, RayJob, RayJobStatus};
 use crate::store::{self, Applied, Db, Fence};
 
 /// What the poll found for one followed job or attempt.
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     /// Listed by Ray, nothing to write; `running`: Ray shows it RUNNING.
     Seen { running: bool, pending: bool },
     /// Missing from an answering cluster, not for long enough yet.
@@ -23,14 +23,22 @@ pub(super) enum Outcome {
     Applied(Box<Applied>),
     /// A stop is still due (Ray has not carried it out): ask again.
     StopDue(String),
+    /// The sweep found this service's own attempt, followed or about to be.
+    Ours,
+    /// As [`Outcome::Ours`], with a stop to send now.
+    StopOurs(String),
+    /// The sweep found a QUEUED job's retiring attempt that nothing followed.
+    FollowRetiring(Box<Retiring>),
 }
 
-pub(super) struct ClusterPoll {
-    pub(super) name: String,
-    pub(super) usage: Result<ClusterUsage, RayError>,
-    pub(super) jobs: Result<(), RayError>,
-    pub(super) current: Vec<(JobId, Outcome)>,
-    pub(super) retiring: Vec<(JobId, Outcome)>,
+pub(crate) struct ClusterPoll {
+    pub(crate) name: String,
+    pub(crate) usage: Result<ClusterUsage, RayError>,
+    pub(crate) jobs: Result<(), RayError>,
+    pub(crate) current: Vec<(JobId, Outcome)>,
+    pub(crate) retiring: Vec<(JobId, Outcome)>,
+    /// Attempts alive in Ray that nothing followed, and what was done about them.
+    pub(crate) strays: Vec<(StrayFound, Outcome)>,
 }
 
 fn count(cluster: &str, endpoint: &str, r: &Result<impl Sized, RayError>) {
@@ -44,8 +52,161 @@ fn count(cluster: &str, endpoint: &str, r: &Result<impl Sized, RayError>) {
         .inc();
 }
 
-pub(super) fn stop_due(sent: Option<Instant>) -> bool {
-    sent.is_none_or(|at| at.elapsed() > STOP_RETRY)
+/// What one followed attempt's poll asks for, decided from Ray's answer (pure).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Probe {
+    /// Write this event through `store::apply`.
+    Apply(lifecycle::Event),
+    /// Missing from an answering cluster, not for long enough yet.
+    Missing,
+    /// A stop is due again.
+    StopDue(String),
+    /// Listed, nothing to write.
+    Seen { running: bool, pending: bool },
+    /// An attempt the sweep found is this service's own, followed or about to be.
+    Ours,
+    /// As [`Probe::Ours`], but a stop was asked: send it now (its submit is still in
+    /// flight here; the dispatcher sends it again once it records Ray's answer).
+    StopOurs(String),
+    /// An attempt the sweep found is the row's retiring attempt: follow it as such.
+    FollowRetiring,
+}
+
+/// Whether a followed current attempt that the list did not show must be asked for by
+/// id before deciding: a DISPATCHING job is followed only after a restart, and missing
+/// from the list means "never submitted" only if `GET /api/jobs/{id}` agrees.
+pub(crate) fn needs_lookup(t: &Followed, listed: Option<&RayJob>) -> bool {
+    listed.is_none() && t.job.status == JobStatus::Dispatching
+}
+
+/// What Ray's answer `ray` (listed or looked up; `None`: the cluster does not have
+/// it) means for the followed current attempt `t` at `now`.
+pub(crate) fn probe_current(
+    t: &Followed,
+    cluster: &str,
+    ray: Option<&RayJob>,
+    limits: &Limits,
+    now_utc: chrono::DateTime<chrono::Utc>,
+    now: Instant,
+) -> Probe {
+    let missing_for = t
+        .missing_since
+        .map_or(0.0, |s| now.saturating_duration_since(s).as_secs_f64());
+    if let Some(event) =
+        lifecycle::observe_current(&t.job, cluster, ray, missing_for, now_utc, limits)
+    {
+        return Probe::Apply(event);
+    }
+    match ray {
+        None => Probe::Missing,
+        Some(r)
+            if t.job.stop_reason.is_some()
+                && !r.status.is_terminal()
+                && stop_due(t.stop_sent_at, now) =>
+        {
+            Probe::StopDue(lifecycle::current_submission_id(&t.job))
+        }
+        Some(r) => Probe::Seen {
+            running: r.status == RayJobStatus::Running,
+            pending: r.status == RayJobStatus::Pending,
+        },
+    }
+}
+
+/// What Ray's answer means for a followed retiring attempt at `now`.
+pub(crate) fn probe_retiring(r: &Retiring, ray: Option<&RayJob>, now: Instant) -> Probe {
+    match lifecycle::observe_retiring(ray) {
+        Some(event) => Probe::Apply(event),
+        None if stop_due(r.stop_sent_at, now) => {
+            Probe::StopDue(lifecycle::submission_id(r.job_id, r.attempt))
+        }
+        None => Probe::Seen {
+            running: ray.is_some_and(|j| j.status == RayJobStatus::Running),
+            pending: false,
+        },
+    }
+}
+
+/// An attempt alive in Ray that the monitor did not follow (found by the sweep), or a
+/// stray it follows.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct StrayFound {
+    pub(crate) job_id: JobId,
+    pub(crate) attempt: u32,
+    /// What the job declared (cores, GPUs, bytes).
+    pub(crate) resources: crate::policy::Resources,
+}
+
+/// What to do about `attempt`, alive in Ray on `cluster` and followed by nobody, given
+/// its job's row (`facts`):
+/// - the row's current attempt, DISPATCHING, PENDING or RUNNING: [`Probe::Ours`]
+///   (its submit is in flight here, or the dispatcher is handing it over), or
+///   [`Probe::StopOurs`] when a stop was asked;
+/// - the row's retiring attempt: [`Probe::FollowRetiring`];
+/// - the current attempt of a QUEUED job (a POST that landed late, or whose answer was
+///   lost): [`Probe::Apply`] of [`lifecycle::Event::StrayFound`] (the job moves to the
+///   next attempt and waits for this one to end);
+/// - anything else (the job ended, or moved on to a later attempt):
+///   [`Probe::StopDue`] — stop it and follow it until Ray says it ended.
+pub(crate) fn probe_stray(
+    facts: &lifecycle::JobFacts,
+    attempt: u32,
+    cluster: &str,
+    job_id: JobId,
+) -> Probe {
+    if facts.attempt == attempt && facts.status.is_outstanding() {
+        return match facts.stop_reason {
+            Some(_) => Probe::StopOurs(lifecycle::submission_id(job_id, attempt)),
+            None => Probe::Ours,
+        };
+    }
+    if facts.status == JobStatus::Queued && facts.retiring_attempt == Some(attempt) {
+        return Probe::FollowRetiring;
+    }
+    if facts.status == JobStatus::Queued
+        && facts.attempt == attempt
+        && facts.retiring_attempt.is_none()
+    {
+        return Probe::Apply(lifecycle::Event::StrayFound {
+            attempt,
+            cluster: cluster.to_string(),
+        });
+    }
+    Probe::StopDue(lifecycle::submission_id(job_id, attempt))
+}
+
+/// What Ray's answer means for a stray the monitor follows: gone once Ray lists it
+/// ended or no longer lists it.
+pub(crate) fn probe_followed_stray(s: &Stray, ray: Option<&RayJob>, now: Instant) -> Probe {
+    match ray {
+        Some(r) if !r.status.is_terminal() => {
+            if stop_due(s.stop_sent_at, now) {
+                Probe::StopDue(lifecycle::submission_id(s.job_id, s.attempt))
+            } else {
+                Probe::Seen {
+                    running: r.status == RayJobStatus::Running,
+                    pending: false,
+                }
+            }
+        }
+        _ => Probe::Missing,
+    }
+}
+
+/// Carries out a probe: writes its event, or reports what it found.
+async fn carry(db: &Db, fence: &Fence, id: JobId, probe: Probe) -> Result<Outcome, sea_orm::DbErr> {
+    Ok(match probe {
+        Probe::Apply(event) => {
+            Outcome::Applied(Box::new(store::apply(db, fence, id, &event).await?))
+        }
+        Probe::Missing => Outcome::Missing,
+        Probe::StopDue(sid) => Outcome::StopDue(sid),
+        Probe::Seen { running, pending } => Outcome::Seen { running, pending },
+        Probe::Ours => Outcome::Ours,
+        Probe::StopOurs(sid) => Outcome::StopOurs(sid),
+        // Built by the sweep, which has the row.
+        Probe::FollowRetiring => Outcome::Ours,
+    })
 }
 
 /// What the poll decides for one tracked current attempt.
@@ -53,58 +214,40 @@ async fn follow(
     db: &Db,
     fence: &Fence,
     client: &RayClient,
-    t: &Tracked,
+    t: &Followed,
     cluster: &str,
     listed: Option<&RayJob>,
     limits: &Limits,
 ) -> Result<Outcome, sea_orm::DbErr> {
-    // A DISPATCHING job is followed only after a restart, and missing from the list
-    // means "never submitted": ask for it by id before deciding so.
     let looked_up;
-    let ray = match (listed, t.job.status) {
-        (None, JobStatus::Dispatching) => {
-            let sid = lifecycle::current_submission_id(&t.job);
-            match client.get_job(&sid).await {
-                Ok(found) => {
-                    looked_up = found;
-                    looked_up.as_ref()
-                }
-                Err(e) => {
-                    tracing::debug!(job_id = %t.job.id, error = %e, "lookup failed; retried next poll");
-                    return Ok(Outcome::Missing);
-                }
+    let ray = if needs_lookup(t, listed) {
+        let sid = lifecycle::current_submission_id(&t.job);
+        match client.get_job(&sid).await {
+            Ok(found) => {
+                looked_up = found;
+                looked_up.as_ref()
+            }
+            Err(e) => {
+                tracing::debug!(job_id = %t.job.id, error = %e, "lookup failed; retried next poll");
+                return Ok(Outcome::Missing);
             }
         }
-        _ => listed,
+    } else {
+        listed
     };
-    let missing_for = t.missing_since.map_or(0.0, |s| s.elapsed().as_secs_f64());
-    let event = lifecycle::observe_current(
-        &t.job,
-        cluster,
-        ray,
-        missing_for,
-        chrono::Utc::now(),
-        limits,
-    );
-    if let Some(event) = event {
-        return Ok(Outcome::Applied(Box::new(
-            store::apply(db, fence, t.job.id, &event).await?,
-        )));
-    }
-    Ok(match ray {
-        None => Outcome::Missing,
-        Some(r)
-            if t.job.stop_reason.is_some()
-                && !r.status.is_terminal()
-                && stop_due(t.stop_sent_at) =>
-        {
-            Outcome::StopDue(lifecycle::current_submission_id(&t.job))
-        }
-        Some(r) => Outcome::Seen {
-            running: r.status == RayJobStatus::Running,
-            pending: r.status == RayJobStatus::Pending,
-        },
-    })
+    let probe = probe_current(t, cluster, ray, limits, chrono::Utc::now(), Instant::now());
+    carry(db, fence, t.job.id, probe).await
+}
+
+/// What one poll of a cluster looks at: the book's attempts on it, as they were when
+/// the poll began.
+pub(super) struct OnCluster {
+    /// Current attempts, with the limits each is held to.
+    pub(super) jobs: Vec<(Followed, Limits)>,
+    pub(super) retiring: Vec<Retiring>,
+    pub(super) strays: Vec<Stray>,
+    /// Every attempt followed (the sweep leaves these alone).
+    pub(super) followed: std::collections::HashSet<(JobId, u32)>,
 }
 
 #[tracing::instrument(skip_all, fields(cluster = %name))]
@@ -113,9 +256,14 @@ pub(super) async fn poll_cluster(
     fence: Fence,
     name: String,
     client: RayClient,
-    jobs: Vec<(Tracked, Limits)>,
-    retiring: Vec<Retiring>,
+    on: OnCluster,
 ) -> ClusterPoll {
+    let OnCluster {
+        jobs,
+        retiring,
+        strays,
+        followed,
+    } = on;
     let (usage, list) = tokio::join!(client.cluster_usage(), client.list_jobs());
     count(&name, "cluster_status", &usage);
     count(&name, "list_jobs", &list);
@@ -125,6 +273,7 @@ pub(super) async fn poll_cluster(
         jobs: Ok(()),
         current: Vec::new(),
         retiring: Vec::new(),
+        strays: Vec::new(),
     };
     let list = match list {
         Ok(list) => list,
@@ -153,25 +302,89 @@ pub(super) async fn poll_cluster(
         }
     }
     for r in retiring {
-        let sid = lifecycle::submission_id(r.msg.job_id, r.msg.attempt);
+        let sid = lifecycle::submission_id(r.job_id, r.attempt);
         let ray = by_id.get(sid.as_str()).copied();
-        let outcome = match lifecycle::observe_retiring(ray) {
-            Some(event) => store::apply(&db, &fence, r.msg.job_id, &event)
-                .await
-                .map(|a| Outcome::Applied(Box::new(a))),
-            None if stop_due(r.stop_sent_at) => Ok(Outcome::StopDue(sid)),
-            None => Ok(Outcome::Seen {
-                running: false,
-                pending: false,
-            }),
-        };
-        match outcome {
-            Ok(o) => poll.retiring.push((r.msg.job_id, o)),
+        let probe = probe_retiring(&r, ray, Instant::now());
+        match carry(&db, &fence, r.job_id, probe).await {
+            Ok(o) => poll.retiring.push((r.job_id, o)),
             Err(e) => {
                 metrics::db_error();
-                tracing::error!(job_id = %r.msg.job_id, error = %e, "cannot record a retired attempt; retried next poll");
+                tracing::error!(job_id = %r.job_id, error = %e, "cannot record a retired attempt; retried next poll");
             }
         }
     }
+    for st in strays {
+        let sid = lifecycle::submission_id(st.job_id, st.attempt);
+        let probe = probe_followed_stray(&st, by_id.get(sid.as_str()).copied(), Instant::now());
+        let found = StrayFound {
+            job_id: st.job_id,
+            attempt: st.attempt,
+            resources: st.resources,
+        };
+        // A followed stray's probe writes nothing.
+        if let Ok(o) = carry(&db, &fence, st.job_id, probe).await {
+            poll.strays.push((found, o));
+        }
+    }
+    sweep(&db, &fence, &poll.name.clone(), &list, &followed, &mut poll).await;
     poll
+}
+
+/// The sweep: every attempt Ray lists alive whose `submission_id` is one of this
+/// service's and that the monitor does not follow is judged against its job's row
+/// ([`probe_stray`]), so that an attempt Ray accepted is never left unfollowed (a
+/// POST that landed after its dispatch gave up, or after this process or another
+/// leader restarted).
+async fn sweep(
+    db: &Db,
+    fence: &Fence,
+    cluster: &str,
+    list: &[RayJob],
+    followed: &std::collections::HashSet<(JobId, u32)>,
+    poll: &mut ClusterPoll,
+) {
+    for j in list.iter().filter(|j| !j.status.is_terminal()) {
+        let Some((job_id, attempt)) = j
+            .submission_id
+            .as_deref()
+            .and_then(lifecycle::parse_submission_id)
+        else {
+            continue;
+        };
+        if followed.contains(&(job_id, attempt)) {
+            continue;
+        }
+        let row = match store::get_job(db, job_id).await {
+            Ok(Some(row)) => row,
+            // Not this service's job (another deployment on the same cluster).
+            Ok(None) => continue,
+            Err(e) => {
+                metrics::db_error();
+                tracing::error!(%job_id, error = %e, "sweep: cannot read the job; retried next poll");
+                continue;
+            }
+        };
+        let found = StrayFound {
+            job_id,
+            attempt,
+            resources: store::resources_of(&row),
+        };
+        let facts = lifecycle::JobFacts::of(&row);
+        let outcome = match probe_stray(&facts, attempt, cluster, job_id) {
+            Probe::FollowRetiring => Ok(Outcome::FollowRetiring(Box::new(Retiring::new(
+                &row, cluster, attempt,
+            )))),
+            probe => carry(db, fence, job_id, probe).await,
+        };
+        match outcome {
+            Ok(o) => poll.strays.push((found, o)),
+            Err(e) if store::is_fenced(&e) => {
+                tracing::warn!(%job_id, error = %e, "sweep: change refused: this replica no longer leads");
+            }
+            Err(e) => {
+                metrics::db_error();
+                tracing::error!(%job_id, error = %e, "sweep: cannot record a stray attempt; retried next poll");
+            }
+        }
+    }
 }

@@ -1,0 +1,594 @@
+//! The monitor's bookkeeping, pure: which attempts it follows on which cluster, and
+//! what one poll's findings lead to ([`Effect`]s for the actor to send). No I/O and no
+//! clock: every method takes `now`. The actor ([`super::RayCapacityMonitor`]) carries
+//! the effects; the protocol model (`actors::model`, issue 26) drives the same code.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use entity::{job, JobStatus};
+
+use super::poll::{ClusterPoll, Outcome, StrayFound};
+use crate::actors::messages::QueuePlace;
+use crate::actors::user_queue::summary;
+use crate::lifecycle::RayCall;
+use crate::policy::{JobId, QueuedJob, Resources};
+use crate::store::{resources_of, Applied};
+
+/// Why the monitor is asked to follow a job ([`Book::track`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The dispatcher recorded Ray's acceptance.
+    Dispatched,
+    /// Recovery at start or on taking the lease: nothing of this process can have a
+    /// submit of it in flight.
+    Recovered,
+    /// The row changed elsewhere (a cancel, another replica's change).
+    Changed,
+}
+
+/// A current attempt the monitor follows.
+#[derive(Clone, Debug)]
+pub(crate) struct Followed {
+    /// The row as last written.
+    pub(crate) job: job::Model,
+    /// Since when the answering cluster has not listed it.
+    pub(crate) missing_since: Option<Instant>,
+    /// When it was first seen RUNNING.
+    pub(crate) running_seen: Option<Instant>,
+    /// When a stop was last sent for it.
+    pub(crate) stop_sent_at: Option<Instant>,
+}
+
+/// An earlier attempt of a QUEUED job, followed until Ray confirms it ended.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Retiring {
+    pub(crate) job_id: JobId,
+    pub(crate) user: String,
+    pub(crate) cluster: String,
+    pub(crate) attempt: u32,
+    /// What the job declared (cores, GPUs, bytes): counted as used while it is alive.
+    pub(crate) resources: Resources,
+    /// When a stop was last sent for it.
+    pub(crate) stop_sent_at: Option<Instant>,
+    /// When it was first seen RUNNING.
+    pub(crate) running_seen: Option<Instant>,
+}
+
+impl Retiring {
+    /// The retiring `attempt` of QUEUED `job` on `cluster`, no stop sent yet.
+    pub(crate) fn new(job: &job::Model, cluster: &str, attempt: u32) -> Retiring {
+        Retiring {
+            job_id: job.id,
+            user: job.user_id.clone(),
+            cluster: cluster.to_string(),
+            attempt: attempt.max(1),
+            resources: resources_of(job),
+            stop_sent_at: None,
+            running_seen: None,
+        }
+    }
+}
+
+/// An attempt alive in Ray that is neither a job's current attempt nor its retiring
+/// one (a POST that landed late or whose answer was lost, for a job that has moved
+/// on): stopped, and followed until Ray says it ended so that its capacity counts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Stray {
+    pub(crate) job_id: JobId,
+    pub(crate) attempt: u32,
+    pub(crate) cluster: String,
+    /// What the job declared (cores, GPUs, bytes).
+    pub(crate) resources: Resources,
+    /// When a stop was last sent for it.
+    pub(crate) stop_sent_at: Option<Instant>,
+    /// When it was first seen RUNNING.
+    pub(crate) running_seen: Option<Instant>,
+}
+
+/// What the actor sends once a poll (or a track) is absorbed.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Effect {
+    /// Dispatcher: ask Ray to stop this attempt.
+    Stop {
+        job_id: JobId,
+        cluster: String,
+        submission_id: String,
+    },
+    /// Arbiter: an outstanding job ended.
+    Finished { job_id: JobId },
+    /// Arbiter: an outstanding job is QUEUED again.
+    Requeued {
+        user: String,
+        job: QueuedJob,
+        held: bool,
+    },
+    /// Arbiter: a held job's earlier attempt ended; it may be granted again.
+    Release { user: String, job_id: JobId },
+    /// Arbiter: a QUEUED job ended; drop it from its queue.
+    RemoveQueued {
+        user: String,
+        job_id: JobId,
+        place: Option<QueuePlace>,
+    },
+    /// Arbiter: a QUEUED job has an earlier attempt alive in Ray now; keep its place
+    /// but grant it no more until [`Effect::Release`].
+    Hold {
+        user: String,
+        job_id: JobId,
+        place: QueuePlace,
+    },
+}
+
+/// What [`Book::key`] gives.
+#[cfg(test)]
+pub(crate) type BookKey = (
+    Vec<(
+        JobId,
+        &'static str,
+        i32,
+        bool,
+        Option<Instant>,
+        Option<Instant>,
+        Option<Instant>,
+    )>,
+    Vec<(JobId, u32, Option<Instant>, Option<Instant>)>,
+    Vec<(JobId, u32, Option<Instant>, Option<Instant>)>,
+);
+
+/// How long to wait before asking Ray again to stop a job that has not stopped.
+pub(crate) const STOP_RETRY: Duration = Duration::from_secs(10);
+
+/// Whether a stop last sent at `sent` is due again at `now`.
+pub(crate) fn stop_due(sent: Option<Instant>, now: Instant) -> bool {
+    sent.is_none_or(|at| now.saturating_duration_since(at) > STOP_RETRY)
+}
+
+/// Where a status stands in the order a job moves through Ray.
+fn rank(s: JobStatus) -> u8 {
+    match s {
+        JobStatus::Queued => 0,
+        JobStatus::Dispatching => 1,
+        JobStatus::Pending => 2,
+        JobStatus::Running => 3,
+        _ => 4,
+    }
+}
+
+/// What the monitor follows.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Book {
+    current: HashMap<JobId, Followed>,
+    retiring: HashMap<JobId, Retiring>,
+    strays: HashMap<(JobId, u32), Stray>,
+}
+
+impl Book {
+    /// Follow `job`'s current attempt, or take its newer row.
+    ///
+    /// A DISPATCHING job is followed only when it was recovered (`origin`
+    /// [`Origin::Recovered`]): otherwise its submit is in flight in this process, Ray
+    /// may not have it yet, and "missing" would mean nothing; the dispatcher hands it
+    /// over once Ray has answered. A row older than the one followed (a message that
+    /// was overtaken) only adds its stop reason.
+    pub(crate) fn track(&mut self, job: job::Model, origin: Origin, now: Instant) {
+        let id = job.id;
+        match self.current.get_mut(&id) {
+            Some(t) => {
+                if job.stop_reason.is_some() && t.job.stop_reason.is_none() {
+                    t.stop_sent_at = Some(now);
+                }
+                let newer = job.attempt > t.job.attempt
+                    || (job.attempt == t.job.attempt && rank(job.status) >= rank(t.job.status));
+                if newer {
+                    t.job = job;
+                } else if job.attempt == t.job.attempt && t.job.stop_reason.is_none() {
+                    t.job.stop_reason = job.stop_reason;
+                }
+            }
+            None => {
+                let in_flight = job.status == JobStatus::Dispatching && origin != Origin::Recovered;
+                if in_flight || !job.status.is_outstanding() {
+                    return;
+                }
+                // Not sent by this monitor yet (a recovered or taken-over job with a
+                // stop asked): the first poll that finds it alive in Ray sends it.
+                self.current.insert(
+                    id,
+                    Followed {
+                        job,
+                        missing_since: None,
+                        running_seen: None,
+                        stop_sent_at: None,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Follow an earlier attempt of a QUEUED job until Ray confirms it ended.
+    pub(crate) fn track_retiring(&mut self, r: Retiring) {
+        self.retiring.insert(r.job_id, r);
+    }
+
+    /// The current attempts followed on `cluster`.
+    pub(crate) fn current_on<'a>(&'a self, cluster: &'a str) -> impl Iterator<Item = &'a Followed> {
+        self.current
+            .values()
+            .filter(move |t| t.job.cluster.as_deref() == Some(cluster))
+    }
+
+    /// The retiring attempts followed on `cluster`.
+    pub(crate) fn retiring_on<'a>(
+        &'a self,
+        cluster: &'a str,
+    ) -> impl Iterator<Item = &'a Retiring> {
+        self.retiring.values().filter(move |r| r.cluster == cluster)
+    }
+
+    /// The strays followed on `cluster`.
+    pub(crate) fn strays_on<'a>(&'a self, cluster: &'a str) -> impl Iterator<Item = &'a Stray> {
+        self.strays.values().filter(move |r| r.cluster == cluster)
+    }
+
+    /// The followed current attempt of a job.
+    #[cfg(test)]
+    pub(crate) fn current(&self, id: &JobId) -> Option<&Followed> {
+        self.current.get(id)
+    }
+
+    /// The followed retiring attempt of a job.
+    #[cfg(test)]
+    pub(crate) fn retiring(&self, id: &JobId) -> Option<&Retiring> {
+        self.retiring.get(id)
+    }
+
+    /// Whether the book follows `attempt` of `job_id` as a stray.
+    #[cfg(test)]
+    pub(crate) fn follows_stray(&self, job_id: JobId, attempt: u32) -> bool {
+        self.strays.contains_key(&(job_id, attempt))
+    }
+
+    /// Every attempt followed on `cluster` (the sweep leaves these alone).
+    pub(crate) fn followed_on(&self, cluster: &str) -> HashSet<(JobId, u32)> {
+        let current = self
+            .current_on(cluster)
+            .map(|t| (t.job.id, t.job.attempt.max(1) as u32));
+        let retiring = self.retiring_on(cluster).map(|r| (r.job_id, r.attempt));
+        let strays = self.strays_on(cluster).map(|r| (r.job_id, r.attempt));
+        current.chain(retiring).chain(strays).collect()
+    }
+
+    /// What the book holds, comparable and hashable (the protocol model's state).
+    #[cfg(test)]
+    pub(crate) fn key(&self) -> BookKey {
+        let mut current: Vec<_> = self
+            .current
+            .values()
+            .map(|t| {
+                (
+                    t.job.id,
+                    t.job.status.as_str(),
+                    t.job.attempt,
+                    t.job.stop_reason.is_some(),
+                    t.missing_since,
+                    t.running_seen,
+                    t.stop_sent_at,
+                )
+            })
+            .collect();
+        current.sort();
+        let mut retiring: Vec<_> = self
+            .retiring
+            .values()
+            .map(|r| (r.job_id, r.attempt, r.stop_sent_at, r.running_seen))
+            .collect();
+        retiring.sort();
+        let mut strays: Vec<_> = self
+            .strays
+            .values()
+            .map(|r| (r.job_id, r.attempt, r.stop_sent_at, r.running_seen))
+            .collect();
+        strays.sort();
+        (current, retiring, strays)
+    }
+
+    /// The jobs on `cluster` that Ray's usage report already counts: seen RUNNING at
+    /// least `lag` ago.
+    pub(crate) fn reported(&self, cluster: &str, lag: Duration, now: Instant) -> Vec<JobId> {
+        self.current_on(cluster)
+            .filter(|t| {
+                t.running_seen
+                    .is_some_and(|s| now.saturating_duration_since(s) >= lag)
+            })
+            .map(|t| t.job.id)
+            .collect()
+    }
+
+    /// What the retiring and stray attempts alive on `cluster` hold that Ray's usage
+    /// report may not count yet (not seen RUNNING for `lag`): their declared
+    /// resources. Counted as used, so that capacity never counts less than what is
+    /// alive in Ray (a PENDING attempt may start at any moment).
+    pub(crate) fn unreported_others(
+        &self,
+        cluster: &str,
+        lag: Duration,
+        now: Instant,
+    ) -> Resources {
+        let unreported =
+            |seen: Option<Instant>| seen.is_none_or(|s| now.saturating_duration_since(s) < lag);
+        let retiring = self
+            .retiring_on(cluster)
+            .filter(|r| unreported(r.running_seen))
+            .map(|r| r.resources);
+        let strays = self
+            .strays_on(cluster)
+            .filter(|r| unreported(r.running_seen))
+            .map(|r| r.resources);
+        retiring
+            .chain(strays)
+            .fold(Resources::ZERO, |acc, r| acc + r)
+    }
+
+    /// Follow `attempt` of job `job_id` (which declared `resources`) as a stray; a
+    /// stop was just sent at `now`.
+    fn add_stray(
+        &mut self,
+        job_id: JobId,
+        resources: Resources,
+        cluster: &str,
+        attempt: u32,
+        now: Instant,
+    ) {
+        self.strays
+            .entry((job_id, attempt))
+            .or_insert_with(|| Stray {
+                job_id,
+                attempt,
+                cluster: cluster.to_string(),
+                resources,
+                stop_sent_at: None,
+                running_seen: None,
+            })
+            .stop_sent_at = Some(now);
+    }
+
+    /// Takes in one poll of `poll.name`: who was seen, who is missing, which stops are
+    /// due, what was written. Returns what to send, in order, and the number of
+    /// followed attempts Ray holds PENDING.
+    pub(crate) fn absorb(&mut self, poll: ClusterPoll, now: Instant) -> (Vec<Effect>, i64) {
+        let mut effects = Vec::new();
+        let mut pending_in_ray = 0i64;
+        let cluster = poll.name;
+        for (id, outcome) in poll.current {
+            match outcome {
+                Outcome::Seen { running, pending } => {
+                    pending_in_ray += i64::from(pending);
+                    if let Some(t) = self.current.get_mut(&id) {
+                        t.missing_since = None;
+                        if running {
+                            t.running_seen.get_or_insert(now);
+                        }
+                    }
+                }
+                Outcome::Missing => {
+                    if let Some(t) = self.current.get_mut(&id) {
+                        t.missing_since.get_or_insert(now);
+                    }
+                }
+                Outcome::Ours | Outcome::StopOurs(_) | Outcome::FollowRetiring(_) => {}
+                Outcome::StopDue(submission_id) => {
+                    if let Some(t) = self.current.get_mut(&id) {
+                        t.stop_sent_at = Some(now);
+                        t.missing_since = None;
+                    }
+                    effects.push(Effect::Stop {
+                        job_id: id,
+                        cluster: cluster.clone(),
+                        submission_id,
+                    });
+                }
+                Outcome::Applied(applied) => {
+                    self.settle_current(id, &cluster, *applied, now, &mut effects)
+                }
+            }
+        }
+        for (id, outcome) in poll.retiring {
+            match outcome {
+                Outcome::StopDue(submission_id) => {
+                    if let Some(t) = self.retiring.get_mut(&id) {
+                        t.stop_sent_at = Some(now);
+                    }
+                    effects.push(Effect::Stop {
+                        job_id: id,
+                        cluster: cluster.clone(),
+                        submission_id,
+                    });
+                }
+                Outcome::Seen { running: true, .. } => {
+                    if let Some(t) = self.retiring.get_mut(&id) {
+                        t.running_seen.get_or_insert(now);
+                    }
+                }
+                Outcome::Applied(applied) => self.settle_retiring(id, *applied, &mut effects),
+                _ => {}
+            }
+        }
+        for (found, outcome) in poll.strays {
+            self.settle_stray(found, &cluster, outcome, now, &mut effects);
+        }
+        (effects, pending_in_ray)
+    }
+
+    /// What the sweep, or a poll of a followed stray, found for an attempt.
+    fn settle_stray(
+        &mut self,
+        found: StrayFound,
+        cluster: &str,
+        outcome: Outcome,
+        now: Instant,
+        effects: &mut Vec<Effect>,
+    ) {
+        let key = (found.job_id, found.attempt);
+        let stop = |effects: &mut Vec<Effect>| {
+            effects.push(Effect::Stop {
+                job_id: found.job_id,
+                cluster: cluster.to_string(),
+                submission_id: crate::lifecycle::submission_id(found.job_id, found.attempt),
+            })
+        };
+        match outcome {
+            Outcome::Ours => {}
+            Outcome::StopOurs(submission_id) => effects.push(Effect::Stop {
+                job_id: found.job_id,
+                cluster: cluster.to_string(),
+                submission_id,
+            }),
+            Outcome::FollowRetiring(r) => {
+                self.retiring.insert(r.job_id, *r);
+            }
+            // Ray no longer has it alive.
+            Outcome::Missing => {
+                self.strays.remove(&key);
+            }
+            Outcome::Seen { running, .. } => {
+                if let (true, Some(t)) = (running, self.strays.get_mut(&key)) {
+                    t.running_seen.get_or_insert(now);
+                }
+            }
+            Outcome::StopDue(_) => {
+                self.add_stray(found.job_id, found.resources, cluster, found.attempt, now);
+                stop(effects);
+            }
+            Outcome::Applied(applied) => match *applied {
+                Applied::Changed { job, step } if job.status == JobStatus::Queued => {
+                    tracing::warn!(job_id = %job.id, attempt = found.attempt,
+                        "an attempt of a queued job was found alive in Ray; stopping it");
+                    if let Some(RayCall::Stop { submission_id }) = step.ray {
+                        effects.push(Effect::Stop {
+                            job_id: job.id,
+                            cluster: cluster.to_string(),
+                            submission_id,
+                        });
+                    }
+                    let mut r = Retiring::new(&job, cluster, found.attempt);
+                    r.stop_sent_at = Some(now);
+                    self.retiring.insert(job.id, r);
+                    effects.push(Effect::Hold {
+                        user: job.user_id.clone(),
+                        job_id: job.id,
+                        place: QueuePlace::of_row(&job),
+                    });
+                }
+                // Granted meanwhile under that attempt: the dispatcher's submit finds
+                // it ("already exists") and hands it over.
+                Applied::Unchanged(job) | Applied::Refused(job, _)
+                    if job.status.is_outstanding() && job.attempt as u32 == found.attempt => {}
+                Applied::NotFound => {}
+                Applied::Changed { job, .. }
+                | Applied::Unchanged(job)
+                | Applied::Refused(job, _) => {
+                    self.add_stray(job.id, resources_of(&job), cluster, found.attempt, now);
+                    stop(effects);
+                }
+            },
+        }
+    }
+
+    /// What a step on a current attempt did.
+    fn settle_current(
+        &mut self,
+        id: JobId,
+        cluster: &str,
+        applied: Applied,
+        now: Instant,
+        effects: &mut Vec<Effect>,
+    ) {
+        let (job, ray) = match applied {
+            Applied::Changed { job, step } => (job, step.ray),
+            Applied::Unchanged(job) | Applied::Refused(job, _) => {
+                if !job.status.is_outstanding() {
+                    // Someone else moved it (e.g. a cancel of a recovered job).
+                    self.current.remove(&id);
+                } else if let Some(t) = self.current.get_mut(&id) {
+                    t.job = job;
+                }
+                return;
+            }
+            Applied::NotFound => {
+                self.current.remove(&id);
+                return;
+            }
+        };
+        let stopped = match ray {
+            Some(RayCall::Stop { submission_id }) => {
+                let attempt = crate::lifecycle::parse_submission_id(&submission_id).map(|p| p.1);
+                effects.push(Effect::Stop {
+                    job_id: id,
+                    cluster: cluster.to_string(),
+                    submission_id,
+                });
+                attempt
+            }
+            _ => None,
+        };
+        if job.status.is_terminal() {
+            tracing::info!(job_id = %id, status = %job.status, "job finished");
+            self.current.remove(&id);
+            if let Some(attempt) = stopped {
+                // Ended here while Ray still holds the attempt (a stop of a PENDING
+                // job takes effect only when it would start): follow it to its end.
+                self.add_stray(job.id, resources_of(&job), cluster, attempt, now);
+            }
+            effects.push(Effect::Finished { job_id: id });
+        } else if job.status == JobStatus::Queued {
+            tracing::info!(job_id = %id, attempt = job.attempt, "job back in the queue");
+            self.current.remove(&id);
+            let held = job.retiring_attempt.is_some();
+            if let Some(attempt) = job.retiring_attempt {
+                let mut r = Retiring::new(&job, cluster, attempt.max(1) as u32);
+                r.stop_sent_at = Some(now);
+                self.retiring.insert(id, r);
+            }
+            effects.push(Effect::Requeued {
+                user: job.user_id.clone(),
+                job: summary(&job),
+                held,
+            });
+        } else if let Some(t) = self.current.get_mut(&id) {
+            tracing::info!(job_id = %id, status = %job.status, "job moved");
+            if job.status == JobStatus::Running {
+                t.running_seen.get_or_insert(now);
+            }
+            if job.stop_reason.is_some() && t.job.stop_reason.is_none() {
+                t.stop_sent_at = Some(now);
+            }
+            t.job = job;
+            t.missing_since = None;
+        }
+    }
+
+    /// What a step on a retiring attempt did.
+    fn settle_retiring(&mut self, id: JobId, applied: Applied, effects: &mut Vec<Effect>) {
+        let Some(r) = self.retiring.remove(&id) else {
+            return;
+        };
+        match applied {
+            Applied::Changed { job, .. } if job.status == JobStatus::Queued => {
+                effects.push(Effect::Release {
+                    user: r.user,
+                    job_id: id,
+                });
+            }
+            Applied::Changed { job, .. } if job.status.is_terminal() => {
+                effects.push(Effect::RemoveQueued {
+                    user: r.user,
+                    job_id: id,
+                    place: Some(QueuePlace::of_row(&job)),
+                });
+            }
+            // Cancelled meanwhile (terminal), or gone: nothing more to follow.
+            _ => {}
+        }
+    }
+}
