@@ -144,7 +144,19 @@ pub struct DispatchEnded {
 pub struct Track {
     pub job: job::Model,
     /// Why: the monitor follows a DISPATCHING job only when it was recovered.
-    pub origin: super::monitor::book::Origin,
+    pub origin: Origin,
+}
+
+/// Why the monitor is asked to follow a job (`monitor::book::Book::track`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// The dispatcher recorded Ray's acceptance.
+    Dispatched,
+    /// Recovery at start or on taking the lease: nothing of this process can have a
+    /// submit of it in flight.
+    Recovered,
+    /// The row changed elsewhere (a cancel, another replica's change).
+    Changed,
 }
 
 /// Monitor (pending timeout) or recovery → monitor: follow an earlier attempt of a

@@ -8,83 +8,14 @@ use std::time::{Duration, Instant};
 
 use entity::{job, JobStatus};
 
-use super::poll::{ClusterPoll, Outcome, StrayFound};
+use super::followed::{ClusterPoll, Outcome, StrayFound};
+pub(crate) use super::followed::{Followed, Retiring, Stray};
+pub(crate) use crate::actors::messages::Origin;
 use crate::actors::messages::QueuePlace;
 use crate::actors::user_queue::summary;
 use crate::lifecycle::RayCall;
 use crate::policy::{JobId, QueuedJob, Resources};
 use crate::store::{resources_of, Applied};
-
-/// Why the monitor is asked to follow a job ([`Book::track`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Origin {
-    /// The dispatcher recorded Ray's acceptance.
-    Dispatched,
-    /// Recovery at start or on taking the lease: nothing of this process can have a
-    /// submit of it in flight.
-    Recovered,
-    /// The row changed elsewhere (a cancel, another replica's change).
-    Changed,
-}
-
-/// A current attempt the monitor follows.
-#[derive(Clone, Debug)]
-pub(crate) struct Followed {
-    /// The row as last written.
-    pub(crate) job: job::Model,
-    /// Since when the answering cluster has not listed it.
-    pub(crate) missing_since: Option<Instant>,
-    /// When it was first seen RUNNING.
-    pub(crate) running_seen: Option<Instant>,
-    /// When a stop was last sent for it.
-    pub(crate) stop_sent_at: Option<Instant>,
-}
-
-/// An earlier attempt of a QUEUED job, followed until Ray confirms it ended.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Retiring {
-    pub(crate) job_id: JobId,
-    pub(crate) user: String,
-    pub(crate) cluster: String,
-    pub(crate) attempt: u32,
-    /// What the job declared (cores, GPUs, bytes): counted as used while it is alive.
-    pub(crate) resources: Resources,
-    /// When a stop was last sent for it.
-    pub(crate) stop_sent_at: Option<Instant>,
-    /// When it was first seen RUNNING.
-    pub(crate) running_seen: Option<Instant>,
-}
-
-impl Retiring {
-    /// The retiring `attempt` of QUEUED `job` on `cluster`, no stop sent yet.
-    pub(crate) fn new(job: &job::Model, cluster: &str, attempt: u32) -> Retiring {
-        Retiring {
-            job_id: job.id,
-            user: job.user_id.clone(),
-            cluster: cluster.to_string(),
-            attempt: attempt.max(1),
-            resources: resources_of(job),
-            stop_sent_at: None,
-            running_seen: None,
-        }
-    }
-}
-
-/// An attempt alive in Ray that is neither a job's current attempt nor its retiring
-/// one (a POST that landed late or whose answer was lost, for a job that has moved
-/// on): stopped, and followed until Ray says it ended so that its capacity counts.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Stray {
-    pub(crate) job_id: JobId,
-    pub(crate) attempt: u32,
-    pub(crate) cluster: String,
-    /// What the job declared (cores, GPUs, bytes).
-    pub(crate) resources: Resources,
-    /// When a stop was last sent for it.
-    pub(crate) stop_sent_at: Option<Instant>,
-    /// When it was first seen RUNNING.
-    pub(crate) running_seen: Option<Instant>,
-}
 
 /// What the actor sends once a poll (or a track) is absorbed.
 #[derive(Clone, Debug, PartialEq)]
@@ -135,14 +66,6 @@ pub(crate) type BookKey = (
     Vec<(JobId, u32, Option<Instant>, Option<Instant>)>,
     Vec<(JobId, u32, Option<Instant>, Option<Instant>)>,
 );
-
-/// How long to wait before asking Ray again to stop a job that has not stopped.
-pub(crate) const STOP_RETRY: Duration = Duration::from_secs(10);
-
-/// Whether a stop last sent at `sent` is due again at `now`.
-pub(crate) fn stop_due(sent: Option<Instant>, now: Instant) -> bool {
-    sent.is_none_or(|at| now.saturating_duration_since(at) > STOP_RETRY)
-}
 
 /// Where a status stands in the order a job moves through Ray.
 fn rank(s: JobStatus) -> u8 {

@@ -6,7 +6,7 @@
 //! of a job queued again): [`crate::lifecycle::observe_current`] turns Ray's answer
 //! into an event, `store::apply` writes the lifecycle's step before anything is
 //! announced, and stops the step asks for go to the dispatcher. A stop that Ray has not
-//! carried out is asked again every [`STOP_RETRY`]. Clusters are unhealthy after
+//! carried out is asked again every [`followed::STOP_RETRY`]. Clusters are unhealthy after
 //! `monitor.failure_threshold` failed polls in a row, or for a growing hold after a
 //! dispatch found them not ready, and healthy again when they answer; an unreachable
 //! cluster is logged at `warn` at once and then at most every
@@ -21,6 +21,7 @@ use entity::job;
 use futures_util::future::join_all;
 
 pub(crate) mod book;
+mod followed;
 pub(crate) mod poll;
 
 use super::messages::{

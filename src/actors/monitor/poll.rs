@@ -6,40 +6,13 @@ use std::time::Instant;
 
 use entity::JobStatus;
 
-use super::book::{stop_due, Followed, Retiring, Stray};
+use super::followed::{stop_due, Followed, Retiring, Stray};
+pub(crate) use super::followed::{ClusterPoll, Outcome, StrayFound};
 use crate::lifecycle::{self, Limits};
 use crate::metrics;
 use crate::policy::JobId;
-use crate::ray::{ClusterUsage, RayClient, RayError, RayJob, RayJobStatus};
-use crate::store::{self, Applied, Db, Fence};
-
-/// What the poll found for one followed job or attempt.
-pub(crate) enum Outcome {
-    /// Listed by Ray, nothing to write; `running`: Ray shows it RUNNING.
-    Seen { running: bool, pending: bool },
-    /// Missing from an answering cluster, not for long enough yet.
-    Missing,
-    /// An event was applied (written, ignored or refused).
-    Applied(Box<Applied>),
-    /// A stop is still due (Ray has not carried it out): ask again.
-    StopDue(String),
-    /// The sweep found this service's own attempt, followed or about to be.
-    Ours,
-    /// As [`Outcome::Ours`], with a stop to send now.
-    StopOurs(String),
-    /// The sweep found a QUEUED job's retiring attempt that nothing followed.
-    FollowRetiring(Box<Retiring>),
-}
-
-pub(crate) struct ClusterPoll {
-    pub(crate) name: String,
-    pub(crate) usage: Result<ClusterUsage, RayError>,
-    pub(crate) jobs: Result<(), RayError>,
-    pub(crate) current: Vec<(JobId, Outcome)>,
-    pub(crate) retiring: Vec<(JobId, Outcome)>,
-    /// Attempts alive in Ray that nothing followed, and what was done about them.
-    pub(crate) strays: Vec<(StrayFound, Outcome)>,
-}
+use crate::ray::{RayClient, RayError, RayJob, RayJobStatus};
+use crate::store::{self, Db, Fence};
 
 fn count(cluster: &str, endpoint: &str, r: &Result<impl Sized, RayError>) {
     let outcome = match r {
@@ -125,16 +98,6 @@ pub(crate) fn probe_retiring(r: &Retiring, ray: Option<&RayJob>, now: Instant) -
             pending: false,
         },
     }
-}
-
-/// An attempt alive in Ray that the monitor did not follow (found by the sweep), or a
-/// stray it follows.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct StrayFound {
-    pub(crate) job_id: JobId,
-    pub(crate) attempt: u32,
-    /// What the job declared (cores, GPUs, bytes).
-    pub(crate) resources: crate::policy::Resources,
 }
 
 /// What to do about `attempt`, alive in Ray on `cluster` and followed by nobody, given
