@@ -127,6 +127,14 @@ impl Identity {
         self.user.as_deref().is_none_or(|own| own == user)
     }
 
+    /// The namespace of the packages this identity uploads and its jobs use (Ray's
+    /// Jobs API, `ray_packages.owner`): its own user, or `""`, the one namespace that
+    /// every token without a user (a gateway acting for many users, an admin) and an
+    /// open service share. A package in one namespace is invisible to every other.
+    pub fn package_owner(&self) -> &str {
+        self.user.as_deref().unwrap_or("")
+    }
+
     /// Checks a user a request names (a body's `user`, a `user=` filter): 422 naming
     /// `field` when this token has another user.
     pub fn check_user(&self, field: &str, user: &str) -> Result<(), ApiError> {

@@ -248,7 +248,9 @@ pub async fn submit(
     let body = read_body(&req, payload, &state.settings.server).await?;
     let request = SubmitRequest::parse(&body)?;
     who.check_user("user", &request.user)?;
-    let new = request.into_new_job()?;
+    let mut new = request.into_new_job()?;
+    // Uploaded packages are the submitter's own (Ray's Jobs API, issue 31).
+    super::ray_compat::packages::pin(&state, &who, &mut new.runtime_env).await?;
     match accept(&state, new).await? {
         Accepted::Created(j, position) => {
             let v = view(&state, j, Fresh::Created(position)).await?;

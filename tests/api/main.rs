@@ -10,6 +10,7 @@ mod intake;
 mod jobs;
 mod leadership;
 mod openapi;
+mod packages;
 mod queue_counts;
 mod ray_api;
 mod ray_edges;

@@ -230,7 +230,9 @@ pub async fn submit(
         },
         other => other,
     };
-    let new = request.into_submit(user)?.into_new_job().map_err(rename)?;
+    let mut new = request.into_submit(user)?.into_new_job().map_err(rename)?;
+    // The packages the runtime_env names are the submitter's own uploads.
+    super::packages::pin(&state, &who, &mut new.runtime_env).await?;
     let j = accept(&state, new).await.map_err(rename)?.into_job();
     let sid = submission_id_of(&j);
     Ok(HttpResponse::Ok().json(json!({"job_id": sid, "submission_id": sid})))
