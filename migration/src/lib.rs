@@ -12,6 +12,7 @@ mod m20261204_000005_ray_packages;
 mod m20261205_000006_jobs_queue_count_index;
 mod m20261206_000007_queue_counts;
 mod m20261207_000008_package_owners;
+mod m20261208_000009_user_display_names;
 
 /// The ordered list of migrations.
 pub struct Migrator;
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261205_000006_jobs_queue_count_index::Migration),
             Box::new(m20261206_000007_queue_counts::Migration),
             Box::new(m20261207_000008_package_owners::Migration),
+            Box::new(m20261208_000009_user_display_names::Migration),
         ]
     }
 }

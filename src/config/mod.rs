@@ -60,6 +60,77 @@ pub struct RayCompatSettings {
     /// Largest `working_dir`/`py_modules` package accepted by `PUT /api/packages/...`,
     /// in bytes (kept in the database's `ray_packages` table until sent to a cluster).
     pub max_package_bytes: usize,
+    /// Who a job submitted through Ray's Jobs API by a token without a user (or with
+    /// no token) belongs to: these rules, tried in order, the first that names a user
+    /// wins; none does → 422. A token with a user always submits as that user.
+    pub user_rules: Vec<IdentityRule>,
+    /// The same kind of rules for a job's group (stored in its metadata under
+    /// `fairshare.group`, shown with the job); none matching = no group.
+    #[serde(default)]
+    pub group_rules: Vec<IdentityRule>,
+    /// What a Ray-API submit that declares no resources (no `entrypoint_num_*`,
+    /// `entrypoint_memory` or `entrypoint_resources`) asks for (Ray's own default is
+    /// nothing, which fair share cannot count; docs/qiskit-serverless.md).
+    pub default_resources: DefaultResources,
+}
+
+/// `ray_compat.default_resources`: cores, GPUs and bytes of a Ray-API job that
+/// declares none. `cpu > 0` or `gpu > 0`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultResources {
+    /// Cores (at most 4 decimal places).
+    pub cpu: f64,
+    /// GPUs (at most 4 decimal places).
+    #[serde(default)]
+    pub gpu: f64,
+    /// Bytes.
+    #[serde(default)]
+    pub memory_bytes: u64,
+}
+
+/// One rule of `ray_compat.user_rules` / `group_rules`: where a job's user (or group)
+/// is read from what the client already sends (DESIGN §4, "Who a job belongs to").
+#[derive(Clone, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case", deny_unknown_fields)]
+pub enum IdentityRule {
+    /// `metadata[key]`, as written.
+    Metadata {
+        /// The metadata key, e.g. `fairshare.user`.
+        key: String,
+    },
+    /// `runtime_env.env_vars[name]`, as written (e.g. `ENV_JOB_GATEWAY_INSTANCE`).
+    EnvVar {
+        /// The variable's name.
+        name: String,
+    },
+    /// A keyed hash of `runtime_env.env_vars[name]`: `u-` and the first 32 hex digits
+    /// of HMAC-SHA-256(`secret`, value), for a variable that holds a per-user secret
+    /// (`QISKIT_IBM_TOKEN`): users are told apart, the secret is never stored.
+    EnvVarHash {
+        /// The variable's name.
+        name: String,
+        /// The HMAC key, at least 16 bytes; changing it makes every user a new one.
+        secret: String,
+    },
+    /// This value for every job no earlier rule placed (said once in the log).
+    Default {
+        /// The user (or group) id.
+        value: String,
+    },
+}
+
+impl std::fmt::Debug for IdentityRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdentityRule::Metadata { key } => write!(f, "metadata[{key:?}]"),
+            IdentityRule::EnvVar { name } => write!(f, "env_vars[{name:?}]"),
+            IdentityRule::EnvVarHash { name, .. } => {
+                write!(f, "hash(env_vars[{name:?}], <redacted>)")
+            }
+            IdentityRule::Default { value } => write!(f, "default {value:?}"),
+        }
+    }
 }
 
 /// `[events]`: how `GET /v1/events` and the webhooks read `job_events`.

@@ -6,6 +6,7 @@ mod events;
 mod fake_ray;
 mod helpers;
 mod hostile;
+mod identity;
 mod intake;
 mod jobs;
 mod leadership;

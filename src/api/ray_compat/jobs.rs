@@ -8,7 +8,7 @@
 //! `driver_info`, `job_id` and `end_time` come through (`GET /api/jobs/{id}` asks the
 //! cluster; the list answers from the database). `start_time`/`end_time` are ms since
 //! the epoch; `start_time` is when fairshare accepted the job. The object also carries
-//! `fairshare: {id, user, status, cluster, attempt, pending_reason, queue_position}`,
+//! `fairshare: {id, user, group, status, cluster, attempt, pending_reason, queue_position}`,
 //! which Ray's client ignores.
 
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -17,7 +17,8 @@ use entity::{job, JobStatus};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::submit::{ray_field, ray_name, user_of, RaySubmitRequest};
+use super::identity::{group_of, user_of, GROUP_KEY};
+use super::submit::{ray_field, ray_name, RaySubmitRequest};
 use super::{JOBS_API_VERSION, RAY_VERSION};
 use crate::actors::Cancelled;
 use crate::api::auth::Identity;
@@ -84,6 +85,7 @@ pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Opt
         "fairshare": {
             "id": j.id,
             "user": j.user_id,
+            "group": j.metadata.as_ref().and_then(|m| m.get(GROUP_KEY)),
             "status": j.status.as_str(),
             "cluster": j.cluster,
             "attempt": j.attempt,
@@ -211,7 +213,16 @@ pub async fn submit(
     let body = read_body(&req, payload, &state.settings.server).await?;
     let request: RaySubmitRequest = parse_json(&body, false)?;
     crate::api::body::numbers::check(&body, super::submit::RAY_SUBMIT_NUMBERS)?;
-    let user = user_of(&who, request.metadata.as_ref())?;
+    let mut request = request;
+    let rules = &state.settings.ray_compat;
+    let (metadata, env) = (request.metadata.as_ref(), request.runtime_env.as_ref());
+    let user = user_of(&rules.user_rules, &who, metadata, env)?;
+    if let Some(group) = group_of(&rules.group_rules, metadata, env)? {
+        request
+            .metadata
+            .get_or_insert_with(Default::default)
+            .insert(GROUP_KEY.to_string(), group);
+    }
     let rename = |e: ApiError| match e {
         ApiError::Invalid { field, reason } => ApiError::Invalid {
             field: ray_field(&field),
@@ -230,7 +241,10 @@ pub async fn submit(
         },
         other => other,
     };
-    let mut new = request.into_submit(user)?.into_new_job().map_err(rename)?;
+    let mut new = request
+        .into_submit(user, &rules.default_resources)?
+        .into_new_job()
+        .map_err(rename)?;
     // The packages the runtime_env names are the submitter's own uploads.
     super::packages::pin(&state, &who, &mut new.runtime_env).await?;
     let j = accept(&state, new).await.map_err(rename)?.into_job();

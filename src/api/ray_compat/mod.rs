@@ -16,13 +16,15 @@
 //! | `GET`/`PUT /api/packages/{protocol}/{name}` | `working_dir`/`py_modules` packages |
 //!
 //! **Who the user is.** The bearer token names a submitter (`auth.tokens`); a token
-//! with a `user` submits as that user, a token without one (a gateway acting for many
-//! users) names the user in `metadata["fairshare.user"]`. See [`jobs::user_of`].
+//! with a `user` submits as that user; for a token without one (a gateway acting for
+//! many users) `ray_compat.user_rules` find the user in what the client sends (a
+//! metadata key, an env var as written or hashed, a default). See [`identity`].
 //!
 //! Errors use fairshare's JSON error body (`{"error": {"code", "message",
 //! "details"}}`) with Ray's field names in `details.field`; Ray's client shows the body
 //! in its `RuntimeError`.
 
+pub mod identity;
 pub mod jobs;
 pub mod packages;
 pub mod submit;
