@@ -342,6 +342,70 @@ pub struct DispatcherSettings {
 pub struct AuthSettings {
     #[serde(default)]
     pub tokens: Vec<TokenSettings>,
+    /// Source networks (CIDR, e.g. `10.42.0.0/16`, `127.0.0.1/32`) whose requests
+    /// *without* an `Authorization` header act with `trusted_role` and no user, as a
+    /// gateway's token does: for a client that cannot send headers (the
+    /// qiskit-serverless gateway's log GET). Judged by the TCP peer address only,
+    /// never by a header. A network covering everything (`/0`) is refused at start.
+    #[serde(default)]
+    pub trusted_networks: Vec<String>,
+    /// The role of trusted access (default `submitter`).
+    #[serde(default = "submitter")]
+    pub trusted_role: Role,
+}
+
+fn submitter() -> Role {
+    Role::Submitter
+}
+
+/// One `auth.trusted_networks` entry: an address and a prefix length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Network {
+    pub addr: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl Network {
+    /// `a.b.c.d/n` or `x::y/n` (a bare address is `/32` or `/128`). Errors: why not.
+    pub fn parse(s: &str) -> Result<Network, String> {
+        let (a, p) = s.split_once('/').unwrap_or((s, ""));
+        let addr: std::net::IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP address or CIDR network"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = if p.is_empty() {
+            max
+        } else {
+            p.trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?
+        };
+        Ok(Network { addr, prefix })
+    }
+
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 peer counts as IPv4).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        let bits = |ip: IpAddr| -> (u128, u32) {
+            match ip {
+                IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
+                IpAddr::V6(a) => (u128::from(a), 128),
+            }
+        };
+        let ((net, w1), (addr, w2)) = (bits(self.addr), bits(ip));
+        if w1 != w2 {
+            return false;
+        }
+        let shift = w1 - u32::from(self.prefix);
+        shift >= w1 || (net >> shift) == (addr >> shift)
+    }
 }
 
 /// A bearer token and the role it grants.
@@ -371,9 +435,10 @@ impl std::fmt::Debug for TokenSettings {
 }
 
 /// What a token may do. `Admin` can do everything a `Submitter` can.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    #[default]
     Submitter,
     Admin,
 }

@@ -140,6 +140,20 @@ impl Settings {
                 }
             }
         }
+        for (i, n) in self.auth.trusted_networks.iter().enumerate() {
+            let key = format!("auth.trusted_networks[{i}]");
+            match super::Network::parse(n) {
+                Err(why) => return invalid(&key, &why),
+                Ok(net) if net.prefix == 0 => {
+                    return invalid(
+                        &key,
+                        "covers every address: that opens the service to anyone who can \
+                         reach it; list the gateway's own networks",
+                    )
+                }
+                Ok(_) => {}
+            }
+        }
         if self.ray_compat.max_package_bytes == 0 {
             return invalid("ray_compat.max_package_bytes", "must be at least 1");
         }

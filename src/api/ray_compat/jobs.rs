@@ -18,6 +18,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::identity::{group_of, user_of, GROUP_KEY};
+use super::pyjson::{self, JobDetails, RayError};
 use super::submit::{ray_field, ray_name, RaySubmitRequest};
 use super::{JOBS_API_VERSION, RAY_VERSION};
 use crate::actors::Cancelled;
@@ -183,20 +184,36 @@ pub(super) async fn find(
     }
 }
 
+/// `GET /api/version`'s body, in Ray's field order.
+#[derive(serde::Serialize)]
+struct Version {
+    version: &'static str,
+    ray_version: &'static str,
+    ray_commit: &'static str,
+    session_name: &'static str,
+}
+
+/// `POST /api/jobs/`'s body, in Ray's field order.
+#[derive(serde::Serialize)]
+struct Submitted<'a> {
+    job_id: &'a str,
+    submission_id: &'a str,
+}
+
 /// `GET /api/version`: what Ray's client checks first.
 pub async fn version(
     state: web::Data<AppState>,
     req: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     state
         .auth
         .require(&req, Role::Submitter, "use the Jobs API")?;
-    Ok(HttpResponse::Ok().json(json!({
-        "version": JOBS_API_VERSION,
-        "ray_version": RAY_VERSION,
-        "ray_commit": "fairshare",
-        "session_name": "fairshare",
-    })))
+    Ok(pyjson::ok(&Version {
+        version: JOBS_API_VERSION,
+        ray_version: RAY_VERSION,
+        ray_commit: "fairshare",
+        session_name: "fairshare",
+    }))
 }
 
 /// `POST /api/jobs/`: Ray's submit. 200 `{"job_id", "submission_id"}` (both the
@@ -208,7 +225,7 @@ pub async fn submit(
     state: web::Data<AppState>,
     req: HttpRequest,
     payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
     let body = read_body(&req, payload, &state.settings.server).await?;
     let request: RaySubmitRequest = parse_json(&body, false)?;
@@ -249,12 +266,15 @@ pub async fn submit(
     super::packages::pin(&state, &who, &mut new.runtime_env).await?;
     let j = accept(&state, new).await.map_err(rename)?.into_job();
     let sid = submission_id_of(&j);
-    Ok(HttpResponse::Ok().json(json!({"job_id": sid, "submission_id": sid})))
+    Ok(pyjson::ok(&Submitted {
+        job_id: &sid,
+        submission_id: &sid,
+    }))
 }
 
 /// `GET /api/jobs/`: the newest [`LIST_LIMIT`] jobs as Ray's `JobDetails` (the token's
 /// user's only, for a token with a user), from the database.
-pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "read jobs")?;
     let jobs = store::list_jobs(
         &state.db,
@@ -267,8 +287,11 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         },
     )
     .await?;
-    let out: Vec<Value> = jobs.iter().map(|j| details(j, None, None)).collect();
-    Ok(HttpResponse::Ok().json(out))
+    let out: Vec<JobDetails> = jobs
+        .iter()
+        .map(|j| JobDetails::from_value(details(j, None, None)))
+        .collect();
+    Ok(pyjson::ok(&out))
 }
 
 /// `GET /api/jobs/{id}`: one job as Ray's `JobDetails`, Ray's view merged in.
@@ -276,10 +299,12 @@ pub async fn get(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "read jobs")?;
     let j = find(&state, &who, &id).await?;
-    Ok(HttpResponse::Ok().json(details_with_ray(&state, j).await?))
+    Ok(pyjson::ok(&JobDetails::from_value(
+        details_with_ray(&state, j).await?,
+    )))
 }
 
 /// `POST /api/jobs/{id}/stop`: `{"stopped": true}` when the job was queued (STOPPED at
@@ -290,21 +315,20 @@ pub async fn stop(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "stop jobs")?;
     let j = find(&state, &who, &id).await?;
     tracing::Span::current().record("job_id", tracing::field::display(j.id));
     let stopped = match cancel_job(&state, j.id).await? {
         Cancelled::NotFound => {
-            return Err(ApiError::NotFound(format!(
-                "no job with submission_id {:?}",
-                id.as_str()
-            )))
+            return Err(
+                ApiError::NotFound(format!("no job with submission_id {:?}", id.as_str())).into(),
+            )
         }
         Cancelled::AlreadyFinished(_) => false,
         Cancelled::Stopped(_) | Cancelled::StopRequested(_) => true,
     };
-    Ok(HttpResponse::Ok().json(json!({ "stopped": stopped })))
+    Ok(pyjson::ok(&json!({ "stopped": stopped })))
 }
 
 /// `DELETE /api/jobs/{id}`: a finished job is deleted from Ray (its record there, when
@@ -316,7 +340,7 @@ pub async fn delete(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "delete jobs")?;
     let mut j = find(&state, &who, &id).await?;
     tracing::Span::current().record("job_id", tracing::field::display(j.id));
@@ -341,7 +365,8 @@ pub async fn delete(
             ),
             job_id: j.id,
             status: j.status.to_string(),
-        });
+        }
+        .into());
     }
     if j.cluster.is_some() {
         if let Some(client) = cluster_client(&state, &j) {
@@ -354,7 +379,7 @@ pub async fn delete(
     }
     let deleted = store::delete_job(&state.db, j.id).await?;
     tracing::info!(deleted, "job deleted");
-    Ok(HttpResponse::Ok().json(json!({ "deleted": true })))
+    Ok(pyjson::ok(&json!({ "deleted": true })))
 }
 
 /// How long [`settle`] waits for the row to catch up with Ray.
@@ -418,10 +443,10 @@ pub async fn logs(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "read logs")?;
     let j = find(&state, &who, &id).await?;
-    Ok(HttpResponse::Ok().json(json!({ "logs": ray_logs(&state, &j).await? })))
+    Ok(pyjson::ok(&json!({ "logs": ray_logs(&state, &j).await? })))
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 //! namespace. Neither the existence nor the content of a package crosses owners.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::json;
 
 use crate::api::body::read_body_limited;
 use crate::api::{ApiError, AppState};
@@ -33,16 +32,17 @@ pub async fn get(
     state: web::Data<AppState>,
     req: HttpRequest,
     path: web::Path<(String, String)>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, super::pyjson::RayError> {
     let who = state
         .auth
         .identify(&req, Role::Submitter, "read packages")?;
     let (protocol, name) = path.into_inner();
     let uri = uri_of(&protocol, &name)?;
     if crate::store::package_exists(&state.db, who.package_owner(), &uri).await? {
-        Ok(HttpResponse::Ok().json(json!({"result": true, "msg": "package exists"})))
+        // Ray answers an empty 200; its client reads the status only.
+        Ok(HttpResponse::Ok().finish())
     } else {
-        Err(ApiError::NotFound(format!("package {uri} is not uploaded")))
+        Err(ApiError::NotFound(format!("package {uri} is not uploaded")).into())
     }
 }
 
@@ -55,7 +55,7 @@ pub async fn put(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, super::pyjson::RayError> {
     let who = state
         .auth
         .identify(&req, Role::Submitter, "upload packages")?;
@@ -71,15 +71,12 @@ pub async fn put(
     )
     .await?;
     if body.is_empty() {
-        return Err(ApiError::invalid(
-            "(body)",
-            "the package (a zip file) is empty",
-        ));
+        return Err(ApiError::invalid("(body)", "the package (a zip file) is empty").into());
     }
     let bytes = body.len();
     crate::store::put_package(&state.db, who.package_owner(), &uri, body.to_vec()).await?;
     tracing::info!(bytes, "package kept");
-    Ok(HttpResponse::Ok().json(json!({"result": true, "msg": "package uploaded"})))
+    Ok(HttpResponse::Ok().finish())
 }
 
 /// Pins a submit's `runtime_env` to `who`'s packages ([`crate::ray::packages::pin_packages`]):
