@@ -67,7 +67,15 @@ impl Application {
         let state = AppState {
             db: db.clone(),
             settings: settings.clone(),
-            auth: Auth::new(settings.auth.tokens.clone()),
+            auth: Auth::new(settings.auth.tokens.clone()).with_trusted(
+                settings
+                    .auth
+                    .trusted_networks
+                    .iter()
+                    .filter_map(|n| crate::config::Network::parse(n).ok())
+                    .collect(),
+                settings.auth.trusted_role,
+            ),
             leadership: leadership.clone(),
             intake,
             shares: api::console::ShareHistory::start(leadership.clone(), db.clone()),

@@ -65,6 +65,8 @@ mod webhooks;
 
 pub use actors::Scheduler;
 pub use api::error::ERROR_CODES;
+/// How Ray's dashboard writes JSON (Python's `json.dumps`), and its `JobDetails` order.
+pub use api::ray_compat::pyjson as ray_json;
 /// The `/api/` routes of Ray's Jobs REST API, as `(method, path)`.
 pub use api::ray_compat::ROUTES as RAY_API_ROUTES;
 pub use api::ROUTES;

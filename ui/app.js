@@ -281,7 +281,7 @@ function renderUsersRows() {
         el(
           "th",
           { scope: "row", class: "user" },
-          el("a", { href: "#jobs?user=" + encodeURIComponent(u.id), class: "id", title: u.id, "data-focus-key": "user\u0000" + u.id }, u.id),
+          el("a", { href: "#jobs?user=" + encodeURIComponent(u.id), class: "id", title: u.display_name ? u.display_name + " (" + u.id + ")" : u.id, "data-focus-key": "user\u0000" + u.id }, u.display_name || u.id),
         ),
         el("td", { class: "num weight" }, num(u.weight, 4)),
         el("td", { class: "paused-cell" }, u.paused ? "paused" : "no"),

@@ -23,6 +23,9 @@ pub struct Model {
     pub usage: f64,
     /// When `usage` was last brought up to date.
     pub usage_at: DateTimeUtc,
+    /// An admin's readable name for the user (a hashed id such as `u-3f9a…` has
+    /// none of its own); `None` = none. Shown, never used to find the user.
+    pub display_name: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
 }

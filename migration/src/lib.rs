@@ -11,6 +11,8 @@ mod m20261203_000004_webhook_cursors;
 mod m20261204_000005_ray_packages;
 mod m20261205_000006_jobs_queue_count_index;
 mod m20261206_000007_queue_counts;
+mod m20261207_000008_package_owners;
+mod m20261208_000009_user_display_names;
 
 /// The ordered list of migrations.
 pub struct Migrator;
@@ -26,6 +28,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000005_ray_packages::Migration),
             Box::new(m20261205_000006_jobs_queue_count_index::Migration),
             Box::new(m20261206_000007_queue_counts::Migration),
+            Box::new(m20261207_000008_package_owners::Migration),
+            Box::new(m20261208_000009_user_display_names::Migration),
         ]
     }
 }

@@ -11,18 +11,35 @@ use actix_web::HttpRequest;
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use crate::config::{Role, TokenSettings};
+use crate::config::{Network, Role, TokenSettings};
 
 /// The configured tokens.
 #[derive(Clone, Default)]
 pub struct Auth {
     tokens: Vec<TokenSettings>,
+    /// `auth.trusted_networks`, and the role their header-less requests act with.
+    trusted: Vec<Network>,
+    trusted_role: Option<Role>,
 }
 
 impl Auth {
     /// Auth over `tokens`; empty = open.
     pub fn new(tokens: Vec<TokenSettings>) -> Self {
-        Auth { tokens }
+        Auth {
+            tokens,
+            trusted: Vec::new(),
+            trusted_role: None,
+        }
+    }
+
+    /// With trusted access (`auth.trusted_networks`, DESIGN §4): a request without an
+    /// `Authorization` header whose TCP peer is in `networks` acts with `role` and no
+    /// user. The peer address only: no forwarded-for header is believed.
+    #[must_use]
+    pub fn with_trusted(mut self, networks: Vec<Network>, role: Role) -> Self {
+        self.trusted_role = (!networks.is_empty()).then_some(role);
+        self.trusted = networks;
+        self
     }
 
     /// Checks that the request's bearer token grants at least `needed`.
@@ -55,9 +72,19 @@ impl Auth {
                 user: None,
             });
         }
-        let presented = req
-            .headers()
-            .get(actix_web::http::header::AUTHORIZATION)
+        let header = req.headers().get(actix_web::http::header::AUTHORIZATION);
+        if header.is_none() {
+            if let (Some(role), Some(peer)) = (self.trusted_role, req.peer_addr()) {
+                if self.trusted.iter().any(|n| n.contains(peer.ip())) {
+                    return if role >= needed {
+                        Ok(Identity { role, user: None })
+                    } else {
+                        Err(ApiError::Forbidden(action))
+                    };
+                }
+            }
+        }
+        let presented = header
             .and_then(|v| v.to_str().ok())
             .and_then(|v| {
                 let (scheme, rest) = v.split_once(' ')?;
@@ -125,6 +152,14 @@ impl Identity {
     /// every user's.
     pub fn may_access(&self, user: &str) -> bool {
         self.user.as_deref().is_none_or(|own| own == user)
+    }
+
+    /// The namespace of the packages this identity uploads and its jobs use (Ray's
+    /// Jobs API, `ray_packages.owner`): its own user, or `""`, the one namespace that
+    /// every token without a user (a gateway acting for many users, an admin) and an
+    /// open service share. A package in one namespace is invisible to every other.
+    pub fn package_owner(&self) -> &str {
+        self.user.as_deref().unwrap_or("")
     }
 
     /// Checks a user a request names (a body's `user`, a `user=` filter): 422 naming

@@ -38,6 +38,9 @@ pub struct JobView {
     pub resources: ResourcesOut,
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<serde_json::Value>,
+    /// The job's group (`metadata["fairshare.group"]`: given, or found by
+    /// `ray_compat.group_rules` on Ray's Jobs API), or null.
+    pub group: Option<String>,
     pub max_runtime_s: Option<i64>,
     pub submitted_at: DateTime<Utc>,
     pub dispatched_at: Option<DateTime<Utc>>,
@@ -74,6 +77,12 @@ impl JobView {
             priority: j.priority,
             entrypoint: j.entrypoint,
             resources,
+            group: j
+                .metadata
+                .as_ref()
+                .and_then(|m| m.get(super::ray_compat::identity::GROUP_KEY))
+                .and_then(|g| g.as_str())
+                .map(str::to_string),
             metadata: j.metadata,
             max_runtime_s: j.max_runtime_s,
             submitted_at: j.submitted_at,
@@ -248,7 +257,9 @@ pub async fn submit(
     let body = read_body(&req, payload, &state.settings.server).await?;
     let request = SubmitRequest::parse(&body)?;
     who.check_user("user", &request.user)?;
-    let new = request.into_new_job()?;
+    let mut new = request.into_new_job()?;
+    // Uploaded packages are the submitter's own (Ray's Jobs API, issue 31).
+    super::ray_compat::packages::pin(&state, &who, &mut new.runtime_env).await?;
     match accept(&state, new).await? {
         Accepted::Created(j, position) => {
             let v = view(&state, j, Fresh::Created(position)).await?;

@@ -68,6 +68,11 @@ pub struct UserUpdate {
     #[serde(default, deserialize_with = "object::double_opt")]
     #[schema(value_type = Option<ResourceLimit>)]
     pub max_resources: Option<Option<ResourceLimit>>,
+    /// A readable name for the user (for an id such as `u-3f9a…` that a keyed hash
+    /// made), 1–128 characters without control characters, or null for none.
+    #[serde(default, deserialize_with = "super::body::nullable")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 128, pattern = r"^[^\x00-\x1f\x7f-\x9f]*$")]
+    pub display_name: Option<Option<String>>,
 }
 
 /// `POST /v1/users/{id}/pause|resume` body: nothing, or `{}`.
@@ -79,6 +84,8 @@ pub struct Empty {}
 #[derive(Debug, Serialize, ToSchema)]
 pub struct UserView {
     pub id: String,
+    /// The admin-set readable name, or null.
+    pub display_name: Option<String>,
     pub weight: f64,
     pub paused: bool,
     /// The user's own cap, or null for the default.
@@ -165,6 +172,7 @@ fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
             .as_ref()
             .and_then(|v| serde_json::from_value(v.clone()).ok()),
         id: u.id,
+        display_name: u.display_name,
         weight: u.weight,
         paused: u.paused,
         max_running_jobs: u.max_running_jobs,
@@ -293,6 +301,15 @@ impl UserUpdate {
         if let Some(Some(limit)) = &self.max_resources {
             check_resource_limit("max_resources", limit)?;
         }
+        if let Some(Some(name)) = &self.display_name {
+            let n = name.chars().count();
+            if !(1..=128).contains(&n) || name.chars().any(char::is_control) {
+                return Err(ApiError::invalid(
+                    "display_name",
+                    "must be 1 to 128 characters without control characters, or null for none",
+                ));
+            }
+        }
         Ok(UserPatch {
             // null: back to the default, as null puts a limit back to the default.
             weight: self
@@ -304,6 +321,7 @@ impl UserUpdate {
                 .max_resources
                 .map(|o| o.map(|l| serde_json::to_value(l).unwrap_or_default())),
             paused: None,
+            display_name: self.display_name,
         })
     }
 }

@@ -60,6 +60,77 @@ pub struct RayCompatSettings {
     /// Largest `working_dir`/`py_modules` package accepted by `PUT /api/packages/...`,
     /// in bytes (kept in the database's `ray_packages` table until sent to a cluster).
     pub max_package_bytes: usize,
+    /// Who a job submitted through Ray's Jobs API by a token without a user (or with
+    /// no token) belongs to: these rules, tried in order, the first that names a user
+    /// wins; none does → 422. A token with a user always submits as that user.
+    pub user_rules: Vec<IdentityRule>,
+    /// The same kind of rules for a job's group (stored in its metadata under
+    /// `fairshare.group`, shown with the job); none matching = no group.
+    #[serde(default)]
+    pub group_rules: Vec<IdentityRule>,
+    /// What a Ray-API submit that declares no resources (no `entrypoint_num_*`,
+    /// `entrypoint_memory` or `entrypoint_resources`) asks for (Ray's own default is
+    /// nothing, which fair share cannot count; docs/qiskit-serverless.md).
+    pub default_resources: DefaultResources,
+}
+
+/// `ray_compat.default_resources`: cores, GPUs and bytes of a Ray-API job that
+/// declares none. `cpu > 0` or `gpu > 0`.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultResources {
+    /// Cores (at most 4 decimal places).
+    pub cpu: f64,
+    /// GPUs (at most 4 decimal places).
+    #[serde(default)]
+    pub gpu: f64,
+    /// Bytes.
+    #[serde(default)]
+    pub memory_bytes: u64,
+}
+
+/// One rule of `ray_compat.user_rules` / `group_rules`: where a job's user (or group)
+/// is read from what the client already sends (DESIGN §4, "Who a job belongs to").
+#[derive(Clone, Deserialize)]
+#[serde(tag = "from", rename_all = "snake_case", deny_unknown_fields)]
+pub enum IdentityRule {
+    /// `metadata[key]`, as written.
+    Metadata {
+        /// The metadata key, e.g. `fairshare.user`.
+        key: String,
+    },
+    /// `runtime_env.env_vars[name]`, as written (e.g. `ENV_JOB_GATEWAY_INSTANCE`).
+    EnvVar {
+        /// The variable's name.
+        name: String,
+    },
+    /// A keyed hash of `runtime_env.env_vars[name]`: `u-` and the first 32 hex digits
+    /// of HMAC-SHA-256(`secret`, value), for a variable that holds a per-user secret
+    /// (`QISKIT_IBM_TOKEN`): users are told apart, the secret is never stored.
+    EnvVarHash {
+        /// The variable's name.
+        name: String,
+        /// The HMAC key, at least 16 bytes; changing it makes every user a new one.
+        secret: String,
+    },
+    /// This value for every job no earlier rule placed (said once in the log).
+    Default {
+        /// The user (or group) id.
+        value: String,
+    },
+}
+
+impl std::fmt::Debug for IdentityRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IdentityRule::Metadata { key } => write!(f, "metadata[{key:?}]"),
+            IdentityRule::EnvVar { name } => write!(f, "env_vars[{name:?}]"),
+            IdentityRule::EnvVarHash { name, .. } => {
+                write!(f, "hash(env_vars[{name:?}], <redacted>)")
+            }
+            IdentityRule::Default { value } => write!(f, "default {value:?}"),
+        }
+    }
 }
 
 /// `[events]`: how `GET /v1/events` and the webhooks read `job_events`.
@@ -271,6 +342,70 @@ pub struct DispatcherSettings {
 pub struct AuthSettings {
     #[serde(default)]
     pub tokens: Vec<TokenSettings>,
+    /// Source networks (CIDR, e.g. `10.42.0.0/16`, `127.0.0.1/32`) whose requests
+    /// *without* an `Authorization` header act with `trusted_role` and no user, as a
+    /// gateway's token does: for a client that cannot send headers (the
+    /// qiskit-serverless gateway's log GET). Judged by the TCP peer address only,
+    /// never by a header. A network covering everything (`/0`) is refused at start.
+    #[serde(default)]
+    pub trusted_networks: Vec<String>,
+    /// The role of trusted access (default `submitter`).
+    #[serde(default = "submitter")]
+    pub trusted_role: Role,
+}
+
+fn submitter() -> Role {
+    Role::Submitter
+}
+
+/// One `auth.trusted_networks` entry: an address and a prefix length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Network {
+    pub addr: std::net::IpAddr,
+    pub prefix: u8,
+}
+
+impl Network {
+    /// `a.b.c.d/n` or `x::y/n` (a bare address is `/32` or `/128`). Errors: why not.
+    pub fn parse(s: &str) -> Result<Network, String> {
+        let (a, p) = s.split_once('/').unwrap_or((s, ""));
+        let addr: std::net::IpAddr = a
+            .trim()
+            .parse()
+            .map_err(|_| format!("{s:?} is not an IP address or CIDR network"))?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix = if p.is_empty() {
+            max
+        } else {
+            p.trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| format!("{s:?}: the prefix length must be 0 to {max}"))?
+        };
+        Ok(Network { addr, prefix })
+    }
+
+    /// Whether `ip` is in this network (an IPv4-mapped IPv6 peer counts as IPv4).
+    pub fn contains(&self, ip: std::net::IpAddr) -> bool {
+        use std::net::IpAddr;
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        let bits = |ip: IpAddr| -> (u128, u32) {
+            match ip {
+                IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
+                IpAddr::V6(a) => (u128::from(a), 128),
+            }
+        };
+        let ((net, w1), (addr, w2)) = (bits(self.addr), bits(ip));
+        if w1 != w2 {
+            return false;
+        }
+        let shift = w1 - u32::from(self.prefix);
+        shift >= w1 || (net >> shift) == (addr >> shift)
+    }
 }
 
 /// A bearer token and the role it grants.
@@ -300,9 +435,10 @@ impl std::fmt::Debug for TokenSettings {
 }
 
 /// What a token may do. `Admin` can do everything a `Submitter` can.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
+    #[default]
     Submitter,
     Admin,
 }

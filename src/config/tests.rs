@@ -206,3 +206,68 @@ fn a_file_overrides_defaults() {
     assert_eq!(s.server.bind.port(), 9000);
     assert_eq!(s.auth.tokens[0].role, Role::Admin);
 }
+
+/// Loads `toml` as a `--config` file over the defaults.
+fn load_toml(toml: &str) -> Result<Settings, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, toml).unwrap();
+    Settings::load_with_env(Some(&path), env(&[]))
+}
+
+#[test]
+fn identity_rules_load_and_bad_ones_stop_the_service_naming_their_key() {
+    let s = load_toml(
+        "[ray_compat]\nuser_rules = [{from = \"metadata\", key = \"fairshare.user\"}, \
+         {from = \"env_var_hash\", name = \"QISKIT_IBM_TOKEN\", secret = \"0123456789abcdef\"}, \
+         {from = \"default\", value = \"shared\"}]\n\
+         group_rules = [{from = \"env_var\", name = \"QISKIT_IBM_INSTANCE\"}]\n",
+    )
+    .unwrap();
+    assert_eq!(s.ray_compat.user_rules.len(), 3);
+    let dbg = format!("{:?}", s.ray_compat);
+    assert!(
+        !dbg.contains("0123456789abcdef"),
+        "secrets stay out of Debug: {dbg}"
+    );
+    for (toml, key) in [
+        (
+            "user_rules = [{from = \"env_var_hash\", name = \"T\", secret = \"short\"}]",
+            "ray_compat.user_rules[0].secret",
+        ),
+        (
+            "user_rules = [{from = \"default\", value = \"two words\"}]",
+            "ray_compat.user_rules[0].value",
+        ),
+        (
+            "user_rules = [{from = \"default\", value = \"x\"}, {from = \"metadata\", key = \"k\"}]",
+            "ray_compat.user_rules[0].from",
+        ),
+        ("user_rules = []", "ray_compat.user_rules"),
+        (
+            "group_rules = [{from = \"env_var\", name = \"\"}]",
+            "ray_compat.group_rules[0].name",
+        ),
+        (
+            "user_rules = [{from = \"metadata\", key = \"k\", name = \"x\"}]",
+            "ray_compat.user_rules",
+        ),
+        (
+            "user_rules = [{from = \"the_moon\"}]",
+            "ray_compat.user_rules",
+        ),
+        (
+            "default_resources = {cpu = 0, gpu = 0}",
+            "ray_compat.default_resources.cpu",
+        ),
+        (
+            "default_resources = {cpu = 0.12345}",
+            "ray_compat.default_resources.cpu",
+        ),
+    ] {
+        let err = load_toml(&format!("[ray_compat]\n{toml}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{toml}: {err}");
+    }
+}

@@ -140,14 +140,109 @@ impl Settings {
                 }
             }
         }
+        for (i, n) in self.auth.trusted_networks.iter().enumerate() {
+            let key = format!("auth.trusted_networks[{i}]");
+            match super::Network::parse(n) {
+                Err(why) => return invalid(&key, &why),
+                Ok(net) if net.prefix == 0 => {
+                    return invalid(
+                        &key,
+                        "covers every address: that opens the service to anyone who can \
+                         reach it; list the gateway's own networks",
+                    )
+                }
+                Ok(_) => {}
+            }
+        }
         if self.ray_compat.max_package_bytes == 0 {
             return invalid("ray_compat.max_package_bytes", "must be at least 1");
         }
+        self.validate_ray_compat()?;
         if self.auth.tokens.is_empty() && !self.server.bind.ip().is_loopback() {
             return invalid(
                 "auth.tokens",
                 "no token configured: the API would be open to the network; \
                  configure [[auth.tokens]] or bind to a loopback address",
+            );
+        }
+        Ok(())
+    }
+
+    /// The checks of `ray_compat`'s identity rules and default resources.
+    fn validate_ray_compat(&self) -> Result<(), ConfigError> {
+        use super::IdentityRule;
+        let invalid = |key: String, reason: String| Err(ConfigError::Invalid { key, reason });
+        let r = &self.ray_compat;
+        if r.user_rules.is_empty() {
+            return invalid(
+                "ray_compat.user_rules".into(),
+                "must have at least one rule (the default is [{from = \"metadata\", key = \"fairshare.user\"}])".into(),
+            );
+        }
+        for (list, rules) in [
+            ("user_rules", &r.user_rules),
+            ("group_rules", &r.group_rules),
+        ] {
+            for (i, rule) in rules.iter().enumerate() {
+                let key = |k: &str| format!("ray_compat.{list}[{i}].{k}");
+                match rule {
+                    IdentityRule::Metadata { key: k } if k.trim().is_empty() => {
+                        return invalid(key("key"), "must not be empty".into())
+                    }
+                    IdentityRule::EnvVar { name } | IdentityRule::EnvVarHash { name, .. }
+                        if name.trim().is_empty() =>
+                    {
+                        return invalid(key("name"), "must not be empty".into())
+                    }
+                    IdentityRule::EnvVarHash { secret, .. } if secret.len() < 16 => {
+                        return invalid(
+                            key("secret"),
+                            "must be at least 16 bytes (it keys the HMAC-SHA-256 of the variable)"
+                                .into(),
+                        )
+                    }
+                    IdentityRule::Default { value } => {
+                        if let Some(why) = crate::user_id::problem(value) {
+                            return invalid(key("value"), format!("must be an id: {why}"));
+                        }
+                    }
+                    _ => {}
+                }
+                if i + 1 < rules.len() && matches!(rule, IdentityRule::Default { .. }) {
+                    return invalid(
+                        key("from"),
+                        "a default rule must be the last (the rules after it would never be tried)"
+                            .into(),
+                    );
+                }
+            }
+        }
+        let d = &r.default_resources;
+        for (k, v) in [("cpu", d.cpu), ("gpu", d.gpu)] {
+            let ok = v.is_finite()
+                && (0.0..=1e6).contains(&v)
+                && format!("{v}")
+                    .split('.')
+                    .nth(1)
+                    .is_none_or(|f| f.len() <= 4);
+            if !ok {
+                return invalid(
+                    format!("ray_compat.default_resources.{k}"),
+                    "must be 0 to 1e6 with at most 4 decimal places".into(),
+                );
+            }
+        }
+        if d.cpu <= 0.0 && d.gpu <= 0.0 {
+            return invalid(
+                "ray_compat.default_resources.cpu".into(),
+                "cpu or gpu must be above 0 (fair share cannot count a job that asks for nothing)"
+                    .into(),
+            );
+        }
+        if d.memory_bytes > 1 << 53 {
+            return invalid(
+                "ray_compat.default_resources.memory_bytes".into(),
+                "must be at most 2^53".into(),
             );
         }
         Ok(())

@@ -4,6 +4,14 @@
 //! <name>` and puts the URI into the job's `runtime_env`. fairshare keeps the upload
 //! and, when the job is granted a cluster, sends it there before the submit unless
 //! that cluster already has it (`GET /api/packages/...` answers 200).
+//!
+//! **Per owner** (issue 31): uploads are kept per owner (the uploading token's user,
+//! or the shared namespace `""` of tokens without one), and a submit's `runtime_env`
+//! is *pinned* to its owner's packages ([`pin_packages`]): each uploaded URI it names
+//! is replaced by the name of that package's content on the clusters,
+//! `gcs://_ray_pkg_fs_<hex SHA-256>.zip` ([`cluster_uri`]). A cluster's package names
+//! are one namespace for every tenant, so a name must mean one content there: a user
+//! who uploads under a URI someone else's job names changes nothing but their own.
 
 use std::future::Future;
 
@@ -12,6 +20,71 @@ use super::{error_chain, RayClient};
 /// The protocol of packages that go through the packages API; other URIs (`s3://`,
 /// `https://`, ...) are fetched by Ray itself.
 pub const UPLOADED_PROTOCOL: &str = "gcs";
+
+/// The start of a package name on a cluster that fairshare chose: the hex SHA-256 of
+/// the content follows, then `.zip`.
+pub const CLUSTER_PREFIX: &str = "_ray_pkg_fs_";
+
+/// The URI a package of this content digest (hex SHA-256) has on the clusters.
+pub fn cluster_uri(digest: &str) -> String {
+    format!("{UPLOADED_PROTOCOL}://{CLUSTER_PREFIX}{digest}.zip")
+}
+
+/// The digest a [`cluster_uri`] names; `None` for every other URI.
+pub fn digest_in(uri: &str) -> Option<&str> {
+    let name = uri.strip_prefix(UPLOADED_PROTOCOL)?.strip_prefix("://")?;
+    let digest = name.strip_prefix(CLUSTER_PREFIX)?.strip_suffix(".zip")?;
+    (digest.len() == 64
+        && digest
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    .then_some(digest)
+}
+
+/// Pins `runtime_env` to its submitter's packages: every uploaded package URI in
+/// `working_dir` and `py_modules` for which `digest_of(uri)` finds the submitter's
+/// package is replaced by its [`cluster_uri`]. A URI the submitter has not uploaded is
+/// left as written (Ray reports it if the cluster lacks it; fairshare sends nothing
+/// for it), and so is one that already is a [`cluster_uri`].
+///
+/// Errors: what `digest_of` returns (a database error).
+pub async fn pin_packages<F, Fut, E>(
+    runtime_env: &mut serde_json::Value,
+    digest_of: F,
+) -> Result<(), E>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<Option<String>, E>>,
+{
+    let Some(env) = runtime_env.as_object_mut() else {
+        return Ok(());
+    };
+    let mut slots: Vec<&mut serde_json::Value> = Vec::new();
+    let (mut wd, mut mods) = (None, None);
+    for (k, v) in env.iter_mut() {
+        match k.as_str() {
+            "working_dir" => wd = Some(v),
+            "py_modules" => mods = Some(v),
+            _ => {}
+        }
+    }
+    slots.extend(wd);
+    if let Some(serde_json::Value::Array(items)) = mods {
+        slots.extend(items.iter_mut());
+    }
+    for slot in slots {
+        let Some(uri) = slot.as_str() else { continue };
+        if digest_in(uri).is_some()
+            || !matches!(split_uri(uri), Some((p, _)) if p == UPLOADED_PROTOCOL)
+        {
+            continue;
+        }
+        if let Some(digest) = digest_of(uri.to_string()).await? {
+            *slot = serde_json::Value::String(cluster_uri(&digest));
+        }
+    }
+    Ok(())
+}
 
 /// The `(protocol, name)` of every uploaded package `runtime_env` names in
 /// `working_dir` (a URI string) and `py_modules` (a list of URI strings), in that
@@ -52,7 +125,9 @@ pub fn split_uri(uri: &str) -> Option<(&str, &str)> {
 
 /// Makes sure `client`'s cluster has every uploaded package `runtime_env` names: for
 /// each, `GET /api/packages/...` on the cluster; if it answers 404 and `load(uri)`
-/// finds the package here, `PUT` it. A package neither here nor there is left for Ray
+/// finds the package here, `PUT` it. (`store::package_content` finds only
+/// [`cluster_uri`]s, so only pinned packages are sent, under the name of their
+/// content.) A package neither here nor there is left for Ray
 /// to report (the job fails there with Ray's own message).
 ///
 /// Errors: a sentence naming the package and the cause, when the cluster did not
@@ -122,6 +197,49 @@ mod tests {
         );
         assert!(package_uris(Some(&json!({"working_dir": "./local"}))).is_empty());
         assert!(package_uris(None).is_empty());
+    }
+
+    #[test]
+    fn cluster_uris_name_a_content_digest_and_nothing_else() {
+        let d = "ab".repeat(32);
+        let uri = cluster_uri(&d);
+        assert_eq!(uri, format!("gcs://_ray_pkg_fs_{d}.zip"));
+        assert_eq!(digest_in(&uri), Some(d.as_str()));
+        assert!(split_uri(&uri).is_some(), "a name Ray's packages API takes");
+        assert_eq!(digest_in("gcs://_ray_pkg_0123456789abcdef.zip"), None);
+        assert_eq!(
+            digest_in(&format!("gcs://_ray_pkg_fs_{}.zip", "AB".repeat(32))),
+            None
+        );
+        assert_eq!(digest_in(&format!("s3://_ray_pkg_fs_{d}.zip")), None);
+    }
+
+    #[actix_web::test]
+    async fn pinning_replaces_the_submitters_uploads_and_leaves_the_rest() {
+        let d = "cd".repeat(32);
+        let mut env = json!({
+            "working_dir": "gcs://_ray_pkg_mine.zip",
+            "py_modules": ["gcs://_ray_pkg_unknown.zip", "s3://b/m.zip", "gcs://_ray_pkg_mine.zip"],
+            "env_vars": {"working_dir": "gcs://_ray_pkg_mine.zip"}
+        });
+        let want = d.clone();
+        pin_packages(&mut env, |uri| {
+            let want = want.clone();
+            async move {
+                Ok::<_, std::convert::Infallible>(
+                    (uri == "gcs://_ray_pkg_mine.zip").then_some(want),
+                )
+            }
+        })
+        .await
+        .unwrap();
+        let pinned = cluster_uri(&d);
+        assert_eq!(env["working_dir"], pinned.as_str());
+        assert_eq!(
+            env["py_modules"],
+            json!(["gcs://_ray_pkg_unknown.zip", "s3://b/m.zip", pinned])
+        );
+        assert_eq!(env["env_vars"]["working_dir"], "gcs://_ray_pkg_mine.zip");
     }
 
     #[test]

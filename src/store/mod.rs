@@ -54,7 +54,10 @@ pub use intake::{
     IntakeWriter, NewJob, MAX_BATCH, MAX_BATCH_BYTES,
 };
 
-pub use ray_api::{delete_job, jobs_by_external_id, package_content, package_exists, put_package};
+pub use ray_api::{
+    delete_job, jobs_by_external_id, package_content, package_digest, package_digest_of,
+    package_exists, put_package,
+};
 
 pub use sea_orm::DatabaseConnection as Db;
 

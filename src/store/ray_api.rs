@@ -42,19 +42,31 @@ pub async fn delete_job(db: &Db, id: Uuid) -> Result<bool, DbErr> {
     Ok(deleted.rows_affected > 0)
 }
 
-/// Keeps an uploaded package under its URI (`gcs://_ray_pkg_<hash>.zip`). Ray's client
-/// names packages by a hash of their content, so a second upload under a known URI is
-/// the same package and is ignored.
-pub async fn put_package(db: &Db, uri: &str, content: Vec<u8>) -> Result<(), DbErr> {
+/// The hex SHA-256 of a package's content: its name on the clusters
+/// ([`crate::ray::packages::cluster_uri`]).
+pub fn package_digest_of(content: &[u8]) -> String {
+    use sha2::Digest;
+    let d = sha2::Sha256::digest(content);
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Keeps an uploaded package under `(owner, uri)` (`owner`: the uploading token's user,
+/// `""` for the shared namespace). Ray's client names packages by a hash of their
+/// content, so a second upload under a URI the owner already has is the same package
+/// and is ignored; another owner's row is never read or touched.
+pub async fn put_package(db: &Db, owner: &str, uri: &str, content: Vec<u8>) -> Result<(), DbErr> {
     let size = i64::try_from(content.len()).unwrap_or(i64::MAX);
+    let digest = package_digest_of(&content);
     ray_package::Entity::insert(ray_package::ActiveModel {
+        owner: Set(owner.to_string()),
         uri: Set(uri.to_string()),
+        digest: Set(Some(digest)),
         content: Set(content),
         size_bytes: Set(size),
         created_at: Set(now()),
     })
     .on_conflict(
-        OnConflict::column(ray_package::Column::Uri)
+        OnConflict::columns([ray_package::Column::Owner, ray_package::Column::Uri])
             .do_nothing()
             .to_owned(),
     )
@@ -63,18 +75,65 @@ pub async fn put_package(db: &Db, uri: &str, content: Vec<u8>) -> Result<(), DbE
     Ok(())
 }
 
-/// Whether a package with this URI is kept (without reading its content).
-pub async fn package_exists(db: &Db, uri: &str) -> Result<bool, DbErr> {
-    Ok(ray_package::Entity::find_by_id(uri.to_string())
-        .count(db)
-        .await?
-        > 0)
+/// Whether `owner` has a package with this URI (without reading its content).
+pub async fn package_exists(db: &Db, owner: &str, uri: &str) -> Result<bool, DbErr> {
+    Ok(
+        ray_package::Entity::find_by_id((owner.to_string(), uri.to_string()))
+            .count(db)
+            .await?
+            > 0,
+    )
 }
 
-/// The content of the package with this URI, if kept.
-pub async fn package_content(db: &Db, uri: &str) -> Result<Option<Vec<u8>>, DbErr> {
-    Ok(ray_package::Entity::find_by_id(uri.to_string())
+/// The digest (hex SHA-256 of the content) of `owner`'s package with this URI, if it
+/// has one; a row carried over without a digest gets it now (computed from its
+/// content and stored).
+pub async fn package_digest(db: &Db, owner: &str, uri: &str) -> Result<Option<String>, DbErr> {
+    let key = (owner.to_string(), uri.to_string());
+    let digest: Option<Option<String>> = ray_package::Entity::find_by_id(key.clone())
+        .select_only()
+        .column(ray_package::Column::Digest)
+        .into_tuple()
         .one(db)
-        .await?
-        .map(|p| p.content))
+        .await?;
+    match digest {
+        None => Ok(None),
+        Some(Some(d)) => Ok(Some(d)),
+        Some(None) => {
+            let Some(row) = ray_package::Entity::find_by_id(key).one(db).await? else {
+                return Ok(None);
+            };
+            let d = package_digest_of(&row.content);
+            ray_package::Entity::update_many()
+                .col_expr(
+                    ray_package::Column::Digest,
+                    sea_orm::sea_query::Expr::value(d.clone()),
+                )
+                .filter(ray_package::Column::Owner.eq(owner))
+                .filter(ray_package::Column::Uri.eq(uri))
+                .exec(db)
+                .await?;
+            Ok(Some(d))
+        }
+    }
+}
+
+/// The content of the package a cluster-side URI names
+/// ([`crate::ray::packages::cluster_uri`]: `gcs://_ray_pkg_fs_<digest>.zip`), from any
+/// owner's row with that digest (the content is the same by construction). `None` for
+/// any other URI: a package is only ever sent under the name of its content.
+pub async fn package_content(db: &Db, uri: &str) -> Result<Option<Vec<u8>>, DbErr> {
+    let Some(digest) = crate::ray::packages::digest_in(uri) else {
+        return Ok(None);
+    };
+    let rows: Vec<ray_package::Model> = ray_package::Entity::find()
+        .filter(ray_package::Column::Digest.eq(digest))
+        .limit(1)
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .next()
+        .map(|p| p.content)
+        .filter(|c| package_digest_of(c) == digest))
 }

@@ -26,6 +26,7 @@ pub(super) fn new_user(id: &str, at: DateTime<Utc>) -> user::ActiveModel {
         max_resources: Set(None),
         usage: Set(0.0),
         usage_at: Set(at),
+        display_name: Set(None),
         created_at: Set(at),
         updated_at: Set(at),
     }
@@ -65,6 +66,8 @@ pub struct UserPatch {
     pub max_queued_jobs: Option<Option<i32>>,
     pub max_resources: Option<Option<serde_json::Value>>,
     pub paused: Option<bool>,
+    /// `Some(None)` clears it.
+    pub display_name: Option<Option<String>>,
 }
 
 /// Applies `patch` to user `id`, creating the user with defaults first if it is new.
@@ -92,6 +95,9 @@ pub async fn upsert_user(db: &Db, id: &str, patch: UserPatch) -> Result<user::Mo
     }
     if let Some(p) = patch.paused {
         am.paused = Set(p);
+    }
+    if let Some(d) = patch.display_name {
+        am.display_name = Set(d);
     }
     let model = am.update(&txn).await?;
     txn.commit().await?;

@@ -400,40 +400,49 @@ both_databases!(packages_are_kept_up_to_the_configured_size);
 #[actix_web::test]
 async fn a_granted_job_sends_its_package_only_to_a_cluster_that_lacks_it_before_the_submit() {
     let (server, state) = fake_ray::start(4.0, |_| {}).await;
+    let (have, lack) = (b"PK\x03\x04 have".to_vec(), b"PK\x03\x04 lack".to_vec());
+    // Packages go to the cluster under the name of their content.
+    let name = |content: &[u8]| {
+        format!(
+            "_ray_pkg_fs_{}.zip",
+            fairshare::store::package_digest_of(content)
+        )
+    };
+    let (have_name, lack_name) = (name(&have), name(&lack));
     // The cluster has package "have" and lacks "lack".
     Mock::given(method("GET"))
-        .and(path("/api/packages/gcs/_ray_pkg_have.zip"))
+        .and(path(format!("/api/packages/gcs/{have_name}")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"result": true})))
         .with_priority(1)
         .mount(&server)
         .await;
     Mock::given(method("GET"))
-        .and(path("/api/packages/gcs/_ray_pkg_lack.zip"))
+        .and(path(format!("/api/packages/gcs/{lack_name}")))
         .respond_with(ResponseTemplate::new(404))
         .with_priority(1)
         .mount(&server)
         .await;
     Mock::given(method("PUT"))
-        .and(path("/api/packages/gcs/_ray_pkg_lack.zip"))
+        .and(path(format!("/api/packages/gcs/{lack_name}")))
         .respond_with(ResponseTemplate::new(200).set_body_json(json!({"result": true})))
         .with_priority(1)
         .expect(1)
         .mount(&server)
         .await;
     Mock::given(method("PUT"))
-        .and(path("/api/packages/gcs/_ray_pkg_have.zip"))
+        .and(path(format!("/api/packages/gcs/{have_name}")))
         .respond_with(ResponseTemplate::new(200))
         .with_priority(1)
         .expect(0)
         .mount(&server)
         .await;
     let app = app_with_cluster("local", server.uri(), with_alice).await;
-    for name in ["_ray_pkg_have.zip", "_ray_pkg_lack.zip"] {
+    for (name, content) in [("_ray_pkg_have.zip", &have), ("_ray_pkg_lack.zip", &lack)] {
         let r = app
             .client
             .put(app.url(&format!("/api/packages/gcs/{name}")))
             .bearer_auth(ALICE)
-            .body(b"PK\x03\x04 zip".to_vec())
+            .body(content.clone())
             .send()
             .await
             .unwrap();
@@ -465,14 +474,24 @@ async fn a_granted_job_sends_its_package_only_to_a_cluster_that_lacks_it_before_
         .collect();
     let put = order
         .iter()
-        .position(|r| r == "PUT /api/packages/gcs/_ray_pkg_lack.zip");
+        .position(|r| *r == format!("PUT /api/packages/gcs/{lack_name}"));
     let post = order.iter().position(|r| r == "POST /api/jobs/");
     assert!(put.is_some() && put < post, "{order:?}");
     let uploaded = requests
         .iter()
         .find(|r| r.method.as_str() == "PUT")
         .map(|r| r.body.clone());
-    assert_eq!(uploaded.as_deref(), Some(&b"PK\x03\x04 zip"[..]));
+    assert_eq!(uploaded.as_deref(), Some(&lack[..]));
+    // Ray is told the names of the contents.
+    let submit: serde_json::Value = requests
+        .iter()
+        .find(|r| r.method.as_str() == "POST" && r.url.path() == "/api/jobs/")
+        .map(|r| serde_json::from_slice(&r.body).unwrap())
+        .unwrap();
+    assert_eq!(
+        submit["runtime_env"],
+        json!({"working_dir": format!("gcs://{have_name}"), "py_modules": [format!("gcs://{lack_name}")]})
+    );
     server.verify().await;
 }
 

@@ -7,6 +7,7 @@
 
 mod harness;
 mod ray_api;
+mod record;
 mod service;
 
 use std::collections::{BTreeMap, BTreeSet};

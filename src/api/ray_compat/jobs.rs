@@ -8,7 +8,7 @@
 //! `driver_info`, `job_id` and `end_time` come through (`GET /api/jobs/{id}` asks the
 //! cluster; the list answers from the database). `start_time`/`end_time` are ms since
 //! the epoch; `start_time` is when fairshare accepted the job. The object also carries
-//! `fairshare: {id, user, status, cluster, attempt, pending_reason, queue_position}`,
+//! `fairshare: {id, user, group, status, cluster, attempt, pending_reason, queue_position}`,
 //! which Ray's client ignores.
 
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -17,7 +17,9 @@ use entity::{job, JobStatus};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::submit::{ray_field, ray_name, user_of, RaySubmitRequest};
+use super::identity::{group_of, user_of, GROUP_KEY};
+use super::pyjson::{self, JobDetails, RayError};
+use super::submit::{ray_field, ray_name, RaySubmitRequest};
 use super::{JOBS_API_VERSION, RAY_VERSION};
 use crate::actors::Cancelled;
 use crate::api::auth::Identity;
@@ -84,6 +86,7 @@ pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Opt
         "fairshare": {
             "id": j.id,
             "user": j.user_id,
+            "group": j.metadata.as_ref().and_then(|m| m.get(GROUP_KEY)),
             "status": j.status.as_str(),
             "cluster": j.cluster,
             "attempt": j.attempt,
@@ -181,20 +184,36 @@ pub(super) async fn find(
     }
 }
 
+/// `GET /api/version`'s body, in Ray's field order.
+#[derive(serde::Serialize)]
+struct Version {
+    version: &'static str,
+    ray_version: &'static str,
+    ray_commit: &'static str,
+    session_name: &'static str,
+}
+
+/// `POST /api/jobs/`'s body, in Ray's field order.
+#[derive(serde::Serialize)]
+struct Submitted<'a> {
+    job_id: &'a str,
+    submission_id: &'a str,
+}
+
 /// `GET /api/version`: what Ray's client checks first.
 pub async fn version(
     state: web::Data<AppState>,
     req: HttpRequest,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     state
         .auth
         .require(&req, Role::Submitter, "use the Jobs API")?;
-    Ok(HttpResponse::Ok().json(json!({
-        "version": JOBS_API_VERSION,
-        "ray_version": RAY_VERSION,
-        "ray_commit": "fairshare",
-        "session_name": "fairshare",
-    })))
+    Ok(pyjson::ok(&Version {
+        version: JOBS_API_VERSION,
+        ray_version: RAY_VERSION,
+        ray_commit: "fairshare",
+        session_name: "fairshare",
+    }))
 }
 
 /// `POST /api/jobs/`: Ray's submit. 200 `{"job_id", "submission_id"}` (both the
@@ -206,12 +225,21 @@ pub async fn submit(
     state: web::Data<AppState>,
     req: HttpRequest,
     payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "submit jobs")?;
     let body = read_body(&req, payload, &state.settings.server).await?;
     let request: RaySubmitRequest = parse_json(&body, false)?;
     crate::api::body::numbers::check(&body, super::submit::RAY_SUBMIT_NUMBERS)?;
-    let user = user_of(&who, request.metadata.as_ref())?;
+    let mut request = request;
+    let rules = &state.settings.ray_compat;
+    let (metadata, env) = (request.metadata.as_ref(), request.runtime_env.as_ref());
+    let user = user_of(&rules.user_rules, &who, metadata, env)?;
+    if let Some(group) = group_of(&rules.group_rules, metadata, env)? {
+        request
+            .metadata
+            .get_or_insert_with(Default::default)
+            .insert(GROUP_KEY.to_string(), group);
+    }
     let rename = |e: ApiError| match e {
         ApiError::Invalid { field, reason } => ApiError::Invalid {
             field: ray_field(&field),
@@ -230,15 +258,23 @@ pub async fn submit(
         },
         other => other,
     };
-    let new = request.into_submit(user)?.into_new_job().map_err(rename)?;
+    let mut new = request
+        .into_submit(user, &rules.default_resources)?
+        .into_new_job()
+        .map_err(rename)?;
+    // The packages the runtime_env names are the submitter's own uploads.
+    super::packages::pin(&state, &who, &mut new.runtime_env).await?;
     let j = accept(&state, new).await.map_err(rename)?.into_job();
     let sid = submission_id_of(&j);
-    Ok(HttpResponse::Ok().json(json!({"job_id": sid, "submission_id": sid})))
+    Ok(pyjson::ok(&Submitted {
+        job_id: &sid,
+        submission_id: &sid,
+    }))
 }
 
 /// `GET /api/jobs/`: the newest [`LIST_LIMIT`] jobs as Ray's `JobDetails` (the token's
 /// user's only, for a token with a user), from the database.
-pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "read jobs")?;
     let jobs = store::list_jobs(
         &state.db,
@@ -251,8 +287,11 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         },
     )
     .await?;
-    let out: Vec<Value> = jobs.iter().map(|j| details(j, None, None)).collect();
-    Ok(HttpResponse::Ok().json(out))
+    let out: Vec<JobDetails> = jobs
+        .iter()
+        .map(|j| JobDetails::from_value(details(j, None, None)))
+        .collect();
+    Ok(pyjson::ok(&out))
 }
 
 /// `GET /api/jobs/{id}`: one job as Ray's `JobDetails`, Ray's view merged in.
@@ -260,10 +299,12 @@ pub async fn get(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "read jobs")?;
     let j = find(&state, &who, &id).await?;
-    Ok(HttpResponse::Ok().json(details_with_ray(&state, j).await?))
+    Ok(pyjson::ok(&JobDetails::from_value(
+        details_with_ray(&state, j).await?,
+    )))
 }
 
 /// `POST /api/jobs/{id}/stop`: `{"stopped": true}` when the job was queued (STOPPED at
@@ -274,21 +315,20 @@ pub async fn stop(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "stop jobs")?;
     let j = find(&state, &who, &id).await?;
     tracing::Span::current().record("job_id", tracing::field::display(j.id));
     let stopped = match cancel_job(&state, j.id).await? {
         Cancelled::NotFound => {
-            return Err(ApiError::NotFound(format!(
-                "no job with submission_id {:?}",
-                id.as_str()
-            )))
+            return Err(
+                ApiError::NotFound(format!("no job with submission_id {:?}", id.as_str())).into(),
+            )
         }
         Cancelled::AlreadyFinished(_) => false,
         Cancelled::Stopped(_) | Cancelled::StopRequested(_) => true,
     };
-    Ok(HttpResponse::Ok().json(json!({ "stopped": stopped })))
+    Ok(pyjson::ok(&json!({ "stopped": stopped })))
 }
 
 /// `DELETE /api/jobs/{id}`: a finished job is deleted from Ray (its record there, when
@@ -300,7 +340,7 @@ pub async fn delete(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "delete jobs")?;
     let mut j = find(&state, &who, &id).await?;
     tracing::Span::current().record("job_id", tracing::field::display(j.id));
@@ -325,7 +365,8 @@ pub async fn delete(
             ),
             job_id: j.id,
             status: j.status.to_string(),
-        });
+        }
+        .into());
     }
     if j.cluster.is_some() {
         if let Some(client) = cluster_client(&state, &j) {
@@ -338,7 +379,7 @@ pub async fn delete(
     }
     let deleted = store::delete_job(&state.db, j.id).await?;
     tracing::info!(deleted, "job deleted");
-    Ok(HttpResponse::Ok().json(json!({ "deleted": true })))
+    Ok(pyjson::ok(&json!({ "deleted": true })))
 }
 
 /// How long [`settle`] waits for the row to catch up with Ray.
@@ -402,10 +443,10 @@ pub async fn logs(
     state: web::Data<AppState>,
     req: HttpRequest,
     id: web::Path<String>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "read logs")?;
     let j = find(&state, &who, &id).await?;
-    Ok(HttpResponse::Ok().json(json!({ "logs": ray_logs(&state, &j).await? })))
+    Ok(pyjson::ok(&json!({ "logs": ray_logs(&state, &j).await? })))
 }
 
 #[cfg(test)]

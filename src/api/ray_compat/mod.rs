@@ -16,15 +16,19 @@
 //! | `GET`/`PUT /api/packages/{protocol}/{name}` | `working_dir`/`py_modules` packages |
 //!
 //! **Who the user is.** The bearer token names a submitter (`auth.tokens`); a token
-//! with a `user` submits as that user, a token without one (a gateway acting for many
-//! users) names the user in `metadata["fairshare.user"]`. See [`jobs::user_of`].
+//! with a `user` submits as that user; for a token without one (a gateway acting for
+//! many users) `ray_compat.user_rules` find the user in what the client sends (a
+//! metadata key, an env var as written or hashed, a default). See [`identity`].
 //!
 //! Errors use fairshare's JSON error body (`{"error": {"code", "message",
 //! "details"}}`) with Ray's field names in `details.field`; Ray's client shows the body
-//! in its `RuntimeError`.
+//! in its `RuntimeError`. Every JSON body here, errors included, is written as Ray's
+//! dashboard writes JSON (Python's `json.dumps` defaults: [`pyjson`]).
 
+pub mod identity;
 pub mod jobs;
 pub mod packages;
+pub mod pyjson;
 pub mod submit;
 pub mod tail;
 
@@ -44,7 +48,7 @@ pub const JOBS_API_VERSION: &str = "4";
 pub fn routes(cfg: &mut web::ServiceConfig) {
     let resource = |path: &str, allow: &'static str| {
         web::resource(path.to_string()).default_service(web::to(move || async move {
-            Err::<HttpResponse, _>(ApiError::MethodNotAllowed { allow })
+            Err::<HttpResponse, _>(pyjson::RayError(ApiError::MethodNotAllowed { allow }))
         }))
     };
     cfg.service(resource("/api/version", "GET").get(jobs::version))

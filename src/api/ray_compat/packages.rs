@@ -2,9 +2,12 @@
 //! packages Ray's client uploads before a submit. Kept in the database
 //! (`ray_packages`, at most `ray_compat.max_package_bytes` each) and sent to the
 //! cluster a job is granted, before the submit (`ray::packages`).
+//!
+//! Packages are kept per owner ([`crate::api::auth::Identity::package_owner`]): a token
+//! with a user sees and uses only its own uploads; tokens without one share one
+//! namespace. Neither the existence nor the content of a package crosses owners.
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde_json::json;
 
 use crate::api::body::read_body_limited;
 use crate::api::{ApiError, AppState};
@@ -23,24 +26,28 @@ fn uri_of(protocol: &str, name: &str) -> Result<String, ApiError> {
     }
 }
 
-/// `GET /api/packages/{protocol}/{name}`: 200 when the package is kept here, 404 when
-/// not (the client then uploads it).
+/// `GET /api/packages/{protocol}/{name}`: 200 when the caller's namespace has the
+/// package, 404 when not (the client then uploads it).
 pub async fn get(
     state: web::Data<AppState>,
     req: HttpRequest,
     path: web::Path<(String, String)>,
-) -> Result<HttpResponse, ApiError> {
-    state.auth.require(&req, Role::Submitter, "read packages")?;
+) -> Result<HttpResponse, super::pyjson::RayError> {
+    let who = state
+        .auth
+        .identify(&req, Role::Submitter, "read packages")?;
     let (protocol, name) = path.into_inner();
     let uri = uri_of(&protocol, &name)?;
-    if crate::store::package_exists(&state.db, &uri).await? {
-        Ok(HttpResponse::Ok().json(json!({"result": true, "msg": "package exists"})))
+    if crate::store::package_exists(&state.db, who.package_owner(), &uri).await? {
+        // Ray answers an empty 200; its client reads the status only.
+        Ok(HttpResponse::Ok().finish())
     } else {
-        Err(ApiError::NotFound(format!("package {uri} is not uploaded")))
+        Err(ApiError::NotFound(format!("package {uri} is not uploaded")).into())
     }
 }
 
-/// `PUT /api/packages/{protocol}/{name}`: keeps the body (a zip file) under the URI.
+/// `PUT /api/packages/{protocol}/{name}`: keeps the body (a zip file) under the URI in
+/// the caller's namespace.
 /// 413 above `ray_compat.max_package_bytes`; an empty body is 422.
 #[tracing::instrument(skip_all, fields(package))]
 pub async fn put(
@@ -48,10 +55,10 @@ pub async fn put(
     req: HttpRequest,
     path: web::Path<(String, String)>,
     payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
-    state
+) -> Result<HttpResponse, super::pyjson::RayError> {
+    let who = state
         .auth
-        .require(&req, Role::Submitter, "upload packages")?;
+        .identify(&req, Role::Submitter, "upload packages")?;
     let (protocol, name) = path.into_inner();
     let uri = uri_of(&protocol, &name)?;
     tracing::Span::current().record("package", uri.as_str());
@@ -64,13 +71,30 @@ pub async fn put(
     )
     .await?;
     if body.is_empty() {
-        return Err(ApiError::invalid(
-            "(body)",
-            "the package (a zip file) is empty",
-        ));
+        return Err(ApiError::invalid("(body)", "the package (a zip file) is empty").into());
     }
     let bytes = body.len();
-    crate::store::put_package(&state.db, &uri, body.to_vec()).await?;
+    crate::store::put_package(&state.db, who.package_owner(), &uri, body.to_vec()).await?;
     tracing::info!(bytes, "package kept");
-    Ok(HttpResponse::Ok().json(json!({"result": true, "msg": "package uploaded"})))
+    Ok(HttpResponse::Ok().finish())
+}
+
+/// Pins a submit's `runtime_env` to `who`'s packages ([`crate::ray::packages::pin_packages`]):
+/// each uploaded URI of `who`'s namespace becomes the name of its content on the
+/// clusters. Errors: 503 on a database error.
+pub async fn pin(
+    state: &AppState,
+    who: &crate::api::auth::Identity,
+    runtime_env: &mut Option<serde_json::Value>,
+) -> Result<(), ApiError> {
+    let Some(env) = runtime_env.as_mut() else {
+        return Ok(());
+    };
+    let owner = who.package_owner().to_string();
+    crate::ray::packages::pin_packages(env, |uri| {
+        let (db, owner) = (state.db.clone(), owner.clone());
+        async move { crate::store::package_digest(&db, &owner, &uri).await }
+    })
+    .await?;
+    Ok(())
 }

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::api::auth::Identity;
 use crate::api::body::numbers::Written;
 use crate::api::body::whole;
 use crate::api::jobs::{ResourcesIn, SubmitRequest};
@@ -23,8 +22,7 @@ pub const RAY_SUBMIT_NUMBERS: &[(&str, Written)] = &[
     ("entrypoint_resources.memory", Written::Whole),
 ];
 
-/// The metadata key naming the user a job is for, when the token acts for many users.
-pub const USER_KEY: &str = "fairshare.user";
+pub use super::identity::USER_KEY;
 
 /// Ray's `JobSubmitRequest`, field for field (Ray 2.60). Ray's client drops fields
 /// that are `None`, so absent and `null` mean the same.
@@ -40,7 +38,8 @@ pub struct RaySubmitRequest {
     /// Passed to Ray as is; `working_dir`/`py_modules` URIs of uploaded packages are
     /// sent to the cluster before the submit.
     pub runtime_env: Option<Value>,
-    /// String to string; `fairshare.user` names the user (see [`user_of`]).
+    /// String to string; `fairshare.user` names the user by default
+    /// ([`super::identity::user_of`]).
     pub metadata: Option<BTreeMap<String, String>>,
     /// Cores (Ray's default 0; see [`RaySubmitRequest::into_submit`]).
     pub entrypoint_num_cpus: Option<f64>,
@@ -54,36 +53,6 @@ pub struct RaySubmitRequest {
     pub entrypoint_resources: Option<BTreeMap<String, f64>>,
     /// Refused unless empty (422): fairshare places jobs on clusters, not nodes.
     pub entrypoint_label_selector: Option<BTreeMap<String, String>>,
-}
-
-/// The user a request acts for: the token's own `user`, else
-/// `metadata["fairshare.user"]` (a token acting for many users, as a gateway's does, or
-/// no token configured). A token with a user may repeat it there but not name another.
-///
-/// Errors: 422 on `metadata.fairshare.user` when no user is named, or another than the
-/// token's.
-pub fn user_of(
-    who: &Identity,
-    metadata: Option<&BTreeMap<String, String>>,
-) -> Result<String, ApiError> {
-    let named = metadata.and_then(|m| m.get(USER_KEY));
-    let field = format!("metadata.{USER_KEY}");
-    match (&who.user, named) {
-        (Some(own), None) => Ok(own.clone()),
-        (Some(own), Some(n)) if n == own => Ok(own.clone()),
-        (Some(own), Some(n)) => Err(ApiError::invalid(
-            field,
-            format!("this token submits as user {own:?}; it cannot submit for {n:?}"),
-        )),
-        (None, Some(n)) => Ok(n.clone()),
-        (None, None) => Err(ApiError::invalid(
-            field,
-            format!(
-                "no user: this token acts for many users, so each job names its user in \
-                 metadata[\"{USER_KEY}\"] (or configure the token with a user)"
-            ),
-        )),
-    }
 }
 
 /// `/v1` field names in errors → Ray's.
@@ -108,12 +77,23 @@ pub(super) fn ray_name(field: &str) -> &str {
 impl RaySubmitRequest {
     /// The `/v1` submission this is, for `user`. Resources: `entrypoint_num_cpus`,
     /// `_gpus`, `_memory` (or `CPU`, `GPU`, `memory` in `entrypoint_resources`). With
-    /// none of them the job counts as 1 CPU, as on `/v1` (Ray's default is 0, which
-    /// fair share cannot count), and Ray reserves that CPU for its driver; with GPUs
-    /// and no CPUs it is 0 CPUs, as in Ray.
+    /// none of them the job asks for `defaults` (`ray_compat.default_resources`, 1 CPU
+    /// unless configured: Ray's default is 0, which fair share cannot count), and Ray
+    /// reserves them for its driver; with GPUs and no CPUs it is 0 CPUs, as in Ray.
     ///
     /// Errors: 422 naming Ray's field.
-    pub fn into_submit(self, user: String) -> Result<SubmitRequest, ApiError> {
+    pub fn into_submit(
+        self,
+        user: String,
+        defaults: &crate::config::DefaultResources,
+    ) -> Result<SubmitRequest, ApiError> {
+        let declared = self.entrypoint_num_cpus.is_some()
+            || self.entrypoint_num_gpus.is_some()
+            || self.entrypoint_memory.is_some()
+            || self
+                .entrypoint_resources
+                .as_ref()
+                .is_some_and(|r| !r.is_empty());
         let mut cpu = self.entrypoint_num_cpus;
         let mut gpu = self.entrypoint_num_gpus;
         let mut memory = self.entrypoint_memory;
@@ -156,6 +136,11 @@ impl RaySubmitRequest {
         if cpu.is_none() && gpu.is_some_and(|g| g > 0.0) {
             cpu = Some(0.0);
         }
+        if !declared {
+            cpu = Some(defaults.cpu);
+            gpu = Some(defaults.gpu);
+            memory = Some(defaults.memory_bytes);
+        }
         let submission_id = match (self.submission_id, self.job_id) {
             (Some(a), Some(b)) if a != b => {
                 return Err(ApiError::invalid(
@@ -193,36 +178,12 @@ impl RaySubmitRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Role;
     use serde_json::json;
 
-    fn who(user: Option<&str>) -> Identity {
-        Identity {
-            role: Role::Submitter,
-            user: user.map(str::to_string),
-        }
-    }
-
-    fn md(user: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([(USER_KEY.to_string(), user.to_string())])
-    }
-
-    #[test]
-    fn the_user_is_the_tokens_own_else_the_one_metadata_names() {
-        assert_eq!(user_of(&who(Some("alice")), None).unwrap(), "alice");
-        assert_eq!(
-            user_of(&who(Some("alice")), Some(&md("alice"))).unwrap(),
-            "alice"
-        );
-        assert_eq!(user_of(&who(None), Some(&md("bob"))).unwrap(), "bob");
-        let other = user_of(&who(Some("alice")), Some(&md("bob"))).unwrap_err();
-        assert!(
-            matches!(other, ApiError::Invalid { ref field, .. } if field == "metadata.fairshare.user")
-        );
-        let none = user_of(&who(None), Some(&BTreeMap::new())).unwrap_err();
-        assert!(
-            matches!(none, ApiError::Invalid { ref field, .. } if field == "metadata.fairshare.user")
-        );
+    fn defaults() -> crate::config::DefaultResources {
+        crate::config::Settings::defaults()
+            .ray_compat
+            .default_resources
     }
 
     fn request(body: Value) -> RaySubmitRequest {
@@ -232,7 +193,7 @@ mod tests {
     #[test]
     fn entrypoint_resources_map_onto_cpu_gpu_memory_and_custom_ones_are_refused() {
         let s = request(json!({"entrypoint": "x", "entrypoint_resources": {"CPU": 2.0, "GPU": 1.0, "memory": 1024.0}}))
-            .into_submit("u".into())
+            .into_submit("u".into(), &defaults())
             .unwrap();
         let r = s.resources.unwrap();
         assert_eq!(
@@ -240,13 +201,13 @@ mod tests {
             (Some(2.0), Some(1.0), Some(1024))
         );
         let err = request(json!({"entrypoint": "x", "entrypoint_resources": {"TPU": 1.0}}))
-            .into_submit("u".into())
+            .into_submit("u".into(), &defaults())
             .unwrap_err();
         assert!(
             matches!(err, ApiError::Invalid { ref field, .. } if field == "entrypoint_resources.TPU")
         );
         let err = request(json!({"entrypoint": "x", "entrypoint_num_cpus": 1, "entrypoint_resources": {"CPU": 2.0}}))
-            .into_submit("u".into())
+            .into_submit("u".into(), &defaults())
             .unwrap_err();
         assert!(
             matches!(err, ApiError::Invalid { ref field, .. } if field == "entrypoint_resources.CPU")
@@ -256,16 +217,37 @@ mod tests {
     #[test]
     fn a_gpu_job_without_cpus_asks_for_no_cpu_and_a_bare_job_for_one() {
         let gpu = request(json!({"entrypoint": "x", "entrypoint_num_gpus": 1}))
-            .into_submit("u".into())
+            .into_submit("u".into(), &defaults())
             .unwrap()
             .into_new_job()
             .unwrap();
         assert_eq!((gpu.cpu, gpu.gpu), (0.0, 1.0));
         let bare = request(json!({"entrypoint": "x"}))
-            .into_submit("u".into())
+            .into_submit("u".into(), &defaults())
             .unwrap()
             .into_new_job()
             .unwrap();
         assert_eq!((bare.cpu, bare.gpu), (1.0, 0.0));
+        let two = crate::config::DefaultResources {
+            cpu: 2.0,
+            gpu: 0.5,
+            memory_bytes: 1024,
+        };
+        let bare = request(json!({"entrypoint": "x"}))
+            .into_submit("u".into(), &two)
+            .unwrap()
+            .into_new_job()
+            .unwrap();
+        assert_eq!((bare.cpu, bare.gpu, bare.memory_bytes), (2.0, 0.5, 1024));
+        let declared = request(json!({"entrypoint": "x", "entrypoint_memory": 10}))
+            .into_submit("u".into(), &two)
+            .unwrap()
+            .into_new_job()
+            .unwrap();
+        assert_eq!(
+            (declared.cpu, declared.memory_bytes),
+            (1.0, 10),
+            "a declared job keeps /v1's defaults"
+        );
     }
 }

@@ -30,7 +30,7 @@ pub async fn tail(
     req: HttpRequest,
     id: web::Path<String>,
     body: web::Payload,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, super::pyjson::RayError> {
     let who = state.auth.identify(&req, Role::Submitter, "read logs")?;
     let j = find(&state, &who, &id).await?;
     let (response, session, stream) = actix_ws::handle(&req, body)
