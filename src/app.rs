@@ -19,6 +19,32 @@ use crate::config::Settings;
 use crate::leadership::{Leadership, SqliteLock};
 use crate::store;
 
+/// Fills in `[notify]` where it was left empty: the URL from the bound address `addr`
+/// (none when bound to every interface: then notifications are off, said once), and
+/// a random key for this process.
+fn resolve_notify(settings: &mut Settings, addr: std::net::SocketAddr) {
+    let n = &mut settings.notify;
+    if !n.enabled {
+        return;
+    }
+    if n.url.is_empty() {
+        if addr.ip().is_unspecified() {
+            tracing::warn!(bind = %addr, "notify.url is not set and the service listens on every interface: \
+                the end of a job is learned by polling only (set notify.url to where Ray reaches this service)");
+            n.enabled = false;
+            return;
+        }
+        n.url = format!("http://{addr}");
+    }
+    if n.key.is_empty() {
+        n.key = format!(
+            "{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+    }
+}
+
 /// A built, not yet running, service.
 pub struct Application {
     server: Server,
@@ -36,7 +62,12 @@ impl Application {
     ///
     /// Errors: database unreachable, migration failure, address in use, another
     /// service on the same SQLite database.
-    pub async fn build(settings: Settings) -> anyhow::Result<Application> {
+    pub async fn build(mut settings: Settings) -> anyhow::Result<Application> {
+        // Bind first: a port in use fails before anything starts, and the bound
+        // address is where attempts' watchers report when notify.url is not set.
+        let listener = TcpListener::bind(settings.server.bind)
+            .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
+        resolve_notify(&mut settings, listener.local_addr()?);
         let settings = Arc::new(settings);
         // A service of this process that is stopping may still hold it for a moment.
         let sqlite_lock = SqliteLock::take(&settings.database.url, Duration::from_secs(3)).await?;
@@ -51,9 +82,6 @@ impl Application {
         store::init_webhook_cursors(&db, &hooks)
             .await
             .context("cannot create the webhooks' cursors")?;
-        // Bind first: a port in use fails before any actor starts.
-        let listener = TcpListener::bind(settings.server.bind)
-            .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
         let leadership = Leadership::start(db.clone(), settings.clone())
             .await
             .context("cannot start the scheduler")?;

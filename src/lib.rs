@@ -73,3 +73,5 @@ pub use api::ROUTES;
 pub use app::Application;
 pub use config::Settings;
 pub use errors::chain as error_chain;
+/// Attempts' watchers and their signed notifications (DESIGN §5).
+pub use ray::notify;

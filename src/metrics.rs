@@ -85,6 +85,10 @@ pub struct Metrics {
     pub cluster_free: GaugeVec,
     pub cluster_healthy: IntGaugeVec,
     pub ray_requests: IntCounterVec,
+    /// Every HTTP request sent to a Ray dashboard (polls, submits, stops, lookups).
+    pub ray_dashboard_requests: IntCounter,
+    /// Notifications from attempts' watchers, by kind and what came of them.
+    pub hints: IntCounterVec,
     pub db_errors: IntCounter,
     pub start_time: Gauge,
     pub build_info: IntGaugeVec,
@@ -261,6 +265,19 @@ fn build() -> Result<Metrics, prometheus::Error> {
             ),
             &["cluster", "endpoint", "outcome"]
         )?),
+        ray_dashboard_requests: reg!(IntCounter::new(
+            "fairshare_ray_dashboard_requests_total",
+            "HTTP requests sent to Ray dashboards, every endpoint (polls, submits, stops, lookups)."
+        )?),
+        hints: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_attempt_hints_total",
+                "Notifications from attempts' watchers by kind (started, ended) and outcome \
+                 (checked: Ray was asked at once; ignored: not an attempt followed now; \
+                 forged: a bad signature; forwarded: sent on to the leader)."
+            ),
+            &["kind", "outcome"]
+        )?),
         db_errors: reg!(IntCounter::new(
             "fairshare_db_errors_total",
             "Database errors."
@@ -428,6 +445,11 @@ impl Metrics {
             Metric::Requeued => self.dispatch_failed(cluster, DispatchFailure::NotReady),
             Metric::PendingTimeout => self.pending_timeouts.inc(),
         }
+    }
+
+    /// Counts a notification of `kind` with `outcome` (`fairshare_attempt_hints_total`).
+    pub fn hint(&self, kind: &str, outcome: &str) {
+        self.hints.with_label_values(&[kind, outcome]).inc();
     }
 
     /// Counts a dispatch to `cluster` that did not reach Ray.

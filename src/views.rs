@@ -130,8 +130,11 @@ pub struct SchedulerView {
 /// Live fair-share state of one user, as the arbiter sees it.
 #[derive(Clone, Debug, Default)]
 pub struct LiveUser {
-    /// Sum of its outstanding jobs' resources (cores, GPUs, bytes).
+    /// What its outstanding jobs are charged (cores, GPUs, bytes): what Ray's State
+    /// API says they hold, never less than declared (`scheduler.charge`).
     pub allocation: Resources,
+    /// What its outstanding jobs declared.
+    pub declared: Resources,
     /// Dominant share.
     pub share: f64,
     /// Decayed usage, brought to now.

@@ -60,6 +60,9 @@ pending_timeout = "600s"
 [[clusters]]
 name = "fake"
 address = "http://127.0.0.1:{ray.port}"
+# The fake Ray runs no entrypoint, so no watcher reports a job's end: poll for it.
+[notify]
+enabled = false
 [telemetry]
 level = "warn"
 """)

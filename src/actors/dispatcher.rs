@@ -36,6 +36,8 @@ pub struct Dispatcher {
     fence: Fence,
     clients: Arc<BTreeMap<String, RayClient>>,
     budget: RetryBudget,
+    /// Where attempts' watchers report (`[notify]`); `None`: entrypoints go as they are.
+    hints: Option<crate::ray::notify::Hints>,
     arbiter: ArbiterHandle,
     monitor: MonitorHandle,
     /// Grants received since the last flush (see [`Dispatcher::flush`]).
@@ -74,6 +76,7 @@ impl Dispatcher {
                 initial_backoff: d.retry_initial_backoff,
                 max_backoff: d.retry_max_backoff,
             },
+            hints: crate::ray::notify::Hints::of(&settings.notify),
             arbiter,
             monitor,
             batch: Vec::new(),
@@ -122,8 +125,9 @@ impl Dispatcher {
         let db = self.db.clone();
         let fence = self.fence.clone();
         let budget = self.budget;
+        let hints = self.hints.clone();
         let fut = super::off_actor(async move {
-            let res = dispatch_granted(db, fence, client, budget, &msg, granted).await;
+            let res = dispatch_granted(db, fence, client, budget, hints, &msg, granted).await;
             (msg, res)
         });
         ctx.spawn(fut.into_actor(self).map(|done, act, ctx| {
@@ -330,6 +334,7 @@ async fn dispatch_granted(
     fence: Fence,
     client: Option<RayClient>,
     budget: RetryBudget,
+    hints: Option<crate::ray::notify::Hints>,
     msg: &Dispatch,
     granted: Applied,
 ) -> Result<Landed, sea_orm::DbErr> {
@@ -362,9 +367,15 @@ async fn dispatch_granted(
                     .finish_to_dispatch
                     .observe(freed.elapsed().as_secs_f64());
             }
+            // Behind the watcher, so that the end is known within milliseconds; the
+            // row keeps the entrypoint as submitted (what /v1 and /api/ show).
+            let entrypoint = match &hints {
+                Some(h) => h.wrap(&job.entrypoint, &submission_id),
+                None => job.entrypoint.clone(),
+            };
             let submit = SubmitJob {
                 submission_id,
-                entrypoint: job.entrypoint.clone(),
+                entrypoint,
                 runtime_env: job.runtime_env.clone(),
                 metadata: job
                     .metadata

@@ -172,6 +172,16 @@ pub struct TrackRetiring {
     pub resources: Resources,
 }
 
+/// API (or the leader's hand-over of a follower's) → monitor: an attempt's watcher says
+/// its driver started or ended (`ray::notify`, signature checked): ask Ray about it now.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct Hint {
+    pub job_id: JobId,
+    pub attempt: u32,
+    pub kind: crate::ray::notify::HintKind,
+}
+
 /// Monitor → arbiter → `UserQueue`: a QUEUED job has an earlier attempt alive in Ray
 /// (the sweep found a POST that landed late); it keeps its place but is not granted
 /// until [`Release`].
@@ -192,9 +202,10 @@ pub struct ClusterUnreachable {
 }
 
 /// Monitor → arbiter: a cluster's health and capacity as last polled (cores, GPUs,
-/// bytes). `used` is Ray's report, which lags by seconds; `reported` lists this
-/// service's jobs that the report already includes (seen RUNNING for longer than
-/// `monitor.usage_report_lag`).
+/// bytes). `used` is what every tenant holds: by Ray's State API when it answered
+/// (then `reported` lists this service's jobs it shows holding, and `actual` what
+/// each holds), else by Ray's usage report, which lags by seconds (then `reported`
+/// lists this service's jobs seen RUNNING for longer than `monitor.usage_report_lag`).
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct CapacityChanged {
@@ -203,6 +214,10 @@ pub struct CapacityChanged {
     pub total: Resources,
     pub used: Resources,
     pub reported: Vec<JobId>,
+    /// What each of `reported` holds now by Ray's State API (its entrypoint, tasks
+    /// and actors), when Ray answered it; empty otherwise (then only declared
+    /// resources are known).
+    pub actual: Vec<(JobId, Resources)>,
 }
 
 /// Monitor → arbiter: an outstanding job ended (the terminal status is committed).

@@ -169,6 +169,8 @@ pub struct Scheduler {
     fence: Fence,
     /// The healthy clusters' sizes as the arbiter last published them.
     sizes: arbiter::ClusterSizes,
+    /// What signs attempts' notifications (`[notify]`); `None` when they are off.
+    hints: Option<crate::ray::notify::Hints>,
 }
 
 impl Scheduler {
@@ -245,6 +247,7 @@ impl Scheduler {
             clients,
             fence,
             sizes,
+            hints: crate::ray::notify::Hints::of(&settings.notify),
         };
         // Recovery runs beside the HTTP server, which answers /healthz at once and
         // /readyz 503 (with the progress) until it is done.
@@ -419,6 +422,16 @@ impl Scheduler {
         }
     }
 
+    /// What an outstanding job holds on Ray now (cores, GPUs, bytes), by Ray's State
+    /// API at the last poll that showed it; `None` when unknown.
+    pub async fn actual(&self, job_id: Uuid) -> Option<crate::policy::Resources> {
+        self.arbiter
+            .send(arbiter::GetActual { job_id })
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// Why a queued job is not running, from the last cycle.
     pub async fn pending_reason(&self, job_id: Uuid) -> Option<String> {
         self.arbiter
@@ -476,6 +489,21 @@ impl Scheduler {
     /// Brings per-user and per-cluster gauges up to date before a scrape.
     pub async fn refresh_metrics(&self) {
         let _ = self.arbiter.send(arbiter::RefreshMetrics).await;
+    }
+
+    /// What signs attempts' notifications; `None` when they are off.
+    pub fn hints(&self) -> Option<&crate::ray::notify::Hints> {
+        self.hints.as_ref()
+    }
+
+    /// A watcher's notification whose signature was checked (`ray::notify`): the
+    /// monitor asks Ray about that attempt now, if it follows it.
+    pub fn hint(&self, job_id: Uuid, attempt: u32, kind: crate::ray::notify::HintKind) {
+        self.monitor.do_send(messages::Hint {
+            job_id,
+            attempt,
+            kind,
+        });
     }
 
     /// Polls every cluster now (tests use it to avoid waiting for the interval).

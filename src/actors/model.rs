@@ -279,6 +279,7 @@ impl Edge {
     fn ray_job(s: &S, attempt: u32) -> Option<RayJob> {
         s.ray.iter().find(|r| r.attempt == attempt).map(|r| RayJob {
             submission_id: Some(lifecycle::submission_id(job_id(), r.attempt)),
+            job_id: None,
             status: r.status.clone(),
             message: None,
             error_type: None,
@@ -528,6 +529,7 @@ impl Edge {
             current,
             retiring,
             strays,
+            usage_now: None,
         };
         let (effects, _) = s.book.absorb(result, now);
         Self::carry_effects(s, effects);

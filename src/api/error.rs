@@ -51,6 +51,10 @@ pub enum ApiError {
          changes only from clients that are not browsers and from this service's own console"
     )]
     CrossOrigin(&'static str),
+    /// 403: a watcher's notification whose signature is not this service's for that
+    /// attempt (`ray::notify`).
+    #[error("the notification's signature is not this service's for this attempt")]
+    BadSignature,
     /// 404.
     #[error("{0}")]
     NotFound(String),
@@ -137,7 +141,9 @@ impl ApiError {
         match self {
             ApiError::BadJson(_) => "bad_json",
             ApiError::Unauthorized => "unauthorized",
-            ApiError::Forbidden(_) | ApiError::CrossOrigin(_) => "forbidden",
+            ApiError::Forbidden(_) | ApiError::CrossOrigin(_) | ApiError::BadSignature => {
+                "forbidden"
+            }
             ApiError::NotFound(_) => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Conflict(_) => "conflict",
@@ -186,7 +192,9 @@ impl ResponseError for ApiError {
         match self {
             ApiError::BadJson(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) | ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) | ApiError::CrossOrigin(_) | ApiError::BadSignature => {
+                StatusCode::FORBIDDEN
+            }
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) | ApiError::JobConflict { .. } => StatusCode::CONFLICT,
@@ -301,6 +309,7 @@ mod tests {
             ApiError::Unauthorized,
             ApiError::Forbidden("x"),
             ApiError::CrossOrigin("x"),
+            ApiError::BadSignature,
             ApiError::NotFound(String::new()),
             ApiError::MethodNotAllowed { allow: "GET" },
             ApiError::Conflict(String::new()),

@@ -56,6 +56,11 @@ pub struct JobView {
     pub pending_reason: Option<String>,
     /// For a QUEUED job: 1-based position within its user's queue.
     pub queue_position: Option<u64>,
+    /// For a job Ray runs: what it holds there now (its entrypoint's reservation, and
+    /// the tasks and actors it started), by Ray's State API at the last poll; null
+    /// when unknown (not running, or on a replica that does not lead). `resources`
+    /// is what it declared; it is charged the larger of the two per resource.
+    pub actual_resources: Option<ResourcesOut>,
 }
 
 impl JobView {
@@ -92,6 +97,7 @@ impl JobView {
             cluster: j.cluster,
             message: j.message,
             pending_reason: None,
+            actual_resources: None,
             queue_position: None,
         }
     }
@@ -177,9 +183,13 @@ pub(crate) async fn view(
         _ => None,
     };
     let user_id = j.user_id.clone();
+    let outstanding = j.status.is_outstanding();
     let mut v = JobView::from_model(j);
     v.queue_position = position;
     v.pending_reason = lifecycle_reason;
+    if let (true, Some(s)) = (outstanding, state.scheduler()) {
+        v.actual_resources = s.actual(id).await.map(Into::into);
+    }
     if queued && v.pending_reason.is_none() {
         // Not for a job just created (no cycle has seen it; a submit costs no read).
         match state.scheduler() {

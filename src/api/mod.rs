@@ -7,6 +7,7 @@ pub mod body;
 pub mod console;
 pub mod error;
 pub mod events;
+pub mod hints;
 pub mod jobs;
 pub mod line_limit;
 pub mod openapi;
@@ -77,6 +78,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/v1/jobs/{id}/cancel", "POST").post(jobs::cancel))
     .service(resource("/v1/jobs/{id}/logs", "GET").get(jobs::logs))
     .service(resource("/v1/jobs/{id}/events", "GET").get(console::job_events))
+    .service(resource("/v1/attempts/{submission_id}/{kind}", "POST").post(hints::hint))
     .service(resource("/v1/shares", "GET").get(console::shares))
     .service(resource("/v1/whoami", "GET").get(console::whoami))
     .service(resource("/v1/users", "GET").get(users::list))
@@ -120,6 +122,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/jobs/{id}/cancel"),
     ("get", "/v1/jobs/{id}/logs"),
     ("get", "/v1/jobs/{id}/events"),
+    ("post", "/v1/attempts/{submission_id}/{kind}"),
     ("get", "/v1/shares"),
     ("get", "/v1/whoami"),
     ("get", "/v1/users"),

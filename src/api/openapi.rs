@@ -29,7 +29,7 @@ impl Modify for BearerAuth {
         users::list, users::get, users::put, users::pause, users::resume,
         super::events::stream,
         system::scheduler, what_if::what_if, system::metrics, system::healthz, system::readyz, document,
-        console::job_events, console::shares, console::whoami,
+        console::job_events, console::shares, console::whoami, super::hints::hint,
     ),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, crate::views::Amounts,
@@ -37,6 +37,7 @@ impl Modify for BearerAuth {
         users::Empty, jobs::JobStatusName, system::Health, crate::views::SchedulerView,
         what_if::WhatIfRequest, what_if::WhatIfView,
         console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
+        super::hints::HintAnswer,
     )),
     modifiers(&BearerAuth),
 )]

@@ -99,8 +99,11 @@ pub struct UserView {
     pub queued: u64,
     /// DISPATCHING + PENDING + RUNNING jobs.
     pub running: u64,
-    /// Sum of the outstanding jobs' resources.
+    /// What the outstanding jobs are charged: what Ray's State API says they hold,
+    /// never less than declared (`scheduler.charge`).
     pub allocation: ResourcesOut,
+    /// What the outstanding jobs declared.
+    pub declared_allocation: ResourcesOut,
     /// Dominant share of the allocation over the healthy clusters' capacity (0..1).
     pub share: f64,
     /// Decayed usage h_u (0..1), as of now.
@@ -180,6 +183,7 @@ fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
         queued,
         running,
         allocation: live.allocation.into(),
+        declared_allocation: live.declared.into(),
         share: live.share,
         usage: saved_usage.unwrap_or(live.usage),
         key: live.key,

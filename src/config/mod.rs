@@ -51,6 +51,40 @@ pub struct Settings {
     #[serde(default)]
     pub webhooks: Vec<WebhookSettings>,
     pub ray_compat: RayCompatSettings,
+    /// `[notify]`: how attempts tell the service that their driver started and ended
+    /// (DESIGN §5, "How the end of a job is learned").
+    pub notify: NotifySettings,
+}
+
+/// `[notify]`: each attempt's entrypoint runs behind a watcher that POSTs to
+/// `<url>/v1/attempts/{submission_id}/{started|ended}`, so that the end of a job is
+/// known within milliseconds instead of at the next poll.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifySettings {
+    /// Send entrypoints behind the watcher (false: learn every end by polling).
+    pub enabled: bool,
+    /// The base URL at which Ray's job processes reach this service, e.g.
+    /// `http://fairshare.ns.svc:8080`. Empty: `http://<the bound address>`, which
+    /// works when Ray runs where that address is reachable (loopback in the quickstart
+    /// and tests); a service bound to every interface (0.0.0.0) must set it, or it
+    /// runs without notifications and says so at start.
+    pub url: String,
+    /// The key (at least 16 bytes) that signs notification URLs. Empty: a random key
+    /// for this process; then notifications from attempts dispatched by another
+    /// replica or before a restart are not recognised, and the poll learns their end.
+    /// Set it (the same on every replica) to keep them. Never logged.
+    pub key: String,
+}
+
+impl std::fmt::Debug for NotifySettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NotifySettings")
+            .field("enabled", &self.enabled)
+            .field("url", &self.url)
+            .field("key", &if self.key.is_empty() { "" } else { "<hidden>" })
+            .finish()
+    }
 }
 
 /// `[ray_compat]`: Ray's Jobs REST API served under `/api/` (README "Ray's Jobs API").
@@ -262,6 +296,21 @@ pub struct SchedulerSettings {
     pub default_max_runtime: Duration,
     /// Jobs per user queue the arbiter considers per cycle (at least 1).
     pub queue_window: usize,
+    /// What a running job is charged (allocation, dominant share, decayed usage,
+    /// `max_resources`): `actual`, what Ray's State API says it holds (never less
+    /// than it declared), or `declared`, its declared resources only (DESIGN §2).
+    pub charge: Charge,
+}
+
+/// `scheduler.charge`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Charge {
+    /// What the job holds on Ray: its entrypoint, its tasks and actors.
+    #[default]
+    Actual,
+    /// What the job declared.
+    Declared,
 }
 
 /// One `[[clusters]]` entry.
@@ -292,8 +341,16 @@ impl SchedulerSettings {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MonitorSettings {
+    /// How often each cluster is polled while something is awaited that no
+    /// notification announces (a job not dispatched behind the watcher, a stop, a
+    /// retiring attempt, a cluster not healthy; every job when `[notify]` is off).
     #[serde(with = "humantime_serde")]
     pub poll_interval: Duration,
+    /// How often each cluster is polled otherwise: the safety net when every followed
+    /// job announces its own start and end (DESIGN §5). Never shorter than
+    /// `poll_interval`.
+    #[serde(with = "humantime_serde")]
+    pub idle_poll_interval: Duration,
     /// Consecutive failed polls before a cluster is unhealthy (at least 1).
     pub failure_threshold: u32,
     /// How long a job may be missing from an answering cluster before it is FAILED.

@@ -84,6 +84,9 @@ impl Settings {
         if self.monitor.poll_interval.is_zero() {
             return invalid("monitor.poll_interval", "must be longer than 0s");
         }
+        if self.monitor.idle_poll_interval.is_zero() {
+            return invalid("monitor.idle_poll_interval", "must be longer than 0s");
+        }
         if self.monitor.failure_threshold == 0 {
             return invalid("monitor.failure_threshold", "must be at least 1");
         }
@@ -109,6 +112,7 @@ impl Settings {
             }
         }
         self.validate_events()?;
+        self.validate_notify()?;
         let mut seen = std::collections::BTreeSet::new();
         for (i, t) in self.auth.tokens.iter().enumerate() {
             if !t.token.bytes().all(|b| b.is_ascii_graphic()) {
@@ -243,6 +247,38 @@ impl Settings {
             return invalid(
                 "ray_compat.default_resources.memory_bytes".into(),
                 "must be at most 2^53".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The checks of `[notify]`.
+    fn validate_notify(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, reason: &str| {
+            Err(ConfigError::Invalid {
+                key: key.to_string(),
+                reason: reason.to_string(),
+            })
+        };
+        let n = &self.notify;
+        if !n.url.is_empty() {
+            let ok = reqwest::Url::parse(&n.url).is_ok_and(|u| {
+                matches!(u.scheme(), "http" | "https")
+                    && u.host().is_some()
+                    && u.query().is_none()
+                    && u.fragment().is_none()
+            });
+            if !ok {
+                return invalid(
+                    "notify.url",
+                    "must be an http:// or https:// URL without query or fragment, e.g. http://fairshare:8080",
+                );
+            }
+        }
+        if !n.key.is_empty() && n.key.len() < 16 {
+            return invalid(
+                "notify.key",
+                "must be at least 16 bytes (or empty: a random key)",
             );
         }
         Ok(())

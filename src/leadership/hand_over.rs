@@ -96,6 +96,24 @@ async fn handle_notification(db: &Db, s: &Scheduler, payload: &str) {
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, job_id = %id, "cannot read a notified job"),
         }
+    } else if let Some(hint) = payload.strip_prefix("hint:") {
+        // A follower's `POST /v1/attempts/{sid}/{kind}`: checked here, with this
+        // replica's key.
+        let mut parts = hint.splitn(3, ':');
+        let (Some(kind), Some(sid), Some(sig)) = (parts.next(), parts.next(), parts.next()) else {
+            return;
+        };
+        let (Some(kind), Some((job_id, attempt))) = (
+            crate::ray::notify::HintKind::parse(kind),
+            crate::lifecycle::parse_submission_id(sid),
+        ) else {
+            return;
+        };
+        if s.hints().is_some_and(|h| h.verify(sid, kind, sig)) {
+            s.hint(job_id, attempt, kind);
+        } else {
+            crate::metrics::get().hint(kind.as_str(), "forged");
+        }
     } else if let Some(user) = payload.strip_prefix("user:") {
         match store::get_user(db, user).await {
             Ok(Some(u)) => s.user_changed(&u).await,

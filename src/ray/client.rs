@@ -18,7 +18,7 @@ use super::{ClusterUsage, RayJob, RayResources, SubmitJob, SubmitOutcome};
 /// [`RayClient::new`].
 #[derive(Clone, Debug)]
 pub struct RayClient {
-    http: reqwest::Client,
+    pub(super) http: reqwest::Client,
     base: Url,
     address: String,
     timeout: Duration,
@@ -322,7 +322,7 @@ impl RayClient {
 
     /// `base` + the given path segments, each percent-encoded. An empty last segment
     /// gives a trailing slash (Ray's routes `/api/jobs/` need it).
-    fn url(&self, segments: &[&str]) -> Url {
+    pub(super) fn url(&self, segments: &[&str]) -> Url {
         let mut url = self.base.clone();
         // `new` rejected cannot-be-a-base URLs, so this always succeeds.
         if let Ok(mut path) = url.path_segments_mut() {
@@ -333,11 +333,12 @@ impl RayClient {
 
     /// Sends `request` and reads the whole body. Only transport errors and timeouts
     /// are errors here; the caller interprets the status.
-    async fn execute(
+    pub(super) async fn execute(
         &self,
         request: reqwest::RequestBuilder,
         endpoint: &str,
     ) -> Result<(StatusCode, Vec<u8>), RayError> {
+        crate::metrics::get().ray_dashboard_requests.inc();
         let started = Instant::now();
         let result = async {
             let response = request.send().await?;

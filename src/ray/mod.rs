@@ -32,7 +32,9 @@ use serde::Deserialize;
 
 mod client;
 mod error;
+pub mod notify;
 pub mod packages;
+pub mod state;
 mod submit;
 #[cfg(test)]
 mod tests;
@@ -179,6 +181,9 @@ pub struct RayJob {
     /// The job's `submission_id`; `None` for driver jobs started outside the Jobs API
     /// (a plain `ray.init()` script), which `GET /api/jobs/` lists too.
     pub submission_id: Option<String>,
+    /// The driver's Ray job id (hex, e.g. `02000000`) once the driver has connected:
+    /// the `job_id` its tasks and actors carry in Ray's State API.
+    pub job_id: Option<String>,
     /// Current status.
     pub status: RayJobStatus,
     /// Ray's human-readable status message (e.g. why it failed).
@@ -200,6 +205,8 @@ struct RawJob {
     #[serde(default)]
     submission_id: Option<String>,
     #[serde(default)]
+    job_id: Option<String>,
+    #[serde(default)]
     status: Option<String>,
     #[serde(default)]
     message: Option<String>,
@@ -217,6 +224,7 @@ impl From<RawJob> for RayJob {
     fn from(raw: RawJob) -> Self {
         Self {
             submission_id: raw.submission_id,
+            job_id: raw.job_id,
             status: RayJobStatus::from_ray(raw.status.as_deref().unwrap_or_default()),
             message: raw.message,
             error_type: raw.error_type,

@@ -574,6 +574,7 @@ async fn list_jobs_decodes_rays_answer_leniently() {
         jobs[0],
         RayJob {
             submission_id: Some("job-1".to_owned()),
+            job_id: Some("02000000".to_owned()),
             status: RayJobStatus::Running,
             message: Some("Job is currently running.".to_owned()),
             error_type: None,

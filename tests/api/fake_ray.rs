@@ -19,6 +19,8 @@ pub struct FakeJob {
     pub stop_requested: bool,
     /// Polls left before a RUNNING job succeeds.
     pub runs_for: u32,
+    /// Cores its driver's tasks hold while it runs, beyond its entrypoint's.
+    pub tasks_cpu: f64,
 }
 
 #[derive(Debug, Default)]
@@ -50,6 +52,13 @@ pub struct State {
     pub in_transit: Vec<(std::time::Instant, String, FakeJob)>,
     /// Every `POST /api/jobs/`'s submission id, in order (refused ones too).
     pub post_ids: Vec<String>,
+    /// The entrypoint each submission id was POSTed with (the last one).
+    pub entrypoints: BTreeMap<String, String>,
+    /// Answer Ray's State API (`/api/v0/actors`, `/api/v0/tasks`); else 404 as an old
+    /// dashboard would.
+    pub state_api: bool,
+    /// Cores the driver of each job submitted from now on starts tasks with.
+    pub tasks_cpu: f64,
 }
 
 impl State {
@@ -72,7 +81,7 @@ impl State {
                 .jobs
                 .values()
                 .filter(|j| j.status == "RUNNING")
-                .map(|j| j.cpu)
+                .map(|j| j.cpu + j.tasks_cpu)
                 .sum::<f64>()
     }
 
@@ -130,7 +139,10 @@ impl Respond for FakeRay {
                 let list: Vec<_> = s
                     .jobs
                     .iter()
-                    .map(|(id, j)| json!({"submission_id": id, "status": j.status, "message": ""}))
+                    .map(|(id, j)| {
+                        json!({"submission_id": id, "status": j.status, "message": "",
+                        "job_id": (j.status == "RUNNING").then(|| driver(id))})
+                    })
                     .collect();
                 ResponseTemplate::new(200).set_body_json(list)
             }
@@ -143,6 +155,9 @@ impl Respond for FakeRay {
                     .unwrap_or_default()
                     .to_string();
                 s.post_ids.push(sid.clone());
+                if let Some(ep) = body["entrypoint"].as_str() {
+                    s.entrypoints.insert(sid.clone(), ep.to_string());
+                }
                 if let Some(status) = s.submit_status {
                     return ResponseTemplate::new(status)
                         .set_body_string("proxy: upstream unavailable")
@@ -161,6 +176,7 @@ impl Respond for FakeRay {
                         cpu,
                         stop_requested: false,
                         runs_for: s.run_polls,
+                        tasks_cpu: s.tasks_cpu,
                     };
                     s.in_transit
                         .push((std::time::Instant::now() + hold, sid.clone(), job));
@@ -182,6 +198,7 @@ impl Respond for FakeRay {
                 }
                 let cpu = body["entrypoint_num_cpus"].as_f64().unwrap_or(0.0);
                 let runs_for = s.run_polls;
+                let tasks_cpu = s.tasks_cpu;
                 s.jobs.insert(
                     sid.clone(),
                     FakeJob {
@@ -189,11 +206,41 @@ impl Respond for FakeRay {
                         cpu,
                         stop_requested: false,
                         runs_for,
+                        tasks_cpu,
                     },
                 );
                 s.submitted.push(sid.clone());
                 ResponseTemplate::new(200)
                     .set_body_json(json!({"job_id": sid, "submission_id": sid}))
+            }
+            (false, "/api/v0/actors") if s.state_api => {
+                let mut alive: Vec<_> = s
+                    .jobs
+                    .iter()
+                    .filter(|(_, j)| j.status == "RUNNING")
+                    .map(|(id, j)| {
+                        json!({"name": format!("_ray_internal_job_actor_{id}"),
+                        "job_id": "01000000", "state": "ALIVE", "class_name": "JobSupervisor",
+                        "required_resources": {"CPU": j.cpu}})
+                    })
+                    .collect();
+                if s.foreign_cpu > 0.0 {
+                    alive.push(json!({"name": "", "job_id": "ff000000", "state": "ALIVE",
+                        "class_name": "Other", "required_resources": {"CPU": s.foreign_cpu}}));
+                }
+                state_listing(alive)
+            }
+            (false, "/api/v0/tasks") if s.state_api => {
+                let running: Vec<_> = s
+                    .jobs
+                    .iter()
+                    .filter(|(_, j)| j.status == "RUNNING" && j.tasks_cpu > 0.0)
+                    .map(|(id, j)| {
+                        json!({"job_id": driver(id), "state": "RUNNING",
+                        "type": "NORMAL_TASK", "required_resources": {"CPU": j.tasks_cpu}})
+                    })
+                    .collect();
+                state_listing(running)
             }
             (true, p) if p.ends_with("/stop") => {
                 let sid = p
@@ -224,6 +271,18 @@ impl Respond for FakeRay {
             _ => ResponseTemplate::new(404),
         }
     }
+}
+
+/// A driver job id for a submission id (Ray's are hex counters).
+fn driver(sid: &str) -> String {
+    format!("d-{sid}")
+}
+
+/// The State API's answer for a list.
+fn state_listing(result: Vec<serde_json::Value>) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_json(json!({"result": true, "msg": "",
+        "data": {"result": {"total": result.len(), "num_after_truncation": result.len(),
+        "result": result}}}))
 }
 
 /// Starts a fake cluster with `total_cpu` CPUs; returns the server and its state.

@@ -449,6 +449,7 @@ async fn a_stop_asked_before_a_restart_reaches_ray_at_the_first_poll() {
             cpu: 1.0,
             stop_requested: false,
             runs_for: 1_000_000,
+            tasks_cpu: 0.0,
         },
     );
     for event in [

@@ -61,6 +61,7 @@ class Job:
     entrypoint: str
     resources: Resources
     metadata: Optional[Dict[str, Any]]
+    group: Optional[str]
     max_runtime_s: Optional[int]
     submitted_at: datetime
     dispatched_at: Optional[datetime]
@@ -70,6 +71,7 @@ class Job:
     message: Optional[str]
     pending_reason: Optional[str]
     queue_position: Optional[int]
+    actual_resources: Optional[Resources]
 
     @property
     def finished(self) -> bool:
@@ -82,6 +84,11 @@ class Job:
             cls,
             d,
             resources=Resources.from_dict(d.get("resources") or {}),
+            actual_resources=(
+                Resources.from_dict(d["actual_resources"])
+                if d.get("actual_resources") is not None
+                else None
+            ),
             submitted_at=_time(d.get("submitted_at")),
             dispatched_at=_time(d.get("dispatched_at")),
             started_at=_time(d.get("started_at")),
@@ -122,6 +129,7 @@ class User:
     """``UserView``: a user's settings, counts and fair-share state."""
 
     id: str
+    display_name: Optional[str]
     weight: float
     paused: bool
     max_running_jobs: Optional[int]
@@ -132,6 +140,7 @@ class User:
     queued: int
     running: int
     allocation: Resources
+    declared_allocation: Resources
     share: float
     usage: float
     key: float
@@ -146,6 +155,7 @@ class User:
             d,
             max_resources=ResourceLimit.from_dict(limit) if limit is not None else None,
             allocation=Resources.from_dict(d.get("allocation") or {}),
+            declared_allocation=Resources.from_dict(d.get("declared_allocation") or {}),
             created_at=_time(d.get("created_at")),
             updated_at=_time(d.get("updated_at")),
         )

@@ -21,7 +21,7 @@ mod report;
 mod what_if;
 
 pub use recovery::{EnqueueMany, Recovered, RecoveredOutstanding};
-pub use report::{GetPendingReason, GetUserState, GetView, IsReady, Loaded};
+pub use report::{GetActual, GetPendingReason, GetUserState, GetView, IsReady, Loaded};
 pub use what_if::GetSnapshot;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -140,6 +140,9 @@ pub struct FairShareArbiter {
     /// Each cluster's last report as taken (health, total, used, our jobs it counts):
     /// the same report again changes nothing.
     reports: HashMap<String, (bool, Resources, Resources, HashSet<JobId>)>,
+    /// What each running job held at the last report that said so (Ray's State
+    /// API), cores, GPUs and bytes; shown beside what it declared.
+    actual: HashMap<JobId, Resources>,
     last: Option<CycleView>,
     cycles: u64,
     cycle_requested: bool,
@@ -193,6 +196,7 @@ impl FairShareArbiter {
             freed_at: None,
             queues: HashMap::new(),
             reports: HashMap::new(),
+            actual: HashMap::new(),
             last: None,
             cycles: 0,
             cycle_requested: false,
@@ -337,6 +341,7 @@ impl FairShareArbiter {
 
     /// Releases what a grant reserved (the job ended or is queued again).
     fn release(&mut self, job_id: JobId) {
+        self.actual.remove(&job_id);
         if self.ledger.end(unix_now(), job_id) {
             self.remember_ended(job_id);
         }
@@ -511,9 +516,19 @@ impl Handler<CapacityChanged> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: CapacityChanged, ctx: &mut Context<Self>) {
+        // What each running job holds now, charged before the report is taken, so
+        // that the cluster's foreign load is `used` less what our jobs hold.
+        let now = unix_now();
+        let mut charged = false;
+        for (job, held) in &msg.actual {
+            self.actual.insert(*job, *held);
+            if self.settings.scheduler.charge == crate::config::Charge::Actual {
+                charged |= self.ledger.charge(now, *job, *held);
+            }
+        }
         let reported: HashSet<JobId> = msg.reported.into_iter().collect();
         let report = (msg.healthy, msg.total, msg.used, reported);
-        if self.reports.get(&msg.cluster) == Some(&report) {
+        if !charged && self.reports.get(&msg.cluster) == Some(&report) {
             return;
         }
         let changed = self.ledger.report_cluster(
@@ -526,7 +541,7 @@ impl Handler<CapacityChanged> for FairShareArbiter {
         );
         self.reports.insert(msg.cluster, report);
         self.publish_sizes();
-        if changed {
+        if changed || charged {
             self.request_cycle(ctx);
         }
     }

@@ -5,7 +5,7 @@ use actix::{Context, Handler, Message, MessageResult};
 
 use super::{FairShareArbiter, RefreshMetrics};
 use crate::metrics::{self, OTHER_USERS};
-use crate::policy::JobId;
+use crate::policy::{JobId, Resources};
 use crate::views::{ClusterStatusView, LiveUser, SchedulerView, UserOrderView};
 
 use super::unix_now;
@@ -26,6 +26,14 @@ pub struct GetUserState {
 #[derive(Message)]
 #[rtype(result = "Option<String>")]
 pub struct GetPendingReason {
+    pub job_id: JobId,
+}
+
+/// Ask what an outstanding job holds on Ray now (cores, GPUs, bytes), by the last
+/// State API reading that showed it; `None` when unknown.
+#[derive(Message)]
+#[rtype(result = "Option<Resources>")]
+pub struct GetActual {
     pub job_id: JobId,
 }
 
@@ -182,10 +190,12 @@ impl Handler<GetUserState> for FairShareArbiter {
             return MessageResult(None);
         }
         let now = unix_now();
+        let declared = self.ledger.declared_allocations();
         let live = |id: &str| {
             let u = self.ledger.user(id, now)?;
             Some(LiveUser {
                 allocation: u.allocation,
+                declared: declared.get(id).copied().unwrap_or_default(),
                 share: u.share,
                 usage: u.usage,
                 key: u.key,
@@ -207,6 +217,14 @@ impl Handler<GetUserState> for FairShareArbiter {
                 .collect(),
         };
         MessageResult(Some(out))
+    }
+}
+
+impl Handler<GetActual> for FairShareArbiter {
+    type Result = Option<Resources>;
+
+    fn handle(&mut self, msg: GetActual, _: &mut Context<Self>) -> Option<Resources> {
+        self.actual.get(&msg.job_id).copied()
     }
 }
 

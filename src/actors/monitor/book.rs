@@ -103,6 +103,9 @@ impl Book {
                 }
                 let newer = job.attempt > t.job.attempt
                     || (job.attempt == t.job.attempt && rank(job.status) >= rank(t.job.status));
+                if origin == Origin::Dispatched {
+                    t.hinted = true;
+                }
                 if newer {
                     t.job = job;
                 } else if job.attempt == t.job.attempt && t.job.stop_reason.is_none() {
@@ -123,6 +126,7 @@ impl Book {
                         missing_since: None,
                         running_seen: None,
                         stop_sent_at: None,
+                        hinted: origin == Origin::Dispatched,
                     },
                 );
             }
@@ -155,7 +159,6 @@ impl Book {
     }
 
     /// The followed current attempt of a job.
-    #[cfg(test)]
     pub(crate) fn current(&self, id: &JobId) -> Option<&Followed> {
         self.current.get(id)
     }
@@ -164,6 +167,19 @@ impl Book {
     #[cfg(test)]
     pub(crate) fn retiring(&self, id: &JobId) -> Option<&Retiring> {
         self.retiring.get(id)
+    }
+
+    /// Whether something followed will not announce its own change, so that the poll
+    /// must come at `monitor.poll_interval` rather than `monitor.idle_poll_interval`:
+    /// a job not dispatched behind the watcher (recovered, or before a restart), one
+    /// recovered DISPATCHING, one with a stop asked (Ray's stop kills the watcher with
+    /// the job), and every retiring or stray attempt.
+    pub(crate) fn awaits_the_poll(&self) -> bool {
+        !self.retiring.is_empty()
+            || !self.strays.is_empty()
+            || self.current.values().any(|t| {
+                !t.hinted || t.job.status == JobStatus::Dispatching || t.job.stop_reason.is_some()
+            })
     }
 
     /// Whether the book follows `attempt` of `job_id` as a stray.
@@ -247,6 +263,27 @@ impl Book {
         let strays = self
             .strays_on(cluster)
             .filter(|r| unreported(r.running_seen))
+            .map(|r| r.resources);
+        retiring
+            .chain(strays)
+            .fold(Resources::ZERO, |acc, r| acc + r)
+    }
+
+    /// The declared resources of the retiring and stray attempts on `cluster` that
+    /// Ray's State API does not show holding anything (not in `holding`): alive in
+    /// Ray, they may start at any moment.
+    pub(crate) fn others_not_holding(
+        &self,
+        cluster: &str,
+        holding: &HashSet<(JobId, u32)>,
+    ) -> Resources {
+        let retiring = self
+            .retiring_on(cluster)
+            .filter(|r| !holding.contains(&(r.job_id, r.attempt)))
+            .map(|r| r.resources);
+        let strays = self
+            .strays_on(cluster)
+            .filter(|r| !holding.contains(&(r.job_id, r.attempt)))
             .map(|r| r.resources);
         retiring
             .chain(strays)

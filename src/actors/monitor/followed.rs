@@ -20,6 +20,9 @@ pub(crate) struct Followed {
     pub(crate) running_seen: Option<Instant>,
     /// When a stop was last sent for it.
     pub(crate) stop_sent_at: Option<Instant>,
+    /// Dispatched by this process behind the watcher (`ray::notify`): its start and
+    /// end are announced, so the poll is only its safety net.
+    pub(crate) hinted: bool,
 }
 
 /// An earlier attempt of a QUEUED job, followed until Ray confirms it ended.
@@ -102,6 +105,21 @@ pub(crate) struct ClusterPoll {
     pub(crate) retiring: Vec<(JobId, Outcome)>,
     /// Attempts alive in Ray that nothing followed, and what was done about them.
     pub(crate) strays: Vec<(StrayFound, Outcome)>,
+    /// What Ray's State API says is alive (`None`: it did not answer, or the poll
+    /// was a notification's check).
+    pub(crate) usage_now: Option<UsageNow>,
+}
+
+/// One poll's reading of Ray's State API (`ray::state`), for charging real usage.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct UsageNow {
+    /// Everything alive on the cluster, every tenant (cores, GPUs, bytes).
+    pub(crate) total: Resources,
+    /// What each followed current attempt that Ray runs holds now.
+    pub(crate) jobs: Vec<(JobId, Resources)>,
+    /// The retiring and stray attempts whose entrypoint holds its reservation (the
+    /// others may still start).
+    pub(crate) others_holding: std::collections::HashSet<(JobId, u32)>,
 }
 
 /// An attempt alive in Ray that the monitor did not follow (found by the sweep), or a

@@ -12,7 +12,7 @@
 //! cluster is logged at `warn` at once and then at most every
 //! `monitor.unreachable_warn_every`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,16 +22,17 @@ use futures_util::future::join_all;
 
 pub(crate) mod book;
 mod followed;
+mod hint;
 pub(crate) mod poll;
 
 use super::messages::{
-    ArbiterHandle, CapacityChanged, ClusterUnreachable, DispatcherHandle, Hold, JobFinished,
+    ArbiterHandle, CapacityChanged, ClusterUnreachable, DispatcherHandle, Hint, Hold, JobFinished,
     Release, RemoveQueued, Requeued, StopInRay, Track, TrackRetiring,
 };
 use crate::config::Settings;
 use crate::lifecycle::Limits;
 use crate::metrics;
-use crate::policy::Resources;
+use crate::policy::{JobId, Resources};
 use crate::ray::{error_chain, RayClient};
 use crate::store::{Db, Fence};
 use book::{Book, Effect, Retiring};
@@ -66,6 +67,14 @@ pub struct RayCapacityMonitor {
     /// What it follows (pure; see [`book`]).
     book: Book,
     polling: bool,
+    /// A poll was asked for while one ran: run another once it is done.
+    again: bool,
+    /// The next poll, and when it is due.
+    next: Option<(actix::SpawnHandle, Instant)>,
+    /// Attempts' watchers announce starts and ends (`[notify]`).
+    hints_on: bool,
+    /// Jobs a notification is being checked for.
+    checking: HashSet<JobId>,
 }
 
 impl RayCapacityMonitor {
@@ -83,15 +92,55 @@ impl RayCapacityMonitor {
             .map(|k| (k.clone(), Health::default()))
             .collect();
         RayCapacityMonitor {
-            settings,
             db,
             fence,
             clients,
             arbiter,
             dispatcher,
             health,
+            hints_on: crate::ray::notify::Hints::of(&settings.notify).is_some(),
+            settings,
             book: Book::default(),
             polling: false,
+            again: false,
+            next: None,
+            checking: HashSet::new(),
+        }
+    }
+
+    /// How long until the next poll: `monitor.poll_interval` while something is
+    /// awaited that no notification announces (see [`Book::awaits_the_poll`]; a cluster
+    /// not healthy; notifications off), else `monitor.idle_poll_interval`.
+    fn interval(&self) -> Duration {
+        let m = &self.settings.monitor;
+        let fast = !self.hints_on
+            || self.book.awaits_the_poll()
+            || self.health.values().any(|h| !h.healthy);
+        if fast {
+            m.poll_interval
+        } else {
+            m.idle_poll_interval.max(m.poll_interval)
+        }
+    }
+
+    /// Schedules the next poll after [`Self::interval`], replacing one scheduled.
+    fn schedule(&mut self, ctx: &mut Context<Self>) {
+        if let Some((handle, _)) = self.next.take() {
+            ctx.cancel_future(handle);
+        }
+        let every = self.interval();
+        let handle = ctx.run_later(every, |act, ctx| {
+            act.next = None;
+            act.poll(ctx);
+        });
+        self.next = Some((handle, Instant::now() + every));
+    }
+
+    /// Brings the next poll forward when something now awaits it sooner.
+    fn hurry(&mut self, ctx: &mut Context<Self>) {
+        let due = Instant::now() + self.interval();
+        if self.next.as_ref().is_some_and(|(_, at)| *at > due) {
+            self.schedule(ctx);
         }
     }
 
@@ -109,6 +158,7 @@ impl RayCapacityMonitor {
 
     fn poll(&mut self, ctx: &mut Context<Self>) {
         if self.polling {
+            self.again = true;
             return;
         }
         self.polling = true;
@@ -141,10 +191,15 @@ impl RayCapacityMonitor {
         ctx.spawn(
             super::off_actor(join_all(polls))
                 .into_actor(self)
-                .map(|results, act, _| {
+                .map(|results, act, ctx| {
                     act.polling = false;
                     for r in results.unwrap_or_default() {
                         act.apply(r);
+                    }
+                    if std::mem::take(&mut act.again) {
+                        act.poll(ctx);
+                    } else {
+                        act.schedule(ctx);
                     }
                 }),
         );
@@ -247,6 +302,7 @@ impl RayCapacityMonitor {
         let lag = self.settings.monitor.usage_report_lag;
         let name = r.name.clone();
         let now = Instant::now();
+        let usage_now = r.usage_now.clone();
         let (effects, pending_in_ray) = self.book.absorb(r, now);
         self.carry(effects);
         metrics::get()
@@ -256,15 +312,35 @@ impl RayCapacityMonitor {
         let Some(health) = self.health.get(&name) else {
             return;
         };
-        // Attempts alive in Ray that are not a job's current one (retiring, strays)
-        // count as used at their declared size until Ray's report covers them.
-        let others = self.book.unreported_others(&name, lag, now);
+        let (used, reported, actual) = match (used, usage_now) {
+            // Ray's State API: what every job holds now, ours and every other
+            // tenant's, from one reading (no lag to guess). Retiring and stray
+            // attempts that hold nothing yet may start at any moment: counted at
+            // their declared size.
+            (Some(_), Some(u)) => {
+                let others = self.book.others_not_holding(&name, &u.others_holding);
+                let reported = u.jobs.iter().map(|(id, _)| *id).collect();
+                (u.total + others, reported, u.jobs)
+            }
+            // Ray's usage report, which lags: our jobs count as included once seen
+            // RUNNING for `usage_report_lag`; retiring and stray attempts not yet
+            // included count at their declared size.
+            (used, _) => {
+                let others = self.book.unreported_others(&name, lag, now);
+                (
+                    used.map(|u| u + others).unwrap_or_default(),
+                    self.book.reported(&name, lag, now),
+                    Vec::new(),
+                )
+            }
+        };
         self.arbiter.capacity.do_send(CapacityChanged {
             cluster: name.clone(),
             healthy: health.healthy,
             total: health.total,
-            used: used.map(|u| u + others).unwrap_or_default(),
-            reported: self.book.reported(&name, lag, now),
+            used,
+            reported,
+            actual,
         });
     }
 }
@@ -273,9 +349,7 @@ impl Actor for RayCapacityMonitor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let every = self.settings.monitor.poll_interval;
         self.poll(ctx);
-        ctx.run_interval(every, |act, ctx| act.poll(ctx));
     }
 }
 
@@ -298,15 +372,16 @@ impl Handler<super::messages::Halt> for RayCapacityMonitor {
 impl Handler<Track> for RayCapacityMonitor {
     type Result = ();
 
-    fn handle(&mut self, msg: Track, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: Track, ctx: &mut Context<Self>) {
         self.book.track(msg.job, msg.origin, Instant::now());
+        self.hurry(ctx);
     }
 }
 
 impl Handler<TrackRetiring> for RayCapacityMonitor {
     type Result = ();
 
-    fn handle(&mut self, msg: TrackRetiring, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: TrackRetiring, ctx: &mut Context<Self>) {
         self.book.track_retiring(Retiring {
             job_id: msg.job_id,
             user: msg.user,
@@ -316,13 +391,71 @@ impl Handler<TrackRetiring> for RayCapacityMonitor {
             stop_sent_at: None,
             running_seen: None,
         });
+        self.hurry(ctx);
+    }
+}
+
+impl Handler<Hint> for RayCapacityMonitor {
+    type Result = ();
+
+    #[tracing::instrument(skip_all, fields(job_id = %msg.job_id, kind = msg.kind.as_str()))]
+    fn handle(&mut self, msg: Hint, ctx: &mut Context<Self>) {
+        let followed = self
+            .book
+            .current(&msg.job_id)
+            .filter(|t| t.job.attempt.max(1) as u32 == msg.attempt)
+            .cloned();
+        let Some(t) = followed else {
+            // Not an attempt followed here now (ended, replayed, late): nothing to do.
+            metrics::get().hint(msg.kind.as_str(), "ignored");
+            return;
+        };
+        let (Some(cluster), false) = (t.job.cluster.clone(), self.checking.contains(&msg.job_id))
+        else {
+            return;
+        };
+        let Some(client) = self.clients.get(&cluster).cloned() else {
+            return;
+        };
+        metrics::get().hint(msg.kind.as_str(), "checked");
+        self.checking.insert(msg.job_id);
+        let limits = self.limits(&t.job);
+        let check = hint::check(
+            self.db.clone(),
+            self.fence.clone(),
+            client,
+            cluster.clone(),
+            t,
+            limits,
+            msg.kind,
+        );
+        ctx.spawn(
+            super::off_actor(check)
+                .into_actor(self)
+                .map(move |outcome, act, ctx| {
+                    act.checking.remove(&msg.job_id);
+                    let Some(Some(outcome)) = outcome else { return };
+                    let poll = ClusterPoll {
+                        name: cluster,
+                        usage: Ok(Default::default()),
+                        jobs: Ok(()),
+                        current: vec![(msg.job_id, outcome)],
+                        retiring: Vec::new(),
+                        strays: Vec::new(),
+                        usage_now: None,
+                    };
+                    let (effects, _) = act.book.absorb(poll, Instant::now());
+                    act.carry(effects);
+                    act.hurry(ctx);
+                }),
+        );
     }
 }
 
 impl Handler<ClusterUnreachable> for RayCapacityMonitor {
     type Result = ();
 
-    fn handle(&mut self, msg: ClusterUnreachable, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: ClusterUnreachable, ctx: &mut Context<Self>) {
         let m = &self.settings.monitor;
         let threshold = m.failure_threshold;
         let h = self.health.entry(msg.cluster.clone()).or_default();
@@ -348,7 +481,9 @@ impl Handler<ClusterUnreachable> for RayCapacityMonitor {
                 total: h.total,
                 used: Resources::default(),
                 reported: Vec::new(),
+                actual: Vec::new(),
             });
         }
+        self.hurry(ctx);
     }
 }

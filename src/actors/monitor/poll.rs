@@ -7,7 +7,7 @@ use std::time::Instant;
 use entity::JobStatus;
 
 use super::followed::{stop_due, Followed, Retiring, Stray};
-pub(crate) use super::followed::{ClusterPoll, Outcome, StrayFound};
+pub(crate) use super::followed::{ClusterPoll, Outcome, StrayFound, UsageNow};
 use crate::lifecycle::{self, Limits};
 use crate::metrics;
 use crate::policy::JobId;
@@ -157,7 +157,12 @@ pub(crate) fn probe_followed_stray(s: &Stray, ray: Option<&RayJob>, now: Instant
 }
 
 /// Carries out a probe: writes its event, or reports what it found.
-async fn carry(db: &Db, fence: &Fence, id: JobId, probe: Probe) -> Result<Outcome, sea_orm::DbErr> {
+pub(super) async fn carry(
+    db: &Db,
+    fence: &Fence,
+    id: JobId,
+    probe: Probe,
+) -> Result<Outcome, sea_orm::DbErr> {
     Ok(match probe {
         Probe::Apply(event) => {
             Outcome::Applied(Box::new(store::apply(db, fence, id, &event).await?))
@@ -227,9 +232,14 @@ pub(super) async fn poll_cluster(
         strays,
         followed,
     } = on;
-    let (usage, list) = tokio::join!(client.cluster_usage(), client.list_jobs());
+    let (usage, list, holdings) = tokio::join!(
+        client.cluster_usage(),
+        client.list_jobs(),
+        client.holdings()
+    );
     count(&name, "cluster_status", &usage);
     count(&name, "list_jobs", &list);
+    count(&name, "state", &holdings);
     let mut poll = ClusterPoll {
         name,
         usage,
@@ -237,6 +247,7 @@ pub(super) async fn poll_cluster(
         current: Vec::new(),
         retiring: Vec::new(),
         strays: Vec::new(),
+        usage_now: None,
     };
     let list = match list {
         Ok(list) => list,
@@ -249,6 +260,12 @@ pub(super) async fn poll_cluster(
         .iter()
         .filter_map(|j| j.submission_id.as_deref().map(|id| (id, j)))
         .collect();
+    match holdings {
+        Ok(h) => poll.usage_now = Some(usage_now(&h, &by_id, &jobs, &retiring, &strays)),
+        Err(e) => {
+            tracing::debug!(error = %e, "Ray's State API did not answer; its usage report stands in");
+        }
+    }
     for (t, limits) in jobs {
         let sid = lifecycle::current_submission_id(&t.job);
         let listed = by_id.get(sid.as_str()).copied();
@@ -291,6 +308,38 @@ pub(super) async fn poll_cluster(
     }
     sweep(&db, &fence, &poll.name.clone(), &list, &followed, &mut poll).await;
     poll
+}
+
+/// What the State API's `h` says the followed attempts hold.
+fn usage_now(
+    h: &crate::ray::state::Holdings,
+    by_id: &HashMap<&str, &RayJob>,
+    jobs: &[(Followed, Limits)],
+    retiring: &[Retiring],
+    strays: &[Stray],
+) -> UsageNow {
+    let jobs = jobs
+        .iter()
+        .filter_map(|(t, _)| {
+            let sid = lifecycle::current_submission_id(&t.job);
+            let driver = by_id.get(sid.as_str()).and_then(|j| j.job_id.as_deref());
+            h.of(&sid, driver).map(|held| (t.job.id, held))
+        })
+        .collect();
+    let others = retiring
+        .iter()
+        .map(|r| (r.job_id, r.attempt))
+        .chain(strays.iter().map(|s| (s.job_id, s.attempt)))
+        .filter(|(id, attempt)| {
+            h.entrypoints
+                .contains_key(&lifecycle::submission_id(*id, *attempt))
+        })
+        .collect();
+    UsageNow {
+        total: h.total,
+        jobs,
+        others_holding: others,
+    }
 }
 
 /// The sweep: every attempt Ray lists alive whose `submission_id` is one of this

@@ -127,6 +127,7 @@ impl Ledger {
                 uid,
                 cluster: k,
                 resources,
+                declared: resources,
                 reported: false,
                 end_key,
             },
@@ -182,6 +183,44 @@ impl Ledger {
             }
         }
         self.reindex(j.uid, now);
+        true
+    }
+
+    /// Charges outstanding `job` `held` (cores, GPUs, bytes: what Ray's State API says
+    /// its entrypoint, tasks and actors hold now) instead of what it was charged so
+    /// far; never less than it declared, component by component (DESIGN §2, "What is
+    /// charged"). Its user's allocation and dominant share, its decayed usage from now
+    /// on, and its cluster's outstanding capacity follow. Whether anything changed.
+    pub fn charge(&mut self, now: Seconds, job: JobId, held: Resources) -> bool {
+        let now = self.clock(now);
+        let Some(j) = self.jobs.get(&job) else {
+            return false;
+        };
+        let charged = held.max(j.declared);
+        if charged == j.resources {
+            return false;
+        }
+        let (uid, k, old, reported, end_key) =
+            (j.uid, j.cluster, j.resources, j.reported, j.end_key);
+        self.touch_usage(uid, now);
+        let capacity = self.capacity;
+        let a = &mut self.accounts[uid as usize];
+        a.allocation = a.allocation.saturating_sub(old) + charged;
+        a.share = dominant_share(&a.allocation, &capacity);
+        let c = &mut self.clusters[k];
+        c.outstanding = c.outstanding.saturating_sub(old) + charged;
+        if reported {
+            c.used_reported = c.used_reported.saturating_sub(old) + charged;
+        } else {
+            c.unreported = c.unreported.saturating_sub(old) + charged;
+        }
+        if let Some(e) = c.ends.get_mut(&end_key) {
+            e.1 = charged;
+        }
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.resources = charged;
+        }
+        self.reindex(uid, now);
         true
     }
 

@@ -160,7 +160,11 @@ pub struct UserState {
 struct Job {
     uid: Uid,
     cluster: usize,
+    /// What it is charged: what it declared, until [`Ledger::charge`] says what it
+    /// holds on Ray.
     resources: Resources,
+    /// What it declared.
+    declared: Resources,
     /// The cluster's last report counted it.
     reported: bool,
     /// Its key in the cluster's `ends` (its expected end, and arrival).

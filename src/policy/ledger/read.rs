@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::{Account, Ledger, Uid, UserState};
 use crate::policy::{
-    decay_usage, fair_share_key, ClusterView, JobId, Reservation, Seconds, UserView,
+    decay_usage, fair_share_key, ClusterView, JobId, Reservation, Resources, Seconds, UserView,
 };
 
 impl Ledger {
@@ -17,6 +17,23 @@ impl Ledger {
     /// Number of outstanding jobs.
     pub fn outstanding_count(&self) -> usize {
         self.jobs.len()
+    }
+
+    /// What an outstanding job declared and what it is charged (see
+    /// [`Ledger::charge`]), cores, GPUs and bytes.
+    pub fn job_resources(&self, job: &JobId) -> Option<(Resources, Resources)> {
+        self.jobs.get(job).map(|j| (j.declared, j.resources))
+    }
+
+    /// Each user's declared allocation: what its outstanding jobs declared (its
+    /// allocation is what they are charged).
+    pub fn declared_allocations(&self) -> std::collections::HashMap<&str, Resources> {
+        let mut by = std::collections::HashMap::new();
+        for j in self.jobs.values() {
+            let name: &str = &self.accounts[j.uid as usize].name;
+            *by.entry(name).or_insert(Resources::ZERO) += j.declared;
+        }
+        by
     }
 
     /// Whether `job` is outstanding.

@@ -1,0 +1,186 @@
+//! Completion within milliseconds (DESIGN §5, "How the end of a job is learned"): Ray
+//! has no job-finished callback, so each attempt's entrypoint goes to Ray behind a
+//! small *watcher* that tells fairshare when the driver starts and when it exits.
+//!
+//! The watcher is a background Python process started by the entrypoint's own shell
+//! before the submitted command runs (Ray runs entrypoints through `/bin/sh`, and every
+//! Ray node has Python). It POSTs `started` at once, then waits for the shell to exit
+//! (`os.pidfd_open`, no polling; where that is missing, its parent changing, checked
+//! every 50 ms) and POSTs `ended`. It writes nothing to the job's logs and does not
+//! change the job's exit code: the submitted command is the shell's last. Ray's own
+//! process poll sees the same exit up to 100 ms later (measured: the watcher's word
+//! arrives between 90 ms before and 50 ms after Ray's `end_time`, BENCHMARKS.md).
+//!
+//! A notification is a *hint*: it makes the monitor ask Ray about that attempt now
+//! rather than at its next poll, and nothing else. Its URL carries an HMAC-SHA-256 of
+//! the kind and the attempt's `submission_id` under a key of this deployment
+//! (`notify.key`), so that it cannot be forged for another attempt; a forged, replayed
+//! or late one changes nothing, because the status is always Ray's.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// What a notification says happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintKind {
+    /// The entrypoint's shell started (Ray runs the attempt).
+    Started,
+    /// The entrypoint's shell exited (Ray ends the attempt within about 100 ms).
+    Ended,
+}
+
+impl HintKind {
+    /// The path segment: `started` or `ended`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HintKind::Started => "started",
+            HintKind::Ended => "ended",
+        }
+    }
+
+    /// The kind a path segment names.
+    pub fn parse(s: &str) -> Option<HintKind> {
+        match s {
+            "started" => Some(HintKind::Started),
+            "ended" => Some(HintKind::Ended),
+            _ => None,
+        }
+    }
+}
+
+/// Hex digits of a signature: 128 bits of the HMAC.
+pub const SIGNATURE_HEX: usize = 32;
+
+/// Where attempts' watchers report, and the key that signs their URLs.
+#[derive(Clone)]
+pub struct Hints {
+    /// The base URL at which Ray's job processes reach this service (no trailing `/`).
+    base: String,
+    key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Hints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hints")
+            .field("base", &self.base)
+            .field("key", &"<hidden>")
+            .finish()
+    }
+}
+
+impl Hints {
+    /// Hints reported to `base` (e.g. `http://10.0.0.5:8080`), signed with `key`.
+    pub fn new(base: &str, key: &[u8]) -> Hints {
+        Hints {
+            base: base.trim_end_matches('/').to_string(),
+            key: key.to_vec(),
+        }
+    }
+
+    /// The hints of `[notify]` as [`crate::Application`] resolved it (URL and key
+    /// filled in); `None` when notifications are off.
+    pub fn of(n: &crate::config::NotifySettings) -> Option<Hints> {
+        (n.enabled && !n.url.is_empty() && !n.key.is_empty())
+            .then(|| Hints::new(&n.url, n.key.as_bytes()))
+    }
+
+    /// The signature of a `kind` notification for `submission_id`: the first
+    /// [`SIGNATURE_HEX`] hex digits of HMAC-SHA-256(key, `kind` NUL `submission_id`).
+    pub fn sign(&self, submission_id: &str, kind: HintKind) -> String {
+        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
+            .unwrap_or_else(|_| <Hmac<Sha256> as Mac>::new_from_slice(b"-").expect("key"));
+        mac.update(kind.as_str().as_bytes());
+        mac.update(&[0]);
+        mac.update(submission_id.as_bytes());
+        let bytes = mac.finalize().into_bytes();
+        let mut hex = String::with_capacity(SIGNATURE_HEX);
+        for b in bytes.iter().take(SIGNATURE_HEX / 2) {
+            hex.push_str(&format!("{b:02x}"));
+        }
+        hex
+    }
+
+    /// Whether `signature` is this deployment's for a `kind` notification of
+    /// `submission_id` (compared in constant time).
+    pub fn verify(&self, submission_id: &str, kind: HintKind, signature: &str) -> bool {
+        use subtle::ConstantTimeEq;
+        let want = self.sign(submission_id, kind);
+        want.len() == signature.len() && bool::from(want.as_bytes().ct_eq(signature.as_bytes()))
+    }
+
+    /// The URL a watcher POSTs to for `kind` of `submission_id`.
+    pub fn url(&self, submission_id: &str, kind: HintKind) -> String {
+        format!(
+            "{}/v1/attempts/{submission_id}/{}?sig={}",
+            self.base,
+            kind.as_str(),
+            self.sign(submission_id, kind)
+        )
+    }
+
+    /// `entrypoint` with the watcher in front of it, for the attempt `submission_id`.
+    /// The submitted command is the shell's last, on a line of its own: its exit code
+    /// is the job's, and any shell syntax in it (comments, several lines) is kept.
+    pub fn wrap(&self, entrypoint: &str, submission_id: &str) -> String {
+        let started = self.url(submission_id, HintKind::Started);
+        let ended = self.url(submission_id, HintKind::Ended);
+        // Single-quoted for sh: the script has no single quote, and the URLs are made
+        // of [A-Za-z0-9:/._?=-] only (a submission id is a UUID, maybe with -N).
+        format!(
+            "(for p in python3 python; do command -v \"$p\" >/dev/null 2>&1 && exec \"$p\" -c '{WATCHER}' \"$$\" '{started}' '{ended}'; done) </dev/null >/dev/null 2>&1 &\n{entrypoint}"
+        )
+    }
+}
+
+/// The watcher's Python: POST argv[2], wait for process argv[1] (the entrypoint's
+/// shell, its parent) to exit, POST argv[3]. Where `os.pidfd_open` is missing, or the
+/// shell has exited (and been reaped) before the watcher started, it waits until its
+/// parent is no longer that shell. Never fails the job: every error is swallowed.
+const WATCHER: &str = "import os,sys,time,select,urllib.request as u
+def h(x):
+ try:u.urlopen(u.Request(x,data=b\"{}\",method=\"POST\",headers={\"content-type\":\"application/json\"}),timeout=10)
+ except Exception:pass
+p=int(sys.argv[1]);h(sys.argv[2])
+try:
+ f=os.pidfd_open(p);select.select([f],[],[])
+except Exception:
+ while os.getppid()==p:time.sleep(0.05)
+h(sys.argv[3])";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_is_for_one_kind_of_one_attempt_under_one_key() {
+        let h = Hints::new("http://127.0.0.1:8080/", b"0123456789abcdef");
+        let sid = "01a23b35-4bf2-7293-b49e-0def5062e6ba-2";
+        let sig = h.sign(sid, HintKind::Ended);
+        assert_eq!(sig.len(), SIGNATURE_HEX);
+        assert!(h.verify(sid, HintKind::Ended, &sig));
+        assert!(!h.verify(sid, HintKind::Started, &sig));
+        assert!(!h.verify(
+            "01a23b35-4bf2-7293-b49e-0def5062e6ba",
+            HintKind::Ended,
+            &sig
+        ));
+        assert!(!h.verify(sid, HintKind::Ended, &sig[..31]));
+        let other = Hints::new("http://127.0.0.1:8080", b"another key, 16+");
+        assert!(!other.verify(sid, HintKind::Ended, &sig));
+        assert_eq!(
+            h.url(sid, HintKind::Ended),
+            format!("http://127.0.0.1:8080/v1/attempts/{sid}/ended?sig={sig}")
+        );
+    }
+
+    #[test]
+    fn the_wrapper_runs_the_entrypoint_last_and_quotes_nothing_of_it() {
+        let h = Hints::new("http://127.0.0.1:8080", b"0123456789abcdef");
+        let ep = "python -c \"print('x')\"  # a comment\necho $HOME";
+        let w = h.wrap(ep, "abc");
+        assert!(w.ends_with(&format!("&\n{ep}")), "{w}");
+        assert!(!WATCHER.contains('\''));
+        assert!(w.contains("/v1/attempts/abc/started?sig="));
+        assert!(w.contains("/v1/attempts/abc/ended?sig="));
+    }
+}

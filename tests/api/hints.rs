@@ -1,0 +1,307 @@
+//! Issue 32: the end of a job known within milliseconds. An attempt's entrypoint goes
+//! to Ray behind a watcher that POSTs `started` and `ended` to the service; these
+//! tests drive the watcher with a real shell, and drive the service with notifications
+//! against a fake Ray that is not polled meanwhile: a notification alone makes the
+//! job's change known; a forged one is refused and changes nothing; a duplicated or
+//! late one changes nothing; a lost one is made up for by the poll.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fairshare::notify::{HintKind, Hints};
+use serde_json::{json, Value};
+
+use crate::both_databases;
+use crate::fake_ray::{self, State};
+use crate::helpers::{metric, Db, TestApp, SUBMITTER};
+
+const KEY: &str = "a key of 16 bytes or more";
+
+async fn until<T, F, Fut>(secs: f64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn the_watcher_reports_start_and_end_and_keeps_the_exit_code() {
+    let receiver = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(wiremock::ResponseTemplate::new(202))
+        .mount(&receiver)
+        .await;
+    let hints = Hints::new(&receiver.uri(), KEY.as_bytes());
+    let sid = "01a23b35-4bf2-7293-b49e-0def5062e6ba-2";
+    // A comment and a second line: the entrypoint is kept as written; its exit code
+    // is the job's.
+    let entrypoint = "echo out  # a comment\nsleep 0.3; exit 3";
+    let wrapped = hints.wrap(entrypoint, sid);
+    let started = Instant::now();
+    let out = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&wrapped)
+        .output()
+        .await
+        .expect("sh");
+    let exited = started.elapsed();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "out\n",
+        "the watcher writes nothing"
+    );
+    let paths = until(10.0, "the ended notification", || async {
+        let reqs = receiver.received_requests().await.unwrap_or_default();
+        let paths: Vec<String> = reqs
+            .iter()
+            .map(|r| format!("{}?{}", r.url.path(), r.url.query().unwrap_or_default()))
+            .collect();
+        (paths.len() >= 2).then_some(paths)
+    })
+    .await;
+    let expect = |kind| {
+        let url = hints.url(sid, kind);
+        url[url.find("/v1/").unwrap()..].to_string()
+    };
+    assert_eq!(
+        paths,
+        vec![expect(HintKind::Started), expect(HintKind::Ended)]
+    );
+    // The shell did not wait for the watcher.
+    assert!(exited < Duration::from_secs(3), "{exited:?}");
+}
+
+async fn app(db: Db, server: &wiremock::MockServer, idle_poll: Duration) -> TestApp {
+    let uri = server.uri();
+    crate::helpers::spawn_app_with(db, move |s| {
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "fake".into(),
+            address: uri,
+        }];
+        s.notify.enabled = true;
+        s.notify.key = KEY.into();
+        // No poll but the first, unless the test asks for the safety net.
+        s.monitor.poll_interval = idle_poll;
+        s.monitor.idle_poll_interval = idle_poll;
+        s.monitor.usage_report_lag = Duration::from_millis(0);
+    })
+    .await
+    .expect("database available")
+}
+
+async fn status(app: &TestApp, id: &str) -> String {
+    app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await["status"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn set(state: &Arc<Mutex<State>>, sid: &str, to: &'static str) {
+    state
+        .lock()
+        .unwrap()
+        .jobs
+        .get_mut(sid)
+        .expect("Ray has it")
+        .status = to;
+}
+
+async fn hint(app: &TestApp, sid: &str, kind: HintKind, sig: &str) -> reqwest::Response {
+    app.client
+        .post(app.url(&format!("/v1/attempts/{sid}/{}?sig={sig}", kind.as_str())))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A job dispatched to the fake (which the service does not poll again) and PENDING.
+async fn dispatched(app: &TestApp, state: &Arc<Mutex<State>>) -> String {
+    let id = app.submit("u", json!({})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(10.0, "PENDING", || async {
+        (status(app, &id).await == "PENDING").then_some(())
+    })
+    .await;
+    let sent = state
+        .lock()
+        .unwrap()
+        .entrypoints
+        .get(&id)
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        sent.ends_with("&\necho hello"),
+        "Ray gets the entrypoint behind the watcher: {sent}"
+    );
+    let shown: Value = app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await;
+    assert_eq!(
+        shown["entrypoint"], "echo hello",
+        "the job shows it as submitted"
+    );
+    id
+}
+
+async fn a_notification_alone_makes_a_start_and_an_end_known(db: Db) {
+    let (server, state) = fake_ray::start(4.0, |_| {}).await;
+    let app = app(db, &server, Duration::from_secs(600)).await;
+    let id = dispatched(&app, &state).await;
+    let hints = Hints::new("http://x", KEY.as_bytes());
+    let polls = state.lock().unwrap().list_polls;
+
+    set(&state, &id, "RUNNING");
+    let r = hint(
+        &app,
+        &id,
+        HintKind::Started,
+        &hints.sign(&id, HintKind::Started),
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    until(2.0, "RUNNING", || async {
+        (status(&app, &id).await == "RUNNING").then_some(())
+    })
+    .await;
+
+    // The driver exits a little before Ray says so: the check asks again.
+    let sig = hints.sign(&id, HintKind::Ended);
+    let r = hint(&app, &id, HintKind::Ended, &sig).await;
+    assert_eq!(r.status(), 202);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["outcome"], "checked", "{body}");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        status(&app, &id).await,
+        "RUNNING",
+        "Ray has not said it ended yet"
+    );
+    let told = Instant::now();
+    set(&state, &id, "SUCCEEDED");
+    until(2.0, "SUCCEEDED", || async {
+        (status(&app, &id).await == "SUCCEEDED").then_some(())
+    })
+    .await;
+    assert!(told.elapsed() < Duration::from_secs(2));
+    assert_eq!(
+        state.lock().unwrap().list_polls,
+        polls,
+        "no poll was needed"
+    );
+
+    // Duplicated and late: nothing changes.
+    let path = format!("/v1/jobs/{id}/events");
+    let before = app.get_json(&path, SUBMITTER).await["events"]
+        .as_array()
+        .unwrap()
+        .len();
+    for _ in 0..3 {
+        assert_eq!(hint(&app, &id, HintKind::Ended, &sig).await.status(), 202);
+    }
+    let after = app.get_json(&path, SUBMITTER).await["events"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(after, before);
+    let m = app.metrics().await;
+    assert!(
+        metric(
+            &m,
+            "fairshare_attempt_hints_total{kind=\"ended\",outcome=\"ignored\"}"
+        ) >= 3.0,
+        "{m}"
+    );
+}
+both_databases!(a_notification_alone_makes_a_start_and_an_end_known);
+
+async fn a_forged_notification_is_refused_and_changes_nothing(db: Db) {
+    let (server, state) = fake_ray::start(4.0, |_| {}).await;
+    let app = app(db, &server, Duration::from_secs(600)).await;
+    let id = dispatched(&app, &state).await;
+    set(&state, &id, "SUCCEEDED");
+    let other = Hints::new("http://x", b"somebody else's key");
+    let ours = Hints::new("http://x", KEY.as_bytes());
+    for (sid, kind, sig) in [
+        // Another key.
+        (
+            id.clone(),
+            HintKind::Ended,
+            other.sign(&id, HintKind::Ended),
+        ),
+        // Our key, for another kind.
+        (
+            id.clone(),
+            HintKind::Ended,
+            ours.sign(&id, HintKind::Started),
+        ),
+        // Our key, for another attempt.
+        (
+            id.clone(),
+            HintKind::Ended,
+            ours.sign(&format!("{id}-2"), HintKind::Ended),
+        ),
+    ] {
+        let r = hint(&app, &sid, kind, &sig).await;
+        crate::helpers::assert_error(r, 403, "forbidden", None).await;
+    }
+    for (path, field) in [
+        (format!("/v1/attempts/{id}/ended?sig=xyz"), "sig"),
+        (format!("/v1/attempts/{id}/ended"), "sig"),
+        (
+            format!(
+                "/v1/attempts/{id}/ended?sig={}&x=1",
+                ours.sign(&id, HintKind::Ended)
+            ),
+            "x",
+        ),
+        (
+            format!(
+                "/v1/attempts/{id}/done?sig={}",
+                ours.sign(&id, HintKind::Ended)
+            ),
+            "kind",
+        ),
+        (
+            format!(
+                "/v1/attempts/not-a-job/ended?sig={}",
+                ours.sign(&id, HintKind::Ended)
+            ),
+            "submission_id",
+        ),
+        (
+            format!(
+                "/v1/attempts/{id}-1/ended?sig={}",
+                ours.sign(&id, HintKind::Ended)
+            ),
+            "submission_id",
+        ),
+    ] {
+        let r = app.client.post(app.url(&path)).send().await.unwrap();
+        crate::helpers::assert_error(r, 422, "invalid_field", Some(field)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(status(&app, &id).await, "PENDING", "nothing changed");
+}
+both_databases!(a_forged_notification_is_refused_and_changes_nothing);
+
+async fn a_lost_notification_is_made_up_for_by_the_poll(db: Db) {
+    let (server, state) = fake_ray::start(4.0, |s| s.run_polls = 1).await;
+    let app = app(db, &server, Duration::from_millis(300)).await;
+    let id = dispatched(&app, &state).await;
+    until(10.0, "SUCCEEDED by polling", || async {
+        (status(&app, &id).await == "SUCCEEDED").then_some(())
+    })
+    .await;
+}
+both_databases!(a_lost_notification_is_made_up_for_by_the_poll);

@@ -1,0 +1,159 @@
+//! Issue 32: what Ray jobs really use. With Ray's State API (a fake that answers it),
+//! a job is charged what its entrypoint, tasks and actors hold, and the cluster's
+//! foreign load is exactly what no job of ours holds, with no lag to guess.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::both_databases;
+use crate::fake_ray::{self, State};
+use crate::helpers::{Db, TestApp, ADMIN, SUBMITTER};
+
+async fn app(db: Db, server: &wiremock::MockServer) -> TestApp {
+    let uri = server.uri();
+    crate::helpers::spawn_app_with(db, move |s| {
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "fake".into(),
+            address: uri,
+        }];
+        s.monitor.poll_interval = Duration::from_millis(100);
+        // The default lag: with the State API it guesses nothing.
+        s.monitor.usage_report_lag = Duration::from_secs(5);
+        s.dispatcher.retry_initial_backoff = Duration::from_millis(10);
+    })
+    .await
+    .expect("database available")
+}
+
+async fn until<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn running(state: &Arc<Mutex<State>>, prefix: &[String]) -> usize {
+    let s = state.lock().unwrap();
+    prefix
+        .iter()
+        .filter(|id| s.jobs.get(*id).is_some_and(|j| j.status == "RUNNING"))
+        .count()
+}
+
+/// The issue's scenario: a 1000-CPU cluster with no other tenant; H (weight 1e6,
+/// capped at 96 CPU) and L (weight 1) post 40 and 240 jobs of 4 CPU at once. L must
+/// get the 904 CPU H cannot take, and nothing may be counted as another tenant's.
+async fn own_jobs_are_never_counted_as_another_tenants(db: Db) {
+    let (server, state) = fake_ray::start(1000.0, |s| {
+        s.state_api = true;
+        s.run_polls = 1_000_000;
+    })
+    .await;
+    let app = app(db, &server).await;
+    let put = |user: &'static str, body: Value| {
+        let app = &app;
+        async move {
+            let r = app.put(&format!("/v1/users/{user}"), ADMIN, body).await;
+            assert_eq!(r.status(), 200);
+        }
+    };
+    put(
+        "h",
+        json!({"weight": 1e6, "max_resources": {"cpu": 96}, "max_running_jobs": 1000}),
+    )
+    .await;
+    put("l", json!({"max_running_jobs": 1000})).await;
+    let mut h = Vec::new();
+    let mut l = Vec::new();
+    for i in 0..240 {
+        if i < 40 {
+            h.push(
+                app.submit("h", json!({"resources": {"cpu": 4}})).await["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        }
+        l.push(
+            app.submit("l", json!({"resources": {"cpu": 4}})).await["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    until(30, "H at 96 CPU and L at 904", || async {
+        (running(&state, &h) == 24 && running(&state, &l) == 226).then_some(())
+    })
+    .await;
+    let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+    assert_eq!(v["clusters"][0]["used_by_others"]["cpu"], 0.0, "{v}");
+    assert_eq!(v["clusters"][0]["free"]["cpu"], 0.0, "{v}");
+}
+both_databases!(own_jobs_are_never_counted_as_another_tenants);
+
+/// A job that declared 1 CPU but whose driver holds 6 more is charged 7: its user's
+/// allocation says so, the job shows both, and another user's job waits for room.
+async fn a_job_is_charged_what_it_holds_on_ray(db: Db) {
+    let (server, state) = fake_ray::start(8.0, |s| {
+        s.state_api = true;
+        s.run_polls = 1_000_000;
+        s.tasks_cpu = 6.0;
+    })
+    .await;
+    let app = app(db, &server).await;
+    let a = app.submit("a", json!({"resources": {"cpu": 1}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(10, "A's job charged 7 CPU", || async {
+        let u = app.get_json("/v1/users/a", SUBMITTER).await;
+        (u["allocation"]["cpu"] == 7.0).then_some(u)
+    })
+    .await;
+    let u = app.get_json("/v1/users/a", SUBMITTER).await;
+    assert_eq!(u["declared_allocation"]["cpu"], 1.0, "{u}");
+    let j = app.get_json(&format!("/v1/jobs/{a}"), SUBMITTER).await;
+    assert_eq!(j["resources"]["cpu"], 1.0, "{j}");
+    assert_eq!(j["actual_resources"]["cpu"], 7.0, "{j}");
+    // B's jobs hold no tasks: one of them fits in the CPU left, the other waits.
+    state.lock().unwrap().tasks_cpu = 0.0;
+    let b1 = app.submit("b", json!({"resources": {"cpu": 1}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let b2 = app.submit("b", json!({"resources": {"cpu": 1}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(10, "one of B's jobs running", || async {
+        (running(&state, &[b1.clone(), b2.clone()]) == 1).then_some(())
+    })
+    .await;
+    // Several polls later the second still waits, for capacity.
+    let polls = state.lock().unwrap().list_polls;
+    until(10, "more polls", || async {
+        (state.lock().unwrap().list_polls >= polls + 5).then_some(())
+    })
+    .await;
+    assert_eq!(running(&state, &[b1.clone(), b2.clone()]), 1);
+    let waiting = if state.lock().unwrap().jobs.contains_key(&b1) {
+        &b2
+    } else {
+        &b1
+    };
+    let j = app
+        .get_json(&format!("/v1/jobs/{waiting}"), SUBMITTER)
+        .await;
+    assert_eq!(j["status"], "QUEUED", "{j}");
+}
+both_databases!(a_job_is_charged_what_it_holds_on_ray);
