@@ -11,6 +11,7 @@ mod m20261203_000004_webhook_cursors;
 mod m20261204_000005_ray_packages;
 mod m20261205_000006_jobs_queue_count_index;
 mod m20261206_000007_queue_counts;
+mod m20261209_000010_jobs_queue_index_by_status;
 
 /// The ordered list of migrations.
 pub struct Migrator;
@@ -26,6 +27,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261204_000005_ray_packages::Migration),
             Box::new(m20261205_000006_jobs_queue_count_index::Migration),
             Box::new(m20261206_000007_queue_counts::Migration),
+            Box::new(m20261209_000010_jobs_queue_index_by_status::Migration),
         ]
     }
 }
