@@ -15,7 +15,11 @@ use uuid::Uuid;
 /// snapshot, taken before it waited for the other writer's commit (the limit was
 /// overrun so; test `concurrent_writers_hold_the_queue_limit`). `OFFSET 0` keeps
 /// the planner from flattening a lateral subquery into a join, which it ran as a
-/// sequential scan (see [`crate::store::users::lock_users`]).
+/// sequential scan (see [`crate::store::users::lock_users`]). A pair's probe can only
+/// be of the unique `(user_id, external_id)` index because no other index leads with
+/// `user_id` (migration `m20261209_000010`): the generic plan, made on a new table
+/// without statistics, took `(user_id, status, priority)` and read every job of the
+/// user for each pair (issue 27).
 pub(super) const READ: &str = "SELECT 'c' AS kind, c.user_id AS c_user, c.priority AS c_priority, \
        c.queued AS c_queued, (NULL::jobs).* \
      FROM unnest($1::text[]) AS k(user_id) \
