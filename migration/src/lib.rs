@@ -13,6 +13,7 @@ mod m20261205_000006_jobs_queue_count_index;
 mod m20261206_000007_queue_counts;
 mod m20261207_000008_package_owners;
 mod m20261208_000009_user_display_names;
+mod m20261209_000010_jobs_queue_index_by_status;
 
 /// The ordered list of migrations.
 pub struct Migrator;
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261206_000007_queue_counts::Migration),
             Box::new(m20261207_000008_package_owners::Migration),
             Box::new(m20261208_000009_user_display_names::Migration),
+            Box::new(m20261209_000010_jobs_queue_index_by_status::Migration),
         ]
     }
 }

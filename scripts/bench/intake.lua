@@ -1,4 +1,5 @@
--- wrk script: POST /v1/jobs with a unique external_id per request, 1,000 users.
+-- wrk script: POST /v1/jobs with a unique external_id per request, spread round-robin
+-- over USERS distinct users (the script's first argument after `--`, default 1,000).
 -- Counts 2xx and non-2xx so the report can compare with the stored rows.
 local counter = 0
 local thread_id = 0
@@ -13,11 +14,12 @@ end
 function init(args)
   ok = 0
   bad = 0
+  users = tonumber(args[1]) or 1000
 end
 
 function request()
   counter = counter + 1
-  local user = "u" .. (counter % 1000)
+  local user = "u" .. (counter % users)
   local body = string.format(
     '{"user":"%s","entrypoint":"sleep 1","resources":{"cpu":1},"external_id":"w%d-%d"}',
     user, id, counter)

@@ -15,7 +15,11 @@ use uuid::Uuid;
 /// snapshot, taken before it waited for the other writer's commit (the limit was
 /// overrun so; test `concurrent_writers_hold_the_queue_limit`). `OFFSET 0` keeps
 /// the planner from flattening a lateral subquery into a join, which it ran as a
-/// sequential scan (see [`crate::store::users::lock_users`]).
+/// sequential scan (see [`crate::store::users::lock_users`]). A pair's probe can only
+/// be of the unique `(user_id, external_id)` index because no other index leads with
+/// `user_id` (migration `m20261209_000010`): the generic plan, made on a new table
+/// without statistics, took `(user_id, status, priority)` and read every job of the
+/// user for each pair (issue 27).
 pub(super) const READ: &str = "SELECT 'c' AS kind, c.user_id AS c_user, c.priority AS c_priority, \
        c.queued AS c_queued, (NULL::jobs).* \
      FROM unnest($1::text[]) AS k(user_id) \
@@ -55,13 +59,17 @@ pub(super) const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) 
 /// order) exceed its `max_queued_jobs` (else the default, `$5`): exactly when
 /// [`super::super::decide()`] would create every job of a batch without repeated keys.
 /// Otherwise nothing. Answers the number of jobs inserted (all or none). Runs after
-/// the lock, in a snapshot of its own (READ COMMITTED), as [`READ`] does.
+/// the lock, in a snapshot of its own (READ COMMITTED), as [`READ`] does. Every
+/// look-up is a probe of one index per id or pair (lateral, `OFFSET 0`): the users
+/// were counted with `id = ANY($3)`, which the generic plan made on a new table ran
+/// as a sequential scan of every user, in every batch.
 pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) AS r(\
        id uuid, user_id text, external_id text, priority integer, entrypoint text, \
        runtime_env json, metadata json, cpu double precision, gpu double precision, \
        memory_bytes bigint, max_runtime_s bigint)), \
      ok AS (SELECT \
-       (SELECT count(*) FROM users WHERE id = ANY($3::text[])) = cardinality($3::text[]) \
+       (SELECT count(*) FROM unnest($3::text[]) AS k(id) CROSS JOIN LATERAL \
+         (SELECT 1 FROM users WHERE users.id = k.id OFFSET 0) u) = cardinality($3::text[]) \
        AND NOT EXISTS (SELECT 1 FROM r CROSS JOIN LATERAL (SELECT 1 FROM jobs \
          WHERE jobs.user_id = r.user_id AND jobs.external_id = r.external_id OFFSET 0) x) \
        AND NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::bigint[]) AS k(user_id, n) \
