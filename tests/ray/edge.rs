@@ -57,7 +57,10 @@ async fn the_end_of_a_job_is_known_within_milliseconds() {
         let ended = ray["end_time"].as_i64().expect("Ray's end_time");
         let late_ms = seen - ended;
         // The idle poll is 5 s: only the watcher's word gets it here this soon.
-        assert!(late_ms < 1000, "round {round}: seen {late_ms} ms after Ray's end");
+        assert!(
+            late_ms < 1000,
+            "round {round}: seen {late_ms} ms after Ray's end"
+        );
     }
     let m = http
         .get(format!("{}/metrics", svc.url))
@@ -68,7 +71,10 @@ async fn the_end_of_a_job_is_known_within_milliseconds() {
         .await
         .unwrap();
     assert!(
-        metric(&m, "fairshare_attempt_hints_total{kind=\"ended\",outcome=\"checked\"}") >= 3.0,
+        metric(
+            &m,
+            "fairshare_attempt_hints_total{kind=\"ended\",outcome=\"checked\"}"
+        ) >= 3.0,
         "{m}"
     );
 }
@@ -88,8 +94,10 @@ async fn a_job_is_charged_the_tasks_it_starts_and_another_tenant_counts_as_forei
     // Another tenant, straight into Ray: 0.25 CPU for its entrypoint.
     let r = http
         .post(format!("{}/api/jobs/", head.dashboard))
-        .json(&json!({"entrypoint": "sleep 120", "submission_id": "other-tenant",
-            "entrypoint_num_cpus": 0.25}))
+        .json(
+            &json!({"entrypoint": "sleep 120", "submission_id": "other-tenant",
+            "entrypoint_num_cpus": 0.25}),
+        )
         .send()
         .await
         .unwrap();
@@ -99,10 +107,14 @@ async fn a_job_is_charged_the_tasks_it_starts_and_another_tenant_counts_as_forei
     let entrypoint = format!("python -c '{script}'");
     let job = svc.submit("u", &entrypoint, 0.25, json!({})).await;
     let id = job["id"].as_str().unwrap().to_string();
-    let user = eventually(180, "the user charged its entrypoint and three tasks", || async {
-        let u = svc.get("/v1/users/u").await;
-        (u["allocation"]["cpu"] == 1.75).then_some(u)
-    })
+    let user = eventually(
+        180,
+        "the user charged its entrypoint and three tasks",
+        || async {
+            let u = svc.get("/v1/users/u").await;
+            (u["allocation"]["cpu"] == 1.75).then_some(u)
+        },
+    )
     .await;
     assert_eq!(user["declared_allocation"]["cpu"], 0.25, "{user}");
     let j = svc.job(&id).await;
