@@ -207,6 +207,7 @@ class CountingRay:
     def __init__(self):
         self.port = free_port()
         self.count = 0
+        self.paths = {}
         self.jobs = {}
         self.lock = threading.Lock()
         fake = self
@@ -228,6 +229,7 @@ class CountingRay:
             def do_GET(self):
                 with fake.lock:
                     fake.count += 1
+                    fake.paths[self.path.split("?")[0].rstrip("/").rsplit("/", 1)[0] if self.path.startswith("/api/jobs/") and len(self.path) > 11 else self.path.split("?")[0]] = fake.paths.get(self.path.split("?")[0], 0) + 1
                     jobs = list(fake.jobs)
                 p = self.path.split("?")[0]
                 if p == "/api/cluster_status":
@@ -280,6 +282,8 @@ def idle_mode(n, secs):
             time.sleep(secs)
             rate = (fake.count - c0) / (time.time() - t0)
             print(f"{name}: {len(fake.jobs)} jobs running, {rate:.2f} dashboard requests/s over {secs} s")
+            if os.environ.get("BENCH_EDGE_PATHS"):
+                print(fake.paths)
         finally:
             svc.stop()
             fake.server.shutdown()

@@ -3,6 +3,9 @@
 //! learned"). No bearer token: the URL's signature is the proof. A hint changes nothing
 //! by itself: the leader's monitor asks Ray about that attempt at once, and Ray's
 //! answer decides; a follower hands the hint on to the leader (PostgreSQL `NOTIFY`).
+//! The answer to `started` says whether the attempt must not run (`stop`), from the
+//! job's row, so that a cancelled or superseded attempt that Ray starts anyway is
+//! ended by its own watcher.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Serialize;
@@ -21,6 +24,23 @@ pub struct HintAnswer {
     pub submission_id: String,
     /// `checked` (the leader asks Ray now) or `forwarded` (sent on to the leader).
     pub outcome: String,
+    /// For `started`: the attempt must not run (its job was cancelled or has ended,
+    /// or it is no longer the job's current attempt): the watcher ends it at once.
+    pub stop: bool,
+}
+
+/// Whether attempt `attempt` of job `job_id` must not run, by its row: no such job, the
+/// job ended or a stop was asked, or the attempt is not the current one.
+async fn must_not_run(
+    state: &AppState,
+    job_id: uuid::Uuid,
+    attempt: u32,
+) -> Result<bool, ApiError> {
+    let Some(j) = crate::store::get_job(&state.db, job_id).await? else {
+        return Ok(true);
+    };
+    let facts = crate::lifecycle::JobFacts::of(&j);
+    Ok(j.status.is_terminal() || facts.stop_reason.is_some() || facts.attempt != attempt)
 }
 
 /// The `sig` parameter: the only query parameter, [`SIGNATURE_HEX`] lowercase hex
@@ -56,7 +76,7 @@ fn signature(query: &str) -> Result<String, ApiError> {
     params(("submission_id" = String, Path, description = "the attempt's Ray submission id: the job id, or `<job id>-<attempt>` from attempt 2"),
            ("kind" = String, Path, description = "`started` or `ended`", pattern = "^(started|ended)$"),
            ("sig" = String, Query, description = "the signature in the watcher's URL", pattern = "^[0-9a-f]{32}$")),
-    responses((status = 202, body = HintAnswer, description = "taken as a hint: the leader asks Ray about the attempt now"),
+    responses((status = 202, body = HintAnswer, description = "taken as a hint: the leader asks Ray about the attempt now; for `started`, `stop` says whether the attempt must not run"),
               (status = 403, body = ErrorBody, description = "the signature is not this service's for this attempt, or notifications are off"),
               (status = 413, body = ErrorBody), (status = 414, body = ErrorBody),
               (status = 422, body = ErrorBody, description = "a malformed submission id, kind or signature (details.field)"),
@@ -77,25 +97,29 @@ pub async fn hint(
         )
     })?;
     let sig = signature(req.query_string())?;
+    let scheduler = state.scheduler();
+    if scheduler.is_some()
+        && !Hints::of(&state.settings.notify).is_some_and(|h| h.verify(&sid, kind, &sig))
+    {
+        crate::metrics::get().hint(kind.as_str(), "forged");
+        return Err(ApiError::BadSignature);
+    }
+    let stop = kind == HintKind::Started && must_not_run(&state, job_id, attempt).await?;
     let answer = |outcome: &str| {
         HttpResponse::Accepted().json(HintAnswer {
             kind: kind.as_str().to_string(),
             submission_id: sid.clone(),
             outcome: outcome.to_string(),
+            stop,
         })
     };
-    let Some(scheduler) = state.scheduler() else {
+    let Some(scheduler) = scheduler else {
         // A follower: the leader checks the signature with its own key.
         let payload = format!("hint:{}:{sid}:{sig}", kind.as_str());
         crate::store::notify(&state.db, &payload).await?;
         crate::metrics::get().hint(kind.as_str(), "forwarded");
         return Ok(answer("forwarded"));
     };
-    let valid = Hints::of(&state.settings.notify).is_some_and(|h| h.verify(&sid, kind, &sig));
-    if !valid {
-        crate::metrics::get().hint(kind.as_str(), "forged");
-        return Err(ApiError::BadSignature);
-    }
     scheduler.hint(job_id, attempt, kind);
     Ok(answer("checked"))
 }

@@ -22,7 +22,7 @@
 //! | DISPATCHING | `RayNotReady{reason}` | QUEUED (same attempt), or STOPPED if stop asked | cluster cleared | — | dispatch_requeued / finished{STOPPED} |
 //! | DISPATCHING, PENDING | `SeenRunning` | RUNNING | started_at | stop, if stop asked | — |
 //! | DISPATCHING | `SeenPending` | PENDING | (recovery found it) | stop, if stop asked | — |
-//! | DISPATCHING, PENDING, RUNNING | `SeenFinished{status}` | that status | finished_at, message (the stop reason for STOPPED) | — | finished{status} |
+//! | DISPATCHING, PENDING, RUNNING | `SeenFinished{status}` | that status (STOPPED for FAILED when a stop was asked) | finished_at, message (the stop reason for STOPPED) | — | finished{status} |
 //! | DISPATCHING (no stop asked) | `Missing` (recovery: Ray does not have it) | QUEUED (same attempt) | | — | — |
 //! | DISPATCHING (stop asked) | `Missing` (recovery: Ray does not have it) | STOPPED | the stop reason | — | finished{STOPPED} |
 //! | PENDING, RUNNING | `Missing` (longer than the grace) | FAILED | "the cluster lost it" | — | finished{FAILED} |
@@ -426,13 +426,27 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
                 finished_at,
             },
         ) if to.is_terminal() => {
-            let message = match to {
-                S::Stopped => facts.stop_reason.clone().or_else(|| message.clone()),
-                S::Failed => message
-                    .clone()
-                    .or_else(|| Some("Ray reported the job FAILED".into())),
-                _ => message.clone(),
+            // A job whose stop was asked and that Ray reports FAILED was, most likely,
+            // ended by that stop (its watcher ends a cancelled attempt that Ray starts
+            // anyway, `ray::notify`): it is STOPPED, with Ray's word kept.
+            let (to, message) = match (to, &facts.stop_reason) {
+                (S::Stopped, why) => (S::Stopped, why.clone().or_else(|| message.clone())),
+                (S::Failed, Some(why)) => (
+                    S::Stopped,
+                    Some(match message {
+                        Some(m) => format!("{why} (Ray reported FAILED: {m})"),
+                        None => format!("{why} (Ray reported FAILED)"),
+                    }),
+                ),
+                (S::Failed, None) => (
+                    S::Failed,
+                    message
+                        .clone()
+                        .or_else(|| Some("Ray reported the job FAILED".into())),
+                ),
+                (to, _) => (*to, message.clone()),
             };
+            let to = &to;
             let mut s = step(*to, format!("Ray reported {to}"));
             s.changes.message = message;
             s.changes.started_at = *started_at;

@@ -321,6 +321,32 @@ fn a_cancel_while_dispatching_ends_stopped_wherever_ray_does_not_have_the_job() 
 }
 
 #[test]
+fn a_job_whose_stop_was_asked_and_that_ray_reports_failed_is_stopped() {
+    let mut f = facts(S::Running);
+    f.stop_reason = Some("cancelled by request".into());
+    let failed = Event::SeenFinished {
+        status: S::Failed,
+        message: Some("JOB_ENTRYPOINT_COMMAND_ERROR: exit -15".into()),
+        started_at: None,
+        finished_at: None,
+    };
+    let Decision::Step(s) = decide(id(), &f, &failed) else {
+        panic!()
+    };
+    assert_eq!(s.to, S::Stopped);
+    assert_eq!(s.metric, Some(Metric::Finished(S::Stopped)));
+    assert_eq!(
+        s.changes.message.as_deref(),
+        Some("cancelled by request (Ray reported FAILED: JOB_ENTRYPOINT_COMMAND_ERROR: exit -15)")
+    );
+    // Without a stop asked, FAILED stays FAILED.
+    let Decision::Step(s) = decide(id(), &facts(S::Running), &failed) else {
+        panic!()
+    };
+    assert_eq!(s.to, S::Failed);
+}
+
+#[test]
 fn a_stray_found_while_queued_moves_the_job_to_its_next_attempt() {
     let found = |attempt| Event::StrayFound {
         attempt,

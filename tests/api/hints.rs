@@ -80,6 +80,56 @@ async fn the_watcher_reports_start_and_end_and_keeps_the_exit_code() {
     assert!(exited < Duration::from_secs(3), "{exited:?}");
 }
 
+#[tokio::test]
+async fn a_watcher_told_to_stop_ends_its_attempt_at_once() {
+    let receiver = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::path_regex("/started$"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(202)
+                .set_body_string(r#"{"kind":"started","outcome":"checked","stop":true}"#),
+        )
+        .mount(&receiver)
+        .await;
+    let hints = Hints::new(&receiver.uri(), KEY.as_bytes());
+    let wrapped = hints.wrap("sleep 20; echo ran to its end", "abc");
+    let started = Instant::now();
+    // Ray starts an entrypoint as the leader of a session of its own.
+    let out = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&wrapped)
+        .process_group(0)
+        .output()
+        .await
+        .expect("sh");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{out:?}");
+    assert!(!out.status.success());
+    let reqs = receiver.received_requests().await.unwrap_or_default();
+    assert!(
+        reqs.iter().all(|r| !r.url.path().ends_with("/ended")),
+        "an ended attempt's watcher does not report again"
+    );
+    // A shell that leads no process group (not as Ray starts it): the watcher ends the
+    // shell and its children, not its parent's group.
+    let started = Instant::now();
+    let out = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(&wrapped)
+        .output()
+        .await
+        .expect("sh");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{out:?}");
+}
+
 async fn app(db: Db, server: &wiremock::MockServer, idle_poll: Duration) -> TestApp {
     let uri = server.uri();
     crate::helpers::spawn_app_with(db, move |s| {
@@ -292,6 +342,22 @@ async fn a_forged_notification_is_refused_and_changes_nothing(db: Db) {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(status(&app, &id).await, "PENDING", "nothing changed");
+    // Cancelled while Ray holds it PENDING: if Ray starts it anyway, its watcher is
+    // told to end it.
+    let r = app
+        .post(&format!("/v1/jobs/{id}/cancel"), SUBMITTER, json!({}))
+        .await;
+    assert_eq!(r.status(), 202);
+    let r = hint(
+        &app,
+        &id,
+        HintKind::Started,
+        &ours.sign(&id, HintKind::Started),
+    )
+    .await;
+    assert_eq!(r.status(), 202);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["stop"], true, "{body}");
 }
 both_databases!(a_forged_notification_is_refused_and_changes_nothing);
 
