@@ -53,10 +53,14 @@ pub fn fair_shares(weights: &[f64], demands: &[f64], out: &mut Vec<f64>) {
         out.copy_from_slice(demands);
         return;
     }
-    let mut order: Vec<usize> = (0..demands.len())
+    // Each ratio computed once (the simulator calls this at every step), sorted
+    // stably: ties keep the input order.
+    let mut by_ratio: Vec<(f64, usize)> = (0..demands.len())
         .filter(|&i| weights.get(i).is_some_and(|&w| w > 0.0))
+        .map(|i| (demands[i] / weights[i], i))
         .collect();
-    order.sort_by(|&a, &b| (demands[a] / weights[a]).total_cmp(&(demands[b] / weights[b])));
+    by_ratio.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let order: Vec<usize> = by_ratio.into_iter().map(|(_, i)| i).collect();
     let mut remaining = 1.0;
     let mut weight_left: f64 = order.iter().map(|&i| weights[i]).sum();
     for (k, &i) in order.iter().enumerate() {
