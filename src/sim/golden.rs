@@ -89,12 +89,15 @@ fn nasa_gives_the_published_fairshare_figures() {
     );
 }
 
+/// Half-life (s), age weight, guard (s), backfill.
+type Setting = (f64, f64, f64, bool);
+
 #[test]
 fn coare_settings_give_the_published_figures() {
     // (half-life s, age weight, guard s, backfill) → util, FE, Jain, mean wait,
     // worst p95: BENCHMARKS.md, "Age term" and "Half-life and starvation guard"
     // (1,728 cores), and the strict order of "Where the fairness error comes from".
-    let cases: [((f64, f64, f64, bool), [&str; 5]); 4] = [
+    let cases: [(Setting, [&str; 5]); 4] = [
         (
             (0.0, 0.0, 300.0, true),
             ["36.70", "0.1058", "0.8985", "546.3", "133362.0"],

@@ -314,6 +314,7 @@ struct Sim<'c> {
     scratch_demands: Vec<f64>,
     scratch_fair: Vec<f64>,
     scratch_ratios: Vec<f64>,
+    share_order: fairness::ShareOrder,
 }
 
 /// Replays `trace` (jobs in any order; they are taken in submit order, ties by
@@ -422,6 +423,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         scratch_demands: Vec::new(),
         scratch_fair: Vec::new(),
         scratch_ratios: Vec::new(),
+        share_order: fairness::ShareOrder::default(),
     };
     sim.run();
     sim.into_outcome(too_large)
