@@ -1,4 +1,5 @@
-//! The command line of the `fairshare` binary: `serve`, `migrate`, `simulate`, `replay`.
+//! The command line of the `fairshare` binary: `serve`, `migrate`, `simulate`, `replay`,
+//! `trace`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +35,38 @@ enum Command {
     Simulate(SimulateCli),
     /// Post an SWF trace's jobs to a running service at their scaled times and report.
     Replay(ReplayCli),
+    /// Write a seeded synthetic SWF trace of a chosen shape (for simulate and replay).
+    Trace(TraceCli),
+}
+
+/// `fairshare trace`.
+#[derive(clap::Args)]
+struct TraceCli {
+    /// zipf, heavy, equal, wide, bursty, mixed or weighted (see `sim::synth`).
+    #[arg(long, default_value = "zipf")]
+    shape: crate::sim::synth::Shape,
+    /// Number of jobs.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    jobs: u64,
+    /// Number of users.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    users: u32,
+    /// Cores of the cluster the trace is made for (its MaxProcs).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    cores: u32,
+    /// Offered load: core-seconds asked for / (cores × span).
+    #[arg(long, default_value_t = crate::sim::synth::DEFAULT_LOAD)]
+    load: f64,
+    /// Seed of the random stream.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where to write the trace (.swf, or .swf.gz for gzip).
+    #[arg(long)]
+    out: PathBuf,
+    /// Where to write the users' weights as JSON for `simulate --weights` (the
+    /// weighted shape; default: beside the trace, NAME.weights.json).
+    #[arg(long)]
+    weights_out: Option<PathBuf>,
 }
 
 /// `fairshare replay`.
@@ -231,6 +264,16 @@ pub fn run() -> ExitCode {
                 }
             }
         }
+        Command::Trace(a) => match write_trace(&a) {
+            Ok(text) => {
+                eprintln!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("fairshare trace: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Migrate { config } => {
             let settings = match load(config.as_ref()) {
                 Ok(s) => s,
@@ -255,4 +298,35 @@ pub fn run() -> ExitCode {
             }
         }
     }
+}
+
+/// `fairshare trace`: generates the trace and writes it (and its weights, if any);
+/// what was written.
+fn write_trace(a: &TraceCli) -> anyhow::Result<String> {
+    use crate::sim::synth::{generate, write_swf_file, SynthSpec};
+    let spec = SynthSpec {
+        load: a.load,
+        ..SynthSpec::new(a.shape, a.jobs as usize, a.users, a.cores, a.seed)
+    };
+    let trace = generate(&spec)?;
+    write_swf_file(&trace, &a.out)
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.out.display()))?;
+    let mut text = format!(
+        "{} jobs by {} users for {} cores written to {}",
+        trace.jobs.len(),
+        a.users,
+        a.cores,
+        a.out.display()
+    );
+    if !trace.weights.is_empty() {
+        let path = a.weights_out.clone().unwrap_or_else(|| {
+            let name = crate::sim::run::trace_name(&a.out);
+            a.out.with_file_name(format!("{name}.weights.json"))
+        });
+        let json = serde_json::to_string_pretty(&trace.weights)?;
+        std::fs::write(&path, json + "\n")
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        text.push_str(&format!("; weights written to {}", path.display()));
+    }
+    Ok(text)
 }

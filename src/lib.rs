@@ -30,8 +30,8 @@
 //!   configuration and `api` share; [`telemetry`] (public): `tracing` setup;
 //!   `metrics` (private): Prometheus metrics; `errors` (private): the cause-chain
 //!   formatter.
-//! - [`sim`] (public): SWF traces, the discrete-event simulator and baselines, live
-//!   replay.
+//! - [`sim`] (public): SWF traces (read, and seeded synthetic ones written), the
+//!   discrete-event simulator and baselines, live replay.
 //! - [`leadership`] (public): the lease among replicas on PostgreSQL, fencing terms,
 //!   the followers' hand-over to the leader and the leader's catch-up; the SQLite
 //!   single-replica lock.

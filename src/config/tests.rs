@@ -14,7 +14,7 @@ fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
 fn defaults_load_without_any_file() {
     let s = Settings::load_with_env(None, env(&[])).unwrap();
     assert_eq!(s.server.bind.to_string(), "127.0.0.1:8080");
-    assert_eq!(s.scheduler.usage_half_life, Duration::from_secs(3600));
+    assert_eq!(s.scheduler.usage_half_life, Duration::from_secs(86_400));
     assert_eq!(s.monitor.poll_interval, Duration::from_millis(500));
     assert_eq!(s.clusters.len(), 1);
 }

@@ -2,8 +2,9 @@
 //! and clusters to the jobs to start now.
 //!
 //! No I/O, no clock, no randomness, no global state. The arbiter actor and the
-//! simulator call [`run_cycle`] with the same inputs and get the same grants,
-//! whatever the order of the `users` and `clusters` slices.
+//! simulator keep a [`Ledger`] and get from [`Ledger::cycle`] the grants
+//! [`run_cycle`] gives on the same snapshot, whatever the order of the `users`
+//! and `clusters` slices.
 //!
 //! # Terms and formulas
 //!
@@ -30,7 +31,7 @@
 //! - **Age term** `g_u = a · min(age_u / M, 1)` ([`age_term`]), where
 //!   `age_u = now − submitted_at` of the user's effective head (seconds), `a =`
 //!   [`PolicyConfig::age_weight`] (in dominant-share units, default
-//!   `scheduler.age_weight`, 0.2 by default) and `M =` [`PolicyConfig::max_age`]
+//!   `scheduler.age_weight`, 0.05 by default) and `M =` [`PolicyConfig::max_age`]
 //!   (seconds, default 1 day), like Slurm's `PriorityWeightAge` × age factor with
 //!   `PriorityMaxAge`: it grows linearly with the head's wait and saturates at
 //!   `a`, so waiting can make up for at most `a` of dominant share.

@@ -12,6 +12,8 @@
 //! - [`plot`]: SVG plot of actual against fair share over time.
 //! - [`replay`]: posting a trace to a running service in scaled real time, and its report.
 //! - [`run`]: the `simulate` command's entry point, [`run_simulate`].
+//! - [`synth`]: seeded synthetic traces of chosen shapes, written as SWF
+//!   (`fairshare trace`).
 
 pub mod plot;
 pub mod replay;
@@ -20,7 +22,10 @@ pub mod run;
 pub mod simulate;
 pub mod stats;
 pub mod swf;
+pub mod synth;
 
+#[cfg(test)]
+mod golden;
 #[cfg(test)]
 mod tests;
 

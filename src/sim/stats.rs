@@ -53,10 +53,22 @@ pub fn fair_shares(weights: &[f64], demands: &[f64], out: &mut Vec<f64>) {
         out.copy_from_slice(demands);
         return;
     }
-    let mut order: Vec<usize> = (0..demands.len())
+    // Each ratio computed once, sorted stably: ties keep the input order.
+    let mut by_ratio: Vec<(f64, usize)> = (0..demands.len())
         .filter(|&i| weights.get(i).is_some_and(|&w| w > 0.0))
+        .map(|i| (demands[i] / weights[i], i))
         .collect();
-    order.sort_by(|&a, &b| (demands[a] / weights[a]).total_cmp(&(demands[b] / weights[b])));
+    by_ratio.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let order: Vec<usize> = by_ratio.into_iter().map(|(_, i)| i).collect();
+    fill_in_order(weights, demands, &order, out);
+}
+
+/// The water-filling of [`fair_shares`] once the users are in order: `order` holds
+/// the indices of the users with a weight `> 0`, by `demand / weight` ascending
+/// (`f64::total_cmp`), ties by index; the demands sum to more than 1. Writes their
+/// shares into `out` (same index as the inputs) and leaves the others as they are
+/// (the caller zeroes them). The simulator keeps `order` sorted between its steps.
+pub fn fill_in_order(weights: &[f64], demands: &[f64], order: &[usize], out: &mut [f64]) {
     let mut remaining = 1.0;
     let mut weight_left: f64 = order.iter().map(|&i| weights[i]).sum();
     for (k, &i) in order.iter().enumerate() {

@@ -36,6 +36,27 @@ impl Ledger {
         self.reindex(uid, now);
     }
 
+    /// Appends a QUEUED job to the back of a user's window (creating the user if
+    /// new): a job queued behind every job in it, as when a caller that passes its
+    /// whole queue as the window sees one more job submitted (the simulator). The
+    /// decisions are those of [`Ledger::set_window`] with the window and `job` after
+    /// it, without copying the window: O(1) when the user already has an effective
+    /// head (that head, the user's key and its indexes stay as they are). A job
+    /// outstanding in the ledger is left out.
+    pub fn push_queued(&mut self, now: Seconds, name: &str, job: QueuedJob) {
+        let now = self.clock(now);
+        let uid = self.account(name, now);
+        if self.jobs.contains_key(&job.job_id) {
+            return;
+        }
+        let a = &mut self.accounts[uid as usize];
+        let had_head = a.head().is_some();
+        a.window.push_back(job);
+        if !had_head {
+            self.reindex(uid, now);
+        }
+    }
+
     /// Makes sure `name` is known (with the default settings if new).
     pub fn ensure_user(&mut self, now: Seconds, name: &str) {
         let now = self.clock(now);

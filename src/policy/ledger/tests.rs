@@ -19,6 +19,9 @@ enum Op {
     /// A user's window is replaced: jobs (request, seconds before now, priority,
     /// estimate).
     Window(usize, Vec<(Resources, u32, i32, Option<u32>)>),
+    /// A job is queued behind a user's window (request, seconds before now,
+    /// estimate).
+    Push(usize, Resources, u32, Option<u32>),
     /// A user's settings change.
     Settings(usize, f64, bool, u32, Option<Resources>),
     /// A recovered outstanding job of a user on a cluster.
@@ -44,6 +47,8 @@ fn op() -> impl Strategy<Value = Op> {
     );
     prop_oneof![
         4 => (0usize..6, prop::collection::vec(job, 0..=5)).prop_map(|(u, j)| Op::Window(u, j)),
+        2 => (0usize..6, resources(12, 1, 16), 0u32..=900, prop::option::weighted(0.7, 1u32..=900))
+            .prop_map(|(u, r, ago, e)| Op::Push(u, r, ago, e)),
         1 => (
             0usize..6,
             prop::sample::select(vec![0.5, 1.0, 2.0, 3.0]),
@@ -117,6 +122,17 @@ fn replay(config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseError> {
                     })
                     .collect();
                 ledger.set_window(now, &format!("u{u}"), window);
+            }
+            Op::Push(u, resources, ago, estimate) => {
+                next_job += 1;
+                let job = QueuedJob {
+                    job_id: JobId::from_u128(next_job),
+                    resources: *resources,
+                    priority: 0,
+                    submitted_at: now - f64::from(*ago),
+                    runtime_estimate: estimate.map(f64::from),
+                };
+                ledger.push_queued(now, &format!("u{u}"), job);
             }
             Op::Settings(u, weight, paused, max_running_jobs, max_resources) => {
                 let settings = UserSettings {

@@ -1,9 +1,79 @@
 //! The fairness bookkeeping: snapshots after each step, integrated piecewise
 //! constant up to the next event, and the run's outcome.
 
+use std::cmp::Ordering;
+
 use super::{JobOutcome, SharePoint, Sim, SimOutcome, Snapshot};
 use crate::policy::Seconds;
-use crate::sim::stats::{fair_shares, jain_index};
+use crate::sim::stats::{fill_in_order, jain_index};
+
+/// The users with demand in water-filling order (`demand / weight`, ties by user
+/// index: the order [`crate::sim::stats::fair_shares`] gives), kept from one step
+/// to the next: a step changes a few users' demands, so putting the kept order
+/// right by insertion costs about the number of users, where sorting afresh cost
+/// `U log U` comparisons at every step.
+#[derive(Debug, Default)]
+pub(super) struct ShareOrder {
+    /// User indices, in the order of the last step that needed it.
+    users: Vec<usize>,
+    /// Per user: in `users`.
+    member: Vec<bool>,
+    /// Per user: its index in this step's scratch arrays (`usize::MAX`: none).
+    at: Vec<usize>,
+    /// Per user: `demand / weight` this step.
+    ratio: Vec<f64>,
+    /// This step's order as scratch indices (users with a weight `> 0`).
+    order: Vec<usize>,
+}
+
+impl ShareOrder {
+    /// The water-filling order of this step's users with demand (`users[k]` with
+    /// `weights[k]`, `demands[k]`, in user order), as indices into those arrays.
+    fn update(&mut self, users: &[usize], weights: &[f64], demands: &[f64], n: usize) -> &[usize] {
+        self.member.resize(n, false);
+        self.at.resize(n, usize::MAX);
+        self.ratio.resize(n, 0.0);
+        for (k, &u) in users.iter().enumerate() {
+            self.at[u] = k;
+            self.ratio[u] = demands[k] / weights[k];
+        }
+        let (at, member) = (&self.at, &mut self.member);
+        self.users.retain(|&u| {
+            let keep = at[u] != usize::MAX;
+            member[u] = keep;
+            keep
+        });
+        for &u in users {
+            if !self.member[u] {
+                self.member[u] = true;
+                self.users.push(u);
+            }
+        }
+        let ratio = &self.ratio;
+        let before =
+            |a: usize, b: usize| ratio[a].total_cmp(&ratio[b]).then(a.cmp(&b)) == Ordering::Less;
+        for i in 1..self.users.len() {
+            let u = self.users[i];
+            let mut j = i;
+            while j > 0 && before(u, self.users[j - 1]) {
+                self.users[j] = self.users[j - 1];
+                j -= 1;
+            }
+            self.users[j] = u;
+        }
+        self.order.clear();
+        for &u in &self.users {
+            let k = self.at[u];
+            if weights[k] > 0.0 {
+                self.order.push(k);
+            }
+        }
+        for &u in users {
+            self.at[u] = usize::MAX;
+        }
+        &self.order
+    }
+}
 
 impl Sim<'_> {
     /// Adds the current snapshot over `[last_t, t)`.
@@ -60,11 +130,26 @@ impl Sim<'_> {
             }
         }
         let contended = queued && capped_demand > u64::from(self.config.capacity);
-        fair_shares(
-            &self.scratch_weights,
-            &self.scratch_demands,
-            &mut self.scratch_fair,
-        );
+        // `stats::fair_shares`, with the order kept between steps.
+        self.scratch_fair.clear();
+        let total: f64 = self.scratch_demands.iter().sum();
+        if total <= 1.0 {
+            self.scratch_fair.extend_from_slice(&self.scratch_demands);
+        } else {
+            self.scratch_fair.resize(self.scratch_demands.len(), 0.0);
+            let order = self.share_order.update(
+                &self.scratch_users,
+                &self.scratch_weights,
+                &self.scratch_demands,
+                self.users.len(),
+            );
+            fill_in_order(
+                &self.scratch_weights,
+                &self.scratch_demands,
+                order,
+                &mut self.scratch_fair,
+            );
+        }
         let mut error = 0.0;
         let mut backlogged_hold = false;
         self.scratch_ratios.clear();

@@ -1,5 +1,5 @@
 //! Discrete-event simulation of one cluster in virtual time, driving the same
-//! [`crate::policy::run_cycle`] the arbiter runs, and two baselines.
+//! [`crate::policy::Ledger`] the arbiter keeps, and two baselines.
 //!
 //! # Model
 //!
@@ -15,18 +15,23 @@
 //!
 //! # Policies ([`SimPolicy`])
 //!
-//! - **fairshare**: one call to [`crate::policy::run_cycle`] per step, with
-//!   the arbiter's semantics: weight per user (default 1), decayed usage `h_u`
-//!   with the given half-life, brought to `now` with
-//!   [`crate::policy::decay_usage`] before each allocation change (a finish)
-//!   and for every user before each cycle; `max_running_jobs` as configured
-//!   (default unlimited), backfill on, the given starvation guard. A user's
-//!   window is the shortest prefix of its queue whose cores exceed the free
-//!   cores (or the whole queue): every job is at least 1 core, so a cycle can
-//!   never reach further into a queue, and the result is exactly that of
-//!   passing the whole queue. A step in which no user's head fits the free
-//!   cores would grant nothing, so `run_cycle` is not called then (usage is
-//!   still brought to `now`, as the arbiter does).
+//! - **fairshare**: one [`crate::policy::Ledger`] kept across the whole run and
+//!   fed events as the arbiter feeds its own: the cluster's capacity once (a
+//!   report of [`CLUSTER_NAME`]), each user's settings when it first submits
+//!   (weight, default 1; `max_running_jobs` as configured, default unlimited),
+//!   each submitted job appended to its user's window
+//!   ([`crate::policy::Ledger::push_queued`]: the window is the user's whole
+//!   queue), each finish ([`crate::policy::Ledger::end`]), and one
+//!   [`crate::policy::Ledger::cycle`] per step whose grants start their jobs;
+//!   the ledger keeps the reservation, decayed usage (the given half-life,
+//!   brought forward at each allocation change) and the starvation guard. A step
+//!   in which no user's head fits the free cores and no reservation can be made
+//!   (one is held, or no head has waited past the guard) would grant nothing, so
+//!   no cycle runs then; the heads are kept sorted by size and by submit time for
+//!   that test. Each step thus costs what it changes, not the number of users or
+//!   running jobs (issue 28: before, a ledger was built from a snapshot of every
+//!   user and running job each step, [`crate::policy::run_cycle`]; the schedules
+//!   are the same, `sim::golden` checks it).
 //! - **fifo**: one global queue in submit order (ties by job number), no
 //!   backfill: start jobs from its head while the head fits, stop at the first
 //!   that does not.
@@ -59,7 +64,7 @@ pub use outcome::{
 };
 
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::fmt;
 use std::str::FromStr;
 
@@ -68,7 +73,8 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use super::swf::TraceJob;
-use crate::policy::{self, PolicyConfig, Reservation, Resources, Seconds};
+use crate::policy::{JobId, Ledger, PolicyConfig, Resources, UserSettings};
+use crate::policy::{QueuedJob, Seconds};
 
 /// Name of the single simulated cluster.
 pub const CLUSTER_NAME: &str = "sim";
@@ -229,9 +235,8 @@ struct UserState {
     queued_cores: u64,
     running_cores: u64,
     running_jobs: u32,
-    /// Decayed usage `h_u` at `usage_at`.
-    usage: f64,
-    usage_at: Seconds,
+    /// Known to the ledger (it has submitted; fairshare only).
+    in_ledger: bool,
 }
 
 /// A finish event: time, then job index (a min-heap through `Reverse`).
@@ -274,16 +279,17 @@ struct Snapshot {
 
 struct Sim<'c> {
     config: &'c SimConfig,
-    policy_config: PolicyConfig,
-    /// The policy's reservation, carried between cycles.
-    reservation: Option<Reservation>,
-    capacity: Resources,
+    /// The policy's state across the run (fairshare only).
+    ledger: Option<Ledger>,
     jobs: Vec<SimJob>,
     users: Vec<UserState>,
-    user_index: HashMap<String, usize>,
     /// FIFO's global queue (job indices in submit order).
     fifo: VecDeque<usize>,
     finishes: BinaryHeap<Reverse<Finish>>,
+    /// Each user's oldest queued job (head), by submit time ([`time_key`]).
+    heads: BTreeSet<(u64, usize)>,
+    /// The heads' sizes: cores → how many heads ask for that many.
+    head_cpus: BTreeMap<u32, usize>,
     used_cores: u64,
     queued_jobs: usize,
     rng: SmallRng,
@@ -308,6 +314,7 @@ struct Sim<'c> {
     scratch_demands: Vec<f64>,
     scratch_fair: Vec<f64>,
     scratch_ratios: Vec<f64>,
+    share_order: fairness::ShareOrder,
 }
 
 /// Replays `trace` (jobs in any order; they are taken in submit order, ties by
@@ -341,8 +348,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
                     queued_cores: 0,
                     running_cores: 0,
                     running_jobs: 0,
-                    usage: 0.0,
-                    usage_at: job.submit,
+                    in_ledger: false,
                 });
                 users.len() - 1
             }
@@ -373,22 +379,29 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         })
         .collect();
 
-    let mut sim = Sim {
-        config,
-        policy_config: PolicyConfig {
+    let capacity = Resources::new(f64::from(config.capacity), 0.0, 0.0);
+    let ledger = (config.policy == SimPolicy::FairShare).then(|| {
+        let policy_config = PolicyConfig {
             usage_half_life: config.half_life_s,
             starvation_guard: config.starvation_guard_s,
             backfill: config.backfill,
             age_weight: config.age_weight,
             max_age: config.max_age_s,
-        },
-        reservation: None,
-        capacity: Resources::new(f64::from(config.capacity), 0.0, 0.0),
+        };
+        let mut ledger = Ledger::new(policy_config, UserSettings::default());
+        let t0 = jobs.first().map_or(0.0, |j: &SimJob| j.submit);
+        ledger.report_cluster(t0, CLUSTER_NAME, true, capacity, Resources::ZERO, |_| false);
+        ledger
+    });
+    let mut sim = Sim {
+        config,
+        ledger,
         jobs,
         users,
-        user_index,
         fifo: VecDeque::new(),
         finishes: BinaryHeap::new(),
+        heads: BTreeSet::new(),
+        head_cpus: BTreeMap::new(),
         used_cores: 0,
         queued_jobs: 0,
         rng: SmallRng::seed_from_u64(config.seed),
@@ -410,6 +423,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         scratch_demands: Vec::new(),
         scratch_fair: Vec::new(),
         scratch_ratios: Vec::new(),
+        share_order: fairness::ShareOrder::default(),
     };
     sim.run();
     sim.into_outcome(too_large)
@@ -453,7 +467,7 @@ impl Sim<'_> {
 
             match self.config.policy {
                 SimPolicy::FairShare => {
-                    self.fair_share_cycle(t);
+                    self.fair_share_step(t);
                     wake = self.guard_wake(t);
                 }
                 SimPolicy::Fifo => self.fifo_step(t),
@@ -477,12 +491,83 @@ impl Sim<'_> {
 
     fn submit(&mut self, j: usize) {
         let job = &self.jobs[j];
-        let user = &mut self.users[job.user];
+        let (u, cpus, submit) = (job.user, job.cpus, job.submit);
+        let user = &mut self.users[u];
+        if user.queue.is_empty() {
+            self.heads.insert((time_key(submit), u));
+            *self.head_cpus.entry(cpus).or_default() += 1;
+        }
         user.queue.push_back(j);
-        user.queued_cores += u64::from(job.cpus);
+        user.queued_cores += u64::from(cpus);
         self.queued_jobs += 1;
         if self.config.policy == SimPolicy::Fifo {
             self.fifo.push_back(j);
+        }
+        if let Some(ledger) = &mut self.ledger {
+            let user = &mut self.users[u];
+            if !user.in_ledger {
+                user.in_ledger = true;
+                let settings = UserSettings {
+                    weight: user.weight,
+                    max_running_jobs: self.config.max_running_jobs,
+                    ..UserSettings::default()
+                };
+                ledger.set_user(submit, &user.name, settings);
+            }
+            let job = &self.jobs[j];
+            let queued = QueuedJob {
+                job_id: ledger_id(j),
+                resources: Resources::new(f64::from(job.cpus), 0.0, 0.0),
+                priority: 0,
+                submitted_at: job.submit,
+                runtime_estimate: job.estimate,
+            };
+            ledger.push_queued(submit, &self.users[u].name, queued);
+        }
+    }
+
+    /// Takes job `j` out of its user's queue (found from the front), keeping the
+    /// heads up to date; whether it was there.
+    fn dequeue(&mut self, j: usize) -> bool {
+        let u = self.jobs[j].user;
+        let queue = &mut self.users[u].queue;
+        let position = if queue.front() == Some(&j) {
+            Some(0)
+        } else {
+            queue.iter().position(|&k| k == j)
+        };
+        let Some(p) = position else {
+            return false;
+        };
+        if p == 0 {
+            self.drop_head(u);
+            self.users[u].queue.pop_front();
+            self.add_head(u);
+        } else {
+            self.users[u].queue.remove(p);
+        }
+        true
+    }
+
+    fn drop_head(&mut self, u: usize) {
+        let Some(&h) = self.users[u].queue.front() else {
+            return;
+        };
+        let head = &self.jobs[h];
+        self.heads.remove(&(time_key(head.submit), u));
+        if let Some(n) = self.head_cpus.get_mut(&head.cpus) {
+            *n -= 1;
+            if *n == 0 {
+                self.head_cpus.remove(&head.cpus);
+            }
+        }
+    }
+
+    fn add_head(&mut self, u: usize) {
+        if let Some(&h) = self.users[u].queue.front() {
+            let head = &self.jobs[h];
+            self.heads.insert((time_key(head.submit), u));
+            *self.head_cpus.entry(head.cpus).or_default() += 1;
         }
     }
 
@@ -504,9 +589,10 @@ impl Sim<'_> {
         let job = &self.jobs[j];
         let cpus = u64::from(job.cpus);
         let u = job.user;
-        if self.config.policy == SimPolicy::FairShare {
-            // The allocation changes: bring h_u to now with the share held so far.
-            self.touch_usage(u, now);
+        if let Some(ledger) = &mut self.ledger {
+            // What it held is free again; h_u is brought to now with the share held
+            // so far.
+            ledger.end(now, ledger_id(j));
         }
         let user = &mut self.users[u];
         user.running_cores -= cpus;
@@ -516,18 +602,6 @@ impl Sim<'_> {
 
     fn free_cores(&self) -> u64 {
         u64::from(self.config.capacity).saturating_sub(self.used_cores)
-    }
-
-    fn allocation(&self, u: usize) -> Resources {
-        Resources::new(self.users[u].running_cores as f64, 0.0, 0.0)
-    }
-
-    fn touch_usage(&mut self, u: usize, now: Seconds) {
-        let share = policy::dominant_share(&self.allocation(u), &self.capacity);
-        let half_life = self.config.half_life_s;
-        let user = &mut self.users[u];
-        user.usage = policy::decay_usage(user.usage, user.usage_at, share, now, half_life);
-        user.usage_at = now;
     }
 
     /// True when some user's oldest queued job fits the free cores.
@@ -540,4 +614,16 @@ impl Sim<'_> {
                     .is_some_and(|&j| u64::from(self.jobs[j].cpus) <= free)
         })
     }
+}
+
+/// The ledger's id of job `j` (its index in submit order, unique even where a
+/// trace repeats a job number).
+fn ledger_id(j: usize) -> JobId {
+    JobId::from_u128(j as u128)
+}
+
+/// A time as a key that sorts as the time does: its bits, `−0` as `0` (trace times
+/// are finite and at least 0, and such floats order as their bits do).
+fn time_key(t: Seconds) -> u64 {
+    (t + 0.0).to_bits()
 }

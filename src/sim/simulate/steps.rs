@@ -1,102 +1,41 @@
-//! One scheduling step of each policy: fairshare (the real `run_cycle`),
-//! FIFO and the gateway loop.
-
-use std::cmp::Reverse;
+//! One scheduling step of each policy: fairshare (a cycle of the ledger kept
+//! across the run), FIFO and the gateway loop.
 
 use rand::seq::SliceRandom;
 
-use super::{job_id, Finish, Sim, UserState, CLUSTER_NAME, GATEWAY_MAX_RUNNING};
-use crate::policy::{self, ClusterView, OutstandingJob, QueuedJob, Resources, Seconds, UserView};
+use super::{Sim, UserState, GATEWAY_MAX_RUNNING};
+use crate::policy::Seconds;
 
 impl Sim<'_> {
-    pub(super) fn fair_share_cycle(&mut self, now: Seconds) {
-        for u in 0..self.users.len() {
-            self.touch_usage(u, now);
-        }
+    /// One fairshare step at `now`: a ledger cycle, unless it could grant nothing
+    /// and make no reservation; its grants start their jobs.
+    pub(super) fn fair_share_step(&mut self, now: Seconds) {
         let free = self.free_cores();
-        // Without a head that fits, run_cycle would grant nothing; it is
-        // still called when it would make a reservation (no reservation held
-        // and some head past the guard), so that the reservation exists from
-        // the same instant as in the arbiter.
         let guard = self.config.starvation_guard_s;
-        let starved = |user: &UserState| {
-            user.queue
-                .front()
-                .is_some_and(|&j| now - self.jobs[j].submit > guard)
+        let Some(ledger) = &mut self.ledger else {
+            return;
         };
-        let may_reserve =
-            self.config.backfill && self.reservation.is_none() && self.users.iter().any(starved);
-        if !may_reserve && !self.some_head_fits(free, |_| true) {
+        // Without a head that fits, the cycle would grant nothing; it still runs
+        // when it would make a reservation (none held and some head past the
+        // guard), so that the reservation exists from the same instant as in the
+        // arbiter. The oldest head has waited longest.
+        let overdue = self
+            .heads
+            .first()
+            .is_some_and(|&(at, _)| now - f64::from_bits(at) > guard);
+        let may_reserve = self.config.backfill && ledger.reservation().is_none() && overdue;
+        let fits = self
+            .head_cpus
+            .first_key_value()
+            .is_some_and(|(&cpus, _)| u64::from(cpus) <= free);
+        if !may_reserve && !fits {
             return;
         }
-        let mut views = Vec::new();
-        for (u, user) in self.users.iter().enumerate() {
-            if user.queue.is_empty() {
-                continue;
-            }
-            let mut queue = Vec::new();
-            let mut cores = 0u64;
-            for &j in &user.queue {
-                let job = &self.jobs[j];
-                queue.push(QueuedJob {
-                    job_id: job_id(job.number),
-                    resources: Resources::new(f64::from(job.cpus), 0.0, 0.0),
-                    priority: 0,
-                    submitted_at: job.submit,
-                    runtime_estimate: job.estimate,
-                });
-                cores += u64::from(job.cpus);
-                if cores > free {
-                    break;
-                }
-            }
-            views.push(UserView {
-                user: user.name.clone(),
-                weight: user.weight,
-                paused: false,
-                max_running_jobs: self.config.max_running_jobs,
-                max_resources: None,
-                outstanding_jobs: user.running_jobs,
-                allocation: self.allocation(u),
-                usage: user.usage,
-                usage_at: user.usage_at,
-                queue,
-            });
-        }
-        let clusters = [ClusterView {
-            name: CLUSTER_NAME.to_owned(),
-            healthy: true,
-            total: self.capacity,
-            used_reported: Resources::ZERO,
-            outstanding: Resources::new(self.used_cores as f64, 0.0, 0.0),
-            unreported: Resources::ZERO,
-            jobs: self.outstanding_jobs(),
-        }];
-        let outcome = policy::run_cycle(
-            now,
-            &self.policy_config,
-            &views,
-            &clusters,
-            self.reservation.as_ref(),
-        );
-        self.reservation = outcome.reservation;
+        let grants = ledger.cycle(now).grants;
         self.cycles += 1;
-        for grant in outcome.grants {
-            let Some(&u) = self.user_index.get(&grant.user) else {
-                continue;
-            };
-            let queue = &self.users[u].queue;
-            let position = if queue
-                .front()
-                .is_some_and(|&j| job_id(self.jobs[j].number) == grant.job_id)
-            {
-                Some(0)
-            } else {
-                queue
-                    .iter()
-                    .position(|&j| job_id(self.jobs[j].number) == grant.job_id)
-            };
-            if let Some(j) = position.and_then(|p| self.users[u].queue.remove(p)) {
+        for grant in grants {
+            let j = grant.job_id.as_u128() as usize;
+            if j < self.jobs.len() && self.dequeue(j) {
                 self.start(j, now);
             }
         }
@@ -109,29 +48,21 @@ impl Sim<'_> {
     /// trips and not only at the next submit or finish.
     pub(super) fn guard_wake(&self, now: Seconds) -> Option<Seconds> {
         let guard = self.config.starvation_guard_s;
-        if !self.config.backfill || self.reservation.is_some() || !guard.is_finite() {
+        let held = self
+            .ledger
+            .as_ref()
+            .is_some_and(|l| l.reservation().is_some());
+        if !self.config.backfill || held || !guard.is_finite() {
             return None;
         }
-        self.users
-            .iter()
-            .filter_map(|user| user.queue.front())
-            .map(|&j| just_after(self.jobs[j].submit + guard))
-            .filter(|&at| at > now)
-            .min_by(f64::total_cmp)
-    }
-
-    /// The running jobs with their expected ends (start + estimate).
-    pub(super) fn outstanding_jobs(&self) -> Vec<OutstandingJob> {
-        self.finishes
-            .iter()
-            .map(|Reverse(Finish(_, j))| {
-                let job = &self.jobs[*j];
-                OutstandingJob {
-                    resources: Resources::new(f64::from(job.cpus), 0.0, 0.0),
-                    expected_end: job.start.zip(job.estimate).map(|(s, e)| s + e),
-                }
-            })
-            .collect()
+        // `just_after(at + guard) > now` holds from some head on in submit order
+        // (it is monotone in `at`); heads older than a second before `now − guard`
+        // cannot pass it, so the walk starts there.
+        let from = (now - guard - 1.0).max(0.0);
+        self.heads
+            .range((super::time_key(from), 0)..)
+            .map(|&(at, _)| just_after(f64::from_bits(at) + guard))
+            .find(|&at| at > now)
     }
 
     pub(super) fn fifo_step(&mut self, now: Seconds) {
@@ -141,14 +72,8 @@ impl Sim<'_> {
                 break;
             }
             self.fifo.pop_front();
-            let u = self.jobs[j].user;
             // Within a user, FIFO order is the user's own queue order.
-            let queue = &mut self.users[u].queue;
-            if queue.front() == Some(&j) {
-                queue.pop_front();
-            } else if let Some(p) = queue.iter().position(|&k| k == j) {
-                queue.remove(p);
-            }
+            self.dequeue(j);
             self.start(j, now);
             started = true;
         }
@@ -179,7 +104,7 @@ impl Sim<'_> {
                 continue;
             };
             if u64::from(self.jobs[j].cpus) <= free {
-                self.users[u].queue.pop_front();
+                self.dequeue(j);
                 self.start(j, now);
                 started += 1;
             }

@@ -1,0 +1,281 @@
+//! Golden tests: the figures BENCHMARKS.md publishes for COARE and NASA, to the digit
+//! the tables print, and the exact schedules (every job's start) of seeded synthetic
+//! traces under several settings, as the simulator produced them before it kept a
+//! ledger across events (issue 28: the speed-up must not change a result).
+
+use std::path::{Path, PathBuf};
+
+use super::report::Report;
+use super::simulate::{simulate, SimConfig, SimOutcome, SimPolicy};
+use super::swf::read_trace;
+use super::synth::{generate, Shape, SynthSpec};
+
+fn trace_path(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/traces")
+        .join(name)
+}
+
+const COARE: &str = "coare-saliksik-2020.swf.gz";
+const NASA: &str = "NASA-iPSC-1993-3.1-cln.swf.gz";
+
+/// The settings every figure here was published under: issue 10's defaults
+/// (half-life 1 h, guard 5 min, backfill, age weight 0.2 over 1 day), whatever
+/// the defaults are now.
+fn issue_10(capacity: u32) -> SimConfig {
+    SimConfig {
+        half_life_s: 3600.0,
+        starvation_guard_s: 300.0,
+        backfill: true,
+        age_weight: 0.2,
+        max_age_s: 86_400.0,
+        ..SimConfig::new(SimPolicy::FairShare, capacity)
+    }
+}
+
+/// A row of a table, its cells split on whitespace.
+fn cells(row: &str) -> Vec<String> {
+    row.split_whitespace().map(str::to_owned).collect()
+}
+
+/// The fairshare row `simulate` prints for `trace` with issue 10's settings but
+/// for what `tweak` sets.
+fn fairshare_row(trace: &str, cores: Option<u32>, tweak: impl Fn(&mut SimConfig)) -> Vec<String> {
+    let t = read_trace(&trace_path(trace)).unwrap();
+    let capacity = cores.or(t.max_procs).unwrap();
+    let mut config = issue_10(capacity);
+    tweak(&mut config);
+    let outcome = simulate(&t.jobs, &config);
+    let report = Report::new("x", t.skipped, &config, &outcome);
+    let table = super::report::comparison_table(&[&report]);
+    cells(table.lines().nth(2).unwrap())
+}
+
+#[test]
+fn coare_at_its_1728_cores_gives_the_published_comparison() {
+    let t = read_trace(&trace_path(COARE)).unwrap();
+    let config = issue_10(1728);
+    let table = super::report::compare("coare", t.skipped, &t.jobs, &config).to_table();
+    let published = [
+        "fairshare      36.70      16286890          508.8           0.0        81818.0      16.99      0.18        0.1149  0.8899",
+        "fifo           36.70      16286890         1714.1        2627.0        80033.0      44.29      0.20        0.2290  0.5386",
+        "gateway-loop   10.46      57147007      3079394.2    16017025.0     40596803.0   64949.17     89.08        0.8804  0.7357",
+    ];
+    let rows: Vec<Vec<String>> = table.lines().skip(2).map(cells).collect();
+    let published: Vec<Vec<String>> = published.iter().map(|r| cells(r)).collect();
+    assert_eq!(rows, published, "{table}");
+}
+
+#[test]
+fn coare_under_overload_gives_the_published_fairshare_rows() {
+    let published_256 = "fairshare      91.42      39130353      5428369.5    22206155.0     24722289.0  150495.93      7.92        0.5157  0.3860";
+    let published_64 = "fairshare      91.85     122808316     31930158.6    95305012.0    106598711.0   837597.69      8.14        0.7361  0.2157";
+    assert_eq!(
+        fairshare_row(COARE, Some(256), |_| {}),
+        cells(published_256)
+    );
+    assert_eq!(fairshare_row(COARE, Some(64), |_| {}), cells(published_64));
+}
+
+#[test]
+fn nasa_gives_the_published_fairshare_figures() {
+    let published_128 = "fairshare      46.61       7949022            8.0           0.0            0.0       1.03      0.05        0.2632  0.9313";
+    assert_eq!(fairshare_row(NASA, None, |_| {}), cells(published_128));
+    // "Age term", NASA on 32 cores, the default row: util, FE, Jain, mean wait.
+    let row = fairshare_row(NASA, Some(32), |_| {});
+    assert_eq!(
+        [&row[1], &row[8], &row[9], &row[3]],
+        ["60.20", "0.8265", "0.1821", "252826.0"]
+    );
+}
+
+/// Half-life (s), age weight, guard (s), backfill.
+type Setting = (f64, f64, f64, bool);
+
+#[test]
+fn coare_settings_give_the_published_figures() {
+    // (half-life s, age weight, guard s, backfill) → util, FE, Jain, mean wait,
+    // worst p95: BENCHMARKS.md, "Age term" and "Half-life and starvation guard"
+    // (1,728 cores), and the strict order of "Where the fairness error comes from".
+    let cases: [(Setting, [&str; 5]); 4] = [
+        (
+            (0.0, 0.0, 300.0, true),
+            ["36.70", "0.1058", "0.8985", "546.3", "133362.0"],
+        ),
+        (
+            (86_400.0, 0.5, 300.0, true),
+            ["36.70", "0.1293", "0.8436", "583.9", "83666.0"],
+        ),
+        (
+            (3600.0, 0.2, f64::INFINITY, true),
+            ["36.70", "0.1194", "0.8714", "370.9", "120759.0"],
+        ),
+        (
+            (0.0, 0.0, 300.0, false),
+            ["36.70", "0.0938", "0.9329", "458.5", "133914.0"],
+        ),
+    ];
+    for ((half_life, age, guard, backfill), want) in cases {
+        let row = fairshare_row(COARE, None, |c| {
+            c.half_life_s = half_life;
+            c.age_weight = age;
+            c.starvation_guard_s = guard;
+            c.backfill = backfill;
+        });
+        let got = [&row[1], &row[8], &row[9], &row[3], &row[5]];
+        for (g, w) in got.iter().zip(want) {
+            if !w.is_empty() {
+                assert_eq!(**g, w, "{half_life} {age} {guard} {backfill}: {row:?}");
+            }
+        }
+    }
+}
+
+/// FNV-1a over every job's number and start time (bits), in the outcome's order.
+fn schedule_digest(outcome: &SimOutcome) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |x: u64| {
+        for byte in x.to_le_bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for job in &outcome.jobs {
+        eat(job.number);
+        eat(job.start.to_bits());
+    }
+    eat(outcome.cycles);
+    hash
+}
+
+/// Settings the digests are taken under: issue 10's, no history/age/guard,
+/// long history with a strong age term and a long guard, strict order.
+fn settings(config: &mut SimConfig, which: usize) {
+    match which {
+        0 => {}
+        1 => {
+            config.half_life_s = 0.0;
+            config.age_weight = 0.0;
+            config.starvation_guard_s = f64::INFINITY;
+        }
+        2 => {
+            config.half_life_s = 86_400.0;
+            config.age_weight = 0.5;
+            config.starvation_guard_s = 3600.0;
+        }
+        _ => config.backfill = false,
+    }
+}
+
+#[test]
+fn synthetic_schedules_are_the_ones_before_the_ledger_was_kept() {
+    // Digests taken with the simulator that built a ledger per step (run_cycle on
+    // a snapshot), commit "Simulator: seeded synthetic traces" of issue 28.
+    let expected: [(Shape, [u64; 4]); 7] = [
+        (
+            Shape::Zipf,
+            [
+                0xe39f081da7f49edf,
+                0x4f697e253e38e4ac,
+                0x931a07d1e6339b0a,
+                0xa647776eb4d083ea,
+            ],
+        ),
+        (
+            Shape::Heavy,
+            [
+                0x2b9aa6d92fc1da93,
+                0x6de49f7c15f6e76e,
+                0x4d7e5ff3f9240086,
+                0x68c86a5b9918d336,
+            ],
+        ),
+        (
+            Shape::Equal,
+            [
+                0x5e67a227fe8b5513,
+                0x444daa504c7230c5,
+                0xf2200f22fb4bcd79,
+                0x5e3a6f1fe725b379,
+            ],
+        ),
+        (
+            Shape::Wide,
+            [
+                0xca95fe5545c05978,
+                0x3877123d82d1b27d,
+                0x45de2387cdc33082,
+                0x193b6b3eef9c52eb,
+            ],
+        ),
+        (
+            Shape::Bursty,
+            [
+                0xb538974dd17f6f9f,
+                0x9a1aef4d0fbd3ffb,
+                0x131e45e670507509,
+                0x4d309d9127476154,
+            ],
+        ),
+        (
+            Shape::Mixed,
+            [
+                0x48aafacaa5bf1c8d,
+                0x0c2c5c81d11870e1,
+                0x133871567fa092f6,
+                0xc08fcb6d16eb7c4b,
+            ],
+        ),
+        (
+            Shape::Weighted,
+            [
+                0xcc203d0eb833e0f0,
+                0x0f24554cd9ef695e,
+                0xd4f3ad39dbd66480,
+                0x63764a49e5a2b67b,
+            ],
+        ),
+    ];
+    let mut got = Vec::new();
+    for (shape, _) in &expected {
+        let spec = SynthSpec {
+            load: 1.1,
+            ..SynthSpec::new(*shape, 3_000, 60, 256, 11)
+        };
+        let trace = generate(&spec).unwrap();
+        let mut digests = [0u64; 4];
+        for (which, digest) in digests.iter_mut().enumerate() {
+            let mut config = issue_10(256);
+            config.weights = trace.weights.clone();
+            settings(&mut config, which);
+            *digest = schedule_digest(&simulate(&trace.jobs, &config));
+        }
+        got.push((*shape, digests));
+    }
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn real_trace_schedules_are_the_ones_before_the_ledger_was_kept() {
+    // (trace, cores, settings) → digest, as above.
+    let expected: [(&str, u32, usize, u64); 5] = [
+        (COARE, 1728, 0, 0x008279a0b33ebb65),
+        (COARE, 1728, 2, 0x29c9082bd04469b2),
+        (COARE, 256, 0, 0xe89e251275518656),
+        (NASA, 32, 0, 0x3936188d9f476e4d),
+        (NASA, 32, 1, 0x88f947b816215662),
+    ];
+    let mut got = Vec::new();
+    for (trace, cores, which, _) in expected {
+        let t = read_trace(&trace_path(trace)).unwrap();
+        let mut config = issue_10(cores);
+        settings(&mut config, which);
+        got.push((
+            trace,
+            cores,
+            which,
+            schedule_digest(&simulate(&t.jobs, &config)),
+        ));
+    }
+    assert_eq!(got, expected);
+}
