@@ -153,11 +153,14 @@ if b\"\\\"stop\\\":true\" in h(sys.argv[2]):
  try:
   if os.getpgid(p)==p:os.killpg(p,15)
   else:
+   k=[]
    for c in os.listdir(\"/proc\"):
     try:
-     if c.isdigit() and int(open(\"/proc/\"+c+\"/stat\").read().rsplit(\")\",1)[1].split()[1])==p and int(c)!=os.getpid():os.kill(int(c),15)
+     if c.isdigit() and int(open(\"/proc/\"+c+\"/stat\").read().rsplit(\")\",1)[1].split()[1])==p and int(c)!=os.getpid():k.append(int(c))
     except Exception:pass
-   os.kill(p,15)
+   for c in [p]+k:
+    try:os.kill(c,15)
+    except Exception:pass
  except Exception:pass
  sys.exit()
 try:
