@@ -362,7 +362,7 @@ pub struct MonitorSettings {
     pub pending_timeout: Duration,
     /// How long Ray's usage report (`/api/cluster_status`) may lag behind its job list:
     /// a job of ours counts as included in the reported usage only once Ray has listed
-    /// it RUNNING for this long (RAY.md: about 5 s, about 1 s with
+    /// it RUNNING for this long (docs/ray.md: about 5 s, about 1 s with
     /// `AUTOSCALER_UPDATE_INTERVAL_S=1`).
     #[serde(with = "humantime_serde")]
     pub usage_report_lag: Duration,

@@ -2,7 +2,7 @@
 //!
 //! Reference: Ray's Jobs REST API documentation,
 //! <https://docs.ray.io/en/latest/cluster/running-applications/job-submission/rest.html>,
-//! and the measured behaviour of Ray 2.60 in `RAY.md`. Endpoints used:
+//! and the measured behaviour of Ray 2.60 in `docs/ray.md`. Endpoints used:
 //!
 //! | call | endpoint | notes |
 //! |---|---|---|

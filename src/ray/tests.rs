@@ -1,5 +1,5 @@
 //! Tests of the Ray client against a wiremock Ray. Response shapes follow Ray 2.60
-//! (`RAY.md` and Ray's `dashboard/modules/job/job_head.py`).
+//! (`docs/ray.md` and Ray's `dashboard/modules/job/job_head.py`).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

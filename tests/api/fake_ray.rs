@@ -2,7 +2,7 @@
 //! Ray cannot produce on demand: another tenant's usage arriving at a chosen moment, a
 //! jobs route that 404s while the dashboard starts, jobs held PENDING.
 //!
-//! It keeps Ray's rules that matter here (RAY.md): a job is PENDING until its CPUs are
+//! It keeps Ray's rules that matter here (docs/ray.md): a job is PENDING until its CPUs are
 //! free, then RUNNING; a stop of a PENDING job takes effect only when it would start;
 //! a known `submission_id` is refused with Ray's 500 "already exists".
 

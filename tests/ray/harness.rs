@@ -37,7 +37,7 @@ pub fn interfaces() -> Vec<String> {
 }
 
 /// A local Ray head listens on the machine's address and on all interfaces whatever
-/// its flags say, with Ray's token auth off (RAY.md): anyone who reaches it can run
+/// its flags say, with Ray's token auth off (docs/ray.md): anyone who reaches it can run
 /// code. The Ray tests therefore run inside a private network namespace whose only
 /// interface is loopback (`scripts/test` runs this binary through
 /// `scripts/test-runner`, which uses `scripts/in-netns`), where Ray binds 127.0.0.1

@@ -37,7 +37,7 @@ use actix_web::{web, HttpResponse};
 use super::ApiError;
 
 /// The Ray release whose Jobs API this surface follows (measured against Ray 2.60,
-/// `RAY.md`). Clients gate features on it: `entrypoint_memory` needs ≥ 2.8.
+/// `docs/ray.md`). Clients gate features on it: `entrypoint_memory` needs ≥ 2.8.
 pub const RAY_VERSION: &str = "2.60.0";
 
 /// Ray's Jobs API version (Ray's `CURRENT_VERSION`); the CLI tails logs only when it
