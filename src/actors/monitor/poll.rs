@@ -260,12 +260,16 @@ pub(super) async fn poll_cluster(
         .iter()
         .filter_map(|j| j.submission_id.as_deref().map(|id| (id, j)))
         .collect();
-    match holdings {
-        Ok(h) => poll.usage_now = Some(usage_now(&h, &by_id, &jobs, &retiring, &strays)),
+    let holdings = match holdings {
+        Ok(h) => {
+            poll.usage_now = Some(usage_now(&h, &by_id, &jobs, &retiring, &strays));
+            Some(h)
+        }
         Err(e) => {
             tracing::debug!(error = %e, "Ray's State API did not answer; its usage report stands in");
+            None
         }
-    }
+    };
     for (t, limits) in jobs {
         let sid = lifecycle::current_submission_id(&t.job);
         let listed = by_id.get(sid.as_str()).copied();
@@ -306,8 +310,50 @@ pub(super) async fn poll_cluster(
             poll.strays.push((found, o));
         }
     }
+    let swept_from = poll.strays.len();
     sweep(&db, &fence, &poll.name.clone(), &list, &followed, &mut poll).await;
+    if let (Some(h), Some(u)) = (&holdings, poll.usage_now.as_mut()) {
+        add_unfollowed_own(h, &by_id, &followed, &poll.strays[swept_from..], u);
+    }
     poll
+}
+
+/// This service's attempts that hold resources in Ray's State API reading but that no
+/// one followed when the poll began: a submit answered moments ago, whose Follow has
+/// not reached the monitor yet. The sweep judged the listed ones (`swept`); one not
+/// listed at all was accepted between the two readings. Each is reported as held by
+/// its job, so that the ledger counts it as this service's own when the job is
+/// outstanding there, never as another tenant's load; a stray or retiring attempt the
+/// sweep found stays in the foreign load until the book follows it.
+fn add_unfollowed_own(
+    h: &crate::ray::state::Holdings,
+    by_id: &HashMap<&str, &RayJob>,
+    followed: &std::collections::HashSet<(JobId, u32)>,
+    swept: &[(StrayFound, Outcome)],
+    u: &mut UsageNow,
+) {
+    for sid in h.entrypoints.keys() {
+        let Some((job_id, attempt)) = lifecycle::parse_submission_id(sid) else {
+            continue;
+        };
+        if followed.contains(&(job_id, attempt)) || u.jobs.iter().any(|(id, _)| *id == job_id) {
+            continue;
+        }
+        let judged = swept
+            .iter()
+            .find(|(f, _)| f.job_id == job_id && f.attempt == attempt);
+        let own = match judged {
+            Some((_, outcome)) => matches!(outcome, Outcome::Ours | Outcome::StopOurs(_)),
+            None => !by_id.contains_key(sid.as_str()),
+        };
+        if !own {
+            continue;
+        }
+        let driver = by_id.get(sid.as_str()).and_then(|j| j.job_id.as_deref());
+        if let Some(held) = h.of(sid, driver) {
+            u.jobs.push((job_id, held));
+        }
+    }
 }
 
 /// What the State API's `h` says the followed attempts hold.
@@ -398,5 +444,89 @@ async fn sweep(
                 tracing::error!(%job_id, error = %e, "sweep: cannot record a stray attempt; retried next poll");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Resources;
+    use crate::ray::state::Holdings;
+    use std::collections::HashSet;
+
+    fn cpu(c: f64) -> Resources {
+        Resources {
+            cpu: c,
+            ..Resources::ZERO
+        }
+    }
+
+    fn listed(sid: &str, driver: &str) -> RayJob {
+        RayJob {
+            submission_id: Some(sid.into()),
+            job_id: Some(driver.into()),
+            status: RayJobStatus::Running,
+            message: None,
+            error_type: None,
+            start_time: None,
+            end_time: None,
+            driver_exit_code: None,
+        }
+    }
+
+    /// The CI failure (`usage::own_jobs_are_never_counted_as_another_tenants`): a job
+    /// whose submit was answered while the poll ran holds 4 CPU in Ray; it is this
+    /// service's own whether the list shows it (the sweep says so) or not (accepted
+    /// between the readings), and a stray the sweep found is not.
+    #[test]
+    fn an_attempt_accepted_during_the_poll_is_never_another_tenants() {
+        let (followed_job, fresh, unlisted, stray) = (
+            uuid::Uuid::new_v4(),
+            uuid::Uuid::new_v4(),
+            uuid::Uuid::new_v4(),
+            uuid::Uuid::new_v4(),
+        );
+        let sid = |j| lifecycle::submission_id(j, 1);
+        let h = Holdings {
+            entrypoints: [followed_job, fresh, unlisted, stray]
+                .into_iter()
+                .map(|j| (sid(j), cpu(1.0)))
+                .collect(),
+            by_driver: [("02".to_string(), cpu(3.0))].into_iter().collect(),
+            total: cpu(7.0),
+        };
+        let jobs = [
+            listed(&sid(followed_job), "01"),
+            listed(&sid(fresh), "02"),
+            listed(&sid(stray), "03"),
+        ];
+        let by_id: HashMap<&str, &RayJob> = jobs
+            .iter()
+            .map(|j| (j.submission_id.as_deref().unwrap(), j))
+            .collect();
+        let followed: HashSet<(JobId, u32)> = [(followed_job, 1)].into_iter().collect();
+        let found = |j| StrayFound {
+            job_id: j,
+            attempt: 1,
+            resources: cpu(1.0),
+        };
+        let swept = [
+            (found(fresh), Outcome::Ours),
+            (found(stray), Outcome::Missing),
+        ];
+        let mut u = UsageNow {
+            total: h.total,
+            jobs: vec![(followed_job, cpu(1.0))],
+            others_holding: HashSet::new(),
+        };
+        add_unfollowed_own(&h, &by_id, &followed, &swept, &mut u);
+        u.jobs.sort_by_key(|(id, _)| *id);
+        let mut want = vec![
+            (followed_job, cpu(1.0)),
+            (fresh, cpu(4.0)),
+            (unlisted, cpu(1.0)),
+        ];
+        want.sort_by_key(|(id, _)| *id);
+        assert_eq!(u.jobs, want);
     }
 }
