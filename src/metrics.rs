@@ -274,7 +274,8 @@ fn build() -> Result<Metrics, prometheus::Error> {
                 "fairshare_attempt_hints_total",
                 "Notifications from attempts' watchers by kind (started, ended) and outcome \
                  (checked: Ray was asked at once; ignored: not an attempt followed now; \
-                 forged: a bad signature; forwarded: sent on to the leader)."
+                 forged: a bad signature; forwarded: sent on to the leader; missing: an \
+                 attempt Ray ran for 2 s announced nothing, so it is polled at poll_interval)."
             ),
             &["kind", "outcome"]
         )?),

@@ -349,6 +349,8 @@ impl Edge {
                     s.arb.held = held;
                 }
                 Effect::Release { .. } => s.arb.held = false,
+                // Only how often the poll comes.
+                Effect::Unannounced { .. } => {}
                 Effect::RemoveQueued { .. } => s.arb.queued = false,
                 Effect::Hold { .. } => {
                     if s.arb.queued {
@@ -624,7 +626,7 @@ impl Edge {
     }
 }
 
-fn initial_row() -> job::Model {
+pub(super) fn initial_row() -> job::Model {
     let at = Utc
         .timestamp_opt(1_800_000_000, 0)
         .single()

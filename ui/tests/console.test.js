@@ -180,7 +180,8 @@ test("a job's page shows its status timeline, resources, cluster and logs", asyn
     const { jobs } = await svc.json("GET", `/v1/jobs?status=${status}`);
     for (const j of jobs) await svc.json("POST", `/v1/jobs/${j.id}/cancel`);
   }
-  // It runs 1.5 s: the monitor polls the fake Ray every 500 ms and sees it RUNNING.
+  // It runs 1.5 s: the monitor polls the fake Ray every 500 ms (no watcher hints
+  // here, harness.js) and sees it RUNNING.
   const job = await svc.submit("gina", { cpu: 0.5, secs: 1.5, external_id: "console-timeline-1" });
   await until("the job to succeed", async () => (await svc.json("GET", `/v1/jobs/${job.id}`)).status === "SUCCEEDED");
   const page = await consoleAs(ADMIN, "#jobs");

@@ -185,6 +185,11 @@ url = "sqlite://${this.dir}/fairshare.db?mode=rwc"
 tick = "1s"
 [monitor]
 pending_timeout = "600s"
+# The fake runs no entrypoint, so no watcher tells the service a job started or
+# ended: without hints the monitor polls every poll_interval (500 ms) as it does
+# for jobs not dispatched behind a watcher (DESIGN §5).
+[notify]
+enabled = false
 [[clusters]]
 name = "fake"
 address = "http://127.0.0.1:${this.rayPort}"

@@ -17,6 +17,12 @@ use crate::lifecycle::RayCall;
 use crate::policy::{JobId, QueuedJob, Resources};
 use crate::store::{resources_of, Applied};
 
+/// How long an attempt dispatched behind its watcher may be seen RUNNING by the poll
+/// with no notification from the watcher before the monitor stops relying on
+/// notifications for it. A watcher's "started" reaches the service within
+/// milliseconds of the driver's start; Ray shows RUNNING at about the same moment.
+pub(crate) const UNANNOUNCED_GRACE: Duration = Duration::from_secs(2);
+
 /// What the actor sends once a poll (or a track) is absorbed.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Effect {
@@ -42,6 +48,10 @@ pub(crate) enum Effect {
         job_id: JobId,
         place: Option<QueuePlace>,
     },
+    /// Operator: an attempt dispatched behind its watcher has run for
+    /// [`UNANNOUNCED_GRACE`] with no notification arriving (the watcher cannot reach
+    /// `notify.url`); it is polled at `monitor.poll_interval` from now on.
+    Unannounced { job_id: JobId },
     /// Arbiter: a QUEUED job has an earlier attempt alive in Ray now; keep its place
     /// but grant it no more until [`Effect::Release`].
     Hold {
@@ -127,9 +137,22 @@ impl Book {
                         running_seen: None,
                         stop_sent_at: None,
                         hinted: origin == Origin::Dispatched,
+                        announced: false,
                     },
                 );
             }
+        }
+    }
+
+    /// A notification from the watcher of `attempt` of `job_id` arrived: it can reach
+    /// this service, so its end will be announced too.
+    pub(crate) fn announced(&mut self, job_id: JobId, attempt: u32) {
+        if let Some(t) = self
+            .current
+            .get_mut(&job_id)
+            .filter(|t| t.job.attempt.max(1) as u32 == attempt)
+        {
+            t.announced = true;
         }
     }
 
@@ -327,7 +350,14 @@ impl Book {
                     if let Some(t) = self.current.get_mut(&id) {
                         t.missing_since = None;
                         if running {
-                            t.running_seen.get_or_insert(now);
+                            let since = *t.running_seen.get_or_insert(now);
+                            if t.hinted
+                                && !t.announced
+                                && now.saturating_duration_since(since) >= UNANNOUNCED_GRACE
+                            {
+                                t.hinted = false;
+                                effects.push(Effect::Unannounced { job_id: id });
+                            }
                         }
                     }
                 }
@@ -550,5 +580,68 @@ impl Book {
             // Cancelled meanwhile (terminal), or gone: nothing more to follow.
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn running_row() -> job::Model {
+        let mut row = crate::actors::model::initial_row();
+        row.status = JobStatus::Running;
+        row.cluster = Some("ray".into());
+        row
+    }
+
+    fn seen_running(book: &mut Book, id: JobId, now: Instant) -> Vec<Effect> {
+        let poll = ClusterPoll {
+            name: "ray".into(),
+            usage: Ok(Default::default()),
+            jobs: Ok(()),
+            current: vec![(
+                id,
+                Outcome::Seen {
+                    running: true,
+                    pending: false,
+                },
+            )],
+            retiring: Vec::new(),
+            strays: Vec::new(),
+            usage_now: None,
+        };
+        book.absorb(poll, now).0
+    }
+
+    /// A watcher that cannot reach the service (a wrong `notify.url`): once Ray has
+    /// run the attempt for the grace with nothing announced, the poll stops relying on
+    /// notifications for it; one that announced itself is left to its watcher.
+    #[test]
+    fn an_attempt_that_announces_nothing_is_polled_at_the_fast_interval() {
+        let t0 = Instant::now();
+        let row = running_row();
+        let id = row.id;
+        let mut book = Book::default();
+        book.track(row.clone(), Origin::Dispatched, t0);
+        assert!(!book.awaits_the_poll());
+        assert!(seen_running(&mut book, id, t0).is_empty());
+        let early = t0 + UNANNOUNCED_GRACE - Duration::from_millis(1);
+        assert!(seen_running(&mut book, id, early).is_empty());
+        assert!(!book.awaits_the_poll());
+        let late = t0 + UNANNOUNCED_GRACE;
+        assert_eq!(
+            seen_running(&mut book, id, late),
+            vec![Effect::Unannounced { job_id: id }]
+        );
+        assert!(book.awaits_the_poll());
+        // Said once.
+        assert!(seen_running(&mut book, id, late + UNANNOUNCED_GRACE).is_empty());
+
+        let mut book = Book::default();
+        book.track(row, Origin::Dispatched, t0);
+        book.announced(id, 1);
+        assert!(seen_running(&mut book, id, t0).is_empty());
+        assert!(seen_running(&mut book, id, t0 + 10 * UNANNOUNCED_GRACE).is_empty());
+        assert!(!book.awaits_the_poll());
     }
 }

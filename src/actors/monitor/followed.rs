@@ -23,6 +23,8 @@ pub(crate) struct Followed {
     /// Dispatched by this process behind the watcher (`ray::notify`): its start and
     /// end are announced, so the poll is only its safety net.
     pub(crate) hinted: bool,
+    /// A notification from its watcher arrived: the watcher can reach this service.
+    pub(crate) announced: bool,
 }
 
 /// An earlier attempt of a QUEUED job, followed until Ray confirms it ended.

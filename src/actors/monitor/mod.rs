@@ -75,6 +75,8 @@ pub struct RayCapacityMonitor {
     hints_on: bool,
     /// Jobs a notification is being checked for.
     checking: HashSet<JobId>,
+    /// When the warning that watchers' notifications do not arrive was last logged.
+    unannounced_warned: std::cell::Cell<Option<Instant>>,
 }
 
 impl RayCapacityMonitor {
@@ -105,6 +107,7 @@ impl RayCapacityMonitor {
             again: false,
             next: None,
             checking: HashSet::new(),
+            unannounced_warned: std::cell::Cell::new(None),
         }
     }
 
@@ -218,6 +221,15 @@ impl RayCapacityMonitor {
                     cluster,
                     submission_id,
                 }),
+                Effect::Unannounced { job_id } => {
+                    metrics::get().hint("started", "missing");
+                    let warned = self.unannounced_warned.get();
+                    if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                        self.unannounced_warned.set(Some(Instant::now()));
+                        tracing::warn!(%job_id, notify_url = %self.settings.notify.url,
+                            "a job Ray runs sent no notification: its watcher cannot reach this service (check notify.url from the Ray nodes); such jobs are polled every monitor.poll_interval");
+                    }
+                }
                 Effect::Finished { job_id } => self.arbiter.finished.do_send(JobFinished {
                     job_id,
                     seen_at: Instant::now(),
@@ -410,6 +422,7 @@ impl Handler<Hint> for RayCapacityMonitor {
             metrics::get().hint(msg.kind.as_str(), "ignored");
             return;
         };
+        self.book.announced(msg.job_id, msg.attempt);
         let (Some(cluster), false) = (t.job.cluster.clone(), self.checking.contains(&msg.job_id))
         else {
             return;
