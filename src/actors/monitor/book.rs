@@ -94,7 +94,14 @@ pub(crate) struct Book {
     current: HashMap<JobId, Followed>,
     retiring: HashMap<JobId, Retiring>,
     strays: HashMap<(JobId, u32), Stray>,
+    /// Attempts whose watcher spoke before the dispatcher handed them over (Ray can
+    /// start a job before its submit's answer is recorded), and when; kept
+    /// [`EARLY_KEPT`].
+    early: HashMap<(JobId, u32), Instant>,
 }
+
+/// How long a notification for an attempt not followed yet is remembered.
+const EARLY_KEPT: Duration = Duration::from_secs(60);
 
 impl Book {
     /// Follow `job`'s current attempt, or take its newer row.
@@ -129,6 +136,10 @@ impl Book {
                 }
                 // Not sent by this monitor yet (a recovered or taken-over job with a
                 // stop asked): the first poll that finds it alive in Ray sends it.
+                let announced = self
+                    .early
+                    .remove(&(id, job.attempt.max(1) as u32))
+                    .is_some();
                 self.current.insert(
                     id,
                     Followed {
@@ -137,7 +148,7 @@ impl Book {
                         running_seen: None,
                         stop_sent_at: None,
                         hinted: origin == Origin::Dispatched,
-                        announced: false,
+                        announced,
                     },
                 );
             }
@@ -146,13 +157,19 @@ impl Book {
 
     /// A notification from the watcher of `attempt` of `job_id` arrived: it can reach
     /// this service, so its end will be announced too.
-    pub(crate) fn announced(&mut self, job_id: JobId, attempt: u32) {
-        if let Some(t) = self
+    /// An attempt not followed yet is remembered for [`EARLY_KEPT`], for when it is.
+    pub(crate) fn announced(&mut self, job_id: JobId, attempt: u32, now: Instant) {
+        match self
             .current
             .get_mut(&job_id)
             .filter(|t| t.job.attempt.max(1) as u32 == attempt)
         {
-            t.announced = true;
+            Some(t) => t.announced = true,
+            None => {
+                self.early
+                    .retain(|_, at| now.saturating_duration_since(*at) < EARLY_KEPT);
+                self.early.insert((job_id, attempt), now);
+            }
         }
     }
 
@@ -639,9 +656,16 @@ mod tests {
 
         let mut book = Book::default();
         book.track(row, Origin::Dispatched, t0);
-        book.announced(id, 1);
+        book.announced(id, 1, t0);
         assert!(seen_running(&mut book, id, t0).is_empty());
         assert!(seen_running(&mut book, id, t0 + 10 * UNANNOUNCED_GRACE).is_empty());
         assert!(!book.awaits_the_poll());
+
+        // Its watcher spoke before the dispatcher handed it over.
+        let mut book = Book::default();
+        book.announced(id, 1, t0);
+        book.track(running_row(), Origin::Dispatched, t0);
+        assert!(seen_running(&mut book, id, t0).is_empty());
+        assert!(seen_running(&mut book, id, t0 + 10 * UNANNOUNCED_GRACE).is_empty());
     }
 }

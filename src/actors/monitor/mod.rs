@@ -417,12 +417,14 @@ impl Handler<Hint> for RayCapacityMonitor {
             .current(&msg.job_id)
             .filter(|t| t.job.attempt.max(1) as u32 == msg.attempt)
             .cloned();
+        // Its watcher reaches this service (remembered for a while if the attempt's
+        // hand-over from the dispatcher is still to come).
+        self.book.announced(msg.job_id, msg.attempt, Instant::now());
         let Some(t) = followed else {
             // Not an attempt followed here now (ended, replayed, late): nothing to do.
             metrics::get().hint(msg.kind.as_str(), "ignored");
             return;
         };
-        self.book.announced(msg.job_id, msg.attempt);
         let (Some(cluster), false) = (t.job.cluster.clone(), self.checking.contains(&msg.job_id))
         else {
             return;
