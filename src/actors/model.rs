@@ -532,6 +532,7 @@ impl Edge {
             retiring,
             strays,
             usage_now: None,
+            state_cost: None,
         };
         let (effects, _) = s.book.absorb(result, now);
         Self::carry_effects(s, effects);

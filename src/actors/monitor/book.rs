@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use entity::{job, JobStatus};
 
-use super::followed::{ClusterPoll, Outcome, StrayFound};
+use super::followed::{ClusterPoll, Outcome, StrayFound, UsageNow};
 pub(crate) use super::followed::{Followed, Retiring, Stray};
 pub(crate) use crate::actors::messages::Origin;
 use crate::actors::messages::QueuePlace;
@@ -176,6 +176,41 @@ impl Book {
     /// Follow an earlier attempt of a QUEUED job until Ray confirms it ended.
     pub(crate) fn track_retiring(&mut self, r: Retiring) {
         self.retiring.insert(r.job_id, r);
+    }
+
+    /// The last State API reading `last` of `cluster`, carried to a poll that does not
+    /// read it again (readings are paced by their cost): the jobs followed no more
+    /// (ended since) drop out of it and what they held out of its total, so that
+    /// capacity a job freed is free at once; jobs started since are not in it and
+    /// count at their declared size until the next reading.
+    pub(crate) fn carry_over(&self, cluster: &str, last: &UsageNow) -> UsageNow {
+        let mut total = last.total;
+        let mut jobs = Vec::with_capacity(last.jobs.len());
+        for (id, held) in &last.jobs {
+            let still = self
+                .current
+                .get(id)
+                .is_some_and(|t| t.job.cluster.as_deref() == Some(cluster));
+            if still {
+                jobs.push((*id, *held));
+            } else {
+                total = total.saturating_sub(*held);
+            }
+        }
+        let others_holding = last
+            .others_holding
+            .iter()
+            .filter(|(id, attempt)| {
+                self.strays.contains_key(&(*id, *attempt))
+                    || self.retiring.get(id).is_some_and(|r| r.attempt == *attempt)
+            })
+            .copied()
+            .collect();
+        UsageNow {
+            total,
+            jobs,
+            others_holding,
+        }
     }
 
     /// The current attempts followed on `cluster`.
@@ -626,6 +661,7 @@ mod tests {
             retiring: Vec::new(),
             strays: Vec::new(),
             usage_now: None,
+            state_cost: None,
         };
         book.absorb(poll, now).0
     }
@@ -667,5 +703,29 @@ mod tests {
         book.track(running_row(), Origin::Dispatched, t0);
         assert!(seen_running(&mut book, id, t0).is_empty());
         assert!(seen_running(&mut book, id, t0 + 10 * UNANNOUNCED_GRACE).is_empty());
+    }
+
+    /// A poll between two State API readings: a job that ended since frees what it
+    /// held at once; one still running keeps its reading.
+    #[test]
+    fn a_reading_carried_over_drops_the_jobs_that_ended() {
+        let row = running_row();
+        let (a, ended) = (row.id, uuid::Uuid::new_v4());
+        let mut book = Book::default();
+        book.track(row, Origin::Dispatched, Instant::now());
+        let cpu = |c| Resources {
+            cpu: c,
+            ..Resources::ZERO
+        };
+        let last = UsageNow {
+            total: cpu(10.0),
+            jobs: vec![(a, cpu(3.0)), (ended, cpu(2.0))],
+            others_holding: [(ended, 1)].into_iter().collect(),
+        };
+        let now = book.carry_over("ray", &last);
+        assert_eq!(now.total, cpu(8.0));
+        assert_eq!(now.jobs, vec![(a, cpu(3.0))]);
+        assert!(now.others_holding.is_empty());
+        assert_eq!(book.carry_over("elsewhere", &last).total, cpu(5.0));
     }
 }

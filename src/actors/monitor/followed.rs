@@ -110,6 +110,8 @@ pub(crate) struct ClusterPoll {
     /// What Ray's State API says is alive (`None`: it did not answer, or the poll
     /// was a notification's check).
     pub(crate) usage_now: Option<UsageNow>,
+    /// How long the State API took to answer, when it was read this poll.
+    pub(crate) state_cost: Option<std::time::Duration>,
 }
 
 /// One poll's reading of Ray's State API (`ray::state`), for charging real usage.

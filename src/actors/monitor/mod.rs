@@ -77,7 +77,23 @@ pub struct RayCapacityMonitor {
     checking: HashSet<JobId>,
     /// When the warning that watchers' notifications do not arrive was last logged.
     unannounced_warned: std::cell::Cell<Option<Instant>>,
+    /// Per cluster: when Ray's State API is next read, and its last reading.
+    state: BTreeMap<String, StateReadings>,
 }
+
+/// Ray's State API costs the dashboard time in proportion to what is alive (measured:
+/// 47 ms at 100 running tasks, 0.67 s at 1,000; BENCHMARKS.md, "Ray's State API"), so
+/// it is read at most every [`STATE_COST_SHARE`]⁻¹ times its last answer's duration,
+/// and never more often than the poll; a poll in between carries the last reading over
+/// ([`Book::carry_over`]).
+#[derive(Default)]
+struct StateReadings {
+    due: Option<Instant>,
+    last: Option<followed::UsageNow>,
+}
+
+/// The most of the dashboard's time the State API readings may take: a tenth.
+const STATE_COST_SHARE: f64 = 0.1;
 
 impl RayCapacityMonitor {
     /// A monitor for the configured clusters; every cluster starts unhealthy.
@@ -108,6 +124,7 @@ impl RayCapacityMonitor {
             next: None,
             checking: HashSet::new(),
             unannounced_warned: std::cell::Cell::new(None),
+            state: BTreeMap::new(),
         }
     }
 
@@ -177,6 +194,11 @@ impl RayCapacityMonitor {
                 let retiring = self.book.retiring_on(name).cloned().collect();
                 let strays = self.book.strays_on(name).cloned().collect();
                 let followed = self.book.followed_on(name);
+                let read_state = self
+                    .state
+                    .get(name)
+                    .and_then(|s| s.due)
+                    .is_none_or(|due| Instant::now() >= due);
                 poll_cluster(
                     self.db.clone(),
                     self.fence.clone(),
@@ -187,6 +209,7 @@ impl RayCapacityMonitor {
                         retiring,
                         strays,
                         followed,
+                        read_state,
                     },
                 )
             })
@@ -314,8 +337,28 @@ impl RayCapacityMonitor {
         let lag = self.settings.monitor.usage_report_lag;
         let name = r.name.clone();
         let now = Instant::now();
-        let usage_now = r.usage_now.clone();
+        let state_cost = r.state_cost;
+        let mut usage_now = r.usage_now.clone();
         let (effects, pending_in_ray) = self.book.absorb(r, now);
+        let readings = self.state.entry(name.clone()).or_default();
+        match state_cost {
+            Some(cost) => {
+                let every = cost
+                    .mul_f64(1.0 / STATE_COST_SHARE)
+                    .max(self.settings.monitor.poll_interval);
+                readings.due = Some(now + every);
+                readings.last = usage_now.clone();
+            }
+            None => {
+                usage_now = readings
+                    .last
+                    .as_ref()
+                    .map(|last| self.book.carry_over(&name, last));
+                if let Some(u) = &usage_now {
+                    readings.last = Some(u.clone());
+                }
+            }
+        }
         self.carry(effects);
         metrics::get()
             .ray_pending_jobs
@@ -458,6 +501,7 @@ impl Handler<Hint> for RayCapacityMonitor {
                         retiring: Vec::new(),
                         strays: Vec::new(),
                         usage_now: None,
+                        state_cost: None,
                     };
                     let (effects, _) = act.book.absorb(poll, Instant::now());
                     act.carry(effects);

@@ -216,6 +216,9 @@ pub(super) struct OnCluster {
     pub(super) strays: Vec<Stray>,
     /// Every attempt followed (the sweep leaves these alone).
     pub(super) followed: std::collections::HashSet<(JobId, u32)>,
+    /// Whether Ray's State API is read this poll (its readings are paced by what
+    /// they cost, see the monitor's `state_due`).
+    pub(super) read_state: bool,
 }
 
 #[tracing::instrument(skip_all, fields(cluster = %name))]
@@ -231,15 +234,27 @@ pub(super) async fn poll_cluster(
         retiring,
         strays,
         followed,
+        read_state,
     } = on;
-    let (usage, list, holdings) = tokio::join!(
-        client.cluster_usage(),
-        client.list_jobs(),
-        client.holdings()
-    );
+    let timed_holdings = async {
+        if !read_state {
+            return None;
+        }
+        let started = Instant::now();
+        let h = client.holdings().await;
+        Some((h, started.elapsed()))
+    };
+    let (usage, list, holdings) =
+        tokio::join!(client.cluster_usage(), client.list_jobs(), timed_holdings);
+    let (holdings, state_cost) = match holdings {
+        Some((h, cost)) => (Some(h), Some(cost)),
+        None => (None, None),
+    };
     count(&name, "cluster_status", &usage);
     count(&name, "list_jobs", &list);
-    count(&name, "state", &holdings);
+    if let Some(h) = &holdings {
+        count(&name, "state", h);
+    }
     let mut poll = ClusterPoll {
         name,
         usage,
@@ -248,6 +263,7 @@ pub(super) async fn poll_cluster(
         retiring: Vec::new(),
         strays: Vec::new(),
         usage_now: None,
+        state_cost,
     };
     let list = match list {
         Ok(list) => list,
@@ -261,14 +277,15 @@ pub(super) async fn poll_cluster(
         .filter_map(|j| j.submission_id.as_deref().map(|id| (id, j)))
         .collect();
     let holdings = match holdings {
-        Ok(h) => {
+        Some(Ok(h)) => {
             poll.usage_now = Some(usage_now(&h, &by_id, &jobs, &retiring, &strays));
             Some(h)
         }
-        Err(e) => {
+        Some(Err(e)) => {
             tracing::debug!(error = %e, "Ray's State API did not answer; its usage report stands in");
             None
         }
+        None => None,
     };
     for (t, limits) in jobs {
         let sid = lifecycle::current_submission_id(&t.job);
