@@ -311,7 +311,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
                 "fairshare_finish_to_dispatch_seconds",
                 "From the monitor seeing a job finish to the POST to Ray of the next job its capacity went to."
             )
-            .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
+            .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
         )?),
         intake_batch_size: reg!(Histogram::with_opts(
             HistogramOpts::new(
@@ -325,7 +325,7 @@ fn build() -> Result<Metrics, prometheus::Error> {
                 "fairshare_intake_commit_seconds",
                 "From an intake transaction's first statement to its commit (group commit)."
             )
-            .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
+            .buckets(vec![0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0])
         )?),
         intake_batches: reg!(IntCounterVec::new(
             Opts::new(
