@@ -73,7 +73,8 @@ fn signature(query: &str) -> Result<String, ApiError> {
 
 /// Takes a watcher's notification.
 #[utoipa::path(post, path = "/v1/attempts/{submission_id}/{kind}", tag = "attempts", operation_id = "attempt_hint",
-    params(("submission_id" = String, Path, description = "the attempt's Ray submission id: the job id, or `<job id>-<attempt>` from attempt 2"),
+    params(("submission_id" = String, Path, description = "the attempt's Ray submission id: the job id, or `<job id>-<attempt>` from attempt 2",
+            pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}(-([2-9]|[1-9][0-9]{1,8}))?$"),
            ("kind" = String, Path, description = "`started` or `ended`", pattern = "^(started|ended)$"),
            ("sig" = String, Query, description = "the signature in the watcher's URL", pattern = "^[0-9a-f]{32}$")),
     responses((status = 202, body = HintAnswer, description = "taken as a hint: the leader asks Ray about the attempt now; for `started`, `stop` says whether the attempt must not run"),
