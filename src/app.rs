@@ -45,6 +45,42 @@ fn resolve_notify(settings: &mut Settings, addr: std::net::SocketAddr) {
     }
 }
 
+/// Seals the waiting jobs' runtime_envs under the newest key ([`store::seal_stored`]).
+/// Errors, naming `secrets.runtime_env_keys`, when waiting jobs hold runtime_envs
+/// sealed under keys it does not list: they could never be sent to Ray, and the fix
+/// (putting the key back) is the operator's.
+async fn seal_stored(db: &store::Db, sealer: &crate::secrets::Sealer) -> anyhow::Result<()> {
+    let done = store::seal_stored(db, sealer)
+        .await
+        .context("cannot seal the stored runtime_envs")?;
+    if done.sealed > 0 {
+        tracing::info!(
+            jobs = done.sealed,
+            key = sealer.newest().unwrap_or(""),
+            "runtime_envs of waiting jobs sealed under the newest key"
+        );
+    }
+    if done.corrupt > 0 {
+        tracing::error!(jobs = done.corrupt, "waiting jobs hold a runtime_env that does not open (altered rows): they will fail when dispatched");
+    }
+    if !done.unknown_keys.is_empty() {
+        let keys: Vec<String> = done
+            .unknown_keys
+            .iter()
+            .map(|(k, n)| format!("key {k} ({n} jobs)"))
+            .collect();
+        anyhow::bail!(
+            "invalid configuration key `secrets.runtime_env_keys`: waiting jobs hold runtime_envs sealed with {}, \
+             which it does not list; put the key back (after the newest) so that they can be sent to Ray",
+            keys.join(", ")
+        );
+    }
+    if !sealer.seals() {
+        tracing::warn!("secrets.runtime_env_keys is empty: runtime_envs are stored unsealed (allowed only without auth.tokens)");
+    }
+    Ok(())
+}
+
 /// A built, not yet running, service.
 pub struct Application {
     server: Server,
@@ -65,6 +101,8 @@ impl Application {
     pub async fn build(mut settings: Settings) -> anyhow::Result<Application> {
         // Bind first: a port in use fails before anything starts, and the bound
         // address is where attempts' watchers report when notify.url is not set.
+        // Checked again here: tests and embedders change settings after loading them.
+        settings.validate_secrets()?;
         let listener = TcpListener::bind(settings.server.bind)
             .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
         resolve_notify(&mut settings, listener.local_addr()?);
@@ -77,6 +115,12 @@ impl Application {
         store::migrate(&db)
             .await
             .context("database migration failed")?;
+        // Before the API takes a submission or the dispatcher sends one (DESIGN §6,
+        // "Secrets"): waiting jobs' runtime_envs sealed under the newest key.
+        let sealer = Arc::new(crate::secrets::Sealer::new(
+            &settings.secrets.runtime_env_keys,
+        ));
+        seal_stored(&db, &sealer).await?;
         // Before the API takes a submission: a new webhook starts at the newest event.
         let hooks: Vec<String> = settings.webhooks.iter().map(|w| w.name.clone()).collect();
         store::init_webhook_cursors(&db, &hooks)
@@ -107,6 +151,7 @@ impl Application {
             leadership: leadership.clone(),
             intake,
             shares: api::console::ShareHistory::start(leadership.clone(), db.clone()),
+            sealer,
         };
         let addr = listener.local_addr()?;
         // actix-web's HttpServer, assembled by hand so that every connection is wrapped

@@ -651,6 +651,7 @@ fn initial_row() -> job::Model {
         attempt: 1,
         retiring_attempt: None,
         stop_reason: None,
+        runtime_env_digest: None,
     }
 }
 
