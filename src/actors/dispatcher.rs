@@ -129,12 +129,13 @@ impl Dispatcher {
         let client = self.clients.get(&msg.cluster).cloned();
         let db = self.db.clone();
         let fence = self.fence.clone();
-        let budget = self.budget;
-        let hints = self.hints.clone();
-        let sealer = self.sealer.clone();
+        let how = How {
+            budget: self.budget,
+            hints: self.hints.clone(),
+            sealer: self.sealer.clone(),
+        };
         let fut = super::off_actor(async move {
-            let res =
-                dispatch_granted(db, fence, client, budget, hints, &sealer, &msg, granted).await;
+            let res = dispatch_granted(db, fence, client, how, &msg, granted).await;
             (msg, res)
         });
         ctx.spawn(fut.into_actor(self).map(|done, act, ctx| {
@@ -333,6 +334,14 @@ const RECORD_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(1
 const RECORD_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 const RECORD_RETRIES: usize = 40;
 
+/// How a dispatch sends: the submit's retry budget, the watcher's notify URLs, and
+/// the sealer that opens the stored runtime_env.
+struct How {
+    budget: RetryBudget,
+    hints: Option<crate::ray::notify::Hints>,
+    sealer: Arc<crate::secrets::Sealer>,
+}
+
 /// The rest of one dispatch once its `Granted` step was written (in the batch's
 /// transaction, see [`Dispatcher::flush`]): Ray's submit and the step its answer
 /// decides.
@@ -340,12 +349,15 @@ async fn dispatch_granted(
     db: Db,
     fence: Fence,
     client: Option<RayClient>,
-    budget: RetryBudget,
-    hints: Option<crate::ray::notify::Hints>,
-    sealer: &crate::secrets::Sealer,
+    how: How,
     msg: &Dispatch,
     granted: Applied,
 ) -> Result<Landed, sea_orm::DbErr> {
+    let How {
+        budget,
+        hints,
+        sealer,
+    } = how;
     let id = msg.job.job_id;
     let (job, submission_id) = match self::granted(granted) {
         Ok(submit) => submit,
