@@ -45,14 +45,19 @@ fn resolve_notify(settings: &mut Settings, addr: std::net::SocketAddr) {
     }
 }
 
-/// Seals the waiting jobs' runtime_envs under the newest key ([`store::seal_stored`]).
-/// Errors, naming `secrets.runtime_env_keys`, when waiting jobs hold runtime_envs
-/// sealed under keys it does not list: they could never be sent to Ray, and the fix
-/// (putting the key back) is the operator's.
-async fn seal_stored(db: &store::Db, sealer: &crate::secrets::Sealer) -> anyhow::Result<()> {
-    let done = store::seal_stored(db, sealer)
-        .await
-        .context("cannot seal the stored runtime_envs")?;
+/// Seals the waiting jobs' runtime_envs under the newest key ([`store::seal_stored`]),
+/// beside the server (the service listens before it reads jobs, DESIGN §6 "Start").
+/// Waiting jobs sealed under a key `secrets.runtime_env_keys` does not list could never
+/// be sent to Ray: said at ERROR, naming the setting and the key ids (the dispatcher
+/// fails each such job when it is granted).
+async fn seal_stored(db: store::Db, sealer: Arc<crate::secrets::Sealer>) {
+    let done = match store::seal_stored(&db, &sealer).await {
+        Ok(done) => done,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot seal the stored runtime_envs (they are sealed at the next start)");
+            return;
+        }
+    };
     if done.sealed > 0 {
         tracing::info!(
             jobs = done.sealed,
@@ -61,7 +66,7 @@ async fn seal_stored(db: &store::Db, sealer: &crate::secrets::Sealer) -> anyhow:
         );
     }
     if done.corrupt > 0 {
-        tracing::error!(jobs = done.corrupt, "waiting jobs hold a runtime_env that does not open (altered rows): they will fail when dispatched");
+        tracing::error!(jobs = done.corrupt, "waiting jobs hold a runtime_env that does not open (altered rows): they fail when dispatched");
     }
     if !done.unknown_keys.is_empty() {
         let keys: Vec<String> = done
@@ -69,16 +74,12 @@ async fn seal_stored(db: &store::Db, sealer: &crate::secrets::Sealer) -> anyhow:
             .iter()
             .map(|(k, n)| format!("key {k} ({n} jobs)"))
             .collect();
-        anyhow::bail!(
-            "invalid configuration key `secrets.runtime_env_keys`: waiting jobs hold runtime_envs sealed with {}, \
-             which it does not list; put the key back (after the newest) so that they can be sent to Ray",
+        tracing::error!(
+            "secrets.runtime_env_keys: waiting jobs hold runtime_envs sealed with {}, which it does not list; \
+             they fail when dispatched: put the key back (after the newest) and restart",
             keys.join(", ")
         );
     }
-    if !sealer.seals() {
-        tracing::warn!("secrets.runtime_env_keys is empty: runtime_envs are stored unsealed (allowed only without auth.tokens)");
-    }
-    Ok(())
 }
 
 /// A built, not yet running, service.
@@ -115,12 +116,15 @@ impl Application {
         store::migrate(&db)
             .await
             .context("database migration failed")?;
-        // Before the API takes a submission or the dispatcher sends one (DESIGN §6,
-        // "Secrets"): waiting jobs' runtime_envs sealed under the newest key.
         let sealer = Arc::new(crate::secrets::Sealer::new(
             &settings.secrets.runtime_env_keys,
         ));
-        seal_stored(&db, &sealer).await?;
+        if !sealer.seals() {
+            tracing::warn!("secrets.runtime_env_keys is empty: runtime_envs are stored unsealed (allowed only without auth.tokens)");
+        }
+        // Waiting jobs' runtime_envs sealed under the newest key (DESIGN §6,
+        // "Secrets"), beside the server: the dispatcher opens any configured key.
+        actix_web::rt::spawn(seal_stored(db.clone(), sealer.clone()));
         // Before the API takes a submission: a new webhook starts at the newest event.
         let hooks: Vec<String> = settings.webhooks.iter().map(|w| w.name.clone()).collect();
         store::init_webhook_cursors(&db, &hooks)
