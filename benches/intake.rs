@@ -48,6 +48,7 @@ fn batch(size: usize, start: &mut usize) -> Vec<NewJob> {
                 priority: 0,
                 entrypoint: "python train.py --epochs 10".into(),
                 runtime_env: None,
+                runtime_env_digest: None,
                 metadata: None,
                 cpu: 1.0,
                 gpu: 0.0,

@@ -45,6 +45,43 @@ fn resolve_notify(settings: &mut Settings, addr: std::net::SocketAddr) {
     }
 }
 
+/// Seals the waiting jobs' runtime_envs under the newest key ([`store::seal_stored`]),
+/// beside the server (the service listens before it reads jobs, DESIGN §6 "Start").
+/// Waiting jobs sealed under a key `secrets.runtime_env_keys` does not list could never
+/// be sent to Ray: said at ERROR, naming the setting and the key ids (the dispatcher
+/// fails each such job when it is granted).
+async fn seal_stored(db: store::Db, sealer: Arc<crate::secrets::Sealer>) {
+    let done = match store::seal_stored(&db, &sealer).await {
+        Ok(done) => done,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot seal the stored runtime_envs (they are sealed at the next start)");
+            return;
+        }
+    };
+    if done.sealed > 0 {
+        tracing::info!(
+            jobs = done.sealed,
+            key = sealer.newest().unwrap_or(""),
+            "runtime_envs of waiting jobs sealed under the newest key"
+        );
+    }
+    if done.corrupt > 0 {
+        tracing::error!(jobs = done.corrupt, "waiting jobs hold a runtime_env that does not open (altered rows): they fail when dispatched");
+    }
+    if !done.unknown_keys.is_empty() {
+        let keys: Vec<String> = done
+            .unknown_keys
+            .iter()
+            .map(|(k, n)| format!("key {k} ({n} jobs)"))
+            .collect();
+        tracing::error!(
+            "secrets.runtime_env_keys: waiting jobs hold runtime_envs sealed with {}, which it does not list; \
+             they fail when dispatched: put the key back (after the newest) and restart",
+            keys.join(", ")
+        );
+    }
+}
+
 /// A built, not yet running, service.
 pub struct Application {
     server: Server,
@@ -65,6 +102,8 @@ impl Application {
     pub async fn build(mut settings: Settings) -> anyhow::Result<Application> {
         // Bind first: a port in use fails before anything starts, and the bound
         // address is where attempts' watchers report when notify.url is not set.
+        // Checked again here: tests and embedders change settings after loading them.
+        settings.validate_secrets()?;
         let listener = TcpListener::bind(settings.server.bind)
             .with_context(|| format!("cannot bind {} (server.bind)", settings.server.bind))?;
         resolve_notify(&mut settings, listener.local_addr()?);
@@ -77,6 +116,15 @@ impl Application {
         store::migrate(&db)
             .await
             .context("database migration failed")?;
+        let sealer = Arc::new(crate::secrets::Sealer::new(
+            &settings.secrets.runtime_env_keys,
+        ));
+        if !sealer.seals() {
+            tracing::warn!("secrets.runtime_env_keys is empty: runtime_envs are stored unsealed (allowed only without auth.tokens)");
+        }
+        // Waiting jobs' runtime_envs sealed under the newest key (DESIGN §6,
+        // "Secrets"), beside the server: the dispatcher opens any configured key.
+        actix_web::rt::spawn(seal_stored(db.clone(), sealer.clone()));
         // Before the API takes a submission: a new webhook starts at the newest event.
         let hooks: Vec<String> = settings.webhooks.iter().map(|w| w.name.clone()).collect();
         store::init_webhook_cursors(&db, &hooks)
@@ -107,6 +155,7 @@ impl Application {
             leadership: leadership.clone(),
             intake,
             shares: api::console::ShareHistory::start(leadership.clone(), db.clone()),
+            sealer,
         };
         let addr = listener.local_addr()?;
         // actix-web's HttpServer, assembled by hand so that every connection is wrapped

@@ -14,6 +14,7 @@
 //!   the simulator both call it.
 //! - [`lifecycle`] (public): the pure job lifecycle — states, events, and what
 //!   follows each (the table in its docs). Nothing else decides a transition.
+//! - [`secrets`] (public): runtime_envs sealed at rest (AES-256-GCM, rotating keys).
 //! - [`store`] (public): repository functions over SeaORM; `store::apply` is the only
 //!   writer of job status, the intake writer (`store/intake/`) commits submissions in
 //!   batches. It imports no HTTP layer.
@@ -56,6 +57,7 @@ pub mod lifecycle;
 mod metrics;
 pub mod policy;
 mod ray;
+pub mod secrets;
 pub mod sim;
 pub mod store;
 pub mod telemetry;

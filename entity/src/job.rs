@@ -98,6 +98,10 @@ pub struct Model {
     pub priority: i32,
     #[sea_orm(column_type = "Text")]
     pub entrypoint: String,
+    /// Ray's runtime_env as the dispatcher sends it, kept only while the job may still
+    /// be sent to Ray (DESIGN §6, "Secrets"): a JSON string `"fs1:<key id>:<base64>"`
+    /// (sealed with AES-256-GCM, `fairshare::secrets`), or the JSON object itself
+    /// when no key is configured; `None` once the job has ended, or when it had none.
     pub runtime_env: Option<Json>,
     /// String-to-string map passed to Ray as job metadata.
     pub metadata: Option<Json>,
@@ -126,6 +130,10 @@ pub struct Model {
     /// Why a stop was asked for (cancel, runtime limit); kept until Ray confirms.
     #[sea_orm(column_type = "Text", nullable)]
     pub stop_reason: Option<String>,
+    /// Hex SHA-256 of the submitted runtime_env's canonical JSON
+    /// (`migration::runtime_env_digest`), what an idempotent resubmit is compared with;
+    /// kept after the job ends. `None`: the job had no runtime_env.
+    pub runtime_env_digest: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

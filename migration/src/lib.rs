@@ -14,6 +14,9 @@ mod m20261206_000007_queue_counts;
 mod m20261207_000008_package_owners;
 mod m20261208_000009_user_display_names;
 mod m20261209_000010_jobs_queue_index_by_status;
+mod m20261210_000011_runtime_env_sealed;
+
+pub use m20261210_000011_runtime_env_sealed::runtime_env_digest;
 
 /// The ordered list of migrations.
 pub struct Migrator;
@@ -32,6 +35,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261207_000008_package_owners::Migration),
             Box::new(m20261208_000009_user_display_names::Migration),
             Box::new(m20261209_000010_jobs_queue_index_by_status::Migration),
+            Box::new(m20261210_000011_runtime_env_sealed::Migration),
         ]
     }
 }

@@ -38,6 +38,8 @@ pub struct Dispatcher {
     budget: RetryBudget,
     /// Where attempts' watchers report (`[notify]`); `None`: entrypoints go as they are.
     hints: Option<crate::ray::notify::Hints>,
+    /// Opens the stored runtime_env of each job it sends (DESIGN §6, "Secrets").
+    sealer: Arc<crate::secrets::Sealer>,
     arbiter: ArbiterHandle,
     monitor: MonitorHandle,
     /// Grants received since the last flush (see [`Dispatcher::flush`]).
@@ -77,6 +79,9 @@ impl Dispatcher {
                 max_backoff: d.retry_max_backoff,
             },
             hints: crate::ray::notify::Hints::of(&settings.notify),
+            sealer: Arc::new(crate::secrets::Sealer::new(
+                &settings.secrets.runtime_env_keys,
+            )),
             arbiter,
             monitor,
             batch: Vec::new(),
@@ -124,10 +129,13 @@ impl Dispatcher {
         let client = self.clients.get(&msg.cluster).cloned();
         let db = self.db.clone();
         let fence = self.fence.clone();
-        let budget = self.budget;
-        let hints = self.hints.clone();
+        let how = How {
+            budget: self.budget,
+            hints: self.hints.clone(),
+            sealer: self.sealer.clone(),
+        };
         let fut = super::off_actor(async move {
-            let res = dispatch_granted(db, fence, client, budget, hints, &msg, granted).await;
+            let res = dispatch_granted(db, fence, client, how, &msg, granted).await;
             (msg, res)
         });
         ctx.spawn(fut.into_actor(self).map(|done, act, ctx| {
@@ -326,6 +334,14 @@ const RECORD_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(1
 const RECORD_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 const RECORD_RETRIES: usize = 40;
 
+/// How a dispatch sends: the submit's retry budget, the watcher's notify URLs, and
+/// the sealer that opens the stored runtime_env.
+struct How {
+    budget: RetryBudget,
+    hints: Option<crate::ray::notify::Hints>,
+    sealer: Arc<crate::secrets::Sealer>,
+}
+
 /// The rest of one dispatch once its `Granted` step was written (in the batch's
 /// transaction, see [`Dispatcher::flush`]): Ray's submit and the step its answer
 /// decides.
@@ -333,28 +349,50 @@ async fn dispatch_granted(
     db: Db,
     fence: Fence,
     client: Option<RayClient>,
-    budget: RetryBudget,
-    hints: Option<crate::ray::notify::Hints>,
+    how: How,
     msg: &Dispatch,
     granted: Applied,
 ) -> Result<Landed, sea_orm::DbErr> {
+    let How {
+        budget,
+        hints,
+        sealer,
+    } = how;
     let id = msg.job.job_id;
     let (job, submission_id) = match self::granted(granted) {
         Ok(submit) => submit,
         Err(landed) => return Ok(landed),
     };
+    // The stored runtime_env is sealed (DESIGN §6, "Secrets"): opened for this send
+    // only, never logged. One that does not open fails the job (it cannot be sent).
+    let runtime_env = match job.runtime_env.as_ref() {
+        None => Ok(None),
+        Some(v) => sealer.open(&job.user_id, v).map(Some),
+    };
+    let opened = runtime_env.as_ref().ok().and_then(Option::as_ref);
     // Packages uploaded through Ray's Jobs API go to the cluster first (ray::packages).
-    let packages = match &client {
-        Some(c) => {
-            crate::ray::packages::send_packages(c, job.runtime_env.as_ref(), |uri| {
+    let packages = match (&client, &runtime_env) {
+        (Some(c), Ok(_)) => {
+            crate::ray::packages::send_packages(c, opened, |uri| {
                 let db = db.clone();
                 async move { store::package_content(&db, &uri).await }
             })
             .await
         }
-        None => Ok(()),
+        _ => Ok(()),
     };
     let event = match (client, packages) {
+        _ if runtime_env.is_err() => {
+            let e = runtime_env
+                .as_ref()
+                .err()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            tracing::error!(job_id = %id, error = %e, "the job's runtime_env does not open: failed, not sent to Ray");
+            Event::RayRefused {
+                message: format!("not sent to Ray: {e}"),
+            }
+        }
         (None, _) => Event::RayRefused {
             message: format!("cluster {} is not configured", msg.cluster),
         },
@@ -376,7 +414,7 @@ async fn dispatch_granted(
             let submit = SubmitJob {
                 submission_id,
                 entrypoint,
-                runtime_env: job.runtime_env.clone(),
+                runtime_env: opened.cloned(),
                 metadata: job
                     .metadata
                     .as_ref()

@@ -654,6 +654,7 @@ pub(super) fn initial_row() -> job::Model {
         attempt: 1,
         retiring_attempt: None,
         stop_reason: None,
+        runtime_env_digest: None,
     }
 }
 

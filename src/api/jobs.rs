@@ -319,6 +319,12 @@ pub(crate) async fn accept(
             ));
         }
     }
+    // Sealed here, on the request's own thread (DESIGN §6, "Secrets"): intake stores
+    // the sealed value and the digest a resubmit is compared with.
+    let new = state.sealer.seal_job(new).map_err(|e| {
+        tracing::error!(error = %e, "a runtime_env could not be sealed");
+        ApiError::Unavailable(e.to_string())
+    })?;
     // Committed by the intake writer in a batch with whatever else arrived (group
     // commit); answered only after that commit.
     let (intake, position) = state.intake.submit_positioned(new).await?;

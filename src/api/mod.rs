@@ -43,6 +43,8 @@ pub struct AppState {
     pub intake: crate::store::IntakeWriter,
     /// The last hour of users' shares, for `GET /v1/shares` (the console's chart).
     pub shares: console::ShareHistory,
+    /// Seals each submission's runtime_env before intake stores it (DESIGN §6, "Secrets").
+    pub sealer: Arc<crate::secrets::Sealer>,
 }
 
 impl AppState {

@@ -276,6 +276,7 @@ impl SubmitRequest {
             priority,
             entrypoint: self.entrypoint,
             runtime_env: self.runtime_env,
+            runtime_env_digest: None,
             metadata: self
                 .metadata
                 .map(|m| serde_json::to_value(m).unwrap_or_default()),

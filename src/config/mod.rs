@@ -54,6 +54,22 @@ pub struct Settings {
     /// `[notify]`: how attempts tell the service that their driver started and ended
     /// (DESIGN §5, "How the end of a job is learned").
     pub notify: NotifySettings,
+    /// `[secrets]`: the keys that seal runtime_envs at rest (DESIGN §6, "Secrets").
+    pub secrets: SecretSettings,
+}
+
+/// `[secrets]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSettings {
+    /// AES-256 keys (32 bytes each, standard base64: `openssl rand -base64 32`) that
+    /// seal each job's `runtime_env` in the database, **newest first**: the first
+    /// seals, every one opens, and at start the service re-seals what an older key
+    /// sealed under the first (so a key can be dropped after one restart with the new
+    /// one first). Required when `auth.tokens` are configured; empty on an open
+    /// loopback service stores runtime_envs as they are. In the environment one string,
+    /// the keys separated by commas. Never logged.
+    pub runtime_env_keys: crate::secrets::KeyList,
 }
 
 /// `[notify]`: each attempt's entrypoint runs behind a watcher that POSTs to

@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The environment variable of `secrets.runtime_env_keys` and a key for it (required
+/// with tokens).
+const KEYS: &str = "FAIRSHARE__SECRETS__RUNTIME_ENV_KEYS";
+const KEY: &str = "KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=";
+
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
     pairs
         .iter()
@@ -189,7 +194,7 @@ fn a_tokens_user_is_a_valid_user_id() {
         assert!(err.contains("auth.tokens[0].user"), "{user:?}: {err}");
     }
     std::fs::write(&path, file("alice")).unwrap();
-    let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+    let s = Settings::load_with_env(Some(&path), env(&[(KEYS, KEY)])).unwrap();
     assert_eq!(s.auth.tokens[0].user.as_deref(), Some("alice"));
 }
 
@@ -199,7 +204,7 @@ fn a_file_overrides_defaults() {
     let path = dir.path().join("c.toml");
     std::fs::write(
         &path,
-        "[server]\nbind = \"0.0.0.0:9000\"\n[[auth.tokens]]\nname = \"a\"\ntoken = \"0123456789\"\nrole = \"admin\"\n",
+        "[server]\nbind = \"0.0.0.0:9000\"\n[secrets]\nruntime_env_keys = [\"KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=\"]\n[[auth.tokens]]\nname = \"a\"\ntoken = \"0123456789\"\nrole = \"admin\"\n",
     )
     .unwrap();
     let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();

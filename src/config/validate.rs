@@ -162,12 +162,30 @@ impl Settings {
             return invalid("ray_compat.max_package_bytes", "must be at least 1");
         }
         self.validate_ray_compat()?;
+        self.validate_secrets()?;
         if self.auth.tokens.is_empty() && !self.server.bind.ip().is_loopback() {
             return invalid(
                 "auth.tokens",
                 "no token configured: the API would be open to the network; \
                  configure [[auth.tokens]] or bind to a loopback address",
             );
+        }
+        Ok(())
+    }
+
+    /// `secrets.runtime_env_keys` is required once tokens are configured: a service
+    /// with tokens guards users' jobs, and their runtime_envs hold those users' API
+    /// tokens. (Each key's form is checked as it is read: `secrets::KeyList`.) Also
+    /// run by `Application::build`, for settings changed after loading.
+    pub fn validate_secrets(&self) -> Result<(), ConfigError> {
+        if !self.auth.tokens.is_empty() && self.secrets.runtime_env_keys.0.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "secrets.runtime_env_keys".into(),
+                reason: "no key configured, but auth.tokens are: runtime_envs (users' API \
+                         tokens in env_vars) would be stored in plain text; add a key \
+                         (`openssl rand -base64 32`), kept as long as the jobs it seals"
+                    .into(),
+            });
         }
         Ok(())
     }

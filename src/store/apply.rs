@@ -222,6 +222,15 @@ async fn apply_in(
     if let Some(t) = finished {
         update = update.col_expr(job::Column::FinishedAt, Expr::value(t));
     }
+    if step.to.is_terminal() {
+        // Secrets not kept (DESIGN §6): an ended job is never sent to Ray again, so its
+        // runtime_env (users' tokens) goes, in the step's own transaction. Its digest
+        // stays for idempotent resubmits.
+        update = update.col_expr(
+            job::Column::RuntimeEnv,
+            Expr::value(Option::<serde_json::Value>::None),
+        );
+    }
     if let Some(a) = c.attempt {
         update = update.col_expr(job::Column::Attempt, Expr::value(a as i32));
     }

@@ -190,6 +190,7 @@ pub async fn stream_queued(
                     attempt,
                     retiring_attempt,
                     stop_reason: None,
+                    runtime_env_digest: None,
                 }
             },
         )
@@ -286,6 +287,7 @@ pub async fn queued_page_sqlite(
             attempt,
             retiring_attempt,
             stop_reason: None,
+            runtime_env_digest: None,
         });
     }
     Ok((Some(last), jobs))

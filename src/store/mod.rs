@@ -11,7 +11,8 @@
 //! `apply` (the status writer), `jobs` (reads of jobs), `users` (user rows, their
 //! locks and usage), `intake` (the group commit of new jobs), `events` (`job_events`
 //! as a feed, and the wake-up on commit), `lease` (the lease's SQL and `NOTIFY`), and
-//! `ray_api` (what Ray's Jobs API needs beyond `/v1`), all re-exported here.
+//! `ray_api` (what Ray's Jobs API needs beyond `/v1`), `sealed` (stored runtime_envs
+//! brought to the configured keys at start), all re-exported here.
 
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ mod intake;
 mod jobs;
 mod lease;
 mod ray_api;
+mod sealed;
 mod users;
 
 pub use apply::{apply, apply_many, is_fenced, Applied, Fence, FENCED};
@@ -39,6 +41,7 @@ pub use lease::{
     fence_holds, lease_acquire, lease_release, lease_renew, lease_state, notify, LeaseState,
     Reclaim, NOTIFY_CHANNEL,
 };
+pub use sealed::{seal_stored, Resealed};
 pub use users::{
     get_user, list_users, save_usages, upsert_user, users_updated_since, UserPatch, DEFAULT_WEIGHT,
     USAGE_ROWS_PER_STATEMENT,

@@ -54,6 +54,8 @@ pub struct State {
     pub post_ids: Vec<String>,
     /// The entrypoint each submission id was POSTed with (the last one).
     pub entrypoints: BTreeMap<String, String>,
+    /// The runtime_env each submission id was POSTed with (the last one).
+    pub runtime_envs: BTreeMap<String, serde_json::Value>,
     /// Answer Ray's State API (`/api/v0/actors`, `/api/v0/tasks`); else 404 as an old
     /// dashboard would.
     pub state_api: bool,
@@ -158,6 +160,8 @@ impl Respond for FakeRay {
                 if let Some(ep) = body["entrypoint"].as_str() {
                     s.entrypoints.insert(sid.clone(), ep.to_string());
                 }
+                s.runtime_envs
+                    .insert(sid.clone(), body["runtime_env"].clone());
                 if let Some(status) = s.submit_status {
                     return ResponseTemplate::new(status)
                         .set_body_string("proxy: upstream unavailable")

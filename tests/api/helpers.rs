@@ -97,7 +97,10 @@ impl Drop for TestDb {
     }
 }
 
-/// Settings for a test: port 0, no Ray cluster, two tokens.
+/// The runtime_env key of [`test_settings`] (32 bytes of 0x2a, base64).
+pub const TEST_KEY: &str = "KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=";
+
+/// Settings for a test: port 0, no Ray cluster, two tokens, one runtime_env key.
 pub fn test_settings(db_url: &str) -> Settings {
     let mut s =
         Settings::load_with_env(None, Vec::<(String, String)>::new()).expect("default settings");
@@ -108,6 +111,9 @@ pub fn test_settings(db_url: &str) -> Settings {
     // The fake Rays of these tests run no entrypoint, so no watcher reports a job's
     // end: they are polled for it (tests/api/hints.rs turns notifications on).
     s.notify.enabled = false;
+    s.secrets.runtime_env_keys = fairshare::secrets::KeyList(vec![
+        fairshare::secrets::RuntimeEnvKey::parse(TEST_KEY).expect("the test key"),
+    ]);
     s.auth.tokens = vec![
         TokenSettings {
             name: "gateway".into(),
@@ -173,6 +179,7 @@ pub fn new_job(user: &str, external_id: Option<String>) -> fairshare::store::New
         priority: 0,
         entrypoint: "echo".into(),
         runtime_env: None,
+        runtime_env_digest: None,
         metadata: None,
         cpu: 1.0,
         gpu: 0.0,

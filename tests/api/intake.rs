@@ -75,6 +75,7 @@ fn new_job() -> impl Strategy<Value = NewJob> {
                 priority,
                 entrypoint,
                 runtime_env,
+                runtime_env_digest: None,
                 metadata,
                 cpu: r.0,
                 gpu: r.1,

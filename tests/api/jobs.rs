@@ -706,6 +706,7 @@ fn new_job(entrypoint: &str, cpu: f64) -> fairshare::store::NewJob {
         priority: 0,
         entrypoint: entrypoint.into(),
         runtime_env: None,
+        runtime_env_digest: None,
         metadata: None,
         cpu,
         gpu: 0.0,

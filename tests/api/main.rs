@@ -20,6 +20,7 @@ mod ray_api;
 mod ray_bytes;
 mod ray_edges;
 mod ray_mock;
+mod secrets;
 mod system;
 mod tester_findings;
 mod trusted;

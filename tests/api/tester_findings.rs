@@ -622,16 +622,19 @@ async fn runtime_env_and_metadata_read_back_the_same_on_both_databases(db: Db) {
         row.try_get_by_index(0).unwrap(),
         row.try_get_by_index(1).unwrap(),
     );
-    assert_eq!(
-        stored,
-        (env_text.clone(), md_text.clone()),
-        "stored as written"
-    );
-    // Read back through the store (what the dispatcher sends to Ray): the same values,
-    // down to the kind of each number.
+    // The metadata as written; the runtime_env sealed (DESIGN §6, "Secrets"), its
+    // plaintext serde_json's text of the value as parsed.
+    assert_eq!(stored.1, md_text, "stored as written");
+    assert!(stored.0.starts_with("\"fs1:"), "sealed: {}", stored.0);
+    // Read back through the store and opened (what the dispatcher sends to Ray): the
+    // same values, down to the kind of each number.
     let id = uuid::Uuid::parse_str(created["id"].as_str().unwrap()).unwrap();
     let job = fairshare::store::get_job(&conn, id).await.unwrap().unwrap();
-    assert_eq!(serde_json::to_string(&job.runtime_env).unwrap(), env_text);
+    let sealer = fairshare::secrets::Sealer::new(&fairshare::secrets::KeyList(vec![
+        fairshare::secrets::RuntimeEnvKey::parse(crate::helpers::TEST_KEY).unwrap(),
+    ]));
+    let opened = sealer.open("h", job.runtime_env.as_ref().unwrap()).unwrap();
+    assert_eq!(serde_json::to_string(&opened).unwrap(), env_text);
     assert_eq!(serde_json::to_string(&job.metadata).unwrap(), md_text);
     conn.close().await.ok();
     // The same body again is the same job.

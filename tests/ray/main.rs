@@ -6,6 +6,7 @@
 //! one. One head at a time (they share the machine's 2 cores).
 
 mod edge;
+mod gateway;
 mod harness;
 mod ray_api;
 mod record;

@@ -22,7 +22,8 @@ fn tokens() -> String {
     format!(
         "[[auth.tokens]]\nname = \"gw\"\ntoken = \"{GATEWAY}\"\nrole = \"submitter\"\n\
          [[auth.tokens]]\nname = \"alice\"\ntoken = \"{ALICE}\"\nrole = \"submitter\"\nuser = \"alice\"\n\
-         [[auth.tokens]]\nname = \"ops\"\ntoken = \"{ADMIN}\"\nrole = \"admin\"\n"
+         [[auth.tokens]]\nname = \"ops\"\ntoken = \"{ADMIN}\"\nrole = \"admin\"\n\
+         [secrets]\nruntime_env_keys = [\"KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=\"]\n"
     )
 }
 

@@ -19,8 +19,19 @@ pub struct Service {
 impl Service {
     /// Writes a config (loopback, no tokens, SQLite in `dir`, one cluster) and starts.
     pub async fn start(dir: &std::path::Path, ray_dashboard: &str, extra_toml: &str) -> Service {
-        let port = free_port();
         let db_url = format!("sqlite://{}/fairshare.db?mode=rwc", dir.display());
+        Service::start_on(dir, ray_dashboard, extra_toml, &db_url).await
+    }
+
+    /// [`Service::start`] on the database at `db_url`.
+    pub async fn start_on(
+        dir: &std::path::Path,
+        ray_dashboard: &str,
+        extra_toml: &str,
+        db_url: &str,
+    ) -> Service {
+        let port = free_port();
+        let db_url = db_url.to_string();
         let config = dir.join("fairshare.toml");
         let toml = format!(
             "[server]\nbind = \"127.0.0.1:{port}\"\n[database]\nurl = \"{db_url}\"\n\

@@ -203,6 +203,8 @@ role = "admin"
 name = "console-viewer"
 token = "${SUBMITTER}"
 role = "submitter"
+[secrets]
+runtime_env_keys = ["KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio="]
 `,
     );
     const bin = process.env.FAIRSHARE_BIN || path.join(root, "target/debug/fairshare");

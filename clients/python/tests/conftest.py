@@ -92,6 +92,8 @@ role = "submitter"
 name = "ops"
 token = "{ADMIN}"
 role = "admin"
+[secrets]
+runtime_env_keys = ["KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio="]
 [[webhooks]]
 name = "gateway"
 url = "{webhook_url}"

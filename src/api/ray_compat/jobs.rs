@@ -478,6 +478,7 @@ mod tests {
             attempt: 1,
             retiring_attempt: None,
             stop_reason: None,
+            runtime_env_digest: None,
         };
         let d = details(&j, Some("user alice is paused"), Some(1));
         assert_eq!(d["status"], "PENDING");

@@ -53,6 +53,7 @@ pub(super) fn new_row(new: &NewJob, id: Uuid, at: chrono::DateTime<chrono::Utc>)
         attempt: 1,
         retiring_attempt: None,
         stop_reason: None,
+        runtime_env_digest: new.runtime_env.as_ref().map(|_| new.runtime_env_digest()),
     }
 }
 

@@ -56,7 +56,13 @@ pub struct NewJob {
     pub external_id: Option<String>,
     pub priority: i32,
     pub entrypoint: String,
+    /// What is stored of Ray's runtime_env: sealed by [`crate::secrets::Sealer::seal_job`]
+    /// (a JSON string) on the API's way in, or the JSON object as submitted.
     pub runtime_env: Option<serde_json::Value>,
+    /// The digest of the runtime_env as submitted ([`migration::runtime_env_digest`]),
+    /// set when it was sealed; `None`: computed from `runtime_env`, which is then the
+    /// plaintext.
+    pub runtime_env_digest: Option<String>,
     pub metadata: Option<serde_json::Value>,
     /// Cores.
     pub cpu: f64,
@@ -69,6 +75,14 @@ pub struct NewJob {
 }
 
 impl NewJob {
+    /// The digest an idempotent resubmit is compared with (hex SHA-256 of the submitted
+    /// runtime_env's canonical JSON, the empty object's when there is none).
+    pub fn runtime_env_digest(&self) -> String {
+        self.runtime_env_digest
+            .clone()
+            .unwrap_or_else(|| migration::runtime_env_digest(self.runtime_env.as_ref()))
+    }
+
     /// About how many bytes the job takes in a batch's statements: its texts and its
     /// JSON values as written, plus a fixed share for the rest. An estimate for
     /// [`MAX_BATCH_BYTES`], not an exact size.
@@ -133,7 +147,9 @@ pub enum Intake {
 /// `cpu` equals an explicit `1`, an absent `priority` an explicit `0`, and an absent
 /// `metadata` or `runtime_env` an empty object. `max_runtime_s` is compared as sent
 /// (absent means "the configured default", which may change). JSON values compare as
-/// values: key order does not matter.
+/// values: key order does not matter. The runtime_env is compared by digest
+/// ([`migration::runtime_env_digest`]): the stored one may be sealed, or deleted once
+/// the job ended.
 pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
     fn object_or_empty(v: &Option<serde_json::Value>) -> serde_json::Value {
         match v {
@@ -145,7 +161,7 @@ pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
     if new.entrypoint != j.entrypoint {
         differs.push("entrypoint");
     }
-    if object_or_empty(&new.runtime_env) != object_or_empty(&j.runtime_env) {
+    if new.runtime_env_digest() != stored_digest(j) {
         differs.push("runtime_env");
     }
     if new.cpu != j.cpu {
@@ -167,6 +183,16 @@ pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
         differs.push("max_runtime_s");
     }
     differs
+}
+
+/// The runtime_env digest of stored job `j`: its column, or for a row without one
+/// (none written before migration 11 had a runtime_env left) its plaintext's.
+fn stored_digest(j: &job::Model) -> String {
+    match (&j.runtime_env_digest, &j.runtime_env) {
+        (Some(d), _) => d.clone(),
+        (None, Some(v)) if v.is_object() => migration::runtime_env_digest(Some(v)),
+        (None, _) => migration::runtime_env_digest(None),
+    }
 }
 
 /// Commits a new QUEUED job (and its user row, if new) with its creation event: a

@@ -43,12 +43,13 @@ pub(super) const READ: &str = "SELECT 'c' AS kind, c.user_id AS c_user, c.priori
 pub(super) const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) AS r(\
        id uuid, user_id text, external_id text, priority integer, entrypoint text, \
        runtime_env json, metadata json, cpu double precision, gpu double precision, \
-       memory_bytes bigint, max_runtime_s bigint)), \
+       memory_bytes bigint, max_runtime_s bigint, runtime_env_digest text)), \
      j AS (INSERT INTO jobs (id, user_id, external_id, status, priority, entrypoint, \
        runtime_env, metadata, cpu, gpu, memory_bytes, max_runtime_s, submitted_at, \
-       attempt) \
+       attempt, runtime_env_digest) \
        SELECT id, user_id, external_id, 'QUEUED', priority, entrypoint, runtime_env, \
-       metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1 FROM r ORDER BY user_id \
+       metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1, runtime_env_digest \
+       FROM r ORDER BY user_id \
        RETURNING id) \
      INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', $2 FROM j";
 
@@ -66,7 +67,7 @@ pub(super) const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) 
 pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) AS r(\
        id uuid, user_id text, external_id text, priority integer, entrypoint text, \
        runtime_env json, metadata json, cpu double precision, gpu double precision, \
-       memory_bytes bigint, max_runtime_s bigint)), \
+       memory_bytes bigint, max_runtime_s bigint, runtime_env_digest text)), \
      ok AS (SELECT \
        (SELECT count(*) FROM unnest($3::text[]) AS k(id) CROSS JOIN LATERAL \
          (SELECT 1 FROM users WHERE users.id = k.id OFFSET 0) u) = cardinality($3::text[]) \
@@ -80,9 +81,10 @@ pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($
            > greatest(coalesce(u.max_queued_jobs, $5), 0)) AS pass), \
      j AS (INSERT INTO jobs (id, user_id, external_id, status, priority, entrypoint, \
        runtime_env, metadata, cpu, gpu, memory_bytes, max_runtime_s, submitted_at, \
-       attempt) \
+       attempt, runtime_env_digest) \
        SELECT id, user_id, external_id, 'QUEUED', priority, entrypoint, runtime_env, \
-       metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1 FROM r, ok \
+       metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1, runtime_env_digest \
+       FROM r, ok \
        WHERE ok.pass ORDER BY user_id RETURNING id), \
      e AS (INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', $2 FROM j) \
      SELECT count(*) AS inserted FROM j";
@@ -168,6 +170,7 @@ pub(super) struct DocRow<'a> {
     gpu: f64,
     memory_bytes: i64,
     max_runtime_s: Option<i64>,
+    runtime_env_digest: Option<&'a str>,
 }
 
 impl<'a> From<&'a job::Model> for DocRow<'a> {
@@ -184,6 +187,7 @@ impl<'a> From<&'a job::Model> for DocRow<'a> {
             gpu: j.gpu,
             memory_bytes: j.memory_bytes,
             max_runtime_s: j.max_runtime_s,
+            runtime_env_digest: j.runtime_env_digest.as_deref(),
         }
     }
 }

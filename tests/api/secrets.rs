@@ -1,0 +1,299 @@
+//! Secrets not kept (issue 31, part 5; DESIGN §6, "Secrets"): a job's runtime_env is
+//! sealed in the database, opened only to send it to Ray (again after a requeue),
+//! deleted when the job ends, compared by digest on a resubmit, and never shown; a
+//! bad or missing key stops the service at start naming `secrets.runtime_env_keys`.
+
+use std::time::{Duration, Instant};
+
+use sea_orm::{ConnectionTrait, DatabaseBackend, Statement};
+use serde_json::{json, Value};
+
+use crate::both_databases;
+use crate::fake_ray;
+use crate::helpers::{start_on, test_settings, Db, TestDb, ADMIN, SUBMITTER, TEST_KEY};
+use fairshare::secrets::{KeyList, RuntimeEnvKey};
+
+const TOKEN: &str = "qiskit-user-token-5f3e1d";
+
+fn env() -> Value {
+    json!({"env_vars": {"QISKIT_IBM_TOKEN": TOKEN, "ENV_JOB_ID_GATEWAY": "g-1"}})
+}
+
+/// `(runtime_env as stored text, runtime_env_digest)` of job `id`, read with SQL.
+async fn stored(url: &str, id: &str) -> (Option<String>, Option<String>) {
+    let conn = crate::jobs::connect(url).await;
+    let backend = conn.get_database_backend();
+    let uuid = uuid::Uuid::parse_str(id).unwrap();
+    let sql = match backend {
+        DatabaseBackend::Postgres => {
+            "SELECT runtime_env::text AS env, runtime_env_digest AS digest FROM jobs WHERE id = $1"
+        }
+        _ => "SELECT CAST(runtime_env AS TEXT) AS env, runtime_env_digest AS digest FROM jobs WHERE id = ?",
+    };
+    let row = conn
+        .query_one(Statement::from_sql_and_values(backend, sql, [uuid.into()]))
+        .await
+        .unwrap()
+        .expect("the job's row");
+    (
+        row.try_get::<Option<String>>("", "env").unwrap(),
+        row.try_get::<Option<String>>("", "digest").unwrap(),
+    )
+}
+
+async fn until<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn a_runtime_env_is_sealed_resent_on_requeue_and_gone_when_the_job_ends(db: Db) {
+    // 2 CPUs, and another tenant takes them as the first submission arrives: Ray
+    // holds attempt 1 PENDING past the pending timeout, fairshare queues it again.
+    let (server, state) = fake_ray::start(2.0, |s| s.foreign_on_first_submit = Some(2.0)).await;
+    let uri = server.uri();
+    let Some(app) = crate::helpers::spawn_app_with(db, move |s| {
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "fake".into(),
+            address: uri,
+        }];
+        s.monitor.poll_interval = Duration::from_millis(100);
+        s.monitor.pending_timeout = Duration::from_secs(1);
+        s.monitor.usage_report_lag = Duration::from_millis(300);
+        s.monitor.lost_job_grace = Duration::from_secs(3600);
+        s.dispatcher.retry_initial_backoff = Duration::from_millis(10);
+        s.dispatcher.retry_max_backoff = Duration::from_millis(20);
+    })
+    .await
+    else {
+        return;
+    };
+    let body = json!({"entrypoint": "sleep 1", "external_id": "k-1", "runtime_env": env()});
+    let created = app.submit("ada", body.clone()).await;
+    let id = created["id"].as_str().unwrap().to_string();
+    assert!(!created.to_string().contains(TOKEN), "{created}");
+
+    // At rest: sealed under the configured key, no plaintext; the digest beside it.
+    let (text, digest) = stored(&app.db.url, &id).await;
+    let text = text.expect("a waiting job keeps its runtime_env");
+    let key = RuntimeEnvKey::parse(TEST_KEY).unwrap();
+    assert!(text.starts_with(&format!("\"fs1:{}:", key.id())), "{text}");
+    assert!(!text.contains(TOKEN) && !text.contains("QISKIT"), "{text}");
+    let want = migration::runtime_env_digest(Some(&env()));
+    assert_eq!(digest.as_deref(), Some(want.as_str()));
+
+    // Attempt 1 held by Ray, back in the queue; then the other tenant leaves.
+    until(15, "the job back in the queue", || async {
+        let v = app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await;
+        (v["status"] == "QUEUED"
+            && v["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("PENDING for")))
+        .then_some(())
+    })
+    .await;
+    state.lock().unwrap().foreign_cpu = 0.0;
+    let done = until(20, "the job SUCCEEDED", || async {
+        let v = app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await;
+        (v["status"] == "SUCCEEDED").then_some(v)
+    })
+    .await;
+    // Ray got the runtime_env as submitted, on both attempts.
+    let sent = state.lock().unwrap().runtime_envs.clone();
+    assert_eq!(sent.get(&id), Some(&env()), "{sent:?}");
+    assert_eq!(sent.get(&format!("{id}-2")), Some(&env()), "{sent:?}");
+
+    // Ended: the runtime_env is gone from the row, the digest stays.
+    let (text, digest) = stored(&app.db.url, &id).await;
+    assert_eq!(text, None);
+    assert_eq!(digest.as_deref(), Some(want.as_str()));
+
+    // Nothing shown: /v1 and Ray's API, the job and the lists, the metrics.
+    let ray = app.get_json(&format!("/api/jobs/{id}"), SUBMITTER).await;
+    assert_eq!(ray["runtime_env"], Value::Null, "{ray}");
+    for v in [
+        done,
+        ray,
+        app.get_json("/v1/jobs", SUBMITTER).await,
+        app.get_json("/api/jobs/", SUBMITTER).await,
+    ] {
+        assert!(!v.to_string().contains(TOKEN), "{v}");
+    }
+    assert!(!app.metrics().await.contains(TOKEN));
+
+    // The same submission again: the same job, compared by digest (the plaintext is
+    // gone); another runtime_env under the key is refused and names it.
+    let again = app.post("/v1/jobs", SUBMITTER, {
+        let mut b = body.clone();
+        b["user"] = json!("ada");
+        b
+    });
+    let again = again.await;
+    assert_eq!(again.status(), 200);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["id"], json!(id));
+    let mut other = body.clone();
+    other["user"] = json!("ada");
+    other["runtime_env"]["env_vars"]["QISKIT_IBM_TOKEN"] = json!("another-token");
+    let refused = app.post("/v1/jobs", SUBMITTER, other).await;
+    assert_eq!(refused.status(), 422);
+    let refused: Value = refused.json().await.unwrap();
+    assert_eq!(
+        refused["error"]["code"], "idempotency_key_reused",
+        "{refused}"
+    );
+    assert_eq!(
+        refused["error"]["details"]["differs"],
+        json!(["runtime_env"]),
+        "{refused}"
+    );
+    assert!(!refused.to_string().contains(TOKEN), "{refused}");
+    drop(server);
+}
+both_databases!(a_runtime_env_is_sealed_resent_on_requeue_and_gone_when_the_job_ends);
+
+async fn a_waiting_jobs_runtime_env_is_resealed_under_a_new_key_and_kept_while_its_key_is_missing(
+    db: Db,
+) {
+    let Some(tdb) = TestDb::new(db).await else {
+        return;
+    };
+    let url = tdb.url.clone();
+    let old = RuntimeEnvKey::parse(TEST_KEY).unwrap();
+    let new = RuntimeEnvKey::from_bytes([7; 32]);
+    let app = start_on(tdb, test_settings(&url)).await;
+    // No cluster: the job stays QUEUED, its runtime_env sealed under the old key.
+    let queued = app
+        .submit("ada", json!({"runtime_env": env(), "external_id": "r-1"}))
+        .await;
+    let id = queued["id"].as_str().unwrap().to_string();
+    let (text, _) = stored(&url, &id).await;
+    assert!(text.unwrap().starts_with(&format!("\"fs1:{}:", old.id())));
+    let tdb = app.stop().await;
+
+    // Only the new key: the service starts (it listens before it reads jobs) and
+    // leaves the row as it is: the old key put back later still opens it.
+    let mut only_new = test_settings(&url);
+    only_new.secrets.runtime_env_keys = KeyList(vec![new.clone()]);
+    let app = start_on(tdb, only_new).await;
+    let (text, _) = stored(&url, &id).await;
+    assert!(text.unwrap().starts_with(&format!("\"fs1:{}:", old.id())));
+    let tdb = app.stop().await;
+
+    // Newest first with the old one after it: the row is re-sealed under the new key
+    // (beside the server, so polled), and the old key can go at the next start.
+    let mut rotated = test_settings(&url);
+    rotated.secrets.runtime_env_keys = KeyList(vec![new.clone(), old.clone()]);
+    let app = start_on(tdb, rotated).await;
+    let text = until(10, "re-sealed under the new key", || async {
+        let text = stored(&url, &id).await.0.unwrap();
+        text.starts_with(&format!("\"fs1:{}:", new.id()))
+            .then_some(text)
+    })
+    .await;
+    assert!(!text.contains(TOKEN));
+    // The resubmit still matches by digest.
+    let again = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "ada", "entrypoint": "echo hello", "runtime_env": env(), "external_id": "r-1"}),
+        )
+        .await;
+    assert_eq!(again.status(), 200);
+    // Cancelled while queued: ended, so its runtime_env goes.
+    let cancel = app
+        .post(&format!("/v1/jobs/{id}/cancel"), ADMIN, json!({}))
+        .await;
+    assert!(cancel.status().is_success());
+    until(10, "the runtime_env deleted", || async {
+        stored(&url, &id).await.0.is_none().then_some(())
+    })
+    .await;
+    let tdb = app.stop().await;
+    let mut only_new = test_settings(&url);
+    only_new.secrets.runtime_env_keys = KeyList(vec![new]);
+    let app = start_on(tdb, only_new).await;
+    app.stop().await;
+}
+both_databases!(
+    a_waiting_jobs_runtime_env_is_resealed_under_a_new_key_and_kept_while_its_key_is_missing
+);
+
+#[actix_web::test]
+async fn a_bad_or_missing_key_stops_the_service_at_start_naming_the_setting() {
+    let load = |env: Vec<(&str, &str)>| {
+        fairshare::Settings::load_with_env(
+            None,
+            env.into_iter().map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+    };
+    let key_of = |r: Result<fairshare::Settings, fairshare::config::ConfigError>| match r {
+        Err(fairshare::config::ConfigError::Invalid { key, reason }) => (key, reason),
+        other => panic!("expected an invalid key, got {other:?}"),
+    };
+    // Too short, not base64, the second of two (the environment's comma form).
+    let short = "c2hvcnQ=";
+    let (key, reason) = key_of(load(vec![("FAIRSHARE__SECRETS__RUNTIME_ENV_KEYS", short)]));
+    assert_eq!(key, "secrets.runtime_env_keys");
+    assert!(reason.contains("[0]: must be 32 bytes"), "{reason}");
+    assert!(
+        !reason.contains(short),
+        "the key's text is not repeated: {reason}"
+    );
+    let (key, reason) = key_of(load(vec![("FAIRSHARE__SECRETS__RUNTIME_ENV_KEYS", "%%%")]));
+    assert_eq!(key, "secrets.runtime_env_keys");
+    assert!(reason.contains("not base64"), "{reason}");
+    let two = format!("{TEST_KEY},{short}");
+    let (_, reason) = key_of(load(vec![("FAIRSHARE__SECRETS__RUNTIME_ENV_KEYS", &two)]));
+    assert!(reason.contains("[1]:"), "{reason}");
+    // Two good keys from the environment.
+    let good = format!("{TEST_KEY},{TEST_KEY}");
+    let (_, reason) = key_of(load(vec![("FAIRSHARE__SECRETS__RUNTIME_ENV_KEYS", &good)]));
+    assert!(reason.contains("twice"), "{reason}");
+    // Tokens without a key.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fairshare.toml");
+    std::fs::write(
+        &file,
+        "[[auth.tokens]]\nname = \"gw\"\ntoken = \"gateway-token-1\"\nrole = \"submitter\"\n",
+    )
+    .unwrap();
+    let (key, reason) = key_of(fairshare::Settings::load_with_env(
+        Some(&file),
+        Vec::<(String, String)>::new(),
+    ));
+    assert_eq!(key, "secrets.runtime_env_keys", "{reason}");
+    // Settings changed after loading are checked by the build too.
+    let tdb = TestDb::new(Db::Sqlite).await.unwrap();
+    let mut s = test_settings(&tdb.url);
+    s.secrets.runtime_env_keys = KeyList(Vec::new());
+    let err = match fairshare::Application::build(s).await {
+        Ok(_) => panic!("started with tokens and no key"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("secrets.runtime_env_keys"), "{err}");
+    // No tokens and no key (the open loopback service): starts, stores unsealed.
+    let mut open = test_settings(&tdb.url);
+    open.auth.tokens.clear();
+    open.secrets.runtime_env_keys = KeyList(Vec::new());
+    let app = start_on(tdb, open).await;
+    let r = app
+        .client
+        .post(app.url("/v1/jobs"))
+        .json(&json!({"user": "ada", "entrypoint": "echo", "runtime_env": env()}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    app.stop().await;
+}
