@@ -3,7 +3,7 @@
 //! past the window, and a service that starts with no Ray.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -46,21 +46,7 @@ async fn job(app: &TestApp, id: &str) -> Value {
         .unwrap()
 }
 
-/// Polls `check` until it returns `Some`, failing after `secs` with `what`.
-async fn until<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use crate::helpers::until;
 
 /// Waits until the fake has answered `n` more job-list polls (the service made
 /// `n` more decisions), instead of sleeping.

@@ -3,7 +3,7 @@
 //! deleted when the job ends, compared by digest on a resubmit, and never shown; a
 //! bad or missing key stops the service at start naming `secrets.runtime_env_keys`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DatabaseBackend, Statement};
 use serde_json::{json, Value};
@@ -41,20 +41,7 @@ async fn stored(url: &str, id: &str) -> (Option<String>, Option<String>) {
     )
 }
 
-async fn until<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use crate::helpers::until;
 
 async fn a_runtime_env_is_sealed_resent_on_requeue_and_gone_when_the_job_ends(db: Db) {
     // 2 CPUs, and another tenant takes them as the first submission arrives: Ray

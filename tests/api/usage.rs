@@ -3,7 +3,7 @@
 //! foreign load is exactly what no job of ours holds, with no lag to guess.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -27,20 +27,7 @@ async fn app(db: Db, server: &wiremock::MockServer) -> TestApp {
     .expect("database available")
 }
 
-async fn until<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use crate::helpers::until;
 
 fn running(state: &Arc<Mutex<State>>, prefix: &[String]) -> usize {
     let s = state.lock().unwrap();

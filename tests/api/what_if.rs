@@ -22,21 +22,7 @@ async fn app_on(server: &wiremock::MockServer) -> TestApp {
     .await
 }
 
-/// Polls `check` until it returns `Some`, failing after `secs` with `what`.
-async fn until<T, F, Fut>(secs: u64, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+use crate::helpers::until;
 
 async fn what_if(app: &TestApp, body: Value) -> Value {
     let resp = app.post("/v1/scheduler/what-if", ADMIN, body).await;
