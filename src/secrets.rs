@@ -250,20 +250,6 @@ impl Sealer {
             _ => false,
         }
     }
-
-    /// Seals a submission's runtime_env on the API's way in, recording the digest
-    /// of what was submitted ([`migration::runtime_env_digest`]) for idempotent
-    /// resubmits.
-    pub fn seal_job(
-        &self,
-        mut new: crate::store::NewJob,
-    ) -> Result<crate::store::NewJob, SealError> {
-        new.runtime_env_digest = Some(new.runtime_env_digest());
-        if let Some(env) = &new.runtime_env {
-            new.runtime_env = Some(self.seal(&new.user, env)?);
-        }
-        Ok(new)
-    }
 }
 
 #[cfg(test)]

@@ -321,7 +321,7 @@ pub(crate) async fn accept(
     }
     // Sealed here, on the request's own thread (DESIGN §6, "Secrets"): intake stores
     // the sealed value and the digest a resubmit is compared with.
-    let new = state.sealer.seal_job(new).map_err(|e| {
+    let new = new.sealed(&state.sealer).map_err(|e| {
         tracing::error!(error = %e, "a runtime_env could not be sealed");
         ApiError::Unavailable(e.to_string())
     })?;

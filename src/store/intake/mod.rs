@@ -27,6 +27,7 @@ use sea_orm::{ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, SqlErr};
 use uuid::Uuid;
 
 use super::{now, Db, StoreError};
+use crate::secrets::{SealError, Sealer};
 
 mod decide;
 mod postgres;
@@ -56,7 +57,7 @@ pub struct NewJob {
     pub external_id: Option<String>,
     pub priority: i32,
     pub entrypoint: String,
-    /// What is stored of Ray's runtime_env: sealed by [`crate::secrets::Sealer::seal_job`]
+    /// What is stored of Ray's runtime_env: sealed by [`NewJob::sealed`]
     /// (a JSON string) on the API's way in, or the JSON object as submitted.
     pub runtime_env: Option<serde_json::Value>,
     /// The digest of the runtime_env as submitted ([`migration::runtime_env_digest`]),
@@ -81,6 +82,17 @@ impl NewJob {
         self.runtime_env_digest
             .clone()
             .unwrap_or_else(|| migration::runtime_env_digest(self.runtime_env.as_ref()))
+    }
+
+    /// The job with its runtime_env sealed by `sealer` on the API's way in, and the
+    /// digest of what was submitted ([`migration::runtime_env_digest`]) recorded for
+    /// idempotent resubmits. Errors: the sealer's, when it cannot seal.
+    pub fn sealed(mut self, sealer: &Sealer) -> Result<NewJob, SealError> {
+        self.runtime_env_digest = Some(self.runtime_env_digest());
+        if let Some(env) = &self.runtime_env {
+            self.runtime_env = Some(sealer.seal(&self.user, env)?);
+        }
+        Ok(self)
     }
 
     /// About how many bytes the job takes in a batch's statements: its texts and its
