@@ -60,7 +60,7 @@ usage_half_life = "0s"
 name = "ray"
 address = "{dashboard}"
 [telemetry]
-level = "warn"
+level = "{os.environ.get('EDGE_LOG_LEVEL', 'warn')}"
 """)
         self.log = open(os.path.join(d, f"{name}.log"), "w")
         self.proc = subprocess.Popen([binary, "serve", "--config", cfg],
@@ -150,6 +150,25 @@ def histogram_p(before, after, name, q):
     return float("inf"), int(total)
 
 
+def histogram_counts(before, after, name):
+    """Each bucket's own count of histogram `name` over the interval, as
+    "<=bound: count" pairs for the buckets that have any."""
+    cum = []
+    for k, v in after.items():
+        m = re.match(re.escape(name) + r'_bucket\{le="([^"]+)"\}', k)
+        if m:
+            le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
+            cum.append((le, v - before.get(k, 0.0)))
+    cum.sort()
+    out, prev = [], 0.0
+    for le, c in cum:
+        if c - prev > 0:
+            bound = "inf" if le == float("inf") else f"{le * 1000:g} ms"
+            out.append(f"<={bound}: {int(c - prev)}")
+        prev = c
+    return ", ".join(out)
+
+
 def ray_mode(n, secs, rounds):
     d = tempfile.mkdtemp(prefix="bench-edge-")
     head = os.path.join(d, "ray")
@@ -179,13 +198,18 @@ def ray_mode(n, secs, rounds):
                     row[what + "_p99"] = p99
                     row[what + "_n"] = count
                     row[what + "_rps"] = reqs / makespan if reqs else None
+                    row[what + "_hist"] = histogram_counts(
+                        before, after, "fairshare_finish_to_dispatch_seconds")
                 print(f"round {r + 1} {what}: {row[what]:.1f} s", flush=True)
             rows.append(row)
     finally:
         for s in services.values():
             s.stop()
         subprocess.run([os.path.join(ROOT, "scripts/ray-head"), "stop", head], stdout=subprocess.DEVNULL)
-        shutil.rmtree(d, ignore_errors=True)
+        if os.environ.get("EDGE_KEEP"):
+            print(f"kept: {d}")
+        else:
+            shutil.rmtree(d, ignore_errors=True)
     print(f"\n{n} x sleep {secs}, 1 CPU each, 2-CPU head; makespan in s (ratio to Ray's own queue)")
     for i, row in enumerate(rows):
         parts = [f"round {i + 1}: Ray {row['ray']:.1f}"]
@@ -196,6 +220,8 @@ def ray_mode(n, secs, rounds):
             extra += f", {rps:.2f} dashboard req/s" if rps is not None else ""
             parts.append(f"{what} {row[what]:.1f} ({row[what] / row['ray']:.3f}{extra})")
         print("; ".join(parts))
+        for what in services:
+            print(f"  {what} finish->POST by bucket: {row[what + '_hist']}")
     for what in services:
         ratios = sorted(row[what] / row["ray"] for row in rows)
         print(f"{what}: median ratio {ratios[len(ratios) // 2]:.3f} (min {ratios[0]:.3f}, max {ratios[-1]:.3f})")

@@ -229,6 +229,15 @@ pub struct JobFinished {
     pub seen_at: std::time::Instant,
 }
 
+/// Arbiter → monitor: whether jobs are queued while another tenant holds capacity on
+/// a healthy cluster ([`crate::policy::ledger::Ledger::others_hold`]). No watcher
+/// announces when another tenant's work ends, so while this is true the monitor polls
+/// at `monitor.poll_interval`, not `monitor.idle_poll_interval` (DESIGN §5). Sent when
+/// it changes.
+#[derive(Message, Clone, Copy, Debug, PartialEq, Eq)]
+#[rtype(result = "()")]
+pub struct OthersHold(pub bool);
+
 /// Monitor → arbiter: an outstanding job is QUEUED again (pending timeout, or a
 /// recovered DISPATCHING job Ray never got); release its reservation and queue it.
 #[derive(Message, Clone, Debug)]

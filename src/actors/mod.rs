@@ -235,7 +235,8 @@ impl Scheduler {
         let spawn_queue: QueueFactory = Box::new(move |user, arbiter| {
             UserQueue::spawn(user, window, arbiter, queues_dispatcher.clone())
         });
-        let arbiter_actor = FairShareArbiter::new(settings.clone(), db.clone(), spawn_queue);
+        let arbiter_actor = FairShareArbiter::new(settings.clone(), db.clone(), spawn_queue)
+            .tell_others_hold(monitor.clone().recipient());
         let sizes = arbiter_actor.cluster_sizes();
         let _ = arbiter_ctx.run(arbiter_actor);
 

@@ -162,7 +162,16 @@ impl ClusterView {
     /// at most `total − foreign` as free once this service's jobs end.
     #[must_use]
     pub fn foreign(&self) -> Resources {
-        self.used_reported
-            .saturating_sub(self.outstanding.saturating_sub(self.unreported))
+        foreign(self.used_reported, self.outstanding, self.unreported)
     }
+}
+
+/// What other tenants hold on a cluster: `used_reported − (outstanding − unreported)`
+/// per resource, floored at 0 (see [`ClusterView::foreign`]).
+pub(crate) fn foreign(
+    used_reported: Resources,
+    outstanding: Resources,
+    unreported: Resources,
+) -> Resources {
+    used_reported.saturating_sub(outstanding.saturating_sub(unreported))
 }

@@ -371,3 +371,41 @@ async fn a_lost_notification_is_made_up_for_by_the_poll(db: Db) {
     .await;
 }
 both_databases!(a_lost_notification_is_made_up_for_by_the_poll);
+
+/// Another tenant's release is announced by no watcher: while a job waits for
+/// capacity another tenant holds, the monitor polls at `poll_interval`, not at the
+/// idle interval (here 10 minutes), so the job starts within a poll or two of the
+/// release (issue 32: as fast as Ray's own queue would start it).
+async fn a_job_waiting_on_another_tenant_starts_when_it_lets_go(db: Db) {
+    let (server, state) = fake_ray::start(2.0, |s| s.foreign_cpu = 2.0).await;
+    let uri = server.uri();
+    let app = crate::helpers::spawn_app_with(db, move |s| {
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "fake".into(),
+            address: uri,
+        }];
+        s.notify.enabled = true;
+        s.notify.key = KEY.into();
+        s.monitor.poll_interval = Duration::from_millis(100);
+        s.monitor.idle_poll_interval = Duration::from_secs(600);
+        s.monitor.usage_report_lag = Duration::from_millis(0);
+    })
+    .await
+    .expect("database available");
+    let id = app.submit("u", json!({"resources": {"cpu": 1}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let polls = state.lock().unwrap().list_polls;
+    until(10.0, "polls while the job waits", || async {
+        (state.lock().unwrap().list_polls >= polls + 3).then_some(())
+    })
+    .await;
+    assert_eq!(status(&app, &id).await, "QUEUED");
+    state.lock().unwrap().foreign_cpu = 0.0;
+    until(10.0, "dispatched once the other tenant let go", || async {
+        (status(&app, &id).await != "QUEUED").then_some(())
+    })
+    .await;
+}
+both_databases!(a_job_waiting_on_another_tenant_starts_when_it_lets_go);

@@ -6,7 +6,7 @@ use std::time::Instant;
 use actix::Context;
 
 use super::FairShareArbiter;
-use crate::actors::messages::Grant;
+use crate::actors::messages::{Grant, OthersHold};
 use crate::actors::unix_now;
 use crate::metrics;
 use crate::store;
@@ -62,6 +62,13 @@ impl FairShareArbiter {
         }
         if !outcome.grants.is_empty() {
             self.freed_at = None;
+        }
+        let others_hold = !self.queued_ids.is_empty() && self.ledger.others_hold();
+        if others_hold != self.others_hold.1 {
+            self.others_hold.1 = others_hold;
+            if let Some(to) = &self.others_hold.0 {
+                to.do_send(OthersHold(others_hold));
+            }
         }
         let duration = started.elapsed().as_secs_f64();
         self.cycles += 1;

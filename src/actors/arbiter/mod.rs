@@ -33,7 +33,8 @@ use entity::user;
 
 use super::messages::{
     ArbiterHandle, CapacityChanged, Demand, DispatchEnded, Enqueue, EnqueueBatch, GrantDeclined,
-    Hold, JobFinished, QueueFactory, QueueHandle, Release, RemoveQueued, Requeued, UserSettings,
+    Hold, JobFinished, OthersHold, QueueFactory, QueueHandle, Release, RemoveQueued, Requeued,
+    UserSettings,
 };
 use super::unix_now;
 use crate::config::Settings;
@@ -162,6 +163,8 @@ pub struct FairShareArbiter {
     ended_set: HashSet<JobId>,
     /// Shared with the API (see [`ClusterSizes`]).
     sizes: ClusterSizes,
+    /// Where [`OthersHold`] goes (the monitor), and what it was last told.
+    others_hold: (Option<actix::Recipient<OthersHold>>, bool),
 }
 
 impl FairShareArbiter {
@@ -207,7 +210,15 @@ impl FairShareArbiter {
             ended: VecDeque::new(),
             ended_set: HashSet::new(),
             sizes: ClusterSizes::default(),
+            others_hold: (None, false),
         }
+    }
+
+    /// Tells `to` (the monitor) whether jobs are queued while another tenant holds
+    /// capacity, whenever that changes (see [`OthersHold`]).
+    pub fn tell_others_hold(mut self, to: actix::Recipient<OthersHold>) -> Self {
+        self.others_hold.0 = Some(to);
+        self
     }
 
     /// The cluster sizes this arbiter publishes (call before starting it).

@@ -27,7 +27,7 @@ pub(crate) mod poll;
 
 use super::messages::{
     ArbiterHandle, CapacityChanged, ClusterUnreachable, DispatcherHandle, Hint, Hold, JobFinished,
-    Release, RemoveQueued, Requeued, StopInRay, Track, TrackRetiring,
+    OthersHold, Release, RemoveQueued, Requeued, StopInRay, Track, TrackRetiring,
 };
 use crate::config::Settings;
 use crate::lifecycle::Limits;
@@ -73,6 +73,9 @@ pub struct RayCapacityMonitor {
     next: Option<(actix::SpawnHandle, Instant)>,
     /// Attempts' watchers announce starts and ends (`[notify]`).
     hints_on: bool,
+    /// Jobs are queued while another tenant holds capacity (the arbiter's
+    /// [`OthersHold`]): poll at the fast interval.
+    others_hold: bool,
     /// Jobs a notification is being checked for.
     checking: HashSet<JobId>,
     /// When the warning that watchers' notifications do not arrive was last logged.
@@ -117,6 +120,7 @@ impl RayCapacityMonitor {
             dispatcher,
             health,
             hints_on: crate::ray::notify::Hints::of(&settings.notify).is_some(),
+            others_hold: false,
             settings,
             book: Book::default(),
             polling: false,
@@ -130,10 +134,12 @@ impl RayCapacityMonitor {
 
     /// How long until the next poll: `monitor.poll_interval` while something is
     /// awaited that no notification announces (see [`Book::awaits_the_poll`]; a cluster
-    /// not healthy; notifications off), else `monitor.idle_poll_interval`.
+    /// not healthy; notifications off; jobs queued while another tenant holds
+    /// capacity), else `monitor.idle_poll_interval`.
     fn interval(&self) -> Duration {
         let m = &self.settings.monitor;
         let fast = !self.hints_on
+            || self.others_hold
             || self.book.awaits_the_poll()
             || self.health.values().any(|h| !h.healthy);
         if fast {
@@ -508,6 +514,15 @@ impl Handler<Hint> for RayCapacityMonitor {
                     act.hurry(ctx);
                 }),
         );
+    }
+}
+
+impl Handler<OthersHold> for RayCapacityMonitor {
+    type Result = ();
+
+    fn handle(&mut self, msg: OthersHold, ctx: &mut Context<Self>) {
+        self.others_hold = msg.0;
+        self.hurry(ctx);
     }
 }
 

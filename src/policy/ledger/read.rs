@@ -14,6 +14,16 @@ impl Ledger {
         self.reservation.as_ref()
     }
 
+    /// Whether another tenant holds capacity (cores, GPUs or bytes) on a healthy
+    /// cluster, by the last reports ([`ClusterView::foreign`]): its release is
+    /// announced by no watcher, so the monitor must poll to learn of it.
+    pub fn others_hold(&self) -> bool {
+        self.clusters.iter().any(|c| {
+            let f = crate::policy::resources::foreign(c.used_reported, c.outstanding, c.unreported);
+            c.healthy && (f.cpu > 0.0 || f.gpu > 0.0 || f.memory_bytes > 0.0)
+        })
+    }
+
     /// Number of outstanding jobs.
     pub fn outstanding_count(&self) -> usize {
         self.jobs.len()
