@@ -73,6 +73,10 @@ pub struct Metrics {
     pub user_dominant_share: GaugeVec,
     pub user_weight: GaugeVec,
     pub user_fair_share: GaugeVec,
+    /// Per user and resource (`cpu` cores, `gpu`, `memory_bytes`): what its outstanding
+    /// jobs are charged (`charged="actual"`, what Ray's State API says they hold when
+    /// `scheduler.charge = "actual"`) and what they declared (`charged="declared"`).
+    pub user_allocation: GaugeVec,
     pub users_paused: IntGauge,
     pub queue_wait: Histogram,
     pub dispatch_latency: Histogram,
@@ -83,6 +87,8 @@ pub struct Metrics {
     pub cluster_capacity: GaugeVec,
     pub cluster_used: GaugeVec,
     pub cluster_free: GaugeVec,
+    /// Per cluster and resource: what no job of this service holds (other tenants).
+    pub cluster_used_by_others: GaugeVec,
     pub cluster_healthy: IntGaugeVec,
     pub ray_requests: IntCounterVec,
     /// Every HTTP request sent to a Ray dashboard (polls, submits, stops, lookups).
@@ -195,6 +201,13 @@ fn build() -> Result<Metrics, prometheus::Error> {
             ),
             &["user"]
         )?),
+        user_allocation: reg!(GaugeVec::new(
+            Opts::new(
+                "fairshare_user_allocation",
+                "What the user's outstanding jobs hold per resource (cores, GPUs, bytes): charged=\"actual\" is what fair share charges (Ray's State API with scheduler.charge = actual), charged=\"declared\" what the jobs declared."
+            ),
+            &["user", "resource", "charged"]
+        )?),
         users_paused: reg!(IntGauge::new(
             "fairshare_users_paused",
             "Users currently paused."
@@ -243,12 +256,19 @@ fn build() -> Result<Metrics, prometheus::Error> {
         cluster_used: reg!(GaugeVec::new(
             Opts::new(
                 "fairshare_cluster_used",
-                "Used capacity per resource: max(Ray's report, this service's outstanding jobs)."
+                "Used capacity per resource (cores, GPUs, bytes): Ray's report plus this service's jobs it does not show yet, at least what this service's outstanding jobs hold."
             ),
             &["cluster", "resource"]
         )?),
         cluster_free: reg!(GaugeVec::new(
             Opts::new("fairshare_cluster_free", "Free capacity per resource."),
+            &["cluster", "resource"]
+        )?),
+        cluster_used_by_others: reg!(GaugeVec::new(
+            Opts::new(
+                "fairshare_cluster_used_by_others",
+                "Capacity per resource (cores, GPUs, bytes) that no job of this service holds: other tenants."
+            ),
             &["cluster", "resource"]
         )?),
         cluster_healthy: reg!(IntGaugeVec::new(
@@ -417,10 +437,12 @@ pub fn clear_leader_gauges() {
     m.user_dominant_share.reset();
     m.user_weight.reset();
     m.user_fair_share.reset();
+    m.user_allocation.reset();
     m.users_paused.set(0);
     m.cluster_capacity.reset();
     m.cluster_used.reset();
     m.cluster_free.reset();
+    m.cluster_used_by_others.reset();
     m.cluster_healthy.reset();
     m.ray_pending_jobs.reset();
     m.last_cycle.set(0.0);

@@ -452,7 +452,7 @@ async fn dispatch_granted(
                     attempts,
                 } => {
                     tracing::warn!(job_id = %id, cluster = %msg.cluster, attempts, error = %last_error,
-                        "the cluster did not take the job; back to its queue");
+                        "the cluster did not take the job; it goes back to its queue, or ends STOPPED if cancelled meanwhile");
                 }
             }
             answer_event(&msg.cluster, outcome)

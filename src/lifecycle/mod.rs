@@ -95,6 +95,9 @@ pub fn parse_submission_id(id: &str) -> Option<(Uuid, u32)> {
     Some((Uuid::parse_str(job).ok()?, attempt))
 }
 
+/// The `stop_reason` a cancel writes (`POST /v1/jobs/{id}/cancel`, Ray's stop).
+pub const CANCELLED: &str = "cancelled by request";
+
 /// What the lifecycle needs to know about a job to decide (read from its row).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobFacts {
@@ -542,9 +545,18 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
         (S::Dispatching | S::Pending | S::Running, Event::WithdrawQueued) => {
             Decision::Refuse(Refusal::NotQueued(status))
         }
+        (S::Dispatching | S::Pending | S::Running, Event::CancelRequested)
+            if facts.stop_reason.as_deref() == Some(CANCELLED) =>
+        {
+            // Asked again (a client's retry, a second click): the first cancel's stop
+            // is under way and carried through by the row's stop_reason (re-sent when
+            // Ray accepts, retried until Ray says the attempt ended). Nothing more to
+            // write, send or announce.
+            Decision::Ignore
+        }
         (S::Dispatching | S::Pending | S::Running, Event::CancelRequested) => {
             let mut s = step(status, "cancel requested; stop sent to Ray");
-            s.changes.stop_reason = Some(Some("cancelled by request".into()));
+            s.changes.stop_reason = Some(Some(CANCELLED.into()));
             if status == S::Dispatching {
                 // The submit is in flight: Ray may have the attempt already (a POST
                 // whose answer is late) or not yet (then the stop is a 404, and it is

@@ -320,6 +320,32 @@ fn a_cancel_while_dispatching_ends_stopped_wherever_ray_does_not_have_the_job() 
     assert_eq!((s.to, s.ray), (S::Dispatching, stop));
 }
 
+/// A second cancel of a job being stopped for a cancel writes nothing, sends no
+/// second stop and announces nothing (a fresh tester's finding: 20 cancels of a
+/// DISPATCHING job wrote 20 events and sent Ray 21 stops); a cancel of a job being
+/// stopped for another reason still records the cancel, once.
+#[test]
+fn a_cancel_asked_again_changes_nothing() {
+    for status in [S::Dispatching, S::Pending, S::Running] {
+        let mut f = facts(status);
+        let Decision::Step(first) = decide(id(), &f, &Event::CancelRequested) else {
+            panic!("{status:?}: the first cancel is a step")
+        };
+        f.stop_reason = first.changes.stop_reason.clone().flatten();
+        assert_eq!(f.stop_reason.as_deref(), Some(CANCELLED));
+        assert_eq!(
+            decide(id(), &f, &Event::CancelRequested),
+            Decision::Ignore,
+            "{status:?}"
+        );
+        f.stop_reason = Some("runtime limit of 60 s exceeded".into());
+        let Decision::Step(s) = decide(id(), &f, &Event::CancelRequested) else {
+            panic!("{status:?}: a cancel after another stop is recorded")
+        };
+        assert_eq!(s.changes.stop_reason, Some(Some(CANCELLED.into())));
+    }
+}
+
 #[test]
 fn a_job_whose_stop_was_asked_and_that_ray_reports_failed_is_stopped() {
     let mut f = facts(S::Running);

@@ -472,3 +472,58 @@ async fn the_catch_up_finds_changes_no_notification_announced() {
     conn.close().await.ok();
     leader.handle.stop(true).await;
 }
+
+/// One user's burst through two replicas at once (a fresh tester's finding: with the
+/// batch in one round trip, a replica's batch that waited for the other's lock on the
+/// user wrote its own, earlier, submit time and went ahead of jobs the other replica
+/// had already answered): every 201's `queue_position` is the job's place as the
+/// database orders the queue once all of them are in.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn one_users_burst_through_two_replicas_gets_each_place_right() {
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let a = replica(&db.url, "replica-a").await;
+    let b = replica(&db.url, "replica-b").await;
+    let client = reqwest::Client::new();
+    let mut answered = Vec::new();
+    for round in 0..5 {
+        let reqs = (0..64).map(|i| {
+            let r = if i % 2 == 0 { &a } else { &b };
+            client
+                .post(format!("{}/v1/jobs", r.address))
+                .bearer_auth(SUBMITTER)
+                .json(&json!({"user": "burst", "entrypoint": format!("echo {round}-{i}")}))
+                .send()
+        });
+        for resp in futures_util::future::join_all(reqs).await {
+            let resp = resp.expect("request");
+            assert_eq!(resp.status(), 201);
+            let v: Value = resp.json().await.unwrap();
+            answered.push((
+                v["id"].as_str().unwrap().to_string(),
+                v["queue_position"].clone(),
+            ));
+        }
+    }
+    let mut wrong = Vec::new();
+    for (id, position) in &answered {
+        let (_, v) = get(&a, &format!("/v1/jobs/{id}")).await;
+        if v["queue_position"] != *position {
+            wrong.push((position.clone(), v["queue_position"].clone()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} jobs are not where their answer put them (answered, now): {:?}",
+        wrong.len(),
+        answered.len(),
+        &wrong[..wrong.len().min(8)]
+    );
+    a.handle.stop(true).await;
+    b.handle.stop(true).await;
+}

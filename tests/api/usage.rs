@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::both_databases;
 use crate::fake_ray::{self, State};
-use crate::helpers::{Db, TestApp, ADMIN, SUBMITTER};
+use crate::helpers::{metric, Db, TestApp, ADMIN, SUBMITTER};
 
 async fn app(db: Db, server: &wiremock::MockServer) -> TestApp {
     let uri = server.uri();
@@ -112,6 +112,28 @@ async fn a_job_is_charged_what_it_holds_on_ray(db: Db) {
     let j = app.get_json(&format!("/v1/jobs/{a}"), SUBMITTER).await;
     assert_eq!(j["resources"]["cpu"], 1.0, "{j}");
     assert_eq!(j["actual_resources"]["cpu"], 7.0, "{j}");
+    // /metrics says both, and what no job of ours holds (nothing here).
+    let text = until(10, "the allocation metrics", || async {
+        let text = app.metrics().await;
+        (metric(
+            &text,
+            r#"fairshare_user_allocation{charged="actual",resource="cpu",user="a"}"#,
+        ) == 7.0)
+            .then_some(text)
+    })
+    .await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"fairshare_user_allocation{charged="declared",resource="cpu",user="a"}"#
+        ),
+        1.0,
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"fairshare_cluster_used_by_others{cluster="fake",resource="cpu"} 0"#),
+        "{text}"
+    );
     // B's jobs hold no tasks: one of them fits in the CPU left, the other waits.
     state.lock().unwrap().tasks_cpu = 0.0;
     let b1 = app.submit("b", json!({"resources": {"cpu": 1}})).await["id"]

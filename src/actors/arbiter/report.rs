@@ -108,6 +108,8 @@ impl FairShareArbiter {
         m.user_dominant_share.reset();
         m.user_weight.reset();
         m.user_fair_share.reset();
+        m.user_allocation.reset();
+        let declared = self.ledger.declared_allocations();
         let now = unix_now();
         // Every user counted in `queued` is known to the ledger (`entry`,
         // `apply_settings` make it so together).
@@ -143,27 +145,44 @@ impl FairShareArbiter {
                     0.0
                 };
                 m.user_fair_share.with_label_values(&[label]).set(fair);
+                let d = declared.get(id.as_str()).copied().unwrap_or_default();
+                for (charged, r) in [("actual", u.allocation), ("declared", d)] {
+                    for (resource, v) in [
+                        ("cpu", r.cpu),
+                        ("gpu", r.gpu),
+                        ("memory_bytes", r.memory_bytes),
+                    ] {
+                        m.user_allocation
+                            .with_label_values(&[label, resource, charged])
+                            .set(v);
+                    }
+                }
             }
         }
         m.users_paused.set(paused);
         for c in self.ledger.cluster_views() {
             let used = (c.used_reported + c.unreported).max(c.outstanding);
             let free = c.free();
+            let others = c.foreign();
             let rows = [
-                ("cpu", c.total.cpu, used.cpu, free.cpu),
-                ("gpu", c.total.gpu, used.gpu, free.gpu),
+                ("cpu", c.total.cpu, used.cpu, free.cpu, others.cpu),
+                ("gpu", c.total.gpu, used.gpu, free.gpu, others.gpu),
                 (
                     "memory_bytes",
                     c.total.memory_bytes,
                     used.memory_bytes,
                     free.memory_bytes,
+                    others.memory_bytes,
                 ),
             ];
-            for (resource, capacity, used, free) in rows {
+            for (resource, capacity, used, free, others) in rows {
                 let labels = [c.name.as_str(), resource];
                 m.cluster_capacity.with_label_values(&labels).set(capacity);
                 m.cluster_used.with_label_values(&labels).set(used);
                 m.cluster_free.with_label_values(&labels).set(free);
+                m.cluster_used_by_others
+                    .with_label_values(&labels)
+                    .set(others);
             }
             m.cluster_healthy
                 .with_label_values(&[c.name.as_str()])

@@ -234,11 +234,21 @@ pub async fn submit(
     let rules = &state.settings.ray_compat;
     let (metadata, env) = (request.metadata.as_ref(), request.runtime_env.as_ref());
     let user = user_of(&rules.user_rules, &who, metadata, env)?;
-    if let Some(group) = group_of(&rules.group_rules, metadata, env)? {
-        request
-            .metadata
-            .get_or_insert_with(Default::default)
-            .insert(GROUP_KEY.to_string(), group);
+    // The group is what the operator's rules find, and only that: a `fairshare.group`
+    // the client wrote itself is replaced, or dropped when no rule finds one (unless a
+    // rule reads that very key), so no client picks its own group (DESIGN §4).
+    match group_of(&rules.group_rules, metadata, env)? {
+        Some(group) => {
+            request
+                .metadata
+                .get_or_insert_with(Default::default)
+                .insert(GROUP_KEY.to_string(), group);
+        }
+        None => {
+            if let Some(m) = request.metadata.as_mut() {
+                m.remove(GROUP_KEY);
+            }
+        }
     }
     let rename = |e: ApiError| match e {
         ApiError::Invalid { field, reason } => ApiError::Invalid {

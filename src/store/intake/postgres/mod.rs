@@ -215,14 +215,22 @@ async fn one_round_trip(
     let (inserted, read): (Vec<PgRow>, Vec<PgRow>) = answered
         .into_iter()
         .partition(|row| row.try_column("inserted").is_ok());
-    let inserted: i64 = match inserted.first() {
-        Some(row) => row
-            .try_get("inserted")
-            .map_err(|e| Failed::Refused(db_err(e)))?,
-        None => 0,
-    };
+    let (inserted, written_at): (i64, Option<chrono::DateTime<chrono::Utc>>) =
+        match inserted.first() {
+            Some(row) => (
+                row.try_get("inserted")
+                    .map_err(|e| Failed::Refused(db_err(e)))?,
+                row.try_get("at").map_err(|e| Failed::Refused(db_err(e)))?,
+            ),
+            None => (0, None),
+        };
     if inserted == 0 {
         return Ok(None);
+    }
+    // The submit time the guarded insert wrote (the database's, after the lock).
+    let at = written_at.unwrap_or(at);
+    for row in &mut rows {
+        row.submitted_at = at;
     }
     // Committed: what decide makes of the same read, with the same ids, is what was
     // written (the guard is decide's own condition for creating every job).

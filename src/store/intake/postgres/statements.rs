@@ -59,8 +59,13 @@ pub(super) const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) 
 /// pairs, and no user's QUEUED jobs plus its jobs in the batch (`$4`, by `$3`'s
 /// order) exceed its `max_queued_jobs` (else the default, `$5`): exactly when
 /// [`super::super::decide()`] would create every job of a batch without repeated keys.
-/// Otherwise nothing. Answers the number of jobs inserted (all or none). Runs after
-/// the lock, in a snapshot of its own (READ COMMITTED), as [`READ`] does. Every
+/// Otherwise nothing. Answers the number of jobs inserted (all or none) and the
+/// submit time written, `at`: the database's clock once the users are locked (never
+/// before `$2`), so that a batch that waited for another replica's lock on the same
+/// user queues behind that replica's jobs, as the two-round-trip path does by taking
+/// its time after round trip 1 (a fresh tester found a later commit with an earlier
+/// `$2` ahead of jobs already answered positions 1 and 2). Runs after the lock, in a
+/// snapshot of its own (READ COMMITTED), as [`READ`] does. Every
 /// look-up is a probe of one index per id or pair (lateral, `OFFSET 0`): the users
 /// were counted with `id = ANY($3)`, which the generic plan made on a new table ran
 /// as a sequential scan of every user, in every batch.
@@ -68,6 +73,7 @@ pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($
        id uuid, user_id text, external_id text, priority integer, entrypoint text, \
        runtime_env json, metadata json, cpu double precision, gpu double precision, \
        memory_bytes bigint, max_runtime_s bigint, runtime_env_digest text)), \
+     t AS (SELECT greatest($2::timestamptz, clock_timestamp()) AS at), \
      ok AS (SELECT \
        (SELECT count(*) FROM unnest($3::text[]) AS k(id) CROSS JOIN LATERAL \
          (SELECT 1 FROM users WHERE users.id = k.id OFFSET 0) u) = cardinality($3::text[]) \
@@ -83,11 +89,12 @@ pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($
        runtime_env, metadata, cpu, gpu, memory_bytes, max_runtime_s, submitted_at, \
        attempt, runtime_env_digest) \
        SELECT id, user_id, external_id, 'QUEUED', priority, entrypoint, runtime_env, \
-       metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1, runtime_env_digest \
-       FROM r, ok \
+       metadata, cpu, gpu, memory_bytes, max_runtime_s, t.at, 1, runtime_env_digest \
+       FROM r, ok, t \
        WHERE ok.pass ORDER BY user_id RETURNING id), \
-     e AS (INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', $2 FROM j) \
-     SELECT count(*) AS inserted FROM j";
+     e AS (INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', t.at \
+       FROM j, t) \
+     SELECT count(*) AS inserted, (SELECT at FROM t) AS at FROM j";
 
 /// The statements a connection prepares for intake: name, parameter types, text.
 /// A connection prepares them at its first batch (the error "prepared statement
