@@ -267,6 +267,19 @@ pub async fn submit(
     let body = read_body(&req, payload, &state.settings.server).await?;
     let request = SubmitRequest::parse(&body)?;
     who.check_user("user", &request.user)?;
+    if who.user.is_some()
+        && request
+            .metadata
+            .as_ref()
+            .is_some_and(|m| m.contains_key(super::ray_compat::identity::GROUP_KEY))
+    {
+        // A group is the operator's to set (ray_compat.group_rules), not a confined
+        // user's to choose (DESIGN §4).
+        return Err(ApiError::invalid(
+            format!("metadata.{}", super::ray_compat::identity::GROUP_KEY),
+            "a token confined to one user cannot choose its group",
+        ));
+    }
     let mut new = request.into_new_job()?;
     // Uploaded packages are the submitter's own (Ray's Jobs API, issue 31).
     super::ray_compat::packages::pin(&state, &who, &mut new.runtime_env).await?;

@@ -164,3 +164,68 @@ async fn a_default_user_takes_every_job_no_earlier_rule_places(db: Db) {
     .await;
 }
 both_databases!(a_default_user_takes_every_job_no_earlier_rule_places);
+
+/// A fresh tester's findings: no client picks its own group (a `fairshare.group` the
+/// client wrote on Ray's API is what the operator's rules find, or nothing; a token
+/// confined to one user cannot give one on `/v1`), and `runtime_env.env_vars` that
+/// Ray would refuse is a 422 naming it, not a job for the default user.
+async fn a_client_chooses_neither_its_group_nor_a_rule_by_a_bad_env_var(db: Db) {
+    let Some(app) = spawn_app_with(db, |s| {
+        qiskit_rules(s);
+        s.ray_compat.user_rules.push(IdentityRule::Default {
+            value: "anonymous".into(),
+        });
+        crate::helpers::add_user_token(s, "alice-token-0123", "alice");
+    })
+    .await
+    else {
+        return;
+    };
+    for (instance, expected) in [
+        (None, serde_json::Value::Null),
+        (Some("hub/a/p"), json!("hub/a/p")),
+    ] {
+        let mut body = gateway_submit("ibm-token-a", instance);
+        body["metadata"] = json!({"fairshare.group": "hub/not-mine", "k": "v"});
+        let r = app.post("/api/jobs/", SUBMITTER, body).await;
+        assert_eq!(r.status(), 200, "{:?}", r.text().await);
+        let sid = r.json::<serde_json::Value>().await.unwrap()["submission_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let j = app.get_json(&format!("/v1/jobs/{sid}"), ADMIN).await;
+        assert_eq!(j["group"], expected, "{j}");
+        assert_eq!(j["metadata"]["k"], "v", "{j}");
+    }
+    assert_error(
+        app.post(
+            "/v1/jobs",
+            "alice-token-0123",
+            json!({"user": "alice", "entrypoint": "x", "metadata": {"fairshare.group": "hub/x"}}),
+        )
+        .await,
+        422,
+        "invalid_field",
+        Some("metadata.fairshare.group"),
+    )
+    .await;
+    for (env_vars, field) in [
+        (
+            json!({"QISKIT_IBM_TOKEN": 123}),
+            "runtime_env.env_vars.QISKIT_IBM_TOKEN",
+        ),
+        (json!(["QISKIT_IBM_TOKEN"]), "runtime_env.env_vars"),
+    ] {
+        let r = app
+            .post(
+                "/api/jobs/",
+                SUBMITTER,
+                json!({"entrypoint": "x", "runtime_env": {"env_vars": env_vars}}),
+            )
+            .await;
+        assert_eq!(r.status(), 422);
+        let text = r.text().await.unwrap();
+        assert!(text.contains(field), "{field}: {text}");
+    }
+}
+both_databases!(a_client_chooses_neither_its_group_nor_a_rule_by_a_bad_env_var);

@@ -69,13 +69,38 @@ fn apply(
     }
 }
 
+/// `runtime_env.env_vars`, when present, is what Ray takes: an object of strings.
+/// Errors: 422 naming `runtime_env.env_vars` (not an object) or the variable (not a
+/// string), rather than a rule passing over it to the next (a fresh tester's
+/// finding: `"QISKIT_IBM_TOKEN": 123` put the job in the default user's queue).
+fn check_env_vars(runtime_env: Option<&Value>) -> Result<(), ApiError> {
+    let Some(vars) = runtime_env.and_then(|e| e.get("env_vars")) else {
+        return Ok(());
+    };
+    let Some(vars) = vars.as_object() else {
+        return Err(ApiError::invalid(
+            "runtime_env.env_vars",
+            "must be an object of strings (variable name to value)",
+        ));
+    };
+    match vars.iter().find(|(_, v)| !v.is_string()) {
+        Some((name, _)) => Err(ApiError::invalid(
+            format!("runtime_env.env_vars.{name}"),
+            "must be a string",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The first of `rules` that names an id, checked as a user id (422 naming the field
-/// it came from otherwise).
+/// it came from otherwise, or naming `runtime_env.env_vars` when it is not an object
+/// of strings).
 fn first(
     rules: &[IdentityRule],
     metadata: Option<&BTreeMap<String, String>>,
     runtime_env: Option<&Value>,
 ) -> Result<Option<(String, String, bool)>, ApiError> {
+    check_env_vars(runtime_env)?;
     for rule in rules {
         if let Some((id, field)) = apply(rule, metadata, runtime_env) {
             if let Some(why) = crate::user_id::problem(&id) {
