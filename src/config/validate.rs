@@ -158,6 +158,20 @@ impl Settings {
                 Ok(_) => {}
             }
         }
+        let nets: Vec<super::Network> = self
+            .auth
+            .trusted_networks
+            .iter()
+            .filter_map(|n| super::Network::parse(n).ok())
+            .collect();
+        if super::Network::cover_everything(&nets) {
+            return invalid(
+                "auth.trusted_networks",
+                "together these networks cover every address (as 0.0.0.0/0 or ::/0 \
+                 would): that opens the service to anyone who can reach it; list the \
+                 gateway's own networks",
+            );
+        }
         if self.ray_compat.max_package_bytes == 0 {
             return invalid("ray_compat.max_package_bytes", "must be at least 1");
         }

@@ -93,3 +93,44 @@ fn a_trusted_network_that_covers_everything_stops_the_service_at_start() {
         );
     }
 }
+
+/// Networks that cover everything only together are refused too (a fresh tester's
+/// finding: `0.0.0.0/1` with `128.0.0.0/1` started), and an IPv4-mapped IPv6 network
+/// is the IPv4 network it maps; networks that leave addresses out start.
+#[test]
+fn trusted_networks_that_together_cover_everything_stop_the_service_at_start() {
+    let load = |nets: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let list: Vec<String> = nets.iter().map(|n| format!("\"{n}\"")).collect();
+        std::fs::write(
+            &path,
+            format!("[auth]\ntrusted_networks = [{}]\n", list.join(", ")),
+        )
+        .unwrap();
+        fairshare::Settings::load_with_env(Some(&path), Vec::<(String, String)>::new())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    for bad in [
+        &["0.0.0.0/1", "128.0.0.0/1"][..],
+        &["128.0.0.0/1", "10.0.0.0/8", "0.0.0.0/2", "64.0.0.0/2"],
+        &["::/1", "8000::/1"],
+        &["::ffff:0:0/97", "::ffff:128.0.0.0/97"],
+    ] {
+        let err = load(bad).unwrap_err();
+        assert!(
+            err.contains("auth.trusted_networks") && err.contains("cover every address"),
+            "{bad:?}: {err}"
+        );
+    }
+    let err = load(&["::ffff:0:0/96"]).unwrap_err();
+    assert!(err.contains("covers every address"), "{err}");
+    for good in [
+        &["0.0.0.0/1", "128.0.0.0/2"][..],
+        &["0.0.0.0/1", "::/1", "8000::/2"],
+        &["10.0.0.0/8", "fd00::/8", "::ffff:10.0.0.0/104"],
+    ] {
+        assert_eq!(load(good), Ok(()), "{good:?}");
+    }
+}
