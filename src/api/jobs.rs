@@ -320,10 +320,28 @@ pub(crate) async fn accept(
 ) -> Result<Accepted, ApiError> {
     tracing::Span::current().record("user", new.user.as_str());
     if let Some(s) = state.scheduler() {
-        let request = crate::policy::Resources::new(new.cpu, new.gpu, new.memory_bytes as f64);
+        use crate::policy::Resources;
+        let request = Resources::new(new.cpu, new.gpu, new.memory_bytes as f64);
         if s.fits_some_cluster(request).await == Some(false) {
+            // Named by the one resource no cluster has enough of, where there is one
+            // (a GPU job on CPU-only clusters names the GPUs; on Ray's API
+            // `entrypoint_num_gpus`); `resources` when only the combination fails.
+            let mut field = "resources";
+            for (name, alone) in [
+                ("resources.cpu", Resources::new(new.cpu, 0.0, 0.0)),
+                ("resources.gpu", Resources::new(0.0, new.gpu, 0.0)),
+                (
+                    "resources.memory_bytes",
+                    Resources::new(0.0, 0.0, new.memory_bytes as f64),
+                ),
+            ] {
+                if s.fits_some_cluster(alone).await == Some(false) {
+                    field = name;
+                    break;
+                }
+            }
             return Err(ApiError::invalid(
-                "resources",
+                field,
                 format!(
                     "no healthy cluster is large enough for cpu={}, gpu={}, memory_bytes={}; \
                      see GET /v1/scheduler for cluster capacity",

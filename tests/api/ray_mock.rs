@@ -278,7 +278,28 @@ async fn lagging_capacity_reports_do_not_over_grant() {
             json!({"user": "eve", "entrypoint": "x", "resources": {"cpu": 3}}),
         )
         .await;
-    crate::helpers::assert_error(resp, 422, "invalid_field", Some("resources")).await;
+    crate::helpers::assert_error(resp, 422, "invalid_field", Some("resources.cpu")).await;
+    // Named by the resource no cluster has (a fresh tester's finding: a GPU job on
+    // CPU-only clusters named the CPUs), here and on Ray's API.
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "eve", "entrypoint": "x", "resources": {"cpu": 1, "gpu": 1}}),
+        )
+        .await;
+    crate::helpers::assert_error(resp, 422, "invalid_field", Some("resources.gpu")).await;
+    let resp = app
+        .post(
+            "/api/jobs/",
+            SUBMITTER,
+            json!({"entrypoint": "x", "entrypoint_num_gpus": 1,
+                   "metadata": {"fairshare.user": "eve"}}),
+        )
+        .await;
+    assert_eq!(resp.status(), 422);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("entrypoint_num_gpus"), "{text}");
 }
 
 #[actix_web::test]
