@@ -183,5 +183,26 @@ async fn fairshares_api_bodies_are_rays_bytes(db: Db) {
         (r.status().as_u16(), r.bytes().await.unwrap().to_vec()),
         (200, fixture("package_exists"))
     );
+    // A path no route takes, under /api/: its error in Python's spacing too (a fresh
+    // tester's finding); elsewhere the service's own compact JSON.
+    for path in ["/api/nothing", "/api/jobs/x/y/z", "/api/cluster_status"] {
+        let r = app.get(path, SUBMITTER).await;
+        assert_eq!(r.status(), 404, "{path}");
+        let body = text(&r.bytes().await.unwrap());
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], "not_found", "{body}");
+        assert!(
+            body.contains("\": {") && body.contains("\", \""),
+            "{path}: {body}"
+        );
+    }
+    let body = text(
+        &app.get("/v2/nothing", SUBMITTER)
+            .await
+            .bytes()
+            .await
+            .unwrap(),
+    );
+    assert!(body.contains("\":{"), "{body}");
 }
 both_databases!(fairshares_api_bodies_are_rays_bytes);
