@@ -85,6 +85,8 @@ pub fn document_json() -> serde_json::Value {
     env["propertyNames"] = json!({"type": "string", "pattern": NO_NUL});
     env["additionalProperties"] = json!({"$ref": "#/components/schemas/JsonNoNul"});
     schemas["SubmitRequest"]["properties"]["user"]["pattern"] = json!(user_id_pattern());
+    schemas["UserUpdate"]["properties"]["display_name"]["pattern"] =
+        json!(super::user_id::display_name_pattern());
     // User ids in parameters (the `user` filters, `/v1/users/{id}`), and 414 on every
     // operation: `api::line_limit` answers a request line of 64 KiB or more with 414
     // before any route runs, whatever the path.

@@ -11,25 +11,37 @@ use crate::user_id::is_refused;
 /// beyond it the characters stand as themselves, which every regex engine with code
 /// point semantics reads as one character (ECMA-262 with the `u` flag, Python, Rust).
 pub fn pattern() -> &'static str {
-    static PATTERN: LazyLock<String> = LazyLock::new(|| {
-        let mut class = String::new();
-        for (lo, hi) in refused_ranges() {
-            class.push_str(&escape(lo));
-            if hi != lo {
-                class.push('-');
-                class.push_str(&escape(hi));
-            }
-        }
-        format!(r"^(?!\.\.?$)[^{class}]+$")
-    });
+    static PATTERN: LazyLock<String> =
+        LazyLock::new(|| format!(r"^(?!\.\.?$)[^{}]+$", refused_class(|_| true)));
     &PATTERN
 }
 
-/// Every refused character, as inclusive ranges in order.
-fn refused_ranges() -> Vec<(char, char)> {
+/// The JSON Schema pattern of a user's `display_name`: none of the characters
+/// [`is_refused`] refuses but the plain space (U+0020), as the API checks it.
+pub fn display_name_pattern() -> &'static str {
+    static PATTERN: LazyLock<String> =
+        LazyLock::new(|| format!(r"^[^{}]+$", refused_class(|c| c != ' ')));
+    &PATTERN
+}
+
+/// The refused characters that `keep` keeps, as the inside of a character class.
+fn refused_class(keep: impl Fn(char) -> bool) -> String {
+    let mut class = String::new();
+    for (lo, hi) in refused_ranges(keep) {
+        class.push_str(&escape(lo));
+        if hi != lo {
+            class.push('-');
+            class.push_str(&escape(hi));
+        }
+    }
+    class
+}
+
+/// Every refused character that `keep` keeps, as inclusive ranges in order.
+fn refused_ranges(keep: impl Fn(char) -> bool) -> Vec<(char, char)> {
     let mut ranges: Vec<(char, char)> = Vec::new();
     for c in (0..=u32::from(char::MAX)).filter_map(char::from_u32) {
-        if !is_refused(c) {
+        if !is_refused(c) || !keep(c) {
             continue;
         }
         match ranges.last_mut() {
@@ -76,5 +88,9 @@ mod tests {
             p.contains(r"\ufe00-\ufe0f") && p.contains(r"\u180b-\u180f"),
             "{p}"
         );
+        // A display name: the same, but a plain space is fine.
+        let d = regex::Regex::new(display_name_pattern()).expect("compiles");
+        assert!(d.is_match("Ada Lovelace (IBM)"));
+        assert!(!d.is_match("Ada \u{202e}MBI") && !d.is_match("a\tb") && !d.is_match(""));
     }
 }

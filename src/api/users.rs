@@ -69,9 +69,11 @@ pub struct UserUpdate {
     #[schema(value_type = Option<ResourceLimit>)]
     pub max_resources: Option<Option<ResourceLimit>>,
     /// A readable name for the user (for an id such as `u-3f9a…` that a keyed hash
-    /// made), 1–128 characters without control characters, or null for none.
+    /// made), 1–128 characters without control or invisible characters (spaces are
+    /// fine), or null for none; the document's pattern is set from the rule
+    /// (`api::user_id::display_name_pattern`).
     #[serde(default, deserialize_with = "super::body::nullable")]
-    #[schema(value_type = Option<String>, min_length = 1, max_length = 128, pattern = r"^[^\x00-\x1f\x7f-\x9f]*$")]
+    #[schema(value_type = Option<String>, min_length = 1, max_length = 128)]
     pub display_name: Option<Option<String>>,
 }
 
@@ -307,10 +309,17 @@ impl UserUpdate {
         }
         if let Some(Some(name)) = &self.display_name {
             let n = name.chars().count();
-            if !(1..=128).contains(&n) || name.chars().any(char::is_control) {
+            // Spaces are fine in a name; other whitespace, control and invisible
+            // characters (a right-to-left override, U+202E, turns a name around on
+            // screen: a fresh tester's finding) are refused as in user ids.
+            let refused = name
+                .chars()
+                .find(|&c| c != ' ' && crate::user_id::is_refused(c));
+            if !(1..=128).contains(&n) || refused.is_some() {
                 return Err(ApiError::invalid(
                     "display_name",
-                    "must be 1 to 128 characters without control characters, or null for none",
+                    "must be 1 to 128 characters without control or invisible characters \
+                     (spaces are fine), or null for none",
                 ));
             }
         }

@@ -92,18 +92,21 @@ async fn users_told_apart_only_by_a_hashed_env_var_get_their_own_queues(db: Db) 
         .map(|u| u["id"].clone())
         .collect();
     assert_eq!(named, vec![json!(users[0])]);
-    assert_error(
-        app.put(
-            &format!("/v1/users/{}", users[0]),
-            ADMIN,
-            json!({"display_name": "a\nb"}),
+    // A control character, a right-to-left override, a zero-width space: refused.
+    for bad in ["a\nb", "Ada \u{202e}MBI", "Ada\u{200b}"] {
+        assert_error(
+            app.put(
+                &format!("/v1/users/{}", users[0]),
+                ADMIN,
+                json!({ "display_name": bad }),
+            )
+            .await,
+            422,
+            "invalid_field",
+            Some("display_name"),
         )
-        .await,
-        422,
-        "invalid_field",
-        Some("display_name"),
-    )
-    .await;
+        .await;
+    }
     let r = app
         .put(
             &format!("/v1/users/{}", users[0]),
