@@ -159,6 +159,7 @@ pub const SUBMIT_NUMBERS: &[(&str, Written)] = &[
     ("resources.memory_bytes", Written::Whole),
     ("priority", Written::Whole),
     ("max_runtime_s", Written::Whole),
+    ("runtime_env", Written::Integers64),
 ];
 
 /// Checks `memory_bytes` (`field` names it): at most [`MAX_WHOLE`] (2^53), which the

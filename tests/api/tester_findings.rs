@@ -846,3 +846,48 @@ async fn with_no_token_a_page_of_another_origin_changes_nothing(db: Db) {
     assert_eq!(resp.status(), 200);
 }
 both_databases!(with_no_token_a_page_of_another_origin_changes_nothing);
+
+/// Issue 27's fresh tester: an integer beyond 64 bits in a runtime_env was stored as
+/// the nearest double, and a resubmit with the next integer was "the same job". Now
+/// 422 naming `runtime_env`, on `/v1` and on Ray's API; a 64-bit one is kept.
+async fn an_integer_beyond_64_bits_in_a_runtime_env_is_refused(db: Db) {
+    let Some(app) = spawn_app_with(db, |_| {}).await else {
+        return;
+    };
+    let raw = |path: &'static str, body: String| {
+        app.client
+            .post(app.url(path))
+            .bearer_auth(SUBMITTER)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let r = raw(
+        "/v1/jobs",
+        r#"{"user": "odd", "entrypoint": "e", "external_id": "s7",
+            "runtime_env": {"env_vars": {}, "y": 12345678901234567890123}}"#
+            .to_string(),
+    )
+    .await
+    .unwrap();
+    assert_error(r, 422, "invalid_field", Some("runtime_env")).await;
+    let r = raw(
+        "/api/jobs/",
+        r#"{"entrypoint": "e", "metadata": {"fairshare.user": "odd"},
+            "runtime_env": {"y": [-92233720368547758090]}}"#
+            .to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 422);
+    assert!(r.text().await.unwrap().contains("runtime_env"));
+    let r = raw(
+        "/v1/jobs",
+        r#"{"user": "odd", "entrypoint": "e", "runtime_env": {"y": 18446744073709551615}}"#
+            .to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 201);
+}
+both_databases!(an_integer_beyond_64_bits_in_a_runtime_env_is_refused);

@@ -33,6 +33,12 @@ pub enum Written {
     /// At most [`RESOURCE_DECIMALS`] decimal places, exactly: `0.3`, `0.0001`,
     /// `1e-4`, `2.5E0`, `0.30000`; not `0.3000000001`.
     Resource,
+    /// Any JSON value (a `runtime_env`, passed on to Ray) whose integers, written
+    /// without a fraction or an exponent, fit 64 bits (`i64` or `u64`), as the JSON
+    /// layer keeps them exactly; a longer one would be read as the nearest double
+    /// and stored and compared so (`12345678901234567890123` as
+    /// `1.2345678901234568e22`, equal to its neighbour), where Ray's Python keeps it.
+    Integers64,
 }
 
 /// A JSON number's magnitude, exactly: `digits × 10^exponent` (`digits` without
@@ -94,8 +100,59 @@ pub fn too_large() -> String {
     )
 }
 
+/// The first integer literal (no fraction, no exponent) in the JSON text `json`
+/// that fits neither `i64` nor `u64`, strings skipped.
+fn integer_beyond_64_bits(json: &str) -> Option<&str> {
+    let b = json.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'"' => {
+                i += 1;
+                while i < b.len() {
+                    match b[i] {
+                        b'\\' => i += 2,
+                        b'"' => {
+                            i += 1;
+                            break;
+                        }
+                        _ => i += 1,
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                i += 1;
+                while i < b.len() && matches!(b[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
+                    i += 1;
+                }
+                let token = &json[start..i];
+                if !token.contains(['.', 'e', 'E'])
+                    && token.parse::<i64>().is_err()
+                    && token.parse::<u64>().is_err()
+                {
+                    return Some(token);
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 /// Why `text` breaks `rule`, if it does.
 fn broken(text: &str, rule: Written) -> Option<String> {
+    if rule == Written::Integers64 {
+        return integer_beyond_64_bits(text).map(|n| {
+            let shown: String = n.chars().take(40).collect();
+            let more = if n.len() > 40 { "…" } else { "" };
+            format!(
+                "holds the integer {shown}{more}, beyond 64 bits: it could not be kept \
+                 exactly (it would read as the nearest double); write it as a string"
+            )
+        });
+    }
     let d = decimal(text)?;
     if d.digits.is_empty() {
         return None;
@@ -115,6 +172,7 @@ fn broken(text: &str, rule: Written) -> Option<String> {
                 _ => Some(too_large()),
             }
         }
+        Written::Integers64 => None,
         Written::Resource => (d.exponent < -RESOURCE_DECIMALS).then(|| {
             format!(
                 "must have at most {RESOURCE_DECIMALS} decimal places as written \
@@ -185,6 +243,28 @@ mod tests {
             Ok(()) => None,
             Err(ApiError::Invalid { field, .. }) => Some(field),
             Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// A fresh tester's finding: `12345678901234567890123` in a runtime_env was
+    /// stored as `1.2345678901234568e22`, and a resubmit with `…124` was "the same".
+    #[test]
+    fn a_runtime_env_keeps_only_integers_it_can_keep_exactly() {
+        let rules = [("runtime_env", Written::Integers64)];
+        for ok in [
+            r#"{"runtime_env": {"a": 1, "b": [-9223372036854775808, 18446744073709551615]}}"#,
+            r#"{"runtime_env": {"x": 1.2345678901234568e22, "y": -0.0, "z": 0.5}}"#,
+            r#"{"runtime_env": {"s": "12345678901234567890123", "e": "\"1234567890123456789012\""}}"#,
+            r#"{"runtime_env": null, "priority": 12345678901234567890123}"#,
+        ] {
+            assert_eq!(field(ok, &rules), None, "{ok}");
+        }
+        for bad in [
+            r#"{"runtime_env": {"y": 12345678901234567890123}}"#,
+            r#"{"runtime_env": {"a": [1, {"b": -9223372036854775809}]}}"#,
+            r#"{"runtime_env": {"a": "x\\", "b": 18446744073709551616}}"#,
+        ] {
+            assert_eq!(field(bad, &rules).as_deref(), Some("runtime_env"), "{bad}");
         }
     }
 

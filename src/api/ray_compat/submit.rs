@@ -20,6 +20,7 @@ pub const RAY_SUBMIT_NUMBERS: &[(&str, Written)] = &[
     ("entrypoint_resources.CPU", Written::Resource),
     ("entrypoint_resources.GPU", Written::Resource),
     ("entrypoint_resources.memory", Written::Whole),
+    ("runtime_env", Written::Integers64),
 ];
 
 pub use super::identity::USER_KEY;
