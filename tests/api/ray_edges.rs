@@ -359,6 +359,20 @@ async fn the_time_from_a_finish_to_the_next_dispatch_is_measured() {
         "finish to dispatch took {} s on average",
         sum / count
     );
+    // The last finish left nothing waiting: a job submitted later is no finish's
+    // latency (it was measured from that finish, however long after, as bench-edge's
+    // rounds after an idle spell showed: seconds).
+    let later = submit_id(&app, "f", json!({})).await;
+    until(20, "SUCCEEDED", || async {
+        (job(&app, &later).await["status"] == "SUCCEEDED").then_some(())
+    })
+    .await;
+    let m = app.metrics().await;
+    assert_eq!(
+        metric(&m, "fairshare_finish_to_dispatch_seconds_count"),
+        count,
+        "the later submission was not counted as a finish's dispatch"
+    );
 }
 
 #[actix_web::test]

@@ -60,7 +60,9 @@ impl FairShareArbiter {
             });
             tracing::info!(user = %g.user, job_id = %g.job_id, cluster = %g.cluster, "granted");
         }
-        if !outcome.grants.is_empty() {
+        if !outcome.grants.is_empty() || self.queued_ids.is_empty() {
+            // Granted; or nothing waits, so the freed capacity goes to no job, and a
+            // later grant (a new submission's) is not the finish's latency.
             self.freed_at = None;
         }
         let others_hold = !self.queued_ids.is_empty() && self.ledger.others_hold();
