@@ -2,6 +2,7 @@
 //! health, metrics and the OpenAPI document; Ray's Jobs REST API under `/api/`
 //! (`ray_compat`).
 
+mod accept;
 pub mod auth;
 pub mod body;
 pub mod console;

@@ -32,6 +32,7 @@
 //! | QUEUED | `CancelRequested` | STOPPED | message | stop of a retiring attempt, if any | finished{STOPPED} |
 //! | DISPATCHING | `CancelRequested` | DISPATCHING, stop asked | | stop (a 404 if Ray does not have it yet; sent again once it has) | — |
 //! | PENDING, RUNNING | `CancelRequested` | same, stop asked | | stop | — |
+//! | DISPATCHING, PENDING, RUNNING (cancel already asked) | `CancelRequested` | ignored: the first cancel's stop is under way | | | |
 //! | terminal | `CancelRequested` | refused: `AlreadyFinished` | | | |
 //! | QUEUED | `WithdrawQueued` | STOPPED | message | stop of a retiring attempt, if any | finished{STOPPED} |
 //! | DISPATCHING, PENDING, RUNNING | `WithdrawQueued` | refused: `NotQueued` (nothing written) | | | |
@@ -60,40 +61,16 @@
 
 mod observe;
 mod row;
+mod submission;
 #[cfg(test)]
 mod tests;
 
 pub use observe::{observe_current, observe_retiring, Limits};
 pub use row::updated;
+pub use submission::{current_submission_id, parse_submission_id, submission_id};
 
 use entity::JobStatus;
 use uuid::Uuid;
-
-/// The Ray `submission_id` of a job's attempt: the job id itself for attempt 1 (so
-/// jobs dispatched before attempts existed keep their id), `<job id>-<attempt>` after.
-pub fn submission_id(job_id: Uuid, attempt: u32) -> String {
-    if attempt <= 1 {
-        job_id.to_string()
-    } else {
-        format!("{job_id}-{attempt}")
-    }
-}
-
-/// The Ray `submission_id` of a job row's current attempt.
-pub fn current_submission_id(j: &entity::job::Model) -> String {
-    submission_id(j.id, JobFacts::of(j).attempt)
-}
-
-/// The job id and attempt a Ray `submission_id` names (the inverse of
-/// [`submission_id`]); `None` for ids this service did not make.
-pub fn parse_submission_id(id: &str) -> Option<(Uuid, u32)> {
-    if let Ok(job) = Uuid::parse_str(id) {
-        return Some((job, 1));
-    }
-    let (job, attempt) = id.rsplit_once('-')?;
-    let attempt: u32 = attempt.parse().ok().filter(|a| *a >= 2)?;
-    Some((Uuid::parse_str(job).ok()?, attempt))
-}
 
 /// The `stop_reason` a cancel writes (`POST /v1/jobs/{id}/cancel`, Ray's stop).
 pub const CANCELLED: &str = "cancelled by request";

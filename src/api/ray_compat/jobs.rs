@@ -1,6 +1,6 @@
 //! Ray's job routes under `/api/` (see the module map in [`super`]): submit, list, get,
 //! stop, delete, logs and the version check, over the same queue, idempotency and
-//! cancel as `/v1` (`api::jobs::accept`, `api::jobs::cancel_job`).
+//! cancel as `/v1` (`api::accept::accept`, `api::jobs::cancel_job`).
 //!
 //! A job reads as Ray's `JobDetails`: while it waits here (QUEUED, DISPATCHING) its
 //! `status` is Ray's `PENDING` and its `message` says why it waits (the
@@ -24,7 +24,8 @@ use super::{JOBS_API_VERSION, RAY_VERSION};
 use crate::actors::Cancelled;
 use crate::api::auth::Identity;
 use crate::api::body::{parse_json, read_body};
-use crate::api::jobs::{accept, cancel_job, view, withdraw_job, Fresh};
+use crate::api::accept::accept;
+use crate::api::jobs::{cancel_job, view, withdraw_job, Fresh};
 use crate::api::{ApiError, AppState};
 use crate::config::Role;
 use crate::ray::RayClient;
