@@ -5,6 +5,7 @@
 use super::error::ApiError;
 use super::AppState;
 use crate::store::Intake;
+use entity::job;
 
 /// What [`accept`] made of a submission.
 pub(crate) enum Accepted {

@@ -7,16 +7,16 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use super::accept::{accept, Accepted};
 use super::body::{parse_query, read_body};
 use super::error::{ApiError, ErrorBody};
 pub use super::submit::{
     validate_amount, validate_external_id, validate_user_id, ResourcesIn, SubmitRequest,
 };
-use super::accept::{accept, Accepted};
 use super::AppState;
 use crate::actors::{Cancelled, Scheduler};
 use crate::config::Role;
-use crate::store::{self, Intake, JobFilter};
+use crate::store::{self, JobFilter};
 
 /// Default and largest page size of `GET /v1/jobs`.
 pub const DEFAULT_PAGE: u64 = 100;

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod network;
 #[cfg(test)]
 mod tests;
-mod network;
 mod validate;
 
 pub use network::Network;
@@ -433,7 +433,6 @@ pub struct AuthSettings {
 fn submitter() -> Role {
     Role::Submitter
 }
-
 
 /// A bearer token and the role it grants.
 #[derive(Clone, Deserialize)]
