@@ -49,6 +49,7 @@ fn batch(size: usize, start: &mut usize) -> Vec<NewJob> {
                 entrypoint: "python train.py --epochs 10".into(),
                 runtime_env: None,
                 runtime_env_digest: None,
+                runtime_env_digests: Vec::new(),
                 metadata: None,
                 cpu: 1.0,
                 gpu: 0.0,

@@ -122,6 +122,11 @@ impl Application {
         if !sealer.seals() {
             tracing::warn!("secrets.runtime_env_keys is empty: runtime_envs are stored unsealed (allowed only without auth.tokens)");
         }
+        for k in &settings.secrets.runtime_env_keys.0 {
+            if k.is_trivial() {
+                tracing::warn!(key_id = k.id(), "secrets.runtime_env_keys: this key is 32 equal bytes, not a random one; generate one with `openssl rand -base64 32`");
+            }
+        }
         // Waiting jobs' runtime_envs sealed under the newest key (DESIGN §6,
         // "Secrets"), beside the server: the dispatcher opens any configured key.
         actix_web::rt::spawn(seal_stored(db.clone(), sealer.clone()));

@@ -15,6 +15,13 @@
 //! No key configured (allowed only without `auth.tokens`, the loopback service of
 //! development; `config::validate`): the runtime_env is stored as the JSON object it
 //! is, as before this module, and still deleted when the job ends.
+//!
+//! What is kept after the job ends is a digest for idempotent resubmits
+//! ([`Sealer::digest`]): with a key, `k:<key id>:<hex HMAC-SHA-256>` under a digest
+//! key derived from that key, so that whoever reads the database cannot test a guessed
+//! runtime_env (a token of low entropy) against it, as an unkeyed SHA-256 would let
+//! them (a fresh tester's finding); without a key, the unkeyed hex SHA-256 of
+//! migration 11.
 
 use std::fmt;
 
@@ -68,6 +75,13 @@ impl RuntimeEnvKey {
     /// and in messages; it does not reveal the key).
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Whether the key is 32 equal bytes (`AAAA…A=`, all zero): a placeholder, not a
+    /// random key. Warned of at start (a fresh tester's finding); not refused, since
+    /// such keys serve the test configurations.
+    pub fn is_trivial(&self) -> bool {
+        self.bytes.iter().all(|b| *b == self.bytes[0])
     }
 }
 
@@ -138,7 +152,34 @@ pub struct SealError;
 pub struct Sealer {
     /// `(id, key)`, newest first; empty: runtime_envs are stored as they are.
     keys: Vec<(String, LessSafeKey)>,
+    /// `(id, digest key)` of each key, in the same order: HMAC-SHA-256 of the label
+    /// [`DIGEST_LABEL`] under the key's bytes, so the digests' key is not the
+    /// sealing key itself.
+    digest_keys: Vec<(String, [u8; 32])>,
     rng: SystemRandom,
+}
+
+/// What a key's digest key is derived with (see [`Sealer`]).
+const DIGEST_LABEL: &[u8] = b"fairshare runtime_env digest v1";
+
+/// HMAC-SHA-256 of `data` under `key`.
+fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
+    use hmac::Mac as _;
+    // HMAC takes a key of any length; new_from_slice cannot fail for it.
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
+    mac.update(data);
+    mac.finalize().into_bytes().into()
+}
+
+/// The text a runtime_env's digest is taken of: serde_json's text of the value (its
+/// keys in order), the empty object's when there is none, as
+/// [`migration::runtime_env_digest`] takes it.
+fn digest_text(env: Option<&serde_json::Value>) -> Vec<u8> {
+    match env {
+        None | Some(serde_json::Value::Null) => b"{}".to_vec(),
+        Some(v) => serde_json::to_vec(v).unwrap_or_default(),
+    }
 }
 
 impl fmt::Debug for Sealer {
@@ -160,8 +201,37 @@ impl Sealer {
                     Some((k.id.clone(), LessSafeKey::new(key)))
                 })
                 .collect(),
+            digest_keys: keys
+                .0
+                .iter()
+                .map(|k| (k.id.clone(), hmac_sha256(&k.bytes, DIGEST_LABEL)))
+                .collect(),
             rng: SystemRandom::new(),
         }
+    }
+
+    /// The digest to store of a submission's runtime_env `env` (as submitted,
+    /// before sealing), for idempotent resubmits: `k:<key id>:<64 hex digits>`, the
+    /// HMAC-SHA-256 of its text under the newest key's digest key; without a key the
+    /// unkeyed hex SHA-256 ([`migration::runtime_env_digest`]).
+    pub fn digest(&self, env: Option<&serde_json::Value>) -> String {
+        match self.digest_keys.first() {
+            Some((id, key)) => keyed_digest(id, key, &digest_text(env)),
+            None => migration::runtime_env_digest(env),
+        }
+    }
+
+    /// Every digest a stored job with the same runtime_env as `env` may carry: under
+    /// each configured key (a job stored before the newest key was added), and the
+    /// unkeyed one (stored without a key, or before migration 11). A digest made
+    /// under a key no longer configured matches none of them.
+    pub fn digests(&self, env: Option<&serde_json::Value>) -> Vec<String> {
+        let text = digest_text(env);
+        self.digest_keys
+            .iter()
+            .map(|(id, key)| keyed_digest(id, key, &text))
+            .chain(std::iter::once(migration::runtime_env_digest(env)))
+            .collect()
     }
 
     /// Whether a key is configured (else values are stored as they are).
@@ -250,6 +320,15 @@ impl Sealer {
             _ => false,
         }
     }
+}
+
+/// `k:<id>:<hex HMAC-SHA-256 of text under key>`.
+fn keyed_digest(id: &str, key: &[u8; 32], text: &[u8]) -> String {
+    let mac: String = hmac_sha256(key, text)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("k:{id}:{mac}")
 }
 
 #[cfg(test)]
@@ -383,5 +462,38 @@ mod tests {
         );
         let dup = serde_json::from_value::<KeyList>(json!([text, text])).unwrap_err();
         assert!(dup.to_string().contains("twice"), "{dup}");
+    }
+
+    /// The digest kept after a job ends is keyed: not the unkeyed SHA-256 that a
+    /// reader of the database could test a guess against; one per configured key
+    /// and the unkeyed one are what a stored job may carry.
+    #[test]
+    fn a_digest_is_keyed_and_every_configured_key_matches() {
+        let (a, b) = (key(1), key(2));
+        let only_a = sealer(&[a.clone()]);
+        let d = only_a.digest(Some(&env()));
+        assert!(d.starts_with(&format!("k:{}:", a.id())) && d.len() == 2 + 8 + 1 + 64, "{d}");
+        assert_ne!(d, migration::runtime_env_digest(Some(&env())));
+        assert_ne!(d, only_a.digest(Some(&json!({"env_vars": {}}))));
+        assert_eq!(only_a.digest(None), only_a.digest(Some(&serde_json::Value::Null)));
+        let rotated = sealer(&[b.clone(), a.clone()]);
+        let all = rotated.digests(Some(&env()));
+        assert_eq!(all.len(), 3);
+        assert!(all.contains(&d), "a job stored under the older key still matches");
+        assert!(all.contains(&rotated.digest(Some(&env()))));
+        assert!(all.contains(&migration::runtime_env_digest(Some(&env()))));
+        assert!(!sealer(&[b]).digests(Some(&env())).contains(&d));
+        let none = sealer(&[]);
+        assert_eq!(none.digest(Some(&env())), migration::runtime_env_digest(Some(&env())));
+    }
+
+    /// An all-zero key (a placeholder) is said at start (a fresh tester's finding).
+    #[test]
+    fn a_key_of_equal_bytes_is_trivial() {
+        let zero = RuntimeEnvKey::parse("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap();
+        assert!(zero.is_trivial() && key(42).is_trivial());
+        let mut bytes = [9u8; 32];
+        bytes[31] = 10;
+        assert!(!RuntimeEnvKey::from_bytes(bytes).is_trivial());
     }
 }

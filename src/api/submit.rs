@@ -278,6 +278,7 @@ impl SubmitRequest {
             entrypoint: self.entrypoint,
             runtime_env: self.runtime_env,
             runtime_env_digest: None,
+            runtime_env_digests: Vec::new(),
             metadata: self
                 .metadata
                 .map(|m| serde_json::to_value(m).unwrap_or_default()),

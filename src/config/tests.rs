@@ -241,6 +241,10 @@ fn identity_rules_load_and_bad_ones_stop_the_service_naming_their_key() {
             "ray_compat.user_rules[0].secret",
         ),
         (
+            "user_rules = [{from = \"env_var_hash\", name = \"T\", secret = \"                \"}]",
+            "ray_compat.user_rules[0].secret",
+        ),
+        (
             "user_rules = [{from = \"default\", value = \"two words\"}]",
             "ray_compat.user_rules[0].value",
         ),

@@ -237,6 +237,18 @@ impl Settings {
                                 .into(),
                         )
                     }
+                    IdentityRule::EnvVarHash { secret, .. }
+                        if secret.chars().all(|c| Some(c) == secret.chars().next()) =>
+                    {
+                        // Sixteen spaces passed the length (a fresh tester's finding):
+                        // one character repeated keys nothing a guess cannot find.
+                        return invalid(
+                            key("secret"),
+                            "must be a random secret, not one character repeated \
+                             (`openssl rand -hex 32`)"
+                                .into(),
+                        );
+                    }
                     IdentityRule::Default { value } => {
                         if let Some(why) = crate::user_id::problem(value) {
                             return invalid(key("value"), format!("must be an id: {why}"));

@@ -180,6 +180,7 @@ pub fn new_job(user: &str, external_id: Option<String>) -> fairshare::store::New
         entrypoint: "echo".into(),
         runtime_env: None,
         runtime_env_digest: None,
+        runtime_env_digests: Vec::new(),
         metadata: None,
         cpu: 1.0,
         gpu: 0.0,

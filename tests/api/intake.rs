@@ -76,6 +76,7 @@ fn new_job() -> impl Strategy<Value = NewJob> {
                 entrypoint,
                 runtime_env,
                 runtime_env_digest: None,
+                runtime_env_digests: Vec::new(),
                 metadata,
                 cpu: r.0,
                 gpu: r.1,

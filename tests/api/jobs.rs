@@ -707,6 +707,7 @@ fn new_job(entrypoint: &str, cpu: f64) -> fairshare::store::NewJob {
         entrypoint: entrypoint.into(),
         runtime_env: None,
         runtime_env_digest: None,
+        runtime_env_digests: Vec::new(),
         metadata: None,
         cpu,
         gpu: 0.0,

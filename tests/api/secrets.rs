@@ -75,8 +75,13 @@ async fn a_runtime_env_is_sealed_resent_on_requeue_and_gone_when_the_job_ends(db
     let key = RuntimeEnvKey::parse(TEST_KEY).unwrap();
     assert!(text.starts_with(&format!("\"fs1:{}:", key.id())), "{text}");
     assert!(!text.contains(TOKEN) && !text.contains("QISKIT"), "{text}");
-    let want = migration::runtime_env_digest(Some(&env()));
+    // The digest is keyed (a fresh tester's finding: an unkeyed SHA-256 lets whoever
+    // reads the database test a guessed runtime_env against it).
+    let want = fairshare::secrets::Sealer::new(&KeyList(vec![key.clone()])).digest(Some(&env()));
+    assert!(want.starts_with(&format!("k:{}:", key.id())), "{want}");
     assert_eq!(digest.as_deref(), Some(want.as_str()));
+    let unkeyed = migration::runtime_env_digest(Some(&env()));
+    assert_ne!(digest.as_deref(), Some(unkeyed.as_str()));
 
     // Attempt 1 held by Ray, back in the queue; then the other tenant leaves.
     until(15, "the job back in the queue", || async {
@@ -210,6 +215,18 @@ async fn a_waiting_jobs_runtime_env_is_resealed_under_a_new_key_and_kept_while_i
     let mut only_new = test_settings(&url);
     only_new.secrets.runtime_env_keys = KeyList(vec![new]);
     let app = start_on(tdb, only_new).await;
+    // The ended job's digest was made under the old key, gone now: it cannot be
+    // compared, so the resubmit counts as another runtime_env (DESIGN §6).
+    let again = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "ada", "entrypoint": "echo hello", "runtime_env": env(), "external_id": "r-1"}),
+        )
+        .await;
+    assert_eq!(again.status(), 422);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["error"]["details"]["differs"], json!(["runtime_env"]), "{again}");
     app.stop().await;
 }
 both_databases!(

@@ -60,10 +60,14 @@ pub struct NewJob {
     /// What is stored of Ray's runtime_env: sealed by [`NewJob::sealed`]
     /// (a JSON string) on the API's way in, or the JSON object as submitted.
     pub runtime_env: Option<serde_json::Value>,
-    /// The digest of the runtime_env as submitted ([`migration::runtime_env_digest`]),
-    /// set when it was sealed; `None`: computed from `runtime_env`, which is then the
-    /// plaintext.
+    /// The digest of the runtime_env as submitted, to store ([`Sealer::digest`]: keyed
+    /// under the newest key), set when it was sealed; `None`: the unkeyed
+    /// [`migration::runtime_env_digest`] of `runtime_env`, which is then the plaintext.
     pub runtime_env_digest: Option<String>,
+    /// Every digest a stored job with the same runtime_env may carry
+    /// ([`Sealer::digests`]), set with `runtime_env_digest`; empty: only
+    /// [`NewJob::runtime_env_digest`] matches.
+    pub runtime_env_digests: Vec<String>,
     pub metadata: Option<serde_json::Value>,
     /// Cores.
     pub cpu: f64,
@@ -85,10 +89,13 @@ impl NewJob {
     }
 
     /// The job with its runtime_env sealed by `sealer` on the API's way in, and the
-    /// digest of what was submitted ([`migration::runtime_env_digest`]) recorded for
-    /// idempotent resubmits. Errors: the sealer's, when it cannot seal.
+    /// digest of what was submitted ([`Sealer::digest`], keyed when a key is
+    /// configured) recorded for idempotent resubmits, with every digest a stored job
+    /// with the same runtime_env may carry ([`Sealer::digests`]). Errors: the
+    /// sealer's, when it cannot seal.
     pub fn sealed(mut self, sealer: &Sealer) -> Result<NewJob, SealError> {
-        self.runtime_env_digest = Some(self.runtime_env_digest());
+        self.runtime_env_digest = Some(sealer.digest(self.runtime_env.as_ref()));
+        self.runtime_env_digests = sealer.digests(self.runtime_env.as_ref());
         if let Some(env) = &self.runtime_env {
             self.runtime_env = Some(sealer.seal(&self.user, env)?);
         }
@@ -160,8 +167,9 @@ pub enum Intake {
 /// `metadata` or `runtime_env` an empty object. `max_runtime_s` is compared as sent
 /// (absent means "the configured default", which may change). JSON values compare as
 /// values: key order does not matter. The runtime_env is compared by digest
-/// ([`migration::runtime_env_digest`]): the stored one may be sealed, or deleted once
-/// the job ended.
+/// ([`Sealer::digests`]): the stored one may be sealed, or deleted once the job
+/// ended. A job whose digest was keyed under a key no longer configured cannot be
+/// compared: its runtime_env counts as different.
 pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
     fn object_or_empty(v: &Option<serde_json::Value>) -> serde_json::Value {
         match v {
@@ -173,7 +181,13 @@ pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
     if new.entrypoint != j.entrypoint {
         differs.push("entrypoint");
     }
-    if new.runtime_env_digest() != stored_digest(j) {
+    let stored = stored_digest(j);
+    let same_env = if new.runtime_env_digests.is_empty() {
+        new.runtime_env_digest() == stored
+    } else {
+        new.runtime_env_digests.contains(&stored)
+    };
+    if !same_env {
         differs.push("runtime_env");
     }
     if new.cpu != j.cpu {
