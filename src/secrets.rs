@@ -17,7 +17,7 @@
 //! is, as before this module, and still deleted when the job ends.
 //!
 //! What is kept after the job ends is a digest for idempotent resubmits
-//! ([`Sealer::digest`]): with a key, `k:<key id>:<hex HMAC-SHA-256>` under a digest
+//! ([`Sealer::digest`]): with a key, `k<key id>:<hex HMAC-SHA-256, 216 bits>` under a digest
 //! key derived from that key, so that whoever reads the database cannot test a guessed
 //! runtime_env (a token of low entropy) against it, as an unkeyed SHA-256 would let
 //! them (a fresh tester's finding); without a key, the unkeyed hex SHA-256 of
@@ -211,9 +211,10 @@ impl Sealer {
     }
 
     /// The digest to store of a submission's runtime_env `env` (as submitted,
-    /// before sealing), for idempotent resubmits: `k:<key id>:<64 hex digits>`, the
-    /// HMAC-SHA-256 of its text under the newest key's digest key; without a key the
-    /// unkeyed hex SHA-256 ([`migration::runtime_env_digest`]).
+    /// before sealing), for idempotent resubmits: `k<key id>:<54 hex digits>` (64
+    /// characters), the HMAC-SHA-256 of its text under the newest key's digest key,
+    /// cut to 216 bits; without a key the unkeyed hex SHA-256
+    /// ([`migration::runtime_env_digest`]).
     pub fn digest(&self, env: Option<&serde_json::Value>) -> String {
         match self.digest_keys.first() {
             Some((id, key)) => keyed_digest(id, key, &digest_text(env)),
@@ -322,13 +323,14 @@ impl Sealer {
     }
 }
 
-/// `k:<id>:<hex HMAC-SHA-256 of text under key>`.
+/// `k<id>:<the first 54 hex digits (216 bits) of HMAC-SHA-256 of text under key>`:
+/// 64 characters, as the column holds (migration 11) and the unkeyed digest is.
 fn keyed_digest(id: &str, key: &[u8; 32], text: &[u8]) -> String {
     let mac: String = hmac_sha256(key, text)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    format!("k:{id}:{mac}")
+    format!("k{id}:{}", &mac[..54])
 }
 
 #[cfg(test)]
@@ -417,6 +419,7 @@ mod tests {
                 key(1).id().to_string(),
                 LessSafeKey::new(UnboundKey::new(&AES_256_GCM, &[9u8; 32]).unwrap()),
             )],
+            digest_keys: Vec::new(),
             rng: SystemRandom::new(),
         };
         assert_eq!(other.open("ada", &sealed), Err(OpenError::Corrupt));
@@ -470,21 +473,33 @@ mod tests {
     #[test]
     fn a_digest_is_keyed_and_every_configured_key_matches() {
         let (a, b) = (key(1), key(2));
-        let only_a = sealer(&[a.clone()]);
+        let only_a = sealer(std::slice::from_ref(&a));
         let d = only_a.digest(Some(&env()));
-        assert!(d.starts_with(&format!("k:{}:", a.id())) && d.len() == 2 + 8 + 1 + 64, "{d}");
+        assert!(
+            d.starts_with(&format!("k{}:", a.id())) && d.len() == 64,
+            "{d}"
+        );
         assert_ne!(d, migration::runtime_env_digest(Some(&env())));
         assert_ne!(d, only_a.digest(Some(&json!({"env_vars": {}}))));
-        assert_eq!(only_a.digest(None), only_a.digest(Some(&serde_json::Value::Null)));
+        assert_eq!(
+            only_a.digest(None),
+            only_a.digest(Some(&serde_json::Value::Null))
+        );
         let rotated = sealer(&[b.clone(), a.clone()]);
         let all = rotated.digests(Some(&env()));
         assert_eq!(all.len(), 3);
-        assert!(all.contains(&d), "a job stored under the older key still matches");
+        assert!(
+            all.contains(&d),
+            "a job stored under the older key still matches"
+        );
         assert!(all.contains(&rotated.digest(Some(&env()))));
         assert!(all.contains(&migration::runtime_env_digest(Some(&env()))));
         assert!(!sealer(&[b]).digests(Some(&env())).contains(&d));
         let none = sealer(&[]);
-        assert_eq!(none.digest(Some(&env())), migration::runtime_env_digest(Some(&env())));
+        assert_eq!(
+            none.digest(Some(&env())),
+            migration::runtime_env_digest(Some(&env()))
+        );
     }
 
     /// An all-zero key (a placeholder) is said at start (a fresh tester's finding).

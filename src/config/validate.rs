@@ -238,7 +238,7 @@ impl Settings {
                         )
                     }
                     IdentityRule::EnvVarHash { secret, .. }
-                        if secret.chars().all(|c| Some(c) == secret.chars().next()) =>
+                        if secret.chars().all(|c| secret.starts_with(c)) =>
                     {
                         // Sixteen spaces passed the length (a fresh tester's finding):
                         // one character repeated keys nothing a guess cannot find.

@@ -78,7 +78,7 @@ async fn a_runtime_env_is_sealed_resent_on_requeue_and_gone_when_the_job_ends(db
     // The digest is keyed (a fresh tester's finding: an unkeyed SHA-256 lets whoever
     // reads the database test a guessed runtime_env against it).
     let want = fairshare::secrets::Sealer::new(&KeyList(vec![key.clone()])).digest(Some(&env()));
-    assert!(want.starts_with(&format!("k:{}:", key.id())), "{want}");
+    assert!(want.starts_with(&format!("k{}:", key.id())), "{want}");
     assert_eq!(digest.as_deref(), Some(want.as_str()));
     let unkeyed = migration::runtime_env_digest(Some(&env()));
     assert_ne!(digest.as_deref(), Some(unkeyed.as_str()));
@@ -226,7 +226,11 @@ async fn a_waiting_jobs_runtime_env_is_resealed_under_a_new_key_and_kept_while_i
         .await;
     assert_eq!(again.status(), 422);
     let again: Value = again.json().await.unwrap();
-    assert_eq!(again["error"]["details"]["differs"], json!(["runtime_env"]), "{again}");
+    assert_eq!(
+        again["error"]["details"]["differs"],
+        json!(["runtime_env"]),
+        "{again}"
+    );
     app.stop().await;
 }
 both_databases!(
