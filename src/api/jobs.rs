@@ -268,6 +268,8 @@ pub async fn submit(
     let body = read_body(&req, payload, &state.settings.server).await?;
     let request = SubmitRequest::parse(&body)?;
     who.check_user("user", &request.user)?;
+    // What Ray would refuse when the job is sent, refused now (as on Ray's API).
+    super::ray_compat::identity::check_env_vars(request.runtime_env.as_ref())?;
     if who.user.is_some()
         && request
             .metadata

@@ -84,6 +84,10 @@ pub fn document_json() -> serde_json::Value {
     let env = &mut schemas["SubmitRequest"]["properties"]["runtime_env"];
     env["propertyNames"] = json!({"type": "string", "pattern": NO_NUL});
     env["additionalProperties"] = json!({"$ref": "#/components/schemas/JsonNoNul"});
+    // env_vars: an object of strings, as Ray takes it (422 otherwise).
+    env["properties"] = json!({"env_vars": {"type": "object",
+        "propertyNames": {"type": "string", "pattern": NO_NUL},
+        "additionalProperties": {"type": "string", "pattern": NO_NUL}}});
     schemas["SubmitRequest"]["properties"]["user"]["pattern"] = json!(user_id_pattern());
     schemas["UserUpdate"]["properties"]["display_name"]["pattern"] =
         json!(super::user_id::display_name_pattern());

@@ -17,10 +17,13 @@ pub fn pattern() -> &'static str {
 }
 
 /// The JSON Schema pattern of a user's `display_name`: none of the characters
-/// [`is_refused`] refuses but the plain space (U+0020), as the API checks it.
+/// [`is_refused`] refuses but the plain space (U+0020), which may not come first or
+/// last, as the API checks it.
 pub fn display_name_pattern() -> &'static str {
-    static PATTERN: LazyLock<String> =
-        LazyLock::new(|| format!(r"^[^{}]+$", refused_class(|c| c != ' ')));
+    static PATTERN: LazyLock<String> = LazyLock::new(|| {
+        let class = refused_class(|c| c != ' ');
+        format!(r"^[^{class}\u0020]([^{class}]*[^{class}\u0020])?$")
+    });
     &PATTERN
 }
 
@@ -90,7 +93,8 @@ mod tests {
         );
         // A display name: the same, but a plain space is fine.
         let d = regex::Regex::new(display_name_pattern()).expect("compiles");
-        assert!(d.is_match("Ada Lovelace (IBM)"));
+        assert!(d.is_match("Ada Lovelace (IBM)") && d.is_match("A"));
+        assert!(!d.is_match(" ") && !d.is_match(" Ada") && !d.is_match("Ada "));
         assert!(!d.is_match("Ada \u{202e}MBI") && !d.is_match("a\tb") && !d.is_match(""));
     }
 }

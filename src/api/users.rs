@@ -315,11 +315,14 @@ impl UserUpdate {
             let refused = name
                 .chars()
                 .find(|&c| c != ' ' && crate::user_id::is_refused(c));
-            if !(1..=128).contains(&n) || refused.is_some() {
+            // Blank, or padded: shown in place of an id, it would hide the user (a
+            // fresh tester's finding: " " was taken).
+            let padded = name.starts_with(' ') || name.ends_with(' ');
+            if !(1..=128).contains(&n) || refused.is_some() || padded {
                 return Err(ApiError::invalid(
                     "display_name",
-                    "must be 1 to 128 characters without control or invisible characters \
-                     (spaces are fine), or null for none",
+                    "must be 1 to 128 characters without control or invisible characters, \
+                     not starting or ending with a space, or null for none",
                 ));
             }
         }

@@ -73,7 +73,7 @@ fn apply(
 /// Errors: 422 naming `runtime_env.env_vars` (not an object) or the variable (not a
 /// string), rather than a rule passing over it to the next (a fresh tester's
 /// finding: `"QISKIT_IBM_TOKEN": 123` put the job in the default user's queue).
-fn check_env_vars(runtime_env: Option<&Value>) -> Result<(), ApiError> {
+pub(crate) fn check_env_vars(runtime_env: Option<&Value>) -> Result<(), ApiError> {
     let Some(vars) = runtime_env.and_then(|e| e.get("env_vars")) else {
         return Ok(());
     };
