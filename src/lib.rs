@@ -54,6 +54,7 @@ mod events;
 pub mod faults;
 pub mod leadership;
 pub mod lifecycle;
+mod mac;
 mod metrics;
 pub mod policy;
 mod ray;

@@ -162,26 +162,6 @@ pub struct Sealer {
 /// What a key's digest key is derived with (see [`Sealer`]).
 const DIGEST_LABEL: &[u8] = b"fairshare runtime_env digest v1";
 
-/// HMAC-SHA-256 of `data` under `key`.
-fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
-    use hmac::Mac as _;
-    // HMAC takes a key of any length; new_from_slice cannot fail for it.
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-    mac.update(data);
-    mac.finalize().into_bytes().into()
-}
-
-/// The text a runtime_env's digest is taken of: serde_json's text of the value (its
-/// keys in order), the empty object's when there is none, as
-/// [`migration::runtime_env_digest`] takes it.
-fn digest_text(env: Option<&serde_json::Value>) -> Vec<u8> {
-    match env {
-        None | Some(serde_json::Value::Null) => b"{}".to_vec(),
-        Some(v) => serde_json::to_vec(v).unwrap_or_default(),
-    }
-}
-
 impl fmt::Debug for Sealer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ids: Vec<&str> = self.keys.iter().map(|(id, _)| id.as_str()).collect();
@@ -204,7 +184,12 @@ impl Sealer {
             digest_keys: keys
                 .0
                 .iter()
-                .map(|k| (k.id.clone(), hmac_sha256(&k.bytes, DIGEST_LABEL)))
+                .map(|k| {
+                    (
+                        k.id.clone(),
+                        crate::mac::hmac_sha256(&k.bytes, &[DIGEST_LABEL]),
+                    )
+                })
                 .collect(),
             rng: SystemRandom::new(),
         }
@@ -216,22 +201,20 @@ impl Sealer {
     /// cut to 216 bits; without a key the unkeyed hex SHA-256
     /// ([`migration::runtime_env_digest`]).
     pub fn digest(&self, env: Option<&serde_json::Value>) -> String {
-        match self.digest_keys.first() {
-            Some((id, key)) => keyed_digest(id, key, &digest_text(env)),
-            None => migration::runtime_env_digest(env),
-        }
+        self.digests(env).swap_remove(0)
     }
 
-    /// Every digest a stored job with the same runtime_env as `env` may carry: under
-    /// each configured key (a job stored before the newest key was added), and the
-    /// unkeyed one (stored without a key, or before migration 11). A digest made
-    /// under a key no longer configured matches none of them.
+    /// Every digest a stored job with the same runtime_env as `env` may carry, the
+    /// one to store ([`Sealer::digest`]) first: under each configured key, newest
+    /// first (a job stored before the newest key was added), then the unkeyed one
+    /// (stored without a key, or before migration 11). A digest made under a key no
+    /// longer configured matches none of them.
     pub fn digests(&self, env: Option<&serde_json::Value>) -> Vec<String> {
-        let text = digest_text(env);
+        let text = migration::runtime_env_digest_text(env);
         self.digest_keys
             .iter()
             .map(|(id, key)| keyed_digest(id, key, &text))
-            .chain(std::iter::once(migration::runtime_env_digest(env)))
+            .chain(std::iter::once(migration::unkeyed_digest_of_text(&text)))
             .collect()
     }
 
@@ -326,10 +309,7 @@ impl Sealer {
 /// `k<id>:<the first 54 hex digits (216 bits) of HMAC-SHA-256 of text under key>`:
 /// 64 characters, as the column holds (migration 11) and the unkeyed digest is.
 fn keyed_digest(id: &str, key: &[u8; 32], text: &[u8]) -> String {
-    let mac: String = hmac_sha256(key, text)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let mac = crate::mac::hex(&crate::mac::hmac_sha256(key, &[text]));
     format!("k{id}:{}", &mac[..54])
 }
 

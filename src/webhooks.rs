@@ -20,9 +20,7 @@
 use std::time::Duration;
 
 use backon::BackoffBuilder;
-use hmac::{Hmac, Mac};
 use sea_orm::DbErr;
-use sha2::Sha256;
 
 use crate::config::{EventSettings, WebhookSettings};
 use crate::events::Reader;
@@ -36,21 +34,9 @@ pub const DELIVERY_HEADER: &str = "X-Fairshare-Delivery";
 
 /// `t=<unix>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`.
 pub fn signature(secret: &[u8], unix_seconds: i64, body: &[u8]) -> String {
-    // HMAC takes a key of any length; new_from_slice cannot fail for it.
-    let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
-        Ok(m) => m,
-        Err(_) => return format!("t={unix_seconds},v1="),
-    };
-    mac.update(unix_seconds.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    let hex: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("t={unix_seconds},v1={hex}")
+    let t = unix_seconds.to_string();
+    let mac = crate::mac::hmac_sha256(secret, &[t.as_bytes(), b".", body]);
+    format!("t={t},v1={}", crate::mac::hex(&mac))
 }
 
 /// Starts one delivery task per configured webhook (each idles while this replica does

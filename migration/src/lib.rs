@@ -16,7 +16,9 @@ mod m20261208_000009_user_display_names;
 mod m20261209_000010_jobs_queue_index_by_status;
 mod m20261210_000011_runtime_env_sealed;
 
-pub use m20261210_000011_runtime_env_sealed::runtime_env_digest;
+pub use m20261210_000011_runtime_env_sealed::{
+    runtime_env_digest, runtime_env_digest_text, unkeyed_digest_of_text,
+};
 
 /// The ordered list of migrations.
 pub struct Migrator;

@@ -37,16 +37,24 @@ enum Jobs {
 /// payload"). The service and this migration share this one function, so that a
 /// digest computed here matches a resubmit's.
 pub fn runtime_env_digest(env: Option<&serde_json::Value>) -> String {
-    let empty = serde_json::Value::Object(Default::default());
-    let env = match env {
-        None | Some(serde_json::Value::Null) => &empty,
-        Some(v) => v,
-    };
-    let text = serde_json::to_vec(env).unwrap_or_default();
-    sha2::Sha256::digest(&text)
+    unkeyed_digest_of_text(&runtime_env_digest_text(env))
+}
+
+/// [`runtime_env_digest`] of a runtime_env's [`runtime_env_digest_text`].
+pub fn unkeyed_digest_of_text(text: &[u8]) -> String {
+    sha2::Sha256::digest(text)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The text a runtime_env's digest is taken of, keyed or not: its canonical JSON as
+/// [`runtime_env_digest`] says, `{}` for `None` and JSON `null`.
+pub fn runtime_env_digest_text(env: Option<&serde_json::Value>) -> Vec<u8> {
+    match env {
+        None | Some(serde_json::Value::Null) => b"{}".to_vec(),
+        Some(v) => serde_json::to_vec(v).unwrap_or_default(),
+    }
 }
 
 /// Rows read per page while the digests are computed.

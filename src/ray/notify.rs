@@ -22,9 +22,6 @@
 //! (`notify.key`), so that it cannot be forged for another attempt; a forged, replayed
 //! or late one changes nothing, because the status is always Ray's.
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
-
 /// What a notification says happened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HintKind {
@@ -92,17 +89,11 @@ impl Hints {
     /// The signature of a `kind` notification for `submission_id`: the first
     /// [`SIGNATURE_HEX`] hex digits of HMAC-SHA-256(key, `kind` NUL `submission_id`).
     pub fn sign(&self, submission_id: &str, kind: HintKind) -> String {
-        let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(&self.key)
-            .unwrap_or_else(|_| <Hmac<Sha256> as Mac>::new_from_slice(b"-").expect("key"));
-        mac.update(kind.as_str().as_bytes());
-        mac.update(&[0]);
-        mac.update(submission_id.as_bytes());
-        let bytes = mac.finalize().into_bytes();
-        let mut hex = String::with_capacity(SIGNATURE_HEX);
-        for b in bytes.iter().take(SIGNATURE_HEX / 2) {
-            hex.push_str(&format!("{b:02x}"));
-        }
-        hex
+        let mac = crate::mac::hmac_sha256(
+            &self.key,
+            &[kind.as_str().as_bytes(), &[0], submission_id.as_bytes()],
+        );
+        crate::mac::hex(&mac[..SIGNATURE_HEX / 2])
     }
 
     /// Whether `signature` is this deployment's for a `kind` notification of

@@ -13,7 +13,6 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use hmac::{Hmac, Mac};
 use serde_json::Value;
 
 use crate::api::auth::Identity;
@@ -31,13 +30,8 @@ static DEFAULT_USER_SAID: AtomicBool = AtomicBool::new(false);
 
 /// `u-` + 32 hex digits of HMAC-SHA-256(`secret`, `value`).
 pub fn keyed_id(secret: &str, value: &str) -> String {
-    // HMAC takes a key of any length; new_from_slice cannot fail for it.
-    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes())
-        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
-    mac.update(value.as_bytes());
-    let out = mac.finalize().into_bytes();
-    let hex: String = out[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("u-{hex}")
+    let mac = crate::mac::hmac_sha256(secret.as_bytes(), &[value.as_bytes()]);
+    format!("u-{}", crate::mac::hex(&mac[..16]))
 }
 
 /// What one rule reads, with the field it comes from (for errors): `None` when the
@@ -70,9 +64,11 @@ fn apply(
 }
 
 /// `runtime_env.env_vars`, when present, is what Ray takes: an object of strings.
+/// Both submit routes check it before anything reads it (on Ray's API before the
+/// rules, so that none passes over a mistyped variable to the next: a fresh tester's
+/// finding, `"QISKIT_IBM_TOKEN": 123` put the job in the default user's queue).
 /// Errors: 422 naming `runtime_env.env_vars` (not an object) or the variable (not a
-/// string), rather than a rule passing over it to the next (a fresh tester's
-/// finding: `"QISKIT_IBM_TOKEN": 123` put the job in the default user's queue).
+/// string).
 pub(crate) fn check_env_vars(runtime_env: Option<&Value>) -> Result<(), ApiError> {
     let Some(vars) = runtime_env.and_then(|e| e.get("env_vars")) else {
         return Ok(());
@@ -93,14 +89,13 @@ pub(crate) fn check_env_vars(runtime_env: Option<&Value>) -> Result<(), ApiError
 }
 
 /// The first of `rules` that names an id, checked as a user id (422 naming the field
-/// it came from otherwise, or naming `runtime_env.env_vars` when it is not an object
-/// of strings).
+/// it came from otherwise). `runtime_env.env_vars` is checked already
+/// ([`check_env_vars`]).
 fn first(
     rules: &[IdentityRule],
     metadata: Option<&BTreeMap<String, String>>,
     runtime_env: Option<&Value>,
 ) -> Result<Option<(String, String, bool)>, ApiError> {
-    check_env_vars(runtime_env)?;
     for rule in rules {
         if let Some((id, field)) = apply(rule, metadata, runtime_env) {
             if let Some(why) = crate::user_id::problem(&id) {

@@ -17,7 +17,7 @@ use entity::{job, JobStatus};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
-use super::identity::{group_of, user_of, GROUP_KEY};
+use super::identity::{check_env_vars, group_of, user_of, GROUP_KEY};
 use super::pyjson::{self, JobDetails, RayError};
 use super::submit::{ray_field, ray_name, RaySubmitRequest};
 use super::{JOBS_API_VERSION, RAY_VERSION};
@@ -234,6 +234,7 @@ pub async fn submit(
     let mut request = request;
     let rules = &state.settings.ray_compat;
     let (metadata, env) = (request.metadata.as_ref(), request.runtime_env.as_ref());
+    check_env_vars(env)?;
     let user = user_of(&rules.user_rules, &who, metadata, env)?;
     // The group is what the operator's rules find, and only that: a `fairshare.group`
     // the client wrote itself is replaced, or dropped when no rule finds one (unless a

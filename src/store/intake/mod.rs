@@ -94,8 +94,8 @@ impl NewJob {
     /// with the same runtime_env may carry ([`Sealer::digests`]). Errors: the
     /// sealer's, when it cannot seal.
     pub fn sealed(mut self, sealer: &Sealer) -> Result<NewJob, SealError> {
-        self.runtime_env_digest = Some(sealer.digest(self.runtime_env.as_ref()));
         self.runtime_env_digests = sealer.digests(self.runtime_env.as_ref());
+        self.runtime_env_digest = self.runtime_env_digests.first().cloned();
         if let Some(env) = &self.runtime_env {
             self.runtime_env = Some(sealer.seal(&self.user, env)?);
         }
