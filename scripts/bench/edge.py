@@ -132,15 +132,21 @@ def through(svc, dashboard, n, secs):
     return makespan, before, after
 
 
-def histogram_p(before, after, name, q):
-    """The q-quantile (upper bucket bound) of histogram `name` over the interval."""
+def histogram_deltas(before, after, name):
+    """Histogram `name`'s cumulative bucket counts over the interval, as sorted
+    (upper bound, count) pairs."""
     buckets = []
     for k, v in after.items():
         m = re.match(re.escape(name) + r'_bucket\{le="([^"]+)"\}', k)
         if m:
             le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
             buckets.append((le, v - before.get(k, 0.0)))
-    buckets.sort()
+    return sorted(buckets)
+
+
+def histogram_p(before, after, name, q):
+    """The q-quantile (upper bucket bound) of histogram `name` over the interval."""
+    buckets = histogram_deltas(before, after, name)
     total = buckets[-1][1] if buckets else 0
     if total == 0:
         return None, 0
@@ -153,15 +159,8 @@ def histogram_p(before, after, name, q):
 def histogram_counts(before, after, name):
     """Each bucket's own count of histogram `name` over the interval, as
     "<=bound: count" pairs for the buckets that have any."""
-    cum = []
-    for k, v in after.items():
-        m = re.match(re.escape(name) + r'_bucket\{le="([^"]+)"\}', k)
-        if m:
-            le = float("inf") if m.group(1) == "+Inf" else float(m.group(1))
-            cum.append((le, v - before.get(k, 0.0)))
-    cum.sort()
     out, prev = [], 0.0
-    for le, c in cum:
+    for le, c in histogram_deltas(before, after, name):
         if c - prev > 0:
             bound = "inf" if le == float("inf") else f"{le * 1000:g} ms"
             out.append(f"<={bound}: {int(c - prev)}")

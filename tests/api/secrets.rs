@@ -43,6 +43,16 @@ async fn stored(url: &str, id: &str) -> (Option<String>, Option<String>) {
 
 use crate::helpers::until;
 
+/// The rotation test's job `r-1` of user ada submitted again, as it was first.
+async fn resubmit(app: &crate::helpers::TestApp) -> reqwest::Response {
+    app.post(
+        "/v1/jobs",
+        SUBMITTER,
+        json!({"user": "ada", "entrypoint": "echo hello", "runtime_env": env(), "external_id": "r-1"}),
+    )
+    .await
+}
+
 async fn a_runtime_env_is_sealed_resent_on_requeue_and_gone_when_the_job_ends(db: Db) {
     // 2 CPUs, and another tenant takes them as the first submission arrives: Ray
     // holds attempt 1 PENDING past the pending timeout, fairshare queues it again.
@@ -194,13 +204,7 @@ async fn a_waiting_jobs_runtime_env_is_resealed_under_a_new_key_and_kept_while_i
     .await;
     assert!(!text.contains(TOKEN));
     // The resubmit still matches by digest.
-    let again = app
-        .post(
-            "/v1/jobs",
-            SUBMITTER,
-            json!({"user": "ada", "entrypoint": "echo hello", "runtime_env": env(), "external_id": "r-1"}),
-        )
-        .await;
+    let again = resubmit(&app).await;
     assert_eq!(again.status(), 200);
     // Cancelled while queued: ended, so its runtime_env goes.
     let cancel = app
@@ -217,13 +221,7 @@ async fn a_waiting_jobs_runtime_env_is_resealed_under_a_new_key_and_kept_while_i
     let app = start_on(tdb, only_new).await;
     // The ended job's digest was made under the old key, gone now: it cannot be
     // compared, so the resubmit counts as another runtime_env (DESIGN §6).
-    let again = app
-        .post(
-            "/v1/jobs",
-            SUBMITTER,
-            json!({"user": "ada", "entrypoint": "echo hello", "runtime_env": env(), "external_id": "r-1"}),
-        )
-        .await;
+    let again = resubmit(&app).await;
     assert_eq!(again.status(), 422);
     let again: Value = again.json().await.unwrap();
     assert_eq!(
