@@ -61,6 +61,8 @@ fn window(u: usize, users: usize, at: f64) -> Vec<QueuedJob> {
             priority: 0,
             submitted_at: at + (u * per_user + i) as f64 * 1e-6,
             runtime_estimate: Some(600.0),
+            preemptible: false,
+            preemptions: 0,
         })
         .collect()
 }

@@ -33,6 +33,8 @@ pub fn summary(j: &job::Model) -> QueuedJob {
         submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
         // `None` here means "the configured default": the arbiter fills it in.
         runtime_estimate: j.max_runtime_s.map(|s| s as f64),
+        preemptible: false,
+        preemptions: 0,
     }
 }
 
@@ -64,6 +66,8 @@ impl Entry {
             priority: key.0 .0,
             submitted_at: key.1 as f64 / 1e6,
             runtime_estimate: Some(self.runtime_estimate).filter(|e| !e.is_nan()),
+            preemptible: false,
+            preemptions: 0,
         }
     }
 }
@@ -387,6 +391,8 @@ mod tests {
             priority,
             submitted_at: 1_700_000_000.0 + n as f64 / 1e3,
             runtime_estimate: None,
+            preemptible: false,
+            preemptions: 0,
         }
     }
 

@@ -185,6 +185,7 @@ mod fit;
 pub mod ledger;
 #[cfg(test)]
 mod oracle;
+mod preemption;
 pub mod preview;
 mod reservation;
 mod resources;
@@ -202,10 +203,12 @@ use serde::{Deserialize, Serialize};
 pub use cycle::run_cycle;
 pub use fit::{best_fit, fits_some_cluster};
 pub use ledger::{CycleResult, Ledger, UserSettings, UserState};
+pub use preemption::{Preemption, PreemptionConfig};
 pub use reservation::{shadow, OutstandingJob, Reservation, Shadow};
 pub use resources::{ClusterView, Resources, FIT_TOLERANCE};
 pub use share::{
-    age_term, decay_usage, dominant_share, fair_share_key, quantize_key, KEY_DROPPED_BITS,
+    age_term, decay_usage, dominant_share, fair_share_key, fair_shares, fill_in_order,
+    quantize_key, KEY_DROPPED_BITS,
 };
 
 /// Timestamps and durations, in seconds: Unix epoch time in the service,
@@ -236,6 +239,14 @@ pub struct QueuedJob {
     /// the reservation does not need.
     #[serde(default)]
     pub runtime_estimate: Option<Seconds>,
+    /// The job may be stopped and queued again to give its capacity to a user
+    /// below its fair share (DESIGN §2, "Preemption"); false by default.
+    #[serde(default)]
+    pub preemptible: bool,
+    /// How many times it has been preempted so far (`attempt − 1` counts other
+    /// requeues too; this counts preemptions only).
+    #[serde(default)]
+    pub preemptions: u32,
 }
 
 /// One user's fair-share state at the start of a cycle.
@@ -351,6 +362,15 @@ pub enum PendingReason {
         /// known.
         until_in: Option<Seconds>,
     },
+    /// The job waited past `preemption.after` without fitting, its user below its
+    /// fair share: `jobs` of users above theirs are being stopped on `cluster` so
+    /// that it can start there (DESIGN §2, "Preemption").
+    Preempting {
+        /// The cluster where it will fit.
+        cluster: String,
+        /// The jobs being stopped for it.
+        jobs: Vec<JobId>,
+    },
     /// Backfill is off and the cycle stopped before this user's turn, at a job
     /// ahead in fair-share order that does not fit yet.
     WaitingBehind {
@@ -424,6 +444,27 @@ impl fmt::Display for PendingReason {
                     ),
                     None => write!(f, " (its start time is unknown)"),
                 }
+            }
+            PendingReason::Preempting { cluster, jobs } => {
+                write!(
+                    f,
+                    "this job has waited past preemption.after and its user holds less than \
+                     its fair share: {} of users above their fair share {} being stopped on \
+                     cluster {cluster} to make room for it (",
+                    jobs.len(),
+                    if jobs.len() == 1 {
+                        "job is"
+                    } else {
+                        "jobs are"
+                    }
+                )?;
+                for (i, j) in jobs.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    write!(f, "{j}")?;
+                }
+                write!(f, ")")
             }
             PendingReason::WaitingBehind { job_id } => write!(
                 f,

@@ -353,6 +353,8 @@ mod tests {
             priority: 0,
             submitted_at: at,
             runtime_estimate: None,
+            preemptible: false,
+            preemptions: 0,
         }
     }
 

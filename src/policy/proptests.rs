@@ -83,6 +83,8 @@ fn queue(user: usize) -> impl Strategy<Value = Vec<QueuedJob>> {
                 priority,
                 submitted_at: f64::from(at),
                 runtime_estimate: estimate.map(f64::from),
+                preemptible: false,
+                preemptions: 0,
             })
             .collect()
     })

@@ -20,6 +20,8 @@ fn job(n: u128, resources: Resources, submitted_at: Seconds) -> QueuedJob {
         priority: 0,
         submitted_at,
         runtime_estimate: None,
+        preemptible: false,
+        preemptions: 0,
     }
 }
 

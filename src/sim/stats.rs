@@ -2,6 +2,8 @@
 //! replay's ([`super::replay`]): percentiles, means, bounded slowdown, the
 //! demand-capped fair share and Jain's index. Definitions in [`super::report`].
 
+pub use crate::policy::{fair_shares, fill_in_order};
+
 /// The bound `τ` of the bounded slowdown, seconds.
 pub const BSLD_BOUND_S: f64 = 10.0;
 
@@ -35,54 +37,6 @@ pub fn mean(values: impl IntoIterator<Item = f64>) -> f64 {
         0.0
     } else {
         sum / n as f64
-    }
-}
-
-/// Weighted max-min fair shares of a cluster of size 1, capped at demand
-/// (water-filling), written to `out` (same index as the inputs).
-///
-/// `weights[i] > 0` and `demands[i] ≥ 0` (fractions of the cluster). When the
-/// demands sum to at most 1 every user gets its demand; otherwise users are
-/// filled in order of `demand / weight` and those not capped share what is left
-/// in proportion to their weights. Users with a non-positive weight get 0.
-pub fn fair_shares(weights: &[f64], demands: &[f64], out: &mut Vec<f64>) {
-    out.clear();
-    out.resize(demands.len(), 0.0);
-    let total: f64 = demands.iter().sum();
-    if total <= 1.0 {
-        out.copy_from_slice(demands);
-        return;
-    }
-    // Each ratio computed once, sorted stably: ties keep the input order.
-    let mut by_ratio: Vec<(f64, usize)> = (0..demands.len())
-        .filter(|&i| weights.get(i).is_some_and(|&w| w > 0.0))
-        .map(|i| (demands[i] / weights[i], i))
-        .collect();
-    by_ratio.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let order: Vec<usize> = by_ratio.into_iter().map(|(_, i)| i).collect();
-    fill_in_order(weights, demands, &order, out);
-}
-
-/// The water-filling of [`fair_shares`] once the users are in order: `order` holds
-/// the indices of the users with a weight `> 0`, by `demand / weight` ascending
-/// (`f64::total_cmp`), ties by index; the demands sum to more than 1. Writes their
-/// shares into `out` (same index as the inputs) and leaves the others as they are
-/// (the caller zeroes them). The simulator keeps `order` sorted between its steps.
-pub fn fill_in_order(weights: &[f64], demands: &[f64], order: &[usize], out: &mut [f64]) {
-    let mut remaining = 1.0;
-    let mut weight_left: f64 = order.iter().map(|&i| weights[i]).sum();
-    for (k, &i) in order.iter().enumerate() {
-        let level = remaining / weight_left;
-        if demands[i] <= weights[i] * level {
-            out[i] = demands[i];
-            remaining -= demands[i];
-            weight_left -= weights[i];
-        } else {
-            for &j in &order[k..] {
-                out[j] = weights[j] * level;
-            }
-            return;
-        }
     }
 }
 

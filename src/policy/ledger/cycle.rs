@@ -70,6 +70,8 @@ pub(super) struct Run {
     /// Grants to record on their clusters once the cycle is done: job, user, cluster,
     /// request, expected end.
     pub(super) granted: Vec<(JobId, Uid, usize, Resources, Option<Seconds>)>,
+    /// The granted jobs that may be preempted, with their preemptions so far.
+    pub(super) preemptible: Vec<(JobId, u32)>,
     /// Users taken out of the indexes (served, or read by a stream): each is read at
     /// most once per cycle, and indexed again at its end.
     pub(super) taken: HashSet<Uid, FastHash>,
@@ -100,6 +102,7 @@ impl Ledger {
             grants: Vec::new(),
             waited: Vec::new(),
             granted: Vec::new(),
+            preemptible: Vec::new(),
             taken: HashSet::default(),
             stale_holders: Vec::new(),
             aside: Vec::new(),
@@ -151,7 +154,10 @@ impl Ledger {
         let now = run.now;
         self.jobs.reserve(run.granted.len());
         for &(job, uid, k, resources, end) in &run.granted {
-            self.book(job, uid, k, resources, end);
+            self.book(now, job, uid, k, resources, end);
+        }
+        for &(job, preemptions) in &run.preemptible {
+            self.set_preemptible(job, now, preemptions);
         }
         let mut again: Vec<Uid> = run
             .taken
@@ -214,6 +220,9 @@ impl Ledger {
         });
         run.granted
             .push((job.job_id, uid, cluster, job.resources, end));
+        if job.preemptible {
+            run.preemptible.push((job.job_id, job.preemptions));
+        }
         run.waited.push(now - job.submitted_at);
         // Its index entries are stale from here (it is taken, so no stream reads it
         // again); the end of the cycle indexes it afresh.
@@ -225,6 +234,7 @@ impl Ledger {
         a.share = crate::policy::dominant_share(&a.allocation, &capacity);
         let at = a.cursor;
         a.window.remove(at);
+        a.queued = a.queued.saturating_sub(job.resources);
         if a.window.is_empty() {
             a.emptied = true;
             run.emptied.push(uid);

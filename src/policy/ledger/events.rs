@@ -32,7 +32,9 @@ impl Ledger {
         let now = self.clock(now);
         let uid = self.account(name, now);
         window.retain(|j| !self.jobs.contains_key(&j.job_id));
-        self.accounts[uid as usize].window = VecDeque::from(window);
+        let a = &mut self.accounts[uid as usize];
+        a.window = VecDeque::from(window);
+        a.queued = super::preempt::sum(&a.window);
         self.reindex(uid, now);
     }
 
@@ -51,6 +53,7 @@ impl Ledger {
         }
         let a = &mut self.accounts[uid as usize];
         let had_head = a.head().is_some();
+        a.queued += job.resources;
         a.window.push_back(job);
         if !had_head {
             self.reindex(uid, now);
@@ -81,6 +84,7 @@ impl Ledger {
         if a.window.len() == before {
             return false;
         }
+        a.queued = super::preempt::sum(&a.window);
         self.reindex(uid, now);
         true
     }
@@ -105,7 +109,11 @@ impl Ledger {
         let k = self.cluster(cluster);
         self.hold(now, uid, k, job, resources, expected_end);
         let a = &mut self.accounts[uid as usize];
+        let before = a.window.len();
         a.window.retain(|j| j.job_id != job);
+        if a.window.len() != before {
+            a.queued = super::preempt::sum(&a.window);
+        }
         self.reindex(uid, now);
     }
 
@@ -125,13 +133,14 @@ impl Ledger {
         a.allocation += resources;
         a.outstanding = a.outstanding.saturating_add(1);
         a.share = dominant_share(&a.allocation, &capacity);
-        self.book(job, uid, k, resources, expected_end);
+        self.book(now, job, uid, k, resources, expected_end);
     }
 
     /// Records `job` of `uid` as outstanding on cluster `k`: in the cluster's
     /// outstanding capacity (not in Ray's report yet) and its jobs by expected end.
     pub(super) fn book(
         &mut self,
+        now: Seconds,
         job: JobId,
         uid: Uid,
         k: usize,
@@ -151,6 +160,10 @@ impl Ledger {
                 declared: resources,
                 reported: false,
                 end_key,
+                started_at: now,
+                preemptible: false,
+                preemptions: 0,
+                stopping_for: None,
             },
         );
     }
@@ -177,6 +190,7 @@ impl Ledger {
         let Some(j) = self.jobs.remove(&job) else {
             return false;
         };
+        self.forget_preemptible(job, &j);
         self.touch_usage(j.uid, now);
         let capacity = self.capacity;
         let a = &mut self.accounts[j.uid as usize];

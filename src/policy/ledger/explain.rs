@@ -48,6 +48,12 @@ impl Ledger {
         if let Some(reason) = a.ineligibility(job) {
             return Some(reason);
         }
+        if let Some((cluster, jobs)) = self.preempting_for(&job.job_id) {
+            return Some(PendingReason::Preempting {
+                cluster: cluster.to_owned(),
+                jobs: jobs.to_vec(),
+            });
+        }
         if !self.config.backfill {
             return match last.stopped_for {
                 Some(x) if x == job.job_id => Some(PendingReason::WaitingForCapacity),

@@ -55,6 +55,7 @@ mod explain;
 mod hash;
 mod index;
 mod keys;
+mod preempt;
 mod read;
 mod reserve;
 #[cfg(test)]
@@ -169,6 +170,15 @@ struct Job {
     reported: bool,
     /// Its key in the cluster's `ends` (its expected end, and arrival).
     end_key: EndKey,
+    /// When it started (was granted, or was counted by [`Ledger::start`]), seconds.
+    started_at: Seconds,
+    /// It may be preempted ([`Ledger::set_preemptible`], or granted from a window
+    /// that said so).
+    preemptible: bool,
+    /// How many times it was preempted before this run.
+    preemptions: u32,
+    /// Preempted for this job: it is being stopped, and is no longer a candidate.
+    stopping_for: Option<JobId>,
 }
 
 /// Order of expected ends: known ends by time (NaN as `+∞`, `−0` as `0`), unknown
@@ -314,6 +324,9 @@ struct Account {
     window: VecDeque<QueuedJob>,
     /// Index in `window` of the effective head (`window.len()` when none).
     cursor: usize,
+    /// Sum of the window's requests (what it would hold if all of it ran), for the
+    /// fair shares preemption compares with.
+    queued: Resources,
     outstanding: u32,
     allocation: Resources,
     /// Dominant share of `allocation` against the ledger's capacity.
@@ -340,6 +353,7 @@ impl Account {
             usage_at: now,
             window: VecDeque::new(),
             cursor: 0,
+            queued: Resources::ZERO,
             outstanding: 0,
             allocation: Resources::ZERO,
             share: 0.0,
@@ -435,6 +449,8 @@ pub struct Ledger {
     /// Listed users holding capacity, by upper bounds of their keys (negated).
     holders: KeyIndex,
     last: Option<LastCycle>,
+    /// Preemption's state between calls (`preempt.rs`).
+    preempt: preempt::PreemptState,
 }
 
 impl Ledger {
@@ -459,6 +475,7 @@ impl Ledger {
             overdue: KeyIndex::default(),
             holders: KeyIndex::default(),
             last: None,
+            preempt: preempt::PreemptState::default(),
         }
     }
 
@@ -509,6 +526,7 @@ impl Ledger {
             a.allocation = v.allocation;
             a.share = share;
             a.window = v.queue.iter().cloned().collect();
+            a.queued = preempt::sum(&a.window);
             a.pinned = true;
             ledger.reindex(uid, now);
         }

@@ -118,6 +118,8 @@ fn replay(config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseError> {
                             priority,
                             submitted_at: now - f64::from(ago),
                             runtime_estimate: estimate.map(f64::from),
+                            preemptible: false,
+                            preemptions: 0,
                         }
                     })
                     .collect();
@@ -131,6 +133,8 @@ fn replay(config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseError> {
                     priority: 0,
                     submitted_at: now - f64::from(*ago),
                     runtime_estimate: estimate.map(f64::from),
+                    preemptible: false,
+                    preemptions: 0,
                 };
                 ledger.push_queued(now, &format!("u{u}"), job);
             }
@@ -346,6 +350,8 @@ fn busy(n: usize, config: &PolicyConfig) -> Ledger {
                 priority: 0,
                 submitted_at: now - 1000.0 + u as f64 * 1e-3 + i as f64,
                 runtime_estimate: Some(600.0),
+                preemptible: false,
+                preemptions: 0,
             })
             .collect();
         ledger.set_window(now, &name, window);

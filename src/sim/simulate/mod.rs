@@ -521,6 +521,8 @@ impl Sim<'_> {
                 priority: 0,
                 submitted_at: job.submit,
                 runtime_estimate: job.estimate,
+                preemptible: false,
+                preemptions: 0,
             };
             ledger.push_queued(submit, &self.users[u].name, queued);
         }

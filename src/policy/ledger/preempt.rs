@@ -1,0 +1,341 @@
+//! Preemption on the ledger (DESIGN §2, "Preemption"; the rules are in
+//! [`crate::policy::PreemptionConfig`]'s module): which running jobs to stop, what
+//! the ledger remembers of it, and queueing a stopped job again at its old place.
+//!
+//! With no outstanding job marked preemptible, [`Ledger::preempt`] returns at once
+//! and nothing here changes any other decision.
+
+use std::collections::VecDeque;
+
+use super::{Job, JobMap, Ledger, Uid};
+use crate::policy::{
+    dominant_share, fair_shares, JobId, Preemption, PreemptionConfig, QueuedJob, Resources,
+    Seconds, FIT_TOLERANCE,
+};
+
+/// What preemption keeps between calls.
+#[derive(Debug, Default)]
+pub(super) struct PreemptState {
+    /// Outstanding jobs that may be preempted and are not being stopped.
+    candidates: usize,
+    /// For each head that preempted: the cluster and the jobs being stopped for it
+    /// (an entry goes when the last of them ends).
+    pub(super) waiting_for: JobMap<(usize, Vec<JobId>)>,
+    /// When and how much (a sum of dominant shares) was preempted, within the last
+    /// interval.
+    spent: VecDeque<(Seconds, f64)>,
+}
+
+/// The sum of a window's requests.
+pub(super) fn sum<'a>(window: impl IntoIterator<Item = &'a QueuedJob>) -> Resources {
+    window
+        .into_iter()
+        .fold(Resources::ZERO, |acc, j| acc + j.resources)
+}
+
+/// `a ≤ b` up to the policy's relative tolerance.
+fn at_most(a: f64, b: f64) -> bool {
+    a <= b + FIT_TOLERANCE * a.abs().max(b.abs()).max(1.0)
+}
+
+/// One user's standing for a preemption round.
+#[derive(Clone, Copy, Debug)]
+struct Standing {
+    /// Its allocation, less its jobs being stopped (and the victims taken so far).
+    allocation: Resources,
+    weight: f64,
+    fair: f64,
+}
+
+impl Ledger {
+    /// Marks outstanding `job` preemptible: it started at `started_at` (seconds) and
+    /// was preempted `preemptions` times before. A job granted from a window that
+    /// says `preemptible` is marked by the cycle; a recovered one is marked by the
+    /// caller after [`Ledger::start`]. No-op for a job not outstanding.
+    pub fn set_preemptible(&mut self, job: JobId, started_at: Seconds, preemptions: u32) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        j.started_at = started_at;
+        j.preemptions = preemptions;
+        if !j.preemptible {
+            j.preemptible = true;
+            if j.stopping_for.is_none() {
+                self.preempt.candidates += 1;
+            }
+        }
+    }
+
+    /// Forgets what preemption knew of `job`, which `end` just took out.
+    pub(super) fn forget_preemptible(&mut self, job: JobId, j: &Job) {
+        match j.stopping_for {
+            None if j.preemptible => self.preempt.candidates -= 1,
+            None => {}
+            Some(head) => {
+                if let Some((_, victims)) = self.preempt.waiting_for.get_mut(&head) {
+                    victims.retain(|&v| v != job);
+                    if victims.is_empty() {
+                        self.preempt.waiting_for.remove(&head);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Queues `job` of `user` again (a preempted job, after [`Ledger::end`]) at its
+    /// place in the window's queue order (priority descending, then submit time,
+    /// then id), not at the back.
+    pub fn requeue(&mut self, now: Seconds, user: &str, job: QueuedJob) {
+        let now = self.clock(now);
+        let uid = self.account(user, now);
+        if self.jobs.contains_key(&job.job_id) {
+            return;
+        }
+        let a = &mut self.accounts[uid as usize];
+        if a.window.iter().any(|j| j.job_id == job.job_id) {
+            return;
+        }
+        let place = a.window.partition_point(|j| {
+            (std::cmp::Reverse(j.priority), j.submitted_at, j.job_id)
+                <= (
+                    std::cmp::Reverse(job.priority),
+                    job.submitted_at,
+                    job.job_id,
+                )
+        });
+        a.queued += job.resources;
+        a.window.insert(place, job);
+        self.reindex(uid, now);
+    }
+
+    /// The cluster and the jobs being stopped for head `job`, if it preempted.
+    #[must_use]
+    pub fn preempting_for(&self, job: &JobId) -> Option<(&str, &[JobId])> {
+        self.preempt
+            .waiting_for
+            .get(job)
+            .map(|(k, victims)| (self.clusters[*k].name.as_str(), victims.as_slice()))
+    }
+
+    /// Whether any outstanding job may be preempted now (marked, not being stopped).
+    #[must_use]
+    pub fn has_preemptible(&self) -> bool {
+        self.preempt.candidates > 0
+    }
+
+    /// The preemptions to make at `now` (seconds), on the state the last cycle left
+    /// (call it right after [`Ledger::cycle`]). The ledger marks each victim as being
+    /// stopped (it is no longer a candidate, and its head preempts nothing more)
+    /// but keeps counting what it holds until the caller ends it
+    /// ([`Ledger::end`]) and queues it again ([`Ledger::requeue`]). In fair-share
+    /// order of the heads; empty when no job is preemptible. Rules: the module
+    /// doc of [`PreemptionConfig`].
+    pub fn preempt(&mut self, now: Seconds, config: &PreemptionConfig) -> Vec<Preemption> {
+        let now = self.clock(now);
+        let mut out = Vec::new();
+        if self.preempt.candidates == 0 || !(now - config.after).is_finite() {
+            return out;
+        }
+        while let Some(&(at, _)) = self.preempt.spent.front() {
+            if now - at >= config.interval || !(now - at).is_finite() {
+                self.preempt.spent.pop_front();
+            } else {
+                break;
+            }
+        }
+        let mut budget = config.budget - self.preempt.spent.iter().map(|s| s.1).sum::<f64>();
+        if !(budget > 0.0) {
+            return out;
+        }
+        let mut rooms: Vec<(usize, Resources)> = self
+            .by_cluster_name
+            .values()
+            .filter(|&&k| self.clusters[k].healthy)
+            .map(|&k| {
+                let c = &self.clusters[k];
+                let free = c
+                    .total
+                    .saturating_sub((c.used_reported + c.unreported).max(c.outstanding));
+                (k, free)
+            })
+            .collect();
+        if rooms.is_empty() {
+            return out;
+        }
+        let mut standing = self.standings();
+        let mut heads: Vec<(super::Rank, Uid)> = Vec::new();
+        for (uid, a) in self.accounts.iter().enumerate() {
+            let uid = uid as Uid;
+            let Some(head) = a.head() else { continue };
+            let s = &standing[uid as usize];
+            let waited = now - head.submitted_at;
+            if !a.listed()
+                || !a.eligible()
+                || !(waited > config.after)
+                || self.preempt.waiting_for.contains_key(&head.job_id)
+                || rooms.iter().any(|(_, f)| head.resources.fits_within(f))
+                || at_most(s.fair, dominant_share(&s.allocation, &self.capacity))
+            {
+                continue;
+            }
+            heads.push((self.rank(uid, now), uid));
+        }
+        heads.sort();
+        for (_, p) in heads {
+            let Some(head) = self.accounts[p as usize].head().cloned() else {
+                continue;
+            };
+            let mut best: Option<(usize, Vec<JobId>)> = None;
+            for (i, (k, free)) in rooms.iter().enumerate() {
+                if !head.resources.fits_within(&self.clusters[*k].total) {
+                    continue;
+                }
+                if let Some(victims) = self.victims_on(now, config, *k, *free, p, &head, &standing)
+                {
+                    if best.as_ref().is_none_or(|(_, b)| victims.len() < b.len()) {
+                        best = Some((i, victims));
+                    }
+                }
+            }
+            let Some((i, victims)) = best else { continue };
+            let cost: f64 = victims
+                .iter()
+                .map(|v| dominant_share(&self.jobs[v].resources, &self.capacity))
+                .sum();
+            if cost > budget {
+                continue;
+            }
+            budget -= cost;
+            self.preempt.spent.push_back((now, cost));
+            let k = rooms[i].0;
+            let mut freed = Resources::ZERO;
+            for v in &victims {
+                let j = self.jobs.get_mut(v).expect("a victim is outstanding");
+                j.stopping_for = Some(head.job_id);
+                self.preempt.candidates -= 1;
+                freed += j.resources;
+                let s = &mut standing[j.uid as usize];
+                s.allocation = s.allocation.saturating_sub(j.resources);
+                out.push(Preemption {
+                    job_id: *v,
+                    user: self.accounts[j.uid as usize].name.to_string(),
+                    cluster: self.clusters[k].name.clone(),
+                    resources: j.resources,
+                    started_at: j.started_at,
+                    preemptions: j.preemptions,
+                    for_job: head.job_id,
+                    for_user: self.accounts[p as usize].name.to_string(),
+                });
+            }
+            // What is left once the head starts there is all later heads may count on.
+            rooms[i].1 = (rooms[i].1 + freed).saturating_sub(head.resources);
+            standing[p as usize].allocation += head.resources;
+            self.preempt.waiting_for.insert(head.job_id, (k, victims));
+            if !(budget > 0.0) {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Every user's allocation less its jobs being stopped, weight and fair share
+    /// (zero for users without demand).
+    fn standings(&self) -> Vec<Standing> {
+        let mut standing: Vec<Standing> = self
+            .accounts
+            .iter()
+            .map(|a| Standing {
+                allocation: a.allocation,
+                weight: a.settings.weight,
+                fair: 0.0,
+            })
+            .collect();
+        for j in self.jobs.values() {
+            if j.stopping_for.is_some() {
+                let s = &mut standing[j.uid as usize];
+                s.allocation = s.allocation.saturating_sub(j.resources);
+            }
+        }
+        let mut users = Vec::new();
+        let mut weights = Vec::new();
+        let mut demands = Vec::new();
+        for (uid, a) in self.accounts.iter().enumerate() {
+            let s = &standing[uid];
+            let demand = dominant_share(&(s.allocation + a.queued), &self.capacity).min(1.0);
+            let weight = if a.settings.weight.is_finite() && a.settings.weight > 0.0 {
+                a.settings.weight
+            } else {
+                0.0
+            };
+            if demand > 0.0 && weight > 0.0 {
+                users.push(uid);
+                weights.push(weight);
+                demands.push(demand);
+            }
+        }
+        let mut fair = Vec::new();
+        fair_shares(&weights, &demands, &mut fair);
+        for (i, uid) in users.into_iter().enumerate() {
+            standing[uid].fair = fair[i];
+        }
+        standing
+    }
+
+    /// The victims on cluster `k` (free capacity `free`) that let `head` of user `p`
+    /// fit, youngest first, or `None` if those allowed do not suffice.
+    #[allow(clippy::too_many_arguments)]
+    fn victims_on(
+        &self,
+        now: Seconds,
+        config: &PreemptionConfig,
+        k: usize,
+        free: Resources,
+        p: Uid,
+        head: &QueuedJob,
+        standing: &[Standing],
+    ) -> Option<Vec<JobId>> {
+        let capacity = &self.capacity;
+        let sp = &standing[p as usize];
+        let preemptor_after =
+            dominant_share(&(sp.allocation + head.resources), capacity) / sp.weight;
+        let mut allowed: Vec<(Seconds, JobId, Uid, Resources)> = self.clusters[k]
+            .ends
+            .values()
+            .filter_map(|(id, _)| {
+                let j = self.jobs.get(id)?;
+                let s = &standing[j.uid as usize];
+                let ok = j.preemptible
+                    && j.stopping_for.is_none()
+                    && j.uid != p
+                    && now - j.started_at >= config.min_runtime
+                    && j.preemptions < config.max_per_job
+                    && !at_most(dominant_share(&s.allocation, capacity), s.fair);
+                ok.then_some((j.started_at, *id, j.uid, j.resources))
+            })
+            .collect();
+        // Youngest first (the least work lost), ties by id.
+        allowed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut avail = free;
+        let mut taken: Vec<(Uid, Resources)> = Vec::new();
+        let mut victims = Vec::new();
+        for (_, id, v, held) in allowed {
+            let s = &standing[v as usize];
+            let before = taken
+                .iter()
+                .filter(|(u, _)| *u == v)
+                .fold(Resources::ZERO, |acc, (_, r)| acc + *r);
+            let after = s.allocation.saturating_sub(before + held);
+            let victim_after = dominant_share(&after, capacity) / s.weight;
+            if !at_most(preemptor_after, victim_after) {
+                continue;
+            }
+            taken.push((v, held));
+            victims.push(id);
+            avail += held;
+            if head.resources.fits_within(&avail) {
+                return Some(victims);
+            }
+        }
+        None
+    }
+}

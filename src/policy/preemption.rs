@@ -1,0 +1,84 @@
+//! Preemption's knobs and decisions (DESIGN §2, "Preemption"); the decision itself
+//! is [`crate::policy::Ledger::preempt`].
+//!
+//! A head that has waited past [`PreemptionConfig::after`], fits no healthy
+//! cluster's free capacity, and whose user holds less than its fair share may have
+//! running **preemptible** jobs of users above their fair share stopped and queued
+//! again, on the cluster where stopping the fewest lets it fit. The rules:
+//!
+//! - **Fair share** of a user: the weighted max-min (water-filling) division of the
+//!   healthy capacity among the users with demand, each capped at its demand
+//!   ([`crate::policy::fair_shares`] over dominant shares; demand = what its
+//!   outstanding jobs hold, less the jobs being stopped, plus its window's
+//!   requests, capped at 1). The simulator's fairness error measures against the
+//!   same fair share.
+//! - **Victims** are outstanding jobs marked preemptible, of another user whose
+//!   dominant share (less its jobs being stopped) is above its fair share, that have
+//!   run at least [`PreemptionConfig::min_runtime`] and were preempted fewer than
+//!   [`PreemptionConfig::max_per_job`] times, youngest first (the least work lost).
+//! - A victim is taken only while the preemptor's weighted share after the
+//!   preemption, `dominant_share(A_p + request) / w_p`, stays at or below the
+//!   victim user's after it, `dominant_share(A_v − victims) / w_v` (Kueue's
+//!   fair-sharing strategy `LessThanOrEqualToFinalShare`, KEP-1714), so a
+//!   preemption never turns the preemptor into the one above its share.
+//! - Of the clusters where victims found so let the head fit, the one needing the
+//!   **fewest** victims is chosen (ties by cluster name).
+//! - At most [`PreemptionConfig::budget`] of the capacity (the victims' dominant
+//!   shares, summed) is preempted per [`PreemptionConfig::interval`].
+//! - Heads are considered in fair-share order; a head with jobs being stopped for
+//!   it waits for them ([`crate::policy::PendingReason::Preempting`]) and preempts
+//!   nothing more until they have all ended.
+
+use serde::{Deserialize, Serialize};
+
+use super::{JobId, Resources, Seconds};
+
+/// `[preemption]` of the configuration, as the policy uses it (seconds, fractions).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PreemptionConfig {
+    /// A head may preempt once it has waited longer than this, seconds (from its
+    /// submit time). `f64::INFINITY` turns preemption off.
+    pub after: Seconds,
+    /// A job that has run less than this, seconds, is never preempted.
+    pub min_runtime: Seconds,
+    /// A job is never preempted more than this many times.
+    pub max_per_job: u32,
+    /// At most this fraction of the capacity (the sum of the victims' dominant
+    /// shares) is preempted per `interval`; in `[0, 1]`.
+    pub budget: f64,
+    /// The window of `budget`, seconds.
+    pub interval: Seconds,
+}
+
+impl PreemptionConfig {
+    /// Preemption off: no head ever preempts.
+    pub const OFF: PreemptionConfig = PreemptionConfig {
+        after: f64::INFINITY,
+        min_runtime: 0.0,
+        max_per_job: 0,
+        budget: 0.0,
+        interval: 0.0,
+    };
+}
+
+/// A decision: stop `job_id` of `user` on `cluster` and queue it again, for head
+/// `for_job` of `for_user`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Preemption {
+    /// The job to stop (the victim).
+    pub job_id: JobId,
+    /// Its user.
+    pub user: String,
+    /// Where it runs.
+    pub cluster: String,
+    /// What it holds there (what it is charged: cores, GPUs, bytes).
+    pub resources: Resources,
+    /// When it started, seconds: `now − started_at` of work is lost.
+    pub started_at: Seconds,
+    /// How many times it was preempted before this one.
+    pub preemptions: u32,
+    /// The head it is stopped for.
+    pub for_job: JobId,
+    /// That head's user.
+    pub for_user: String,
+}
