@@ -147,9 +147,30 @@ struct SimulateCli {
     /// Only the first N jobs.
     #[arg(long)]
     limit: Option<usize>,
-    /// Seed of the gateway-loop's arbitrary order.
+    /// Seed of the gateway-loop's arbitrary order and of the choice of preemptible
+    /// jobs.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Which jobs may be preempted (fairshare policy): all, none, or a fraction such
+    /// as 0.5 (a seeded choice of jobs).
+    #[arg(long, default_value = "none")]
+    preemptible: crate::sim::simulate::Preemptible,
+    /// A head may preempt once it has waited this long, e.g. "10m"; "off" disables
+    /// preemption (default: the service's preemption.after).
+    #[arg(long, value_parser = crate::sim::run::parse_starvation_guard)]
+    preempt_after: Option<f64>,
+    /// Jobs that have run less than this are never preempted, e.g. "2m".
+    #[arg(long, value_parser = humantime::parse_duration)]
+    preempt_min_runtime: Option<std::time::Duration>,
+    /// A job is preempted at most this many times.
+    #[arg(long)]
+    preempt_max_per_job: Option<u32>,
+    /// At most this fraction of the capacity is preempted per interval, 0 to 1.
+    #[arg(long)]
+    preempt_budget: Option<f64>,
+    /// The window of the budget, e.g. "5m".
+    #[arg(long, value_parser = humantime::parse_duration)]
+    preempt_interval: Option<std::time::Duration>,
     /// Write every run's report as JSON.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -220,6 +241,22 @@ pub fn run() -> ExitCode {
             args.weights = a.weights;
             args.limit = a.limit;
             args.seed = a.seed;
+            args.preemptible = a.preemptible;
+            if let Some(v) = a.preempt_after {
+                args.preemption.after = v;
+            }
+            if let Some(v) = a.preempt_min_runtime {
+                args.preemption.min_runtime = v.as_secs_f64();
+            }
+            if let Some(v) = a.preempt_max_per_job {
+                args.preemption.max_per_job = v;
+            }
+            if let Some(v) = a.preempt_budget {
+                args.preemption.budget = v;
+            }
+            if let Some(v) = a.preempt_interval {
+                args.preemption.interval = v.as_secs_f64();
+            }
             args.report = a.report;
             args.plot = a.plot;
             let started = std::time::Instant::now();

@@ -15,7 +15,8 @@
 //! - **Victims** are outstanding jobs marked preemptible, of another user whose
 //!   dominant share (less its jobs being stopped) is above its fair share, that have
 //!   run at least [`PreemptionConfig::min_runtime`] and were preempted fewer than
-//!   [`PreemptionConfig::max_per_job`] times, youngest first (the least work lost).
+//!   [`PreemptionConfig::max_per_job`] times, youngest first (the least work lost;
+//!   equal start times by the larger job id).
 //! - A victim is taken only while the preemptor's weighted share after the
 //!   preemption, `dominant_share(A_p + request) / w_p`, stays at or below the
 //!   victim user's after it, `dominant_share(A_v − victims) / w_v` (Kueue's
@@ -48,6 +49,21 @@ pub struct PreemptionConfig {
     pub budget: f64,
     /// The window of `budget`, seconds.
     pub interval: Seconds,
+}
+
+impl Default for PreemptionConfig {
+    /// The service's defaults (`[preemption]` of `config/default.toml`): after 10
+    /// minutes, jobs that ran at least 2 minutes, at most twice each, at most a
+    /// quarter of the capacity per 5 minutes.
+    fn default() -> Self {
+        PreemptionConfig {
+            after: 600.0,
+            min_runtime: 120.0,
+            max_per_job: 2,
+            budget: 0.25,
+            interval: 300.0,
+        }
+    }
 }
 
 impl PreemptionConfig {

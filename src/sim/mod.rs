@@ -27,8 +27,10 @@ pub mod synth;
 #[cfg(test)]
 mod golden;
 #[cfg(test)]
+mod preempt_tests;
+#[cfg(test)]
 mod tests;
 
 pub use report::{compare, Comparison, Report};
 pub use run::{load_weights, run_simulate, SimError, SimulateArgs, SimulationReport};
-pub use simulate::{simulate, SimConfig, SimOutcome, SimPolicy};
+pub use simulate::{simulate, Preemptible, SimConfig, SimOutcome, SimPolicy};

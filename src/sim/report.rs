@@ -126,6 +126,12 @@ pub struct Overall {
     pub idle_while_queued_pct: f64,
     /// Mean free cores during queued time.
     pub mean_idle_cores_while_queued: f64,
+    /// Preemptions made.
+    pub preemptions: u64,
+    /// Work lost to preemption: the core-hours of the runs it cut short.
+    pub lost_core_hours: f64,
+    /// That, as a percentage of the core-hours of the jobs that ran to the end.
+    pub lost_pct: f64,
     /// Event instants processed.
     pub steps: u64,
     /// Scheduling cycles or passes that ran.
@@ -174,6 +180,10 @@ pub struct Report {
     pub max_running_jobs: Option<u32>,
     /// Seed of the gateway loop's random order.
     pub seed: u64,
+    /// Which jobs could be preempted (fairshare).
+    pub preemptible: crate::sim::simulate::Preemptible,
+    /// Preemption's knobs (fairshare).
+    pub preemption: crate::policy::PreemptionConfig,
     /// Numbers for the whole run.
     pub overall: Overall,
     /// Per user, most jobs first (ties by user id).
@@ -253,6 +263,13 @@ impl Report {
             } else {
                 0.0
             },
+            preemptions: outcome.preemptions,
+            lost_core_hours: outcome.lost_core_s / 3600.0,
+            lost_pct: if busy > 0.0 {
+                100.0 * outcome.lost_core_s / busy
+            } else {
+                0.0
+            },
             steps: outcome.steps,
             cycles: outcome.cycles,
         };
@@ -308,6 +325,8 @@ impl Report {
             max_age_s: config.max_age_s,
             max_running_jobs: Some(config.max_running_jobs).filter(|&m| m != u32::MAX),
             seed: config.seed,
+            preemptible: config.preemptible,
+            preemption: config.preemption.clone(),
             overall,
             users,
         }
@@ -391,6 +410,13 @@ impl Report {
                 ),
             ],
             vec!["Jain's index".to_owned(), jain_cell(o.jain_index)],
+            vec![
+                "preemptions".to_owned(),
+                format!(
+                    "{} ({:.1} core-hours lost, {:.2} % of the work done)",
+                    o.preemptions, o.lost_core_hours, o.lost_pct
+                ),
+            ],
             vec!["queued time".to_owned(), format!("{:.0} s", o.queued_s)],
             vec![
                 "contended time".to_owned(),

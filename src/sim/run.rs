@@ -9,9 +9,11 @@ use serde::Serialize;
 use super::plot::{plot_shares, PlotError, PLOT_BUCKETS, PLOT_USERS};
 use super::report::{compare, Report};
 use super::simulate::{
-    simulate, top_users_by_core_seconds, SimConfig, SimOutcome, SimPolicy, DEFAULT_SEED,
+    simulate, top_users_by_core_seconds, Preemptible, SimConfig, SimOutcome, SimPolicy,
+    DEFAULT_SEED,
 };
 use super::swf::{read_trace, TraceError};
+use crate::policy::PreemptionConfig;
 
 /// Arguments of `fairshare simulate`.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,8 +41,13 @@ pub struct SimulateArgs {
     pub weights: Option<PathBuf>,
     /// Replay only the first this many jobs (in submit order).
     pub limit: Option<usize>,
-    /// Seed of the gateway loop's random user order.
+    /// Seed of the gateway loop's random user order and of the choice of
+    /// preemptible jobs.
     pub seed: u64,
+    /// Which jobs may be preempted (fairshare).
+    pub preemptible: Preemptible,
+    /// Preemption's knobs (fairshare).
+    pub preemption: PreemptionConfig,
     /// Where to write the JSON report of every run, if anywhere.
     pub report: Option<PathBuf>,
     /// Where to write the SVG share plot (of the fairshare run, or of the
@@ -68,6 +75,8 @@ impl SimulateArgs {
             weights: None,
             limit: None,
             seed: DEFAULT_SEED,
+            preemptible: defaults.preemptible,
+            preemption: defaults.preemption.clone(),
             report: None,
             plot: None,
         }
@@ -201,6 +210,24 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
             reason: format!("{}; must be a finite number ≥ 0", args.age_weight),
         });
     }
+    let p = &args.preemption;
+    let durations = [
+        ("preemption after", p.after),
+        ("preemption min runtime", p.min_runtime),
+        ("preemption interval", p.interval),
+    ];
+    if let Some((name, v)) = durations.into_iter().find(|(_, v)| v.is_nan() || *v < 0.0) {
+        return Err(SimError::Invalid {
+            name,
+            reason: format!("{v} s; must be ≥ 0"),
+        });
+    }
+    if !(0.0..=1.0).contains(&p.budget) {
+        return Err(SimError::Invalid {
+            name: "preemption budget",
+            reason: format!("{}; must be between 0 and 1", p.budget),
+        });
+    }
     if args.max_running_jobs == Some(0) {
         return Err(SimError::Invalid {
             name: "max running jobs",
@@ -245,6 +272,8 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
         max_running_jobs: args.max_running_jobs.unwrap_or(u32::MAX),
         weights,
         seed: args.seed,
+        preemptible: args.preemptible,
+        preemption: args.preemption.clone(),
         ..SimConfig::new(args.policy.unwrap_or(SimPolicy::FairShare), capacity)
     };
     if args.plot.is_some() {

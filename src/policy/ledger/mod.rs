@@ -56,6 +56,8 @@ mod hash;
 mod index;
 mod keys;
 mod preempt;
+#[cfg(test)]
+mod preempt_tests;
 mod read;
 mod reserve;
 #[cfg(test)]

@@ -144,7 +144,7 @@ impl Ledger {
             }
         }
         let mut budget = config.budget - self.preempt.spent.iter().map(|s| s.1).sum::<f64>();
-        if !(budget > 0.0) {
+        if budget.is_nan() || budget <= 0.0 {
             return out;
         }
         let mut rooms: Vec<(usize, Resources)> = self
@@ -171,7 +171,8 @@ impl Ledger {
             let waited = now - head.submitted_at;
             if !a.listed()
                 || !a.eligible()
-                || !(waited > config.after)
+                || waited.is_nan()
+                || waited <= config.after
                 || self.preempt.waiting_for.contains_key(&head.job_id)
                 || rooms.iter().any(|(_, f)| head.resources.fits_within(f))
                 || at_most(s.fair, dominant_share(&s.allocation, &self.capacity))
@@ -231,7 +232,7 @@ impl Ledger {
             rooms[i].1 = (rooms[i].1 + freed).saturating_sub(head.resources);
             standing[p as usize].allocation += head.resources;
             self.preempt.waiting_for.insert(head.job_id, (k, victims));
-            if !(budget > 0.0) {
+            if budget <= 0.0 {
                 break;
             }
         }
@@ -313,8 +314,8 @@ impl Ledger {
                 ok.then_some((j.started_at, *id, j.uid, j.resources))
             })
             .collect();
-        // Youngest first (the least work lost), ties by id.
-        allowed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        // Youngest first (the least work lost), ties by the larger id.
+        allowed.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
         let mut avail = free;
         let mut taken: Vec<(Uid, Resources)> = Vec::new();
         let mut victims = Vec::new();

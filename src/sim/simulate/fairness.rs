@@ -210,6 +210,8 @@ impl Sim<'_> {
             jain_integral: self.jain_integral,
             steps: self.steps,
             cycles: self.cycles,
+            preemptions: self.preemptions,
+            lost_core_s: self.lost_core_s,
             series: self.series.into_iter().map(|(_, s)| s).collect(),
         };
         for job in self.jobs {
@@ -221,6 +223,7 @@ impl Sim<'_> {
                     submit: job.submit,
                     start,
                     run: job.run,
+                    preemptions: job.preemptions,
                 }),
                 None => outcome.never_started.push(job.number),
             }

@@ -73,7 +73,7 @@ use rand::SeedableRng;
 use serde::{Deserialize, Serialize};
 
 use super::swf::TraceJob;
-use crate::policy::{JobId, Ledger, PolicyConfig, Resources, UserSettings};
+use crate::policy::{JobId, Ledger, PolicyConfig, PreemptionConfig, Resources, UserSettings};
 use crate::policy::{QueuedJob, Seconds};
 
 /// Name of the single simulated cluster.
@@ -176,8 +176,14 @@ pub struct SimConfig {
     /// Weight per user; users not listed have weight 1 (fairshare's order,
     /// and every policy's fair share in the fairness metrics).
     pub weights: BTreeMap<String, f64>,
-    /// Seed of the gateway loop's random user order.
+    /// Seed of the gateway loop's random user order, and of the choice of
+    /// preemptible jobs.
     pub seed: u64,
+    /// Which jobs may be preempted (fairshare only).
+    pub preemptible: Preemptible,
+    /// When a head may preempt (fairshare only; see
+    /// [`crate::policy::PreemptionConfig`]).
+    pub preemption: PreemptionConfig,
     /// Users whose actual and fair share over time are recorded in
     /// [`SimOutcome::series`] (for plots).
     #[serde(skip)]
@@ -203,7 +209,21 @@ impl SimConfig {
             max_running_jobs: u32::MAX,
             weights: BTreeMap::new(),
             seed: DEFAULT_SEED,
+            preemptible: Preemptible::None,
+            preemption: PreemptionConfig::default(),
             record_shares_for: Vec::new(),
+        }
+    }
+
+    /// Whether trace job `number` may be preempted under this configuration: all,
+    /// none, or a seeded choice of the given fraction (the same jobs for the same
+    /// seed, whatever the policy or the capacity).
+    #[must_use]
+    pub fn is_preemptible(&self, number: u64) -> bool {
+        match self.preemptible {
+            Preemptible::None => false,
+            Preemptible::All => true,
+            Preemptible::Fraction(f) => unit_hash(self.seed, number) < f,
         }
     }
 
@@ -212,6 +232,46 @@ impl SimConfig {
     pub fn weight_of(&self, user: &str) -> f64 {
         self.weights.get(user).copied().unwrap_or(1.0)
     }
+}
+
+/// Which jobs may be preempted in a simulation (`--preemptible`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preemptible {
+    /// None: every decision is the non-preemptive policy's.
+    None,
+    /// Every job.
+    All,
+    /// Each job with this probability (in `[0, 1]`), chosen from the seed and its
+    /// job number.
+    Fraction(f64),
+}
+
+impl FromStr for Preemptible {
+    type Err = String;
+
+    /// `all`, `none`, or a fraction in `[0, 1]` such as `0.5`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "all" => Ok(Preemptible::All),
+            "none" => Ok(Preemptible::None),
+            other => match other.parse::<f64>() {
+                Ok(f) if (0.0..=1.0).contains(&f) => Ok(Preemptible::Fraction(f)),
+                _ => Err(format!(
+                    "{s:?}: expected all, none, or a fraction between 0 and 1"
+                )),
+            },
+        }
+    }
+}
+
+/// A number in `[0, 1)` from a seed and a job number (SplitMix64's finalizer).
+fn unit_hash(seed: u64, number: u64) -> f64 {
+    let mut z = seed ^ number.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// A job that fits, as the simulation keeps it.
@@ -224,6 +284,10 @@ struct SimJob {
     /// Runtime estimate (the SWF requested time), seconds.
     estimate: Option<Seconds>,
     start: Option<Seconds>,
+    /// It may be preempted.
+    preemptible: bool,
+    /// How many times it was preempted.
+    preemptions: u32,
 }
 
 /// Per-user state.
@@ -239,13 +303,18 @@ struct UserState {
     in_ledger: bool,
 }
 
-/// A finish event: time, then job index (a min-heap through `Reverse`).
+/// A finish event: time, then job index, then the job's preemptions when it
+/// started (a finish of a run that was preempted is stale); a min-heap through
+/// `Reverse`.
 #[derive(Clone, Copy, Debug)]
-struct Finish(Seconds, usize);
+struct Finish(Seconds, usize, u32);
 
 impl Ord for Finish {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+        self.0
+            .total_cmp(&other.0)
+            .then(self.1.cmp(&other.1))
+            .then(self.2.cmp(&other.2))
     }
 }
 
@@ -308,6 +377,9 @@ struct Sim<'c> {
     series: Vec<(usize, ShareSeries)>,
     steps: u64,
     cycles: u64,
+    /// Preemptions made, and the core-seconds of the runs they cut short.
+    preemptions: u64,
+    lost_core_s: f64,
     // Scratch buffers for snapshots.
     scratch_users: Vec<usize>,
     scratch_weights: Vec<f64>,
@@ -361,6 +433,8 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
             run: job.run,
             estimate: job.requested_time,
             start: None,
+            preemptible: config.policy == SimPolicy::FairShare && config.is_preemptible(job.number),
+            preemptions: 0,
         });
     }
 
@@ -418,6 +492,8 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         series,
         steps: 0,
         cycles: 0,
+        preemptions: 0,
+        lost_core_s: 0.0,
         scratch_users: Vec::new(),
         scratch_weights: Vec::new(),
         scratch_demands: Vec::new(),
@@ -441,7 +517,7 @@ impl Sim<'_> {
             if let Some(job) = self.jobs.get(next) {
                 t = job.submit;
             }
-            if let Some(Reverse(Finish(at, _))) = self.finishes.peek() {
+            if let Some(Reverse(Finish(at, _, _))) = self.finishes.peek() {
                 t = t.min(*at);
             }
             if let Some(w) = wake {
@@ -453,12 +529,14 @@ impl Sim<'_> {
             self.integrate(t);
             self.steps += 1;
 
-            while let Some(&Reverse(Finish(at, j))) = self.finishes.peek() {
+            while let Some(&Reverse(Finish(at, j, run))) = self.finishes.peek() {
                 if at > t {
                     break;
                 }
                 self.finishes.pop();
-                self.finish(j, t);
+                if run == self.jobs[j].preemptions {
+                    self.finish(j, t);
+                }
             }
             while self.jobs.get(next).is_some_and(|job| job.submit <= t) {
                 self.submit(next);
@@ -468,7 +546,10 @@ impl Sim<'_> {
             match self.config.policy {
                 SimPolicy::FairShare => {
                     self.fair_share_step(t);
-                    wake = self.guard_wake(t);
+                    wake = match (self.guard_wake(t), self.preempt_wake(t)) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                 }
                 SimPolicy::Fifo => self.fifo_step(t),
                 SimPolicy::GatewayLoop => {
@@ -521,7 +602,7 @@ impl Sim<'_> {
                 priority: 0,
                 submitted_at: job.submit,
                 runtime_estimate: job.estimate,
-                preemptible: false,
+                preemptible: job.preemptible,
                 preemptions: 0,
             };
             ledger.push_queued(submit, &self.users[u].name, queued);
@@ -584,7 +665,51 @@ impl Sim<'_> {
         user.running_jobs += 1;
         self.used_cores += cpus;
         self.queued_jobs -= 1;
-        self.finishes.push(Reverse(Finish(now + job.run, j)));
+        self.finishes
+            .push(Reverse(Finish(now + job.run, j, job.preemptions)));
+    }
+
+    /// Preempts running job `j` at `now`: its run so far is lost, it leaves the
+    /// ledger and goes back to its user's queue at its place (submit order), and
+    /// its pending finish becomes stale.
+    fn preempt(&mut self, j: usize, now: Seconds) {
+        let job = &mut self.jobs[j];
+        let Some(start) = job.start.take() else {
+            return;
+        };
+        job.preemptions += 1;
+        let (u, cpus) = (job.user, job.cpus);
+        self.lost_core_s += f64::from(cpus) * (now - start);
+        self.preemptions += 1;
+        let user = &mut self.users[u];
+        user.running_cores -= u64::from(cpus);
+        user.running_jobs -= 1;
+        user.queued_cores += u64::from(cpus);
+        self.used_cores -= u64::from(cpus);
+        self.queued_jobs += 1;
+        // Jobs are indexed in submit order, which is each queue's order.
+        let place = self.users[u].queue.partition_point(|&k| k < j);
+        if place == 0 {
+            self.drop_head(u);
+            self.users[u].queue.push_front(j);
+            self.add_head(u);
+        } else {
+            self.users[u].queue.insert(place, j);
+        }
+        if let Some(ledger) = &mut self.ledger {
+            let job = &self.jobs[j];
+            ledger.end(now, ledger_id(j));
+            let queued = QueuedJob {
+                job_id: ledger_id(j),
+                resources: Resources::new(f64::from(job.cpus), 0.0, 0.0),
+                priority: 0,
+                submitted_at: job.submit,
+                runtime_estimate: job.estimate,
+                preemptible: job.preemptible,
+                preemptions: job.preemptions,
+            };
+            ledger.requeue(now, &self.users[u].name, queued);
+        }
     }
 
     fn finish(&mut self, j: usize, now: Seconds) {

@@ -23,6 +23,9 @@ pub struct JobOutcome {
     pub start: Seconds,
     /// Run time, seconds.
     pub run: Seconds,
+    /// How many times it was preempted before the run that finished (`start` is
+    /// that run's start).
+    pub preemptions: u32,
 }
 
 impl JobOutcome {
@@ -105,6 +108,10 @@ pub struct SimOutcome {
     /// Scheduling cycles (fairshare) or passes (gateway-loop) actually run,
     /// or FIFO steps that started something.
     pub cycles: u64,
+    /// Preemptions made (fairshare with preemptible jobs).
+    pub preemptions: u64,
+    /// Core-seconds of the runs preemption cut short: work lost.
+    pub lost_core_s: f64,
     /// Shares over time of [`SimConfig::record_shares_for`].
     pub series: Vec<ShareSeries>,
 }

@@ -4,12 +4,64 @@
 use rand::seq::SliceRandom;
 
 use super::{Sim, UserState, GATEWAY_MAX_RUNNING};
-use crate::policy::Seconds;
+use crate::policy::{Ledger, Seconds};
 
 impl Sim<'_> {
     /// One fairshare step at `now`: a ledger cycle, unless it could grant nothing
     /// and make no reservation; its grants start their jobs.
     pub(super) fn fair_share_step(&mut self, now: Seconds) {
+        // Preemptions free capacity at once (the simulator's stop takes no time), so
+        // the cycle runs again after them; the budget bounds the rounds.
+        loop {
+            self.fair_share_cycle(now);
+            let victims = self.preemptions_at(now);
+            if victims.is_empty() {
+                return;
+            }
+            for p in victims {
+                let j = p.job_id.as_u128() as usize;
+                if j < self.jobs.len() {
+                    self.preempt(j, now);
+                }
+            }
+        }
+    }
+
+    /// The ledger's preemptions at `now`, when some job may be preempted and the
+    /// oldest head has waited past `preemption.after`.
+    fn preemptions_at(&mut self, now: Seconds) -> Vec<crate::policy::Preemption> {
+        let after = self.config.preemption.after;
+        let waited = self
+            .heads
+            .first()
+            .is_some_and(|&(at, _)| now - f64::from_bits(at) > after);
+        match &mut self.ledger {
+            Some(ledger) if waited && ledger.has_preemptible() => {
+                ledger.preempt(now, &self.config.preemption)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// When the next queued head will have waited past `preemption.after` (just
+    /// after `submit + after`), if some job may be preempted: a step runs then, as
+    /// the arbiter's periodic cycle would.
+    pub(super) fn preempt_wake(&self, now: Seconds) -> Option<Seconds> {
+        let after = self.config.preemption.after;
+        let any = self.ledger.as_ref().is_some_and(Ledger::has_preemptible);
+        if !any || !after.is_finite() {
+            return None;
+        }
+        let from = (now - after - 1.0).max(0.0);
+        self.heads
+            .range((super::time_key(from), 0)..)
+            .map(|&(at, _)| just_after(f64::from_bits(at) + after))
+            .find(|&at| at > now)
+    }
+
+    /// A ledger cycle at `now`, unless it could grant nothing and make no
+    /// reservation; its grants start their jobs.
+    fn fair_share_cycle(&mut self, now: Seconds) {
         let free = self.free_cores();
         let guard = self.config.starvation_guard_s;
         let Some(ledger) = &mut self.ledger else {

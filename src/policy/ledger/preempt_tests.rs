@@ -1,0 +1,437 @@
+//! Preemption on the ledger: exact expected victims on small cases worked by hand,
+//! and the rules checked independently over random ones.
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::policy::{fair_shares, Preemption, PreemptionConfig};
+
+fn cpu(n: f64) -> Resources {
+    Resources::new(n, 0.0, 0.0)
+}
+
+fn id(n: u128) -> JobId {
+    JobId::from_u128(n)
+}
+
+fn queued(n: u128, cores: f64, at: Seconds) -> QueuedJob {
+    QueuedJob {
+        job_id: id(n),
+        resources: cpu(cores),
+        priority: 0,
+        submitted_at: at,
+        runtime_estimate: None,
+        preemptible: false,
+        preemptions: 0,
+    }
+}
+
+/// Preempt after 60 s, any run time, once per job, the whole capacity per minute.
+fn knobs() -> PreemptionConfig {
+    PreemptionConfig {
+        after: 60.0,
+        min_runtime: 0.0,
+        max_per_job: 1,
+        budget: 1.0,
+        interval: 60.0,
+    }
+}
+
+fn policy() -> PolicyConfig {
+    PolicyConfig {
+        usage_half_life: 0.0,
+        starvation_guard: f64::INFINITY,
+        backfill: true,
+        age_weight: 0.0,
+        max_age: 0.0,
+    }
+}
+
+/// A ledger with healthy clusters `(name, cores)` and, per `(user, cluster, cores,
+/// started_at, preemptible)`, a running job numbered from 1 in that order.
+fn ledger(clusters: &[(&str, f64)], running: &[(&str, &str, f64, Seconds, bool)]) -> Ledger {
+    let mut l = Ledger::new(policy(), UserSettings::default());
+    for (name, cores) in clusters {
+        l.report_cluster(0.0, name, true, cpu(*cores), Resources::ZERO, |_| false);
+    }
+    for (n, (user, cluster, cores, at, preemptible)) in running.iter().enumerate() {
+        let job = id(n as u128 + 1);
+        l.start(*at, job, user, cluster, cpu(*cores), None);
+        if *preemptible {
+            l.set_preemptible(job, *at, 0);
+        }
+    }
+    l
+}
+
+fn victims(out: &[Preemption]) -> Vec<u128> {
+    out.iter().map(|p| p.job_id.as_u128()).collect()
+}
+
+/// Four 1-core jobs of a (started at 0, 10, 20, 30) fill a 4-core cluster; b
+/// queues a 2-core job at 100. Fair shares (water-filling, demands 1 and 0.5):
+/// 0.5 each. At 161 b has waited past 60 s: the two youngest of a's jobs go (a
+/// keeps 0.5, b gets 0.5: 0.5 ≤ 0.5), then b's job is granted.
+#[test]
+fn the_youngest_jobs_of_the_user_above_its_share_make_room() {
+    let mut l = ledger(
+        &[("c", 4.0)],
+        &[
+            ("a", "c", 1.0, 0.0, true),
+            ("a", "c", 1.0, 10.0, true),
+            ("a", "c", 1.0, 20.0, true),
+            ("a", "c", 1.0, 30.0, true),
+        ],
+    );
+    l.push_queued(100.0, "b", queued(10, 2.0, 100.0));
+    assert!(l.cycle(100.0).grants.is_empty());
+    assert!(
+        l.preempt(100.0, &knobs()).is_empty(),
+        "b has not waited 60 s"
+    );
+    assert!(l.cycle(161.0).grants.is_empty());
+    let out = l.preempt(161.0, &knobs());
+    assert_eq!(victims(&out), [4, 3]);
+    assert!(out
+        .iter()
+        .all(|p| p.user == "a" && p.cluster == "c" && p.for_job == id(10) && p.for_user == "b"));
+    assert_eq!(out[0].started_at, 30.0);
+    assert_eq!(
+        l.reason("b", id(10)),
+        Some(PendingReason::Preempting {
+            cluster: "c".into(),
+            jobs: vec![id(4), id(3)],
+        })
+    );
+    // Nothing more while they stop.
+    assert!(l.preempt(162.0, &knobs()).is_empty());
+    for v in [4, 3] {
+        assert!(l.end(170.0, id(v)));
+        let mut again = queued(v, 1.0, 0.0);
+        again.preemptible = true;
+        again.preemptions = 1;
+        l.requeue(170.0, "a", again);
+    }
+    let grants = l.cycle(170.0).grants;
+    assert_eq!(grants.len(), 1);
+    assert_eq!((grants[0].job_id, grants[0].user.as_str()), (id(10), "b"));
+    // a's jobs are back in its window, in queue order, and were preempted once:
+    // they may not be preempted again.
+    let window: Vec<u128> = l.accounts[l.by_name["a"] as usize]
+        .window
+        .iter()
+        .map(|j| j.job_id.as_u128())
+        .collect();
+    assert_eq!(window, [3, 4]);
+}
+
+#[test]
+fn jobs_that_are_not_preemptible_are_never_touched() {
+    let mut l = ledger(
+        &[("c", 4.0)],
+        &[
+            ("a", "c", 2.0, 0.0, false),
+            ("a", "c", 1.0, 0.0, true),
+            ("a", "c", 1.0, 0.0, false),
+        ],
+    );
+    l.push_queued(0.0, "b", queued(10, 2.0, 0.0));
+    l.cycle(100.0);
+    // The one preemptible job frees 1 core; b needs 2.
+    assert!(l.preempt(100.0, &knobs()).is_empty());
+}
+
+/// b's 3-core head would leave b at 0.75 and a at 0.25: the second victim already
+/// breaks "the preemptor's share after ≤ the victim's after", so none is taken.
+#[test]
+fn a_preemption_never_puts_the_preemptor_above_its_victim() {
+    let running: Vec<_> = (0..4)
+        .map(|i| ("a", "c", 1.0, f64::from(i), true))
+        .collect();
+    let mut l = ledger(&[("c", 4.0)], &running);
+    l.push_queued(0.0, "b", queued(10, 3.0, 0.0));
+    l.cycle(100.0);
+    assert!(l.preempt(100.0, &knobs()).is_empty());
+    // With weight 3 for b it is allowed: 0.75 / 3 ≤ 0.25 / 1.
+    l.set_user(
+        100.0,
+        "b",
+        UserSettings {
+            weight: 3.0,
+            ..UserSettings::default()
+        },
+    );
+    l.cycle(100.0);
+    assert_eq!(victims(&l.preempt(100.0, &knobs())), [4, 3, 2]);
+}
+
+#[test]
+fn young_jobs_and_jobs_preempted_too_often_are_spared_and_the_budget_holds() {
+    // Job 1 ran 100 s, job 2 only 10 s, job 3 was preempted once already.
+    let mut l = ledger(
+        &[("c", 3.0)],
+        &[
+            ("a", "c", 1.0, 0.0, true),
+            ("a", "c", 1.0, 90.0, true),
+            ("a", "c", 1.0, 50.0, false),
+        ],
+    );
+    l.set_preemptible(id(3), 50.0, 1);
+    l.push_queued(0.0, "b", queued(10, 1.0, 0.0));
+    l.cycle(100.0);
+    let knobs = PreemptionConfig {
+        min_runtime: 30.0,
+        ..knobs()
+    };
+    // A budget below one job's share (1/3) preempts nothing.
+    let tight = PreemptionConfig {
+        budget: 0.3,
+        ..knobs.clone()
+    };
+    assert!(l.preempt(100.0, &tight).is_empty());
+    assert_eq!(victims(&l.preempt(100.0, &knobs)), [1]);
+}
+
+/// a holds a 4-core cluster with four 1-core jobs and a 4-core one with two
+/// 2-core jobs; b's 2-core head fits after one victim on the second: fewest
+/// victims wins over the youngest.
+#[test]
+fn the_cluster_needing_the_fewest_victims_is_chosen() {
+    let mut l = ledger(
+        &[("c1", 4.0), ("c2", 4.0)],
+        &[
+            ("a", "c1", 1.0, 40.0, true),
+            ("a", "c1", 1.0, 40.0, true),
+            ("a", "c1", 1.0, 40.0, true),
+            ("a", "c1", 1.0, 40.0, true),
+            ("a", "c2", 2.0, 0.0, true),
+            ("a", "c2", 2.0, 0.0, true),
+        ],
+    );
+    l.push_queued(0.0, "b", queued(10, 2.0, 0.0));
+    l.cycle(100.0);
+    let out = l.preempt(100.0, &knobs());
+    // Both started at 0: the larger id goes first.
+    assert_eq!(victims(&out), [6]);
+    assert_eq!(out[0].cluster, "c2");
+}
+
+/// A user below its fair share does not lose jobs to one above it, and the one
+/// above it does not preempt.
+#[test]
+fn only_users_above_their_fair_share_lose_jobs() {
+    let mut l = ledger(
+        &[("c", 4.0)],
+        &[
+            ("a", "c", 1.0, 0.0, true),
+            ("b", "c", 1.0, 0.0, true),
+            ("b", "c", 1.0, 5.0, true),
+            ("b", "c", 1.0, 10.0, true),
+        ],
+    );
+    // Both ask for one more core: demands 0.5 and 1, fair shares 0.5 each. a
+    // (0.25) is below, b (0.75) above; after one of b's jobs goes, both hold 0.5.
+    l.push_queued(0.0, "a", queued(10, 1.0, 0.0));
+    l.push_queued(0.0, "b", queued(11, 1.0, 0.0));
+    l.cycle(100.0);
+    let out = l.preempt(100.0, &knobs());
+    assert_eq!(victims(&out), [4]);
+    assert_eq!(out[0].for_user, "a");
+}
+
+#[test]
+fn with_no_job_preemptible_the_ledger_decides_as_without_preemption() {
+    let running: Vec<_> = (0..4)
+        .map(|i| ("a", "c", 1.0, f64::from(i), false))
+        .collect();
+    let mut with = ledger(&[("c", 4.0)], &running);
+    let mut without = ledger(&[("c", 4.0)], &running);
+    for l in [&mut with, &mut without] {
+        l.push_queued(0.0, "b", queued(10, 2.0, 0.0));
+    }
+    for t in [100.0, 200.0, 300.0] {
+        assert_eq!(with.cycle(t), without.cycle(t));
+        assert!(with.preempt(t, &knobs()).is_empty());
+        assert_eq!(with.pending(), without.pending());
+    }
+}
+
+// ----- the rules over random cases -----------------------------------------
+
+/// A random case: per user its weight and queued heads (cores, seconds waited);
+/// running jobs (user, cluster, cores, seconds run, preemptible, preemptions).
+#[derive(Clone, Debug)]
+struct Case {
+    weights: Vec<f64>,
+    clusters: Vec<f64>,
+    queued: Vec<Vec<(u32, u32)>>,
+    running: Vec<(usize, usize, u32, u32, bool, u32)>,
+    knobs: PreemptionConfig,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let users = 2usize..=4;
+    users.prop_flat_map(|n| {
+        (
+            prop::collection::vec(prop::sample::select(vec![1.0, 2.0, 3.0]), n),
+            prop::collection::vec(4u32..=12, 1..=2),
+            prop::collection::vec(prop::collection::vec((1u32..=6, 30u32..=300), 0..=2), n),
+            prop::collection::vec(
+                (
+                    0..n,
+                    0usize..2,
+                    1u32..=4,
+                    0u32..=300,
+                    prop::bool::weighted(0.8),
+                    0u32..=2,
+                ),
+                4..=14,
+            ),
+            (
+                0u32..=60,
+                0u32..=120,
+                1u32..=3,
+                prop::sample::select(vec![0.2, 0.5, 1.0]),
+            ),
+        )
+            .prop_map(
+                |(weights, clusters, queued, running, (after, min_runtime, max, budget))| Case {
+                    weights,
+                    clusters: clusters.into_iter().map(f64::from).collect(),
+                    queued,
+                    running,
+                    knobs: PreemptionConfig {
+                        after: f64::from(after),
+                        min_runtime: f64::from(min_runtime),
+                        max_per_job: max,
+                        budget,
+                        interval: 300.0,
+                    },
+                },
+            )
+    })
+}
+
+const NOW: Seconds = 1000.0;
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Every preemption follows DESIGN §2's rules, recomputed here from the case:
+    /// the head waited past `after`, fit no free capacity and its user was below
+    /// its fair share; each victim is preemptible, another user's, ran at least
+    /// `min_runtime`, was preempted fewer than `max_per_job` times, and its user
+    /// was above its fair share; after the preemption the preemptor's weighted
+    /// share is at most each victim user's; the head then fits; the budget holds;
+    /// no job is taken twice.
+    #[test]
+    fn preemptions_follow_the_rules(case in case()) {
+        let mut l = Ledger::new(policy(), UserSettings::default());
+        let names: Vec<String> = (0..case.weights.len()).map(|u| format!("u{u}")).collect();
+        let capacity: f64 = case.clusters.iter().sum();
+        for (k, cores) in case.clusters.iter().enumerate() {
+            l.report_cluster(0.0, &format!("c{k}"), true, cpu(*cores), Resources::ZERO, |_| false);
+        }
+        for (u, w) in case.weights.iter().enumerate() {
+            l.set_user(0.0, &names[u], UserSettings { weight: *w, ..UserSettings::default() });
+        }
+        // Running jobs that fit their cluster, as the arbiter would have them.
+        let mut used = vec![0.0; case.clusters.len()];
+        let mut jobs = HashMap::new();
+        let mut held = vec![0.0; names.len()];
+        for (n, &(u, k, cores, ran, preemptible, times)) in case.running.iter().enumerate() {
+            let k = k % case.clusters.len();
+            if used[k] + f64::from(cores) > case.clusters[k] {
+                continue;
+            }
+            used[k] += f64::from(cores);
+            held[u] += f64::from(cores);
+            let job = id(n as u128 + 1);
+            let started = NOW - f64::from(ran);
+            l.start(started, job, &names[u], &format!("c{k}"), cpu(f64::from(cores)), None);
+            if preemptible {
+                l.set_preemptible(job, started, times);
+            }
+            jobs.insert(job, (u, k, f64::from(cores), ran, preemptible, times));
+        }
+        let mut heads = HashMap::new();
+        for (u, list) in case.queued.iter().enumerate() {
+            for (i, &(cores, waited)) in list.iter().enumerate() {
+                let job = id(100 + (u * 10 + i) as u128);
+                l.push_queued(NOW, &names[u], queued(job.as_u128(), f64::from(cores), NOW - f64::from(waited)));
+                heads.insert(job, (u, f64::from(cores), waited));
+            }
+        }
+        l.cycle(NOW);
+        // The state the preemption decides on, read back after the cycle's grants.
+        let held: Vec<f64> = names.iter().map(|n| l.user(n, NOW).unwrap().allocation.cpu).collect();
+        let demands: Vec<f64> = (0..names.len())
+            .map(|u| {
+                let a = &l.accounts[l.by_name[names[u].as_str()] as usize];
+                ((held[u] + a.queued.cpu) / capacity).min(1.0)
+            })
+            .collect();
+        let mut fair = Vec::new();
+        fair_shares(&case.weights, &demands, &mut fair);
+        let free: Vec<f64> = (0..case.clusters.len())
+            .map(|k| case.clusters[k] - l.clusters[l.by_cluster_name[&format!("c{k}")]].outstanding.cpu)
+            .collect();
+        let heads_now: HashMap<JobId, (usize, f64)> = names
+            .iter()
+            .enumerate()
+            .filter_map(|(u, n)| {
+                let a = &l.accounts[l.by_name[n.as_str()] as usize];
+                a.head().map(|h| (h.job_id, (u, h.resources.cpu)))
+            })
+            .collect();
+        let out = l.preempt(NOW, &case.knobs);
+        let mut seen = std::collections::HashSet::new();
+        let mut cost = 0.0;
+        // Heads in the order they preempted (the output's), each with its victims.
+        let mut by_head: Vec<(JobId, Vec<&Preemption>)> = Vec::new();
+        for p in &out {
+            prop_assert!(seen.insert(p.job_id), "taken twice");
+            match by_head.iter_mut().find(|(h, _)| *h == p.for_job) {
+                Some((_, list)) => list.push(p),
+                None => by_head.push((p.for_job, vec![p])),
+            }
+            let &(v, _, cores, ran, preemptible, times) = &jobs[&p.job_id];
+            prop_assert!(preemptible);
+            prop_assert!(f64::from(ran) >= case.knobs.min_runtime);
+            prop_assert!(times < case.knobs.max_per_job);
+            prop_assert_eq!(&p.user, &names[v]);
+            cost += cores / capacity;
+        }
+        prop_assert!(cost <= case.knobs.budget + 1e-9);
+        let mut after = held.clone();
+        for (head, victims) in &by_head {
+            let &(p, cores) = &heads_now[head];
+            let (_, _, waited) = heads.get(head).copied().unwrap_or((p, cores, 0));
+            prop_assert!(f64::from(waited) > case.knobs.after);
+            prop_assert!(free.iter().all(|&f| f < cores), "the head fit free capacity");
+            prop_assert!(held[p] / capacity < fair[p], "preemptor not below its share");
+            prop_assert!(victims.iter().all(|v| names[jobs[&v.job_id].0] != names[p]));
+            let k = jobs[&victims[0].job_id].1;
+            prop_assert!(victims.iter().all(|v| jobs[&v.job_id].1 == k), "one cluster");
+            // Above its share as things will stand once earlier heads start.
+            for v in victims.iter() {
+                let u = jobs[&v.job_id].0;
+                prop_assert!(after[u] / capacity > fair[u] + 1e-9, "victim's user not above its share");
+            }
+            let freed: f64 = victims.iter().map(|v| jobs[&v.job_id].2).sum();
+            prop_assert!(free[k] + freed >= cores, "the head does not fit after");
+            for v in victims.iter() {
+                after[jobs[&v.job_id].0] -= jobs[&v.job_id].2;
+            }
+            after[p] += cores;
+            for v in victims.iter() {
+                let u = jobs[&v.job_id].0;
+                prop_assert!(
+                    after[p] / capacity / case.weights[p]
+                        <= after[u] / capacity / case.weights[u] + 1e-9,
+                    "preemptor above its victim after"
+                );
+            }
+        }
+    }
+}
