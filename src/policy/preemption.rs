@@ -25,7 +25,10 @@
 //! - Of the clusters where victims found so let the head fit, the one needing the
 //!   **fewest** victims is chosen (ties by cluster name).
 //! - At most [`PreemptionConfig::budget`] of the capacity (the victims' dominant
-//!   shares, summed) is preempted per [`PreemptionConfig::interval`].
+//!   shares, summed) is preempted per [`PreemptionConfig::interval`], except that
+//!   when nothing was preempted within the interval one head's victims may exceed
+//!   it (so that a budget below one job's share, as on a small cluster, still lets
+//!   one preemption through per interval).
 //! - Heads are considered in fair-share order; a head with jobs being stopped for
 //!   it waits for them ([`crate::policy::PendingReason::Preempting`]) and preempts
 //!   nothing more until they have all ended.
@@ -45,7 +48,8 @@ pub struct PreemptionConfig {
     /// A job is never preempted more than this many times.
     pub max_per_job: u32,
     /// At most this fraction of the capacity (the sum of the victims' dominant
-    /// shares) is preempted per `interval`; in `[0, 1]`.
+    /// shares) is preempted per `interval`, in `[0, 1]`; when nothing was preempted
+    /// within the interval, one head's victims may exceed it.
     pub budget: f64,
     /// The window of `budget`, seconds.
     pub interval: Seconds,

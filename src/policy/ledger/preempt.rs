@@ -143,8 +143,11 @@ impl Ledger {
                 break;
             }
         }
+        // Nothing preempted within the interval: one head's victims may exceed the
+        // budget (else a budget below one job's share would never preempt at all).
+        let mut fresh = self.preempt.spent.is_empty();
         let mut budget = config.budget - self.preempt.spent.iter().map(|s| s.1).sum::<f64>();
-        if budget.is_nan() || budget <= 0.0 {
+        if !fresh && (budget.is_nan() || budget <= 0.0) {
             return out;
         }
         let mut rooms: Vec<(usize, Resources)> = self
@@ -203,9 +206,10 @@ impl Ledger {
                 .iter()
                 .map(|v| dominant_share(&self.jobs[v].resources, &self.capacity))
                 .sum();
-            if cost > budget {
+            if cost > budget && !fresh {
                 continue;
             }
+            fresh = false;
             budget -= cost;
             self.preempt.spent.push_back((now, cost));
             let k = rooms[i].0;
@@ -232,7 +236,7 @@ impl Ledger {
             rooms[i].1 = (rooms[i].1 + freed).saturating_sub(head.resources);
             standing[p as usize].allocation += head.resources;
             self.preempt.waiting_for.insert(head.job_id, (k, victims));
-            if budget <= 0.0 {
+            if budget.is_nan() || budget <= 0.0 {
                 break;
             }
         }
