@@ -655,6 +655,9 @@ pub(super) fn initial_row() -> job::Model {
         retiring_attempt: None,
         stop_reason: None,
         runtime_env_digest: None,
+        preemptible: false,
+        preemptions: 0,
+        preempted_at: None,
     }
 }
 

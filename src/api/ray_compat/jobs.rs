@@ -491,6 +491,9 @@ mod tests {
             retiring_attempt: None,
             stop_reason: None,
             runtime_env_digest: None,
+            preemptible: false,
+            preemptions: 0,
+            preempted_at: None,
         };
         let d = details(&j, Some("user alice is paused"), Some(1));
         assert_eq!(d["status"], "PENDING");
