@@ -230,6 +230,9 @@ impl Webhook {
 
 fn event_name(e: &JobEvent) -> &'static str {
     use entity::JobStatus as S;
+    if e.is_preemption() {
+        return "job.preempted";
+    }
     match e.to {
         S::Queued => "QUEUED",
         S::Dispatching => "DISPATCHING",

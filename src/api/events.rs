@@ -108,7 +108,12 @@ impl Stream {
 /// One event in the SSE wire format.
 fn frame(e: &JobEvent) -> Bytes {
     let data = serde_json::to_string(e).unwrap_or_else(|_| "{}".into());
-    Bytes::from(format!("id: {}\nevent: job\ndata: {data}\n\n", e.id))
+    let name = if e.is_preemption() {
+        "job.preempted"
+    } else {
+        "job"
+    };
+    Bytes::from(format!("id: {}\nevent: {name}\ndata: {data}\n\n", e.id))
 }
 
 /// `GET /v1/events?user=&job=&last_event_id=`: a Server-Sent Events stream of job

@@ -108,6 +108,27 @@ impl Ledger {
         self.reindex(uid, now);
     }
 
+    /// The preemption of `job` was not carried out (it had ended, was being stopped
+    /// already, or did not run yet): it is a candidate again, and the head it was
+    /// to be stopped for no longer waits for it. No-op for a job not being stopped.
+    pub fn preemption_declined(&mut self, job: JobId) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let Some(head) = j.stopping_for.take() else {
+            return;
+        };
+        if j.preemptible {
+            self.preempt.candidates += 1;
+        }
+        if let Some((_, victims)) = self.preempt.waiting_for.get_mut(&head) {
+            victims.retain(|&v| v != job);
+            if victims.is_empty() {
+                self.preempt.waiting_for.remove(&head);
+            }
+        }
+    }
+
     /// The cluster and the jobs being stopped for head `job`, if it preempted.
     #[must_use]
     pub fn preempting_for(&self, job: &JobId) -> Option<(&str, &[JobId])> {
