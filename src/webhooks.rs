@@ -256,4 +256,26 @@ mod tests {
             "t=1700000000,v1=4bcaced68dfea90a68df035b89cb7fb26692d899d32a1ccb1b0616cf48e4d1ed"
         );
     }
+
+    /// A preemption's row (its detail starts as the lifecycle writes it) is
+    /// `job.preempted`; every other row is named by its status.
+    #[test]
+    fn a_preemptions_row_is_named_job_preempted() {
+        let mut e = JobEvent {
+            id: 1,
+            job_id: uuid::Uuid::nil(),
+            user: "a".into(),
+            external_id: None,
+            from: Some(entity::JobStatus::Running),
+            to: entity::JobStatus::Running,
+            at: chrono::Utc::now(),
+            message: Some(format!(
+                "{} (core-seconds lost: 3)",
+                crate::lifecycle::preempted_for(uuid::Uuid::nil(), "b")
+            )),
+        };
+        assert_eq!(event_name(&e), "job.preempted");
+        e.message = Some("cancel requested; stop sent to Ray".into());
+        assert_eq!(event_name(&e), "RUNNING");
+    }
 }

@@ -76,6 +76,27 @@ fn user(base: &str, db: Db) -> String {
     format!("{base}-{}", format!("{db:?}").to_lowercase())
 }
 
+/// Reads `GET /v1/events?job=<id>&last_event_id=0` until `needle` appears (10 s).
+async fn stream_contains(app: &TestApp, job: &str, needle: &str) -> bool {
+    let mut resp = app
+        .get(&format!("/v1/events?job={job}&last_event_id=0"), SUBMITTER)
+        .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut seen = String::new();
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match tokio::time::timeout(left, resp.chunk()).await {
+            Ok(Ok(Some(bytes))) => {
+                seen.push_str(&String::from_utf8_lossy(&bytes));
+                if seen.contains(needle) {
+                    return true;
+                }
+            }
+            _ => return false,
+        }
+    }
+    false
+}
+
 /// A's two 1-CPU jobs (preemptible or not) RUNNING on the 2-CPU fake, then B's
 /// 1-CPU job submitted: returns (A's ids, B's id).
 async fn fill_then_wait(
@@ -213,6 +234,10 @@ async fn preemptible_running_job_goes_back_to_its_place_and_later_succeeds(db: D
                 && d.contains("core-seconds lost")
         ),
         "{details:?}"
+    );
+    assert!(
+        stream_contains(&app, &victim, "event: job.preempted").await,
+        "the SSE stream names the preemption"
     );
     let m = app.metrics().await;
     assert_eq!(
