@@ -5,6 +5,9 @@
 //! With no outstanding job marked preemptible, [`Ledger::preempt`] returns at once
 //! and nothing here changes any other decision.
 
+// `!(x > y)` on floats is deliberate here: a NaN budget or wait counts as "no".
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
 use std::collections::VecDeque;
 
 use super::{Job, JobMap, Ledger, Uid};
