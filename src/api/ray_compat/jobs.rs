@@ -8,7 +8,7 @@
 //! `driver_info`, `job_id` and `end_time` come through (`GET /api/jobs/{id}` asks the
 //! cluster; the list answers from the database). `start_time`/`end_time` are ms since
 //! the epoch; `start_time` is when fairshare accepted the job. The object also carries
-//! `fairshare: {id, user, group, status, cluster, attempt, pending_reason, queue_position}`,
+//! `fairshare: {id, user, group, status, cluster, attempt, preemptible, preemptions, pending_reason, queue_position}`,
 //! which Ray's client ignores.
 
 use actix_web::{web, HttpRequest, HttpResponse};
