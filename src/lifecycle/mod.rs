@@ -44,6 +44,10 @@
 //! | QUEUED (no retiring attempt) | `StrayFound{attempt}` = the current attempt | QUEUED, attempt + 1, retiring = that attempt (`cluster` = where it is) | message says why | stop (that attempt) | — |
 //! | terminal | anything | ignored | | | |
 //!
+//! A preemption (`Preempt`, `PreemptionGraceOver`, and what Ray's answers mean for a
+//! job whose preemption's stop is under way) adds the rows in `lifecycle/preempt.rs`,
+//! decided before these.
+//!
 //! # Invariants (checked by the property tests)
 //! - A terminal status never changes.
 //! - Ray is asked to submit only on `Granted`, and a job is granted only when no
