@@ -732,3 +732,72 @@ proptest! {
         }
     }
 }
+
+/// A RUNNING row whose preemption's stop was decided at `preempted_at`.
+fn preempting_row(preempted_at: chrono::DateTime<chrono::Utc>) -> entity::job::Model {
+    entity::job::Model {
+        id: id(),
+        user_id: "a".into(),
+        external_id: None,
+        status: S::Running,
+        priority: 0,
+        entrypoint: "sleep 60".into(),
+        runtime_env: None,
+        metadata: None,
+        cpu: 1.0,
+        gpu: 0.0,
+        memory_bytes: 0,
+        cluster: Some("c".into()),
+        message: None,
+        max_runtime_s: None,
+        submitted_at: preempted_at,
+        dispatched_at: Some(preempted_at),
+        started_at: Some(preempted_at),
+        finished_at: None,
+        attempt: 1,
+        retiring_attempt: None,
+        stop_reason: Some(preempted_for(Uuid::nil(), "b")),
+        runtime_env_digest: None,
+        preemptible: true,
+        preemptions: 0,
+        preempted_at: Some(preempted_at),
+    }
+}
+
+#[test]
+fn a_preemption_ray_still_runs_past_the_grace_is_observed_as_grace_over() {
+    let t0 = chrono::Utc::now();
+    let limits = Limits {
+        pending_timeout_s: 60.0,
+        max_runtime_s: 86_400.0,
+        lost_job_grace_s: 60.0,
+        preemption_grace_s: 30.0,
+    };
+    let running = crate::ray::RayJob {
+        submission_id: Some(id().to_string()),
+        job_id: None,
+        status: crate::ray::RayJobStatus::Running,
+        message: None,
+        error_type: None,
+        start_time: None,
+        end_time: None,
+        driver_exit_code: None,
+    };
+    let row = preempting_row(t0);
+    let at = |s: i64| t0 + chrono::Duration::seconds(s);
+    assert_eq!(
+        observe_current(&row, "c", Some(&running), 0.0, at(29), &limits),
+        None
+    );
+    assert_eq!(
+        observe_current(&row, "c", Some(&running), 0.0, at(31), &limits),
+        Some(Event::PreemptionGraceOver { grace_s: 30 })
+    );
+    // Cancelled meanwhile: the cancel's stop is followed as any other.
+    let mut cancelled = row.clone();
+    cancelled.stop_reason = Some(CANCELLED.into());
+    assert_eq!(
+        observe_current(&cancelled, "c", Some(&running), 0.0, at(31), &limits),
+        None
+    );
+}
