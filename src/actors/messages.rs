@@ -272,6 +272,8 @@ pub struct StopInRay {
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct Preempt {
+    /// The policy's decision: the job, its user and cluster, what it holds, when it
+    /// started (seconds since the Unix epoch) and the head it is stopped for.
     pub preemption: crate::policy::Preemption,
 }
 
@@ -280,6 +282,7 @@ pub struct Preempt {
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct PreemptDeclined {
+    /// The job the policy marked as being stopped.
     pub job_id: JobId,
 }
 
