@@ -876,10 +876,10 @@ impl Model for Edge {
                     for_user: "other".into(),
                     lost_core_seconds: 1.0,
                 };
-                // What the dispatcher's `Preempt` handler does with a written step.
-                if let Applied::Changed { job, step } = self.apply(&mut s, &event) {
-                    if let Some(lifecycle::RayCall::Stop { submission_id }) = step.ray {
-                        Self::stop_in_ray(&mut s, &submission_id);
+                let applied = self.apply(&mut s, &event);
+                if let Some((stop, job)) = dispatcher::preempted(&applied, CLUSTER) {
+                    if let Some(stop) = stop {
+                        Self::stop_in_ray(&mut s, &stop.submission_id);
                     }
                     let now = self.instant(&s);
                     s.book.track(job, Origin::Changed, now);

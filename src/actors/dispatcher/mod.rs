@@ -17,12 +17,16 @@ use std::sync::Arc;
 use actix::{Actor, ActorFutureExt, AsyncContext, Context, Handler, WrapFuture};
 
 use super::messages::{
-    ArbiterHandle, ClusterUnreachable, Dispatch, DispatchEnded, MonitorHandle, Preempt,
-    PreemptDeclined, StopInRay, Track,
+    ArbiterHandle, ClusterUnreachable, Dispatch, DispatchEnded, MonitorHandle, StopInRay, Track,
 };
 use super::monitor::book::Origin;
 use super::unix_now;
 use backon::{ExponentialBuilder, Retryable};
+
+mod preempt;
+// The protocol model runs it (`actors::model`).
+#[cfg(test)]
+pub(crate) use preempt::preempted;
 
 use crate::lifecycle::{Event, RayCall};
 use crate::metrics;
@@ -94,19 +98,6 @@ impl Dispatcher {
             preempted_users: std::collections::HashSet::new(),
             per_user_metrics_max: settings.telemetry.per_user_metrics_max,
         }
-    }
-
-    /// The label of `user` on the preemption metrics: its id while fewer than
-    /// `telemetry.per_user_metrics_max` users have one, else `_other`.
-    fn user_label(&mut self, user: &str) -> String {
-        if self.preempted_users.contains(user) {
-            return user.to_string();
-        }
-        if self.preempted_users.len() < self.per_user_metrics_max {
-            self.preempted_users.insert(user.to_string());
-            return user.to_string();
-        }
-        metrics::OTHER_USERS.to_string()
     }
 
     /// Writes the `Granted` step of every grant received since the last flush in one
@@ -522,62 +513,6 @@ impl Handler<Dispatch> for Dispatcher {
             self.flush_scheduled = true;
             super::after_mailbox(ctx, |act: &mut Self, ctx| act.flush(ctx));
         }
-    }
-}
-
-impl Handler<Preempt> for Dispatcher {
-    type Result = ();
-
-    /// Writes the lifecycle's `Preempt` step (fenced, as every write of the leader)
-    /// and sends Ray's stop, the path a cancel's stop takes; the monitor follows the
-    /// job (its row now says a preemption's stop is under way) until Ray says the
-    /// attempt ended. A step not written (the job ended, is being stopped already, or
-    /// Ray does not run it yet) is handed back to the arbiter.
-    #[tracing::instrument(skip_all, fields(job_id = %msg.preemption.job_id, user = %msg.preemption.user))]
-    fn handle(&mut self, msg: Preempt, ctx: &mut Context<Self>) {
-        let p = msg.preemption;
-        let lost = p.resources.cpu * (unix_now() - p.started_at).max(0.0);
-        let event = Event::Preempt {
-            for_job: p.for_job,
-            for_user: p.for_user.clone(),
-            lost_core_seconds: lost,
-        };
-        let (db, fence, id) = (self.db.clone(), self.fence.clone(), p.job_id);
-        let fut = super::off_actor(async move { store::apply(&db, &fence, id, &event).await });
-        ctx.spawn(fut.into_actor(self).map(move |done, act, ctx| match done {
-            Some(Ok(Applied::Changed { job, step })) => {
-                tracing::info!(for_job = %p.for_job, for_user = %p.for_user,
-                    core_seconds = lost, "preempted; stop sent to Ray");
-                let label = act.user_label(&p.user);
-                metrics::get().preempted(&label, lost);
-                if let Some(RayCall::Stop { submission_id }) = step.ray {
-                    let cluster = job.cluster.clone().unwrap_or(p.cluster);
-                    ctx.notify(StopInRay {
-                        job_id: id,
-                        cluster,
-                        submission_id,
-                    });
-                }
-                act.monitor.track.do_send(Track {
-                    job,
-                    origin: Origin::Changed,
-                });
-            }
-            Some(Ok(_)) => act
-                .arbiter
-                .preempt_declined
-                .do_send(PreemptDeclined { job_id: id }),
-            Some(Err(e)) => {
-                if !store::is_fenced(&e) {
-                    metrics::db_error();
-                    tracing::warn!(error = %e, "could not write the preemption; not carried out");
-                }
-                act.arbiter
-                    .preempt_declined
-                    .do_send(PreemptDeclined { job_id: id });
-            }
-            None => {}
-        }));
     }
 }
 
