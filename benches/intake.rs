@@ -55,6 +55,7 @@ fn batch(size: usize, start: &mut usize) -> Vec<NewJob> {
                 gpu: 0.0,
                 memory_bytes: 0,
                 max_runtime_s: None,
+                preemptible: None,
             }
         })
         .collect()

@@ -101,6 +101,12 @@ pub struct Metrics {
     pub http_requests: HistogramVec,
     /// Jobs Ray kept PENDING past `monitor.pending_timeout`, stopped and queued again.
     pub pending_timeouts: IntCounter,
+    /// Preemptions carried out (the stop sent), per preempted job's user (under
+    /// `telemetry.per_user_metrics_max`, else `_other`).
+    pub preemptions: IntCounterVec,
+    /// Core-seconds the preempted jobs had run (cores × seconds since they started:
+    /// the work lost), per user as `preemptions`.
+    pub preempted_core_seconds: prometheus::CounterVec,
     /// Our jobs that Ray lists as PENDING now, per cluster.
     pub ray_pending_jobs: IntGaugeVec,
     /// Submissions committed per intake transaction (group commit).
@@ -322,6 +328,20 @@ fn build() -> Result<Metrics, prometheus::Error> {
             .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
             &["method", "route", "status"]
         )?),
+        preemptions: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_preemptions_total",
+                "Running jobs preempted (stopped in Ray and queued again at their place for a user below its fair share), per user of the preempted job (users past telemetry.per_user_metrics_max as _other)."
+            ),
+            &["user"]
+        )?),
+        preempted_core_seconds: reg!(prometheus::CounterVec::new(
+            Opts::new(
+                "fairshare_preempted_core_seconds_total",
+                "Core-seconds preempted jobs had run when stopped (cores x seconds since they started: the work lost), per user as fairshare_preemptions_total."
+            ),
+            &["user"]
+        )?),
         pending_timeouts: reg!(IntCounter::new(
             "fairshare_pending_timeouts_total",
             "Jobs Ray kept PENDING longer than monitor.pending_timeout; stopped there and queued again."
@@ -468,6 +488,15 @@ impl Metrics {
             Metric::Requeued => self.dispatch_failed(cluster, DispatchFailure::NotReady),
             Metric::PendingTimeout => self.pending_timeouts.inc(),
         }
+    }
+
+    /// Counts a preemption of a job of user `label` (already bounded by the caller)
+    /// that had run `core_seconds`.
+    pub fn preempted(&self, label: &str, core_seconds: f64) {
+        self.preemptions.with_label_values(&[label]).inc();
+        self.preempted_core_seconds
+            .with_label_values(&[label])
+            .inc_by(core_seconds.max(0.0));
     }
 
     /// Counts a notification of `kind` with `outcome` (`fairshare_attempt_hints_total`).

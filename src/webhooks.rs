@@ -230,6 +230,9 @@ impl Webhook {
 
 fn event_name(e: &JobEvent) -> &'static str {
     use entity::JobStatus as S;
+    if e.is_preemption() {
+        return "job.preempted";
+    }
     match e.to {
         S::Queued => "QUEUED",
         S::Dispatching => "DISPATCHING",
@@ -252,5 +255,27 @@ mod tests {
             signature(b"0123456789abcdef", 1_700_000_000, br#"{"id":1}"#),
             "t=1700000000,v1=4bcaced68dfea90a68df035b89cb7fb26692d899d32a1ccb1b0616cf48e4d1ed"
         );
+    }
+
+    /// A preemption's row (its detail starts as the lifecycle writes it) is
+    /// `job.preempted`; every other row is named by its status.
+    #[test]
+    fn a_preemptions_row_is_named_job_preempted() {
+        let mut e = JobEvent {
+            id: 1,
+            job_id: uuid::Uuid::nil(),
+            user: "a".into(),
+            external_id: None,
+            from: Some(entity::JobStatus::Running),
+            to: entity::JobStatus::Running,
+            at: chrono::Utc::now(),
+            message: Some(format!(
+                "{} (core-seconds lost: 3)",
+                crate::lifecycle::preempted_for(uuid::Uuid::nil(), "b")
+            )),
+        };
+        assert_eq!(event_name(&e), "job.preempted");
+        e.message = Some("cancel requested; stop sent to Ray".into());
+        assert_eq!(event_name(&e), "RUNNING");
     }
 }

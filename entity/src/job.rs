@@ -134,6 +134,15 @@ pub struct Model {
     /// (`migration::runtime_env_digest`), what an idempotent resubmit is compared with;
     /// kept after the job ends. `None`: the job had no runtime_env.
     pub runtime_env_digest: Option<String>,
+    /// The job may be stopped and queued again to give its capacity to a user below
+    /// its fair share (DESIGN §2 "Preemption"): the job's own value, else its user's
+    /// default when it was submitted.
+    pub preemptible: bool,
+    /// How many times it was preempted (stopped and queued again) so far.
+    pub preemptions: i32,
+    /// When a preemption's stop was decided, while that stop is under way (cleared
+    /// once the job is queued again, or ends): `preemption.grace` counts from it.
+    pub preempted_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -28,6 +28,9 @@ pub struct Model {
     pub display_name: Option<String>,
     pub created_at: DateTimeUtc,
     pub updated_at: DateTimeUtc,
+    /// The default of the user's jobs that do not say whether they may be preempted
+    /// (DESIGN §2 "Preemption"); false unless an admin sets it.
+    pub preemptible: bool,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

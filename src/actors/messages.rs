@@ -266,6 +266,26 @@ pub struct StopInRay {
     pub submission_id: String,
 }
 
+/// Arbiter → dispatcher: the policy preempts this job (DESIGN §3, "Preemption"):
+/// write the lifecycle's `Preempt` step and send Ray's stop; the monitor follows it
+/// until Ray says the attempt ended, and the job goes back to the queue.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct Preempt {
+    /// The policy's decision: the job, its user and cluster, what it holds, when it
+    /// started (seconds since the Unix epoch) and the head it is stopped for.
+    pub preemption: crate::policy::Preemption,
+}
+
+/// Dispatcher → arbiter: a preemption was not carried out (the job had ended, was
+/// being stopped already, or Ray did not run it yet); the policy stops waiting for it.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct PreemptDeclined {
+    /// The job the policy marked as being stopped.
+    pub job_id: JobId,
+}
+
 /// How the arbiter is reached by the queues, the dispatcher and the monitor.
 #[derive(Clone)]
 pub struct ArbiterHandle {
@@ -278,6 +298,7 @@ pub struct ArbiterHandle {
     pub release: Recipient<Release>,
     pub remove_queued: Recipient<RemoveQueued>,
     pub hold: Recipient<Hold>,
+    pub preempt_declined: Recipient<PreemptDeclined>,
 }
 
 /// How the dispatcher is reached by the queues and the monitor.
@@ -285,6 +306,7 @@ pub struct ArbiterHandle {
 pub struct DispatcherHandle {
     pub dispatch: Recipient<Dispatch>,
     pub stop: Recipient<StopInRay>,
+    pub preempt: Recipient<Preempt>,
 }
 
 /// How the monitor is reached by the dispatcher.

@@ -209,6 +209,7 @@ impl Scheduler {
         let dispatcher_handle = DispatcherHandle {
             dispatch: dispatcher.clone().recipient(),
             stop: dispatcher.clone().recipient(),
+            preempt: dispatcher.clone().recipient(),
         };
         let monitor_handle = MonitorHandle {
             track: monitor.clone().recipient(),
@@ -236,7 +237,8 @@ impl Scheduler {
             UserQueue::spawn(user, window, arbiter, queues_dispatcher.clone())
         });
         let arbiter_actor = FairShareArbiter::new(settings.clone(), db.clone(), spawn_queue)
-            .tell_others_hold(monitor.clone().recipient());
+            .tell_others_hold(monitor.clone().recipient())
+            .tell_preempt(dispatcher_handle.preempt.clone());
         let sizes = arbiter_actor.cluster_sizes();
         let _ = arbiter_ctx.run(arbiter_actor);
 

@@ -24,6 +24,8 @@
 //!   learned of it without a stop sent;
 //! - a job cancelled before it was RUNNING never ends SUCCEEDED unless Ray ran it to
 //!   completion before anything of fairshare could know it existed.
+//! - a cancelled job is never queued again by a preemption (issue 28: the cancel
+//!   wins over a preemption's stop under way).
 //!
 //! [`Fault`] plants faults in the model's calls into the real code, to show that the
 //! checker catches them (tests at the end).
@@ -62,6 +64,7 @@ fn limits() -> Limits {
         pending_timeout_s: 60.0,
         max_runtime_s: 150.0,
         lost_job_grace_s: 60.0,
+        preemption_grace_s: 30.0,
     }
 }
 
@@ -145,7 +148,11 @@ pub(crate) struct S {
     pauses: u8,
     waits: u8,
     network_faults: u8,
+    preempts: u8,
     // Ghosts (what the properties read).
+    /// The job's preemption count when a cancel was written (a cancel wins: it never
+    /// goes back to the queue by a preemption after that).
+    preemptions_at_cancel: Option<i32>,
     known: BTreeSet<u32>,
     cancelled_before_running: bool,
     unaccounted: Option<String>,
@@ -167,11 +174,19 @@ impl S {
             &Option<String>,
             Option<DateTime<Utc>>,
             Option<DateTime<Utc>>,
+            (Option<DateTime<Utc>>, i32),
         ),
         (bool, &Vec<RayRec>, &Vec<Post>, u8),
         (&Option<Submit>, &Option<Submit>, &Arb, u64),
-        (u8, u8, u8, u8, u8),
-        (&BTreeSet<u32>, bool, &Option<String>, Option<u32>, bool),
+        (u8, u8, u8, u8, u8, u8),
+        (
+            &BTreeSet<u32>,
+            bool,
+            &Option<String>,
+            Option<u32>,
+            bool,
+            Option<i32>,
+        ),
         crate::actors::monitor::book::BookKey,
     ) {
         let r = &self.row;
@@ -184,6 +199,7 @@ impl S {
                 &r.cluster,
                 r.dispatched_at,
                 r.started_at,
+                (r.preempted_at, r.preemptions),
             ),
             (self.paused, &self.ray, &self.wire, self.gen),
             (&self.submit, &self.zombie, &self.arb, self.now_s),
@@ -193,6 +209,7 @@ impl S {
                 self.pauses,
                 self.waits,
                 self.network_faults,
+                self.preempts,
             ),
             (
                 &self.known,
@@ -200,6 +217,7 @@ impl S {
                 &self.unaccounted,
                 self.completed_known,
                 self.completed_unknown,
+                self.preemptions_at_cancel,
             ),
             self.book.key(),
         )
@@ -243,6 +261,9 @@ pub(crate) enum A {
     RayStart(usize),
     RayFinish(usize),
     RayStopTakesEffect(usize),
+    /// The arbiter's policy preempts the job (issue 28): the dispatcher writes the
+    /// `Preempt` step, sends the stop and hands the row to the monitor.
+    Preempt,
     Wait,
     Crash,
     LeaderChange,
@@ -655,6 +676,9 @@ pub(super) fn initial_row() -> job::Model {
         retiring_attempt: None,
         stop_reason: None,
         runtime_env_digest: None,
+        preemptible: false,
+        preemptions: 0,
+        preempted_at: None,
     }
 }
 
@@ -683,6 +707,8 @@ impl Model for Edge {
             pauses: 0,
             waits: 0,
             network_faults: 0,
+            preempts: 0,
+            preemptions_at_cancel: None,
             known: BTreeSet::new(),
             cancelled_before_running: false,
             unaccounted: None,
@@ -732,6 +758,17 @@ impl Model for Edge {
         if s.waits < 2 {
             actions.push(A::Wait);
         }
+        // Bounded like the other faults: preemption against crashes, a leader
+        // change, cancels, the clock and Ray's answers, but not also against the
+        // network's faults of the submit (three times the states for nothing new: a
+        // job is preempted only once Ray has it).
+        if s.preempts == 0
+            && s.network_faults == 0
+            && s.arb.outstanding
+            && matches!(s.row.status, JobStatus::Pending | JobStatus::Running)
+        {
+            actions.push(A::Preempt);
+        }
         if s.crashes == 0 {
             actions.push(A::Crash);
             actions.push(A::LeaderChange);
@@ -778,6 +815,7 @@ impl Model for Edge {
                 let before = s.row.status;
                 let applied = self.apply(&mut s, &Event::CancelRequested);
                 if let Applied::Changed { job, step } = applied {
+                    s.preemptions_at_cancel = Some(job.preemptions);
                     if !started
                         && matches!(
                             before,
@@ -831,6 +869,22 @@ impl Model for Edge {
                 }
             }
             A::RayStopTakesEffect(i) => s.ray[i].status = RayJobStatus::Stopped,
+            A::Preempt => {
+                s.preempts += 1;
+                let event = Event::Preempt {
+                    for_job: Uuid::nil(),
+                    for_user: "other".into(),
+                    lost_core_seconds: 1.0,
+                };
+                let applied = self.apply(&mut s, &event);
+                if let Some((stop, job)) = dispatcher::preempted(&applied, CLUSTER) {
+                    if let Some(stop) = stop {
+                        Self::stop_in_ray(&mut s, &stop.submission_id);
+                    }
+                    let now = self.instant(&s);
+                    s.book.track(job, Origin::Changed, now);
+                }
+            }
             A::Wait => {
                 s.waits += 1;
                 s.now_s += WAIT_S;
@@ -864,6 +918,13 @@ impl Model for Edge {
             Property::always(
                 "a cancelled job's known attempt never runs to completion without a stop",
                 |_, s: &S| s.completed_known.is_none(),
+            ),
+            Property::always(
+                "a cancelled job is never queued again by a preemption",
+                |_, s: &S| {
+                    s.preemptions_at_cancel
+                        .is_none_or(|n| s.row.preemptions == n)
+                },
             ),
             Property::always(
                 "a job cancelled before RUNNING never ends SUCCEEDED",

@@ -33,8 +33,8 @@ pub fn summary(j: &job::Model) -> QueuedJob {
         submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
         // `None` here means "the configured default": the arbiter fills it in.
         runtime_estimate: j.max_runtime_s.map(|s| s as f64),
-        preemptible: false,
-        preemptions: 0,
+        preemptible: j.preemptible,
+        preemptions: u32::try_from(j.preemptions).unwrap_or(0),
     }
 }
 
@@ -48,6 +48,10 @@ struct Entry {
     /// Seconds; `NaN`: none (the arbiter fills in the configured default).
     runtime_estimate: f64,
     held: bool,
+    /// [`QueuedJob::preemptible`] (in what was padding: the entry stays 40 bytes).
+    preemptible: bool,
+    /// [`QueuedJob::preemptions`].
+    preemptions: u32,
 }
 
 impl Entry {
@@ -56,6 +60,8 @@ impl Entry {
             resources: job.resources,
             runtime_estimate: job.runtime_estimate.unwrap_or(f64::NAN),
             held,
+            preemptible: job.preemptible,
+            preemptions: job.preemptions,
         }
     }
 
@@ -66,8 +72,8 @@ impl Entry {
             priority: key.0 .0,
             submitted_at: key.1 as f64 / 1e6,
             runtime_estimate: Some(self.runtime_estimate).filter(|e| !e.is_nan()),
-            preemptible: false,
-            preemptions: 0,
+            preemptible: self.preemptible,
+            preemptions: self.preemptions,
         }
     }
 }
@@ -319,7 +325,8 @@ mod tests {
 
     use super::*;
     use crate::actors::messages::{
-        CapacityChanged, DispatchEnded, Hold, JobFinished, Requeued, StopInRay,
+        CapacityChanged, DispatchEnded, Hold, JobFinished, Preempt, PreemptDeclined, Requeued,
+        StopInRay,
     };
 
     /// What the queue sent: each window announced (ids), jobs dispatched, grants
@@ -359,7 +366,9 @@ mod tests {
         Requeued,
         Release,
         RemoveQueued,
-        StopInRay
+        StopInRay,
+        Preempt,
+        PreemptDeclined
     );
 
     impl Handler<Demand> for Sink {
@@ -418,10 +427,12 @@ mod tests {
             release: sink.clone().recipient(),
             remove_queued: sink.clone().recipient(),
             hold: sink.clone().recipient(),
+            preempt_declined: sink.clone().recipient(),
         };
         let dispatcher = DispatcherHandle {
             dispatch: sink.clone().recipient(),
             stop: sink.clone().recipient(),
+            preempt: sink.clone().recipient(),
         };
         let queue = UserQueue::new("u".into(), window, arbiter, dispatcher).start();
         (queue, sink, seen)

@@ -8,6 +8,9 @@
 //! data: {"id":42,"job_id":"…","user":"alice","external_id":"order-7","from":"QUEUED","to":"DISPATCHING","at":"…","message":"…"}
 //! ```
 //!
+//! A preemption's row (DESIGN §3, "Preemption") is sent as `event: job.preempted`,
+//! with the same `id:` and `data`.
+//!
 //! A client that reconnects sends `Last-Event-ID: 42` (browsers' `EventSource` does it
 //! by itself) and gets every event after 42 first, then the live ones: nothing is
 //! missed. Without it the stream starts at the newest event. An idle stream gets a
@@ -108,7 +111,12 @@ impl Stream {
 /// One event in the SSE wire format.
 fn frame(e: &JobEvent) -> Bytes {
     let data = serde_json::to_string(e).unwrap_or_else(|_| "{}".into());
-    Bytes::from(format!("id: {}\nevent: job\ndata: {data}\n\n", e.id))
+    let name = if e.is_preemption() {
+        "job.preempted"
+    } else {
+        "job"
+    };
+    Bytes::from(format!("id: {}\nevent: {name}\ndata: {data}\n\n", e.id))
 }
 
 /// `GET /v1/events?user=&job=&last_event_id=`: a Server-Sent Events stream of job

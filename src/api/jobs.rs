@@ -62,6 +62,17 @@ pub struct JobView {
     /// when unknown (not running, or on a replica that does not lead). `resources`
     /// is what it declared; it is charged the larger of the two per resource.
     pub actual_resources: Option<ResourcesOut>,
+    /// The Ray attempt, from 1: one more each time the job went back to the queue
+    /// after Ray had it (preempted, kept PENDING too long, found alive late).
+    pub attempt: i32,
+    /// Whether the job may be preempted: stopped while it runs and queued again at
+    /// its old place for a user below its fair share (DESIGN §2 "Preemption").
+    pub preemptible: bool,
+    /// How many times it was preempted so far.
+    pub preemptions: i32,
+    /// A preemption's stop is under way: Ray has been asked to stop the job, which
+    /// goes back to the queue once Ray says it ended (or after `preemption.grace`).
+    pub preempting: bool,
 }
 
 impl JobView {
@@ -75,6 +86,7 @@ impl JobView {
             gpu: j.gpu,
             memory_bytes: j.memory_bytes.max(0) as u64,
         };
+        let preempting = crate::lifecycle::JobFacts::of(&j).preempting;
         JobView {
             id: j.id,
             user: j.user_id,
@@ -100,6 +112,10 @@ impl JobView {
             pending_reason: None,
             actual_resources: None,
             queue_position: None,
+            attempt: j.attempt,
+            preemptible: j.preemptible,
+            preemptions: j.preemptions,
+            preempting,
         }
     }
 }

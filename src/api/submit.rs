@@ -85,6 +85,11 @@ pub struct SubmitRequest {
     #[serde(default, deserialize_with = "whole::opt")]
     #[schema(minimum = 1, maximum = 31536000)]
     pub max_runtime_s: Option<i64>,
+    /// Whether the job may be stopped while it runs and queued again at its old place
+    /// (attempt + 1), to give its capacity to a user below its fair share whose job
+    /// has waited past `preemption.after` (DESIGN §2 "Preemption"). Absent or null:
+    /// the user's default (`preemptible` of `PUT /v1/users/{id}`, false unless set).
+    pub preemptible: Option<bool>,
 }
 
 /// Checks a user id (also used by the users API): the rule of [`crate::user_id`], which
@@ -286,6 +291,7 @@ impl SubmitRequest {
             gpu,
             memory_bytes,
             max_runtime_s: self.max_runtime_s,
+            preemptible: self.preemptible,
         })
     }
 }

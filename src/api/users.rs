@@ -75,6 +75,13 @@ pub struct UserUpdate {
     #[serde(default, deserialize_with = "super::body::nullable")]
     #[schema(value_type = Option<String>, min_length = 1, max_length = 128)]
     pub display_name: Option<Option<String>>,
+    /// Whether the user's jobs that do not say (`preemptible` on submit, the
+    /// `fairshare.preemptible` metadata key on Ray's API) may be preempted
+    /// (DESIGN §2 "Preemption"); null puts back the default, false. Applies to jobs
+    /// submitted from then on.
+    #[serde(default, deserialize_with = "super::body::nullable")]
+    #[schema(value_type = Option<bool>)]
+    pub preemptible: Option<Option<bool>>,
 }
 
 /// `POST /v1/users/{id}/pause|resume` body: nothing, or `{}`.
@@ -88,6 +95,8 @@ pub struct UserView {
     pub id: String,
     /// The admin-set readable name, or null.
     pub display_name: Option<String>,
+    /// Whether the user's jobs that do not say may be preempted (their default).
+    pub preemptible: bool,
     pub weight: f64,
     pub paused: bool,
     /// The user's own cap, or null for the default.
@@ -178,6 +187,7 @@ fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
             .and_then(|v| serde_json::from_value(v.clone()).ok()),
         id: u.id,
         display_name: u.display_name,
+        preemptible: u.preemptible,
         weight: u.weight,
         paused: u.paused,
         max_running_jobs: u.max_running_jobs,
@@ -338,6 +348,7 @@ impl UserUpdate {
                 .map(|o| o.map(|l| serde_json::to_value(l).unwrap_or_default())),
             paused: None,
             display_name: self.display_name,
+            preemptible: self.preemptible.map(|p| p.unwrap_or(false)),
         })
     }
 }

@@ -14,11 +14,13 @@ use std::time::Duration;
 use serde::Deserialize;
 
 mod network;
+mod preemption;
 #[cfg(test)]
 mod tests;
 mod validate;
 
 pub use network::Network;
+pub use preemption::PreemptionSettings;
 
 /// The built-in defaults, shipped inside the binary so it runs without files.
 pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
@@ -57,6 +59,9 @@ pub struct Settings {
     /// `[notify]`: how attempts tell the service that their driver started and ended
     /// (DESIGN §5, "How the end of a job is learned").
     pub notify: NotifySettings,
+    /// `[preemption]`: stopping preemptible jobs for users below their fair share
+    /// (DESIGN §2 "Preemption").
+    pub preemption: PreemptionSettings,
     /// `[secrets]`: the keys that seal runtime_envs at rest (DESIGN §6, "Secrets").
     pub secrets: SecretSettings,
 }

@@ -280,3 +280,49 @@ fn identity_rules_load_and_bad_ones_stop_the_service_naming_their_key() {
         assert!(err.contains(key), "{toml}: {err}");
     }
 }
+
+#[test]
+fn preemption_defaults_off_and_bad_values_name_the_key() {
+    let s = Settings::load_with_env(None, env(&[])).unwrap();
+    let p = &s.preemption;
+    assert_eq!(p.after, Some(Duration::from_secs(1800)));
+    assert_eq!(p.min_runtime, Duration::from_secs(0));
+    assert_eq!(p.max_per_job, 5);
+    assert_eq!(p.budget, 0.02);
+    assert_eq!(p.interval, Duration::from_secs(6 * 3600));
+    assert_eq!(p.grace, Duration::from_secs(30));
+    // The simulator's defaults are the service's.
+    assert_eq!(p.policy(), crate::policy::PreemptionConfig::default());
+    assert!(p.enabled());
+    let off =
+        Settings::load_with_env(None, env(&[("FAIRSHARE__PREEMPTION__AFTER", "off")])).unwrap();
+    assert!(!off.preemption.enabled());
+    assert!(off.preemption.policy().after.is_infinite());
+    for (var, value, key) in [
+        ("FAIRSHARE__PREEMPTION__AFTER", "soon", "preemption.after"),
+        (
+            "FAIRSHARE__PREEMPTION__MIN_RUNTIME",
+            "-1s",
+            "preemption.min_runtime",
+        ),
+        (
+            "FAIRSHARE__PREEMPTION__MAX_PER_JOB",
+            "-1",
+            "preemption.max_per_job",
+        ),
+        ("FAIRSHARE__PREEMPTION__BUDGET", "1.5", "preemption.budget"),
+        ("FAIRSHARE__PREEMPTION__BUDGET", "-0.1", "preemption.budget"),
+        (
+            "FAIRSHARE__PREEMPTION__INTERVAL",
+            "0s",
+            "preemption.interval",
+        ),
+        ("FAIRSHARE__PREEMPTION__GRACE", "0s", "preemption.grace"),
+        ("FAIRSHARE__PREEMPTION__GRACE", "later", "preemption.grace"),
+    ] {
+        let err = Settings::load_with_env(None, env(&[(var, value)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{var}={value}: {err}");
+    }
+}

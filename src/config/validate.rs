@@ -14,6 +14,7 @@ impl Settings {
                 reason: reason.to_string(),
             })
         };
+        self.preemption.validate()?;
         if self.server.body_idle_timeout.is_zero() {
             return invalid("server.body_idle_timeout", "must be more than 0");
         }

@@ -44,6 +44,10 @@
 //! | QUEUED (no retiring attempt) | `StrayFound{attempt}` = the current attempt | QUEUED, attempt + 1, retiring = that attempt (`cluster` = where it is) | message says why | stop (that attempt) | — |
 //! | terminal | anything | ignored | | | |
 //!
+//! A preemption (`Preempt`, `PreemptionGraceOver`, and what Ray's answers mean for a
+//! job whose preemption's stop is under way) adds the rows in `lifecycle/preempt.rs`,
+//! decided before these.
+//!
 //! # Invariants (checked by the property tests)
 //! - A terminal status never changes.
 //! - Ray is asked to submit only on `Granted`, and a job is granted only when no
@@ -60,13 +64,17 @@
 //! model in `actors::model` over every bounded interleaving.
 
 mod observe;
+mod preempt;
 mod row;
+mod step;
 mod submission;
 #[cfg(test)]
 mod tests;
 
 pub use observe::{observe_current, observe_retiring, Limits};
+pub use preempt::{preempted_for, PREEMPTED_DETAIL};
 pub use row::updated;
+pub use step::{Changes, Decision, Metric, RayCall, Refusal, Step};
 pub use submission::{current_submission_id, parse_submission_id, submission_id};
 
 use entity::JobStatus;
@@ -86,6 +94,11 @@ pub struct JobFacts {
     pub retiring_attempt: Option<u32>,
     /// A stop was asked for, with this reason.
     pub stop_reason: Option<String>,
+    /// A preemption's stop is under way (`preempted_at` set, and no cancel since:
+    /// a cancel's stop reason replaces the preemption's, and the cancel wins).
+    pub preempting: bool,
+    /// How many times the job was preempted so far.
+    pub preemptions: u32,
 }
 
 impl JobFacts {
@@ -96,6 +109,10 @@ impl JobFacts {
             attempt: u32::try_from(j.attempt).unwrap_or(1).max(1),
             retiring_attempt: j.retiring_attempt.and_then(|a| u32::try_from(a).ok()),
             stop_reason: j.stop_reason.clone(),
+            preempting: j.preempted_at.is_some()
+                && j.stop_reason.is_some()
+                && j.stop_reason.as_deref() != Some(CANCELLED),
+            preemptions: u32::try_from(j.preemptions).unwrap_or(0),
         }
     }
 }
@@ -192,97 +209,25 @@ pub enum Event {
         /// Cluster name.
         cluster: String,
     },
-}
-
-/// A call to make to Ray after the step is written.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RayCall {
-    /// `POST /api/jobs/` with this `submission_id`.
-    Submit {
-        /// The attempt's Ray id.
-        submission_id: String,
+    /// The arbiter preempts the job (DESIGN §3, "Preemption"): stop it in Ray and
+    /// queue it again once Ray says it ended, for `for_job` of `for_user`.
+    Preempt {
+        /// The head it is stopped for.
+        for_job: Uuid,
+        /// That head's user.
+        for_user: String,
+        /// Cores × seconds it has run (the work lost), for the event row.
+        lost_core_seconds: f64,
     },
-    /// `POST /api/jobs/{id}/stop`.
-    Stop {
-        /// The attempt's Ray id.
-        submission_id: String,
+    /// A preemption's stop was sent `preemption.grace` ago and Ray still lists the
+    /// attempt alive: the job goes back to the queue held, its attempt retiring.
+    PreemptionGraceOver {
+        /// The grace, seconds.
+        grace_s: u64,
     },
 }
 
-/// A counter to increment once the step is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Metric {
-    /// `fairshare_jobs_dispatched_total`.
-    Dispatched,
-    /// `fairshare_jobs_finished_total{status}`.
-    Finished(JobStatus),
-    /// `fairshare_dispatch_requeued_total`: back to the queue because the cluster was
-    /// not ready.
-    Requeued,
-    /// `fairshare_pending_timeouts_total`.
-    PendingTimeout,
-}
-
-/// A column change that goes with a step; `None` leaves the column as it is.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Changes {
-    /// The new `cluster` (`Some(None)` clears it).
-    pub cluster: Option<Option<String>>,
-    /// The new `message`.
-    pub message: Option<String>,
-    /// Set `dispatched_at` to now (`Some(true)`) or clear it (`Some(false)`).
-    pub dispatched_now: Option<bool>,
-    /// The new `started_at`.
-    pub started_at: Option<chrono::DateTime<chrono::Utc>>,
-    /// The new `finished_at` (a terminal step without it uses now).
-    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
-    /// The new attempt number.
-    pub attempt: Option<u32>,
-    /// The new retiring attempt (`Some(None)` clears it).
-    pub retiring_attempt: Option<Option<u32>>,
-    /// The new stop reason (`Some(None)` clears it).
-    pub stop_reason: Option<Option<String>>,
-}
-
-/// A decided step: the new status (may equal the old one when only columns change),
-/// the `job_events` detail, the columns, the Ray call and the metric.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Step {
-    /// The status after the step.
-    pub to: JobStatus,
-    /// Text of the `job_events` row.
-    pub detail: String,
-    /// Columns that change with it.
-    pub changes: Changes,
-    /// What to ask Ray once written.
-    pub ray: Option<RayCall>,
-    /// What to count once written.
-    pub metric: Option<Metric>,
-}
-
-/// Why an event was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
-    /// Cancel of a job that already ended (the API's 409).
-    AlreadyFinished(JobStatus),
-    /// A grant of a job whose earlier attempt Ray has not confirmed stopped.
-    PreviousAttemptNotStopped(u32),
-    /// A withdrawal of a job that has left the queue (dispatched meanwhile).
-    NotQueued(JobStatus),
-}
-
-/// What follows an event.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Decision {
-    /// Write this step.
-    Step(Step),
-    /// Nothing to write (the event does not change this job).
-    Ignore,
-    /// The event is refused; tell whoever asked.
-    Refuse(Refusal),
-}
-
-fn step(to: JobStatus, detail: impl Into<String>) -> Step {
+pub(super) fn step(to: JobStatus, detail: impl Into<String>) -> Step {
     Step {
         to,
         detail: detail.into(),
@@ -296,11 +241,12 @@ fn finished(to: JobStatus, detail: impl Into<String>, message: Option<String>) -
     let mut s = step(to, detail);
     s.changes.message = message;
     s.changes.stop_reason = Some(None);
+    s.changes.preempted = Some(false);
     s.metric = Some(Metric::Finished(to));
     Decision::Step(s)
 }
 
-fn stop_current(facts: &JobFacts, job_id: Uuid) -> Option<RayCall> {
+pub(super) fn stop_current(facts: &JobFacts, job_id: Uuid) -> Option<RayCall> {
     Some(RayCall::Stop {
         submission_id: submission_id(job_id, facts.attempt),
     })
@@ -316,6 +262,9 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
             Event::CancelRequested => Decision::Refuse(Refusal::AlreadyFinished(status)),
             _ => Decision::Ignore,
         };
+    }
+    if let Some(d) = preempt::decide(job_id, facts, event) {
+        return d;
     }
     match (status, event) {
         (S::Queued, Event::Granted { cluster }) => {
@@ -432,6 +381,7 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
             s.changes.started_at = *started_at;
             s.changes.finished_at = *finished_at;
             s.changes.stop_reason = Some(None);
+            s.changes.preempted = Some(false);
             s.metric = Some(Metric::Finished(*to));
             Decision::Step(s)
         }

@@ -18,6 +18,9 @@ pub struct Limits {
     /// `monitor.lost_job_grace`: how long a job may be missing from an answering
     /// cluster before it is FAILED as lost.
     pub lost_job_grace_s: f64,
+    /// `preemption.grace`: how long after a preemption's stop an attempt Ray still
+    /// lists alive is given before the job goes back to the queue held.
+    pub preemption_grace_s: f64,
 }
 
 fn ms_to_time(ms: Option<i64>) -> Option<DateTime<Utc>> {
@@ -71,6 +74,11 @@ pub fn observe_current(
         t.map(|t| (now - t).num_milliseconds() as f64 / 1000.0)
             .unwrap_or(0.0)
     };
+    if super::JobFacts::of(j).preempting && since(j.preempted_at) > limits.preemption_grace_s {
+        return Some(Event::PreemptionGraceOver {
+            grace_s: limits.preemption_grace_s as u64,
+        });
+    }
     match (&ray.status, j.status) {
         (RayJobStatus::Running, JobStatus::Running) => (since(j.started_at) > limits.max_runtime_s)
             .then_some(Event::RuntimeExceeded {

@@ -25,10 +25,14 @@ pub fn updated(current: &job::Model, step: &Step, at: DateTime<Utc>) -> job::Mod
         Some(false) => j.dispatched_at = None,
         None => {}
     }
-    j.started_at = current
-        .started_at
-        .or(c.started_at)
-        .or((step.to == entity::JobStatus::Running).then_some(at));
+    j.started_at = if c.clear_started {
+        None
+    } else {
+        current
+            .started_at
+            .or(c.started_at)
+            .or((step.to == entity::JobStatus::Running).then_some(at))
+    };
     if let Some(t) = c.finished_at.or(step.to.is_terminal().then_some(at)) {
         j.finished_at = Some(t);
     }
@@ -40,6 +44,14 @@ pub fn updated(current: &job::Model, step: &Step, at: DateTime<Utc>) -> job::Mod
     }
     if let Some(r) = &c.stop_reason {
         j.stop_reason = r.clone();
+    }
+    match c.preempted {
+        Some(true) => j.preempted_at = Some(at),
+        Some(false) => j.preempted_at = None,
+        None => {}
+    }
+    if let Some(n) = c.preemptions {
+        j.preemptions = n as i32;
     }
     j
 }

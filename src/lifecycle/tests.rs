@@ -19,6 +19,16 @@ fn facts(status: S) -> JobFacts {
         attempt: 1,
         retiring_attempt: None,
         stop_reason: None,
+        preempting: false,
+        preemptions: 0,
+    }
+}
+
+fn preempt() -> Event {
+    Event::Preempt {
+        for_job: Uuid::nil(),
+        for_user: "b".into(),
+        lost_core_seconds: 120.0,
     }
 }
 
@@ -89,6 +99,8 @@ fn events() -> Vec<(&'static str, Event)> {
                 cluster: "c".into(),
             },
         ),
+        ("preempt", preempt()),
+        ("grace_over", Event::PreemptionGraceOver { grace_s: 30 }),
     ]
 }
 
@@ -130,6 +142,10 @@ fn expected() -> BTreeMap<(&'static str, &'static str), Result<S, &'static str>>
         (("RUNNING", "withdraw"), Err("refused")),
         // The sweep found the current attempt alive in Ray while queued (issue 26).
         (("QUEUED", "stray_found"), Ok(Queued)),
+        // Preemption (issue 28): the stop is asked, the job keeps its status until Ray
+        // says the attempt ended; a job Ray does not run yet (DISPATCHING) is left.
+        (("PENDING", "preempt"), Ok(Pending)),
+        (("RUNNING", "preempt"), Ok(Running)),
     ]
     .into_iter()
     .collect()
@@ -399,6 +415,157 @@ fn a_stray_found_while_queued_moves_the_job_to_its_next_attempt() {
     assert_eq!(decide(id(), &f, &found(2)), Decision::Ignore);
 }
 
+/// Facts after `step` (what `store::apply` writes and `JobFacts::of` reads back).
+fn after(mut f: JobFacts, s: &Step) -> JobFacts {
+    apply(&mut f, s);
+    f
+}
+
+fn step_of(d: Decision) -> Step {
+    match d {
+        Decision::Step(s) => s,
+        other => panic!("expected a step, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_preempted_job_is_stopped_then_queued_again_with_its_next_attempt() {
+    let running = facts(S::Running);
+    let s = step_of(decide(id(), &running, &preempt()));
+    assert_eq!(s.to, S::Running);
+    assert!(s.detail.starts_with(PREEMPTED_DETAIL), "{}", s.detail);
+    assert!(s.detail.contains("core-seconds lost: 120"), "{}", s.detail);
+    assert_eq!(s.changes.preempted, Some(true));
+    assert_eq!(
+        s.ray,
+        Some(RayCall::Stop {
+            submission_id: submission_id(id(), 1)
+        })
+    );
+    let preempting = after(running, &s);
+    assert!(preempting.preempting);
+    // Preempted again while its stop is under way: nothing more.
+    assert_eq!(decide(id(), &preempting, &preempt()), Decision::Ignore);
+    for ended in [S::Stopped, S::Failed] {
+        let seen = Event::SeenFinished {
+            status: ended,
+            message: None,
+            started_at: None,
+            finished_at: None,
+        };
+        let q = step_of(decide(id(), &preempting, &seen));
+        assert_eq!(q.to, S::Queued);
+        assert_eq!(q.changes.attempt, Some(2));
+        assert_eq!(q.changes.preemptions, Some(1));
+        assert_eq!(q.changes.retiring_attempt, None, "Ray said it ended");
+        assert_eq!(q.changes.cluster, Some(None));
+        assert!(q.changes.clear_started);
+        assert_eq!(q.changes.preempted, Some(false));
+        assert!(q
+            .changes
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("preempted for job"));
+        assert_eq!(q.ray, None);
+        let queued = after(preempting.clone(), &q);
+        assert!(!queued.preempting && queued.stop_reason.is_none());
+        assert!(matches!(
+            decide(
+                id(),
+                &queued,
+                &Event::Granted {
+                    cluster: "c".into()
+                }
+            ),
+            Decision::Step(_)
+        ));
+    }
+}
+
+#[test]
+fn a_preempted_attempt_that_succeeded_before_its_stop_landed_is_succeeded() {
+    let preempting = after(
+        facts(S::Running),
+        &step_of(decide(id(), &facts(S::Running), &preempt())),
+    );
+    let seen = Event::SeenFinished {
+        status: S::Succeeded,
+        message: None,
+        started_at: None,
+        finished_at: None,
+    };
+    let s = step_of(decide(id(), &preempting, &seen));
+    assert_eq!(s.to, S::Succeeded);
+    assert_eq!(s.changes.preempted, Some(false));
+}
+
+#[test]
+fn a_cancel_during_a_preemption_ends_the_job_stopped() {
+    let preempting = after(
+        facts(S::Running),
+        &step_of(decide(id(), &facts(S::Running), &preempt())),
+    );
+    let c = step_of(decide(id(), &preempting, &Event::CancelRequested));
+    assert_eq!(c.to, S::Running);
+    let cancelled = after(preempting, &c);
+    assert!(!cancelled.preempting, "the cancel wins");
+    for ended in [S::Stopped, S::Failed] {
+        let seen = Event::SeenFinished {
+            status: ended,
+            message: None,
+            started_at: None,
+            finished_at: None,
+        };
+        assert_eq!(step_of(decide(id(), &cancelled, &seen)).to, S::Stopped);
+    }
+    assert_eq!(
+        decide(
+            id(),
+            &cancelled,
+            &Event::PreemptionGraceOver { grace_s: 30 }
+        ),
+        Decision::Ignore
+    );
+}
+
+#[test]
+fn a_preemption_ray_does_not_confirm_within_the_grace_queues_the_job_held() {
+    let preempting = after(
+        facts(S::Running),
+        &step_of(decide(id(), &facts(S::Running), &preempt())),
+    );
+    let s = step_of(decide(
+        id(),
+        &preempting,
+        &Event::PreemptionGraceOver { grace_s: 30 },
+    ));
+    assert_eq!(s.to, S::Queued);
+    assert_eq!(s.changes.attempt, Some(2));
+    assert_eq!(s.changes.retiring_attempt, Some(Some(1)));
+    assert_eq!(s.changes.cluster, None, "it names where attempt 1 still is");
+    let held = after(preempting, &s);
+    assert!(matches!(
+        decide(
+            id(),
+            &held,
+            &Event::Granted {
+                cluster: "c".into()
+            }
+        ),
+        Decision::Refuse(Refusal::PreviousAttemptNotStopped(1))
+    ));
+    // If that attempt turns out to have finished the work, the job is SUCCEEDED.
+    let done = decide(
+        id(),
+        &held,
+        &Event::RetiredAttemptEnded {
+            status: S::Succeeded,
+        },
+    );
+    assert_eq!(step_of(done).to, S::Succeeded);
+}
+
 #[test]
 fn submission_ids_round_trip() {
     for attempt in [1, 2, 17] {
@@ -426,6 +593,17 @@ fn apply(f: &mut JobFacts, s: &Step) {
     if let Some(r) = &s.changes.stop_reason {
         f.stop_reason = r.clone();
     }
+    match s.changes.preempted {
+        Some(true) => f.preempting = true,
+        Some(false) => f.preempting = false,
+        None => {}
+    }
+    if f.stop_reason.as_deref() == Some(CANCELLED) || f.stop_reason.is_none() {
+        f.preempting = false;
+    }
+    if let Some(n) = s.changes.preemptions {
+        f.preemptions = n;
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -445,6 +623,8 @@ enum Action {
     Runtime,
     Cancel,
     Withdraw,
+    Preempt,
+    GraceOver,
 }
 
 fn action() -> impl Strategy<Value = Action> {
@@ -457,6 +637,8 @@ fn action() -> impl Strategy<Value = Action> {
         Just(Action::Runtime),
         Just(Action::Cancel),
         Just(Action::Withdraw),
+        Just(Action::Preempt),
+        Just(Action::GraceOver),
     ]
 }
 
@@ -517,6 +699,8 @@ proptest! {
                 Action::Runtime => Event::RuntimeExceeded { limit_s: 1 },
                 Action::Cancel => Event::CancelRequested,
                 Action::Withdraw => Event::WithdrawQueued,
+                Action::Preempt => preempt(),
+                Action::GraceOver => Event::PreemptionGraceOver { grace_s: 30 },
             };
             // RayAccepted only happens after a grant, to the dispatching attempt.
             if matches!(event, Event::RayAccepted { .. }) && f.status == S::Dispatching {
@@ -541,9 +725,79 @@ proptest! {
                 }
                 apply(&mut f, s);
                 if let Event::SeenFinished { .. } = event {
-                    prop_assert!(f.status.is_terminal());
+                    // Terminal, or (a preemption's stop confirmed) queued again.
+                    prop_assert!(f.status.is_terminal() || (before.preempting && f.status == S::Queued));
                 }
             }
         }
     }
+}
+
+/// A RUNNING row whose preemption's stop was decided at `preempted_at`.
+fn preempting_row(preempted_at: chrono::DateTime<chrono::Utc>) -> entity::job::Model {
+    entity::job::Model {
+        id: id(),
+        user_id: "a".into(),
+        external_id: None,
+        status: S::Running,
+        priority: 0,
+        entrypoint: "sleep 60".into(),
+        runtime_env: None,
+        metadata: None,
+        cpu: 1.0,
+        gpu: 0.0,
+        memory_bytes: 0,
+        cluster: Some("c".into()),
+        message: None,
+        max_runtime_s: None,
+        submitted_at: preempted_at,
+        dispatched_at: Some(preempted_at),
+        started_at: Some(preempted_at),
+        finished_at: None,
+        attempt: 1,
+        retiring_attempt: None,
+        stop_reason: Some(preempted_for(Uuid::nil(), "b")),
+        runtime_env_digest: None,
+        preemptible: true,
+        preemptions: 0,
+        preempted_at: Some(preempted_at),
+    }
+}
+
+#[test]
+fn a_preemption_ray_still_runs_past_the_grace_is_observed_as_grace_over() {
+    let t0 = chrono::Utc::now();
+    let limits = Limits {
+        pending_timeout_s: 60.0,
+        max_runtime_s: 86_400.0,
+        lost_job_grace_s: 60.0,
+        preemption_grace_s: 30.0,
+    };
+    let running = crate::ray::RayJob {
+        submission_id: Some(id().to_string()),
+        job_id: None,
+        status: crate::ray::RayJobStatus::Running,
+        message: None,
+        error_type: None,
+        start_time: None,
+        end_time: None,
+        driver_exit_code: None,
+    };
+    let row = preempting_row(t0);
+    let at = |s: i64| t0 + chrono::Duration::seconds(s);
+    assert_eq!(
+        observe_current(&row, "c", Some(&running), 0.0, at(29), &limits),
+        None
+    );
+    assert_eq!(
+        observe_current(&row, "c", Some(&running), 0.0, at(31), &limits),
+        Some(Event::PreemptionGraceOver { grace_s: 30 })
+    );
+    // Cancelled meanwhile: the cancel's stop is followed as any other.
+    let mut cancelled = row.clone();
+    cancelled.stop_reason = Some(CANCELLED.into());
+    assert_eq!(
+        observe_current(&cancelled, "c", Some(&running), 0.0, at(31), &limits),
+        None
+    );
 }

@@ -211,10 +211,14 @@ async fn apply_in(
         }
         None => {}
     }
-    let started = current
-        .started_at
-        .or(c.started_at)
-        .or((step.to == JobStatus::Running).then_some(at));
+    let started = if c.clear_started {
+        None
+    } else {
+        current
+            .started_at
+            .or(c.started_at)
+            .or((step.to == JobStatus::Running).then_some(at))
+    };
     if started != current.started_at {
         update = update.col_expr(job::Column::StartedAt, Expr::value(started));
     }
@@ -242,6 +246,19 @@ async fn apply_in(
     }
     if let Some(r) = &c.stop_reason {
         update = update.col_expr(job::Column::StopReason, Expr::value(r.clone()));
+    }
+    match c.preempted {
+        Some(true) => update = update.col_expr(job::Column::PreemptedAt, Expr::value(at)),
+        Some(false) if current.preempted_at.is_some() => {
+            update = update.col_expr(
+                job::Column::PreemptedAt,
+                Expr::value(Option::<DateTime<Utc>>::None),
+            )
+        }
+        _ => {}
+    }
+    if let Some(n) = c.preemptions {
+        update = update.col_expr(job::Column::Preemptions, Expr::value(n as i32));
     }
     let res = update.exec(txn).await?;
     if res.rows_affected != 1 {

@@ -58,6 +58,17 @@ pub struct JobEvent {
     pub message: Option<String>,
 }
 
+impl JobEvent {
+    /// Whether this row is a preemption's stop (DESIGN §4, "Events"): the SSE event
+    /// and the webhook's `X-Fairshare-Event` are then `job.preempted`.
+    #[must_use]
+    pub fn is_preemption(&self) -> bool {
+        self.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with(crate::lifecycle::PREEMPTED_DETAIL))
+    }
+}
+
 /// Up to `limit` events with ids above `after`, oldest first. Jobs are never deleted,
 /// so each event has its job; one that has not (a row removed by hand) is left out.
 pub async fn events_after(db: &Db, after: i64, limit: u64) -> Result<Vec<JobEvent>, DbErr> {

@@ -120,19 +120,22 @@ pub async fn outstanding_with_stop(db: &Db) -> Result<Vec<job::Model>, DbErr> {
 pub async fn stream_queued(
     db: &Db,
 ) -> Result<impl futures_util::Stream<Item = Result<job::Model, DbErr>> + Send + '_, DbErr> {
-    type Row = (
-        Uuid,
-        String,
-        i32,
-        DateTime<Utc>,
-        f64,
-        f64,
-        i64,
-        Option<i64>,
-        i32,
-        Option<i32>,
-        Option<String>,
-    );
+    #[derive(sea_orm::FromQueryResult)]
+    struct Row {
+        id: Uuid,
+        user_id: String,
+        priority: i32,
+        submitted_at: DateTime<Utc>,
+        cpu: f64,
+        gpu: f64,
+        memory_bytes: i64,
+        max_runtime_s: Option<i64>,
+        attempt: i32,
+        retiring_attempt: Option<i32>,
+        cluster: Option<String>,
+        preemptible: bool,
+        preemptions: i32,
+    }
     use futures_util::StreamExt;
     let rows = job::Entity::find()
         .select_only()
@@ -148,52 +151,41 @@ pub async fn stream_queued(
             job::Column::Attempt,
             job::Column::RetiringAttempt,
             job::Column::Cluster,
+            job::Column::Preemptible,
+            job::Column::Preemptions,
         ])
         .filter(job::Column::Status.eq(JobStatus::Queued))
-        .into_tuple::<Row>()
+        .into_model::<Row>()
         .stream(db)
         .await?;
     Ok(rows.map(|r| {
-        r.map(
-            |(
-                id,
-                user_id,
-                priority,
-                submitted_at,
-                cpu,
-                gpu,
-                memory_bytes,
-                max_runtime_s,
-                attempt,
-                retiring_attempt,
-                cluster,
-            )| {
-                job::Model {
-                    id,
-                    user_id,
-                    external_id: None,
-                    status: JobStatus::Queued,
-                    priority,
-                    entrypoint: String::new(),
-                    runtime_env: None,
-                    metadata: None,
-                    cpu,
-                    gpu,
-                    memory_bytes,
-                    cluster,
-                    message: None,
-                    max_runtime_s,
-                    submitted_at,
-                    dispatched_at: None,
-                    started_at: None,
-                    finished_at: None,
-                    attempt,
-                    retiring_attempt,
-                    stop_reason: None,
-                    runtime_env_digest: None,
-                }
-            },
-        )
+        r.map(|r| job::Model {
+            id: r.id,
+            user_id: r.user_id,
+            external_id: None,
+            status: JobStatus::Queued,
+            priority: r.priority,
+            entrypoint: String::new(),
+            runtime_env: None,
+            metadata: None,
+            cpu: r.cpu,
+            gpu: r.gpu,
+            memory_bytes: r.memory_bytes,
+            cluster: r.cluster,
+            message: None,
+            max_runtime_s: r.max_runtime_s,
+            submitted_at: r.submitted_at,
+            dispatched_at: None,
+            started_at: None,
+            finished_at: None,
+            attempt: r.attempt,
+            retiring_attempt: r.retiring_attempt,
+            stop_reason: None,
+            runtime_env_digest: None,
+            preemptible: r.preemptible,
+            preemptions: r.preemptions,
+            preempted_at: None,
+        })
     }))
 }
 
@@ -223,6 +215,8 @@ pub async fn queued_page_sqlite(
         i32,
         Option<i32>,
         Option<String>,
+        bool,
+        i32,
     );
     // The page is the rows' JSON arrays joined as text: `json_group_array(json(j))`
     // parsed every row's text again (a tenth of start-up's CPU at 1,000,000 jobs).
@@ -230,7 +224,8 @@ pub async fn queued_page_sqlite(
         SELECT rowid AS r, json_array(\
           CASE typeof(id) WHEN 'blob' THEN hex(id) ELSE id END, user_id, priority, \
           submitted_at, quote(cpu), quote(gpu), memory_bytes, max_runtime_s, \
-          attempt, retiring_attempt, cluster) AS j \
+          attempt, retiring_attempt, cluster, json(CASE WHEN preemptible THEN 'true' \
+          ELSE 'false' END), preemptions) AS j \
         FROM jobs WHERE status = ? AND rowid > ? ORDER BY rowid LIMIT ?)";
     let bad =
         |what: &str, e: &dyn std::fmt::Display| DbErr::Type(format!("queued page: {what}: {e}"));
@@ -263,6 +258,8 @@ pub async fn queued_page_sqlite(
         attempt,
         retiring_attempt,
         cluster,
+        preemptible,
+        preemptions,
     ) in rows
     {
         jobs.push(job::Model {
@@ -288,6 +285,9 @@ pub async fn queued_page_sqlite(
             retiring_attempt,
             stop_reason: None,
             runtime_env_digest: None,
+            preemptible,
+            preemptions,
+            preempted_at: None,
         });
     }
     Ok((Some(last), jobs))

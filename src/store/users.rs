@@ -29,6 +29,7 @@ pub(super) fn new_user(id: &str, at: DateTime<Utc>) -> user::ActiveModel {
         display_name: Set(None),
         created_at: Set(at),
         updated_at: Set(at),
+        preemptible: Set(false),
     }
 }
 
@@ -68,6 +69,8 @@ pub struct UserPatch {
     pub paused: Option<bool>,
     /// `Some(None)` clears it.
     pub display_name: Option<Option<String>>,
+    /// The default of the user's jobs that do not say whether they may be preempted.
+    pub preemptible: Option<bool>,
 }
 
 /// Applies `patch` to user `id`, creating the user with defaults first if it is new.
@@ -99,6 +102,9 @@ pub async fn upsert_user(db: &Db, id: &str, patch: UserPatch) -> Result<user::Mo
     if let Some(d) = patch.display_name {
         am.display_name = Set(d);
     }
+    if let Some(p) = patch.preemptible {
+        am.preemptible = Set(p);
+    }
     let model = am.update(&txn).await?;
     txn.commit().await?;
     Ok(model)
@@ -107,9 +113,9 @@ pub async fn upsert_user(db: &Db, id: &str, patch: UserPatch) -> Result<user::Mo
 /// [`lock_users`]' statement: `$1` the ids, each once, in byte order; rows
 /// `(id, max_queued_jobs)` of those that exist, in that order. Intake prepares it
 /// too (store/intake/postgres/statements.rs).
-pub(super) const LOCK_USERS: &str = "SELECT u.id, u.max_queued_jobs \
+pub(super) const LOCK_USERS: &str = "SELECT u.id, u.max_queued_jobs, u.preemptible \
      FROM unnest($1::text[]) WITH ORDINALITY AS k(id, n) \
-     CROSS JOIN LATERAL (SELECT id, max_queued_jobs FROM users \
+     CROSS JOIN LATERAL (SELECT id, max_queued_jobs, preemptible FROM users \
        WHERE users.id = k.id FOR UPDATE) u \
      ORDER BY k.n";
 

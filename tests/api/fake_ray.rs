@@ -61,6 +61,9 @@ pub struct State {
     pub state_api: bool,
     /// Cores the driver of each job submitted from now on starts tasks with.
     pub tasks_cpu: f64,
+    /// Stops are answered and recorded but do not take effect (a stop that lands
+    /// late); the test ends the job itself.
+    pub ignore_stops: bool,
 }
 
 impl State {
@@ -252,7 +255,12 @@ impl Respond for FakeRay {
                     .trim_end_matches("/stop")
                     .to_string();
                 s.stops.push(sid.clone());
+                let ignore = s.ignore_stops;
                 match s.jobs.get_mut(&sid) {
+                    Some(j) if ignore => {
+                        let live = !matches!(j.status, "SUCCEEDED" | "FAILED" | "STOPPED");
+                        ResponseTemplate::new(200).set_body_json(json!({"stopped": live}))
+                    }
                     Some(j) => {
                         let live = !matches!(j.status, "SUCCEEDED" | "FAILED" | "STOPPED");
                         j.stop_requested = true;

@@ -186,6 +186,7 @@ pub fn new_job(user: &str, external_id: Option<String>) -> fairshare::store::New
         gpu: 0.0,
         memory_bytes: 0,
         max_runtime_s: None,
+        preemptible: None,
     }
 }
 

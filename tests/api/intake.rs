@@ -82,6 +82,7 @@ fn new_job() -> impl Strategy<Value = NewJob> {
                 gpu: r.1,
                 memory_bytes: r.2,
                 max_runtime_s: r.3,
+                preemptible: None,
             },
         )
 }

@@ -713,6 +713,7 @@ fn new_job(entrypoint: &str, cpu: f64) -> fairshare::store::NewJob {
         gpu: 0.0,
         memory_bytes: 0,
         max_runtime_s: None,
+        preemptible: None,
     }
 }
 

@@ -15,6 +15,7 @@ mod jobs;
 mod leadership;
 mod openapi;
 mod packages;
+mod preemption;
 mod queue_counts;
 mod ray_api;
 mod ray_bytes;

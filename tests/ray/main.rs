@@ -8,6 +8,7 @@
 mod edge;
 mod gateway;
 mod harness;
+mod preemption;
 mod ray_api;
 mod record;
 mod service;

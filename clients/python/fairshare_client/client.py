@@ -125,8 +125,10 @@ class Client:
         runtime_env: Optional[Dict[str, Any]] = None,
         metadata: Optional[Dict[str, str]] = None,
         max_runtime_s: Optional[int] = None,
+        preemptible: Optional[bool] = None,
     ) -> Job:
-        """``POST /v1/jobs``. ``external_id`` is the idempotency key (per user): pass
+        """``POST /v1/jobs``. ``preemptible``: the job may be stopped and queued again
+        for a user below its fair share (``None``: the user's default). ``external_id`` is the idempotency key (per user): pass
         your own record's id (e.g. ``f"order-{order.pk}"``) so that a retry, even from
         another process, returns the same job; without one a random key is made for
         this call's retries. The same key with another payload raises
@@ -144,6 +146,7 @@ class Client:
             ("runtime_env", runtime_env),
             ("metadata", metadata),
             ("max_runtime_s", max_runtime_s),
+            ("preemptible", preemptible),
         ):
             if v is not None:
                 body[k] = v
@@ -205,10 +208,15 @@ class Client:
         max_running_jobs: Any = _UNSET,
         max_queued_jobs: Any = _UNSET,
         max_resources: Any = _UNSET,
+        preemptible: Optional[bool] = None,
     ) -> User:
         """``PUT /v1/users/{id}`` (creates the user if new). A limit left out stays as
-        it is; ``None`` puts it back to the default (no cap for ``max_resources``)."""
+        it is; ``None`` puts it back to the default (no cap for ``max_resources``).
+        ``preemptible``: the default of the user's jobs that do not say (left as it
+        is when ``None``)."""
         body: Dict[str, Any] = {}
+        if preemptible is not None:
+            body["preemptible"] = preemptible
         if weight is not None:
             body["weight"] = weight
         if max_running_jobs is not _UNSET:

@@ -72,6 +72,10 @@ class Job:
     pending_reason: Optional[str]
     queue_position: Optional[int]
     actual_resources: Optional[Resources]
+    attempt: Optional[int] = None
+    preemptible: Optional[bool] = None
+    preemptions: Optional[int] = None
+    preempting: Optional[bool] = None
 
     @property
     def finished(self) -> bool:
@@ -146,6 +150,7 @@ class User:
     key: float
     created_at: datetime
     updated_at: datetime
+    preemptible: Optional[bool] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "User":

@@ -33,7 +33,7 @@ def test_every_model_has_exactly_the_fields_of_its_openapi_schema(service):
         assert have == wanted, f"{model.__name__} vs {name}: missing {wanted - have}, extra {have - wanted}"
 
 
-def test_submit_is_idempotent_by_external_id_and_get_shows_the_job(fs):
+def test_submit_is_idempotent_by_external_id_and_get_shows_the_job(fs, admin):
     job = fs.submit("alice", "python train.py", external_id="order-1", cpu=2, metadata={"order": "1"})
     again = fs.submit("alice", "python train.py", external_id="order-1", cpu=2, metadata={"order": "1"})
     assert again.id == job.id
@@ -46,6 +46,11 @@ def test_submit_is_idempotent_by_external_id_and_get_shows_the_job(fs):
     with pytest.raises(FairshareError) as e:
         fs.submit("alice", "python train.py", cpu=-1)
     assert (e.value.status, e.value.details.get("field")) == (422, "resources.cpu")
+    # Preemption is opt-in: per job, else the user's default.
+    assert (got.preemptible, got.attempt, got.preemptions) == (False, 1, 0)
+    assert fs.submit("alice", "python train.py", preemptible=True).preemptible is True
+    assert admin.update_user("alice", preemptible=True).preemptible is True
+    assert fs.submit("alice", "python train.py").preemptible is True
 
 
 def test_list_iterates_every_page_newest_first(fs):

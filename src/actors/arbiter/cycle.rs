@@ -6,7 +6,7 @@ use std::time::Instant;
 use actix::Context;
 
 use super::FairShareArbiter;
-use crate::actors::messages::{Grant, OthersHold};
+use crate::actors::messages::{Grant, OthersHold, Preempt};
 use crate::actors::unix_now;
 use crate::metrics;
 use crate::store;
@@ -59,6 +59,14 @@ impl FairShareArbiter {
                 freed_at: self.freed_at,
             });
             tracing::info!(user = %g.user, job_id = %g.job_id, cluster = %g.cluster, "granted");
+        }
+        if let Some(to) = &self.preempt_to {
+            for preemption in self.ledger.preempt(now, &self.preemption) {
+                tracing::info!(job_id = %preemption.job_id, user = %preemption.user,
+                    for_job = %preemption.for_job, for_user = %preemption.for_user,
+                    cluster = %preemption.cluster, "preempting");
+                to.do_send(Preempt { preemption });
+            }
         }
         if !outcome.grants.is_empty() || self.queued_ids.is_empty() {
             // Granted; or nothing waits, so the freed capacity goes to no job, and a

@@ -33,8 +33,8 @@ use entity::user;
 
 use super::messages::{
     ArbiterHandle, CapacityChanged, Demand, DispatchEnded, Enqueue, EnqueueBatch, GrantDeclined,
-    Hold, JobFinished, OthersHold, QueueFactory, QueueHandle, Release, RemoveQueued, Requeued,
-    UserSettings,
+    Hold, JobFinished, OthersHold, Preempt, PreemptDeclined, QueueFactory, QueueHandle, Release,
+    RemoveQueued, Requeued, UserSettings,
 };
 use super::unix_now;
 use crate::config::Settings;
@@ -165,6 +165,10 @@ pub struct FairShareArbiter {
     sizes: ClusterSizes,
     /// Where [`OthersHold`] goes (the monitor), and what it was last told.
     others_hold: (Option<actix::Recipient<OthersHold>>, bool),
+    /// `[preemption]` as the policy takes it (`after` infinite when off).
+    preemption: crate::policy::PreemptionConfig,
+    /// Where the cycle's preemptions go (the dispatcher).
+    preempt_to: Option<actix::Recipient<Preempt>>,
 }
 
 impl FairShareArbiter {
@@ -175,6 +179,7 @@ impl FairShareArbiter {
             max_running_jobs: settings.scheduler.default_max_running_jobs,
             ..PolicyUserSettings::default()
         };
+        let preemption = settings.preemption.policy();
         let mut ledger = Ledger::new(config.clone(), defaults);
         let now = unix_now();
         for c in &settings.clusters {
@@ -211,7 +216,15 @@ impl FairShareArbiter {
             ended_set: HashSet::new(),
             sizes: ClusterSizes::default(),
             others_hold: (None, false),
+            preemption,
+            preempt_to: None,
         }
+    }
+
+    /// Sends the preemptions each cycle decides to `to` (the dispatcher).
+    pub fn tell_preempt(mut self, to: actix::Recipient<Preempt>) -> Self {
+        self.preempt_to = Some(to);
+        self
     }
 
     /// Tells `to` (the monitor) whether jobs are queued while another tenant holds
@@ -252,6 +265,7 @@ impl FairShareArbiter {
             release: addr.clone().recipient(),
             remove_queued: addr.clone().recipient(),
             hold: addr.clone().recipient(),
+            preempt_declined: addr.clone().recipient(),
         }
     }
 
@@ -564,6 +578,15 @@ impl Handler<JobFinished> for FairShareArbiter {
     fn handle(&mut self, msg: JobFinished, ctx: &mut Context<Self>) {
         self.freed_at.get_or_insert(msg.seen_at);
         self.release(msg.job_id);
+        self.request_cycle(ctx);
+    }
+}
+
+impl Handler<PreemptDeclined> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, msg: PreemptDeclined, ctx: &mut Context<Self>) {
+        self.ledger.preemption_declined(msg.job_id);
         self.request_cycle(ctx);
     }
 }

@@ -60,6 +60,17 @@ impl Handler<RecoveredOutstanding> for FairShareArbiter {
                     summary.resources,
                     Some(granted_at + estimate),
                 );
+                // A preemptible job with no stop under way may be preempted again
+                // (one whose preemption's stop was in flight finishes its requeue:
+                // the monitor follows it and its row says so).
+                if j.preemptible && j.stop_reason.is_none() {
+                    let started = j
+                        .started_at
+                        .or(j.dispatched_at)
+                        .map_or(now, |t| t.timestamp_micros() as f64 / 1e6);
+                    self.ledger
+                        .set_preemptible(j.id, started, summary.preemptions);
+                }
             }
         }
     }

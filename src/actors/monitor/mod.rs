@@ -179,6 +179,7 @@ impl RayCapacityMonitor {
                 .map(|v| v.max(0) as f64)
                 .unwrap_or(s.scheduler.default_max_runtime.as_secs_f64()),
             lost_job_grace_s: s.monitor.lost_job_grace.as_secs_f64(),
+            preemption_grace_s: s.preemption.grace.as_secs_f64(),
         }
     }
 

@@ -8,7 +8,7 @@
 //! `driver_info`, `job_id` and `end_time` come through (`GET /api/jobs/{id}` asks the
 //! cluster; the list answers from the database). `start_time`/`end_time` are ms since
 //! the epoch; `start_time` is when fairshare accepted the job. The object also carries
-//! `fairshare: {id, user, group, status, cluster, attempt, pending_reason, queue_position}`,
+//! `fairshare: {id, user, group, status, cluster, attempt, preemptible, preemptions, pending_reason, queue_position}`,
 //! which Ray's client ignores.
 
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -56,10 +56,17 @@ fn ms(t: DateTime<Utc>) -> i64 {
 /// message of a waiting job.
 pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Option<u64>) -> Value {
     let message = match j.status {
-        JobStatus::Queued => Some(match pending_reason {
-            Some(r) => format!("queued in fairshare: {r}"),
-            None => "queued in fairshare, waiting for its fair-share turn".to_string(),
-        }),
+        JobStatus::Queued => {
+            let waiting = match pending_reason {
+                Some(r) => format!("queued in fairshare: {r}"),
+                None => "queued in fairshare, waiting for its fair-share turn".to_string(),
+            };
+            // A preempted job says why it is waiting again (its message, DESIGN §3).
+            Some(match (&j.message, j.preemptions > 0) {
+                (Some(m), true) => format!("{waiting} ({m})"),
+                _ => waiting,
+            })
+        }
         JobStatus::Dispatching => Some(format!(
             "granted by fairshare; being submitted to Ray cluster {}",
             j.cluster.as_deref().unwrap_or("?")
@@ -91,6 +98,8 @@ pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Opt
             "status": j.status.as_str(),
             "cluster": j.cluster,
             "attempt": j.attempt,
+            "preemptible": j.preemptible,
+            "preemptions": j.preemptions,
             "pending_reason": pending_reason,
             "queue_position": queue_position,
         },
@@ -491,6 +500,9 @@ mod tests {
             retiring_attempt: None,
             stop_reason: None,
             runtime_env_digest: None,
+            preemptible: false,
+            preemptions: 0,
+            preempted_at: None,
         };
         let d = details(&j, Some("user alice is paused"), Some(1));
         assert_eq!(d["status"], "PENDING");

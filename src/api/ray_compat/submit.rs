@@ -57,6 +57,11 @@ pub struct RaySubmitRequest {
 }
 
 /// `/v1` field names in errors → Ray's.
+/// The metadata key by which a job submitted through Ray's Jobs API says whether it
+/// may be preempted: `"true"` or `"false"` (absent: its user's default). Kept in the
+/// job's metadata as given.
+pub const PREEMPTIBLE_KEY: &str = "fairshare.preemptible";
+
 pub(super) fn ray_field(field: &str) -> String {
     match field {
         "user" => format!("metadata.{USER_KEY}"),
@@ -71,6 +76,7 @@ pub(super) fn ray_name(field: &str) -> &str {
         "resources.cpu" | "resources" => "entrypoint_num_cpus",
         "resources.gpu" => "entrypoint_num_gpus",
         "resources.memory_bytes" => "entrypoint_memory",
+        "preemptible" => "metadata.fairshare.preemptible",
         other => other,
     }
 }
@@ -159,6 +165,22 @@ impl RaySubmitRequest {
                 ));
             }
         }
+        let preemptible = match self
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get(PREEMPTIBLE_KEY))
+            .map(String::as_str)
+        {
+            None => None,
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    format!("metadata.{PREEMPTIBLE_KEY}"),
+                    "must be \"true\" or \"false\" (absent: the user's default)",
+                ))
+            }
+        };
         Ok(SubmitRequest {
             user,
             entrypoint: self.entrypoint,
@@ -172,6 +194,7 @@ impl RaySubmitRequest {
             metadata: self.metadata,
             external_id: submission_id,
             max_runtime_s: None,
+            preemptible,
         })
     }
 }

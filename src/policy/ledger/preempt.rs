@@ -5,6 +5,9 @@
 //! With no outstanding job marked preemptible, [`Ledger::preempt`] returns at once
 //! and nothing here changes any other decision.
 
+// `!(x > y)` on floats is deliberate here: a NaN budget or wait counts as "no".
+#![allow(clippy::neg_cmp_op_on_partial_ord)]
+
 use std::collections::VecDeque;
 
 use super::{Job, JobMap, Ledger, Uid};
@@ -106,6 +109,27 @@ impl Ledger {
         a.queued += job.resources;
         a.window.insert(place, job);
         self.reindex(uid, now);
+    }
+
+    /// The preemption of `job` was not carried out (it had ended, was being stopped
+    /// already, or did not run yet): it is a candidate again, and the head it was
+    /// to be stopped for no longer waits for it. No-op for a job not being stopped.
+    pub fn preemption_declined(&mut self, job: JobId) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        let Some(head) = j.stopping_for.take() else {
+            return;
+        };
+        if j.preemptible {
+            self.preempt.candidates += 1;
+        }
+        if let Some((_, victims)) = self.preempt.waiting_for.get_mut(&head) {
+            victims.retain(|&v| v != job);
+            if victims.is_empty() {
+                self.preempt.waiting_for.remove(&head);
+            }
+        }
     }
 
     /// The cluster and the jobs being stopped for head `job`, if it preempted.

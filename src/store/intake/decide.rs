@@ -29,8 +29,14 @@ pub(super) type Decided = (
     chrono::DateTime<chrono::Utc>,
 );
 
-/// A job row as it is created.
-pub(super) fn new_row(new: &NewJob, id: Uuid, at: chrono::DateTime<chrono::Utc>) -> job::Model {
+/// A job row as it is created; `preemptible`: its own value, else its user's default
+/// ([`Stored::preemptible`]).
+pub(super) fn new_row(
+    new: &NewJob,
+    id: Uuid,
+    at: chrono::DateTime<chrono::Utc>,
+    preemptible: bool,
+) -> job::Model {
     job::Model {
         id,
         user_id: new.user.clone(),
@@ -54,6 +60,9 @@ pub(super) fn new_row(new: &NewJob, id: Uuid, at: chrono::DateTime<chrono::Utc>)
         retiring_attempt: None,
         stop_reason: None,
         runtime_env_digest: new.runtime_env.as_ref().map(|_| new.runtime_env_digest()),
+        preemptible,
+        preemptions: 0,
+        preempted_at: None,
     }
 }
 
@@ -66,6 +75,9 @@ pub(super) struct Stored {
     pub(super) by_priority: HashMap<String, BTreeMap<i32, u64>>,
     /// The stored jobs of the batch's `(user, external_id)` pairs.
     pub(super) known: BTreeMap<(String, String), job::Model>,
+    /// The users whose jobs are preemptible unless they say otherwise
+    /// (`users.preemptible`).
+    pub(super) preemptible: BTreeSet<String>,
 }
 
 impl Stored {
@@ -73,6 +85,13 @@ impl Stored {
     pub(super) fn add_limit(&mut self, user: String, max_queued_jobs: Option<i32>, default: u32) {
         let limit = max_queued_jobs.map_or(default, |v| v.max(0) as u32);
         self.limits.insert(user, limit);
+    }
+
+    /// Records `user`'s default for preemption (`users.preemptible`).
+    pub(super) fn add_preemptible(&mut self, user: &str, preemptible: bool) {
+        if preemptible {
+            self.preemptible.insert(user.to_string());
+        }
     }
 
     pub(super) fn add_count(&mut self, user: String, priority: i32, queued: i64) {
@@ -117,6 +136,7 @@ pub(super) fn decide(
         limits,
         by_priority,
         mut known,
+        preemptible,
     } = stored;
     let mut queued: HashMap<String, u64> = by_priority
         .iter()
@@ -150,7 +170,10 @@ pub(super) fn decide(
             .entry(new.user.as_str())
             .or_default()
             .push((Reverse(new.priority), answers.len()));
-        let row = new_row(new, next_id(), at);
+        let own = new
+            .preemptible
+            .unwrap_or_else(|| preemptible.contains(&new.user));
+        let row = new_row(new, next_id(), at, own);
         if let Some(ext) = &new.external_id {
             known.insert((new.user.clone(), ext.clone()), row.clone());
         }

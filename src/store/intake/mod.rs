@@ -77,6 +77,9 @@ pub struct NewJob {
     pub memory_bytes: i64,
     /// Seconds.
     pub max_runtime_s: Option<i64>,
+    /// Whether the job may be preempted, as given; `None`: its user's default
+    /// (`users.preemptible`), resolved in the batch's transaction.
+    pub preemptible: Option<bool>,
 }
 
 impl NewJob {
@@ -207,6 +210,11 @@ pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
     }
     if new.max_runtime_s != j.max_runtime_s {
         differs.push("max_runtime_s");
+    }
+    // Absent means "the user's default", which may have changed since: it matches
+    // whatever the stored job took.
+    if new.preemptible.is_some_and(|p| p != j.preemptible) {
+        differs.push("preemptible");
     }
     differs
 }

@@ -71,7 +71,8 @@ pub(super) async fn read(
     let pool = db.get_sqlite_connection_pool();
     let pairs = key_pairs(batch);
     let mut sql = format!(
-        "BEGIN; SELECT 'u' AS kind, u.id, u.max_queued_jobs, c.priority, c.queued \
+        "BEGIN; SELECT 'u' AS kind, u.id, u.max_queued_jobs, c.priority, c.queued, \
+         u.preemptible \
          FROM users u LEFT JOIN queue_counts c ON c.user_id = u.id AND c.queued > 0 \
          WHERE u.id IN ({});",
         vec!["?"; users.len()].join(", ")
@@ -131,6 +132,8 @@ fn stored_of(rows: Vec<SqliteRow>, default_max_queued: u32) -> Result<Stored, Db
             let max: Option<i32> = row.try_get(2).map_err(db_err)?;
             let priority: Option<i32> = row.try_get(3).map_err(db_err)?;
             let n: Option<i64> = row.try_get(4).map_err(db_err)?;
+            let preemptible: bool = row.try_get(5).map_err(db_err)?;
+            stored.add_preemptible(&id, preemptible);
             if let (Some(p), Some(n)) = (priority, n) {
                 stored.add_count(id.clone(), p, n);
             }
@@ -152,13 +155,14 @@ impl Txn<Sqlite> {
         rows: &[job::Model],
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), DbErr> {
-        const JOB_ROW: &str = "(?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)";
+        const JOB_ROW: &str = "(?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?)";
         let mut sql = String::new();
         for chunk in rows.chunks(ROWS_PER_STATEMENT) {
             sql.push_str(
                 "INSERT INTO jobs (id, user_id, external_id, status, priority, \
                  entrypoint, runtime_env, metadata, cpu, gpu, memory_bytes, \
-                 max_runtime_s, submitted_at, attempt, runtime_env_digest) VALUES ",
+                 max_runtime_s, submitted_at, attempt, runtime_env_digest, preemptible) \
+                 VALUES ",
             );
             sql.push_str(&vec![JOB_ROW; chunk.len()].join(", "));
             sql.push_str("; INSERT INTO job_events (job_id, to_status, at) VALUES ");
@@ -182,7 +186,8 @@ impl Txn<Sqlite> {
                     .bind(j.memory_bytes)
                     .bind(j.max_runtime_s)
                     .bind(j.submitted_at)
-                    .bind(j.runtime_env_digest.as_deref());
+                    .bind(j.runtime_env_digest.as_deref())
+                    .bind(j.preemptible);
             }
             for j in chunk {
                 query = query.bind(j.id).bind(at);

@@ -156,12 +156,21 @@ async fn one_round_trip(
     }
     let at = now();
     let ids: Vec<Uuid> = batch.iter().map(|_| Uuid::now_v7()).collect();
-    let mut rows: Vec<job::Model> = batch
+    // Each row with its preemptibility as given: the statement takes the user's
+    // default for those that gave none (its users are read by the same message).
+    // (Until then a row that gave none says false: the answers of a batch left in
+    // doubt before its read can say so, while the row holds the user's default.)
+    let mut given: Vec<(job::Model, Option<bool>)> = batch
         .iter()
         .zip(&ids)
-        .map(|(new, id)| new_row(new, *id, at))
+        .map(|(new, id)| {
+            let own = new.preemptible.unwrap_or(false);
+            (new_row(new, *id, at, own), new.preemptible)
+        })
         .collect();
-    rows.sort_by(|a, b| a.user_id.cmp(&b.user_id));
+    given.sort_by(|a, b| a.0.user_id.cmp(&b.0.user_id));
+    let given_of: Vec<Option<bool>> = given.iter().map(|g| g.1).collect();
+    let mut rows: Vec<job::Model> = given.into_iter().map(|g| g.0).collect();
     let mut per_user: HashMap<&str, usize> = HashMap::new();
     for new in batch {
         *per_user.entry(new.user.as_str()).or_default() += 1;
@@ -173,7 +182,11 @@ async fn one_round_trip(
 
     let (mut sql, users_array) = begin_lock_read(users, &pairs)?;
     sql.push_str("; EXECUTE fairshare_intake_insert_if(");
-    let doc: Vec<DocRow<'_>> = rows.iter().map(DocRow::from).collect();
+    let doc: Vec<DocRow<'_>> = rows
+        .iter()
+        .zip(&given_of)
+        .map(|(j, given)| DocRow::as_given(j, *given))
+        .collect();
     let doc = serde_json::to_string(&doc)
         .map_err(|e| Failed::Refused(DbErr::Custom(format!("a batch as JSON: {e}"))))?;
     literal(&mut sql, &doc).map_err(Failed::Refused)?;
@@ -235,6 +248,9 @@ async fn one_round_trip(
     // Committed: what decide makes of the same read, with the same ids, is what was
     // written (the guard is decide's own condition for creating every job).
     let stored = stored_of(read, default_max_queued).map_err(Failed::Refused)?;
+    for (row, given) in rows.iter_mut().zip(&given_of) {
+        row.preemptible = given.unwrap_or_else(|| stored.preemptible.contains(&row.user_id));
+    }
     let mut next = ids.iter().copied();
     let (answers, decided) = decide(batch, stored, default_max_queued, at, || {
         next.next().unwrap_or_else(Uuid::now_v7)
@@ -410,6 +426,8 @@ fn stored_of(rows: Vec<PgRow>, default_max_queued: u32) -> Result<Stored, DbErr>
         if row.try_column("kind").is_err() {
             let id: String = row.try_get(0).map_err(db_err)?;
             let max: Option<i32> = row.try_get(1).map_err(db_err)?;
+            let preemptible: bool = row.try_get(2).map_err(db_err)?;
+            stored.add_preemptible(&id, preemptible);
             stored.add_limit(id, max, default_max_queued);
             continue;
         }

@@ -43,12 +43,15 @@ pub(super) const READ: &str = "SELECT 'c' AS kind, c.user_id AS c_user, c.priori
 pub(super) const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) AS r(\
        id uuid, user_id text, external_id text, priority integer, entrypoint text, \
        runtime_env json, metadata json, cpu double precision, gpu double precision, \
-       memory_bytes bigint, max_runtime_s bigint, runtime_env_digest text)), \
+       memory_bytes bigint, max_runtime_s bigint, runtime_env_digest text, \
+       preemptible boolean)), \
      j AS (INSERT INTO jobs (id, user_id, external_id, status, priority, entrypoint, \
        runtime_env, metadata, cpu, gpu, memory_bytes, max_runtime_s, submitted_at, \
-       attempt, runtime_env_digest) \
+       attempt, runtime_env_digest, preemptible) \
        SELECT id, user_id, external_id, 'QUEUED', priority, entrypoint, runtime_env, \
-       metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1, runtime_env_digest \
+       metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1, runtime_env_digest, \
+       coalesce(r.preemptible, (SELECT u.preemptible FROM users u WHERE u.id = r.user_id), \
+         false) \
        FROM r ORDER BY user_id \
        RETURNING id) \
      INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', $2 FROM j";
@@ -72,7 +75,8 @@ pub(super) const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) 
 pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) AS r(\
        id uuid, user_id text, external_id text, priority integer, entrypoint text, \
        runtime_env json, metadata json, cpu double precision, gpu double precision, \
-       memory_bytes bigint, max_runtime_s bigint, runtime_env_digest text)), \
+       memory_bytes bigint, max_runtime_s bigint, runtime_env_digest text, \
+       preemptible boolean)), \
      t AS (SELECT greatest($2::timestamptz, clock_timestamp()) AS at), \
      ok AS (SELECT \
        (SELECT count(*) FROM unnest($3::text[]) AS k(id) CROSS JOIN LATERAL \
@@ -87,9 +91,11 @@ pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($
            > greatest(coalesce(u.max_queued_jobs, $5), 0)) AS pass), \
      j AS (INSERT INTO jobs (id, user_id, external_id, status, priority, entrypoint, \
        runtime_env, metadata, cpu, gpu, memory_bytes, max_runtime_s, submitted_at, \
-       attempt, runtime_env_digest) \
+       attempt, runtime_env_digest, preemptible) \
        SELECT id, user_id, external_id, 'QUEUED', priority, entrypoint, runtime_env, \
-       metadata, cpu, gpu, memory_bytes, max_runtime_s, t.at, 1, runtime_env_digest \
+       metadata, cpu, gpu, memory_bytes, max_runtime_s, t.at, 1, runtime_env_digest, \
+       coalesce(r.preemptible, (SELECT u.preemptible FROM users u WHERE u.id = r.user_id), \
+         false) \
        FROM r, ok, t \
        WHERE ok.pass ORDER BY user_id RETURNING id), \
      e AS (INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', t.at \
@@ -178,6 +184,8 @@ pub(super) struct DocRow<'a> {
     memory_bytes: i64,
     max_runtime_s: Option<i64>,
     runtime_env_digest: Option<&'a str>,
+    /// As given; `None`: the user's default, read by the statement.
+    preemptible: Option<bool>,
 }
 
 impl<'a> From<&'a job::Model> for DocRow<'a> {
@@ -195,6 +203,18 @@ impl<'a> From<&'a job::Model> for DocRow<'a> {
             memory_bytes: j.memory_bytes,
             max_runtime_s: j.max_runtime_s,
             runtime_env_digest: j.runtime_env_digest.as_deref(),
+            preemptible: Some(j.preemptible),
+        }
+    }
+}
+
+impl<'a> DocRow<'a> {
+    /// The row of `j` with its preemptibility as `new` gave it (the one-round-trip
+    /// batch is written before its users' defaults are read).
+    pub(super) fn as_given(j: &'a job::Model, preemptible: Option<bool>) -> DocRow<'a> {
+        DocRow {
+            preemptible,
+            ..DocRow::from(j)
         }
     }
 }

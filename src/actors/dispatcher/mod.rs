@@ -23,6 +23,11 @@ use super::monitor::book::Origin;
 use super::unix_now;
 use backon::{ExponentialBuilder, Retryable};
 
+mod preempt;
+// The protocol model runs it (`actors::model`).
+#[cfg(test)]
+pub(crate) use preempt::preempted;
+
 use crate::lifecycle::{Event, RayCall};
 use crate::metrics;
 use crate::policy::JobId;
@@ -45,6 +50,10 @@ pub struct Dispatcher {
     /// Grants received since the last flush (see [`Dispatcher::flush`]).
     batch: Vec<Dispatch>,
     flush_scheduled: bool,
+    /// Users with a label of their own on the preemption metrics, at most
+    /// `telemetry.per_user_metrics_max` (the others count as `_other`).
+    preempted_users: std::collections::HashSet<String>,
+    per_user_metrics_max: usize,
 }
 
 /// What one dispatch ended as, for the actor to announce.
@@ -86,6 +95,8 @@ impl Dispatcher {
             monitor,
             batch: Vec::new(),
             flush_scheduled: false,
+            preempted_users: std::collections::HashSet::new(),
+            per_user_metrics_max: settings.telemetry.per_user_metrics_max,
         }
     }
 
