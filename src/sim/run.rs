@@ -222,6 +222,12 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
             reason: format!("{v} s; must be ≥ 0"),
         });
     }
+    if p.interval.is_nan() || p.interval <= 0.0 {
+        return Err(SimError::Invalid {
+            name: "preemption interval",
+            reason: format!("{} s; must be more than 0, as in the service", p.interval),
+        });
+    }
     if !(0.0..=1.0).contains(&p.budget) {
         return Err(SimError::Invalid {
             name: "preemption budget",

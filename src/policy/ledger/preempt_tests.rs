@@ -103,6 +103,11 @@ fn the_youngest_jobs_of_the_user_above_its_share_make_room() {
             jobs: vec![id(4), id(3)],
         })
     );
+    let text = l.reason("b", id(10)).unwrap().to_string();
+    assert!(
+        text.contains(": 2 jobs of users above their fair share are being stopped on cluster c"),
+        "{text}"
+    );
     // Nothing more while they stop.
     assert!(l.preempt(162.0, &knobs()).is_empty());
     for v in [4, 3] {

@@ -1,0 +1,196 @@
+//! What a simulation run is configured with: the policy, the scheduler's knobs, the
+//! weights, which jobs may be preempted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::DEFAULT_SEED;
+use crate::policy::{PreemptionConfig, Seconds};
+
+/// A scheduling policy the simulator can replay a trace with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum SimPolicy {
+    /// Weighted fair share with decayed usage, backfill and the starvation
+    /// guard: [`crate::policy::run_cycle`].
+    #[serde(rename = "fairshare")]
+    FairShare,
+    /// Strict submit order, no backfill.
+    #[serde(rename = "fifo")]
+    Fifo,
+    /// The polling loop of the API gateway: a pass a second, at most one job
+    /// per user per pass, at most 2 running per user, random user order.
+    #[serde(rename = "gateway-loop")]
+    GatewayLoop,
+}
+
+impl SimPolicy {
+    /// All policies, in the order the comparison prints them.
+    pub const ALL: [SimPolicy; 3] = [
+        SimPolicy::FairShare,
+        SimPolicy::Fifo,
+        SimPolicy::GatewayLoop,
+    ];
+
+    /// The policy's name on the command line and in reports: `fairshare`,
+    /// `fifo` or `gateway-loop`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            SimPolicy::FairShare => "fairshare",
+            SimPolicy::Fifo => "fifo",
+            SimPolicy::GatewayLoop => "gateway-loop",
+        }
+    }
+}
+
+impl fmt::Display for SimPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A policy name that is not one of `fairshare`, `fifo`, `gateway-loop`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown policy {0:?}: expected fairshare, fifo or gateway-loop")]
+pub struct UnknownPolicy(pub String);
+
+impl FromStr for SimPolicy {
+    type Err = UnknownPolicy;
+
+    /// Parses `fairshare` (also `fair-share`, `fair_share`), `fifo`,
+    /// `gateway-loop` (also `gateway_loop`, `gateway`), ignoring ASCII case.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "fairshare" | "fair-share" | "fair_share" => Ok(SimPolicy::FairShare),
+            "fifo" => Ok(SimPolicy::Fifo),
+            "gateway-loop" | "gateway_loop" | "gateway" => Ok(SimPolicy::GatewayLoop),
+            _ => Err(UnknownPolicy(s.to_owned())),
+        }
+    }
+}
+
+/// Everything one simulation run needs besides the trace.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimConfig {
+    /// The policy to replay with.
+    pub policy: SimPolicy,
+    /// Cores of the simulated cluster.
+    pub capacity: u32,
+    /// Half-life `T` of decayed usage, seconds; 0 turns history off
+    /// (fairshare only).
+    pub half_life_s: Seconds,
+    /// Starvation guard, seconds; `f64::INFINITY` disables it (fairshare only).
+    pub starvation_guard_s: Seconds,
+    /// Backfill on (EASY around the reservation) or off (strict order)
+    /// (fairshare only).
+    pub backfill: bool,
+    /// Weight of the age term, dominant-share units (fairshare only).
+    pub age_weight: f64,
+    /// Age at which the age term saturates, seconds (fairshare only).
+    pub max_age_s: Seconds,
+    /// Cap on each user's running jobs (fairshare only); `u32::MAX` =
+    /// unlimited.
+    pub max_running_jobs: u32,
+    /// Weight per user; users not listed have weight 1 (fairshare's order,
+    /// and every policy's fair share in the fairness metrics).
+    pub weights: BTreeMap<String, f64>,
+    /// Seed of the gateway loop's random user order, and of the choice of
+    /// preemptible jobs.
+    pub seed: u64,
+    /// Which jobs may be preempted (fairshare only).
+    pub preemptible: Preemptible,
+    /// When a head may preempt (fairshare only; see
+    /// [`crate::policy::PreemptionConfig`]).
+    pub preemption: PreemptionConfig,
+    /// Users whose actual and fair share over time are recorded in
+    /// [`SimOutcome::series`] (for plots).
+    #[serde(skip)]
+    pub record_shares_for: Vec<String>,
+}
+
+impl SimConfig {
+    /// A configuration with the service's defaults (`[scheduler]` of
+    /// `config/default.toml`: half-life, starvation guard, backfill, age term),
+    /// unlimited running jobs, all weights 1, seed [`DEFAULT_SEED`], nothing
+    /// recorded.
+    #[must_use]
+    pub fn new(policy: SimPolicy, capacity: u32) -> SimConfig {
+        let defaults = crate::config::Settings::defaults().scheduler.policy();
+        SimConfig {
+            policy,
+            capacity,
+            half_life_s: defaults.usage_half_life,
+            starvation_guard_s: defaults.starvation_guard,
+            backfill: defaults.backfill,
+            age_weight: defaults.age_weight,
+            max_age_s: defaults.max_age,
+            max_running_jobs: u32::MAX,
+            weights: BTreeMap::new(),
+            seed: DEFAULT_SEED,
+            preemptible: Preemptible::None,
+            preemption: PreemptionConfig::default(),
+            record_shares_for: Vec::new(),
+        }
+    }
+
+    /// Whether trace job `number` may be preempted under this configuration: all,
+    /// none, or a seeded choice of the given fraction (the same jobs for the same
+    /// seed, whatever the policy or the capacity).
+    #[must_use]
+    pub fn is_preemptible(&self, number: u64) -> bool {
+        match self.preemptible {
+            Preemptible::None => false,
+            Preemptible::All => true,
+            Preemptible::Fraction(f) => unit_hash(self.seed, number) < f,
+        }
+    }
+
+    /// The weight of `user`: from [`SimConfig::weights`], else 1.
+    #[must_use]
+    pub fn weight_of(&self, user: &str) -> f64 {
+        self.weights.get(user).copied().unwrap_or(1.0)
+    }
+}
+
+/// Which jobs may be preempted in a simulation (`--preemptible`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Preemptible {
+    /// None: every decision is the non-preemptive policy's.
+    None,
+    /// Every job.
+    All,
+    /// Each job with this probability (in `[0, 1]`), chosen from the seed and its
+    /// job number.
+    Fraction(f64),
+}
+
+impl FromStr for Preemptible {
+    type Err = String;
+
+    /// `all`, `none`, or a fraction in `[0, 1]` such as `0.5`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "all" => Ok(Preemptible::All),
+            "none" => Ok(Preemptible::None),
+            other => match other.parse::<f64>() {
+                Ok(f) if (0.0..=1.0).contains(&f) => Ok(Preemptible::Fraction(f)),
+                _ => Err(format!(
+                    "{s:?}: expected all, none, or a fraction between 0 and 1"
+                )),
+            },
+        }
+    }
+}
+
+/// A number in `[0, 1)` from a seed and a job number (SplitMix64's finalizer).
+fn unit_hash(seed: u64, number: u64) -> f64 {
+    let mut z = seed ^ number.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
