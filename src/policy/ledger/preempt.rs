@@ -29,6 +29,18 @@ pub(super) struct PreemptState {
     spent: VecDeque<(Seconds, f64)>,
 }
 
+impl PreemptState {
+    /// Head `head` no longer waits for `job` to stop; its entry goes with its last job.
+    fn unwait(&mut self, head: JobId, job: JobId) {
+        if let Some((_, victims)) = self.waiting_for.get_mut(&head) {
+            victims.retain(|&v| v != job);
+            if victims.is_empty() {
+                self.waiting_for.remove(&head);
+            }
+        }
+    }
+}
+
 /// The sum of a window's requests.
 pub(super) fn sum<'a>(window: impl IntoIterator<Item = &'a QueuedJob>) -> Resources {
     window
@@ -74,14 +86,7 @@ impl Ledger {
         match j.stopping_for {
             None if j.preemptible => self.preempt.candidates -= 1,
             None => {}
-            Some(head) => {
-                if let Some((_, victims)) = self.preempt.waiting_for.get_mut(&head) {
-                    victims.retain(|&v| v != job);
-                    if victims.is_empty() {
-                        self.preempt.waiting_for.remove(&head);
-                    }
-                }
-            }
+            Some(head) => self.preempt.unwait(head, job),
         }
     }
 
@@ -124,12 +129,7 @@ impl Ledger {
         if j.preemptible {
             self.preempt.candidates += 1;
         }
-        if let Some((_, victims)) = self.preempt.waiting_for.get_mut(&head) {
-            victims.retain(|&v| v != job);
-            if victims.is_empty() {
-                self.preempt.waiting_for.remove(&head);
-            }
-        }
+        self.preempt.unwait(head, job);
     }
 
     /// The cluster and the jobs being stopped for head `job`, if it preempted.
