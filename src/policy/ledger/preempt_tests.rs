@@ -412,9 +412,11 @@ proptest! {
             .collect();
         let mut fair = Vec::new();
         fair_shares(&case.weights, &demands, &mut fair);
-        let free: Vec<f64> = (0..case.clusters.len())
+        let mut free: Vec<f64> = (0..case.clusters.len())
             .map(|k| case.clusters[k] - l.clusters[l.by_cluster_name[&format!("c{k}")]].outstanding.cpu)
             .collect();
+        // Heads are chosen on the free capacity the cycle left.
+        let free0 = free.clone();
         let heads_now: HashMap<JobId, (usize, f64)> = names
             .iter()
             .enumerate()
@@ -449,7 +451,7 @@ proptest! {
             let &(p, cores) = &heads_now[head];
             let (_, _, waited) = heads.get(head).copied().unwrap_or((p, cores, 0));
             prop_assert!(f64::from(waited) > case.knobs.after);
-            prop_assert!(free.iter().all(|&f| f < cores), "the head fit free capacity");
+            prop_assert!(free0.iter().all(|&f| f < cores), "the head fit free capacity");
             prop_assert!(held[p] / capacity < fair[p], "preemptor not below its share");
             prop_assert!(victims.iter().all(|v| names[jobs[&v.job_id].0] != names[p]));
             let k = jobs[&victims[0].job_id].1;
@@ -461,6 +463,8 @@ proptest! {
             }
             let freed: f64 = victims.iter().map(|v| jobs[&v.job_id].2).sum();
             prop_assert!(free[k] + freed >= cores, "the head does not fit after");
+            // What its victims free beyond it is left for later heads there.
+            free[k] = free[k] + freed - cores;
             for v in victims.iter() {
                 after[jobs[&v.job_id].0] -= jobs[&v.job_id].2;
             }
