@@ -8,10 +8,24 @@ use super::{ClusterView, Resources};
 /// What a grant would leave free, as a sum of fractions of the cluster:
 /// `Σ_k (free_k − req_k) / total_k` over resources with `total_k > 0`.
 pub(crate) fn leftover(request: &Resources, free: &Resources, total: &Resources) -> f64 {
-    let (req, free, total) = (request.components(), free.components(), total.components());
-    (0..req.len())
-        .filter(|&k| total[k] > 0.0)
-        .map(|k| (free[k] - req[k]) / total[k])
+    let len = request
+        .custom
+        .len()
+        .max(free.custom.len())
+        .max(total.custom.len());
+    let (r, f, t) = (request.builtin(), free.builtin(), total.builtin());
+    let custom = (0..len).map(|k| {
+        (
+            request.custom.get(k),
+            free.custom.get(k),
+            total.custom.get(k),
+        )
+    });
+    (0..3)
+        .map(|k| (r[k], f[k], t[k]))
+        .chain(custom)
+        .filter(|&(_, _, t)| t > 0.0)
+        .map(|(r, f, t)| (f - r) / t)
         .sum()
 }
 

@@ -180,6 +180,7 @@
 //! "blocked by the reservation" means the head fits free capacity as the cycle leaves
 //! it, and would delay the reservation wherever it fits.
 
+pub mod custom;
 mod cycle;
 mod fit;
 pub mod ledger;
@@ -200,6 +201,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use custom::Custom;
 pub use cycle::run_cycle;
 pub use fit::{best_fit, fits_some_cluster};
 pub use ledger::{CycleResult, Ledger, UserSettings, UserState};
@@ -262,7 +264,8 @@ pub struct UserView {
     /// Cap on outstanding jobs, already resolved against the configured
     /// default.
     pub max_running_jobs: u32,
-    /// Cap on the user's allocation `A_u`, if any.
+    /// Cap on the user's allocation `A_u` in cores, GPUs and bytes, if any
+    /// (custom resources are not capped: [`Resources::fits_cap`]).
     pub max_resources: Option<Resources>,
     /// Number of its DISPATCHING, PENDING and RUNNING jobs.
     pub outstanding_jobs: u32,

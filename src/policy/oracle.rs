@@ -103,7 +103,7 @@ impl<'a> UserState<'a> {
             });
         }
         match &self.view.max_resources {
-            Some(max) if !(self.allocation + head.resources).fits_within(max) => {
+            Some(max) if !(self.allocation + head.resources).fits_cap(max) => {
                 Some(PendingReason::MaxResources)
             }
             _ => None,
@@ -238,7 +238,7 @@ fn permanent_reason(
         return Some(PendingReason::NoClusterLargeEnough);
     }
     match &view.max_resources {
-        Some(max) if !job.resources.fits_within(max) => Some(PendingReason::ExceedsMaxResources),
+        Some(max) if !job.resources.fits_cap(max) => Some(PendingReason::ExceedsMaxResources),
         _ => None,
     }
 }
@@ -546,7 +546,7 @@ impl Cycle<'_> {
         let max = self.holders_max.get().unwrap_or_else(|| {
             let max = states
                 .iter()
-                .filter(|other| other.allocation.components().iter().any(|&x| x > 0.0))
+                .filter(|other| other.allocation.components().any(|x| x > 0.0))
                 .map(|other| quantize_key(other.key(self.now, self.config)))
                 .max_by(|a, b| cmp_f64(*a, *b))
                 .unwrap_or(f64::NEG_INFINITY);

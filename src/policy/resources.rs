@@ -4,6 +4,8 @@ use std::ops::{Add, AddAssign};
 
 use serde::{Deserialize, Serialize};
 
+use super::custom::Custom;
+
 /// Relative tolerance of [`Resources::fits_within`] for cores and GPUs.
 ///
 /// Requests and capacities are sums of f64 values (`0.1 + 0.2` cores is
@@ -22,6 +24,8 @@ pub const FIT_TOLERANCE: f64 = 1e-9;
 /// Units: `cpu` in cores, `gpu` in GPUs (both may be fractional, as in Ray),
 /// `memory_bytes` in bytes (an f64 so that sums and ratios need no casts; it
 /// is exact for whole byte counts up to 2⁵³ bytes = 8 PiB).
+/// `custom` holds Ray's custom resources by name (counts, e.g. `{"QPU": 1}`;
+/// [`Custom`]); in JSON it is a map, omitted when empty.
 /// Components are expected finite and non-negative; a NaN component never
 /// fits anywhere.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -32,6 +36,9 @@ pub struct Resources {
     pub gpu: f64,
     /// Bytes of memory.
     pub memory_bytes: f64,
+    /// Custom resources (Ray's custom resources, licenses), by name.
+    #[serde(default, skip_serializing_if = "Custom::is_empty")]
+    pub custom: Custom,
 }
 
 impl Resources {
@@ -40,31 +47,59 @@ impl Resources {
         cpu: 0.0,
         gpu: 0.0,
         memory_bytes: 0.0,
+        custom: Custom::EMPTY,
     };
 
-    /// Builds a vector from cores, GPUs and bytes.
+    /// Builds a vector from cores, GPUs and bytes (no custom resource).
     #[must_use]
     pub const fn new(cpu: f64, gpu: f64, memory_bytes: f64) -> Resources {
         Resources {
             cpu,
             gpu,
             memory_bytes,
+            custom: Custom::EMPTY,
         }
     }
 
-    /// The components in a fixed order: `[cpu, gpu, memory_bytes]`.
+    /// This vector with `custom` as its custom resources.
     #[must_use]
-    pub const fn components(&self) -> [f64; 3] {
+    pub const fn with_custom(self, custom: Custom) -> Resources {
+        Resources { custom, ..self }
+    }
+
+    /// The built-in components in a fixed order: `[cpu, gpu, memory_bytes]`.
+    #[must_use]
+    pub const fn builtin(&self) -> [f64; 3] {
         [self.cpu, self.gpu, self.memory_bytes]
     }
 
-    const fn from_components(c: [f64; 3]) -> Resources {
-        Resources::new(c[0], c[1], c[2])
+    /// Every component: cores, GPUs, bytes, then the custom slots up to their
+    /// length ([`Custom::len`]).
+    pub fn components(&self) -> impl Iterator<Item = f64> + '_ {
+        self.builtin()
+            .into_iter()
+            .chain(self.custom.amounts().iter().copied())
+    }
+
+    /// `(self_k, other_k)` for every component `k` either side may have: cores,
+    /// GPUs, bytes, then custom slots up to the longer length (0 past a side's
+    /// own length).
+    pub fn pairs(&self, other: &Resources) -> impl Iterator<Item = (f64, f64)> + '_ {
+        let len = self.custom.len().max(other.custom.len());
+        let (a, b) = (self.custom, other.custom);
+        self.builtin()
+            .into_iter()
+            .zip(other.builtin())
+            .chain((0..len).map(move |k| (a.get(k), b.get(k))))
     }
 
     fn zip_with(self, other: Resources, f: impl Fn(f64, f64) -> f64) -> Resources {
-        let (a, b) = (self.components(), other.components());
-        Resources::from_components([f(a[0], b[0]), f(a[1], b[1]), f(a[2], b[2])])
+        Resources {
+            cpu: f(self.cpu, other.cpu),
+            gpu: f(self.gpu, other.gpu),
+            memory_bytes: f(self.memory_bytes, other.memory_bytes),
+            custom: self.custom.zip_with(other.custom, f),
+        }
     }
 
     /// `self − other` per component, floored at 0 (a NaN difference becomes 0).
@@ -83,13 +118,47 @@ impl Resources {
     /// True when every component of `self` is at most the same component of
     /// `limit`: cores and GPUs allowing a relative slack of [`FIT_TOLERANCE`]
     /// times the larger magnitude of the two, so that rounding noise never
-    /// refuses a fit; bytes exactly (whole numbers, no noise). A NaN on either
-    /// side never fits.
+    /// refuses a fit; bytes exactly (whole numbers, no noise); custom resources
+    /// like cores. A NaN on either side never fits (a custom slot past both
+    /// sides' lengths is 0 on both and fits).
     #[must_use]
     pub fn fits_within(&self, limit: &Resources) -> bool {
         le_with_tolerance(self.cpu, limit.cpu)
             && le_with_tolerance(self.gpu, limit.gpu)
             && self.memory_bytes <= limit.memory_bytes
+            && self.custom_fits_within(limit)
+    }
+
+    /// True when `self` is within a user's or group's cap `cap`
+    /// (`max_resources`): cores, GPUs and bytes as in [`Resources::fits_within`];
+    /// custom resources are not capped (a cap names only the built-in three).
+    #[must_use]
+    pub fn fits_cap(&self, cap: &Resources) -> bool {
+        Resources::new(self.cpu, self.gpu, self.memory_bytes).fits_within(cap)
+    }
+
+    fn custom_fits_within(&self, limit: &Resources) -> bool {
+        let len = self.custom.len().max(limit.custom.len());
+        (0..len).all(|k| le_with_tolerance(self.custom.get(k), limit.custom.get(k)))
+    }
+
+    /// The first resource of `self` that `limit` cannot hold, by name (`"cpu"`,
+    /// `"gpu"`, `"memory"` or a custom name), for messages; `None` when it fits.
+    #[must_use]
+    pub fn first_short(&self, limit: &Resources) -> Option<String> {
+        if !le_with_tolerance(self.cpu, limit.cpu) {
+            return Some("cpu".into());
+        }
+        if !le_with_tolerance(self.gpu, limit.gpu) {
+            return Some("gpu".into());
+        }
+        if !(self.memory_bytes <= limit.memory_bytes) {
+            return Some("memory".into());
+        }
+        let len = self.custom.len().max(limit.custom.len());
+        (0..len)
+            .find(|&k| !le_with_tolerance(self.custom.get(k), limit.custom.get(k)))
+            .map(|k| super::custom::name(k).to_string())
     }
 }
 

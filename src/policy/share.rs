@@ -25,9 +25,7 @@ pub const KEY_DROPPED_BITS: u32 = 12;
 #[must_use]
 pub fn dominant_share(allocation: &Resources, capacity: &Resources) -> f64 {
     allocation
-        .components()
-        .into_iter()
-        .zip(capacity.components())
+        .pairs(capacity)
         .filter(|&(_, c)| c > 0.0)
         .map(|(a, c)| a / c)
         .fold(0.0, |best, r| if r > best { r } else { best })

@@ -287,11 +287,11 @@ impl FairShareArbiter {
             max_resources: u.max_resources.as_ref().map(|v| {
                 // `{"cpu": .., "gpu": .., "memory_bytes": ..}`; a missing key caps nothing.
                 let cap = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
-                Resources {
-                    cpu: cap("cpu").unwrap_or(f64::INFINITY),
-                    gpu: cap("gpu").unwrap_or(f64::INFINITY),
-                    memory_bytes: cap("memory_bytes").unwrap_or(f64::INFINITY),
-                }
+                Resources::new(
+                    cap("cpu").unwrap_or(f64::INFINITY),
+                    cap("gpu").unwrap_or(f64::INFINITY),
+                    cap("memory_bytes").unwrap_or(f64::INFINITY),
+                )
             }),
         };
         self.ledger.set_user(now, &u.id, settings);

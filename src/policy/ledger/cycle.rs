@@ -56,7 +56,7 @@ pub struct CycleResult {
 /// taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Source {
-    Shape(u64, u64, u64),
+    Shape(Shape),
     Overdue,
     Granted,
 }
@@ -304,8 +304,7 @@ impl Ledger {
     /// overdue heads only while no reservation is held).
     fn refill(&mut self, run: &mut Run, merge: &mut Merge, source: Source, floor: Option<&Rank>) {
         let next = match source {
-            Source::Shape(c, g, m) => {
-                let shape = Shape([c, g, m]);
+            Source::Shape(shape) => {
                 if !self.config.backfill || Self::fits_some_room(&run.rooms, &shape.resources()) {
                     self.pull_shape(run, shape)
                 } else {
@@ -329,8 +328,7 @@ impl Ledger {
         let mut shapes: Vec<Shape> = self.shapes.keys().copied().collect();
         shapes.sort_unstable_by_key(|s| s.0);
         for shape in shapes {
-            let [c, g, m] = shape.0;
-            self.refill(run, merge, Source::Shape(c, g, m), None);
+            self.refill(run, merge, Source::Shape(shape), None);
         }
     }
 

@@ -74,6 +74,7 @@ pub(crate) use hash::{FastHash, UidHasher};
 pub use hash::{JobHasher, JobMap};
 use index::KeyIndex;
 
+use super::custom::{Custom, MAX_CUSTOM};
 use super::share::cmp_f64;
 use super::{
     dominant_share, ClusterView, JobId, OutstandingJob, PendingReason, PolicyConfig, QueuedJob,
@@ -124,7 +125,7 @@ pub struct UserSettings {
     pub paused: bool,
     /// Cap on outstanding jobs.
     pub max_running_jobs: u32,
-    /// Cap on the allocation (cores, GPUs, bytes), if any.
+    /// Cap on the allocation (cores, GPUs, bytes; custom resources uncapped), if any.
     pub max_resources: Option<Resources>,
 }
 
@@ -274,18 +275,28 @@ impl ClusterState {
 }
 
 /// The request of an effective head, as a hashable key: its components' bits (`−0`
-/// as `0`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-struct Shape([u64; 3]);
+/// as `0`): cores, GPUs, bytes, then every custom slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Shape([u64; 3 + MAX_CUSTOM]);
 
 impl Shape {
     fn of(r: &Resources) -> Shape {
-        Shape(r.components().map(|x| (x + 0.0).to_bits()))
+        let mut bits = [0.0_f64.to_bits(); 3 + MAX_CUSTOM];
+        for (b, x) in bits.iter_mut().zip(r.components()) {
+            *b = (x + 0.0).to_bits();
+        }
+        Shape(bits)
     }
 
     fn resources(self) -> Resources {
-        let [c, g, m] = self.0.map(f64::from_bits);
-        Resources::new(c, g, m)
+        let x = self.0.map(f64::from_bits);
+        let mut custom = Custom::EMPTY;
+        for (k, &v) in x[3..].iter().enumerate() {
+            if v != 0.0 {
+                custom.set(k, v);
+            }
+        }
+        Resources::new(x[0], x[1], x[2]).with_custom(custom)
     }
 }
 
@@ -381,7 +392,7 @@ impl Account {
 
     /// Holds capacity (some component of its allocation is positive).
     fn holds(&self) -> bool {
-        self.allocation.components().iter().any(|&x| x > 0.0)
+        self.allocation.components().any(|x| x > 0.0)
     }
 
     /// Why it cannot start `head` now regardless of capacity, if so (paused first,
@@ -396,7 +407,7 @@ impl Account {
             });
         }
         match &self.settings.max_resources {
-            Some(max) if !(self.allocation + head.resources).fits_within(max) => {
+            Some(max) if !(self.allocation + head.resources).fits_cap(max) => {
                 Some(PendingReason::MaxResources)
             }
             _ => None,
@@ -594,7 +605,7 @@ pub(crate) fn permanent_reason(
         return Some(PendingReason::NoClusterLargeEnough);
     }
     match max_resources {
-        Some(max) if !job.resources.fits_within(max) => Some(PendingReason::ExceedsMaxResources),
+        Some(max) if !job.resources.fits_cap(max) => Some(PendingReason::ExceedsMaxResources),
         _ => None,
     }
 }
