@@ -27,11 +27,7 @@ struct Job {
 }
 
 fn cpu(v: f64) -> Resources {
-    Resources {
-        cpu: v,
-        gpu: 0.0,
-        memory_bytes: 0.0,
-    }
+    Resources::new(v, 0.0, 0.0)
 }
 
 proptest! {

@@ -775,16 +775,8 @@ async fn cluster_usage_reads_used_and_total_with_absent_resources_as_zero() {
     assert_eq!(
         usage.ok(),
         Some(ClusterUsage {
-            total: RayResources {
-                cpu: 2.0,
-                gpu: 0.0,
-                memory_bytes: 1e9
-            },
-            used: RayResources {
-                cpu: 1.0,
-                gpu: 0.0,
-                memory_bytes: 0.0
-            },
+            total: RayResources::new(2.0, 0.0, 1e9),
+            used: RayResources::new(1.0, 0.0, 0.0),
         })
     );
 }
