@@ -1,5 +1,6 @@
 //! Resource vectors and what one cluster has free.
 
+use std::cmp::Ordering;
 use std::ops::{Add, AddAssign};
 
 use serde::{Deserialize, Serialize};
@@ -152,7 +153,11 @@ impl Resources {
         if !le_with_tolerance(self.gpu, limit.gpu) {
             return Some("gpu".into());
         }
-        if !(self.memory_bytes <= limit.memory_bytes) {
+        if self
+            .memory_bytes
+            .partial_cmp(&limit.memory_bytes)
+            .is_none_or(Ordering::is_gt)
+        {
             return Some("memory".into());
         }
         let len = self.custom.len().max(limit.custom.len());
