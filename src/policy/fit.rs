@@ -72,3 +72,55 @@ pub fn fits_some_cluster(request: &Resources, clusters: &[ClusterView]) -> bool 
         .iter()
         .any(|c| c.healthy && request.fits_within(&c.total))
 }
+
+/// The resources `request` lacks given the free capacity of each healthy cluster
+/// (`frees`), by name: those that no cluster has enough of free; when every
+/// resource is somewhere free enough but no cluster has all of them, every
+/// resource some cluster lacks. Built-in names first (`"cpu"`, `"gpu"`,
+/// `"memory"`), then custom names in name order; empty when `request` fits some
+/// cluster or `frees` is empty.
+#[must_use]
+pub fn short_of(request: &Resources, frees: &[Resources]) -> Vec<String> {
+    if frees.is_empty() || frees.iter().any(|f| request.fits_within(f)) {
+        return Vec::new();
+    }
+    let len = frees
+        .iter()
+        .map(|f| f.custom.len())
+        .fold(request.custom.len(), usize::max);
+    let lacks = |k: usize, f: &Resources| -> bool {
+        let one = |x: &Resources| -> Resources {
+            let mut r = Resources::ZERO;
+            match k {
+                0 => r.cpu = x.cpu,
+                1 => r.gpu = x.gpu,
+                2 => r.memory_bytes = x.memory_bytes,
+                _ => r.custom.set(k - 3, x.custom.get(k - 3)),
+            }
+            r
+        };
+        !one(request).fits_within(&one(f))
+    };
+    let name = |k: usize| -> String {
+        match k {
+            0 => "cpu".into(),
+            1 => "gpu".into(),
+            2 => "memory".into(),
+            _ => super::custom::name(k - 3).to_string(),
+        }
+    };
+    let everywhere: Vec<usize> = (0..3 + len)
+        .filter(|&k| frees.iter().all(|f| lacks(k, f)))
+        .collect();
+    let ks = if everywhere.is_empty() {
+        (0..3 + len)
+            .filter(|&k| frees.iter().any(|f| lacks(k, f)))
+            .collect()
+    } else {
+        everywhere
+    };
+    let (builtin, mut custom): (Vec<usize>, Vec<usize>) = ks.into_iter().partition(|&k| k < 3);
+    let mut custom_names: Vec<String> = custom.drain(..).map(name).collect();
+    custom_names.sort_unstable();
+    builtin.into_iter().map(name).chain(custom_names).collect()
+}

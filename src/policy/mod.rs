@@ -203,7 +203,7 @@ use serde::{Deserialize, Serialize};
 
 pub use custom::Custom;
 pub use cycle::run_cycle;
-pub use fit::{best_fit, fits_some_cluster};
+pub use fit::{best_fit, fits_some_cluster, short_of};
 pub use ledger::{CycleResult, Ledger, UserSettings, UserState};
 pub use preemption::{Preemption, PreemptionConfig};
 pub use reservation::{shadow, OutstandingJob, Reservation, Shadow};
@@ -341,7 +341,14 @@ pub enum PendingReason {
     /// No cluster is healthy.
     NoHealthyCluster,
     /// No healthy cluster has enough free capacity right now.
-    WaitingForCapacity,
+    WaitingForCapacity {
+        /// The resources it lacks after the cycle (`"cpu"`, `"gpu"`, `"memory"`,
+        /// then custom names in name order): those no healthy cluster has enough
+        /// of free, or, when each cluster lacks a different one, every resource
+        /// some cluster lacks ([`fit::short_of`]). Omitted from JSON when empty.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        short: Vec<String>,
+    },
     /// The job has waited longer than the starvation guard and holds the
     /// reservation: capacity on `cluster` is kept for it and only jobs that do
     /// not delay it may start there.
@@ -412,8 +419,12 @@ impl fmt::Display for PendingReason {
                 "no healthy cluster is large enough for this job's request, even when empty"
             ),
             PendingReason::NoHealthyCluster => write!(f, "no cluster is healthy right now"),
-            PendingReason::WaitingForCapacity => {
-                write!(f, "waiting for enough free capacity on a cluster")
+            PendingReason::WaitingForCapacity { short } => {
+                write!(f, "waiting for enough free capacity on a cluster")?;
+                if !short.is_empty() {
+                    write!(f, " (short of {})", short.join(", "))?;
+                }
+                Ok(())
             }
             PendingReason::Reserved {
                 cluster,

@@ -7,7 +7,7 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use super::fit::leftover;
+use super::fit::{leftover, short_of};
 use super::reservation::{shadow, Backfill, Hold, OutstandingJob, Reservation, Shadow};
 use super::share::cmp_f64;
 use super::{
@@ -208,7 +208,7 @@ impl Order {
     /// Whether no entry left can be granted nor take a reservation: none fitted
     /// free capacity when pushed (free capacity only shrinks during a cycle),
     /// and a reservation is held or none has waited past the starvation guard.
-    /// Each of them would then only be told [`PendingReason::WaitingForCapacity`].
+    /// Each of them would then only be told [`PendingReason::WaitingForCapacity { short: Vec::new() }`].
     fn settled(&self, holding: bool) -> bool {
         #[cfg(test)]
         if NO_SHORTCUT.with(std::cell::Cell::get) {
@@ -315,6 +315,7 @@ pub fn run_cycle(
     };
 
     let order = user_order(now, config, &states);
+    let frees: Vec<Resources> = slots.iter().map(|slot| slot.free).collect();
     let pending = states
         .into_iter()
         .flat_map(|state| {
@@ -324,7 +325,16 @@ pub fn run_cycle(
                 .stepped
                 .into_iter()
                 .chain(head)
-                .filter_map(move |(index, reason)| Some((queue.get(index)?.job_id, reason)))
+                .filter_map(move |(index, reason)| Some((queue.get(index)?, reason)))
+        })
+        .map(|(job, reason)| match reason {
+            PendingReason::WaitingForCapacity { .. } => (
+                job.job_id,
+                PendingReason::WaitingForCapacity {
+                    short: short_of(&job.resources, &frees),
+                },
+            ),
+            reason => (job.job_id, reason),
         })
         .collect();
 
@@ -414,7 +424,7 @@ impl Cycle<'_> {
                 state.enqueue_or_explain(candidate.user, self.now, self.config, slots, &mut order);
                 continue;
             }
-            state.set_head_reason(PendingReason::WaitingForCapacity);
+            state.set_head_reason(PendingReason::WaitingForCapacity { short: Vec::new() });
             let behind = PendingReason::WaitingBehind { job_id: job.job_id };
             for other in order.drain() {
                 if let Some(state) = states.get_mut(other.user) {
@@ -604,7 +614,8 @@ impl Cycle<'_> {
                 // capacity, whatever their order (the reserved job's reason is set
                 // below).
                 for other in order.drain() {
-                    states[other.user].set_head_reason(PendingReason::WaitingForCapacity);
+                    states[other.user]
+                        .set_head_reason(PendingReason::WaitingForCapacity { short: Vec::new() });
                 }
                 break;
             }
@@ -632,7 +643,9 @@ impl Cycle<'_> {
                     // fair-share order gets it (its reason is set below).
                     hold = self.reserve_for(slots, states, user);
                     if hold.is_none() {
-                        states[user].set_head_reason(PendingReason::WaitingForCapacity);
+                        states[user].set_head_reason(PendingReason::WaitingForCapacity {
+                            short: Vec::new(),
+                        });
                     }
                 }
                 None => {
@@ -644,7 +657,7 @@ impl Cycle<'_> {
                                 until_in: h.expected_in(self.now),
                             }
                         }
-                        _ => PendingReason::WaitingForCapacity,
+                        _ => PendingReason::WaitingForCapacity { short: Vec::new() },
                     };
                     state.set_head_reason(reason);
                 }
@@ -661,7 +674,8 @@ impl Cycle<'_> {
                     .head()
                     .is_some_and(|job| best_fit_slot(&job.resources, slots).is_some());
                 if !fits {
-                    state.head_reason = Some(PendingReason::WaitingForCapacity);
+                    state.head_reason =
+                        Some(PendingReason::WaitingForCapacity { short: Vec::new() });
                 }
             }
         }

@@ -11,9 +11,23 @@ use super::*;
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 const NOW: Seconds = 1000.0;
 
+/// A random vector: half cores, whole GPUs and GiB, and at times whole units of the
+/// custom resource `QPU` (at most as many as GPUs).
 fn resources(max_half_cores: u32, max_gpus: u32, max_gib: u32) -> impl Strategy<Value = Resources> {
-    (0..=max_half_cores, 0..=max_gpus, 0..=max_gib)
-        .prop_map(|(c, g, m)| Resources::new(f64::from(c) * 0.5, f64::from(g), f64::from(m) * GIB))
+    let qpu = crate::policy::custom::slot("QPU").expect("QPU is a valid custom name");
+    (
+        0..=max_half_cores,
+        0..=max_gpus,
+        0..=max_gib,
+        prop::option::weighted(0.3, 0..=max_gpus),
+    )
+        .prop_map(move |(c, g, m, q)| {
+            let mut r = Resources::new(f64::from(c) * 0.5, f64::from(g), f64::from(m) * GIB);
+            if let Some(q) = q {
+                r.custom.set(qpu, f64::from(q));
+            }
+            r
+        })
 }
 
 /// An expected end: unknown, already past (overrun), or ahead of `NOW`.
@@ -64,11 +78,16 @@ fn clusters() -> impl Strategy<Value = Vec<ClusterView>> {
 
 /// Half of `r`, rounded down to whole GPUs and GiB (still exact in f64).
 fn half(r: Resources) -> Resources {
+    let mut custom = r.custom;
+    for k in 0..custom.len() {
+        custom.set(k, (custom.get(k) * 0.5).floor());
+    }
     Resources::new(
         r.cpu * 0.5,
         (r.gpu * 0.5).floor(),
         (r.memory_bytes / GIB * 0.5).floor() * GIB,
     )
+    .with_custom(custom)
 }
 
 fn queue(user: usize) -> impl Strategy<Value = Vec<QueuedJob>> {
@@ -186,8 +205,7 @@ fn healthy<'a>(clusters: &'a [ClusterView], name: &str) -> Option<&'a ClusterVie
 fn unrunnable(job: &QueuedJob, u: &UserView, clusters: &[ClusterView]) -> bool {
     let any_healthy = clusters.iter().any(|c| c.healthy);
     (any_healthy && !fits_some_cluster(&job.resources, clusters))
-        || u.max_resources
-            .is_some_and(|m| !job.resources.fits_within(&m))
+        || u.max_resources.is_some_and(|m| !job.resources.fits_cap(&m))
 }
 
 /// Checks every safety property of one outcome and, when the cycle ran to
@@ -226,7 +244,7 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
         let allocation = mine.iter().fold(u.allocation, |a, g| a + g.resources);
         if let (Some(max), false) = (u.max_resources, mine.is_empty()) {
             assert!(
-                allocation.fits_within(&max),
+                allocation.fits_cap(&max),
                 "max_resources exceeded for {}",
                 u.user
             );
@@ -267,7 +285,7 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
         };
         let within_limit = u
             .max_resources
-            .is_none_or(|m| (allocation + head.resources).fits_within(&m));
+            .is_none_or(|m| (allocation + head.resources).fits_cap(&m));
         if outstanding < u.max_running_jobs && within_limit {
             let fits_now = remaining
                 .iter()
@@ -306,7 +324,7 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
                 // Made this cycle only past the guard (a held one persists).
                 assert!(r.since < NOW || *waited > config.starvation_guard);
             }
-            (false, Some(PendingReason::WaitingForCapacity), Some(_)) => {}
+            (false, Some(PendingReason::WaitingForCapacity { .. }), Some(_)) => {}
             other => panic!("stopped for {job} with {other:?}"),
         }
         for (_, reason) in &out.pending {

@@ -9,6 +9,13 @@ fn id(n: u128) -> JobId {
     JobId::from_u128(n)
 }
 
+/// `WaitingForCapacity`, short of `short`.
+fn waiting(short: &[&str]) -> PendingReason {
+    PendingReason::WaitingForCapacity {
+        short: short.iter().map(|s| (*s).to_owned()).collect(),
+    }
+}
+
 fn cpus(n: f64) -> Resources {
     Resources::new(n, 0.0, 0.0)
 }
@@ -340,10 +347,7 @@ fn drf_paper_example_gives_three_and_two_jobs_at_equal_dominant_share() {
     for entry in &outcome.order {
         assert!((entry.share - 2.0 / 3.0).abs() < 1e-12, "{entry:?}");
     }
-    assert_eq!(
-        reason(&outcome, id(103)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&outcome, id(103)), Some(&waiting(&["cpu"])));
 }
 
 // 3. Weights.
@@ -459,10 +463,7 @@ fn outstanding_jobs_not_yet_reported_by_ray_keep_capacity_taken() {
     let clusters = vec![with_outstanding(cluster("ray", cpus(4.0)), cpus(4.0))];
     let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
     assert!(outcome.grants.is_empty());
-    assert_eq!(
-        reason(&outcome, id(100)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&outcome, id(100)), Some(&waiting(&["cpu"])));
 }
 
 // 7. A job larger than every cluster.
@@ -513,10 +514,7 @@ fn only_jobs_stepped_over_get_a_permanent_reason() {
         reason(&outcome, id(3)),
         Some(&PendingReason::NoClusterLargeEnough)
     );
-    assert_eq!(
-        reason(&outcome, id(4)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&outcome, id(4)), Some(&waiting(&["cpu"])));
 
     // Nothing granted: the head (job 2) waits; job 3 behind it is not judged.
     let clusters = vec![ClusterView {
@@ -525,10 +523,7 @@ fn only_jobs_stepped_over_get_a_permanent_reason() {
     }];
     let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
     assert!(outcome.grants.is_empty());
-    assert_eq!(
-        reason(&outcome, id(2)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&outcome, id(2)), Some(&waiting(&["cpu"])));
     assert_eq!(reason(&outcome, id(3)), None);
     assert_eq!(
         outcome
@@ -713,10 +708,7 @@ fn s_l_wide_job_starts_within_two_seconds_of_the_guard_tripping() {
     // S's head (S started 4 jobs at each of 0, 1.5, 3 and 4.5, so job 116)
     // waits behind its own running jobs: it is queued, not starved, and gets
     // no reservation although it is older.
-    assert_eq!(
-        reason(&tripped, id(116)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&tripped, id(116)), Some(&waiting(&["cpu"])));
 }
 
 /// Cluster "ray" of 8 CPUs: 4 CPUs end at 100, 1 CPU at 200; 3 free.
@@ -756,10 +748,7 @@ fn easy_backfill_admits_jobs_that_end_before_the_shadow_or_fit_the_extra() {
     assert_eq!(granted(&outcome), vec![("B", id(20)), ("C", id(30))]);
     // B and C took the 3 free CPUs: A now waits for capacity, whatever the
     // reservation (a reason describes free capacity as the cycle leaves it).
-    assert_eq!(
-        reason(&outcome, id(10)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&outcome, id(10)), Some(&waiting(&["cpu"])));
     // Without C, 2 CPUs stay free, which A's 2 CPUs fit: the reservation is what
     // keeps it out.
     let without_c = &users[..4];
@@ -814,10 +803,7 @@ fn the_reservation_sticks_to_its_job_whatever_the_keys_and_ages() {
         outcome.reservation.as_ref().map(|r| (r.job_id, r.since)),
         Some((id(1), 40.0))
     );
-    assert_eq!(
-        reason(&outcome, id(2)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&outcome, id(2)), Some(&waiting(&["cpu"])));
 
     // Once it fits, W's job is granted first, ahead of a smaller key, and
     // the next reservation goes to V.
@@ -844,10 +830,7 @@ fn the_reservation_sticks_to_its_job_whatever_the_keys_and_ages() {
         Some((id(2), Some(151.0)))
     );
     // Z took the last free CPU after Y's turn: Y waits for capacity.
-    assert_eq!(
-        reason(&outcome, id(3)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&outcome, id(3)), Some(&waiting(&["cpu"])));
 }
 
 #[test]
@@ -1034,10 +1017,7 @@ fn backfill_off_stops_at_the_first_head_that_does_not_fit() {
 
     let outcome = run_cycle(10.0, &plain(), &users, &clusters, None);
     assert_eq!(granted(&outcome), vec![("B", id(2))]);
-    assert_eq!(
-        reason(&outcome, id(1)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&outcome, id(1)), Some(&waiting(&["cpu"])));
 
     let strict = PolicyConfig {
         backfill: false,
@@ -1046,10 +1026,7 @@ fn backfill_off_stops_at_the_first_head_that_does_not_fit() {
     let outcome = run_cycle(10.0, &strict, &users, &clusters, None);
     assert!(outcome.grants.is_empty());
     assert_eq!(outcome.stopped_for, Some(id(1)));
-    assert_eq!(
-        reason(&outcome, id(1)),
-        Some(&PendingReason::WaitingForCapacity)
-    );
+    assert_eq!(reason(&outcome, id(1)), Some(&waiting(&["cpu"])));
     assert_eq!(
         reason(&outcome, id(2)),
         Some(&PendingReason::WaitingBehind { job_id: id(1) })
@@ -1309,7 +1286,7 @@ fn every_pending_reason_reads_as_a_sentence() {
         PendingReason::ExceedsMaxResources,
         PendingReason::NoClusterLargeEnough,
         PendingReason::NoHealthyCluster,
-        PendingReason::WaitingForCapacity,
+        waiting(&["cpu"]),
         PendingReason::Reserved {
             cluster: "ray".to_owned(),
             expected_in: Some(12.0),
@@ -1375,5 +1352,114 @@ fn the_running_limit_reason_counts_its_jobs_in_words() {
     assert!(
         three.starts_with("the user already has 3 jobs dispatched"),
         "{three}"
+    );
+}
+
+// ----- custom resources (issue 29) --------------------------------------------
+
+/// `cpu` cores and `qpu` units of the custom resource `QPU`.
+fn cpu_qpu(cpu: f64, qpu: f64) -> Resources {
+    let slot = custom::slot("QPU").expect("QPU is a valid custom name");
+    let mut r = cpus(cpu);
+    r.custom.set(slot, qpu);
+    r
+}
+
+/// DRF with a custom resource as the dominant one, worked by hand. One cluster of
+/// 10 cores and 2 QPUs. A's jobs each take 1 core and 1 QPU (dominant share 1/2 per
+/// job, QPU), B's 1 core (1/10 per job). A goes first (older head at equal keys 0):
+/// A = 0.5. B then takes 5 jobs (0.1 … 0.5); at 0.5 each A's older head wins again:
+/// A = 1.0 (both QPUs); B takes the last 3 cores (0.8). A's third job lacks both
+/// cores and QPU, B's next lacks cores.
+#[test]
+fn drf_counts_a_custom_resource_as_the_dominant_one() {
+    let users = vec![
+        user("a").queue(jobs(1, 3, cpu_qpu(1.0, 1.0), 0.0)),
+        user("b").queue(jobs(100, 10, cpus(1.0), 1.0)),
+    ];
+    let clusters = vec![cluster("c", cpu_qpu(10.0, 2.0))];
+    let out = run_cycle(10.0, &plain(), &users, &clusters, None);
+    let b = |n: u128| ("b", id(n));
+    assert_eq!(
+        granted(&out),
+        vec![
+            ("a", id(1)),
+            b(100),
+            b(101),
+            b(102),
+            b(103),
+            b(104),
+            ("a", id(2)),
+            b(105),
+            b(106),
+            b(107),
+        ]
+    );
+    assert_eq!(reason(&out, id(3)), Some(&waiting(&["cpu", "QPU"])));
+    assert_eq!(reason(&out, id(108)), Some(&waiting(&["cpu"])));
+    assert_eq!(
+        reason(&out, id(3)).map(ToString::to_string).as_deref(),
+        Some("waiting for enough free capacity on a cluster (short of cpu, QPU)")
+    );
+}
+
+/// A job asking a custom resource no healthy cluster has never blocks anyone: it is
+/// too large for every cluster, and the user's next job runs.
+#[test]
+fn a_custom_resource_no_cluster_has_is_never_granted() {
+    let users = vec![user("a").queue(vec![job(1, cpu_qpu(1.0, 1.0), 0.0), job(2, cpus(1.0), 1.0)])];
+    let clusters = vec![cluster("c", cpus(4.0))];
+    let out = run_cycle(10.0, &plain(), &users, &clusters, None);
+    assert_eq!(granted(&out), vec![("a", id(2))]);
+    assert_eq!(
+        reason(&out, id(1)),
+        Some(&PendingReason::NoClusterLargeEnough)
+    );
+    assert!(!fits_some_cluster(&cpu_qpu(1.0, 1.0), &clusters));
+    assert_eq!(
+        cpu_qpu(1.0, 1.0).first_short(&cpus(4.0)).as_deref(),
+        Some("QPU")
+    );
+}
+
+/// Best fit sends a QPU job to the cluster that has QPUs, and a cores-only job to
+/// the tighter of the two, the QPU cluster's spare QPUs counting as room left.
+#[test]
+fn best_fit_counts_custom_capacity() {
+    let clusters = vec![
+        cluster("plain", cpus(4.0)),
+        cluster("quantum", cpu_qpu(4.0, 2.0)),
+    ];
+    assert_eq!(
+        best_fit(&cpu_qpu(1.0, 1.0), &clusters).map(|c| c.name.as_str()),
+        Some("quantum")
+    );
+    // plain leaves 3/4, quantum 3/4 + 2/2.
+    assert_eq!(
+        best_fit(&cpus(1.0), &clusters).map(|c| c.name.as_str()),
+        Some("plain")
+    );
+}
+
+/// What a waiting job lacks: what no cluster has enough of; when each cluster
+/// lacks something else, everything some cluster lacks.
+#[test]
+fn short_of_names_what_no_cluster_has_free() {
+    let need = cpu_qpu(2.0, 1.0);
+    assert_eq!(short_of(&need, &[cpu_qpu(1.0, 0.0)]), vec!["cpu", "QPU"]);
+    assert_eq!(
+        short_of(&need, &[cpu_qpu(1.0, 1.0), cpu_qpu(4.0, 0.0)]),
+        vec!["cpu", "QPU"]
+    );
+    assert_eq!(
+        short_of(&need, &[cpu_qpu(4.0, 0.0), cpu_qpu(8.0, 0.5)]),
+        vec!["QPU"]
+    );
+    assert!(short_of(&need, &[cpu_qpu(2.0, 1.0)]).is_empty());
+    assert!(short_of(&need, &[]).is_empty());
+    let wide = Resources::new(1.0, 1.0, GIB);
+    assert_eq!(
+        short_of(&wide, &[Resources::new(2.0, 0.0, 0.5 * GIB)]),
+        vec!["gpu", "memory"]
     );
 }

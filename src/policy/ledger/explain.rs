@@ -9,7 +9,7 @@
 //! job queued since then is explained against the same cycle until the next one.
 
 use super::{permanent_reason, Ledger, Uid};
-use crate::policy::{JobId, PendingReason, Seconds, UserOrder};
+use crate::policy::{short_of, JobId, PendingReason, Seconds, UserOrder};
 
 impl Ledger {
     /// Why QUEUED `job` of `user` is not running: `None` if no cycle has run yet, or
@@ -56,7 +56,9 @@ impl Ledger {
         }
         if !self.config.backfill {
             return match last.stopped_for {
-                Some(x) if x == job.job_id => Some(PendingReason::WaitingForCapacity),
+                Some(x) if x == job.job_id => Some(PendingReason::WaitingForCapacity {
+                    short: short_of(&job.resources, &last.free_after),
+                }),
                 Some(x) => Some(PendingReason::WaitingBehind { job_id: x }),
                 None => None,
             };
@@ -76,7 +78,9 @@ impl Ledger {
                 });
             }
         }
-        Some(PendingReason::WaitingForCapacity)
+        Some(PendingReason::WaitingForCapacity {
+            short: short_of(&job.resources, &last.free_after),
+        })
     }
 
     /// Every reason [`Ledger::reason`] gives, by user name, then window order: what

@@ -8,9 +8,23 @@ use crate::policy::oracle;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
+/// A random vector: half cores, whole GPUs and GiB, and at times whole units of the
+/// custom resource `QPU` (at most as many as GPUs).
 fn resources(max_half_cores: u32, max_gpus: u32, max_gib: u32) -> impl Strategy<Value = Resources> {
-    (0..=max_half_cores, 0..=max_gpus, 0..=max_gib)
-        .prop_map(|(c, g, m)| Resources::new(f64::from(c) * 0.5, f64::from(g), f64::from(m) * GIB))
+    let qpu = crate::policy::custom::slot("QPU").expect("QPU is a valid custom name");
+    (
+        0..=max_half_cores,
+        0..=max_gpus,
+        0..=max_gib,
+        prop::option::weighted(0.3, 0..=max_gpus),
+    )
+        .prop_map(move |(c, g, m, q)| {
+            let mut r = Resources::new(f64::from(c) * 0.5, f64::from(g), f64::from(m) * GIB);
+            if let Some(q) = q {
+                r.custom.set(qpu, f64::from(q));
+            }
+            r
+        })
 }
 
 /// One event the arbiter feeds a ledger.
