@@ -357,6 +357,7 @@ impl SchedulerSettings {
             backfill: self.backfill,
             age_weight: self.age_weight,
             max_age: self.max_age.as_secs_f64(),
+            licenses: crate::policy::Custom::EMPTY,
         }
     }
 }

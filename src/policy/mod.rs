@@ -184,6 +184,7 @@ pub mod custom;
 mod cycle;
 mod fit;
 pub mod ledger;
+mod licenses;
 #[cfg(test)]
 mod oracle;
 mod preemption;
@@ -300,6 +301,12 @@ pub struct PolicyConfig {
     /// Age `M` at which the age term saturates, seconds (Slurm's
     /// `PriorityMaxAge`). `0` or not finite turns the term off.
     pub max_age: Seconds,
+    /// Licenses (`[[licenses]]`; Slurm's licenses): custom resources with one count
+    /// shared by every cluster rather than a capacity per cluster, e.g. "at most 4
+    /// jobs hold a session on the quantum backend at once". A slot with a count
+    /// above 0 is a license ([`licenses`](self::licenses)); empty: none.
+    #[serde(default)]
+    pub licenses: Custom,
 }
 
 /// A decision: start `job_id` of `user` on `cluster`.

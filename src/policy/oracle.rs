@@ -7,7 +7,9 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
+use super::custom::Custom;
 use super::fit::{leftover, short_of};
+use super::licenses;
 use super::reservation::{shadow, Backfill, Hold, OutstandingJob, Reservation, Shadow};
 use super::share::cmp_f64;
 use super::{
@@ -283,10 +285,16 @@ pub fn run_cycle(
     clusters: &[ClusterView],
     reservation: Option<&Reservation>,
 ) -> CycleOutcome {
-    let mut slots = healthy_slots(clusters);
-    let capacity = slots
+    let mut slots = healthy_slots(clusters, &config.licenses);
+    let sum = slots
         .iter()
         .fold(Resources::ZERO, |sum, slot| sum + slot.total);
+    // A license counts once, not once per cluster.
+    let capacity = if slots.is_empty() {
+        sum
+    } else {
+        licenses::with_counts(sum, &config.licenses)
+    };
 
     let totals: Vec<Resources> = slots.iter().map(|slot| slot.total).collect();
 
@@ -381,6 +389,19 @@ impl Cycle<'_> {
         };
         slot.free = slot.free.saturating_sub(job.resources);
         slot.held += job.resources;
+        let request = job.resources;
+        licenses::spread_grant(
+            &request,
+            &self.config.licenses,
+            slots
+                .iter_mut()
+                .enumerate()
+                .filter(|&(j, _)| j != k)
+                .map(|(_, s)| (&mut s.free, &mut s.held)),
+        );
+        let Some(slot) = slots.get_mut(k) else {
+            return;
+        };
         slot.added.push(OutstandingJob {
             resources: job.resources,
             expected_end: job.runtime_estimate.map(|e| self.now + e),
@@ -779,18 +800,23 @@ impl Slot<'_> {
     }
 }
 
-/// The healthy clusters, sorted by name, with their free capacity.
-fn healthy_slots(clusters: &[ClusterView]) -> Vec<Slot<'_>> {
+/// The healthy clusters, sorted by name, with their free capacity; a license's
+/// total is its count on every one, its free amount the count less what every
+/// cluster's outstanding jobs hold ([`licenses`]).
+fn healthy_slots<'a>(clusters: &'a [ClusterView], lic: &Custom) -> Vec<Slot<'a>> {
+    let pooled = clusters.iter().fold(Resources::ZERO, |sum, c| {
+        sum + licenses::part(&c.outstanding, lic)
+    });
     let mut slots: Vec<Slot<'_>> = clusters
         .iter()
         .enumerate()
         .filter(|(_, c)| c.healthy)
         .map(|(_, c)| Slot {
             name: &c.name,
-            total: c.total,
-            free: c.free(),
-            ceiling: c.total.saturating_sub(c.foreign()),
-            held: c.outstanding,
+            total: licenses::with_counts(c.total, lic),
+            free: licenses::with_free(c.free(), lic, &pooled),
+            ceiling: licenses::with_counts(c.total.saturating_sub(c.foreign()), lic),
+            held: licenses::with_held(c.outstanding, lic, &pooled),
             jobs: &c.jobs,
             added: Vec::new(),
         })

@@ -343,6 +343,7 @@ mod tests {
             backfill: true,
             age_weight: 0.0,
             max_age: 86_400.0,
+            licenses: crate::policy::Custom::EMPTY,
         }
     }
 

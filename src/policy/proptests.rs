@@ -6,6 +6,7 @@
 
 use proptest::prelude::*;
 
+use super::licenses;
 use super::*;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -167,20 +168,41 @@ fn config_with_age() -> impl Strategy<Value = PolicyConfig> {
 }
 
 fn config() -> impl Strategy<Value = PolicyConfig> {
+    let qpu = crate::policy::custom::slot("QPU").expect("QPU is a valid custom name");
     (
         prop::sample::select(vec![0.0, 60.0, 3600.0]),
         prop::sample::select(vec![0.0, 300.0, 800.0, f64::INFINITY]),
         prop::bool::weighted(0.8),
+        // A quarter of the time QPU is a license of 1 to 3 seats for all clusters.
+        prop::option::weighted(0.25, 1u32..=3),
     )
         .prop_map(
-            |(usage_half_life, starvation_guard, backfill)| PolicyConfig {
+            move |(usage_half_life, starvation_guard, backfill, seats)| PolicyConfig {
                 usage_half_life,
                 starvation_guard,
                 backfill,
                 age_weight: 0.0,
                 max_age: 86_400.0,
+                licenses: {
+                    let mut licenses = crate::policy::Custom::EMPTY;
+                    if let Some(n) = seats {
+                        licenses.set(qpu, f64::from(n));
+                    }
+                    licenses
+                },
             },
         )
+}
+
+/// The clusters as the policy sees them: each license's count in every total.
+fn with_license_totals(config: &PolicyConfig, clusters: &[ClusterView]) -> Vec<ClusterView> {
+    clusters
+        .iter()
+        .map(|c| ClusterView {
+            total: licenses::with_counts(c.total, &config.licenses),
+            ..c.clone()
+        })
+        .collect()
 }
 
 /// Permutes `items` with a small deterministic generator seeded by `seed`.
@@ -211,10 +233,16 @@ fn unrunnable(job: &QueuedJob, u: &UserView, clusters: &[ClusterView]) -> bool {
 /// Checks every safety property of one outcome and, when the cycle ran to
 /// its end, work conservation.
 fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], out: &CycleOutcome) {
-    // Capacity: grants go to healthy clusters, within their free capacity.
+    let clusters = &with_license_totals(config, clusters);
+    let lic = &config.licenses;
+    // Capacity: grants go to healthy clusters, within their free capacity; licenses
+    // come from one pool that every cluster's outstanding jobs and grants draw on.
+    let mut pool = clusters.iter().fold(Resources::ZERO, |sum, c| {
+        sum + licenses::part(&c.outstanding, lic)
+    });
     let mut remaining: Vec<(String, Resources)> = clusters
         .iter()
-        .map(|c| (c.name.clone(), c.free()))
+        .map(|c| (c.name.clone(), licenses::with_free(c.free(), lic, &pool)))
         .collect();
     for g in &out.grants {
         assert!(
@@ -227,6 +255,10 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
             "over free capacity: {g:?}, free {free:?}"
         );
         *free = free.saturating_sub(g.resources);
+        pool += licenses::part(&g.resources, lic);
+        for (_, free) in &mut remaining {
+            *free = licenses::with_free(*free, lic, &pool);
+        }
     }
 
     for u in users {
@@ -341,7 +373,8 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
     } else {
         assert_eq!(out.reservation, None);
     }
-    if let Some(r) = &out.reservation {
+    // Licenses are not reserved (DESIGN §2): a backfilled job may take a seat.
+    if let (Some(r), false) = (&out.reservation, licenses::any(lic)) {
         reservation_is_not_delayed(users, clusters, out, r);
     }
 
@@ -486,7 +519,8 @@ proptest! {
                 prop_assert_eq!(next.job_id, r.job_id);
             }
         }
-        if config.backfill {
+        let clusters = with_license_totals(&config, &clusters);
+        if config.backfill && !licenses::any(&config.licenses) {
             if let Some(r) = &input {
                 let valid = users.iter().any(|u| u.user == r.user
                     && !u.paused

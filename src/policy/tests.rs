@@ -143,6 +143,7 @@ fn plain() -> PolicyConfig {
         backfill: true,
         age_weight: 0.0,
         max_age: 86_400.0,
+        licenses: crate::policy::Custom::EMPTY,
     }
 }
 
@@ -1461,5 +1462,88 @@ fn short_of_names_what_no_cluster_has_free() {
     assert_eq!(
         short_of(&wide, &[Resources::new(2.0, 0.0, 0.5 * GIB)]),
         vec!["gpu", "memory"]
+    );
+}
+
+/// `cores` cores and `sessions` of the license "session".
+fn cpu_session(cpu: f64, sessions: f64) -> Resources {
+    let slot = custom::slot("session").expect("session is a valid custom name");
+    let mut r = cpus(cpu);
+    r.custom.set(slot, sessions);
+    r
+}
+
+/// The license "session" with `count` seats.
+fn sessions(count: f64) -> PolicyConfig {
+    let mut licenses = Custom::EMPTY;
+    licenses.set(
+        custom::slot("session").expect("session is a valid custom name"),
+        count,
+    );
+    PolicyConfig {
+        licenses,
+        ..plain()
+    }
+}
+
+/// A license shared by two clusters, worked by hand. Two clusters of 4 cores (Ray
+/// reports no "session"), the license "session" with 2 seats for both. A and B each
+/// queue 1-core jobs holding a session, C 1-core jobs without. Capacity is 8 cores
+/// and 2 seats (once, not per cluster), so a session job's dominant share is 1/2:
+/// A, B, C, C, C are granted (C stays below 1/2 with 3 cores of 8); then no seat is
+/// left anywhere (two clusters with 2 seats each would have run 4), and A's and B's
+/// next jobs wait short of a session while 3 cores are free.
+#[test]
+fn a_license_shared_by_two_clusters() {
+    let config = sessions(2.0);
+    let users = vec![
+        user("a").queue(jobs(1, 3, cpu_session(1.0, 1.0), 0.0)),
+        user("b").queue(jobs(100, 3, cpu_session(1.0, 1.0), 0.0)),
+        user("c").queue(jobs(200, 3, cpus(1.0), 0.0)),
+    ];
+    let clusters = vec![cluster("one", cpus(4.0)), cluster("two", cpus(4.0))];
+    let out = run_cycle(10.0, &config, &users, &clusters, None);
+    assert_eq!(
+        granted(&out),
+        vec![
+            ("a", id(1)),
+            ("b", id(100)),
+            ("c", id(200)),
+            ("c", id(201)),
+            ("c", id(202))
+        ]
+    );
+    assert_eq!(reason(&out, id(2)), Some(&waiting(&["session"])));
+    assert_eq!(reason(&out, id(101)), Some(&waiting(&["session"])));
+    let share = |u: &str| out.order.iter().find(|o| o.user == u).map(|o| o.share);
+    assert_eq!(share("a"), Some(0.5));
+    assert_eq!(share("c"), Some(3.0 / 8.0));
+    assert_eq!(
+        out,
+        super::oracle::run_cycle(10.0, &config, &users, &clusters, None)
+    );
+
+    // A seat held by a job on a cluster that is down still counts: one seat left.
+    let clusters = vec![
+        cluster("one", cpus(4.0)),
+        unhealthy(with_outstanding(
+            cluster("two", cpus(4.0)),
+            cpu_session(1.0, 1.0),
+        )),
+    ];
+    let out = run_cycle(10.0, &config, &users, &clusters, None);
+    assert_eq!(count(&out, "a") + count(&out, "b"), 1);
+    assert_eq!(
+        out,
+        super::oracle::run_cycle(10.0, &config, &users, &clusters, None)
+    );
+
+    // A job asking more seats than the license has can never run.
+    let users = vec![user("a").queue(vec![job(1, cpu_session(1.0, 3.0), 0.0)])];
+    let clusters = vec![cluster("one", cpus(4.0))];
+    let out = run_cycle(10.0, &config, &users, &clusters, None);
+    assert_eq!(
+        reason(&out, id(1)),
+        Some(&PendingReason::NoClusterLargeEnough)
     );
 }

@@ -18,7 +18,7 @@ use super::FastHash;
 use super::index::Verdict;
 use super::{Ledger, Rank, Shape, Uid};
 use crate::policy::reservation::Hold;
-use crate::policy::{Grant, JobId, Reservation, Resources, Seconds};
+use crate::policy::{licenses, Grant, JobId, Reservation, Resources, Seconds};
 
 /// A healthy cluster during a cycle.
 #[derive(Debug)]
@@ -122,6 +122,15 @@ impl Ledger {
 
     /// The healthy clusters in name order, as a cycle starts with them.
     fn rooms(&self) -> Vec<Room> {
+        let licenses = &self.config.licenses;
+        // Licenses are one pool: what every outstanding job holds, on any cluster.
+        let pooled = if licenses::any(licenses) {
+            self.clusters.iter().fold(Resources::ZERO, |sum, c| {
+                sum + licenses::part(&c.outstanding, licenses)
+            })
+        } else {
+            Resources::ZERO
+        };
         self.by_cluster_name
             .values()
             .filter(|&&k| self.clusters[k].healthy)
@@ -139,9 +148,12 @@ impl Ledger {
                 Room {
                     cluster: k,
                     total: c.total,
-                    free: view.free(),
-                    ceiling: c.total.saturating_sub(view.foreign()),
-                    held: c.outstanding,
+                    free: licenses::with_free(view.free(), licenses, &pooled),
+                    ceiling: licenses::with_counts(
+                        c.total.saturating_sub(view.foreign()),
+                        licenses,
+                    ),
+                    held: licenses::with_held(c.outstanding, licenses, &pooled),
                     added: Vec::new(),
                 }
             })
@@ -210,8 +222,17 @@ impl Ledger {
         let room = &mut run.rooms[k];
         room.free = room.free.saturating_sub(job.resources);
         room.held += job.resources;
+        licenses::spread_grant(
+            &job.resources,
+            &self.config.licenses,
+            run.rooms
+                .iter_mut()
+                .enumerate()
+                .filter(|&(j, _)| j != k)
+                .map(|(_, r)| (&mut r.free, &mut r.held)),
+        );
         let end = job.runtime_estimate.map(|e| now + e);
-        room.added.push((end, job.resources));
+        run.rooms[k].added.push((end, job.resources));
         run.grants.push(Grant {
             user: a.name.to_string(),
             job_id: job.job_id,

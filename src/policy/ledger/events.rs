@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use super::{Job, Ledger, Uid, UserSettings};
+use crate::policy::licenses;
 use crate::policy::{decay_usage, dominant_share, JobId, QueuedJob, Resources, Seconds};
 
 impl Ledger {
@@ -293,6 +294,7 @@ impl Ledger {
             }
         }
         let foreign = used.saturating_sub(ours_reported);
+        let total = licenses::with_counts(total, &self.config.licenses);
         let c = &mut self.clusters[k];
         let resized = c.healthy != healthy || c.total != total;
         let before = (c.used_reported, c.outstanding, c.unreported);
@@ -332,10 +334,16 @@ impl Ledger {
             .filter(|c| c.healthy)
             .map(|c| c.total)
             .collect();
-        self.capacity = self
+        let sum = self
             .totals
             .iter()
             .fold(Resources::ZERO, |sum, total| sum + *total);
+        // A license counts once, not once per cluster.
+        self.capacity = if self.totals.is_empty() {
+            sum
+        } else {
+            licenses::with_counts(sum, &self.config.licenses)
+        };
     }
 
     /// Brings a user's decayed usage to `now` with the share it holds (call before

@@ -504,13 +504,14 @@ impl Ledger {
         clusters: &[ClusterView],
         reservation: Option<&Reservation>,
     ) -> Ledger {
+        let config_licenses = config.licenses;
         let mut ledger = Ledger::new(config, UserSettings::default());
         ledger.now = now;
         for c in clusters {
             let k = ledger.cluster(&c.name);
             let state = &mut ledger.clusters[k];
             state.healthy = c.healthy;
-            state.total = c.total;
+            state.total = super::licenses::with_counts(c.total, &config_licenses);
             state.used_reported = c.used_reported;
             state.outstanding = c.outstanding;
             state.unreported = c.unreported;

@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 
 use super::{Job, JobMap, Ledger, Uid};
 use crate::policy::{
-    dominant_share, fair_shares, JobId, Preemption, PreemptionConfig, QueuedJob, Resources,
-    Seconds, FIT_TOLERANCE,
+    dominant_share, fair_shares, licenses, JobId, Preemption, PreemptionConfig, QueuedJob,
+    Resources, Seconds, FIT_TOLERANCE,
 };
 
 /// What preemption keeps between calls.
@@ -174,6 +174,10 @@ impl Ledger {
         if !fresh && (budget.is_nan() || budget <= 0.0) {
             return out;
         }
+        let licenses = self.config.licenses;
+        let pooled = self.clusters.iter().fold(Resources::ZERO, |sum, c| {
+            sum + licenses::part(&c.outstanding, &licenses)
+        });
         let mut rooms: Vec<(usize, Resources)> = self
             .by_cluster_name
             .values()
@@ -183,7 +187,7 @@ impl Ledger {
                 let free = c
                     .total
                     .saturating_sub((c.used_reported + c.unreported).max(c.outstanding));
-                (k, free)
+                (k, licenses::with_free(free, &licenses, &pooled))
             })
             .collect();
         if rooms.is_empty() {
@@ -258,6 +262,15 @@ impl Ledger {
             }
             // What is left once the head starts there is all later heads may count on.
             rooms[i].1 = (rooms[i].1 + freed).saturating_sub(head.resources);
+            // The head's licenses leave the one pool every cluster draws on (its
+            // victims' are counted free on their own cluster only: on the side of
+            // caution).
+            let taken = licenses::part(&head.resources, &licenses);
+            for (j, room) in rooms.iter_mut().enumerate() {
+                if j != i {
+                    room.1 = room.1.saturating_sub(taken);
+                }
+            }
             standing[p as usize].allocation += head.resources;
             self.preempt.waiting_for.insert(head.job_id, (k, victims));
             if budget.is_nan() || budget <= 0.0 {

@@ -44,6 +44,7 @@ fn policy() -> PolicyConfig {
         backfill: true,
         age_weight: 0.0,
         max_age: 0.0,
+        licenses: crate::policy::Custom::EMPTY,
     }
 }
 

@@ -83,20 +83,30 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn config() -> impl Strategy<Value = PolicyConfig> {
+    let qpu = crate::policy::custom::slot("QPU").expect("QPU is a valid custom name");
     (
         prop::sample::select(vec![0.0, 60.0, 3600.0]),
         prop::sample::select(vec![0.0, 30.0, 300.0, f64::INFINITY]),
         prop::bool::weighted(0.8),
         prop::sample::select(vec![0.0, 0.2, 1.5]),
         prop::sample::select(vec![200.0, 86_400.0]),
+        // A quarter of the time QPU is a license of 1 to 3 seats for all clusters.
+        prop::option::weighted(0.25, 1u32..=3),
     )
         .prop_map(
-            |(usage_half_life, starvation_guard, backfill, age_weight, max_age)| PolicyConfig {
-                usage_half_life,
-                starvation_guard,
-                backfill,
-                age_weight,
-                max_age,
+            move |(usage_half_life, starvation_guard, backfill, age_weight, max_age, seats)| {
+                let mut licenses = crate::policy::Custom::EMPTY;
+                if let Some(n) = seats {
+                    licenses.set(qpu, f64::from(n));
+                }
+                PolicyConfig {
+                    usage_half_life,
+                    starvation_guard,
+                    backfill,
+                    age_weight,
+                    max_age,
+                    licenses,
+                }
             },
         )
 }
@@ -391,6 +401,7 @@ fn service_config() -> PolicyConfig {
         backfill: true,
         age_weight: 0.2,
         max_age: 86_400.0,
+        licenses: crate::policy::Custom::EMPTY,
     }
 }
 

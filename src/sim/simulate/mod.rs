@@ -274,6 +274,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
             backfill: config.backfill,
             age_weight: config.age_weight,
             max_age: config.max_age_s,
+            licenses: crate::policy::Custom::EMPTY,
         };
         let mut ledger = Ledger::new(policy_config, UserSettings::default());
         let t0 = jobs.first().map_or(0.0, |j: &SimJob| j.submit);
