@@ -64,6 +64,27 @@ pub struct Settings {
     pub preemption: PreemptionSettings,
     /// `[secrets]`: the keys that seal runtime_envs at rest (DESIGN §6, "Secrets").
     pub secrets: SecretSettings,
+    /// `[[licenses]]`: resources with one count shared by every cluster (DESIGN §2,
+    /// "Licenses"; none by default).
+    #[serde(default)]
+    pub licenses: Vec<LicenseSettings>,
+}
+
+/// One `[[licenses]]` entry (Slurm's licenses): at most `count` of `name` held at
+/// once by this service's jobs, over all clusters together, e.g. `name =
+/// "qpu_session"`, `count = 4`. Jobs ask for it as a custom resource
+/// (`resources.custom` on `/v1`, `entrypoint_resources` on Ray's API); it counts in
+/// fitting and in the dominant share like any resource, and is never passed to Ray.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LicenseSettings {
+    /// A custom resource name (1–64 characters `[A-Za-z0-9_.:/-]`, starting with a
+    /// letter or `_`; not `CPU`, `GPU`, `memory`, `object_store_memory` nor
+    /// `node:*`). Unique. Should a cluster also report a resource of this name, the
+    /// license's count is what the policy goes by.
+    pub name: String,
+    /// Seats: a finite number above 0 (jobs usually take whole ones).
+    pub count: f64,
 }
 
 /// `[secrets]`.
@@ -347,8 +368,24 @@ pub struct ClusterSettings {
     pub address: String,
 }
 
+impl Settings {
+    /// The policy's knobs: [`SchedulerSettings::policy`] with the `[[licenses]]`
+    /// (validated by [`Settings::load`], which registers their names).
+    #[must_use]
+    pub fn policy(&self) -> crate::policy::PolicyConfig {
+        let mut config = self.scheduler.policy();
+        for l in &self.licenses {
+            if let Ok(slot) = crate::policy::custom::slot(&l.name) {
+                config.licenses.set(slot, l.count);
+            }
+        }
+        config
+    }
+}
+
 impl SchedulerSettings {
-    /// The policy's knobs from these settings (seconds for durations).
+    /// The policy's knobs from these settings (seconds for durations), without
+    /// licenses ([`Settings::policy`] adds them).
     #[must_use]
     pub fn policy(&self) -> crate::policy::PolicyConfig {
         crate::policy::PolicyConfig {

@@ -326,3 +326,44 @@ fn preemption_defaults_off_and_bad_values_name_the_key() {
         assert!(err.contains(key), "{var}={value}: {err}");
     }
 }
+
+#[test]
+fn licenses_load_from_a_file_reach_the_policy_and_bad_ones_name_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("licenses.toml");
+    let license =
+        |name: &str, count: &str| format!("[[licenses]]\nname = \"{name}\"\ncount = {count}\n");
+    std::fs::write(&path, license("qpu_session", "4")).unwrap();
+    let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+    let slot = crate::policy::custom::lookup("qpu_session").expect("registered at load");
+    assert_eq!(s.policy().licenses.get(slot), 4.0);
+    assert!(Settings::defaults().policy().licenses.is_empty());
+    for (text, key, says) in [
+        (license("qpu session", "4"), "licenses[0].name", "name"),
+        (license("CPU", "4"), "licenses[0].name", "CPU"),
+        (license("node:1.2.3.4", "1"), "licenses[0].name", "node:"),
+        (license("seat", "-1"), "licenses[0].count", "above 0"),
+        (license("seat", "0"), "licenses[0].count", "above 0"),
+        // The parser reads nan and inf as null: its error names the key.
+        (license("seat", "nan"), "licenses[0].count", "count"),
+        (license("seat", "inf"), "licenses[0].count", "count"),
+        (
+            format!("{}{}", license("seat", "1"), license("seat", "2")),
+            "licenses[1].name",
+            "duplicate",
+        ),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        let err = Settings::load_with_env(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+        assert!(err.contains(says), "{text}: {err}");
+    }
+    // A count that is not a number names the key too (the parser's error).
+    std::fs::write(&path, license("seat", "\"four\"")).unwrap();
+    let err = Settings::load_with_env(Some(&path), env(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("count"), "{err}");
+}

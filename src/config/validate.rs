@@ -15,6 +15,7 @@ impl Settings {
             })
         };
         self.preemption.validate()?;
+        self.validate_licenses()?;
         if self.server.body_idle_timeout.is_zero() {
             return invalid("server.body_idle_timeout", "must be more than 0");
         }
@@ -325,6 +326,32 @@ impl Settings {
                 "notify.key",
                 "must be at least 16 bytes (or empty: a random key)",
             );
+        }
+        Ok(())
+    }
+
+    /// The checks of `[[licenses]]`; registers each name as a custom resource.
+    fn validate_licenses(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, reason: String| Err(ConfigError::Invalid { key, reason });
+        for (i, l) in self.licenses.iter().enumerate() {
+            if let Err(e) = crate::policy::custom::check_name(&l.name) {
+                return invalid(format!("licenses[{i}].name"), e.to_string());
+            }
+            if self.licenses[..i].iter().any(|o| o.name == l.name) {
+                return invalid(
+                    format!("licenses[{i}].name"),
+                    "duplicate license name".into(),
+                );
+            }
+            if !(l.count.is_finite() && l.count > 0.0) {
+                return invalid(
+                    format!("licenses[{i}].count"),
+                    format!("must be a finite number above 0, not {}", l.count),
+                );
+            }
+            if let Err(e) = crate::policy::custom::slot(&l.name) {
+                return invalid(format!("licenses[{i}].name"), e.to_string());
+            }
         }
         Ok(())
     }

@@ -174,7 +174,7 @@ pub struct FairShareArbiter {
 impl FairShareArbiter {
     /// A new arbiter; it knows the configured clusters (unhealthy until polled).
     pub fn new(settings: Arc<Settings>, db: Db, spawn_queue: QueueFactory) -> Self {
-        let config = settings.scheduler.policy();
+        let config = settings.policy();
         let defaults = PolicyUserSettings {
             max_running_jobs: settings.scheduler.default_max_running_jobs,
             ..PolicyUserSettings::default()
