@@ -81,6 +81,7 @@ fn views(users: usize, at: f64) -> Vec<UserView> {
             allocation: Resources::default(),
             usage: (u % 97) as f64 * 1e-4,
             usage_at: NOW,
+            group: None,
             queue: window(u, users, at),
         })
         .collect()

@@ -35,3 +35,27 @@ pub fn run_cycle(
         reservation: result.reservation,
     }
 }
+
+/// [`run_cycle`] with users in the groups of `tree` (DESIGN §2, "Groups"):
+/// hierarchical DRF, the groups' pause and limits ([`crate::policy::groups`]).
+/// With no groups, exactly [`run_cycle`].
+#[must_use]
+pub fn run_cycle_in(
+    now: Seconds,
+    config: &PolicyConfig,
+    groups: &[crate::policy::GroupView],
+    users: &[UserView],
+    clusters: &[ClusterView],
+    reservation: Option<&Reservation>,
+) -> CycleOutcome {
+    let mut ledger = Ledger::from_views(config.clone(), now, users, clusters, reservation);
+    ledger.set_groups(groups);
+    let result = ledger.cycle(now);
+    CycleOutcome {
+        pending: ledger.pending(),
+        order: ledger.order_of(now, &result.emptied),
+        grants: result.grants,
+        stopped_for: result.stopped_for,
+        reservation: result.reservation,
+    }
+}

@@ -183,9 +183,9 @@
 pub mod custom;
 mod cycle;
 mod fit;
+pub mod groups;
 pub mod ledger;
 mod licenses;
-#[cfg(test)]
 mod oracle;
 mod preemption;
 pub mod preview;
@@ -203,8 +203,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use custom::Custom;
-pub use cycle::run_cycle;
+pub use cycle::{run_cycle, run_cycle_in};
 pub use fit::{best_fit, fits_some_cluster, short_of};
+pub use groups::{GroupView, Tree};
 pub use ledger::{CycleResult, Ledger, UserSettings, UserState};
 pub use preemption::{Preemption, PreemptionConfig};
 pub use reservation::{shadow, OutstandingJob, Reservation, Shadow};
@@ -277,6 +278,10 @@ pub struct UserView {
     pub usage: f64,
     /// When `usage` was last brought up to date, seconds.
     pub usage_at: Seconds,
+    /// The path of the group the user belongs to (`ibm-q/open/main`; see
+    /// [`groups`]); `None`, or a path the tree lacks: the root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// A prefix (window) of the user's QUEUED jobs, already in queue order
     /// (priority desc, `submitted_at`, id). The policy never reorders it.
     pub queue: Vec<QueuedJob>,
@@ -347,6 +352,24 @@ pub enum PendingReason {
     NoClusterLargeEnough,
     /// No cluster is healthy.
     NoHealthyCluster,
+    /// A group the user belongs to (`group`, or one of its ancestors) is paused.
+    GroupPaused {
+        /// The paused group's path.
+        group: String,
+    },
+    /// The users under `group` already have `limit` outstanding jobs.
+    GroupMaxRunningJobs {
+        /// The group's path.
+        group: String,
+        /// Its `max_running_jobs`.
+        limit: u32,
+    },
+    /// Starting the job would take the allocation of the users under `group` over
+    /// the group's `max_resources`.
+    GroupMaxResources {
+        /// The group's path.
+        group: String,
+    },
     /// No healthy cluster has enough free capacity right now.
     WaitingForCapacity {
         /// The resources it lacks after the cycle (`"cpu"`, `"gpu"`, `"memory"`,
@@ -426,6 +449,21 @@ impl fmt::Display for PendingReason {
                 "no healthy cluster is large enough for this job's request, even when empty"
             ),
             PendingReason::NoHealthyCluster => write!(f, "no cluster is healthy right now"),
+            PendingReason::GroupPaused { group } => write!(
+                f,
+                "the group {group} is paused; its users' jobs wait until an admin resumes it"
+            ),
+            PendingReason::GroupMaxRunningJobs { group, limit } => write!(
+                f,
+                "the users of group {group} already have {limit} {} dispatched or running, \
+                 its limit (max_running_jobs)",
+                if *limit == 1 { "job" } else { "jobs" }
+            ),
+            PendingReason::GroupMaxResources { group } => write!(
+                f,
+                "starting this job would take the allocation of group {group} over its \
+                 resource limit (max_resources); it starts when some of its jobs finish"
+            ),
             PendingReason::WaitingForCapacity { short } => {
                 write!(f, "waiting for enough free capacity on a cluster")?;
                 if !short.is_empty() {

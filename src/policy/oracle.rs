@@ -9,12 +9,14 @@ use std::collections::BinaryHeap;
 
 use super::custom::Custom;
 use super::fit::{leftover, short_of};
+use super::groups::{GroupTotals, Path};
 use super::licenses;
 use super::reservation::{shadow, Backfill, Hold, OutstandingJob, Reservation, Shadow};
 use super::share::cmp_f64;
 use super::{
     age_term, decay_usage, dominant_share, fair_share_key, quantize_key, ClusterView, CycleOutcome,
-    Grant, JobId, PendingReason, PolicyConfig, QueuedJob, Resources, Seconds, UserOrder, UserView,
+    Grant, JobId, PendingReason, PolicyConfig, QueuedJob, Resources, Seconds, Tree, UserOrder,
+    UserView,
 };
 
 /// One user during a cycle.
@@ -38,6 +40,39 @@ struct UserState<'a> {
     stepped: Vec<(usize, PendingReason)>,
     /// The effective head's reason, if one was given (its index is `cursor`).
     head_reason: Option<PendingReason>,
+    /// The groups above the user, top first (empty: the root).
+    groups: Vec<usize>,
+}
+
+/// The tree of groups during a cycle and what each group holds.
+struct Groups<'a> {
+    tree: &'a Tree,
+    totals: Vec<GroupTotals>,
+    capacity: Resources,
+}
+
+impl Groups<'_> {
+    /// The place in hierarchical order of `state` (index `user`): its groups' keys
+    /// top down, then its own quantized key, oldest head and index.
+    fn path(
+        &self,
+        state: &UserState<'_>,
+        user: usize,
+        now: Seconds,
+        config: &PolicyConfig,
+    ) -> Path {
+        Path::new(
+            self.tree,
+            &self.totals,
+            &self.capacity,
+            &state.groups,
+            (
+                quantize_key(state.key(now, config)),
+                state.head().map_or(f64::INFINITY, |job| job.submitted_at),
+                user,
+            ),
+        )
+    }
 }
 
 impl<'a> UserState<'a> {
@@ -47,6 +82,7 @@ impl<'a> UserState<'a> {
         config: &PolicyConfig,
         capacity: &Resources,
         totals: &'a [Resources],
+        tree: &Tree,
     ) -> UserState<'a> {
         let share = dominant_share(&view.allocation, capacity);
         let usage = decay_usage(
@@ -66,6 +102,7 @@ impl<'a> UserState<'a> {
             cursor: 0,
             stepped: Vec::new(),
             head_reason: None,
+            groups: tree.path_of(view.group.as_deref()),
         };
         state.skip_unrunnable();
         state
@@ -94,8 +131,9 @@ impl<'a> UserState<'a> {
         base - age_term(age, config.age_weight, config.max_age)
     }
 
-    /// Why this user cannot start `head` now regardless of capacity, if so.
-    fn ineligibility(&self, head: &QueuedJob) -> Option<PendingReason> {
+    /// Why this user cannot start `head` now regardless of capacity, if so: its
+    /// own settings first, then its groups' from the top.
+    fn ineligibility(&self, head: &QueuedJob, groups: &Groups<'_>) -> Option<PendingReason> {
         if self.view.paused {
             return Some(PendingReason::Paused);
         }
@@ -108,7 +146,12 @@ impl<'a> UserState<'a> {
             Some(max) if !(self.allocation + head.resources).fits_cap(max) => {
                 Some(PendingReason::MaxResources)
             }
-            _ => None,
+            _ => super::groups::ineligibility(
+                groups.tree,
+                &groups.totals,
+                &self.groups,
+                &head.resources,
+            ),
         }
     }
 
@@ -119,13 +162,13 @@ impl<'a> UserState<'a> {
         self.head_reason = Some(reason);
     }
 
-    /// Paused: every job in the window from the effective head on says so,
-    /// or gives its permanent reason.
-    fn mark_paused(&mut self) {
+    /// Paused (the user, or a group above it: `why`): every job in the window
+    /// from the effective head on says so, or gives its permanent reason.
+    fn mark_paused(&mut self, why: &PendingReason) {
         self.head_reason = None;
         for (index, job) in self.view.queue.iter().enumerate().skip(self.cursor) {
             let reason =
-                permanent_reason(job, self.view, self.totals).unwrap_or(PendingReason::Paused);
+                permanent_reason(job, self.view, self.totals).unwrap_or_else(|| why.clone());
             self.stepped.push((index, reason));
         }
     }
@@ -138,32 +181,31 @@ impl<'a> UserState<'a> {
         now: Seconds,
         config: &PolicyConfig,
         slots: &[Slot<'_>],
+        groups: &Groups<'_>,
         order: &mut Order,
     ) {
         let Some(head) = self.head() else {
             return;
         };
-        match self.ineligibility(head) {
+        match self.ineligibility(head, groups) {
             None => order.push(
-                Candidate {
-                    key: quantize_key(self.key(now, config)),
-                    head_at: head.submitted_at,
-                    user,
-                },
+                groups.path(self, user, now, config),
                 best_fit_slot(&head.resources, slots).is_some(),
                 now - head.submitted_at > config.starvation_guard,
             ),
-            Some(PendingReason::Paused) => self.mark_paused(),
+            Some(why @ (PendingReason::Paused | PendingReason::GroupPaused { .. })) => {
+                self.mark_paused(&why);
+            }
             Some(reason) => self.set_head_reason(reason),
         }
     }
 }
 
-/// The eligible users in fair-share order (a binary heap of [`Candidate`]s),
+/// The eligible users in fair-share order (a binary heap of their [`Path`]s),
 /// counting those that may still lead to a grant or a reservation, so that
 /// a cycle stops visiting users once none can (see [`Order::settled`]).
 struct Order {
-    heap: BinaryHeap<Reverse<(Candidate, Flags)>>,
+    heap: BinaryHeap<Reverse<(Path, Flags)>>,
     /// Entries whose head fitted some cluster's free capacity when pushed.
     fitting: usize,
     /// Entries whose head had waited past the starvation guard when pushed.
@@ -193,14 +235,14 @@ impl Order {
         }
     }
 
-    fn push(&mut self, candidate: Candidate, fits: bool, overdue: bool) {
+    fn push(&mut self, candidate: Path, fits: bool, overdue: bool) {
         self.fitting += usize::from(fits);
         self.overdue += usize::from(overdue);
         self.heap
             .push(Reverse((candidate, Flags { fits, overdue })));
     }
 
-    fn pop(&mut self) -> Option<Candidate> {
+    fn pop(&mut self) -> Option<Path> {
         let Reverse((candidate, flags)) = self.heap.pop()?;
         self.fitting -= usize::from(flags.fits);
         self.overdue -= usize::from(flags.overdue);
@@ -220,7 +262,7 @@ impl Order {
     }
 
     /// Takes every entry out, in no particular order.
-    fn drain(&mut self) -> impl Iterator<Item = Candidate> + '_ {
+    fn drain(&mut self) -> impl Iterator<Item = Path> + '_ {
         self.fitting = 0;
         self.overdue = 0;
         self.heap.drain().map(|Reverse((candidate, _))| candidate)
@@ -245,42 +287,27 @@ fn permanent_reason(
     }
 }
 
-/// An eligible user waiting in the order: smallest quantized key first, then
-/// the oldest head, then the user's index (users are sorted by name).
-#[derive(Clone, Copy, Debug)]
-struct Candidate {
-    key: f64,
-    head_at: Seconds,
-    user: usize,
-}
-
-impl Ord for Candidate {
-    fn cmp(&self, other: &Self) -> Ordering {
-        cmp_f64(self.key, other.key)
-            .then_with(|| cmp_f64(self.head_at, other.head_at))
-            .then_with(|| self.user.cmp(&other.user))
-    }
-}
-
-impl PartialOrd for Candidate {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl PartialEq for Candidate {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other) == Ordering::Equal
-    }
-}
-
-impl Eq for Candidate {}
-
 /// [`super::run_cycle`], computed the straightforward way.
+#[cfg(test)]
 #[must_use]
 pub fn run_cycle(
     now: Seconds,
     config: &PolicyConfig,
+    users: &[UserView],
+    clusters: &[ClusterView],
+    reservation: Option<&Reservation>,
+) -> CycleOutcome {
+    run_cycle_in(now, config, &Tree::default(), users, clusters, reservation)
+}
+
+/// One cycle with users in the groups of `tree` (hierarchical order, the groups'
+/// limits and pause: [`super::groups`]), computed the straightforward way: the
+/// ledger's cycle when there are groups.
+#[must_use]
+pub fn run_cycle_in(
+    now: Seconds,
+    config: &PolicyConfig,
+    tree: &Tree,
     users: &[UserView],
     clusters: &[ClusterView],
     reservation: Option<&Reservation>,
@@ -302,18 +329,32 @@ pub fn run_cycle(
     views.sort_by(|a, b| a.user.cmp(&b.user));
     let mut states: Vec<UserState<'_>> = views
         .into_iter()
-        .map(|view| UserState::new(view, now, config, &capacity, &totals))
+        .map(|view| UserState::new(view, now, config, &capacity, &totals, tree))
         .collect();
+    let mut group_totals = vec![GroupTotals::default(); tree.len()];
+    for state in &states {
+        for &g in &state.groups {
+            let t = &mut group_totals[g];
+            t.allocation += state.allocation;
+            t.outstanding = t.outstanding.saturating_add(state.outstanding);
+            t.usage += state.usage;
+        }
+    }
 
     let mut cycle = Cycle {
         now,
         config,
         capacity,
+        groups: Groups {
+            tree,
+            totals: group_totals,
+            capacity,
+        },
         grants: Vec::new(),
         holders_max: std::cell::Cell::new(None),
     };
     let (stopped_for, reservation) = if slots.is_empty() {
-        explain_no_healthy_cluster(&mut states);
+        explain_no_healthy_cluster(&mut states, &cycle.groups);
         (None, None)
     } else if config.backfill {
         let held = cycle.reserve(&mut slots, &mut states, reservation);
@@ -322,7 +363,7 @@ pub fn run_cycle(
         (cycle.strict(&mut slots, &mut states), None)
     };
 
-    let order = user_order(now, config, &states);
+    let order = user_order(now, config, &cycle.groups, &states);
     let frees: Vec<Resources> = slots.iter().map(|slot| slot.free).collect();
     let pending = states
         .into_iter()
@@ -355,16 +396,18 @@ pub fn run_cycle(
     }
 }
 
-/// No healthy cluster: every head says so, or that its user is paused.
-fn explain_no_healthy_cluster(states: &mut [UserState<'_>]) {
+/// No healthy cluster: every head says so, or that its user (or a group above
+/// it) is paused.
+fn explain_no_healthy_cluster(states: &mut [UserState<'_>], groups: &Groups<'_>) {
     for state in states {
-        if state.head().is_none() {
+        let Some(head) = state.head() else {
             continue;
-        }
-        if state.view.paused {
-            state.mark_paused();
-        } else {
-            state.set_head_reason(PendingReason::NoHealthyCluster);
+        };
+        match state.ineligibility(head, groups) {
+            Some(why @ (PendingReason::Paused | PendingReason::GroupPaused { .. })) => {
+                state.mark_paused(&why);
+            }
+            _ => state.set_head_reason(PendingReason::NoHealthyCluster),
         }
     }
 }
@@ -379,6 +422,8 @@ struct Cycle<'c> {
     /// forgotten at every grant (keys and allocations change). Spares
     /// [`Cycle::starved`] a pass over every user per overdue head.
     holders_max: std::cell::Cell<Option<f64>>,
+    /// The groups and what they hold.
+    groups: Groups<'c>,
 }
 
 impl Cycle<'_> {
@@ -417,14 +462,56 @@ impl Cycle<'_> {
         state.share = dominant_share(&state.allocation, &self.capacity);
         state.cursor += 1;
         state.skip_unrunnable();
+        for &g in &state.groups {
+            let t = &mut self.groups.totals[g];
+            t.allocation += job.resources;
+            t.outstanding = t.outstanding.saturating_add(1);
+        }
         self.holders_max.set(None);
+    }
+
+    /// Whether `popped`, taken from the order, is stale: a grant to a user in one
+    /// of its groups raised a group's key since it was pushed (keys only rise
+    /// during a cycle, so an entry's path is never above its user's), or took a
+    /// group to its limit. A stale entry goes back with its path now, or its head
+    /// is told the group's limit; the caller takes the next one. Without groups
+    /// only a user's own grants change its entry, and it is pushed afresh then.
+    fn stale(
+        &self,
+        popped: &Path,
+        slots: &[Slot<'_>],
+        states: &mut [UserState<'_>],
+        order: &mut Order,
+    ) -> bool {
+        if self.groups.tree.is_empty() {
+            return false;
+        }
+        let user = popped.user();
+        let state = &mut states[user];
+        let Some(head) = state.head() else {
+            return false;
+        };
+        if let Some(reason) = state.ineligibility(head, &self.groups) {
+            state.set_head_reason(reason);
+            return true;
+        }
+        let now = self.groups.path(state, user, self.now, self.config);
+        if now == *popped {
+            return false;
+        }
+        order.push(
+            now,
+            best_fit_slot(&head.resources, slots).is_some(),
+            self.now - head.submitted_at > self.config.starvation_guard,
+        );
+        true
     }
 
     /// The eligible users in fair-share order; ineligible heads get their reason.
     fn order(&self, slots: &[Slot<'_>], states: &mut [UserState<'_>]) -> Order {
         let mut order = Order::new();
         for (user, state) in states.iter_mut().enumerate() {
-            state.enqueue_or_explain(user, self.now, self.config, slots, &mut order);
+            state.enqueue_or_explain(user, self.now, self.config, slots, &self.groups, &mut order);
         }
         order
     }
@@ -434,7 +521,11 @@ impl Cycle<'_> {
     fn strict(&mut self, slots: &mut [Slot<'_>], states: &mut [UserState<'_>]) -> Option<JobId> {
         let mut order = self.order(slots, states);
         while let Some(candidate) = order.pop() {
-            let Some(state) = states.get_mut(candidate.user) else {
+            if self.stale(&candidate, slots, states, &mut order) {
+                continue;
+            }
+            let user = candidate.user();
+            let Some(state) = states.get_mut(user) else {
                 continue;
             };
             let Some(job) = state.head() else {
@@ -442,13 +533,20 @@ impl Cycle<'_> {
             };
             if let Some(k) = best_fit_slot(&job.resources, slots) {
                 self.grant(slots, k, state);
-                state.enqueue_or_explain(candidate.user, self.now, self.config, slots, &mut order);
+                state.enqueue_or_explain(
+                    user,
+                    self.now,
+                    self.config,
+                    slots,
+                    &self.groups,
+                    &mut order,
+                );
                 continue;
             }
             state.set_head_reason(PendingReason::WaitingForCapacity { short: Vec::new() });
             let behind = PendingReason::WaitingBehind { job_id: job.job_id };
             for other in order.drain() {
-                if let Some(state) = states.get_mut(other.user) {
+                if let Some(state) = states.get_mut(other.user()) {
                     state.set_head_reason(behind.clone());
                 }
             }
@@ -488,7 +586,7 @@ impl Cycle<'_> {
         let user = states.iter().position(|s| s.view.user == held.user)?;
         let state = &states[user];
         let head = state.head().filter(|job| job.job_id == held.job_id)?;
-        if state.ineligibility(head).is_some() {
+        if state.ineligibility(head, &self.groups).is_some() {
             return None;
         }
         // Sticks to its cluster while that one is healthy and large enough for the
@@ -568,10 +666,23 @@ impl Cycle<'_> {
         };
         let waited_long = self.now - head.submitted_at > self.config.starvation_guard;
         if !waited_long
-            || state.ineligibility(head).is_some()
+            || state.ineligibility(head, &self.groups).is_some()
             || best_fit_slot(&head.resources, slots).is_some()
         {
             return false;
+        }
+        if !self.groups.tree.is_empty() {
+            // Passed over in hierarchical order: some holder's path has a larger key
+            // where the two part.
+            let path = self.groups.path(state, user, self.now, self.config);
+            return states.iter().enumerate().any(|(other, s)| {
+                s.allocation.components().any(|x| x > 0.0)
+                    && self
+                        .groups
+                        .path(s, other, self.now, self.config)
+                        .cmp_keys(&path)
+                        == Ordering::Greater
+            });
         }
         let key = quantize_key(state.key(self.now, self.config));
         let max = self.holders_max.get().unwrap_or_else(|| {
@@ -606,16 +717,9 @@ impl Cycle<'_> {
     fn new_reservation(&self, slots: &[Slot<'_>], states: &[UserState<'_>]) -> Option<Hold> {
         let first = (0..states.len())
             .filter(|&user| self.starved(slots, states, user))
-            .filter_map(|user| {
-                let state = &states[user];
-                Some(Candidate {
-                    key: quantize_key(state.key(self.now, self.config)),
-                    head_at: state.head()?.submitted_at,
-                    user,
-                })
-            })
+            .map(|user| self.groups.path(&states[user], user, self.now, self.config))
             .min()?;
-        self.reserve_for(slots, states, first.user)
+        self.reserve_for(slots, states, first.user())
     }
 
     /// Backfill on: progressive filling in key order, skipping users whose
@@ -635,7 +739,7 @@ impl Cycle<'_> {
                 // capacity, whatever their order (the reserved job's reason is set
                 // below).
                 for other in order.drain() {
-                    states[other.user]
+                    states[other.user()]
                         .set_head_reason(PendingReason::WaitingForCapacity { short: Vec::new() });
                 }
                 break;
@@ -643,10 +747,13 @@ impl Cycle<'_> {
             let Some(candidate) = order.pop() else {
                 break;
             };
-            if hold.as_ref().is_some_and(|h| h.user == candidate.user) {
+            if hold.as_ref().is_some_and(|h| h.user == candidate.user()) {
                 continue; // the reserved job: it does not fit (see `reserve`)
             }
-            let user = candidate.user;
+            if self.stale(&candidate, slots, states, &mut order) {
+                continue;
+            }
+            let user = candidate.user();
             let Some(job) = states.get(user).and_then(UserState::head) else {
                 continue;
             };
@@ -657,7 +764,14 @@ impl Cycle<'_> {
                     }
                     let state = &mut states[user];
                     self.grant(slots, k, state);
-                    state.enqueue_or_explain(user, self.now, self.config, slots, &mut order);
+                    state.enqueue_or_explain(
+                        user,
+                        self.now,
+                        self.config,
+                        slots,
+                        &self.groups,
+                        &mut order,
+                    );
                 }
                 None if hold.is_none() && self.starved(slots, states, user) => {
                     // No reservation yet: the first starved head met in
@@ -743,29 +857,31 @@ impl Cycle<'_> {
 }
 
 /// Users whose input window was not empty, in serving order after the cycle.
-fn user_order(now: Seconds, config: &PolicyConfig, states: &[UserState<'_>]) -> Vec<UserOrder> {
+fn user_order(
+    now: Seconds,
+    config: &PolicyConfig,
+    groups: &Groups<'_>,
+    states: &[UserState<'_>],
+) -> Vec<UserOrder> {
     // Sort the small ranks (the key is computed once per user), then build the
     // entries in that order.
-    let mut ranked: Vec<(Candidate, f64)> = states
+    let mut ranked: Vec<(Path, f64)> = states
         .iter()
         .enumerate()
         .filter(|(_, state)| !state.view.queue.is_empty())
         .map(|(user, state)| {
-            let key = state.key(now, config);
-            let rank = Candidate {
-                key: quantize_key(key),
-                head_at: state.head().map_or(f64::INFINITY, |job| job.submitted_at),
-                user,
-            };
-            (rank, key)
+            (
+                groups.path(state, user, now, config),
+                state.key(now, config),
+            )
         })
         .collect();
-    // Candidates are unique (they end with the user's index): unstable is exact.
+    // Paths are unique (they end with the user's index): unstable is exact.
     ranked.sort_unstable_by_key(|entry| entry.0);
     ranked
         .into_iter()
         .map(|(rank, key)| {
-            let state = &states[rank.user];
+            let state = &states[rank.user()];
             UserOrder {
                 user: state.view.user.clone(),
                 key,

@@ -370,6 +370,7 @@ mod tests {
             allocation: Resources::ZERO,
             usage: 0.0,
             usage_at: 0.0,
+            group: None,
             queue: ids.map(|n| job(n, n as f64)).collect(),
         }
     }

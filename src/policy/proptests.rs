@@ -142,6 +142,7 @@ fn user(index: usize) -> impl Strategy<Value = UserView> {
                     allocation,
                     usage: f64::from(usage) / 10.0,
                     usage_at: f64::from(usage_at),
+                    group: None,
                     queue,
                 }
             },

@@ -56,6 +56,7 @@ fn user(name: &str) -> UserView {
         allocation: Resources::ZERO,
         usage: 0.0,
         usage_at: 0.0,
+        group: None,
         queue: Vec::new(),
     }
 }
@@ -1547,3 +1548,4 @@ fn a_license_shared_by_two_clusters() {
         Some(&PendingReason::NoClusterLargeEnough)
     );
 }
+mod group_tests;

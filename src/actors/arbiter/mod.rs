@@ -293,6 +293,7 @@ impl FairShareArbiter {
                     cap("memory_bytes").unwrap_or(f64::INFINITY),
                 )
             }),
+            group: None,
         };
         self.ledger.set_user(now, &u.id, settings);
         self.queued.entry(u.id.clone()).or_default();

@@ -95,6 +95,9 @@ impl Ledger {
     /// [`Ledger::cluster_views`] and [`Ledger::reservation`].
     pub fn cycle(&mut self, now: Seconds) -> CycleResult {
         let now = self.clock(now);
+        if !self.tree.is_empty() {
+            return self.cycle_grouped(now);
+        }
         self.advance_overdue(now);
         let mut run = Run {
             now,
@@ -198,6 +201,7 @@ impl Ledger {
             } else {
                 stopped_for
             },
+            grouped: None,
         });
         CycleResult {
             grants: run.grants,
@@ -206,6 +210,79 @@ impl Ledger {
             reservation,
             emptied: run.emptied,
         }
+    }
+
+    /// A cycle with groups: the straightforward hierarchical cycle
+    /// ([`crate::policy::groups`]) on this ledger's snapshot, O(users) per grant,
+    /// its grants then booked here as the incremental cycle books its own. Its
+    /// reasons and order are kept for explanations.
+    fn cycle_grouped(&mut self, now: Seconds) -> CycleResult {
+        self.advance_overdue(now);
+        let users = self.user_views();
+        let clusters = self.cluster_views();
+        let out = crate::policy::oracle::run_cycle_in(
+            now,
+            &self.config,
+            &self.tree,
+            &users,
+            &clusters,
+            self.reservation.as_ref(),
+        );
+        let mut run = Run {
+            now,
+            rooms: self.rooms(),
+            grants: Vec::new(),
+            waited: Vec::new(),
+            granted: Vec::new(),
+            preemptible: Vec::new(),
+            taken: HashSet::default(),
+            stale_holders: Vec::new(),
+            aside: Vec::new(),
+            emptied: Vec::new(),
+            holders_max: None,
+        };
+        for g in &out.grants {
+            let Some(&uid) = self.by_name.get(g.user.as_str()) else {
+                continue;
+            };
+            let Some(k) = run
+                .rooms
+                .iter()
+                .position(|r| self.clusters[r.cluster].name == g.cluster)
+            else {
+                continue;
+            };
+            debug_assert_eq!(
+                self.accounts[uid as usize].head().map(|j| j.job_id),
+                Some(g.job_id),
+                "the hierarchical cycle grants effective heads"
+            );
+            run.taken.insert(uid);
+            self.grant(&mut run, k, uid);
+        }
+        let mut result = self.finish(run, out.stopped_for, None);
+        result.stopped_for = out.stopped_for;
+        result.reservation.clone_from(&out.reservation);
+        self.reservation.clone_from(&out.reservation);
+        if let Some(last) = &mut self.last {
+            last.hold = out.reservation.as_ref().map(|r| {
+                let expected_in = out.pending.iter().find_map(|(id, reason)| match reason {
+                    crate::policy::PendingReason::Reserved { expected_in, .. }
+                        if *id == r.job_id =>
+                    {
+                        *expected_in
+                    }
+                    _ => None,
+                });
+                (r.clone(), expected_in)
+            });
+            last.grouped = Some(super::Grouped {
+                reasons: out.pending.iter().cloned().collect(),
+                pending: out.pending,
+                order: out.order,
+            });
+        }
+        result
     }
 
     // ----- granting -----------------------------------------------------------

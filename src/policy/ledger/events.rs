@@ -8,6 +8,22 @@ use crate::policy::licenses;
 use crate::policy::{decay_usage, dominant_share, JobId, QueuedJob, Resources, Seconds};
 
 impl Ledger {
+    /// Sets the tree of groups ([`crate::policy::groups`]; users name theirs in
+    /// [`UserSettings::group`]). With any group, cycles follow hierarchical order
+    /// and cost O(users) per grant; with none, the incremental cycle's decisions.
+    pub fn set_groups(&mut self, groups: &[crate::policy::GroupView]) {
+        self.tree = crate::policy::Tree::new(groups);
+        if let Some(last) = &mut self.last {
+            last.grouped = None;
+        }
+    }
+
+    /// The tree of groups.
+    #[must_use]
+    pub fn tree(&self) -> &crate::policy::Tree {
+        &self.tree
+    }
+
     /// Sets a user's settings (creating it if new).
     pub fn set_user(&mut self, now: Seconds, name: &str, settings: UserSettings) {
         let now = self.clock(now);

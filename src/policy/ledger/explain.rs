@@ -19,6 +19,15 @@ impl Ledger {
     /// asks only about jobs it knows are QUEUED).
     #[must_use]
     pub fn reason(&self, user: &str, job: JobId) -> Option<PendingReason> {
+        if let Some(grouped) = self.last.as_ref().and_then(|l| l.grouped.as_ref()) {
+            if let Some((cluster, jobs)) = self.preempting_for(&job) {
+                return Some(PendingReason::Preempting {
+                    cluster: cluster.to_owned(),
+                    jobs: jobs.to_vec(),
+                });
+            }
+            return grouped.reasons.get(&job).cloned();
+        }
         let &uid = self.by_name.get(user)?;
         let a = &self.accounts[uid as usize];
         match a.window.iter().position(|j| j.job_id == job) {
@@ -87,6 +96,9 @@ impl Ledger {
     /// [`crate::policy::CycleOutcome::pending`] lists. O(users · window).
     #[must_use]
     pub fn pending(&self) -> Vec<(JobId, PendingReason)> {
+        if let Some(grouped) = self.last.as_ref().and_then(|l| l.grouped.as_ref()) {
+            return grouped.pending.clone();
+        }
         let mut names: Vec<(&str, Uid)> = self
             .by_name
             .iter()
@@ -136,6 +148,9 @@ impl Ledger {
 
     /// [`Ledger::order`], with `also` (users a cycle's grants emptied) included.
     pub(crate) fn order_of(&self, now: Seconds, also: &[Uid]) -> Vec<UserOrder> {
+        if let Some(grouped) = self.last.as_ref().and_then(|l| l.grouped.as_ref()) {
+            return grouped.order.clone();
+        }
         let mut ranked: Vec<(super::Rank, Uid)> = self
             .by_name
             .values()

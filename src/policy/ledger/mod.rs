@@ -127,6 +127,9 @@ pub struct UserSettings {
     pub max_running_jobs: u32,
     /// Cap on the allocation (cores, GPUs, bytes; custom resources uncapped), if any.
     pub max_resources: Option<Resources>,
+    /// The path of its group (`None`: the root).
+    #[serde(default)]
+    pub group: Option<String>,
 }
 
 impl Default for UserSettings {
@@ -136,6 +139,7 @@ impl Default for UserSettings {
             paused: false,
             max_running_jobs: u32::MAX,
             max_resources: None,
+            group: None,
         }
     }
 }
@@ -432,6 +436,17 @@ struct LastCycle {
     hold: Option<(Reservation, Option<Seconds>)>,
     /// Strict order: the head the cycle stopped at.
     stopped_for: Option<JobId>,
+    /// With groups: the reasons and order the cycle gave (the ledger does not
+    /// derive them for a tree).
+    grouped: Option<Grouped>,
+}
+
+/// What a cycle with groups said, kept for explanations until the next one.
+#[derive(Clone, Debug)]
+struct Grouped {
+    reasons: HashMap<JobId, PendingReason>,
+    pending: Vec<(JobId, PendingReason)>,
+    order: Vec<crate::policy::UserOrder>,
 }
 
 /// The policy's state between cycles (module doc).
@@ -447,6 +462,8 @@ pub struct Ledger {
     by_cluster_name: BTreeMap<String, usize>,
     jobs: JobMap<Job>,
     reservation: Option<Reservation>,
+    /// The groups (empty: every user in the root, the incremental cycle).
+    tree: crate::policy::Tree,
     /// Sum of the healthy clusters' totals, in name order.
     capacity: Resources,
     /// The healthy clusters' totals in name order (what "too large" is judged by).
@@ -480,6 +497,7 @@ impl Ledger {
             by_cluster_name: BTreeMap::new(),
             jobs: HashMap::default(),
             reservation: None,
+            tree: crate::policy::Tree::default(),
             capacity: Resources::ZERO,
             totals: Vec::new(),
             now: f64::NEG_INFINITY,
@@ -533,6 +551,7 @@ impl Ledger {
                 paused: v.paused,
                 max_running_jobs: v.max_running_jobs,
                 max_resources: v.max_resources,
+                group: v.group.clone(),
             };
             a.usage = v.usage;
             a.usage_at = v.usage_at;

@@ -316,7 +316,20 @@ impl Ledger {
             }
         }
         let mut fair = Vec::new();
-        fair_shares(&weights, &demands, &mut fair);
+        if self.tree.is_empty() {
+            fair_shares(&weights, &demands, &mut fair);
+        } else {
+            // A user's fair share is its group's, divided (DESIGN §2, "Groups").
+            let entries: Vec<(Vec<usize>, f64, f64)> = users
+                .iter()
+                .zip(weights.iter().zip(&demands))
+                .map(|(&uid, (&w, &d))| {
+                    let group = self.accounts[uid].settings.group.as_deref();
+                    (self.tree.path_of(group), w, d)
+                })
+                .collect();
+            fair = crate::policy::groups::fair_shares(&self.tree, &entries);
+        }
         for (i, uid) in users.into_iter().enumerate() {
             standing[uid].fair = fair[i];
         }

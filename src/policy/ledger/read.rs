@@ -121,6 +121,7 @@ impl Ledger {
                 allocation: a.allocation,
                 usage: a.usage,
                 usage_at: a.usage_at,
+                group: a.settings.group.clone(),
                 queue: a.window.iter().cloned().collect(),
             })
             .collect()

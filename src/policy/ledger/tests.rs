@@ -5,6 +5,7 @@ use proptest::strategy::ValueTree;
 
 use super::*;
 use crate::policy::oracle;
+use crate::policy::GroupView;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -114,6 +115,15 @@ fn config() -> impl Strategy<Value = PolicyConfig> {
 /// Applies `ops` to a ledger; at each cycle, checks it against the oracle run on the
 /// ledger's own snapshot taken just before.
 fn replay(config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseError> {
+    replay_in(config, &[], ops)
+}
+
+/// Users' groups by user index (a user's settings name one; without a tree, or
+/// for a path the tree lacks, that is the root).
+const GROUP_OF: [Option<&str>; 4] = [None, Some("g"), Some("g/h"), Some("k")];
+
+/// [`replay`] with the tree of `groups`.
+fn replay_in(config: &PolicyConfig, groups: &[GroupView], ops: &[Op]) -> Result<(), TestCaseError> {
     let mut ledger = Ledger::new(
         config.clone(),
         UserSettings {
@@ -121,6 +131,7 @@ fn replay(config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseError> {
             ..UserSettings::default()
         },
     );
+    ledger.set_groups(groups);
     let mut now = 1000.0;
     let mut next_job: u128 = 1;
     // An independent model of the bookkeeping: each outstanding job's user, cluster,
@@ -168,6 +179,7 @@ fn replay(config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseError> {
                     paused: *paused,
                     max_running_jobs: *max_running_jobs,
                     max_resources: *max_resources,
+                    group: GROUP_OF[u % 4].map(str::to_owned),
                 };
                 ledger.set_user(now, &format!("u{u}"), settings);
             }
@@ -240,7 +252,14 @@ fn replay(config: &PolicyConfig, ops: &[Op]) -> Result<(), TestCaseError> {
                 let users = ledger.user_views();
                 let clusters = ledger.cluster_views();
                 let held = ledger.reservation().cloned();
-                let expected = oracle::run_cycle(now, config, &users, &clusters, held.as_ref());
+                let expected = oracle::run_cycle_in(
+                    now,
+                    config,
+                    ledger.tree(),
+                    &users,
+                    &clusters,
+                    held.as_ref(),
+                );
                 let got = ledger.cycle(now);
                 prop_assert_eq!(&got.grants, &expected.grants);
                 prop_assert_eq!(&got.reservation, &expected.reservation);
@@ -348,6 +367,24 @@ proptest! {
         ops in prop::collection::vec(op(), 1..60),
     ) {
         replay(&config, &ops)?;
+    }
+
+    /// The same with groups (a paused one, one with a running-job limit, a
+    /// subgroup): the ledger books the hierarchical cycle's grants and keeps its
+    /// reasons across events.
+    #[test]
+    fn every_grouped_cycle_matches_the_oracle_on_the_ledgers_snapshot(
+        config in config(),
+        ops in prop::collection::vec(op(), 1..60),
+        paused in any::<bool>(),
+        limit in 1u32..=6,
+    ) {
+        let mut k = GroupView::new("k");
+        k.paused = paused;
+        let mut g = GroupView::new("g");
+        g.max_running_jobs = limit;
+        let h = GroupView { weight: 3.0, ..GroupView::new("g/h") };
+        replay_in(&config, &[g, h, k], &ops)?;
     }
 }
 
