@@ -54,6 +54,7 @@ fn batch(size: usize, start: &mut usize) -> Vec<NewJob> {
                 cpu: 1.0,
                 gpu: 0.0,
                 memory_bytes: 0,
+                custom: Default::default(),
                 max_runtime_s: None,
                 preemptible: None,
             }

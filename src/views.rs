@@ -2,14 +2,16 @@
 //! (`GET /v1/scheduler`, the live part of `GET /v1/users`). Here so that neither
 //! `actors/` nor `api/` imports the other.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::policy::Resources;
 
-/// Amounts of each resource: cores, GPUs, bytes.
-#[derive(Clone, Copy, Debug, Default, Serialize, ToSchema)]
+/// Amounts of each resource: cores, GPUs, bytes, and custom resources by name.
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
 pub struct Amounts {
     /// Cores.
     pub cpu: f64,
@@ -17,6 +19,10 @@ pub struct Amounts {
     pub gpu: f64,
     /// Bytes.
     pub memory_bytes: u64,
+    /// Custom resources (Ray's custom resources, e.g. `{"QPU": 1}`) by name, non-zero
+    /// amounts only; omitted when there are none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub custom: BTreeMap<String, f64>,
 }
 
 impl From<Resources> for Amounts {
@@ -25,6 +31,7 @@ impl From<Resources> for Amounts {
             cpu: r.cpu,
             gpu: r.gpu,
             memory_bytes: bytes(r.memory_bytes),
+            custom: r.custom.by_name(),
         }
     }
 }

@@ -143,6 +143,10 @@ pub struct Model {
     /// When a preemption's stop was decided, while that stop is under way (cleared
     /// once the job is queued again, or ends): `preemption.grace` counts from it.
     pub preempted_at: Option<DateTimeUtc>,
+    /// Custom resources the job asks for (Ray's custom resources, e.g. `{"QPU": 1}`):
+    /// a JSON object of name to amount, as text; `None` when it asks for none.
+    #[sea_orm(column_type = "Text", nullable)]
+    pub custom_resources: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -316,6 +316,13 @@ impl Scheduler {
         self.sizes.fits(&resources)
     }
 
+    /// What `resources` lacks on every healthy cluster even when empty, by name
+    /// (`"cpu"`, `"gpu"`, `"memory"`, custom names); empty when it fits one or no
+    /// cluster has reported yet.
+    pub fn short_of_every_cluster(&self, resources: &crate::policy::Resources) -> Vec<String> {
+        self.sizes.short_of(resources)
+    }
+
     /// A new QUEUED job (already committed), handed to the arbiter's mailbox without
     /// waiting for it to be handled: the mailbox is first in, first out, so every view
     /// of the queue depth asked of the arbiter after the submit is answered (`GET

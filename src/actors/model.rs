@@ -679,6 +679,7 @@ pub(super) fn initial_row() -> job::Model {
         preemptible: false,
         preemptions: 0,
         preempted_at: None,
+        custom_resources: None,
     }
 }
 

@@ -35,35 +35,7 @@ pub(crate) async fn accept(
 ) -> Result<Accepted, ApiError> {
     tracing::Span::current().record("user", new.user.as_str());
     if let Some(s) = state.scheduler() {
-        use crate::policy::Resources;
-        let request = Resources::new(new.cpu, new.gpu, new.memory_bytes as f64);
-        if s.fits_some_cluster(request).await == Some(false) {
-            // Named by the one resource no cluster has enough of, where there is one
-            // (a GPU job on CPU-only clusters names the GPUs; on Ray's API
-            // `entrypoint_num_gpus`); `resources` when only the combination fails.
-            let mut field = "resources";
-            for (name, alone) in [
-                ("resources.cpu", Resources::new(new.cpu, 0.0, 0.0)),
-                ("resources.gpu", Resources::new(0.0, new.gpu, 0.0)),
-                (
-                    "resources.memory_bytes",
-                    Resources::new(0.0, 0.0, new.memory_bytes as f64),
-                ),
-            ] {
-                if s.fits_some_cluster(alone).await == Some(false) {
-                    field = name;
-                    break;
-                }
-            }
-            return Err(ApiError::invalid(
-                field,
-                format!(
-                    "no healthy cluster is large enough for cpu={}, gpu={}, memory_bytes={}; \
-                     see GET /v1/scheduler for cluster capacity",
-                    new.cpu, new.gpu, new.memory_bytes
-                ),
-            ));
-        }
+        refuse_if_too_large(&s, &new).await?;
     }
     // Sealed here, on the request's own thread (DESIGN §6, "Secrets"): intake stores
     // the sealed value and the digest a resubmit is compared with.
@@ -106,4 +78,91 @@ pub(crate) async fn accept(
             })
         }
     }
+}
+
+/// Refuses (422) a job no healthy cluster can hold even when empty, its custom
+/// resources included, once some healthy cluster has reported its capacity. The field
+/// is the one resource no cluster has enough of alone, where there is one (a GPU job
+/// on CPU-only clusters names the GPUs, a QPU job on clusters without QPUs
+/// `resources.custom.QPU`; on Ray's API `entrypoint_num_gpus`,
+/// `entrypoint_resources.QPU`); `resources` when only the combination fails. The
+/// message names what is short ([`crate::policy::short_of`] over the clusters'
+/// totals).
+///
+/// A custom name this process has never seen is one no cluster reports: it is looked
+/// up, never registered, so a client's names take none of the process's
+/// [`crate::policy::custom::MAX_CUSTOM`] slots.
+async fn refuse_if_too_large(
+    s: &crate::actors::Scheduler,
+    new: &crate::store::NewJob,
+) -> Result<(), ApiError> {
+    use crate::policy::{custom, Custom, Resources};
+    let builtin = Resources::new(new.cpu, new.gpu, new.memory_bytes as f64);
+    let mut wanted = Custom::EMPTY;
+    let mut singles = Vec::new();
+    for (name, &amount) in &new.custom {
+        let field = format!("resources.custom.{name}");
+        let Some(k) = custom::lookup(name) else {
+            if s.fits_some_cluster(builtin).await.is_none() {
+                // No cluster has reported yet: judged once one has (in the cycle).
+                continue;
+            }
+            return Err(ApiError::invalid(
+                field,
+                format!(
+                    "no healthy cluster has the resource {name:?}; see GET /v1/scheduler \
+                     for cluster capacity"
+                ),
+            ));
+        };
+        wanted.set(k, amount);
+        let mut one = Custom::EMPTY;
+        one.set(k, amount);
+        singles.push((field, Resources::ZERO.with_custom(one)));
+    }
+    let request = builtin.with_custom(wanted);
+    if s.fits_some_cluster(request).await != Some(false) {
+        return Ok(());
+    }
+    let mut field = "resources".to_string();
+    let alone = [
+        (
+            "resources.cpu".to_string(),
+            Resources::new(new.cpu, 0.0, 0.0),
+        ),
+        (
+            "resources.gpu".to_string(),
+            Resources::new(0.0, new.gpu, 0.0),
+        ),
+        (
+            "resources.memory_bytes".to_string(),
+            Resources::new(0.0, 0.0, new.memory_bytes as f64),
+        ),
+    ];
+    for (name, one) in alone.into_iter().chain(singles) {
+        if s.fits_some_cluster(one).await == Some(false) {
+            field = name;
+            break;
+        }
+    }
+    let short = s.short_of_every_cluster(&request);
+    let short = if short.is_empty() {
+        String::new()
+    } else {
+        format!(" (short of {})", short.join(", "))
+    };
+    let custom = if new.custom.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<String> = new.custom.iter().map(|(n, x)| format!("{n}={x}")).collect();
+        format!(", {}", list.join(", "))
+    };
+    Err(ApiError::invalid(
+        field,
+        format!(
+            "no healthy cluster is large enough for cpu={}, gpu={}, memory_bytes={}{custom}{short}; \
+             see GET /v1/scheduler for cluster capacity",
+            new.cpu, new.gpu, new.memory_bytes
+        ),
+    ))
 }

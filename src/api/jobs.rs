@@ -85,6 +85,7 @@ impl JobView {
             cpu: j.cpu,
             gpu: j.gpu,
             memory_bytes: j.memory_bytes.max(0) as u64,
+            custom: store::custom_of(&j),
         };
         let preempting = crate::lifecycle::JobFacts::of(&j).preempting;
         JobView {

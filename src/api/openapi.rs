@@ -56,6 +56,21 @@ pub fn document_json() -> serde_json::Value {
         {"properties": {"cpu": {"type": ["number", "null"], "exclusiveMinimum": 0}}},
         {"required": ["gpu"], "properties": {"gpu": {"type": "number", "exclusiveMinimum": 0}}},
     ]);
+    // Custom resources: at most 8, named as Ray names resources (not its built-in
+    // ones nor a node's), amounts > 0 (`api::submit::validate_custom`).
+    schemas["ResourcesIn"]["properties"]["custom"]["maxProperties"] =
+        json!(crate::policy::custom::MAX_CUSTOM);
+    schemas["ResourcesIn"]["properties"]["custom"]["propertyNames"] = json!({
+        "type": "string",
+        "pattern": "^[A-Za-z_][A-Za-z0-9_.:/-]{0,63}$",
+        "not": {"anyOf": [
+            {"enum": ["CPU", "GPU", "memory", "object_store_memory"]},
+            {"pattern": "^node:"},
+        ]},
+    });
+    schemas["ResourcesIn"]["properties"]["custom"]["additionalProperties"] = json!({
+        "type": "number", "exclusiveMinimum": 0, "maximum": 1000000.0, "multipleOf": 0.0001,
+    });
     // Metadata: at most 64 entries, keys 1–128 characters, values at most 4096; no NUL anywhere.
     let metadata = &mut schemas["SubmitRequest"]["properties"]["metadata"];
     metadata["maxProperties"] = json!(64);

@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::body::numbers::{self, Written, MAX_WHOLE};
 use super::body::{object, parse_json, whole};
 use super::error::ApiError;
+use crate::policy::custom::{self, MAX_CUSTOM};
 use crate::store::NewJob;
 
 /// Longest accepted entrypoint, in bytes (Ray passes it to a shell; 64 KiB is far more
@@ -29,7 +30,7 @@ pub const MAX_RUNTIME_S: i64 = 31_536_000;
 /// Largest accepted resource request per job: cores and GPUs (well past any cluster).
 pub const MAX_CORES: f64 = 1.0e6;
 /// Resources a job asks for. Absent fields take their defaults.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema)]
+#[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourcesIn {
     /// Cores, 0 to 1e6 with at most 4 decimal places (default 1). A job needs
@@ -43,6 +44,47 @@ pub struct ResourcesIn {
     #[serde(default, deserialize_with = "whole::opt")]
     #[schema(minimum = 0, maximum = 9007199254740992_u64)]
     pub memory_bytes: Option<u64>,
+    /// Custom resources (Ray's custom resources, e.g. `{"QPU": 1}`), by name: at most
+    /// 8 names, each a valid Ray resource name (1–64 characters from `A-Z a-z 0-9 _ . :
+    /// / -`, starting with a letter or `_`; not `CPU`, `GPU`, `memory`,
+    /// `object_store_memory` nor `node:*`), each amount > 0 and at most 1e6 with at
+    /// most 4 decimal places. Passed to Ray as `entrypoint_resources`; counted in the
+    /// dominant share and in fitting. A job asking a resource no healthy cluster has
+    /// (enough of) is refused (422).
+    #[serde(default, deserialize_with = "object::opt")]
+    #[schema(value_type = Option<BTreeMap<String, f64>>)]
+    pub custom: Option<BTreeMap<String, f64>>,
+}
+
+/// Checks the custom resources of a job (`field` names the map, `resources.custom`):
+/// at most [`MAX_CUSTOM`] names, each a valid custom Ray resource name
+/// ([`custom::check_name`]), each amount > 0 and valid as [`validate_amount`] says.
+/// Names are not registered here (a client's names never take one of the process's
+/// slots; [`crate::api::accept`] refuses a name no cluster reports). Errors: 422
+/// naming the map, or `field.NAME`.
+pub fn validate_custom(
+    field: &str,
+    custom: BTreeMap<String, f64>,
+) -> Result<BTreeMap<String, f64>, ApiError> {
+    if custom.len() > MAX_CUSTOM {
+        return Err(ApiError::invalid(
+            field,
+            format!("at most {MAX_CUSTOM} custom resources"),
+        ));
+    }
+    let mut out = BTreeMap::new();
+    for (name, amount) in custom {
+        let at = format!("{field}.{name}");
+        custom::check_name(&name).map_err(|e| ApiError::invalid(at.clone(), e.to_string()))?;
+        // `+ 0.0` turns a -0.0 into 0.0.
+        let amount = amount + 0.0;
+        validate_amount(&at, amount)?;
+        if amount <= 0.0 {
+            return Err(ApiError::invalid(at, "must be > 0"));
+        }
+        out.insert(name, amount);
+    }
+    Ok(out)
 }
 
 /// `POST /v1/jobs` body.
@@ -162,6 +204,7 @@ pub const SUBMIT_NUMBERS: &[(&str, Written)] = &[
     ("resources.cpu", Written::Resource),
     ("resources.gpu", Written::Resource),
     ("resources.memory_bytes", Written::Whole),
+    ("resources.custom.*", Written::Resource),
     ("priority", Written::Whole),
     ("max_runtime_s", Written::Whole),
     ("runtime_env", Written::Integers64),
@@ -221,6 +264,7 @@ impl SubmitRequest {
         }
         let memory_bytes =
             check_memory_bytes("resources.memory_bytes", r.memory_bytes.unwrap_or(0))?;
+        let custom = validate_custom("resources.custom", r.custom.unwrap_or_default())?;
         let priority = self.priority.unwrap_or(0);
         if !PRIORITY_RANGE.contains(&priority) {
             return Err(ApiError::invalid(
@@ -290,6 +334,7 @@ impl SubmitRequest {
             cpu,
             gpu,
             memory_bytes,
+            custom,
             max_runtime_s: self.max_runtime_s,
             preemptible: self.preemptible,
         })
@@ -416,6 +461,66 @@ mod tests {
         ] {
             assert!(submit_cpu(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Custom resources: a map of valid Ray resource names to amounts > 0, taken as
+    /// given; every bad one is 422 naming the field (`resources.custom.NAME`, or the
+    /// map itself for too many names), never accepted.
+    #[test]
+    fn custom_resources_are_checked_naming_the_field() {
+        let submit = |custom: &str| {
+            let body = format!(
+                r#"{{"user": "u", "entrypoint": "e", "resources": {{"cpu": 1, "custom": {custom}}}}}"#
+            );
+            SubmitRequest::parse(body.as_bytes()).and_then(SubmitRequest::into_new_job)
+        };
+        let ok = submit(r#"{"QPU": 1, "license.a/b-c:d": 0.5}"#).unwrap();
+        assert_eq!(
+            ok.custom,
+            BTreeMap::from([
+                ("QPU".to_string(), 1.0),
+                ("license.a/b-c:d".to_string(), 0.5)
+            ])
+        );
+        assert!(submit("{}").unwrap().custom.is_empty());
+        let nine: Vec<String> = (0..9).map(|i| format!(r#""r{i}": 1"#)).collect();
+        let nine = format!("{{{}}}", nine.join(", "));
+        for (custom, field) in [
+            (r#"{"Q P U": 1}"#, "resources.custom.Q P U"),
+            (r#"{"": 1}"#, "resources.custom."),
+            (r#"{"1QPU": 1}"#, "resources.custom.1QPU"),
+            (r#"{"QPU!": 1}"#, "resources.custom.QPU!"),
+            (r#"{"CPU": 1}"#, "resources.custom.CPU"),
+            (r#"{"GPU": 1}"#, "resources.custom.GPU"),
+            (r#"{"memory": 1}"#, "resources.custom.memory"),
+            (
+                r#"{"object_store_memory": 1}"#,
+                "resources.custom.object_store_memory",
+            ),
+            (r#"{"node:10.0.0.1": 1}"#, "resources.custom.node:10.0.0.1"),
+            (r#"{"QPU": -1}"#, "resources.custom.QPU"),
+            (r#"{"QPU": 0}"#, "resources.custom.QPU"),
+            (r#"{"QPU": -0.0}"#, "resources.custom.QPU"),
+            (r#"{"QPU": 1e400}"#, "resources.custom.QPU"),
+            (r#"{"QPU": 2000000}"#, "resources.custom.QPU"),
+            (r#"{"QPU": 0.00001}"#, "resources.custom.QPU"),
+            (r#"{"QPU": 0.30000000000000001}"#, "resources.custom.QPU"),
+            (r#"{"QPU": "1"}"#, "resources.custom.QPU"),
+            (r#"{"QPU": null}"#, "resources.custom.QPU"),
+            (&nine, "resources.custom"),
+        ] {
+            let r = submit(custom);
+            assert!(
+                refused_on(r, field),
+                "{custom}: {field}: {:?}",
+                submit(custom).err()
+            );
+        }
+        let r = submit(r#"[["QPU", 1]]"#);
+        assert!(
+            refused_on(r, "resources.custom"),
+            "serde's array form is refused"
+        );
     }
 
     /// F2: `memory_bytes` is a whole number up to 2^53 as written; above it, or not

@@ -761,6 +761,7 @@ fn preempting_row(preempted_at: chrono::DateTime<chrono::Utc>) -> entity::job::M
         preemptible: true,
         preemptions: 0,
         preempted_at: Some(preempted_at),
+        custom_resources: None,
     }
 }
 

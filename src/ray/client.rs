@@ -38,6 +38,44 @@ struct SubmitBody<'a> {
     entrypoint_num_gpus: f64,
     #[serde(skip_serializing_if = "is_zero_u64")]
     entrypoint_memory: u64,
+    /// Custom resources by name (Ray's `entrypoint_resources`); omitted when none.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    entrypoint_resources: BTreeMap<String, f64>,
+}
+
+/// The slot of a resource name Ray reports, if it is a custom resource this service
+/// counts: not a built-in one (`CPU`, `GPU`, `memory`, the object store under either
+/// spelling), not a node's (`node:…`) nor an accelerator type's
+/// (`accelerator_type:…`), and a valid name ([`custom::check_name`]). New names are
+/// registered; once the registry is full ([`custom::MAX_CUSTOM`] names) a new one is
+/// skipped, with one warning per process.
+pub(crate) fn custom_slot(name: &str) -> Option<usize> {
+    use crate::policy::custom;
+    if matches!(
+        name,
+        "CPU" | "GPU" | "memory" | "object_store_memory" | "objectStoreMemory"
+    ) || name.starts_with("node:")
+        || name.starts_with("accelerator_type:")
+        || name.contains("_group_")
+    {
+        return None;
+    }
+    match custom::slot(name) {
+        Ok(k) => Some(k),
+        Err(custom::NameError::TooMany(_)) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    resource = name,
+                    max = custom::MAX_CUSTOM,
+                    "a cluster reports more custom resources than this service counts; \
+                     the ones beyond are ignored"
+                );
+            });
+            None
+        }
+        Err(_) => None,
+    }
 }
 
 fn is_zero_f64(v: &f64) -> bool {
@@ -124,6 +162,7 @@ impl RayClient {
             entrypoint_num_cpus: job.resources.cpu,
             entrypoint_num_gpus: job.resources.gpu,
             entrypoint_memory: crate::views::bytes(job.resources.memory_bytes),
+            entrypoint_resources: job.resources.custom.by_name(),
         };
         let endpoint = "POST /api/jobs/";
         let request = self.http.post(self.url(&["api", "jobs", ""])).json(&body);
@@ -314,10 +353,17 @@ impl RayClient {
         let (cpu_used, cpu_total) = pair("CPU")?;
         let (gpu_used, gpu_total) = pair("GPU")?;
         let (mem_used, mem_total) = pair("memory")?;
-        Ok(ClusterUsage {
-            total: RayResources::new(cpu_total, gpu_total, mem_total),
-            used: RayResources::new(cpu_used, gpu_used, mem_used),
-        })
+        let mut total = RayResources::new(cpu_total, gpu_total, mem_total);
+        let mut used = RayResources::new(cpu_used, gpu_used, mem_used);
+        for name in usage.keys() {
+            let Some(k) = custom_slot(name) else {
+                continue;
+            };
+            let (u, t) = pair(name)?;
+            total.custom.set(k, t);
+            used.custom.set(k, u);
+        }
+        Ok(ClusterUsage { total, used })
     }
 
     /// `base` + the given path segments, each percent-encoded. An empty last segment

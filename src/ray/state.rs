@@ -87,15 +87,22 @@ struct Task {
     required_resources: HashMap<String, f64>,
 }
 
-/// Ray's resource map as the three resources the scheduler counts.
+/// Ray's resource map as the resources the scheduler counts: cores, GPUs, bytes and
+/// custom resources ([`super::client::custom_slot`]: not `node:…`, the object store
+/// or an accelerator type; a name beyond the registry's room is left out).
 fn resources(r: &HashMap<String, f64>) -> RayResources {
-    let get = |k: &str| {
-        r.get(k)
-            .copied()
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .unwrap_or(0.0)
-    };
-    RayResources::new(get("CPU"), get("GPU"), get("memory"))
+    let ok = |v: f64| v.is_finite() && v > 0.0;
+    let get = |k: &str| r.get(k).copied().filter(|&v| ok(v)).unwrap_or(0.0);
+    let mut out = RayResources::new(get("CPU"), get("GPU"), get("memory"));
+    for (name, &amount) in r {
+        if !ok(amount) {
+            continue;
+        }
+        if let Some(k) = super::client::custom_slot(name) {
+            out.custom.set(k, amount);
+        }
+    }
+    out
 }
 
 impl RayClient {
@@ -204,6 +211,25 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(resources(&r), RayResources::new(0.5, 0.0, 1e9));
+        let qpu = crate::policy::Custom::from_names([("QPU", 1.0)]).unwrap();
+        assert_eq!(
+            resources(&r),
+            RayResources::new(0.5, 0.0, 1e9).with_custom(qpu),
+            "custom resources count; a NaN does not"
+        );
+        let r: HashMap<String, f64> = [
+            ("CPU".into(), 1.0),
+            ("node:10.0.0.1".into(), 0.001),
+            ("accelerator_type:A100".into(), 1.0),
+            ("object_store_memory".into(), 1e6),
+            ("CPU_group_0_abc".into(), 1.0),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            resources(&r),
+            RayResources::new(1.0, 0.0, 0.0),
+            "node, accelerator type, object store and placement-group resources are not custom"
+        );
     }
 }

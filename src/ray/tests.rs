@@ -175,6 +175,43 @@ async fn submit_sends_rays_field_names_and_returns_submitted() {
     );
 }
 
+/// Custom resources go to Ray as `entrypoint_resources`, by name; cores, GPUs and
+/// bytes stay in their own fields.
+#[tokio::test]
+async fn submit_sends_custom_resources_as_entrypoint_resources() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/api/jobs/"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"job_id": null, "submission_id": "job-q"})),
+        )
+        .mount(&server)
+        .await;
+    let mut job = job("job-q");
+    let qpu = crate::policy::Custom::from_names([("QPU", 1.0)]).unwrap();
+    job.resources = RayResources::new(1.0, 0.0, 0.0).with_custom(qpu);
+
+    let outcome = client(&server).submit(&job).await;
+
+    assert!(
+        matches!(outcome, Ok(SubmitOutcome::Submitted)),
+        "{outcome:?}"
+    );
+    let requests = server.received_requests().await.unwrap_or_default();
+    let body: Value = serde_json::from_slice(&requests[0].body).unwrap_or_default();
+    assert_eq!(
+        body,
+        json!({
+            "entrypoint": "python train.py --epochs 3",
+            "submission_id": "job-q",
+            "metadata": {},
+            "entrypoint_num_cpus": 1.0,
+            "entrypoint_resources": {"QPU": 1.0}
+        })
+    );
+}
+
 #[tokio::test]
 async fn submit_omits_absent_runtime_env_and_zero_resources() {
     let server = MockServer::start().await;
@@ -779,6 +816,40 @@ async fn cluster_usage_reads_used_and_total_with_absent_resources_as_zero() {
             used: RayResources::new(1.0, 0.0, 0.0),
         })
     );
+}
+
+/// A custom resource in Ray's report is capacity; a node's, an accelerator type's
+/// and the object store are not.
+#[tokio::test]
+async fn cluster_usage_reads_custom_resources_and_skips_node_and_accelerator_ones() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/cluster_status"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "result": true,
+            "data": {"clusterStatus": {"loadMetricsReport": {"usage": {
+                "CPU": [1.0, 2.0],
+                "QPU": [1.0, 2.0],
+                "objectStoreMemory": [0.0, 2e8],
+                "node:127.0.0.1": [0.0, 1.0],
+                "accelerator_type:A100": [0.0, 1.0]
+            }}}}
+        })))
+        .mount(&server)
+        .await;
+
+    let usage = client(&server).cluster_usage().await.unwrap();
+
+    let qpu = |x| crate::policy::Custom::from_names([("QPU", x)]).unwrap();
+    assert_eq!(
+        usage.total,
+        RayResources::new(2.0, 0.0, 0.0).with_custom(qpu(2.0))
+    );
+    assert_eq!(
+        usage.used,
+        RayResources::new(1.0, 0.0, 0.0).with_custom(qpu(1.0))
+    );
+    assert_eq!(usage.total.custom.by_name().len(), 1, "{:?}", usage.total);
 }
 
 #[tokio::test]

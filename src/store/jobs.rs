@@ -135,6 +135,7 @@ pub async fn stream_queued(
         cluster: Option<String>,
         preemptible: bool,
         preemptions: i32,
+        custom_resources: Option<String>,
     }
     use futures_util::StreamExt;
     let rows = job::Entity::find()
@@ -153,6 +154,7 @@ pub async fn stream_queued(
             job::Column::Cluster,
             job::Column::Preemptible,
             job::Column::Preemptions,
+            job::Column::CustomResources,
         ])
         .filter(job::Column::Status.eq(JobStatus::Queued))
         .into_model::<Row>()
@@ -185,6 +187,7 @@ pub async fn stream_queued(
             preemptible: r.preemptible,
             preemptions: r.preemptions,
             preempted_at: None,
+            custom_resources: r.custom_resources,
         })
     }))
 }
@@ -217,6 +220,7 @@ pub async fn queued_page_sqlite(
         Option<String>,
         bool,
         i32,
+        Option<String>,
     );
     // The page is the rows' JSON arrays joined as text: `json_group_array(json(j))`
     // parsed every row's text again (a tenth of start-up's CPU at 1,000,000 jobs).
@@ -225,7 +229,7 @@ pub async fn queued_page_sqlite(
           CASE typeof(id) WHEN 'blob' THEN hex(id) ELSE id END, user_id, priority, \
           submitted_at, quote(cpu), quote(gpu), memory_bytes, max_runtime_s, \
           attempt, retiring_attempt, cluster, json(CASE WHEN preemptible THEN 'true' \
-          ELSE 'false' END), preemptions) AS j \
+          ELSE 'false' END), preemptions, custom_resources) AS j \
         FROM jobs WHERE status = ? AND rowid > ? ORDER BY rowid LIMIT ?)";
     let bad =
         |what: &str, e: &dyn std::fmt::Display| DbErr::Type(format!("queued page: {what}: {e}"));
@@ -260,6 +264,7 @@ pub async fn queued_page_sqlite(
         cluster,
         preemptible,
         preemptions,
+        custom_resources,
     ) in rows
     {
         jobs.push(job::Model {
@@ -288,6 +293,7 @@ pub async fn queued_page_sqlite(
             preemptible,
             preemptions,
             preempted_at: None,
+            custom_resources,
         });
     }
     Ok((Some(last), jobs))
@@ -373,11 +379,48 @@ pub async fn queue_position(db: &Db, j: &job::Model) -> Result<u64, DbErr> {
     Ok(ahead + 1)
 }
 
-/// A job row's request as the policy counts it: cores, GPUs, bytes (the one place a
-/// row's resources are converted; a negative byte count, which intake never stores,
-/// counts as 0).
+/// A job row's request as the policy counts it: cores, GPUs, bytes and its custom
+/// resources ([`custom_of`]; the one place a row's resources are converted; a
+/// negative byte count, which intake never stores, counts as 0).
+///
+/// Custom names are registered ([`crate::policy::custom::slot`]). A name that cannot
+/// be (the process already knows [`crate::policy::custom::MAX_CUSTOM`] others, which
+/// takes a restart after the clusters' names changed) makes the request fit nowhere:
+/// its cores count as NaN, which never fits ([`crate::policy::Resources`]), so the job
+/// waits (no cluster large enough) rather than going to Ray without its resource.
 pub fn resources_of(j: &job::Model) -> crate::policy::Resources {
-    crate::policy::Resources::new(j.cpu, j.gpu, j.memory_bytes.max(0) as f64)
+    use crate::policy::custom::Custom;
+    let mut r = crate::policy::Resources::new(j.cpu, j.gpu, j.memory_bytes.max(0) as f64);
+    let custom = custom_of(j);
+    if custom.is_empty() {
+        return r;
+    }
+    match Custom::from_names(custom.iter().map(|(n, &x)| (n.as_str(), x))) {
+        Ok(c) => r.custom = c,
+        Err(e) => {
+            tracing::warn!(job_id = %j.id, error = %e, "a job's custom resource cannot be counted; it waits");
+            r.cpu = f64::NAN;
+        }
+    }
+    r
+}
+
+/// A job row's custom resources by name (`jobs.custom_resources`); empty when it has
+/// none. A column that does not read as a JSON object of numbers (intake never writes
+/// one) counts as none, with a warning.
+pub fn custom_of(j: &job::Model) -> std::collections::BTreeMap<String, f64> {
+    let Some(text) = j.custom_resources.as_deref() else {
+        return Default::default();
+    };
+    serde_json::from_str(text).unwrap_or_else(|e| {
+        tracing::warn!(job_id = %j.id, error = %e, "jobs.custom_resources is not a JSON object of amounts");
+        Default::default()
+    })
+}
+
+/// The `jobs.custom_resources` text of `custom`: a JSON object, `None` when empty.
+pub fn custom_column(custom: &std::collections::BTreeMap<String, f64>) -> Option<String> {
+    (!custom.is_empty()).then(|| serde_json::to_string(custom).unwrap_or_default())
 }
 
 /// Number of unfinished jobs per `(user, status)`, of one user or of all: the users

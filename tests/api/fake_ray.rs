@@ -21,11 +21,15 @@ pub struct FakeJob {
     pub runs_for: u32,
     /// Cores its driver's tasks hold while it runs, beyond its entrypoint's.
     pub tasks_cpu: f64,
+    /// Custom resources its entrypoint reserves (`entrypoint_resources`).
+    pub custom: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Default)]
 pub struct State {
     pub total_cpu: f64,
+    /// Custom resources of the cluster (a head started with `--resources`).
+    pub custom_total: BTreeMap<String, f64>,
     /// CPUs used by other tenants.
     pub foreign_cpu: f64,
     /// Set `foreign_cpu` to this as the first submission arrives.
@@ -90,8 +94,17 @@ impl State {
                 .sum::<f64>()
     }
 
+    /// Custom resource `name` held by RUNNING jobs.
+    fn used_custom(&self, name: &str) -> f64 {
+        self.jobs
+            .values()
+            .filter(|j| j.status == "RUNNING")
+            .filter_map(|j| j.custom.get(name))
+            .sum()
+    }
+
     /// Ray's scheduler: stopped jobs end, finished runs succeed, PENDING jobs start in
-    /// submission order while their CPUs are free.
+    /// submission order while their CPUs and custom resources are free.
     fn tick(&mut self) {
         for j in self.jobs.values_mut() {
             if j.status == "RUNNING" {
@@ -106,10 +119,19 @@ impl State {
         }
         for sid in self.submitted.clone() {
             let free = self.total_cpu - self.used();
+            let custom_free: BTreeMap<String, f64> = self
+                .custom_total
+                .iter()
+                .map(|(n, t)| (n.clone(), t - self.used_custom(n)))
+                .collect();
             let Some(j) = self.jobs.get_mut(&sid) else {
                 continue;
             };
-            if j.status == "PENDING" && j.cpu <= free + 1e-9 {
+            let custom_fits = j
+                .custom
+                .iter()
+                .all(|(n, x)| *x <= custom_free.get(n).copied().unwrap_or(0.0) + 1e-9);
+            if j.status == "PENDING" && j.cpu <= free + 1e-9 && custom_fits {
                 j.status = if j.stop_requested {
                     "STOPPED"
                 } else {
@@ -134,9 +156,14 @@ impl Respond for FakeRay {
         match (post, path.as_str()) {
             (false, "/api/cluster_status") => {
                 let (used, total) = (s.used(), s.total_cpu);
+                let mut usage = json!({"CPU": [used, total], "memory": [0, 8e9],
+                    "node:127.0.0.1": [0.0, 1.0]});
+                for (name, total) in &s.custom_total {
+                    usage[name] = json!([s.used_custom(name), total]);
+                }
                 ResponseTemplate::new(200)
                     .set_body_json(json!({"result": true, "data": {"clusterStatus":
-                    {"loadMetricsReport": {"usage": {"CPU": [used, total], "memory": [0, 8e9]}}}}}))
+                    {"loadMetricsReport": {"usage": usage}}}}))
             }
             (false, "/api/jobs/") => {
                 s.list_polls += 1;
@@ -184,6 +211,7 @@ impl Respond for FakeRay {
                         stop_requested: false,
                         runs_for: s.run_polls,
                         tasks_cpu: s.tasks_cpu,
+                        custom: custom_of(&body),
                     };
                     s.in_transit
                         .push((std::time::Instant::now() + hold, sid.clone(), job));
@@ -214,6 +242,7 @@ impl Respond for FakeRay {
                         stop_requested: false,
                         runs_for,
                         tasks_cpu,
+                        custom: custom_of(&body),
                     },
                 );
                 s.submitted.push(sid.clone());
@@ -283,6 +312,11 @@ impl Respond for FakeRay {
             _ => ResponseTemplate::new(404),
         }
     }
+}
+
+/// The `entrypoint_resources` of a submit body.
+fn custom_of(body: &serde_json::Value) -> BTreeMap<String, f64> {
+    serde_json::from_value(body["entrypoint_resources"].clone()).unwrap_or_default()
 }
 
 /// A driver job id for a submission id (Ray's are hex counters).

@@ -185,6 +185,7 @@ pub fn new_job(user: &str, external_id: Option<String>) -> fairshare::store::New
         cpu: 1.0,
         gpu: 0.0,
         memory_bytes: 0,
+        custom: Default::default(),
         max_runtime_s: None,
         preemptible: None,
     }

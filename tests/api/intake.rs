@@ -81,6 +81,7 @@ fn new_job() -> impl Strategy<Value = NewJob> {
                 cpu: r.0,
                 gpu: r.1,
                 memory_bytes: r.2,
+                custom: Default::default(),
                 max_runtime_s: r.3,
                 preemptible: None,
             },

@@ -712,6 +712,7 @@ fn new_job(entrypoint: &str, cpu: f64) -> fairshare::store::NewJob {
         cpu,
         gpu: 0.0,
         memory_bytes: 0,
+        custom: Default::default(),
         max_runtime_s: None,
         preemptible: None,
     }

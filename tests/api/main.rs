@@ -3,6 +3,7 @@
 
 mod burst;
 mod console;
+mod custom;
 mod edge_races;
 mod events;
 mod fake_ray;

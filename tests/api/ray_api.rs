@@ -178,8 +178,13 @@ async fn bad_submissions_get_422_naming_rays_field() {
             json!({"entrypoint": "x", "entrypoint_num_cpus": 0}),
             "entrypoint_num_cpus",
         ),
+        // Custom resources are taken (issue 29 part 2); bad ones are refused.
         (
-            json!({"entrypoint": "x", "entrypoint_resources": {"TPU": 1}}),
+            json!({"entrypoint": "x", "entrypoint_resources": {"T P U": 1}}),
+            "entrypoint_resources.T P U",
+        ),
+        (
+            json!({"entrypoint": "x", "entrypoint_resources": {"TPU": -1}}),
             "entrypoint_resources.TPU",
         ),
         (

@@ -463,6 +463,7 @@ async fn a_stop_asked_before_a_restart_reaches_ray_at_the_first_poll() {
             stop_requested: false,
             runs_for: 1_000_000,
             tasks_cpu: 0.0,
+            custom: Default::default(),
         },
     );
     for event in [

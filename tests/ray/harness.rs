@@ -86,6 +86,12 @@ pub struct RayHead {
 impl RayHead {
     /// Starts a head with `cpus` CPUs; does not wait for it (see [`RayHead::wait_ready`]).
     pub fn spawn(ray: &PathBuf, cpus: u32) -> RayHead {
+        RayHead::spawn_with(ray, cpus, None)
+    }
+
+    /// [`RayHead::spawn`] with custom resources (`--resources`, a JSON object such as
+    /// `{"QPU": 2}`).
+    pub fn spawn_with(ray: &PathBuf, cpus: u32, resources: Option<&str>) -> RayHead {
         let dir = tempfile::Builder::new()
             .prefix("ray")
             .tempdir_in("/tmp")
@@ -114,6 +120,7 @@ impl RayHead {
             .arg(format!("--dashboard-agent-listen-port={}", free_port()))
             .arg(format!("--temp-dir={}", dir.path().display()))
             .arg("--object-store-memory=200000000")
+            .args(resources.map(|r| format!("--resources={r}")))
             .env("PATH", path)
             .env("RAY_USAGE_STATS_ENABLED", "0")
             .env("AUTOSCALER_UPDATE_INTERVAL_S", "1")

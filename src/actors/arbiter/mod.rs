@@ -66,6 +66,16 @@ impl ClusterSizes {
         Some(sizes.iter().any(|total| request.fits_within(total)))
     }
 
+    /// The resources `request` lacks on every healthy cluster even when empty, by
+    /// name ([`crate::policy::short_of`] over the clusters' totals): empty when it fits
+    /// one, or while no healthy cluster has reported its capacity.
+    pub fn short_of(&self, request: &Resources) -> Vec<String> {
+        self.0
+            .read()
+            .map(|sizes| crate::policy::short_of(request, &sizes))
+            .unwrap_or_default()
+    }
+
     fn set(&self, sizes: Vec<Resources>) {
         if let Ok(mut s) = self.0.write() {
             *s = sizes;

@@ -74,6 +74,7 @@ pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Opt
         JobStatus::Pending if j.message.is_none() => pending_reason.map(str::to_string),
         _ => j.message.clone(),
     };
+    let custom = crate::store::custom_of(j);
     json!({
         "type": "SUBMISSION",
         "job_id": null,
@@ -88,6 +89,9 @@ pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Opt
         "metadata": j.metadata.clone().unwrap_or_else(|| json!({})),
         // Never shown back (it may hold secrets), as on /v1.
         "runtime_env": null,
+        // The job's custom resources, as Ray names them (CPU, GPU and memory are
+        // fairshare's `resources`); left out when it has none.
+        "entrypoint_resources": (!custom.is_empty()).then_some(custom),
         "driver_agent_http_address": null,
         "driver_node_id": null,
         "driver_exit_code": null,
@@ -503,6 +507,7 @@ mod tests {
             preemptible: false,
             preemptions: 0,
             preempted_at: None,
+            custom_resources: None,
         };
         let d = details(&j, Some("user alice is paused"), Some(1));
         assert_eq!(d["status"], "PENDING");

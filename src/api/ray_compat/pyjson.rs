@@ -169,6 +169,9 @@ pub struct JobDetails {
     pub end_time: Value,
     pub metadata: Value,
     pub runtime_env: Value,
+    /// The job's custom resources (Ray's `entrypoint_resources`); absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entrypoint_resources: Option<Value>,
     pub driver_agent_http_address: Value,
     pub driver_node_id: Value,
     pub driver_exit_code: Value,
@@ -195,6 +198,7 @@ impl JobDetails {
             end_time: take("end_time"),
             metadata: take("metadata"),
             runtime_env: take("runtime_env"),
+            entrypoint_resources: Some(take("entrypoint_resources")).filter(|r| !r.is_null()),
             driver_agent_http_address: take("driver_agent_http_address"),
             driver_node_id: take("driver_node_id"),
             driver_exit_code: take("driver_exit_code"),

@@ -20,6 +20,7 @@ pub const RAY_SUBMIT_NUMBERS: &[(&str, Written)] = &[
     ("entrypoint_resources.CPU", Written::Resource),
     ("entrypoint_resources.GPU", Written::Resource),
     ("entrypoint_resources.memory", Written::Whole),
+    ("entrypoint_resources.*", Written::Resource),
     ("runtime_env", Written::Integers64),
 ];
 
@@ -49,8 +50,9 @@ pub struct RaySubmitRequest {
     /// Bytes.
     #[serde(default, deserialize_with = "whole::opt")]
     pub entrypoint_memory: Option<u64>,
-    /// Only `CPU`, `GPU` and `memory` are accepted (they map onto the three above);
-    /// custom resources are refused (422): fair share counts cpu, gpu and memory.
+    /// `CPU`, `GPU` and `memory` map onto the three above; any other name is a custom
+    /// resource (`resources.custom` of `/v1`, checked as there: 422 naming
+    /// `entrypoint_resources.NAME`), passed to Ray as such.
     pub entrypoint_resources: Option<BTreeMap<String, f64>>,
     /// Refused unless empty (422): fairshare places jobs on clusters, not nodes.
     pub entrypoint_label_selector: Option<BTreeMap<String, String>>,
@@ -65,7 +67,10 @@ pub const PREEMPTIBLE_KEY: &str = "fairshare.preemptible";
 pub(super) fn ray_field(field: &str) -> String {
     match field {
         "user" => format!("metadata.{USER_KEY}"),
-        other => ray_name(other).to_string(),
+        other => match other.strip_prefix("resources.custom.") {
+            Some(name) => format!("entrypoint_resources.{name}"),
+            None => ray_name(other).to_string(),
+        },
     }
 }
 
@@ -76,6 +81,7 @@ pub(super) fn ray_name(field: &str) -> &str {
         "resources.cpu" | "resources" => "entrypoint_num_cpus",
         "resources.gpu" => "entrypoint_num_gpus",
         "resources.memory_bytes" => "entrypoint_memory",
+        "resources.custom" => "entrypoint_resources",
         "preemptible" => "metadata.fairshare.preemptible",
         other => other,
     }
@@ -104,6 +110,7 @@ impl RaySubmitRequest {
         let mut cpu = self.entrypoint_num_cpus;
         let mut gpu = self.entrypoint_num_gpus;
         let mut memory = self.entrypoint_memory;
+        let mut custom = BTreeMap::new();
         for (key, amount) in self.entrypoint_resources.unwrap_or_default() {
             let field = format!("entrypoint_resources.{key}");
             let twice = || {
@@ -123,11 +130,7 @@ impl RaySubmitRequest {
                 }
                 "CPU" | "GPU" | "memory" => return Err(twice()),
                 _ => {
-                    return Err(ApiError::invalid(
-                        field,
-                        "custom resources are not supported: fair share counts CPU, GPU and \
-                         memory (entrypoint_num_cpus, entrypoint_num_gpus, entrypoint_memory)",
-                    ))
+                    custom.insert(key, amount);
                 }
             }
         }
@@ -189,6 +192,7 @@ impl RaySubmitRequest {
                 cpu,
                 gpu,
                 memory_bytes: memory,
+                custom: (!custom.is_empty()).then_some(custom),
             }),
             priority: None,
             metadata: self.metadata,
@@ -214,8 +218,27 @@ mod tests {
         serde_json::from_value(body).unwrap()
     }
 
+    /// The `/v1` submission of a Ray body, through `/v1`'s checks, with errors under
+    /// Ray's names (as the handler renames them).
+    fn ray_submit(body: Value) -> Result<crate::store::NewJob, ApiError> {
+        request(body)
+            .into_submit("u".into(), &defaults())?
+            .into_new_job()
+            .map_err(|e| match e {
+                ApiError::Invalid { field, reason } => ApiError::Invalid {
+                    field: ray_field(&field),
+                    reason,
+                },
+                other => other,
+            })
+    }
+
+    fn refused_on(r: Result<crate::store::NewJob, ApiError>, field: &str) -> bool {
+        matches!(r, Err(ApiError::Invalid { field: ref f, .. }) if f == field)
+    }
+
     #[test]
-    fn entrypoint_resources_map_onto_cpu_gpu_memory_and_custom_ones_are_refused() {
+    fn entrypoint_resources_map_onto_cpu_gpu_memory_and_custom_ones_are_custom_resources() {
         let s = request(json!({"entrypoint": "x", "entrypoint_resources": {"CPU": 2.0, "GPU": 1.0, "memory": 1024.0}}))
             .into_submit("u".into(), &defaults())
             .unwrap();
@@ -224,11 +247,16 @@ mod tests {
             (r.cpu, r.gpu, r.memory_bytes),
             (Some(2.0), Some(1.0), Some(1024))
         );
-        let err = request(json!({"entrypoint": "x", "entrypoint_resources": {"TPU": 1.0}}))
-            .into_submit("u".into(), &defaults())
-            .unwrap_err();
-        assert!(
-            matches!(err, ApiError::Invalid { ref field, .. } if field == "entrypoint_resources.TPU")
+        assert_eq!(r.custom, None);
+        let job = ray_submit(json!({"entrypoint": "x", "entrypoint_num_cpus": 1,
+            "entrypoint_resources": {"TPU": 1.0, "QPU": 0.5, "GPU": 1}}))
+        .unwrap();
+        assert_eq!((job.cpu, job.gpu), (1.0, 1.0));
+        assert_eq!(
+            job.custom,
+            [("QPU".to_string(), 0.5), ("TPU".to_string(), 1.0)]
+                .into_iter()
+                .collect()
         );
         let err = request(json!({"entrypoint": "x", "entrypoint_num_cpus": 1, "entrypoint_resources": {"CPU": 2.0}}))
             .into_submit("u".into(), &defaults())
@@ -236,6 +264,34 @@ mod tests {
         assert!(
             matches!(err, ApiError::Invalid { ref field, .. } if field == "entrypoint_resources.CPU")
         );
+    }
+
+    /// Bad custom resources are 422 naming Ray's field, never accepted.
+    #[test]
+    fn bad_custom_entrypoint_resources_are_refused_naming_the_field() {
+        for (resources, field) in [
+            (json!({"Q P U": 1}), "entrypoint_resources.Q P U"),
+            (json!({"1QPU": 1}), "entrypoint_resources.1QPU"),
+            (
+                json!({"node:10.0.0.1": 1}),
+                "entrypoint_resources.node:10.0.0.1",
+            ),
+            (
+                json!({"object_store_memory": 1}),
+                "entrypoint_resources.object_store_memory",
+            ),
+            (json!({"QPU": -1}), "entrypoint_resources.QPU"),
+            (json!({"QPU": 0}), "entrypoint_resources.QPU"),
+            (json!({"QPU": 0.00001}), "entrypoint_resources.QPU"),
+            (json!({"QPU": 2e6}), "entrypoint_resources.QPU"),
+            (
+                json!({"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 1, "g": 1, "h": 1, "i": 1}),
+                "entrypoint_resources",
+            ),
+        ] {
+            let r = ray_submit(json!({"entrypoint": "x", "entrypoint_resources": resources}));
+            assert!(refused_on(r, field), "{resources}: {field}");
+        }
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub(super) fn new_row(
         preemptible,
         preemptions: 0,
         preempted_at: None,
+        custom_resources: crate::store::custom_column(&new.custom),
     }
 }
 

@@ -75,6 +75,8 @@ pub struct NewJob {
     pub gpu: f64,
     /// Bytes.
     pub memory_bytes: i64,
+    /// Custom resources by name (checked names, amounts > 0); empty for none.
+    pub custom: std::collections::BTreeMap<String, f64>,
     /// Seconds.
     pub max_runtime_s: Option<i64>,
     /// Whether the job may be preempted, as given; `None`: its user's default
@@ -129,6 +131,7 @@ impl NewJob {
             + self.entrypoint.len()
             + self.runtime_env.as_ref().map_or(0, json)
             + self.metadata.as_ref().map_or(0, json)
+            + self.custom.keys().map(|k| k.len() + 28).sum::<usize>()
     }
 }
 
@@ -201,6 +204,9 @@ pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
     }
     if new.memory_bytes != j.memory_bytes {
         differs.push("resources.memory_bytes");
+    }
+    if new.custom != super::custom_of(j) {
+        differs.push("resources.custom");
     }
     if new.priority != j.priority {
         differs.push("priority");
