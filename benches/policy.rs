@@ -44,6 +44,7 @@ fn config() -> PolicyConfig {
         backfill: true,
         age_weight: 0.2,
         max_age: 86_400.0,
+        licenses: fairshare::policy::Custom::EMPTY,
     }
 }
 

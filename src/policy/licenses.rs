@@ -90,3 +90,15 @@ pub(crate) fn spread_grant<'a>(
         *held += taken;
     }
 }
+
+/// `r` without its licenses: what is sent to Ray (a license is this service's
+/// count, not a resource any Ray node has).
+#[must_use]
+pub fn without_licenses(mut r: Resources, licenses: &Custom) -> Resources {
+    for (k, &n) in licenses.amounts().iter().enumerate() {
+        if n > 0.0 {
+            r.custom.set(k, 0.0);
+        }
+    }
+    r
+}

@@ -240,3 +240,102 @@ async fn custom_resources_no_cluster_has_are_refused_at_submit(db: Db) {
     assert_eq!(r.status(), 200, "{:?}", r.text().await);
 }
 both_databases!(custom_resources_no_cluster_has_are_refused_at_submit);
+
+/// A license (`[[licenses]] name = "session", count = 1`) shared by two clusters:
+/// of two jobs asking a session, on two clusters with cores to spare, one runs and
+/// the other waits naming the license; the license never reaches Ray. Cancelling
+/// the first frees the seat and the second runs.
+async fn a_license_is_one_pool_for_all_clusters_and_never_sent_to_ray(db: Db) {
+    let (one, one_state) = fake_ray::start(8.0, |s| s.run_polls = 1_000_000).await;
+    let (two, two_state) = fake_ray::start(8.0, |s| s.run_polls = 1_000_000).await;
+    let (a, b) = (one.uri(), two.uri());
+    let tweak = move |s: &mut fairshare::config::Settings| {
+        settings(a.clone())(s);
+        s.clusters.push(fairshare::config::ClusterSettings {
+            name: "fake-two".into(),
+            address: b.clone(),
+        });
+        s.licenses = vec![fairshare::config::LicenseSettings {
+            name: "session".into(),
+            count: 1.0,
+        }];
+    };
+    let Some(app) = crate::helpers::spawn_app_with(db, tweak).await else {
+        return;
+    };
+    until(10, "both clusters healthy", || async {
+        let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+        let healthy = v["clusters"].as_array().map_or(0, |c| {
+            c.iter().filter(|c| c["healthy"] == json!(true)).count()
+        });
+        (healthy == 2).then_some(())
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let j = app
+            .submit(
+                "s",
+                json!({"resources": {"cpu": 1, "custom": {"session": 1}}}),
+            )
+            .await;
+        assert_eq!(j["status"], "QUEUED", "{j}");
+        ids.push(j["id"].as_str().unwrap().to_string());
+    }
+    let posts = || one_state.lock().unwrap().posts + two_state.lock().unwrap().posts;
+    let waiting = until(
+        15,
+        "one dispatched, the other waiting for the session",
+        || async {
+            let mut queued = Vec::new();
+            for id in &ids {
+                let j = job(&app, id).await;
+                if j["status"] == "QUEUED" {
+                    queued.push(j);
+                }
+            }
+            let names_session = |j: &Value| {
+                j["pending_reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("session"))
+            };
+            (queued.len() == 1 && names_session(&queued[0]) && posts() == 1)
+                .then(|| queued.remove(0))
+        },
+    )
+    .await;
+    for state in [&one_state, &two_state] {
+        let s = state.lock().unwrap();
+        for sid in &s.submitted {
+            assert!(
+                s.jobs[sid].custom.is_empty(),
+                "a license is never sent to Ray"
+            );
+        }
+    }
+    let second = waiting["id"].as_str().unwrap().to_string();
+    let first = ids.iter().find(|id| **id != second).unwrap().clone();
+    let r = app
+        .post(&format!("/v1/jobs/{first}/cancel"), SUBMITTER, json!({}))
+        .await;
+    assert!(r.status().is_success(), "cancel: {}", r.status());
+    until(15, "the second runs once the seat is free", || async {
+        (posts() == 2).then_some(())
+    })
+    .await;
+    // Asking more seats than the license has is refused at submit, naming it.
+    let r = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "s", "entrypoint": "x", "resources": {"cpu": 1, "custom": {"session": 2}}}),
+        )
+        .await;
+    assert_eq!(r.status(), 422);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["details"]["field"], "resources.custom.session",
+        "{v}"
+    );
+}
+both_databases!(a_license_is_one_pool_for_all_clusters_and_never_sent_to_ray);

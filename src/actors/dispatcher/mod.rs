@@ -42,6 +42,8 @@ pub struct Dispatcher {
     clients: Arc<BTreeMap<String, RayClient>>,
     budget: RetryBudget,
     /// Where attempts' watchers report (`[notify]`); `None`: entrypoints go as they are.
+    /// `[[licenses]]`: never sent to Ray.
+    licenses: crate::policy::Custom,
     hints: Option<crate::ray::notify::Hints>,
     /// Opens the stored runtime_env of each job it sends (DESIGN §6, "Secrets").
     sealer: Arc<crate::secrets::Sealer>,
@@ -97,6 +99,7 @@ impl Dispatcher {
             flush_scheduled: false,
             preempted_users: std::collections::HashSet::new(),
             per_user_metrics_max: settings.telemetry.per_user_metrics_max,
+            licenses: settings.policy().licenses,
         }
     }
 
@@ -144,6 +147,7 @@ impl Dispatcher {
             budget: self.budget,
             hints: self.hints.clone(),
             sealer: self.sealer.clone(),
+            licenses: self.licenses,
         };
         let fut = super::off_actor(async move {
             let res = dispatch_granted(db, fence, client, how, &msg, granted).await;
@@ -351,6 +355,8 @@ struct How {
     budget: RetryBudget,
     hints: Option<crate::ray::notify::Hints>,
     sealer: Arc<crate::secrets::Sealer>,
+    /// `[[licenses]]`: counted by the policy, never sent to Ray.
+    licenses: crate::policy::Custom,
 }
 
 /// The rest of one dispatch once its `Granted` step was written (in the batch's
@@ -368,6 +374,7 @@ async fn dispatch_granted(
         budget,
         hints,
         sealer,
+        licenses,
     } = how;
     let id = msg.job.job_id;
     let (job, submission_id) = match self::granted(granted) {
@@ -431,7 +438,10 @@ async fn dispatch_granted(
                     .as_ref()
                     .and_then(|v| serde_json::from_value(v.clone()).ok())
                     .unwrap_or_default(),
-                resources: crate::store::resources_of(&job),
+                resources: crate::policy::without_licenses(
+                    crate::store::resources_of(&job),
+                    &licenses,
+                ),
             };
             let attempt = crate::lifecycle::JobFacts::of(&job).attempt;
             let guard = || {
