@@ -50,11 +50,12 @@ pub struct ApiDoc;
 pub fn document_json() -> serde_json::Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
     let schemas = &mut doc["components"]["schemas"];
-    // A job needs cpu > 0 or gpu > 0; an absent or null cpu means 1.
+    // A job needs cpu > 0, gpu > 0 or a custom resource; an absent or null cpu means 1.
     schemas["ResourcesIn"]["anyOf"] = json!([
         {"not": {"required": ["cpu"]}},
         {"properties": {"cpu": {"type": ["number", "null"], "exclusiveMinimum": 0}}},
         {"required": ["gpu"], "properties": {"gpu": {"type": "number", "exclusiveMinimum": 0}}},
+        {"required": ["custom"], "properties": {"custom": {"type": "object", "minProperties": 1}}},
     ]);
     // Custom resources: at most 8, named as Ray names resources (not its built-in
     // ones nor a node's), amounts > 0 (`api::submit::validate_custom`).

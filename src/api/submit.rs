@@ -34,7 +34,7 @@ pub const MAX_CORES: f64 = 1.0e6;
 #[serde(deny_unknown_fields)]
 pub struct ResourcesIn {
     /// Cores, 0 to 1e6 with at most 4 decimal places (default 1). A job needs
-    /// cpu > 0 or gpu > 0.
+    /// cpu > 0, gpu > 0 or a custom resource.
     #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
     pub cpu: Option<f64>,
     /// GPUs, 0 to 1e6 with at most 4 decimal places (default 0).
@@ -256,15 +256,15 @@ impl SubmitRequest {
         let gpu = r.gpu.unwrap_or(0.0) + 0.0;
         validate_amount("resources.cpu", cpu)?;
         validate_amount("resources.gpu", gpu)?;
-        if cpu <= 0.0 && gpu <= 0.0 {
-            return Err(ApiError::invalid(
-                "resources.cpu",
-                "a job needs cpu > 0 or gpu > 0",
-            ));
-        }
         let memory_bytes =
             check_memory_bytes("resources.memory_bytes", r.memory_bytes.unwrap_or(0))?;
         let custom = validate_custom("resources.custom", r.custom.unwrap_or_default())?;
+        if cpu <= 0.0 && gpu <= 0.0 && custom.is_empty() {
+            return Err(ApiError::invalid(
+                "resources.cpu",
+                "a job needs cpu > 0, gpu > 0 or a custom resource",
+            ));
+        }
         let priority = self.priority.unwrap_or(0);
         if !PRIORITY_RANGE.contains(&priority) {
             return Err(ApiError::invalid(

@@ -272,11 +272,12 @@ async fn a_license_is_one_pool_for_all_clusters_and_never_sent_to_ray(db: Db) {
     })
     .await;
     let mut ids = Vec::new();
-    for _ in 0..2 {
+    // The second asks no core at all: a custom resource alone is a request.
+    for cpu in [1, 0] {
         let j = app
             .submit(
                 "s",
-                json!({"resources": {"cpu": 1, "custom": {"session": 1}}}),
+                json!({"resources": {"cpu": cpu, "custom": {"session": 1}}}),
             )
             .await;
         assert_eq!(j["status"], "QUEUED", "{j}");
