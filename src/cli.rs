@@ -155,6 +155,11 @@ struct SimulateCli {
     /// as 0.5 (a seeded choice of jobs).
     #[arg(long, default_value = "none")]
     preemptible: crate::sim::simulate::Preemptible,
+    /// Groups of users: none, or swf (the trace's group field, 13; each group
+    /// weight 1). Fairshare's order and every policy's fair shares become
+    /// hierarchical.
+    #[arg(long, default_value = "none")]
+    groups: crate::sim::simulate::SimGroups,
     /// A head may preempt once it has waited this long, e.g. "10m"; "off" disables
     /// preemption (default: the service's preemption.after).
     #[arg(long, value_parser = crate::sim::run::parse_starvation_guard)]
@@ -242,6 +247,7 @@ pub fn run() -> ExitCode {
             args.limit = a.limit;
             args.seed = a.seed;
             args.preemptible = a.preemptible;
+            args.groups = a.groups;
             if let Some(v) = a.preempt_after {
                 args.preemption.after = v;
             }

@@ -46,6 +46,8 @@ pub struct SimulateArgs {
     pub seed: u64,
     /// Which jobs may be preempted (fairshare).
     pub preemptible: Preemptible,
+    /// Groups of users (`none`, or the trace's group field).
+    pub groups: crate::sim::simulate::SimGroups,
     /// Preemption's knobs (fairshare).
     pub preemption: PreemptionConfig,
     /// Where to write the JSON report of every run, if anywhere.
@@ -76,6 +78,7 @@ impl SimulateArgs {
             limit: None,
             seed: DEFAULT_SEED,
             preemptible: defaults.preemptible,
+            groups: defaults.groups,
             preemption: defaults.preemption.clone(),
             report: None,
             plot: None,
@@ -279,6 +282,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
         weights,
         seed: args.seed,
         preemptible: args.preemptible,
+        groups: args.groups,
         preemption: args.preemption.clone(),
         ..SimConfig::new(args.policy.unwrap_or(SimPolicy::FairShare), capacity)
     };

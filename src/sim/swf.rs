@@ -4,8 +4,8 @@
 //!
 //! One job a line, 18 whitespace-separated fields, `;` header comments. Used fields
 //! (1-based): 1 job number, 2 submit time (s), 3 wait time (s), 4 run time (s),
-//! 5 allocated processors, 8 requested processors, 9 requested time (s), 12 user id.
-//! `-1` means unknown.
+//! 5 allocated processors, 8 requested processors, 9 requested time (s), 12 user id,
+//! 13 group id. `-1` means unknown.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -28,6 +28,8 @@ pub struct TraceJob {
     pub requested_time: Option<f64>,
     /// Field 12, as a string user id ("u62").
     pub user: String,
+    /// Field 13, as a group path ("g6"), if the trace gives one.
+    pub group: Option<String>,
 }
 
 impl TraceJob {
@@ -42,7 +44,15 @@ impl TraceJob {
             cpus,
             requested_time: None,
             user: user.to_owned(),
+            group: None,
         }
+    }
+
+    /// The same job in group `group`.
+    #[must_use]
+    pub fn in_group(mut self, group: &str) -> TraceJob {
+        self.group = Some(group.to_owned());
+        self
     }
 
     /// The same job with requested time `seconds` (its runtime estimate).
@@ -138,6 +148,11 @@ fn parse_line(line: &str) -> Option<TraceJob> {
         .or_else(|| num(7).filter(|v| *v >= 1.0))? as u32;
     let user = f[11].parse::<i64>().ok().filter(|u| *u >= 0)?;
     let requested_time = num(8).filter(|v| *v > 0.0);
+    let group = f
+        .get(12)
+        .and_then(|g| g.parse::<i64>().ok())
+        .filter(|g| *g >= 0)
+        .map(|g| format!("g{g}"));
     Some(TraceJob {
         number,
         submit,
@@ -146,6 +161,7 @@ fn parse_line(line: &str) -> Option<TraceJob> {
         cpus,
         requested_time,
         user: format!("u{user}"),
+        group,
     })
 }
 
@@ -172,6 +188,9 @@ mod tests {
         );
         assert_eq!(t.jobs[1].user, "u7");
         assert_eq!(t.jobs[1].run, 100.0);
+        assert_eq!(t.jobs[1].group.as_deref(), Some("g7"), "field 13");
+        let t = parse("5 0 1 50 2 -1 -1 2 60 -1 1 8 -1 -1 -1 1 -1 -1\n".as_bytes()).unwrap();
+        assert_eq!(t.jobs[0].group, None, "an unknown group");
     }
 
     #[test]

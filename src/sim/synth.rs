@@ -372,10 +372,16 @@ pub fn write_swf(trace: &SynthTrace, out: &mut impl Write) -> std::io::Result<()
     for j in &trace.jobs {
         let user = j.user.trim_start_matches('u');
         let requested = j.requested_time.map_or(-1.0, f64::round);
+        // Field 13: the group's number ("g3" → 3), -1 when it has none.
+        let group = j
+            .group
+            .as_deref()
+            .and_then(|g| g.trim_start_matches('g').parse::<u64>().ok())
+            .map_or_else(|| "-1".to_owned(), |g| g.to_string());
         writeln!(
             out,
-            "{} {} -1 {} {} -1 -1 {} {} -1 1 {} 1 -1 -1 -1 -1 -1",
-            j.number, j.submit, j.run, j.cpus, j.cpus, requested, user
+            "{} {} -1 {} {} -1 -1 {} {} -1 1 {} {} -1 -1 -1 -1 -1",
+            j.number, j.submit, j.run, j.cpus, j.cpus, requested, user, group
         )?;
     }
     Ok(())

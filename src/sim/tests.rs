@@ -530,3 +530,44 @@ fn backfill_off_keeps_strict_fair_share_order() {
     // (three cores idle). S's 36 remaining jobs run one at a time, 1.5 s each.
     assert_eq!(starts(&out)[&41], 55.5);
 }
+
+/// Groups from the trace (`--groups swf`): on 6 cores, group g1 (user a) and group
+/// g2 (users b and c), 4 one-core jobs each at t = 0. Hierarchical order starts
+/// a, b, a, c, a, b (the groups alternate; within g2, b and c) — 3 for a, 2 for b,
+/// 1 for c — where flat order gives 2 each. Fair shares become hierarchical too:
+/// a's is g1's half, b's and c's a quarter each.
+#[test]
+fn groups_from_the_trace_share_by_group_first() {
+    let mut trace = Vec::new();
+    for (first, user, group) in [(1, "a", "g1"), (5, "b", "g2"), (9, "c", "g2")] {
+        for n in first..first + 4 {
+            trace.push(job(n, 0.0, 10.0, 1, user).in_group(group));
+        }
+    }
+    let started_at_zero = |out: &SimOutcome, user: &str| {
+        out.jobs
+            .iter()
+            .filter(|j| out.users[j.user] == user && j.start == 0.0)
+            .count()
+    };
+    let flat = config(SimPolicy::FairShare, 6, 0.0);
+    let out = simulate(&trace, &flat);
+    assert_eq!(["a", "b", "c"].map(|u| started_at_zero(&out, u)), [2, 2, 2]);
+    let grouped = SimConfig {
+        groups: super::simulate::SimGroups::Swf,
+        ..flat.clone()
+    };
+    let out = simulate(&trace, &grouped);
+    assert_eq!(["a", "b", "c"].map(|u| started_at_zero(&out, u)), [3, 2, 1]);
+    // [0, 10): fair a 1/2, b 1/4, c 1/4 against actual 1/2, 1/3, 1/6: error 1/12.
+    let r = report(&out, &grouped);
+    assert!(r.overall.fairness_error > 0.0);
+    let fifo = simulate(
+        &trace,
+        &SimConfig {
+            policy: SimPolicy::Fifo,
+            ..grouped.clone()
+        },
+    );
+    assert!(report(&fifo, &grouped).overall.fairness_error > r.overall.fairness_error);
+}

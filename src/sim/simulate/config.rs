@@ -102,6 +102,12 @@ pub struct SimConfig {
     pub seed: u64,
     /// Which jobs may be preempted (fairshare only).
     pub preemptible: Preemptible,
+    /// Groups of users (`--groups`): none, or the trace's group field (SWF field
+    /// 13, each group weight 1, a user in the group of its first job). With groups
+    /// fairshare's order is hierarchical, and every policy's fair shares in the
+    /// fairness metrics are (a user's is its group's, divided).
+    #[serde(default)]
+    pub groups: SimGroups,
     /// When a head may preempt (fairshare only; see
     /// [`crate::policy::PreemptionConfig`]).
     pub preemption: PreemptionConfig,
@@ -131,6 +137,7 @@ impl SimConfig {
             weights: BTreeMap::new(),
             seed: DEFAULT_SEED,
             preemptible: Preemptible::None,
+            groups: SimGroups::None,
             preemption: PreemptionConfig::default(),
             record_shares_for: Vec::new(),
         }
@@ -152,6 +159,30 @@ impl SimConfig {
     #[must_use]
     pub fn weight_of(&self, user: &str) -> f64 {
         self.weights.get(user).copied().unwrap_or(1.0)
+    }
+}
+
+/// Groups in a simulation (`--groups`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimGroups {
+    /// Every user in the root.
+    #[default]
+    None,
+    /// SWF's group field (13): a user in the group of its first job.
+    Swf,
+}
+
+impl FromStr for SimGroups {
+    type Err = String;
+
+    /// `none` or `swf`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" => Ok(SimGroups::None),
+            "swf" => Ok(SimGroups::Swf),
+            _ => Err(format!("{s:?}: expected none or swf")),
+        }
     }
 }
 

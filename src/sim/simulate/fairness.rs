@@ -133,7 +133,16 @@ impl Sim<'_> {
         // `stats::fair_shares`, with the order kept between steps.
         self.scratch_fair.clear();
         let total: f64 = self.scratch_demands.iter().sum();
-        if total <= 1.0 {
+        if !self.tree.is_empty() {
+            // Hierarchical: a user's fair share is its group's, divided.
+            let entries: Vec<(Vec<usize>, f64, f64)> = self
+                .scratch_users
+                .iter()
+                .zip(self.scratch_weights.iter().zip(&self.scratch_demands))
+                .map(|(&u, (&w, &d))| (self.user_paths[u].clone(), w, d))
+                .collect();
+            self.scratch_fair = crate::policy::groups::fair_shares(&self.tree, &entries);
+        } else if total <= 1.0 {
             self.scratch_fair.extend_from_slice(&self.scratch_demands);
         } else {
             self.scratch_fair.resize(self.scratch_demands.len(), 0.0);

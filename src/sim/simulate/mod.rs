@@ -60,7 +60,7 @@ mod fairness;
 mod outcome;
 mod steps;
 
-pub use config::{Preemptible, SimConfig, SimPolicy, UnknownPolicy};
+pub use config::{Preemptible, SimConfig, SimGroups, SimPolicy, UnknownPolicy};
 pub use outcome::{
     job_id, top_users_by_core_seconds, JobOutcome, SharePoint, ShareSeries, SimOutcome,
 };
@@ -69,7 +69,7 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 
 use super::swf::TraceJob;
-use crate::policy::{JobId, Ledger, PolicyConfig, Resources, UserSettings};
+use crate::policy::{GroupView, JobId, Ledger, PolicyConfig, Resources, Tree, UserSettings};
 use crate::policy::{QueuedJob, Seconds};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -114,6 +114,8 @@ struct UserState {
     running_jobs: u32,
     /// Known to the ledger (it has submitted; fairshare only).
     in_ledger: bool,
+    /// Its group's path (with `--groups swf`: its first job's group).
+    group: Option<String>,
 }
 
 /// A finish event: time, then job index, then the job's preemptions when it
@@ -200,6 +202,9 @@ struct Sim<'c> {
     scratch_fair: Vec<f64>,
     scratch_ratios: Vec<f64>,
     share_order: fairness::ShareOrder,
+    /// The groups (empty: none) and each user's path in the tree.
+    tree: Tree,
+    user_paths: Vec<Vec<usize>>,
 }
 
 /// Replays `trace` (jobs in any order; they are taken in submit order, ties by
@@ -234,6 +239,10 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
                     running_cores: 0,
                     running_jobs: 0,
                     in_ledger: false,
+                    group: match config.groups {
+                        SimGroups::None => None,
+                        SimGroups::Swf => job.group.clone(),
+                    },
                 });
                 users.len() - 1
             }
@@ -266,6 +275,19 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         })
         .collect();
 
+    // The groups the users name, each weight 1, and each user's path in their tree.
+    let groups: Vec<GroupView> = users
+        .iter()
+        .filter_map(|u| u.group.as_deref())
+        .collect::<std::collections::BTreeSet<&str>>()
+        .into_iter()
+        .map(GroupView::new)
+        .collect();
+    let tree = Tree::new(&groups);
+    let user_paths: Vec<Vec<usize>> = users
+        .iter()
+        .map(|u| tree.path_of(u.group.as_deref()))
+        .collect();
     let capacity = Resources::new(f64::from(config.capacity), 0.0, 0.0);
     let ledger = (config.policy == SimPolicy::FairShare).then(|| {
         let policy_config = PolicyConfig {
@@ -277,6 +299,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
             licenses: crate::policy::Custom::EMPTY,
         };
         let mut ledger = Ledger::new(policy_config, UserSettings::default());
+        ledger.set_groups(&groups);
         let t0 = jobs.first().map_or(0.0, |j: &SimJob| j.submit);
         ledger.report_cluster(t0, CLUSTER_NAME, true, capacity, Resources::ZERO, |_| false);
         ledger
@@ -314,6 +337,8 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         scratch_fair: Vec::new(),
         scratch_ratios: Vec::new(),
         share_order: fairness::ShareOrder::default(),
+        tree,
+        user_paths,
     };
     sim.run();
     sim.into_outcome(too_large)
@@ -405,6 +430,7 @@ impl Sim<'_> {
                 let settings = UserSettings {
                     weight: user.weight,
                     max_running_jobs: self.config.max_running_jobs,
+                    group: user.group.clone(),
                     ..UserSettings::default()
                 };
                 ledger.set_user(submit, &user.name, settings);
