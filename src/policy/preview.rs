@@ -53,6 +53,9 @@ pub struct Snapshot {
     pub clusters: Vec<ClusterView>,
     /// The reservation held, if any.
     pub reservation: Option<Reservation>,
+    /// The groups (empty: none; users name theirs in [`UserView::group`]).
+    #[serde(default)]
+    pub groups: Vec<super::GroupView>,
 }
 
 /// A proposed change to one user's fair-share settings; `None` keeps the current value.
@@ -234,6 +237,7 @@ pub fn next_grants(snapshot: &Snapshot, limit: usize) -> Preview {
         &snapshot.clusters,
         snapshot.reservation.as_ref(),
     );
+    ledger.set_groups(&snapshot.groups);
     let first = ledger.cycle(now);
     grants.extend(first.grants.into_iter().map(|g| PreviewGrant {
         user: g.user,
@@ -391,7 +395,29 @@ mod tests {
                 jobs: Vec::new(),
             }],
             reservation: None,
+            groups: Vec::new(),
         }
+    }
+
+    /// With groups, the preview is hierarchical: alice alone in group a (weight 3),
+    /// bob and carol in group b (weight 1): on 4 free cores a gets 3, b 1.
+    #[test]
+    fn the_preview_follows_the_groups() {
+        let mut s = snapshot(0.0);
+        s.users.push(user("carol", 21..25));
+        for (u, g) in s.users.iter_mut().zip(["a", "b", "b"]) {
+            u.group = Some(g.into());
+        }
+        s.groups = vec![
+            super::super::GroupView {
+                weight: 3.0,
+                ..super::super::GroupView::new("a")
+            },
+            super::super::GroupView::new("b"),
+        ];
+        let p = next_grants(&s, 4);
+        assert!(p.grants.iter().all(|g| g.now));
+        assert_eq!(users_of(&p), ["alice", "bob", "alice", "alice"]);
     }
 
     fn users_of(p: &Preview) -> Vec<&str> {

@@ -30,6 +30,7 @@ impl Handler<GetSnapshot> for FairShareArbiter {
             users: self.ledger.all_user_views(),
             clusters: self.ledger.cluster_views(),
             reservation: self.ledger.reservation().cloned(),
+            groups: self.ledger.tree().groups().to_vec(),
         }))
     }
 }
