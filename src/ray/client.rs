@@ -22,6 +22,10 @@ pub struct RayClient {
     base: Url,
     address: String,
     timeout: Duration,
+    /// Resource names as `GET /api/cluster_status` spells them (the dashboard turns
+    /// `qpu_session` into `qpuSession`) → as the nodes declare them, learnt from
+    /// `GET /api/v0/nodes` the first time a report names one not seen before.
+    spellings: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>,
 }
 
 /// Body of `POST /api/jobs/` (field names are Ray's).
@@ -43,6 +47,47 @@ struct SubmitBody<'a> {
     entrypoint_resources: BTreeMap<String, f64>,
 }
 
+/// A resource Ray reports that is never a custom one: `CPU`, `GPU`, `memory`, the
+/// object store under either spelling, a node's (`node:…`) or an accelerator type's
+/// (`accelerator_type:…`).
+fn is_builtin(name: &str) -> bool {
+    matches!(
+        name,
+        "CPU" | "GPU" | "memory" | "object_store_memory" | "objectStoreMemory"
+    ) || name.starts_with("node:")
+        || name.starts_with("accelerator_type:")
+}
+
+/// How Ray's dashboard spells a resource name in `GET /api/cluster_status` (its
+/// `to_google_style`: the parts between `_` after the first, each through Python's
+/// `str.title()`, joined): `qpu_session` → `qpuSession`, `my_QPU` → `myQpu`,
+/// `node:__internal_head__` → `node:InternalHead`. Measured on Ray 2.60: a head
+/// started with `--resources='{"qpu_session": 2}'` reports `qpuSession`.
+#[must_use]
+pub(crate) fn google_style(name: &str) -> String {
+    let mut parts = name.split('_');
+    let mut out = parts.next().unwrap_or_default().to_owned();
+    for part in parts {
+        // Python's str.title(): a letter after a letter is lower-cased, any other
+        // letter upper-cased.
+        let mut after_letter = false;
+        for c in part.chars() {
+            if c.is_alphabetic() {
+                if after_letter {
+                    out.extend(c.to_lowercase());
+                } else {
+                    out.extend(c.to_uppercase());
+                }
+                after_letter = true;
+            } else {
+                out.push(c);
+                after_letter = false;
+            }
+        }
+    }
+    out
+}
+
 /// The slot of a resource name Ray reports, if it is a custom resource this service
 /// counts: not a built-in one (`CPU`, `GPU`, `memory`, the object store under either
 /// spelling), not a node's (`node:…`) nor an accelerator type's
@@ -51,13 +96,7 @@ struct SubmitBody<'a> {
 /// skipped, with one warning per process.
 pub(crate) fn custom_slot(name: &str) -> Option<usize> {
     use crate::policy::custom;
-    if matches!(
-        name,
-        "CPU" | "GPU" | "memory" | "object_store_memory" | "objectStoreMemory"
-    ) || name.starts_with("node:")
-        || name.starts_with("accelerator_type:")
-        || name.contains("_group_")
-    {
+    if is_builtin(name) || name.contains("_group_") {
         return None;
     }
     match custom::slot(name) {
@@ -140,6 +179,7 @@ impl RayClient {
             base,
             address: address.to_owned(),
             timeout: request_timeout,
+            spellings: std::sync::Arc::default(),
         })
     }
 
@@ -355,15 +395,70 @@ impl RayClient {
         let (mem_used, mem_total) = pair("memory")?;
         let mut total = RayResources::new(cpu_total, gpu_total, mem_total);
         let mut used = RayResources::new(cpu_used, gpu_used, mem_used);
-        for name in usage.keys() {
-            let Some(k) = custom_slot(name) else {
+        let reported: Vec<&String> = usage.keys().filter(|k| !is_builtin(k)).collect();
+        let unknown = {
+            let known = self
+                .spellings
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            reported.iter().any(|k| !known.contains_key(k.as_str()))
+        };
+        if unknown {
+            self.learn_spellings(&reported).await;
+        }
+        for reported_name in reported {
+            let name = self
+                .spellings
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(reported_name.as_str())
+                .cloned()
+                .unwrap_or_else(|| reported_name.clone());
+            let Some(k) = custom_slot(&name) else {
                 continue;
             };
-            let (u, t) = pair(name)?;
+            let (u, t) = pair(reported_name)?;
             total.custom.set(k, t);
             used.custom.set(k, u);
         }
         Ok(ClusterUsage { total, used })
+    }
+
+    /// Learns how the nodes spell the resources `reported` names
+    /// (`GET /api/v0/nodes?detail=1`, each node's `resources_total`): the dashboard's
+    /// cluster report spells them in "Google style" ([`google_style`]). A name no node
+    /// declares, or every name when the nodes cannot be read (an older dashboard), is
+    /// taken as reported; either way it is not asked about again.
+    async fn learn_spellings(&self, reported: &[&String]) {
+        let endpoint = "GET /api/v0/nodes";
+        let request = self
+            .http
+            .get(self.url(&["api", "v0", "nodes"]))
+            .query(&[("detail", "1"), ("limit", "10000")]);
+        let declared: Vec<String> = match self.execute(request, endpoint).await {
+            Ok((status, bytes)) if status.is_success() => {
+                serde_json::from_slice::<serde_json::Value>(&bytes)
+                    .ok()
+                    .and_then(|v| v.pointer("/data/result/result").cloned())
+                    .and_then(|v| v.as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|n| n.get("resources_total")?.as_object().cloned())
+                    .flat_map(|m| m.into_iter().map(|(k, _)| k))
+                    .collect()
+            }
+            _ => Vec::new(),
+        };
+        let mut known = self
+            .spellings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for name in declared {
+            known.insert(google_style(&name), name);
+        }
+        for r in reported {
+            known.entry((*r).clone()).or_insert_with(|| (*r).clone());
+        }
     }
 
     /// `base` + the given path segments, each percent-encoded. An empty last segment

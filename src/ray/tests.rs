@@ -989,3 +989,64 @@ fn the_default_budget_is_five_attempts_from_200ms_to_5s() {
         }
     );
 }
+
+/// Ray's dashboard spells resource names in its cluster report "Google style"
+/// (measured on Ray 2.60: `qpu_session` is reported as `qpuSession`); the client
+/// learns the nodes' own spelling from `GET /api/v0/nodes` once, so a job asking
+/// `qpu_session` finds the capacity.
+#[tokio::test]
+async fn cluster_usage_reads_custom_names_as_the_nodes_spell_them() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/cluster_status"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "result": true,
+            "data": {"clusterStatus": {"loadMetricsReport": {"usage": {
+                "CPU": [0.0, 2.0],
+                "qpuSession": [1.0, 2.0],
+                "QPU": [0.0, 1.0],
+                "objectStoreMemory": [0.0, 2e8],
+                "node:InternalHead": [0.0, 1.0]
+            }}}}
+        })))
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/api/v0/nodes"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "result": true,
+            "data": {"result": {"result": [{"state": "ALIVE", "resources_total": {
+                "CPU": 2.0, "qpu_session": 2.0, "QPU": 1.0,
+                "object_store_memory": 2e8, "node:__internal_head__": 1.0
+            }}]}}
+        })))
+        .expect(1)
+        .mount(&server)
+        .await;
+
+    let c = client(&server);
+    for _ in 0..3 {
+        let usage = c.cluster_usage().await.unwrap();
+        let names = usage.total.custom.by_name();
+        assert_eq!(names.get("qpu_session"), Some(&2.0), "{names:?}");
+        assert_eq!(names.get("QPU"), Some(&1.0), "{names:?}");
+        assert!(!names.contains_key("qpuSession"), "{names:?}");
+        assert_eq!(usage.used.custom.by_name().get("qpu_session"), Some(&1.0));
+    }
+}
+
+#[test]
+fn google_style_is_rays_spelling() {
+    use super::client::google_style;
+    for (name, reported) in [
+        ("qpu_session", "qpuSession"),
+        ("QPU", "QPU"),
+        ("my_QPU", "myQpu"),
+        ("node:__internal_head__", "node:InternalHead"),
+        ("object_store_memory", "objectStoreMemory"),
+        ("a_2x_b", "a2XB"),
+        ("qpuSession", "qpuSession"),
+    ] {
+        assert_eq!(google_style(name), reported, "{name}");
+    }
+}

@@ -1,4 +1,5 @@
-//! Issue 29 part 2 on a real Ray head started with `--resources='{"QPU": 2}'` (and 4
+//! Issue 29 part 2 on a real Ray head started with `--resources='{"QPU": 2,
+//! "qpu_session": 1}'` (and 4
 //! CPUs, so that CPUs are not what runs out): three 1-QPU jobs through fairshare, two
 //! RUNNING, the third QUEUED with a pending reason naming QPU; Ray itself was sent
 //! only two.
@@ -19,14 +20,16 @@ use crate::ONE_HEAD_AT_A_TIME;
 async fn three_one_qpu_jobs_on_a_two_qpu_head_two_run_and_the_third_waits_for_qpu() {
     let _one = ONE_HEAD_AT_A_TIME.lock().await;
     let dir = tempfile::tempdir().unwrap();
-    let head = RayHead::spawn_with(&ray_bin(), 4, Some(r#"{"QPU": 2}"#));
+    let head = RayHead::spawn_with(&ray_bin(), 4, Some(r#"{"QPU": 2, "qpu_session": 1}"#));
     head.wait_ready().await;
     let svc = Service::start(dir.path(), &head.dashboard, "").await;
     // The monitor has read the head's QPUs (a submit before that is not refused, but
     // waits the same; this makes the refusal below certain).
     eventually(60, "the head's QPUs in GET /v1/scheduler", || async {
         let v = svc.get("/v1/scheduler").await;
-        (v["clusters"][0]["capacity"]["custom"]["QPU"] == json!(2.0)).then_some(())
+        let custom = &v["clusters"][0]["capacity"]["custom"];
+        // Ray's cluster report spells it qpuSession; the nodes' own name is kept.
+        (custom["QPU"] == json!(2.0) && custom["qpu_session"] == json!(1.0)).then_some(())
     })
     .await;
     let qpu = json!({"resources": {"cpu": 1, "custom": {"QPU": 1}}});
@@ -80,6 +83,22 @@ async fn three_one_qpu_jobs_on_a_two_qpu_head_two_run_and_the_third_waits_for_qp
         v["error"]["details"]["field"], "resources.custom.TPU",
         "{v}"
     );
+    // A name with `_` (which Ray's cluster report spells otherwise) is found, sent to
+    // Ray under its own name, and runs there.
+    let j = svc
+        .submit(
+            "s",
+            "sleep 120",
+            1.0,
+            json!({"resources": {"cpu": 1, "custom": {"qpu_session": 1}}}),
+        )
+        .await;
+    let session = j["id"].as_str().unwrap().to_string();
+    eventually(90, "the qpu_session job RUNNING on Ray", || async {
+        (svc.job(&session).await["status"] == "RUNNING").then_some(())
+    })
+    .await;
+    ids.push(session);
     for id in &ids {
         assert!(svc
             .post(&format!("/v1/jobs/{id}/cancel"))
