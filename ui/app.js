@@ -329,6 +329,68 @@ async function refreshUsers() {
   renderUsers();
 }
 
+// ------------------------------------------------------------------ groups
+
+/** The tree of groups from GET /v1/groups (path order: a parent before its children),
+ * each node a list item with its share bar against its fair share, its figures and,
+ * for an admin, pause or resume. */
+function renderGroups(groups) {
+  const items = new Map();
+  const roots = [];
+  for (const g of groups) {
+    const name = g.path.split("/").pop();
+    const bar = shareBar(g.share, g.fair_share);
+    const pause = el(
+      "button",
+      { type: "button", class: "pause", "data-focus-key": "group:" + g.path, disabled: !isAdmin() },
+      g.paused ? "Resume" : "Pause",
+    );
+    pause.addEventListener("click", () => confirmGroupPause(g));
+    const users = g.users.length ? g.users.join(", ") : "no users";
+    const li = el(
+      "li",
+      { "data-group": g.path },
+      el(
+        "div",
+        { class: "group-row" },
+        el("span", { class: "group-name", title: g.path }, name),
+        el("span", { class: "weight", title: "weight" }, "w " + num(g.weight)),
+        bar,
+        el("span", { class: "group-figures" }, `${pct(g.share)} of ${pct(g.fair_share)} · ${g.running} running · ${g.queued} queued`),
+        el("span", { class: "paused-cell" }, g.paused ? "paused" : ""),
+        pause,
+      ),
+      el("div", { class: "group-users hint" }, users),
+    );
+    items.set(g.path, li);
+    const parent = g.parent && items.get(g.parent);
+    if (parent) {
+      let ul = parent.querySelector(":scope > ul");
+      if (!ul) {
+        ul = el("ul", {});
+        parent.append(ul);
+      }
+      ul.append(li);
+    } else roots.push(li);
+  }
+  keepFocus(() => $("groups-tree").replaceChildren(...roots));
+  $("groups-empty").hidden = groups.length > 0;
+}
+
+async function refreshGroups() {
+  renderGroups(await api("GET", "/v1/groups"));
+}
+
+function confirmGroupPause(g) {
+  const verb = g.paused ? "resume" : "pause";
+  const text = g.paused
+    ? `Resume group ${g.path}? Its users' queued jobs become eligible at the next cycle.`
+    : `Pause group ${g.path}? Nothing new of its users (and its subgroups' users) is dispatched; ${g.queued} queued jobs stay and ${g.running} running jobs go on.`;
+  openConfirm((g.paused ? "Resume " : "Pause ") + g.path, text, [], () =>
+    api("POST", `/v1/groups/${g.path.split("/").map(seg).join("/")}/${verb}`),
+  );
+}
+
 // ------------------------------------------------------------------ confirmation dialog
 
 let confirmAction = null;
@@ -686,11 +748,11 @@ function route() {
   const h = location.hash.replace(/^#/, "") || "users";
   if (h.startsWith("job/")) return { view: "job", id: h.slice(4) };
   const [view, q] = h.split("?");
-  return { view: ["users", "clusters", "jobs", "shares"].includes(view) ? view : "users", q };
+  return { view: ["users", "groups", "clusters", "jobs", "shares"].includes(view) ? view : "users", q };
 }
 
 function show(view) {
-  for (const v of ["users", "clusters", "jobs", "job", "shares"]) $("view-" + v).hidden = v !== view;
+  for (const v of ["users", "groups", "clusters", "jobs", "job", "shares"]) $("view-" + v).hidden = v !== view;
   for (const a of document.querySelectorAll("nav a")) {
     const on = a.id === "nav-" + (view === "job" ? "jobs" : view);
     if (on) a.setAttribute("aria-current", "page");
@@ -712,6 +774,7 @@ async function refresh() {
   try {
     const r = route();
     if (r.view === "users") await refreshUsers();
+    else if (r.view === "groups") await refreshGroups();
     else if (r.view === "clusters") await refreshClusters();
     // Once "More" has added pages, polling would drop them: it stops until the next search.
     else if (r.view === "jobs" && !state.jobsAppended) await refreshJobs(false);
