@@ -64,6 +64,7 @@ fn window(u: usize, users: usize, at: f64) -> Vec<QueuedJob> {
             runtime_estimate: Some(600.0),
             preemptible: false,
             preemptions: 0,
+            pool: None,
         })
         .collect()
 }
@@ -97,6 +98,7 @@ fn cluster(total_cpu: f64, used_cpu: f64) -> ClusterView {
         outstanding: Resources::default(),
         unreported: Resources::default(),
         jobs: Vec::new(),
+        pool: false,
     }
 }
 

@@ -80,6 +80,7 @@ proptest! {
                 outstanding: cpu(ours),
                 unreported: cpu(unreported),
                 jobs: Vec::new(),
+                pool: false,
             };
             let foreign_steady = (*seen..=t).all(|s| foreign_at(s) <= foreign_at(*seen));
             if foreign_steady && ours + foreign_at(t) <= total {

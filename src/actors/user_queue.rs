@@ -35,6 +35,7 @@ pub fn summary(j: &job::Model) -> QueuedJob {
         runtime_estimate: j.max_runtime_s.map(|s| s as f64),
         preemptible: j.preemptible,
         preemptions: u32::try_from(j.preemptions).unwrap_or(0),
+        pool: None,
     }
 }
 
@@ -74,6 +75,7 @@ impl Entry {
             runtime_estimate: Some(self.runtime_estimate).filter(|e| !e.is_nan()),
             preemptible: self.preemptible,
             preemptions: self.preemptions,
+            pool: None,
         }
     }
 }
@@ -402,6 +404,7 @@ mod tests {
             runtime_estimate: None,
             preemptible: false,
             preemptions: 0,
+            pool: None,
         }
     }
 

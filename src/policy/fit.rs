@@ -124,3 +124,14 @@ pub fn short_of(request: &Resources, frees: &[Resources]) -> Vec<String> {
     custom_names.sort_unstable();
     builtin.into_iter().map(name).chain(custom_names).collect()
 }
+
+/// Whether a job placed at `job_pool` (its [`super::QueuedJob::pool`]) may run on the
+/// cluster or pool named `name` (`pool`: it is a pool): a job naming a pool only
+/// there, any other job only on a cluster that is not a pool.
+#[must_use]
+pub fn admits(name: &str, pool: bool, job_pool: Option<&str>) -> bool {
+    match job_pool {
+        Some(p) => pool && p == name,
+        None => !pool,
+    }
+}

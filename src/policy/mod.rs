@@ -204,7 +204,7 @@ use serde::{Deserialize, Serialize};
 
 pub use custom::Custom;
 pub use cycle::{run_cycle, run_cycle_in};
-pub use fit::{best_fit, fits_some_cluster, short_of};
+pub use fit::{admits, best_fit, fits_some_cluster, short_of};
 pub use groups::{GroupView, Tree};
 pub use ledger::{CycleResult, Ledger, UserSettings, UserState};
 pub use licenses::without_licenses;
@@ -252,6 +252,11 @@ pub struct QueuedJob {
     /// requeues too; this counts preemptions only).
     #[serde(default)]
     pub preemptions: u32,
+    /// The pool it must run in (issue 30: capacity a runner outside this service
+    /// drives, a [`ClusterView`] with `pool` set and this name); `None`: a Ray
+    /// cluster of the policy's choosing, never a pool ([`admits`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
 }
 
 /// One user's fair-share state at the start of a cycle.

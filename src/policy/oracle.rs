@@ -23,7 +23,7 @@ use super::{
 struct UserState<'a> {
     view: &'a UserView,
     /// The healthy clusters' totals, for the permanent reasons.
-    totals: &'a [Resources],
+    totals: &'a [(String, bool, Resources)],
     allocation: Resources,
     outstanding: u32,
     share: f64,
@@ -81,7 +81,7 @@ impl<'a> UserState<'a> {
         now: Seconds,
         config: &PolicyConfig,
         capacity: &Resources,
-        totals: &'a [Resources],
+        totals: &'a [(String, bool, Resources)],
         tree: &Tree,
     ) -> UserState<'a> {
         let share = dominant_share(&view.allocation, capacity);
@@ -190,7 +190,7 @@ impl<'a> UserState<'a> {
         match self.ineligibility(head, groups) {
             None => order.push(
                 groups.path(self, user, now, config),
-                best_fit_slot(&head.resources, slots).is_some(),
+                best_fit_slot(head, slots).is_some(),
                 now - head.submitted_at > config.starvation_guard,
             ),
             Some(why @ (PendingReason::Paused | PendingReason::GroupPaused { .. })) => {
@@ -270,14 +270,19 @@ impl Order {
 }
 
 /// A reason `job` can never run as things stand, independent of other jobs:
-/// larger than every healthy cluster's total (`totals`; none healthy: never
-/// this reason) or, alone, than its user's `max_resources`.
+/// larger than the total of every healthy cluster it may run on (`totals`: name,
+/// pool, total; none healthy at all: never this reason) or, alone, than its user's
+/// `max_resources`.
 fn permanent_reason(
     job: &QueuedJob,
     view: &UserView,
-    totals: &[Resources],
+    totals: &[(String, bool, Resources)],
 ) -> Option<PendingReason> {
-    let too_large = !totals.is_empty() && !totals.iter().any(|t| job.resources.fits_within(t));
+    let place = job.pool.as_deref();
+    let too_large = !totals.is_empty()
+        && !totals
+            .iter()
+            .any(|(n, p, t)| super::admits(n, *p, place) && job.resources.fits_within(t));
     if too_large {
         return Some(PendingReason::NoClusterLargeEnough);
     }
@@ -323,7 +328,10 @@ pub fn run_cycle_in(
         licenses::with_counts(sum, &config.licenses)
     };
 
-    let totals: Vec<Resources> = slots.iter().map(|slot| slot.total).collect();
+    let totals: Vec<(String, bool, Resources)> = slots
+        .iter()
+        .map(|slot| (slot.name.to_owned(), slot.pool, slot.total))
+        .collect();
 
     let mut views: Vec<&UserView> = users.iter().collect();
     views.sort_by(|a, b| a.user.cmp(&b.user));
@@ -364,7 +372,14 @@ pub fn run_cycle_in(
     };
 
     let order = user_order(now, config, &cycle.groups, &states);
-    let frees: Vec<Resources> = slots.iter().map(|slot| slot.free).collect();
+    // What each job may use: the free capacity of the clusters it may run on.
+    let frees_for = |job: &QueuedJob| -> Vec<Resources> {
+        slots
+            .iter()
+            .filter(|slot| slot.admits(job))
+            .map(|slot| slot.free)
+            .collect()
+    };
     let pending = states
         .into_iter()
         .flat_map(|state| {
@@ -380,7 +395,7 @@ pub fn run_cycle_in(
             PendingReason::WaitingForCapacity { .. } => (
                 job.job_id,
                 PendingReason::WaitingForCapacity {
-                    short: short_of(&job.resources, &frees),
+                    short: short_of(&job.resources, &frees_for(job)),
                 },
             ),
             reason => (job.job_id, reason),
@@ -501,7 +516,7 @@ impl Cycle<'_> {
         }
         order.push(
             now,
-            best_fit_slot(&head.resources, slots).is_some(),
+            best_fit_slot(head, slots).is_some(),
             self.now - head.submitted_at > self.config.starvation_guard,
         );
         true
@@ -531,7 +546,7 @@ impl Cycle<'_> {
             let Some(job) = state.head() else {
                 continue;
             };
-            if let Some(k) = best_fit_slot(&job.resources, slots) {
+            if let Some(k) = best_fit_slot(job, slots) {
                 self.grant(slots, k, state);
                 state.enqueue_or_explain(
                     user,
@@ -566,8 +581,10 @@ impl Cycle<'_> {
     ) -> Option<Hold> {
         if let Some(hold) = held.and_then(|r| self.still_held(slots, states, r)) {
             let state = &mut states[hold.user];
-            let request = hold.reservation.resources;
-            match best_fit_slot(&request, slots) {
+            let Some(job) = state.head() else {
+                return Some(hold);
+            };
+            match best_fit_slot(job, slots) {
                 Some(k) => self.grant(slots, k, state),
                 None => return Some(hold),
             }
@@ -595,8 +612,10 @@ impl Cycle<'_> {
         // start soonest.
         let slot = slots
             .iter()
-            .position(|s| s.name == held.cluster && head.resources.fits_within(&s.total))
-            .or_else(|| self.soonest_slot(slots, &head.resources))?;
+            .position(|s| {
+                s.name == held.cluster && s.admits(head) && head.resources.fits_within(&s.total)
+            })
+            .or_else(|| self.soonest_slot(slots, head))?;
         self.hold(slots, state, user, slot, held.since)
     }
 
@@ -629,12 +648,13 @@ impl Cycle<'_> {
 
     /// The slot where `request` is expected to start soonest (unknown starts
     /// last, ties by name), among those whose total can hold it.
-    fn soonest_slot(&self, slots: &[Slot<'_>], request: &Resources) -> Option<usize> {
+    fn soonest_slot(&self, slots: &[Slot<'_>], job: &QueuedJob) -> Option<usize> {
+        let request = &job.resources;
         let mut best: Option<(usize, Option<Seconds>)> = None;
         for (k, slot) in slots.iter().enumerate() {
             // Can ever hold it: the cluster's total (what other tenants seem to hold
             // now may be our own jobs Ray's lagging report still counts).
-            if !request.fits_within(&slot.total) {
+            if !slot.admits(job) || !request.fits_within(&slot.total) {
                 continue;
             }
             let start = slot.shadow(self.now, request).start;
@@ -667,7 +687,7 @@ impl Cycle<'_> {
         let waited_long = self.now - head.submitted_at > self.config.starvation_guard;
         if !waited_long
             || state.ineligibility(head, &self.groups).is_some()
-            || best_fit_slot(&head.resources, slots).is_some()
+            || best_fit_slot(head, slots).is_some()
         {
             return false;
         }
@@ -707,7 +727,7 @@ impl Cycle<'_> {
         user: usize,
     ) -> Option<Hold> {
         let job = states.get(user)?.head()?;
-        let slot = self.soonest_slot(slots, &job.resources)?;
+        let slot = self.soonest_slot(slots, job)?;
         self.hold(slots, &states[user], user, slot, self.now)
     }
 
@@ -786,7 +806,7 @@ impl Cycle<'_> {
                 None => {
                     let state = &mut states[user];
                     let reason = match &hold {
-                        Some(h) if best_fit_slot(&job.resources, slots).is_some() => {
+                        Some(h) if best_fit_slot(job, slots).is_some() => {
                             PendingReason::BlockedByReservation {
                                 job_id: h.reservation.job_id,
                                 until_in: h.expected_in(self.now),
@@ -807,7 +827,7 @@ impl Cycle<'_> {
             ) {
                 let fits = state
                     .head()
-                    .is_some_and(|job| best_fit_slot(&job.resources, slots).is_some());
+                    .is_some_and(|job| best_fit_slot(job, slots).is_some());
                 if !fits {
                     state.head_reason =
                         Some(PendingReason::WaitingForCapacity { short: Vec::new() });
@@ -837,7 +857,7 @@ impl Cycle<'_> {
     ) -> Option<(usize, Backfill)> {
         let mut best: Option<(usize, Backfill, f64)> = None;
         for (k, slot) in slots.iter().enumerate() {
-            if !job.resources.fits_within(&slot.free) {
+            if !slot.admits(job) || !job.resources.fits_within(&slot.free) {
                 continue;
             }
             let how = match hold {
@@ -895,6 +915,8 @@ fn user_order(
 /// A healthy cluster during a cycle: its capacity and what is still free.
 struct Slot<'a> {
     pub name: &'a str,
+    /// A pool ([`ClusterView::pool`]).
+    pub pool: bool,
     pub total: Resources,
     pub free: Resources,
     /// `total − foreign`: the most that can ever be free for this service.
@@ -909,6 +931,11 @@ struct Slot<'a> {
 }
 
 impl Slot<'_> {
+    /// Whether `job` may run here ([`super::admits`]).
+    fn admits(&self, job: &QueuedJob) -> bool {
+        super::admits(self.name, self.pool, job.pool.as_deref())
+    }
+
     /// The shadow of `request` on this cluster at `now` ([`shadow`]).
     pub fn shadow(&self, now: Seconds, request: &Resources) -> Shadow {
         let jobs: Vec<OutstandingJob> = self.jobs.iter().chain(&self.added).copied().collect();
@@ -929,6 +956,7 @@ fn healthy_slots<'a>(clusters: &'a [ClusterView], lic: &Custom) -> Vec<Slot<'a>>
         .filter(|(_, c)| c.healthy)
         .map(|(_, c)| Slot {
             name: &c.name,
+            pool: c.pool,
             total: licenses::with_counts(c.total, lic),
             free: licenses::with_free(c.free(), lic, &pooled),
             ceiling: licenses::with_counts(c.total.saturating_sub(c.foreign()), lic),
@@ -941,13 +969,14 @@ fn healthy_slots<'a>(clusters: &'a [ClusterView], lic: &Custom) -> Vec<Slot<'a>>
     slots
 }
 
-/// Index (in `slots`) of the best-fit slot for `request`: among those whose
-/// free capacity holds it, the smallest [`leftover`]; ties go to the earlier
-/// slot, that is the smaller name.
-fn best_fit_slot(request: &Resources, slots: &[Slot<'_>]) -> Option<usize> {
+/// Index (in `slots`) of the best-fit slot for `job`: among those it may run on
+/// ([`super::admits`]) whose free capacity holds it, the smallest [`leftover`];
+/// ties go to the earlier slot, that is the smaller name.
+fn best_fit_slot(job: &QueuedJob, slots: &[Slot<'_>]) -> Option<usize> {
+    let request = &job.resources;
     let mut best: Option<(usize, f64)> = None;
     for (i, slot) in slots.iter().enumerate() {
-        if !request.fits_within(&slot.free) {
+        if !slot.admits(job) || !request.fits_within(&slot.free) {
             continue;
         }
         let score = leftover(request, &slot.free, &slot.total);

@@ -360,6 +360,7 @@ mod tests {
             runtime_estimate: None,
             preemptible: false,
             preemptions: 0,
+            pool: None,
         }
     }
 
@@ -393,6 +394,7 @@ mod tests {
                 outstanding: Resources::ZERO,
                 unreported: Resources::ZERO,
                 jobs: Vec::new(),
+                pool: false,
             }],
             reservation: None,
             groups: Vec::new(),

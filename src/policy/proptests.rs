@@ -59,22 +59,28 @@ fn clusters() -> impl Strategy<Value = Vec<ClusterView>> {
         resources(32, 4, 64),
         outstanding_jobs(),
     );
-    prop::collection::vec(one, 0..=3).prop_map(|parts| {
-        parts
-            .into_iter()
-            .enumerate()
-            .map(|(i, (healthy, total, used, jobs))| ClusterView {
-                name: format!("c{i}"),
-                healthy,
-                total,
-                // Half of a random vector: some load, at times more than the total.
-                used_reported: half(used),
-                outstanding: jobs.iter().fold(Resources::ZERO, |a, j| a + j.resources),
-                jobs,
-                unreported: Resources::ZERO,
-            })
-            .collect()
-    })
+    // The third cluster, `c2`, is a pool a third of the time (issue 30).
+    (
+        prop::collection::vec(one, 0..=3),
+        prop::bool::weighted(0.33),
+    )
+        .prop_map(|(parts, pool)| {
+            parts
+                .into_iter()
+                .enumerate()
+                .map(|(i, (healthy, total, used, jobs))| ClusterView {
+                    name: format!("c{i}"),
+                    healthy,
+                    total,
+                    // Half of a random vector: some load, at times more than the total.
+                    used_reported: half(used),
+                    outstanding: jobs.iter().fold(Resources::ZERO, |a, j| a + j.resources),
+                    jobs,
+                    unreported: Resources::ZERO,
+                    pool: pool && i == 2,
+                })
+                .collect()
+        })
 }
 
 /// Half of `r`, rounded down to whole GPUs and GiB (still exact in f64).
@@ -93,11 +99,18 @@ fn half(r: Resources) -> Resources {
 
 fn queue(user: usize) -> impl Strategy<Value = Vec<QueuedJob>> {
     let estimate = prop::option::weighted(0.7, 1u32..=900);
-    let job = (resources(12, 1, 16), 0u32..=900, -2i32..=2, estimate);
+    // A job names the pool `c2` (a pool a third of the time, see `clusters`) now and
+    // then, or one that does not exist.
+    let pool = prop_oneof![
+        8 => Just(None),
+        2 => Just(Some("c2".to_owned())),
+        1 => Just(Some("nowhere".to_owned())),
+    ];
+    let job = (resources(12, 1, 16), 0u32..=900, -2i32..=2, estimate, pool);
     prop::collection::vec(job, 0..=8).prop_map(move |jobs| {
         jobs.into_iter()
             .enumerate()
-            .map(|(j, (resources, at, priority, estimate))| QueuedJob {
+            .map(|(j, (resources, at, priority, estimate, pool))| QueuedJob {
                 job_id: JobId::from_u128((user as u128) << 64 | j as u128),
                 resources,
                 priority,
@@ -105,6 +118,7 @@ fn queue(user: usize) -> impl Strategy<Value = Vec<QueuedJob>> {
                 runtime_estimate: estimate.map(f64::from),
                 preemptible: false,
                 preemptions: 0,
+                pool,
             })
             .collect()
     })
@@ -227,7 +241,12 @@ fn healthy<'a>(clusters: &'a [ClusterView], name: &str) -> Option<&'a ClusterVie
 /// or larger than the user's limit on its own.
 fn unrunnable(job: &QueuedJob, u: &UserView, clusters: &[ClusterView]) -> bool {
     let any_healthy = clusters.iter().any(|c| c.healthy);
-    (any_healthy && !fits_some_cluster(&job.resources, clusters))
+    let placed: Vec<ClusterView> = clusters
+        .iter()
+        .filter(|c| admits(&c.name, c.pool, job.pool.as_deref()))
+        .cloned()
+        .collect();
+    (any_healthy && !fits_some_cluster(&job.resources, &placed))
         || u.max_resources.is_some_and(|m| !job.resources.fits_cap(&m))
 }
 
@@ -249,6 +268,17 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
         assert!(
             healthy(clusters, &g.cluster).is_some(),
             "grant to unhealthy {g:?}"
+        );
+        let job = users
+            .iter()
+            .flat_map(|u| &u.queue)
+            .find(|j| j.job_id == g.job_id)
+            .expect("a granted job is queued");
+        let c = healthy(clusters, &g.cluster).expect("healthy");
+        assert!(
+            admits(&c.name, c.pool, job.pool.as_deref()),
+            "{g:?} placed where its job may not run (pool {:?})",
+            job.pool
         );
         let (_, free) = remaining.iter_mut().find(|(n, _)| *n == g.cluster).unwrap();
         assert!(
@@ -322,8 +352,11 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
         if outstanding < u.max_running_jobs && within_limit {
             let fits_now = remaining
                 .iter()
-                .filter(|(name, _)| healthy(clusters, name).is_some())
-                .any(|(_, free)| head.resources.fits_within(free));
+                .filter_map(|(name, free)| Some((healthy(clusters, name)?, free)))
+                .any(|(c, free)| {
+                    admits(&c.name, c.pool, head.pool.as_deref())
+                        && head.resources.fits_within(free)
+                });
             let blocked = matches!(
                 reason_of(out, head.job_id),
                 Some(PendingReason::BlockedByReservation { .. })
@@ -529,8 +562,14 @@ proptest! {
                     && u.max_resources.is_none()
                     && u.queue.first().is_some_and(|j| j.job_id == r.job_id
                         && !unrunnable(j, u, &clusters)));
-                let fits_now = clusters.iter().any(|c| c.healthy && r.resources.fits_within(&c.free()));
-                let can_hold = clusters.iter().any(|c| c.healthy && r.resources.fits_within(&c.total.saturating_sub(c.foreign())));
+                let place = users
+                    .iter()
+                    .flat_map(|u| &u.queue)
+                    .find(|j| j.job_id == r.job_id)
+                    .and_then(|j| j.pool.as_deref());
+                let placed = |c: &&ClusterView| c.healthy && admits(&c.name, c.pool, place);
+                let fits_now = clusters.iter().filter(placed).any(|c| r.resources.fits_within(&c.free()));
+                let can_hold = clusters.iter().filter(placed).any(|c| r.resources.fits_within(&c.total.saturating_sub(c.foreign())));
                 if valid && can_hold {
                     if fits_now {
                         prop_assert!(out.grants.first().is_some_and(|g| g.job_id == r.job_id));

@@ -213,6 +213,11 @@ pub struct ClusterView {
     /// ([`super::shadow`]); their resources should sum to `outstanding`.
     #[serde(default)]
     pub jobs: Vec<super::OutstandingJob>,
+    /// A pool (issue 30): capacity this service admits jobs to but does not run
+    /// (a runner starts them and reports back); only jobs naming it may go there
+    /// ([`super::admits`]). Its capacity counts in the shares like a cluster's.
+    #[serde(default)]
+    pub pool: bool,
 }
 
 impl ClusterView {

@@ -29,6 +29,7 @@ fn job(n: u128, resources: Resources, submitted_at: Seconds) -> QueuedJob {
         runtime_estimate: None,
         preemptible: false,
         preemptions: 0,
+        pool: None,
     }
 }
 
@@ -118,6 +119,7 @@ fn cluster(name: &str, total: Resources) -> ClusterView {
         outstanding: Resources::ZERO,
         unreported: Resources::ZERO,
         jobs: Vec::new(),
+        pool: false,
     }
 }
 
@@ -250,6 +252,7 @@ impl Sim {
                     expected_end: Some(end),
                 })
                 .collect(),
+            pool: false,
         }]
     }
 
@@ -1549,3 +1552,4 @@ fn a_license_shared_by_two_clusters() {
     );
 }
 mod group_tests;
+mod pool_tests;

@@ -95,7 +95,7 @@ impl Ledger {
     /// [`Ledger::cluster_views`] and [`Ledger::reservation`].
     pub fn cycle(&mut self, now: Seconds) -> CycleResult {
         let now = self.clock(now);
-        if !self.tree.is_empty() {
+        if !self.tree.is_empty() || self.clusters.iter().any(|c| c.pool) {
             return self.cycle_grouped(now);
         }
         self.advance_overdue(now);
@@ -147,6 +147,7 @@ impl Ledger {
                     outstanding: c.outstanding,
                     unreported: c.unreported,
                     jobs: Vec::new(),
+                    pool: false,
                 };
                 Room {
                     cluster: k,
@@ -212,10 +213,11 @@ impl Ledger {
         }
     }
 
-    /// A cycle with groups: the straightforward hierarchical cycle
-    /// ([`crate::policy::groups`]) on this ledger's snapshot, O(users) per grant,
-    /// its grants then booked here as the incremental cycle books its own. Its
-    /// reasons and order are kept for explanations.
+    /// A cycle with groups or pools: the straightforward cycle (hierarchical with
+    /// groups, [`crate::policy::groups`]; placing jobs by pool,
+    /// [`crate::policy::admits`]) on this ledger's snapshot, O(users) per grant, its
+    /// grants then booked here as the incremental cycle books its own. Its reasons
+    /// and order are kept for explanations.
     fn cycle_grouped(&mut self, now: Seconds) -> CycleResult {
         self.advance_overdue(now);
         let users = self.user_views();

@@ -24,6 +24,19 @@ impl Ledger {
         &self.tree
     }
 
+    /// Makes `name` a pool (issue 30; [`crate::policy::ClusterView::pool`]): only
+    /// jobs naming it go there, and no other. Report its capacity with
+    /// [`Ledger::report_cluster`] as for a cluster. With any pool, cycles run the
+    /// straightforward way (like groups: [`Ledger::set_groups`]).
+    pub fn set_pool(&mut self, now: Seconds, name: &str) {
+        let now = self.clock(now);
+        let k = self.cluster(name);
+        if !self.clusters[k].pool {
+            self.clusters[k].pool = true;
+            self.resize(now);
+        }
+    }
+
     /// Sets a user's settings (creating it if new).
     pub fn set_user(&mut self, now: Seconds, name: &str, settings: UserSettings) {
         let now = self.clock(now);
@@ -348,12 +361,12 @@ impl Ledger {
             .values()
             .map(|&k| &self.clusters[k])
             .filter(|c| c.healthy)
-            .map(|c| c.total)
+            .map(|c| (c.name.clone(), c.pool, c.total))
             .collect();
         let sum = self
             .totals
             .iter()
-            .fold(Resources::ZERO, |sum, total| sum + *total);
+            .fold(Resources::ZERO, |sum, total| sum + total.2);
         // A license counts once, not once per cluster.
         self.capacity = if self.totals.is_empty() {
             sum

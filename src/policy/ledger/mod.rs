@@ -231,6 +231,8 @@ struct ClusterState {
     /// Outstanding jobs by expected end (unknown last), then arrival.
     ends: BTreeMap<EndKey, (JobId, Resources)>,
     next_seq: u64,
+    /// A pool (issue 30; [`ClusterView::pool`]).
+    pool: bool,
 }
 
 impl ClusterState {
@@ -244,6 +246,7 @@ impl ClusterState {
             unreported: Resources::ZERO,
             ends: BTreeMap::new(),
             next_seq: 0,
+            pool: false,
         }
     }
 
@@ -264,6 +267,7 @@ impl ClusterState {
                     expected_end: k.end,
                 })
                 .collect(),
+            pool: self.pool,
         }
     }
 
@@ -466,8 +470,9 @@ pub struct Ledger {
     tree: crate::policy::Tree,
     /// Sum of the healthy clusters' totals, in name order.
     capacity: Resources,
-    /// The healthy clusters' totals in name order (what "too large" is judged by).
-    totals: Vec<Resources>,
+    /// The healthy clusters' and pools' totals in name order (what "too large" is
+    /// judged by).
+    totals: Totals,
     /// The latest time seen.
     now: Seconds,
     /// Eligible users by their effective head's request.
@@ -529,6 +534,7 @@ impl Ledger {
             let k = ledger.cluster(&c.name);
             let state = &mut ledger.clusters[k];
             state.healthy = c.healthy;
+            state.pool = c.pool;
             state.total = super::licenses::with_counts(c.total, &config_licenses);
             state.used_reported = c.used_reported;
             state.outstanding = c.outstanding;
@@ -612,15 +618,24 @@ fn saturated(age: Seconds, max_age: Seconds) -> bool {
     age / max_age >= 1.0
 }
 
+/// The healthy clusters and pools, in name order: name, whether a pool, total (what
+/// "too large" is judged by).
+pub(crate) type Totals = Vec<(String, bool, Resources)>;
+
 /// A reason `job` can never run as things stand, independent of other jobs:
-/// larger than every healthy cluster's total (`totals`; none healthy: never this
+/// larger than the total of every healthy cluster it may run on (`totals`: its
+/// pool, or every cluster that is not a pool; none healthy at all: never this
 /// reason) or, alone, than its user's `max_resources`.
 pub(crate) fn permanent_reason(
     job: &QueuedJob,
     max_resources: Option<&Resources>,
-    totals: &[Resources],
+    totals: &[(String, bool, Resources)],
 ) -> Option<PendingReason> {
-    let too_large = !totals.is_empty() && !totals.iter().any(|t| job.resources.fits_within(t));
+    let place = job.pool.as_deref();
+    let too_large = !totals.is_empty()
+        && !totals
+            .iter()
+            .any(|(n, p, t)| crate::policy::admits(n, *p, place) && job.resources.fits_within(t));
     if too_large {
         return Some(PendingReason::NoClusterLargeEnough);
     }

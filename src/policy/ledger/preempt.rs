@@ -205,7 +205,9 @@ impl Ledger {
                 || waited.is_nan()
                 || waited <= config.after
                 || self.preempt.waiting_for.contains_key(&head.job_id)
-                || rooms.iter().any(|(_, f)| head.resources.fits_within(f))
+                || rooms
+                    .iter()
+                    .any(|(k, f)| self.admits(*k, head) && head.resources.fits_within(f))
                 || at_most(s.fair, dominant_share(&s.allocation, &self.capacity))
             {
                 continue;
@@ -219,7 +221,8 @@ impl Ledger {
             };
             let mut best: Option<(usize, Vec<JobId>)> = None;
             for (i, (k, free)) in rooms.iter().enumerate() {
-                if !head.resources.fits_within(&self.clusters[*k].total) {
+                if !self.admits(*k, &head) || !head.resources.fits_within(&self.clusters[*k].total)
+                {
                     continue;
                 }
                 if let Some(victims) = self.victims_on(now, config, *k, *free, p, &head, &standing)

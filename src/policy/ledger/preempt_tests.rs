@@ -23,6 +23,7 @@ fn queued(n: u128, cores: f64, at: Seconds) -> QueuedJob {
         runtime_estimate: None,
         preemptible: false,
         preemptions: 0,
+        pool: None,
     }
 }
 

@@ -126,4 +126,11 @@ impl Ledger {
             })
             .collect()
     }
+
+    /// Whether the job `head` may run on cluster `k` (its pool, or a cluster that
+    /// is not a pool).
+    pub(super) fn admits(&self, k: usize, head: &crate::policy::QueuedJob) -> bool {
+        let c = &self.clusters[k];
+        crate::policy::admits(&c.name, c.pool, head.pool.as_deref())
+    }
 }

@@ -155,6 +155,7 @@ fn replay_in(config: &PolicyConfig, groups: &[GroupView], ops: &[Op]) -> Result<
                             runtime_estimate: estimate.map(f64::from),
                             preemptible: false,
                             preemptions: 0,
+                            pool: None,
                         }
                     })
                     .collect();
@@ -170,6 +171,7 @@ fn replay_in(config: &PolicyConfig, groups: &[GroupView], ops: &[Op]) -> Result<
                     runtime_estimate: estimate.map(f64::from),
                     preemptible: false,
                     preemptions: 0,
+                    pool: None,
                 };
                 ledger.push_queued(now, &format!("u{u}"), job);
             }
@@ -413,6 +415,7 @@ fn busy(n: usize, config: &PolicyConfig) -> Ledger {
                 runtime_estimate: Some(600.0),
                 preemptible: false,
                 preemptions: 0,
+                pool: None,
             })
             .collect();
         ledger.set_window(now, &name, window);

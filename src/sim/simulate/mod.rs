@@ -574,6 +574,7 @@ fn queued_job(j: usize, job: &SimJob) -> QueuedJob {
         runtime_estimate: job.estimate,
         preemptible: job.preemptible,
         preemptions: job.preemptions,
+        pool: None,
     }
 }
 
