@@ -25,15 +25,7 @@ pub fn run_cycle(
     clusters: &[ClusterView],
     reservation: Option<&Reservation>,
 ) -> CycleOutcome {
-    let mut ledger = Ledger::from_views(config.clone(), now, users, clusters, reservation);
-    let result = ledger.cycle(now);
-    CycleOutcome {
-        pending: ledger.pending(),
-        order: ledger.order_of(now, &result.emptied),
-        grants: result.grants,
-        stopped_for: result.stopped_for,
-        reservation: result.reservation,
-    }
+    run_cycle_in(now, config, &[], users, clusters, reservation)
 }
 
 /// [`run_cycle`] with users in the groups of `tree` (DESIGN §2, "Groups"):

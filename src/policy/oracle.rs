@@ -485,6 +485,20 @@ impl Cycle<'_> {
         self.holders_max.set(None);
     }
 
+    /// Grants `state`'s head (user index `user`) on `slots[k]` and puts the user
+    /// back in the order with its next head, or explains why it waits.
+    fn grant_and_requeue(
+        &mut self,
+        slots: &mut [Slot<'_>],
+        k: usize,
+        state: &mut UserState<'_>,
+        user: usize,
+        order: &mut Order,
+    ) {
+        self.grant(slots, k, state);
+        state.enqueue_or_explain(user, self.now, self.config, slots, &self.groups, order);
+    }
+
     /// Whether `popped`, taken from the order, is stale: a grant to a user in one
     /// of its groups raised a group's key since it was pushed (keys only rise
     /// during a cycle, so an entry's path is never above its user's), or took a
@@ -547,15 +561,7 @@ impl Cycle<'_> {
                 continue;
             };
             if let Some(k) = best_fit_slot(job, slots) {
-                self.grant(slots, k, state);
-                state.enqueue_or_explain(
-                    user,
-                    self.now,
-                    self.config,
-                    slots,
-                    &self.groups,
-                    &mut order,
-                );
+                self.grant_and_requeue(slots, k, state, user, &mut order);
                 continue;
             }
             state.set_head_reason(PendingReason::WaitingForCapacity { short: Vec::new() });
@@ -782,16 +788,7 @@ impl Cycle<'_> {
                     if let Some(h) = hold.as_mut().filter(|h| h.slot == k) {
                         h.take(&job.resources, how);
                     }
-                    let state = &mut states[user];
-                    self.grant(slots, k, state);
-                    state.enqueue_or_explain(
-                        user,
-                        self.now,
-                        self.config,
-                        slots,
-                        &self.groups,
-                        &mut order,
-                    );
+                    self.grant_and_requeue(slots, k, &mut states[user], user, &mut order);
                 }
                 None if hold.is_none() && self.starved(slots, states, user) => {
                     // No reservation yet: the first starved head met in

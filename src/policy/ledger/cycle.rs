@@ -85,6 +85,25 @@ pub(super) struct Run {
     pub(super) holders_max: Option<f64>,
 }
 
+impl Run {
+    /// A cycle's state at `now` over `rooms`, nothing granted yet.
+    fn new(now: Seconds, rooms: Vec<Room>) -> Run {
+        Run {
+            now,
+            rooms,
+            grants: Vec::new(),
+            waited: Vec::new(),
+            granted: Vec::new(),
+            preemptible: Vec::new(),
+            taken: HashSet::default(),
+            stale_holders: Vec::new(),
+            aside: Vec::new(),
+            emptied: Vec::new(),
+            holders_max: None,
+        }
+    }
+}
+
 type Merge = BinaryHeap<Reverse<(Rank, Uid, Source)>>;
 
 impl Ledger {
@@ -99,19 +118,7 @@ impl Ledger {
             return self.cycle_grouped(now);
         }
         self.advance_overdue(now);
-        let mut run = Run {
-            now,
-            rooms: self.rooms(),
-            grants: Vec::new(),
-            waited: Vec::new(),
-            granted: Vec::new(),
-            preemptible: Vec::new(),
-            taken: HashSet::default(),
-            stale_holders: Vec::new(),
-            aside: Vec::new(),
-            emptied: Vec::new(),
-            holders_max: None,
-        };
+        let mut run = Run::new(now, self.rooms());
         let (stopped_for, hold) = if run.rooms.is_empty() {
             (None, None)
         } else if self.config.backfill {
@@ -230,19 +237,7 @@ impl Ledger {
             &clusters,
             self.reservation.as_ref(),
         );
-        let mut run = Run {
-            now,
-            rooms: self.rooms(),
-            grants: Vec::new(),
-            waited: Vec::new(),
-            granted: Vec::new(),
-            preemptible: Vec::new(),
-            taken: HashSet::default(),
-            stale_holders: Vec::new(),
-            aside: Vec::new(),
-            emptied: Vec::new(),
-            holders_max: None,
-        };
+        let mut run = Run::new(now, self.rooms());
         for g in &out.grants {
             let Some(&uid) = self.by_name.get(g.user.as_str()) else {
                 continue;
