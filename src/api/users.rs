@@ -349,6 +349,7 @@ impl UserUpdate {
             paused: None,
             display_name: self.display_name,
             preemptible: self.preemptible.map(|p| p.unwrap_or(false)),
+            group: None,
         })
     }
 }
@@ -380,7 +381,12 @@ pub async fn put(
 }
 
 async fn apply(state: &AppState, id: &str, patch: UserPatch) -> Result<HttpResponse, ApiError> {
-    let u = store::upsert_user(&state.db, id, patch).await?;
+    let u = store::upsert_user(&state.db, id, patch)
+        .await
+        .map_err(|e| match e {
+            store::GroupError::Db(e) => ApiError::from(e),
+            other => ApiError::invalid("group", other.to_string()),
+        })?;
     tracing::info!(weight = u.weight, paused = u.paused, "user updated");
     match state.scheduler() {
         Some(s) => s.user_changed(&u).await,
