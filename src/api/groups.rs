@@ -6,8 +6,9 @@
 //! name: a cycle cannot be written down, and a group whose parent does not exist is
 //! refused (422 naming `path`). The path may be sent with its slashes as they are
 //! (`/v1/groups/ibm-q/open`) or encoded (`/v1/groups/ibm-q%2Fopen`); one route takes
-//! the rest of the URL, and a `POST` to `…/pause` or `…/resume` acts on the group
-//! before that last segment (so a group may itself be called `pause`).
+//! the rest of the URL, and one ending in `/pause` or `/resume` is that action on the
+//! group before it (`POST` only): so no segment of a group path may be `pause` or
+//! `resume` (nor `.` or `..`, which a URL cannot carry).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -88,18 +89,45 @@ pub const GROUP_NUMBERS: &[(&str, Written)] = &[
     ("max_running_jobs", Written::Whole),
 ];
 
-/// Checks a group path (422 naming `path`): the policy's rule
-/// ([`crate::policy::groups::check_path`]), and no segment `.` or `..`, which a URL
-/// cannot carry as it is.
+/// Segments no group path has: `.` and `..`, which a URL cannot carry as they are,
+/// and the actions' names, so that `…/pause` is always the action.
+const RESERVED: [&str; 4] = [".", "..", "pause", "resume"];
+
+/// Checks a group path (422 naming `field`): the policy's rule
+/// ([`crate::policy::groups::check_path`]), and none of the [`RESERVED`] segments.
 pub(crate) fn check_path(field: &str, path: &str) -> Result<(), ApiError> {
     crate::policy::groups::check_path(path).map_err(|e| ApiError::invalid(field, e.to_string()))?;
-    if path.split('/').any(|s| s == "." || s == "..") {
+    if path.split('/').any(|s| RESERVED.contains(&s)) {
         return Err(ApiError::invalid(
             field,
-            format!("{path:?} is not a group path: a segment may not be \".\" or \"..\""),
+            format!(
+                "{path:?} is not a group path: a segment may not be \".\", \"..\", \"pause\" or \"resume\""
+            ),
         ));
     }
     Ok(())
+}
+
+/// The group and the action of a URL tail `…/pause` or `…/resume`.
+fn action(tail: &str) -> Option<(&str, &str)> {
+    tail.rsplit_once('/')
+        .filter(|(_, a)| *a == "pause" || *a == "resume")
+}
+
+/// What the tail route allows: `POST` on `…/pause|resume`, else `GET, PUT, DELETE`.
+fn allowed(tail: &str) -> ApiError {
+    ApiError::MethodNotAllowed {
+        allow: if action(tail).is_some() {
+            "POST"
+        } else {
+            "GET, PUT, DELETE"
+        },
+    }
+}
+
+/// Any other method on `/v1/groups/{path}…`: 405 with the methods that path takes.
+pub async fn other_method(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    Err(allowed(&path))
 }
 
 /// Live figures of every group: the arbiter's once recovery has loaded the queues;
@@ -231,6 +259,9 @@ pub async fn get(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    if action(&path).is_some() {
+        return Err(allowed(&path));
+    }
     state.auth.require(&req, Role::Submitter, "read groups")?;
     // A path no group could have names none.
     check_path("path", &path).map_err(|_| not_found(&path))?;
@@ -297,6 +328,9 @@ pub async fn put(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
+    if action(&path).is_some() {
+        return Err(allowed(&path));
+    }
     state.auth.require(&req, Role::Admin, "change groups")?;
     check_path("path", &path)?;
     let body = read_body(&req, payload, &state.settings.server).await?;
@@ -327,6 +361,9 @@ pub async fn delete(
     req: HttpRequest,
     path: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
+    if action(&path).is_some() {
+        return Err(allowed(&path));
+    }
     state.auth.require(&req, Role::Admin, "delete groups")?;
     check_path("path", &path).map_err(|_| not_found(&path))?;
     store::delete_group(&state.db, &path)
@@ -345,12 +382,10 @@ pub async fn post(
     path: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    match path.rsplit_once('/') {
+    match action(&path) {
         Some((group, "pause")) => pause(state, req, group, payload).await,
-        Some((group, "resume")) => resume(state, req, group, payload).await,
-        _ => Err(ApiError::MethodNotAllowed {
-            allow: "GET, PUT, DELETE",
-        }),
+        Some((group, _)) => resume(state, req, group, payload).await,
+        None => Err(allowed(&path)),
     }
 }
 

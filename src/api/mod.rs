@@ -104,13 +104,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/v1/users/{id}/resume", "POST").post(users::resume))
     .service(resource("/v1/groups", "GET").get(groups::list))
     // A group's path has slashes, sent as they are or as %2F: the route takes the
-    // rest of the URL; `POST …/pause|resume` acts on the group before the last segment.
+    // rest of the URL; `…/pause|resume` is that action (POST) on the group before it,
+    // and each answers 405 with its own methods (groups::other_method).
     .service(
-        resource("/v1/groups/{path:.+}", "GET, PUT, DELETE, POST")
+        web::resource("/v1/groups/{path:.+}")
             .get(groups::get)
             .put(groups::put)
             .delete(groups::delete)
-            .post(groups::post),
+            .post(groups::post)
+            .default_service(web::to(groups::other_method)),
     )
     .service(resource("/v1/events", "GET").get(events::stream))
     .service(resource("/v1/scheduler", "GET").get(system::scheduler))

@@ -166,9 +166,10 @@ pub fn document_json() -> serde_json::Value {
 }
 
 /// JSON Schema pattern of a group path (`api::groups::check_path`): 1 to 8 segments of
-/// 1–64 characters `A-Z a-z 0-9 _ . -` joined by `/`, none of them `.` or `..`.
+/// 1–64 characters `A-Z a-z 0-9 _ . -` joined by `/`, none of them `.`, `..`,
+/// `pause` or `resume`.
 pub const GROUP_PATH_PATTERN: &str =
-    r"^(?!\.\.?(/|$))(?!.*/\.\.?(/|$))[A-Za-z0-9_.-]{1,64}(/[A-Za-z0-9_.-]{1,64}){0,7}$";
+    r"^(?!(.*/)?(\.\.?|pause|resume)(/|$))[A-Za-z0-9_.-]{1,64}(/[A-Za-z0-9_.-]{1,64}){0,7}$";
 
 /// JSON Schema pattern of a string without NUL characters (PostgreSQL text cannot
 /// hold them; the API refuses them in every string).

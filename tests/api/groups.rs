@@ -119,6 +119,11 @@ async fn groups_are_created_read_changed_and_deleted_by_path(db: Db) {
     assert_eq!(r.status(), 403);
     let r = app.post("/v1/groups/ibm-q/nothing", ADMIN, json!({})).await;
     assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "GET, PUT, DELETE");
+    // `…/pause` and `…/resume` are the actions, never a group: POST only.
+    let r = app.put("/v1/groups/ibm-q/pause", ADMIN, json!({})).await;
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "POST");
     // Deleting: not while subgroups or users are under it.
     let r = app.delete("/v1/groups/ibm-q", ADMIN).await;
     assert_error(r, 409, "conflict", None).await;
@@ -161,8 +166,8 @@ async fn groups_are_created_read_changed_and_deleted_by_path(db: Db) {
 }
 both_databases!(groups_are_created_read_changed_and_deleted_by_path);
 
-/// Every bad input is 422 naming its field and changes nothing: an invalid path, a
-/// missing parent, a path deeper than 8, a weight of 0, -1, not a number or
+/// Every bad input is 422 naming its field and changes nothing: an invalid path (one
+/// with a reserved segment, `pause` or `resume`, too), a missing parent, a path deeper than 8, a weight of 0, -1, not a number or
 /// infinite, a negative max_running_jobs, a bad max_resources; a user's group that
 /// is not a group, or not a path.
 async fn bad_groups_and_memberships_are_422_naming_the_field(db: Db) {
@@ -170,7 +175,14 @@ async fn bad_groups_and_memberships_are_422_naming_the_field(db: Db) {
         return;
     };
     put_group(&app, "a", json!({})).await;
-    for path in ["a%20b", "a/x%21", "a%2F%2Fb", &["a"; 9].join("/")] {
+    for path in [
+        "a%20b",
+        "a/x%21",
+        "a%2F%2Fb",
+        "pause",
+        "a/resume/b",
+        &["a"; 9].join("/"),
+    ] {
         let r = app
             .put(&format!("/v1/groups/{path}"), ADMIN, json!({}))
             .await;
