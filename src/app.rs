@@ -159,7 +159,7 @@ impl Application {
             ),
             leadership: leadership.clone(),
             intake,
-            shares: api::console::ShareHistory::start(leadership.clone(), db.clone()),
+            shares: api::console::ShareHistory::start(leadership.clone()),
             sealer,
         };
         let addr = listener.local_addr()?;

@@ -78,6 +78,11 @@ pub struct Metrics {
     /// `scheduler.charge = "actual"`) and what they declared (`charged="declared"`).
     pub user_allocation: GaugeVec,
     pub users_paused: IntGauge,
+    /// Per group (DESIGN §2 "Groups"), under the same cap as the per-user gauges.
+    pub group_dominant_share: GaugeVec,
+    pub group_fair_share: GaugeVec,
+    pub group_queued_jobs: IntGaugeVec,
+    pub group_running_jobs: IntGaugeVec,
     pub queue_wait: Histogram,
     pub dispatch_latency: Histogram,
     pub cycle_duration: Histogram,
@@ -203,9 +208,37 @@ fn build() -> Result<Metrics, prometheus::Error> {
         user_fair_share: reg!(GaugeVec::new(
             Opts::new(
                 "fairshare_user_fair_share",
-                "Weight over the sum of weights of users with work (0..1)."
+                "Weighted fair share of the user (0..1): its weight over the summed weights of the users with work; with groups, its group's fair share divided among the group's users and subgroups by weight."
             ),
             &["user"]
+        )?),
+        group_dominant_share: reg!(GaugeVec::new(
+            Opts::new(
+                "fairshare_group_dominant_share",
+                "Dominant share of the summed allocation of the users under the group, subgroups included (0..1); groups past telemetry.per_user_metrics_max in path order are not shown."
+            ),
+            &["group"]
+        )?),
+        group_fair_share: reg!(GaugeVec::new(
+            Opts::new(
+                "fairshare_group_fair_share",
+                "Weighted fair share of the group (0..1): the capacity divided by weight among the root's groups and users with work, and each group's part among its children the same way."
+            ),
+            &["group"]
+        )?),
+        group_queued_jobs: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_group_queued_jobs",
+                "QUEUED jobs of the users under the group, subgroups included (groups past telemetry.per_user_metrics_max in path order summed as _other)."
+            ),
+            &["group"]
+        )?),
+        group_running_jobs: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_group_running_jobs",
+                "Outstanding (DISPATCHING, PENDING, RUNNING) jobs of the users under the group, subgroups included (groups past telemetry.per_user_metrics_max in path order summed as _other)."
+            ),
+            &["group"]
         )?),
         user_allocation: reg!(GaugeVec::new(
             Opts::new(
@@ -459,6 +492,10 @@ pub fn clear_leader_gauges() {
     m.user_fair_share.reset();
     m.user_allocation.reset();
     m.users_paused.set(0);
+    m.group_dominant_share.reset();
+    m.group_fair_share.reset();
+    m.group_queued_jobs.reset();
+    m.group_running_jobs.reset();
     m.cluster_capacity.reset();
     m.cluster_used.reset();
     m.cluster_free.reset();

@@ -152,4 +152,27 @@ pub struct LiveUser {
     pub queued: usize,
     /// Outstanding (DISPATCHING, PENDING, RUNNING) jobs.
     pub running: u32,
+    /// Weighted fair share (0..1): with no groups, its weight over the summed weights
+    /// of the users with queued or outstanding jobs; with groups, its group's fair
+    /// share divided the same way among the group's users and subgroups, each level
+    /// by weight ([`crate::policy::groups::fair_shares`]). 0 for a user without work.
+    pub fair_share: f64,
+    /// The path of its group (`None`: the root).
+    pub group: Option<String>,
+}
+
+/// Live fair-share state of one group, as the arbiter sees it: sums over every user
+/// under it (its subgroups' included).
+#[derive(Clone, Debug, Default)]
+pub struct LiveGroup {
+    /// What the users' outstanding jobs are charged.
+    pub allocation: Resources,
+    /// Dominant share of that allocation over the healthy clusters' capacity (0..1).
+    pub share: f64,
+    /// Its fair share (0..1): the sum of its users' (see [`LiveUser::fair_share`]).
+    pub fair_share: f64,
+    /// QUEUED jobs.
+    pub queued: usize,
+    /// Outstanding (DISPATCHING, PENDING, RUNNING) jobs.
+    pub running: u32,
 }

@@ -1,9 +1,10 @@
-//! SeaORM entities of fairshare: `users`, `jobs`, `job_events`, `leases` (DESIGN §6, §10),
+//! SeaORM entities of fairshare: `users`, `groups` (DESIGN §2 "Groups"), `jobs`, `job_events`, `leases` (DESIGN §6, §10),
 //! `webhook_cursors` (§4), `ray_packages` (README "Ray's Jobs API").
 //!
 //! Timestamps are UTC (`DateTime<Utc>`); resources are in cores (`cpu`, `gpu`) and
 //! bytes (`memory_bytes`).
 
+pub mod group;
 pub mod job;
 pub mod job_event;
 pub mod lease;

@@ -31,6 +31,9 @@ pub struct Model {
     /// The default of the user's jobs that do not say whether they may be preempted
     /// (DESIGN §2 "Preemption"); false unless an admin sets it.
     pub preemptible: bool,
+    /// The path of the group the user belongs to (`ibm-q/open/main`, a row of
+    /// `groups`); `None` = the root (DESIGN §2 "Groups").
+    pub group_path: Option<String>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -256,6 +256,16 @@ pub struct UserSettings {
     pub user: user::Model,
 }
 
+/// API, recovery or the leader's catch-up → arbiter: the tree of groups as stored
+/// now (every row of `groups`; DESIGN §2 "Groups"). Answered once the arbiter's state
+/// holds it, so a pause or a new weight is in force at the next cycle; the same tree
+/// again changes nothing.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct SetGroups {
+    pub groups: Vec<entity::group::Model>,
+}
+
 /// Monitor or API → dispatcher: ask Ray to stop one attempt of a job (the lifecycle
 /// decided it). Stopping is the dispatcher's; the monitor follows the outcome.
 #[derive(Message, Clone, Debug)]

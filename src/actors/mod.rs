@@ -432,6 +432,26 @@ impl Scheduler {
         }
     }
 
+    /// The groups changed (any of them, as stored now); returns once the arbiter
+    /// holds the new tree.
+    pub async fn groups_changed(&self, groups: Vec<entity::group::Model>) {
+        if let Err(e) = self.arbiter.send(messages::SetGroups { groups }).await {
+            tracing::error!(error = %e, "arbiter unavailable");
+        }
+    }
+
+    /// Live figures of every group, by path; `None` while recovery is still loading
+    /// the queues.
+    pub async fn groups_state(
+        &self,
+    ) -> Option<std::collections::HashMap<String, crate::views::LiveGroup>> {
+        self.arbiter
+            .send(arbiter::GetGroupState)
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// What an outstanding job holds on Ray now (cores, GPUs, bytes), by Ray's State
     /// API at the last poll that showed it; `None` when unknown.
     pub async fn actual(&self, job_id: Uuid) -> Option<crate::policy::Resources> {

@@ -45,6 +45,7 @@ impl Scheduler {
     /// settles DISPATCHING ones while the queues load; then every QUEUED job in one
     /// streaming query, handed to the arbiter in chunks; then ready.
     pub(super) async fn recover(&self, db: &Db) -> anyhow::Result<()> {
+        let groups = store::list_groups(db).await?;
         let users = store::list_users(db).await?;
         let n_users = users.len();
         let mut outstanding = Vec::new();
@@ -72,6 +73,7 @@ impl Scheduler {
         let n_outstanding = outstanding.len();
         self.arbiter
             .send(arbiter::RecoveredOutstanding {
+                groups,
                 users,
                 outstanding: outstanding.clone(),
             })

@@ -56,6 +56,7 @@ pub(crate) async fn accept(
                 "job queued"
             );
             crate::metrics::get().jobs_submitted.inc();
+            join_group(state, &j).await;
             // The leader queues it now; a follower hands it over (DESIGN §10).
             match state.scheduler() {
                 Some(s) => s.job_submitted(&j).await,
@@ -76,6 +77,50 @@ pub(crate) async fn accept(
                 job_id: existing.id,
                 fields: differs,
             })
+        }
+    }
+}
+
+/// The identity rule of groups (DESIGN §4, "Groups"): a job that carries a group
+/// (`metadata["fairshare.group"]`, which `ray_compat.group_rules` find on Ray's API,
+/// e.g. from `ENV_JOB_GATEWAY_INSTANCE`, and a gateway may give on `/v1`) puts its
+/// user in that group when the user has none and the group exists. Groups are never
+/// created so, and a user's group is never changed so (an admin's is kept); an
+/// unknown group is logged and ignored. Told to the arbiter before the job, so the
+/// job is scheduled in its group. A failure is logged, never the submit's.
+async fn join_group(state: &AppState, j: &job::Model) {
+    let Some(group) = j
+        .metadata
+        .as_ref()
+        .and_then(|m| m.get(super::ray_compat::identity::GROUP_KEY))
+        .and_then(serde_json::Value::as_str)
+    else {
+        return;
+    };
+    if super::groups::check_path("group", group).is_err() {
+        tracing::info!(
+            group,
+            "the job's group is not a group path; the user stays where it is"
+        );
+        return;
+    }
+    match crate::store::join_group(&state.db, &j.user_id, group).await {
+        Ok(crate::store::Joined::Joined(u)) => {
+            tracing::info!(group, "the user joined the job's group");
+            match state.scheduler() {
+                Some(s) => s.user_changed(&u).await,
+                None => state.leadership.hand_over(&format!("user:{}", u.id)).await,
+            }
+        }
+        Ok(crate::store::Joined::Unchanged) => {}
+        Ok(crate::store::Joined::UnknownGroup) => {
+            tracing::info!(
+                group,
+                "the job names a group that does not exist; the user stays in the root"
+            );
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, group, "cannot put the user in the job's group");
         }
     }
 }

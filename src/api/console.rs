@@ -8,7 +8,7 @@
 //! [`SAMPLE_EVERY`] and keeps the last [`HISTORY`] in memory. It is the service's own
 //! data (not Prometheus); a restart or a change of leader starts the hour afresh.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -23,11 +23,11 @@ use super::error::{ApiError, ErrorBody};
 use super::AppState;
 use crate::config::Role;
 use crate::leadership::Leadership;
-use crate::store::{self, Db};
+use crate::store;
 
 /// How often the sampler reads the shares: often enough that a chart of one hour
 /// shows a job of a few seconds, rarely enough that the arbiter does not notice
-/// (one message and one `users` query per sample).
+/// (one message per sample).
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 /// How far back the history reaches (the console's chart shows one hour).
 pub const HISTORY: Duration = Duration::from_secs(3600);
@@ -39,9 +39,14 @@ pub struct UserShare {
     /// Dominant share of the user's outstanding jobs over the healthy clusters'
     /// capacity (0..1), as `GET /v1/users` shows it.
     pub share: f64,
-    /// Weighted fair share: the user's weight over the summed weights of the users
-    /// that have queued or outstanding jobs (0..1), as `fairshare_user_fair_share`.
+    /// Weighted fair share (0..1), as `fairshare_user_fair_share`: the user's weight
+    /// over the summed weights of the users that have queued or outstanding jobs; with
+    /// groups, hierarchical: its group's fair share divided among the group's users
+    /// and subgroups with work by weight, the root's among its groups and users
+    /// likewise (DESIGN §2 "Groups").
     pub fair_share: f64,
+    /// The path of the user's group, or null (the root).
+    pub group: Option<String>,
 }
 
 /// The shares at one instant. Users with neither queued nor outstanding jobs are
@@ -103,10 +108,10 @@ pub struct ShareHistory {
 impl ShareHistory {
     /// Starts the sampler on the current actix runtime. It stops by itself once every
     /// clone of the returned history is dropped (the server has stopped).
-    pub fn start(leadership: Leadership, db: Db) -> ShareHistory {
+    pub fn start(leadership: Leadership) -> ShareHistory {
         let history = ShareHistory::default();
         let weak = Arc::downgrade(&history.samples);
-        actix_web::rt::spawn(sample_loop(weak, leadership, db));
+        actix_web::rt::spawn(sample_loop(weak, leadership));
         history
     }
 
@@ -133,13 +138,13 @@ fn push(samples: &Mutex<VecDeque<ShareSample>>, sample: ShareSample) {
     s.push_back(sample);
 }
 
-async fn sample_loop(weak: Weak<Mutex<VecDeque<ShareSample>>>, leadership: Leadership, db: Db) {
+async fn sample_loop(weak: Weak<Mutex<VecDeque<ShareSample>>>, leadership: Leadership) {
     loop {
         actix_web::rt::time::sleep(SAMPLE_EVERY).await;
         if weak.strong_count() == 0 {
             return;
         }
-        let Some(sample) = take_sample(&leadership, &db).await else {
+        let Some(sample) = take_sample(&leadership).await else {
             continue;
         };
         match weak.upgrade() {
@@ -150,27 +155,16 @@ async fn sample_loop(weak: Weak<Mutex<VecDeque<ShareSample>>>, leadership: Leade
 }
 
 /// The shares now, while this replica leads and recovery is done; `None` otherwise.
-async fn take_sample(leadership: &Leadership, db: &Db) -> Option<ShareSample> {
+async fn take_sample(leadership: &Leadership) -> Option<ShareSample> {
     let live = leadership.scheduler()?.users_state(None).await?;
-    let weights: BTreeMap<String, f64> = match store::list_users(db).await {
-        Ok(users) => users.into_iter().map(|u| (u.id, u.weight)).collect(),
-        Err(e) => {
-            tracing::debug!(error = %e, "share sampler: cannot read users");
-            return None;
-        }
-    };
-    let active: Vec<(&String, f64, f64)> = live
-        .iter()
-        .filter(|(_, l)| l.queued > 0 || l.running > 0)
-        .map(|(id, l)| (id, l.share, weights.get(id).copied().unwrap_or(1.0)))
-        .collect();
-    let total: f64 = active.iter().map(|(_, _, w)| w).sum();
-    let mut users: Vec<UserShare> = active
+    let mut users: Vec<UserShare> = live
         .into_iter()
-        .map(|(id, share, w)| UserShare {
-            user: id.clone(),
-            share,
-            fair_share: if total > 0.0 { w / total } else { 0.0 },
+        .filter(|(_, l)| l.queued > 0 || l.running > 0)
+        .map(|(id, l)| UserShare {
+            user: id,
+            share: l.share,
+            fair_share: l.fair_share,
+            group: l.group,
         })
         .collect();
     users.sort_by(|a, b| a.user.cmp(&b.user));

@@ -1,4 +1,4 @@
-//! The HTTP surface (DESIGN §4): jobs and users under `/v1`, the scheduler view,
+//! The HTTP surface (DESIGN §4): jobs, users and groups under `/v1`, the scheduler view,
 //! health, metrics and the OpenAPI document; Ray's Jobs REST API under `/api/`
 //! (`ray_compat`).
 
@@ -8,6 +8,7 @@ pub mod body;
 pub mod console;
 pub mod error;
 pub mod events;
+pub mod groups;
 pub mod hints;
 pub mod jobs;
 pub mod line_limit;
@@ -101,6 +102,18 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     .service(resource("/v1/users/{id}/pause", "POST").post(users::pause))
     .service(resource("/v1/users/{id}/resume", "POST").post(users::resume))
+    .service(resource("/v1/groups", "GET").get(groups::list))
+    // A group's path has slashes, sent as they are or as %2F: the route takes the
+    // rest of the URL; `…/pause|resume` is that action (POST) on the group before it,
+    // and each answers 405 with its own methods (groups::other_method).
+    .service(
+        web::resource("/v1/groups/{path:.+}")
+            .get(groups::get)
+            .put(groups::put)
+            .delete(groups::delete)
+            .post(groups::post)
+            .default_service(web::to(groups::other_method)),
+    )
     .service(resource("/v1/events", "GET").get(events::stream))
     .service(resource("/v1/scheduler", "GET").get(system::scheduler))
     .service(resource("/v1/scheduler/what-if", "POST").post(what_if::what_if))
@@ -142,6 +155,12 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("put", "/v1/users/{id}"),
     ("post", "/v1/users/{id}/pause"),
     ("post", "/v1/users/{id}/resume"),
+    ("get", "/v1/groups"),
+    ("get", "/v1/groups/{path}"),
+    ("put", "/v1/groups/{path}"),
+    ("delete", "/v1/groups/{path}"),
+    ("post", "/v1/groups/{path}/pause"),
+    ("post", "/v1/groups/{path}/resume"),
     ("get", "/v1/events"),
     ("get", "/v1/scheduler"),
     ("post", "/v1/scheduler/what-if"),

@@ -6,7 +6,7 @@ use serde_json::json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{console, error, jobs, system, users, what_if};
+use super::{console, error, groups, jobs, system, users, what_if};
 
 struct BearerAuth;
 
@@ -27,6 +27,7 @@ impl Modify for BearerAuth {
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
         users::list, users::get, users::put, users::pause, users::resume,
+        groups::list, groups::get, groups::put, groups::delete, groups::pause, groups::resume,
         super::events::stream,
         system::scheduler, what_if::what_if, system::metrics, system::healthz, system::readyz, document,
         console::job_events, console::shares, console::whoami, super::hints::hint,
@@ -34,7 +35,7 @@ impl Modify for BearerAuth {
     components(schemas(
         error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, crate::views::Amounts,
         jobs::JobView, jobs::JobPage, jobs::LogsView, users::UserView, users::UserUpdate, users::ResourceLimit,
-        users::Empty, jobs::JobStatusName, system::Health, crate::views::SchedulerView,
+        users::Empty, groups::GroupView, groups::GroupUpdate, jobs::JobStatusName, system::Health, crate::views::SchedulerView,
         what_if::WhatIfRequest, what_if::WhatIfView,
         console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
         super::hints::HintAnswer,
@@ -107,6 +108,7 @@ pub fn document_json() -> serde_json::Value {
     schemas["SubmitRequest"]["properties"]["user"]["pattern"] = json!(user_id_pattern());
     schemas["UserUpdate"]["properties"]["display_name"]["pattern"] =
         json!(super::user_id::display_name_pattern());
+    schemas["UserUpdate"]["properties"]["group"]["pattern"] = json!(GROUP_PATH_PATTERN);
     // User ids in parameters (the `user` filters, `/v1/users/{id}`), and 414 on every
     // operation: `api::line_limit` answers a request line of 64 KiB or more with 414
     // before any route runs, whatever the path.
@@ -130,6 +132,12 @@ pub fn document_json() -> serde_json::Value {
                     for p in params.iter_mut().filter(|p| is_user_id_parameter(path, p)) {
                         p["schema"]["pattern"] = json!(user_id_pattern());
                     }
+                    for p in params
+                        .iter_mut()
+                        .filter(|p| p["in"] == "path" && p["name"] == "path")
+                    {
+                        p["schema"]["pattern"] = json!(GROUP_PATH_PATTERN);
+                    }
                 }
                 op["responses"]["414"] = uri_too_long.clone();
             }
@@ -146,6 +154,8 @@ pub fn document_json() -> serde_json::Value {
     for (path, schema) in [
         ("/v1/users/{id}/pause", "Empty"),
         ("/v1/users/{id}/resume", "Empty"),
+        ("/v1/groups/{path}/pause", "Empty"),
+        ("/v1/groups/{path}/resume", "Empty"),
         ("/v1/scheduler/what-if", "WhatIfRequest"),
     ] {
         let body = &mut doc["paths"][path]["post"]["requestBody"];
@@ -155,6 +165,12 @@ pub fn document_json() -> serde_json::Value {
     }
     doc
 }
+
+/// JSON Schema pattern of a group path (`api::groups::check_path`): 1 to 8 segments of
+/// 1–64 characters `A-Z a-z 0-9 _ . -` joined by `/`, none of them `.`, `..`,
+/// `pause` or `resume`.
+pub const GROUP_PATH_PATTERN: &str =
+    r"^(?!(.*/)?(\.\.?|pause|resume)(/|$))[A-Za-z0-9_.-]{1,64}(/[A-Za-z0-9_.-]{1,64}){0,7}$";
 
 /// JSON Schema pattern of a string without NUL characters (PostgreSQL text cannot
 /// hold them; the API refuses them in every string).

@@ -82,6 +82,12 @@ pub struct UserUpdate {
     #[serde(default, deserialize_with = "super::body::nullable")]
     #[schema(value_type = Option<bool>)]
     pub preemptible: Option<Option<bool>>,
+    /// The user's group: the path of an existing group (`ibm-q/open/main`; DESIGN §2
+    /// "Groups"), or null to move the user to the root. A path that is not a group is
+    /// 422 naming `group`.
+    #[serde(default, deserialize_with = "super::body::nullable")]
+    #[schema(value_type = Option<String>, min_length = 1)]
+    pub group: Option<Option<String>>,
 }
 
 /// `POST /v1/users/{id}/pause|resume` body: nothing, or `{}`.
@@ -97,6 +103,8 @@ pub struct UserView {
     pub display_name: Option<String>,
     /// Whether the user's jobs that do not say may be preempted (their default).
     pub preemptible: bool,
+    /// The path of the user's group, or null (the root).
+    pub group: Option<String>,
     pub weight: f64,
     pub paused: bool,
     /// The user's own cap, or null for the default.
@@ -186,6 +194,7 @@ fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
             .as_ref()
             .and_then(|v| serde_json::from_value(v.clone()).ok()),
         id: u.id,
+        group: u.group_path,
         display_name: u.display_name,
         preemptible: u.preemptible,
         weight: u.weight,
@@ -336,6 +345,9 @@ impl UserUpdate {
                 ));
             }
         }
+        if let Some(Some(g)) = &self.group {
+            super::groups::check_path("group", g)?;
+        }
         Ok(UserPatch {
             // null: back to the default, as null puts a limit back to the default.
             weight: self
@@ -349,6 +361,7 @@ impl UserUpdate {
             paused: None,
             display_name: self.display_name,
             preemptible: self.preemptible.map(|p| p.unwrap_or(false)),
+            group: self.group,
         })
     }
 }
@@ -380,8 +393,16 @@ pub async fn put(
 }
 
 async fn apply(state: &AppState, id: &str, patch: UserPatch) -> Result<HttpResponse, ApiError> {
-    let u = store::upsert_user(&state.db, id, patch).await?;
-    tracing::info!(weight = u.weight, paused = u.paused, "user updated");
+    let u = store::upsert_user(&state.db, id, patch)
+        .await
+        .map_err(|e| match e {
+            store::GroupError::Db(e) => ApiError::from(e),
+            other => ApiError::invalid(
+                "group",
+                format!("{other}; create it first (PUT /v1/groups/{{path}})"),
+            ),
+        })?;
+    tracing::info!(weight = u.weight, paused = u.paused, group = ?u.group_path, "user updated");
     match state.scheduler() {
         Some(s) => s.user_changed(&u).await,
         None => state.leadership.hand_over(&format!("user:{}", u.id)).await,

@@ -1,7 +1,8 @@
 //! The leader's catch-up (DESIGN §10): what followers changed without a notification
 //! reaching the leader, re-read every `leadership.catch_up_every` from `job_events`
 //! ([`ChangeCursor`] keeps its place across ids that commit out of order), from the
-//! outstanding jobs with a stop asked for, and from the users changed lately.
+//! outstanding jobs with a stop asked for, from the users changed lately, and the
+//! groups.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -166,6 +167,9 @@ async fn catch_up_once(
     for j in store::outstanding_with_stop(db).await? {
         s.remote_change(&j, false);
     }
+    // The groups: a handful of rows, read whole (a deletion leaves no `updated_at`
+    // behind); the arbiter ignores the same tree again.
+    s.groups_changed(store::list_groups(db).await?).await;
     for u in store::users_updated_since(db, store::now() - margin).await? {
         if sent.get(&u.id) != Some(&u.updated_at) {
             sent.insert(u.id.clone(), u.updated_at);

@@ -114,6 +114,11 @@ async fn handle_notification(db: &Db, s: &Scheduler, payload: &str) {
         } else {
             crate::metrics::get().hint(kind.as_str(), "forged");
         }
+    } else if payload == "groups" {
+        match store::list_groups(db).await {
+            Ok(groups) => s.groups_changed(groups).await,
+            Err(e) => tracing::warn!(error = %e, "cannot read the notified groups"),
+        }
     } else if let Some(user) = payload.strip_prefix("user:") {
         match store::get_user(db, user).await {
             Ok(Some(u)) => s.user_changed(&u).await,

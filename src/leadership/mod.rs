@@ -139,7 +139,7 @@ impl Leadership {
     }
 
     /// Tells the leader about a change this replica committed while it does not lead
-    /// (`job:<id>` or `user:<id>`); a failure is only logged: the catch-up finds it.
+    /// (`job:<id>`, `user:<id>` or `groups`); a failure is only logged: the catch-up finds it.
     pub async fn hand_over(&self, payload: &str) {
         if let Err(e) = store::notify(&self.inner.db, payload).await {
             tracing::warn!(error = %e, payload, "cannot notify the leader; its catch-up will find the change");

@@ -10,7 +10,8 @@
 //! This file opens the database and holds what every part shares; the rest is in
 //! `apply` (the status writer), `jobs` (reads of jobs), `users` (user rows, their
 //! locks and usage), `intake` (the group commit of new jobs), `events` (`job_events`
-//! as a feed, and the wake-up on commit), `lease` (the lease's SQL and `NOTIFY`), and
+//! as a feed, and the wake-up on commit), `lease` (the lease's SQL and `NOTIFY`), `groups` (the tree of groups and users'
+//! membership), and
 //! `ray_api` (what Ray's Jobs API needs beyond `/v1`), `sealed` (stored runtime_envs
 //! brought to the configured keys at start), all re-exported here.
 
@@ -24,6 +25,7 @@ use crate::config::DatabaseSettings;
 
 mod apply;
 mod events;
+mod groups;
 mod intake;
 mod jobs;
 mod lease;
@@ -32,6 +34,9 @@ mod sealed;
 mod users;
 
 pub use apply::{apply, apply_many, is_fenced, Applied, Fence, FENCED};
+pub use groups::{
+    delete_group, get_group, join_group, list_groups, put_group, GroupError, GroupPatch, Joined,
+};
 pub use jobs::{
     custom_column, custom_of, get_job, job_events, jobs_with_ids, jobs_with_status, list_jobs,
     outstanding_with_stop, queue_position, queued_page_sqlite, resources_of, status_counts,

@@ -10,6 +10,7 @@ use sea_orm::{
     QueryFilter, QueryOrder, Set, TransactionTrait,
 };
 
+use super::groups::GroupError;
 use super::{now, Db};
 
 /// A new user's weight, and what `PUT /v1/users/{id}` with `"weight": null` restores.
@@ -30,6 +31,7 @@ pub(super) fn new_user(id: &str, at: DateTime<Utc>) -> user::ActiveModel {
         created_at: Set(at),
         updated_at: Set(at),
         preemptible: Set(false),
+        group_path: Set(None),
     }
 }
 
@@ -71,13 +73,20 @@ pub struct UserPatch {
     pub display_name: Option<Option<String>>,
     /// The default of the user's jobs that do not say whether they may be preempted.
     pub preemptible: Option<bool>,
+    /// The user's group (a path that must be a group); `Some(None)` moves it to the
+    /// root.
+    pub group: Option<Option<String>>,
 }
 
 /// Applies `patch` to user `id`, creating the user with defaults first if it is new.
-/// Returns the user as stored.
-pub async fn upsert_user(db: &Db, id: &str, patch: UserPatch) -> Result<user::Model, DbErr> {
+/// Returns the user as stored; a `group` that is not a group is
+/// [`GroupError::NotFound`] and changes nothing.
+pub async fn upsert_user(db: &Db, id: &str, patch: UserPatch) -> Result<user::Model, GroupError> {
     let at = now();
     let txn = db.begin().await?;
+    if let Some(Some(path)) = &patch.group {
+        super::groups::require_group(&txn, path).await?;
+    }
     ensure_user_in(&txn, id, at).await?;
     let mut am = user::ActiveModel {
         id: sea_orm::Unchanged(id.to_string()),
@@ -104,6 +113,9 @@ pub async fn upsert_user(db: &Db, id: &str, patch: UserPatch) -> Result<user::Mo
     }
     if let Some(p) = patch.preemptible {
         am.preemptible = Set(p);
+    }
+    if let Some(g) = patch.group {
+        am.group_path = Set(g);
     }
     let model = am.update(&txn).await?;
     txn.commit().await?;

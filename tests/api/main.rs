@@ -7,6 +7,7 @@ mod custom;
 mod edge_races;
 mod events;
 mod fake_ray;
+mod groups;
 mod helpers;
 mod hints;
 mod hostile;

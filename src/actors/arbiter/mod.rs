@@ -16,10 +16,12 @@
 //! `fairshare_queued_jobs` give the same number at every moment.
 
 mod cycle;
+mod groups;
 mod recovery;
 mod report;
 mod what_if;
 
+pub use groups::GetGroupState;
 pub use recovery::{EnqueueMany, Recovered, RecoveredOutstanding};
 pub use report::{GetActual, GetPendingReason, GetUserState, GetView, IsReady, Loaded};
 pub use what_if::GetSnapshot;
@@ -81,6 +83,17 @@ impl ClusterSizes {
             *s = sizes;
         }
     }
+}
+
+/// A stored `max_resources` (`{"cpu": .., "gpu": .., "memory_bytes": ..}`, a user's
+/// or a group's) as the policy takes it; a missing key caps nothing.
+fn resource_cap(v: &serde_json::Value) -> Resources {
+    let cap = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
+    Resources::new(
+        cap("cpu").unwrap_or(f64::INFINITY),
+        cap("gpu").unwrap_or(f64::INFINITY),
+        cap("memory_bytes").unwrap_or(f64::INFINITY),
+    )
 }
 
 /// A map keyed by job id, hashed cheaply ([`crate::policy::ledger::JobHasher`]).
@@ -294,16 +307,8 @@ impl FairShareArbiter {
                 .max_running_jobs
                 .map(|v| v.max(0) as u32)
                 .unwrap_or(self.settings.scheduler.default_max_running_jobs),
-            max_resources: u.max_resources.as_ref().map(|v| {
-                // `{"cpu": .., "gpu": .., "memory_bytes": ..}`; a missing key caps nothing.
-                let cap = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
-                Resources::new(
-                    cap("cpu").unwrap_or(f64::INFINITY),
-                    cap("gpu").unwrap_or(f64::INFINITY),
-                    cap("memory_bytes").unwrap_or(f64::INFINITY),
-                )
-            }),
-            group: None,
+            max_resources: u.max_resources.as_ref().map(resource_cap),
+            group: u.group_path.clone(),
         };
         self.ledger.set_user(now, &u.id, settings);
         self.queued.entry(u.id.clone()).or_default();

@@ -21,6 +21,8 @@ pub struct Recovered;
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct RecoveredOutstanding {
+    /// Every group (DESIGN §2 "Groups"), taken before the users that name them.
+    pub groups: Vec<entity::group::Model>,
     pub users: Vec<user::Model>,
     pub outstanding: Vec<entity::job::Model>,
 }
@@ -38,6 +40,9 @@ impl Handler<RecoveredOutstanding> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: RecoveredOutstanding, _: &mut Context<Self>) {
+        let mut groups: Vec<_> = msg.groups.iter().map(super::groups::group_view).collect();
+        groups.sort_by(|a, b| a.path.cmp(&b.path));
+        self.ledger.set_groups(&groups);
         for u in &msg.users {
             self.apply_settings(u);
         }

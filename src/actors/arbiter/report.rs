@@ -118,11 +118,7 @@ impl FairShareArbiter {
             .iter()
             .filter_map(|(id, &queued)| Some((id, self.ledger.user(id, now)?, queued)))
             .collect();
-        let active_weight: f64 = users
-            .iter()
-            .filter(|(_, u, queued)| *queued > 0 || u.outstanding > 0)
-            .map(|(_, u, _)| u.settings.weight)
-            .sum();
+        let fair_shares = self.fair_shares();
         let mut paused = 0;
         for (i, (id, u, queued)) in users.into_iter().enumerate() {
             paused += i64::from(u.settings.paused);
@@ -138,12 +134,7 @@ impl FairShareArbiter {
                 m.user_weight
                     .with_label_values(&[label])
                     .set(u.settings.weight);
-                let active = queued > 0 || u.outstanding > 0;
-                let fair = if active && active_weight > 0.0 {
-                    u.settings.weight / active_weight
-                } else {
-                    0.0
-                };
+                let fair = fair_shares.get(id.as_str()).copied().unwrap_or(0.0);
                 m.user_fair_share.with_label_values(&[label]).set(fair);
                 let d = declared.get(id.as_str()).copied().unwrap_or_default();
                 for (charged, r) in [("actual", u.allocation), ("declared", d)] {
@@ -160,6 +151,7 @@ impl FairShareArbiter {
             }
         }
         m.users_paused.set(paused);
+        self.refresh_group_metrics();
         for c in self.ledger.cluster_views() {
             let used = (c.used_reported + c.unreported).max(c.outstanding);
             let free = c.free();
@@ -191,6 +183,46 @@ impl FairShareArbiter {
     }
 }
 
+impl FairShareArbiter {
+    /// Per-group gauges (DESIGN §8), bounded as the per-user ones: the first
+    /// `telemetry.per_user_metrics_max` groups in path order by name, the counts of
+    /// the rest summed under `_other` (shares of the rest are not shown: a sum of
+    /// shares of unrelated groups means nothing).
+    fn refresh_group_metrics(&self) {
+        let m = metrics::get();
+        let cap = self.settings.telemetry.per_user_metrics_max;
+        m.group_dominant_share.reset();
+        m.group_fair_share.reset();
+        m.group_queued_jobs.reset();
+        m.group_running_jobs.reset();
+        let states = self.group_states();
+        for (i, g) in self.ledger.tree().groups().iter().enumerate() {
+            let Some(live) = states.get(&g.path) else {
+                continue;
+            };
+            let label = if i < cap {
+                g.path.as_str()
+            } else {
+                OTHER_USERS
+            };
+            m.group_queued_jobs
+                .with_label_values(&[label])
+                .add(live.queued as i64);
+            m.group_running_jobs
+                .with_label_values(&[label])
+                .add(i64::from(live.running));
+            if i < cap {
+                m.group_dominant_share
+                    .with_label_values(&[label])
+                    .set(live.share);
+                m.group_fair_share
+                    .with_label_values(&[label])
+                    .set(live.fair_share);
+            }
+        }
+    }
+}
+
 impl Handler<GetView> for FairShareArbiter {
     type Result = MessageResult<GetView>;
 
@@ -210,9 +242,12 @@ impl Handler<GetUserState> for FairShareArbiter {
         }
         let now = unix_now();
         let declared = self.ledger.declared_allocations();
+        let fair = self.fair_shares();
         let live = |id: &str| {
             let u = self.ledger.user(id, now)?;
             Some(LiveUser {
+                fair_share: fair.get(id).copied().unwrap_or(0.0),
+                group: u.settings.group.clone(),
                 allocation: u.allocation,
                 declared: declared.get(id).copied().unwrap_or_default(),
                 share: u.share,
