@@ -405,9 +405,55 @@ test("an unknown status in the URL is not sent to the API", async () => {
   await page.context().close();
 });
 
+test("groups show as a tree with share bars against fair shares, and pause from the page", async () => {
+  await svc.json("PUT", "/v1/groups/lab", { weight: 1 });
+  await svc.json("PUT", "/v1/groups/lab/qc", { weight: 3 });
+  await svc.json("PUT", "/v1/groups/ops", {});
+  await svc.json("PUT", "/v1/users/grace", { group: "lab/qc" });
+  await svc.json("PUT", "/v1/users/ivan", { group: "ops" });
+  await svc.submit("grace", { secs: 3600 });
+  await svc.submit("ivan", { secs: 3600 });
+  const page = await consoleAs(ADMIN, "#groups");
+  await page.locator('#groups-tree li[data-group="lab"] li[data-group="lab/qc"]').waitFor();
+  // Top-level groups are roots of the tree; a subgroup sits inside its parent.
+  const roots = await page.$$eval("#groups-tree > li", (lis) => lis.map((li) => li.dataset.group));
+  assert.deepEqual(roots, ["lab", "ops"]);
+  const api = await svc.json("GET", "/v1/groups");
+  for (const g of api) {
+    const label = await page.getAttribute(`li[data-group="${g.path}"] > .group-row svg.bar`, "aria-label");
+    assert.match(label, /^share [\d.]+% against fair share [\d.]+%$/);
+    const text = await page.textContent(`li[data-group="${g.path}"] > .group-row .group-figures`);
+    assert.match(text, new RegExp(`· ${g.running} running · ${g.queued} queued`));
+  }
+  assert.match(await page.textContent('li[data-group="lab/qc"] > .group-users'), /grace/);
+  assert.equal(await page.textContent('li[data-group="lab/qc"] > .group-row .weight'), "w 3");
+
+  // Pause a group from the page, with a confirmation; the API says so, and so does the row.
+  await page.click('li[data-group="ops"] > .group-row button.pause');
+  const dialog = page.locator("#confirm");
+  await dialog.waitFor({ state: "visible" });
+  assert.match(await page.textContent("#confirm-text"), /Pause group ops\?/);
+  await page.click("#confirm-yes");
+  await dialog.waitFor({ state: "hidden" });
+  assert.equal((await svc.json("GET", "/v1/groups/ops")).paused, true);
+  await page.locator('li[data-group="ops"] > .group-row .paused-cell').filter({ hasText: "paused" }).waitFor();
+  await page.click('li[data-group="ops"] > .group-row button.pause');
+  await dialog.waitFor({ state: "visible" });
+  await page.click("#confirm-yes");
+  await dialog.waitFor({ state: "hidden" });
+  assert.equal((await svc.json("GET", "/v1/groups/ops")).paused, false);
+
+  // A submitter sees the tree but cannot pause.
+  const sub = await consoleAs(SUBMITTER, "#groups");
+  await sub.locator('li[data-group="ops"]').waitFor();
+  assert.equal(await sub.isDisabled('li[data-group="ops"] > .group-row button.pause'), true);
+  await sub.context().close();
+  await page.context().close();
+});
+
 test("no page of the console logged an error", async () => {
   const page = await consoleAs(ADMIN);
-  for (const hash of ["#users", "#clusters", "#jobs", "#shares"]) {
+  for (const hash of ["#users", "#groups", "#clusters", "#jobs", "#shares"]) {
     await page.click(`a[href="${hash}"]`);
     await page.locator(`#view-${hash.slice(1)}`).waitFor({ state: "visible" });
     await page.locator("#status").filter({ hasText: "Updated" }).waitFor();
