@@ -611,11 +611,20 @@ impl Settings {
                 .source(Some(env)),
         );
         let raw: serde_json::Value = builder.build()?.try_deserialize()?;
-        let settings: Settings =
-            serde_path_to_error::deserialize(raw).map_err(|e| ConfigError::Invalid {
+        let settings: Settings = serde_path_to_error::deserialize(raw).map_err(|e| {
+            let reason = e.inner().to_string();
+            // The sources meet as JSON, where NaN and ±∞ (and numbers past f64,
+            // such as 1e400 given in the environment) can only be null.
+            let reason = if reason.starts_with("invalid type: null, expected f64") {
+                "must be a finite number (not NaN, infinity or beyond ±1.8e308)".to_owned()
+            } else {
+                reason
+            };
+            ConfigError::Invalid {
                 key: e.path().to_string(),
-                reason: e.inner().to_string(),
-            })?;
+                reason,
+            }
+        })?;
         settings.validate()?;
         Ok(settings)
     }

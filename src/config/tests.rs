@@ -344,9 +344,8 @@ fn licenses_load_from_a_file_reach_the_policy_and_bad_ones_name_their_key() {
         (license("node:1.2.3.4", "1"), "licenses[0].name", "node:"),
         (license("seat", "-1"), "licenses[0].count", "above 0"),
         (license("seat", "0"), "licenses[0].count", "above 0"),
-        // The parser reads nan and inf as null: its error names the key.
-        (license("seat", "nan"), "licenses[0].count", "count"),
-        (license("seat", "inf"), "licenses[0].count", "count"),
+        (license("seat", "nan"), "licenses[0].count", "finite"),
+        (license("seat", "inf"), "licenses[0].count", "finite"),
         (
             format!("{}{}", license("seat", "1"), license("seat", "2")),
             "licenses[1].name",
@@ -366,4 +365,18 @@ fn licenses_load_from_a_file_reach_the_policy_and_bad_ones_name_their_key() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("count"), "{err}");
+}
+
+/// NaN, infinity and 1e400 in the environment name the key and say a finite number
+/// is wanted (they reach the settings as JSON null; a tester of issue 28 found
+/// "invalid type: null, expected f64" for `preemption.budget = nan`).
+#[test]
+fn a_number_that_is_not_finite_names_the_key_and_says_so() {
+    for v in ["nan", "inf", "-inf", "1e400"] {
+        let err = Settings::load_with_env(None, env(&[("FAIRSHARE__PREEMPTION__BUDGET", v)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("preemption.budget"), "{v}: {err}");
+        assert!(err.contains("finite number"), "{v}: {err}");
+    }
 }
