@@ -34,6 +34,9 @@ pub enum ConfigError {
     /// A key is unknown or has a bad value; `key` is its dotted path.
     #[error("invalid configuration key `{key}`: {reason}")]
     Invalid { key: String, reason: String },
+    /// The file given is not valid TOML: where, with the line it is on.
+    #[error("cannot read configuration file {path}: {reason}")]
+    File { path: String, reason: String },
 }
 
 /// All settings.
@@ -368,6 +371,62 @@ pub struct ClusterSettings {
     pub address: String,
 }
 
+/// Where a TOML text is wrong, if it is: the parser's own message (it gives line and
+/// column), or the first number `config` cannot hold (a float past f64, an integer
+/// past i64), by key and line. `None`: nothing found (then `config`'s message
+/// stands).
+fn where_wrong(text: &str) -> Option<String> {
+    use toml::de::{DeTable, DeValue};
+    fn walk(table: &DeTable<'_>, prefix: &str, text: &str) -> Option<String> {
+        for (key, value) in table {
+            let name = if prefix.is_empty() {
+                key.get_ref().to_string()
+            } else {
+                format!("{prefix}.{}", key.get_ref())
+            };
+            let bad = match value.get_ref() {
+                DeValue::Float(f) => {
+                    let x = f.as_str().parse::<f64>();
+                    x.is_err() || x.is_ok_and(|x| x.is_infinite() && !f.as_str().contains("inf"))
+                }
+                DeValue::Integer(i) => i64::from_str_radix(i.as_str(), i.radix()).is_err(),
+                DeValue::Table(t) => {
+                    if let Some(found) = walk(t, &name, text) {
+                        return Some(found);
+                    }
+                    false
+                }
+                DeValue::Array(items) => {
+                    for (k, item) in items.iter().enumerate() {
+                        if let DeValue::Table(t) = item.get_ref() {
+                            if let Some(found) = walk(t, &format!("{name}[{k}]"), text) {
+                                return Some(found);
+                            }
+                        }
+                    }
+                    false
+                }
+                _ => false,
+            };
+            if bad {
+                let line = text[..value.span().start.min(text.len())]
+                    .matches('\n')
+                    .count()
+                    + 1;
+                return Some(format!(
+                    "`{name}` (line {line}) is a number too large to hold (at most ±1.8e308, or \
+                     ±9.2e18 for a whole number)"
+                ));
+            }
+        }
+        None
+    }
+    match DeTable::parse(text) {
+        Err(e) => Some(e.to_string().trim_end().to_owned()),
+        Ok(table) => walk(table.get_ref(), "", text),
+    }
+}
+
 impl Settings {
     /// The policy's knobs: [`SchedulerSettings::policy`] with the `[[licenses]]`
     /// (validated by [`Settings::load`], which registers their names).
@@ -610,7 +669,22 @@ impl Settings {
                 .try_parsing(true)
                 .source(Some(env)),
         );
-        let raw: serde_json::Value = builder.build()?.try_deserialize()?;
+        let built = builder.build().map_err(|e| match file {
+            // Say where the file is wrong (`config` names only the file, e.g. for a
+            // number that overflows).
+            Some(path) => match std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| where_wrong(&t))
+            {
+                Some(reason) => ConfigError::File {
+                    path: path.display().to_string(),
+                    reason,
+                },
+                None => ConfigError::Source(e),
+            },
+            None => ConfigError::Source(e),
+        })?;
+        let raw: serde_json::Value = built.try_deserialize()?;
         let settings: Settings = serde_path_to_error::deserialize(raw).map_err(|e| {
             let reason = e.inner().to_string();
             // The sources meet as JSON, where NaN and ±∞ (and numbers past f64,

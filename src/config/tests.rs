@@ -380,3 +380,28 @@ fn a_number_that_is_not_finite_names_the_key_and_says_so() {
         assert!(err.contains("finite number"), "{v}: {err}");
     }
 }
+
+/// A file that is not valid TOML (here a number past f64) says the line and shows
+/// the key, where the parser's own message named only the file (a tester's nit from
+/// issue 28).
+#[test]
+fn a_bad_file_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[preemption]\nafter = \"10m\"\nbudget = 1e400\n").unwrap();
+    let err = Settings::load_with_env(Some(&path), env(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 3"), "{err}");
+    assert!(err.contains("preemption.budget"), "{err}");
+    std::fs::write(&path, "[[licenses]]\nname = \"seat\"\ncount = 99999999999999999999\n").unwrap();
+    let err = Settings::load_with_env(Some(&path), env(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("`licenses[0].count` (line 3)"), "{err}");
+    std::fs::write(&path, "[server\nbind = 1\n").unwrap();
+    let err = Settings::load_with_env(Some(&path), env(&[]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("line 1, column 8"), "{err}");
+}
