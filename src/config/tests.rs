@@ -394,7 +394,11 @@ fn a_bad_file_says_where() {
         .to_string();
     assert!(err.contains("line 3"), "{err}");
     assert!(err.contains("preemption.budget"), "{err}");
-    std::fs::write(&path, "[[licenses]]\nname = \"seat\"\ncount = 99999999999999999999\n").unwrap();
+    std::fs::write(
+        &path,
+        "[[licenses]]\nname = \"seat\"\ncount = 99999999999999999999\n",
+    )
+    .unwrap();
     let err = Settings::load_with_env(Some(&path), env(&[]))
         .unwrap_err()
         .to_string();

@@ -59,6 +59,18 @@ fn a_preempted_job_runs_again_once_the_preemptor_is_done() {
     let b = off.jobs.iter().find(|j| j.number == 5).unwrap();
     assert_eq!(b.start, 1000.0);
     assert_eq!(off.preemptions, 0);
+    // The all-policies table shows preemptions and work lost once some run preempted
+    // (a tester's nit from issue 28), and not otherwise.
+    let on = preempting(4, Preemptible::All);
+    let with = super::report::Report::new("t", 0, &on, &out);
+    let without = super::report::Report::new("t", 0, &on, &off);
+    let table = super::report::comparison_table(&[&with, &without]);
+    let header = table.lines().next().unwrap();
+    assert!(header.ends_with("preempted  lost %"), "{table}");
+    let row = table.lines().nth(2).unwrap();
+    assert!(row.split_whitespace().rev().nth(1) == Some("2"), "{table}");
+    let quiet = super::report::comparison_table(&[&without]);
+    assert!(!quiet.contains("preempted"), "{quiet}");
 }
 
 fn coare_prefix(n: usize) -> (Vec<TraceJob>, u32) {

@@ -523,14 +523,16 @@ fn jain_cell(jain: Option<f64>) -> String {
     jain.map_or_else(|| "-".to_owned(), |j| format!("{j:.4}"))
 }
 
-/// The comparison table of any reports: one row each.
+/// The comparison table of any reports: one row each. When some run preempted,
+/// two more columns: preemptions, and the work they lost (percent of the work done).
 #[must_use]
 pub fn comparison_table(reports: &[&Report]) -> String {
+    let preempted = reports.iter().any(|r| r.overall.preemptions > 0);
     let rows: Vec<Vec<String>> = reports
         .iter()
         .map(|r| {
             let o = &r.overall;
-            vec![
+            let mut row = vec![
                 r.policy.to_string(),
                 format!("{:.2}", 100.0 * o.utilization),
                 format!("{:.0}", o.makespan_s),
@@ -541,25 +543,32 @@ pub fn comparison_table(reports: &[&Report]) -> String {
                 format!("{:.2}", o.idle_while_queued_pct),
                 format!("{:.4}", o.fairness_error),
                 jain_cell(o.jain_index),
-            ]
+            ];
+            if preempted {
+                row.push(o.preemptions.to_string());
+                row.push(format!("{:.2}", o.lost_pct));
+            }
+            row
         })
         .collect();
-    format_table(
-        &[
-            "policy",
-            "util %",
-            "makespan (s)",
-            "mean wait (s)",
-            "p95 wait (s)",
-            "worst p95 (s)",
-            "mean bsld",
-            "idle q %",
-            "fairness err",
-            "Jain",
-        ],
-        &rows,
-        &[false, true, true, true, true, true, true, true, true, true],
-    )
+    let mut headers = vec![
+        "policy",
+        "util %",
+        "makespan (s)",
+        "mean wait (s)",
+        "p95 wait (s)",
+        "worst p95 (s)",
+        "mean bsld",
+        "idle q %",
+        "fairness err",
+        "Jain",
+    ];
+    if preempted {
+        headers.extend(["preempted", "lost %"]);
+    }
+    let mut right = vec![true; headers.len()];
+    right[0] = false;
+    format_table(&headers, &rows, &right)
 }
 
 /// Formats rows under headers, columns padded to their widest cell; columns
