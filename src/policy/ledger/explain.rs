@@ -138,12 +138,47 @@ impl Ledger {
     #[must_use]
     pub fn next_users(&self, now: Seconds) -> Vec<UserOrder> {
         let mut order = self.order(now);
+        let blocked = self.group_blocked(now);
         order.retain(|o| {
-            self.by_name
-                .get(o.user.as_str())
-                .is_some_and(|&uid| self.accounts[uid as usize].eligible())
+            self.by_name.get(o.user.as_str()).is_some_and(|&uid| {
+                self.accounts[uid as usize].eligible() && !blocked.contains(&uid)
+            })
         });
         order
+    }
+
+    /// The users a group on their path keeps from starting their head now (paused,
+    /// or at a limit; [`crate::policy::groups`]): empty without groups.
+    pub(super) fn group_blocked(&self, now: Seconds) -> std::collections::HashSet<Uid> {
+        let mut out = std::collections::HashSet::new();
+        if self.tree.is_empty() {
+            return out;
+        }
+        let hl = self.config.usage_half_life;
+        let paths: Vec<Vec<usize>> = self
+            .accounts
+            .iter()
+            .map(|a| self.tree.path_of(a.settings.group.as_deref()))
+            .collect();
+        let mut totals = vec![crate::policy::groups::GroupTotals::default(); self.tree.len()];
+        for (a, path) in self.accounts.iter().zip(&paths) {
+            let usage = crate::policy::decay_usage(a.usage, a.usage_at, a.share, now, hl);
+            for &g in path {
+                let t = &mut totals[g];
+                t.allocation += a.allocation;
+                t.outstanding = t.outstanding.saturating_add(a.outstanding);
+                t.usage += usage;
+            }
+        }
+        for (uid, (a, path)) in self.accounts.iter().zip(&paths).enumerate() {
+            let Some(head) = a.head() else { continue };
+            if crate::policy::groups::ineligibility(&self.tree, &totals, path, &head.resources)
+                .is_some()
+            {
+                out.insert(uid as Uid);
+            }
+        }
+        out
     }
 
     /// [`Ledger::order`], with `also` (users a cycle's grants emptied) included.

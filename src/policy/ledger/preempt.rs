@@ -194,6 +194,8 @@ impl Ledger {
             return out;
         }
         let mut standing = self.standings();
+        // A head whose group is paused or at a limit does not preempt either.
+        let blocked = self.group_blocked(now);
         let mut heads: Vec<(super::Rank, Uid)> = Vec::new();
         for (uid, a) in self.accounts.iter().enumerate() {
             let uid = uid as Uid;
@@ -202,6 +204,7 @@ impl Ledger {
             let waited = now - head.submitted_at;
             if !a.listed()
                 || !a.eligible()
+                || blocked.contains(&uid)
                 || waited.is_nan()
                 || waited <= config.after
                 || self.preempt.waiting_for.contains_key(&head.job_id)

@@ -258,3 +258,27 @@ proptest! {
         prop_assert!(granted_l == 0 || held_l + granted_l <= limit);
     }
 }
+
+/// `next_users` leaves out users a group keeps from starting (paused, or at its
+/// limit), as it leaves out paused users (a tester found a paused group's user
+/// listed).
+#[test]
+fn next_users_leaves_out_users_of_a_paused_or_full_group() {
+    let mut ledger = Ledger::new(plain(), UserSettings::default());
+    let mut p = group("p", 1.0);
+    p.paused = true;
+    let mut full = group("full", 1.0);
+    full.max_running_jobs = 0;
+    ledger.set_groups(&[p, full, group("ok", 1.0)]);
+    ledger.report_cluster(0.0, "c", true, cpus(4.0), Resources::ZERO, |_| false);
+    for (name, g, first) in [("a", "p", 100), ("b", "full", 200), ("c", "ok", 300)] {
+        let settings = UserSettings {
+            group: Some(g.to_owned()),
+            ..UserSettings::default()
+        };
+        ledger.set_user(0.0, name, settings);
+        ledger.push_queued(0.0, name, job(first, cpus(1.0), 0.0));
+    }
+    let next: Vec<String> = ledger.next_users(1.0).into_iter().map(|o| o.user).collect();
+    assert_eq!(next, ["c"]);
+}
