@@ -176,8 +176,8 @@ async fn live(
 async fn members(state: &AppState) -> Result<BTreeMap<String, Vec<String>>, ApiError> {
     let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for u in store::list_users(&state.db).await? {
-        if let Some(g) = u.group_path {
-            by.entry(g).or_default().push(u.id);
+        if let Some(g) = store::group_of(&u) {
+            by.entry(g.to_owned()).or_default().push(u.id.clone());
         }
     }
     Ok(by)

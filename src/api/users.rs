@@ -193,8 +193,8 @@ fn user_view(state: &AppState, u: user::Model, counts: &Counts) -> UserView {
             .max_resources
             .as_ref()
             .and_then(|v| serde_json::from_value(v.clone()).ok()),
+        group: store::group_of(&u).map(str::to_owned),
         id: u.id,
-        group: u.group_path,
         display_name: u.display_name,
         preemptible: u.preemptible,
         weight: u.weight,

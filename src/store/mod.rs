@@ -48,8 +48,8 @@ pub use lease::{
 };
 pub use sealed::{seal_stored, Resealed};
 pub use users::{
-    get_user, list_users, save_usages, upsert_user, users_updated_since, UserPatch, DEFAULT_WEIGHT,
-    USAGE_ROWS_PER_STATEMENT,
+    get_user, group_of, list_users, save_usages, upsert_user, users_updated_since, UserPatch,
+    DEFAULT_WEIGHT, USAGE_ROWS_PER_STATEMENT,
 };
 
 pub(crate) use events::commits;

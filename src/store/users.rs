@@ -115,7 +115,9 @@ pub async fn upsert_user(db: &Db, id: &str, patch: UserPatch) -> Result<user::Mo
         am.preemptible = Set(p);
     }
     if let Some(g) = patch.group {
-        am.group_path = Set(g);
+        // An admin's "no group" is stored as "" (not a path): the root by choice,
+        // which the identity rule leaves alone (it fills in NULL only).
+        am.group_path = Set(Some(g.unwrap_or_default()));
     }
     let model = am.update(&txn).await?;
     txn.commit().await?;
@@ -225,4 +227,11 @@ fn placeholder(backend: DatabaseBackend, i: usize) -> String {
         DatabaseBackend::Postgres => format!("${i}"),
         _ => "?".to_string(),
     }
+}
+
+/// The group a user belongs to: `None` for the root, whether never set (NULL) or
+/// chosen by an admin (""; [`upsert_user`]).
+#[must_use]
+pub fn group_of(u: &user::Model) -> Option<&str> {
+    u.group_path.as_deref().filter(|g| !g.is_empty())
 }

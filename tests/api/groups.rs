@@ -502,5 +502,17 @@ async fn a_jobs_group_places_a_user_without_one_when_the_group_exists(db: Db) {
     let g = app.get_json("/v1/groups/hub%2Fa", SUBMITTER).await;
     assert_eq!(g["users"], json!(["new"]));
     assert_eq!(g["queued"], 1, "{g}");
+    // An admin moves `new` to the root: its next job's group does not move it back
+    // (a tester found the rule undoing the admin's choice).
+    app.put("/v1/users/new", ADMIN, json!({"group": null}))
+        .await;
+    assert!(group(app.get_json("/v1/users/new", SUBMITTER).await).is_null());
+    let r = app
+        .post("/api/jobs/", SUBMITTER, submit("new", "hub/a"))
+        .await;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    assert!(group(app.get_json("/v1/users/new", SUBMITTER).await).is_null());
+    let g = app.get_json("/v1/groups/hub%2Fa", SUBMITTER).await;
+    assert_eq!(g["users"], json!([]), "{g}");
 }
 both_databases!(a_jobs_group_places_a_user_without_one_when_the_group_exists);

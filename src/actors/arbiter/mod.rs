@@ -308,7 +308,7 @@ impl FairShareArbiter {
                 .map(|v| v.max(0) as u32)
                 .unwrap_or(self.settings.scheduler.default_max_running_jobs),
             max_resources: u.max_resources.as_ref().map(resource_cap),
-            group: u.group_path.clone(),
+            group: crate::store::group_of(u).map(str::to_owned),
         };
         self.ledger.set_user(now, &u.id, settings);
         self.queued.entry(u.id.clone()).or_default();
