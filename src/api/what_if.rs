@@ -18,7 +18,9 @@ use super::jobs::validate_amount;
 use super::users::{check_max_running, check_resource_limit, check_weight, ResourceLimit};
 use super::AppState;
 use crate::config::Role;
-use crate::policy::preview::{self, Change, ChangeError, ClusterChange, Move, UserChange};
+use crate::policy::preview::{
+    self, Change, ChangeError, ClusterChange, GroupChange, Move, UserChange,
+};
 use crate::policy::Resources;
 
 /// Default number of grants a preview lists.
@@ -45,6 +47,26 @@ pub struct UserChangeIn {
     #[serde(default, deserialize_with = "object::double_opt")]
     #[schema(value_type = Option<ResourceLimit>)]
     pub max_resources: Option<Option<ResourceLimit>>,
+    /// Move the user to this group (a path that is a group), or null for the root.
+    #[serde(default, deserialize_with = "super::body::nullable")]
+    #[schema(value_type = Option<String>)]
+    pub group: Option<Option<String>>,
+}
+
+/// A proposed change to one group. Absent fields stay as they are.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GroupChangeIn {
+    /// Weight among its siblings, 1e-6 to 1e6, or null for the default (1).
+    #[serde(default, deserialize_with = "super::body::nullable")]
+    #[schema(value_type = Option<f64>, minimum = 0.000001, maximum = 1000000.0)]
+    pub weight: Option<Option<f64>>,
+    /// `true` pauses the group, `false` resumes it.
+    pub paused: Option<bool>,
+    /// Cap on its users' outstanding jobs, 0 to 1000000, or null for none.
+    #[serde(default, deserialize_with = "whole::double_opt")]
+    #[schema(value_type = Option<i32>, minimum = 0, maximum = 1000000)]
+    pub max_running_jobs: Option<Option<i32>>,
 }
 
 /// A cluster's total capacity in a proposed change; an absent resource keeps its
@@ -86,6 +108,9 @@ pub struct WhatIfRequest {
     /// Changes by cluster name; each must be configured.
     #[serde(default, deserialize_with = "object::map")]
     pub clusters: BTreeMap<String, ClusterChangeIn>,
+    /// Changes by group path; each must be a group.
+    #[serde(default, deserialize_with = "object::map")]
+    pub groups: BTreeMap<String, GroupChangeIn>,
     /// How many grants to list, 1..=1000 (default 20).
     #[serde(default, deserialize_with = "whole::opt")]
     #[schema(minimum = 1, maximum = 1000)]
@@ -219,6 +244,45 @@ impl WhatIfRequest {
                     paused: u.paused,
                     max_running_jobs,
                     max_resources,
+                    group: match u.group {
+                        None => None,
+                        Some(None) => Some(None),
+                        Some(Some(path)) => {
+                            super::groups::check_path(&field("group"), &path)?;
+                            Some(Some(path))
+                        }
+                    },
+                },
+            );
+        }
+        for (path, g) in self.groups {
+            super::groups::check_path(&format!("groups.{path}"), &path)?;
+            let field = |f: &str| format!("groups.{path}.{f}");
+            if let Some(Some(w)) = g.weight {
+                check_weight(&field("weight"), w)?;
+            }
+            let max_running_jobs = match g.max_running_jobs {
+                None => None,
+                Some(None) => Some(u32::MAX),
+                Some(Some(n)) => {
+                    if !(0..=super::users::MAX_JOB_LIMIT).contains(&n) {
+                        return Err(ApiError::invalid(
+                            field("max_running_jobs"),
+                            format!(
+                                "must be between 0 and {}, or null for no cap",
+                                super::users::MAX_JOB_LIMIT
+                            ),
+                        ));
+                    }
+                    Some(n as u32)
+                }
+            };
+            change.groups.insert(
+                path.clone(),
+                GroupChange {
+                    weight: g.weight.map(|w| w.unwrap_or(crate::store::DEFAULT_WEIGHT)),
+                    paused: g.paused,
+                    max_running_jobs,
                 },
             );
         }
@@ -371,6 +435,7 @@ pub async fn what_if(
             "users.{u}: {e}; a user exists once it submits a job or an admin PUTs it"
         )),
         ChangeError::UnknownCluster(c) => ApiError::NotFound(format!("clusters.{c}: {e}")),
+        ChangeError::UnknownGroup(g) => ApiError::NotFound(format!("groups.{g}: {e}")),
     })?;
     let at = DateTime::from_timestamp_micros((snapshot.now * 1e6) as i64)
         .unwrap_or_else(crate::store::now);

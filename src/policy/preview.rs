@@ -69,6 +69,9 @@ pub struct UserChange {
     pub max_running_jobs: Option<u32>,
     /// New cap on the allocation: `Some(None)` removes it.
     pub max_resources: Option<Option<Resources>>,
+    /// Move to a group (`Some(Some(path))`) or to the root (`Some(None)`).
+    #[serde(default)]
+    pub group: Option<Option<String>>,
 }
 
 /// A proposed change to one cluster; `None` keeps the current value.
@@ -88,6 +91,20 @@ pub struct Change {
     pub users: BTreeMap<String, UserChange>,
     /// Changes by cluster name.
     pub clusters: BTreeMap<String, ClusterChange>,
+    /// Changes by group path.
+    #[serde(default)]
+    pub groups: BTreeMap<String, GroupChange>,
+}
+
+/// A proposed change to one group; `None` keeps the current value.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GroupChange {
+    /// New weight (> 0).
+    pub weight: Option<f64>,
+    /// Pause (`true`) or resume (`false`).
+    pub paused: Option<bool>,
+    /// New cap on the outstanding jobs of its users (`u32::MAX`: none).
+    pub max_running_jobs: Option<u32>,
 }
 
 /// One previewed grant.
@@ -140,6 +157,9 @@ pub enum ChangeError {
     /// The change names a cluster the snapshot does not have.
     #[error("no cluster {0:?} is configured")]
     UnknownCluster(String),
+    /// The change names a group the snapshot does not have.
+    #[error("no group {0:?} exists")]
+    UnknownGroup(String),
 }
 
 impl Snapshot {
@@ -164,6 +184,30 @@ impl Snapshot {
             }
             if let Some(r) = c.max_resources {
                 u.max_resources = r;
+            }
+            if let Some(g) = &c.group {
+                if let Some(path) = g {
+                    if !self.groups.iter().any(|x| &x.path == path) {
+                        return Err(ChangeError::UnknownGroup(path.clone()));
+                    }
+                }
+                u.group.clone_from(g);
+            }
+        }
+        for (path, c) in &change.groups {
+            let g = out
+                .groups
+                .iter_mut()
+                .find(|g| &g.path == path)
+                .ok_or_else(|| ChangeError::UnknownGroup(path.clone()))?;
+            if let Some(w) = c.weight {
+                g.weight = w;
+            }
+            if let Some(p) = c.paused {
+                g.paused = p;
+            }
+            if let Some(m) = c.max_running_jobs {
+                g.max_running_jobs = m;
             }
         }
         for (name, c) in &change.clusters {
@@ -420,6 +464,38 @@ mod tests {
         let p = next_grants(&s, 4);
         assert!(p.grants.iter().all(|g| g.now));
         assert_eq!(users_of(&p), ["alice", "bob", "alice", "alice"]);
+        // Previewed: group b at weight 3 too, and carol moved to a. By hand: a and b
+        // tie at 0, a first (path order): alice (older head than carol); b: bob;
+        // a and b tie at 1/4 / 3, a first: carol (a at 2/12); b (1/12): bob.
+        let change = Change {
+            users: [(
+                "carol".to_string(),
+                UserChange {
+                    group: Some(Some("a".into())),
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            groups: [(
+                "b".to_string(),
+                GroupChange {
+                    weight: Some(3.0),
+                    ..Default::default()
+                },
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let p = next_grants(&s.with(&change).unwrap(), 4);
+        assert_eq!(users_of(&p), ["alice", "bob", "carol", "bob"]);
+        let unknown = Change {
+            groups: [("nope".to_string(), GroupChange::default())].into(),
+            ..Default::default()
+        };
+        assert!(matches!(
+            s.with(&unknown),
+            Err(ChangeError::UnknownGroup(_))
+        ));
     }
 
     fn users_of(p: &Preview) -> Vec<&str> {
@@ -512,6 +588,7 @@ mod tests {
                 },
             )]
             .into(),
+            ..Default::default()
         };
         let p = next_grants(&s.with(&change).unwrap(), 20);
         assert_eq!(users_of(&p), ["alice", "bob", "bob", "bob", "bob"]);

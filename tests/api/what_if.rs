@@ -284,6 +284,17 @@ async fn a_preview_changes_nothing_and_a_bad_change_names_its_field(db: Db) {
         (json!({"limit": 1001}), "limit"),
         (json!({"limit": 2.5}), "limit"),
         (json!({"change": {}}), "change"),
+        (json!({"groups": {"a//b": {}}}), "groups.a//b"),
+        (json!({"groups": {"g": {"weight": 0}}}), "groups.g.weight"),
+        (
+            json!({"groups": {"g": {"max_running_jobs": -1}}}),
+            "groups.g.max_running_jobs",
+        ),
+        (json!({"groups": {"g": {"colour": 1}}}), "groups.g.colour"),
+        (
+            json!({"users": {"alice": {"group": "a b"}}}),
+            "users.alice.group",
+        ),
     ] {
         let resp = app.post(path, ADMIN, body.clone()).await;
         let status = resp.status();
@@ -297,6 +308,8 @@ async fn a_preview_changes_nothing_and_a_bad_change_names_its_field(db: Db) {
     for body in [
         json!({"users": {"nobody": {"weight": 2}}}),
         json!({"clusters": {"nowhere": {"healthy": true}}}),
+        json!({"groups": {"nogroup": {"paused": true}}}),
+        json!({"users": {"alice": {"group": "nogroup"}}}),
     ] {
         assert_error(app.post(path, ADMIN, body).await, 404, "not_found", None).await;
     }
@@ -310,6 +323,16 @@ async fn a_preview_changes_nothing_and_a_bad_change_names_its_field(db: Db) {
     assert_error(app.post_raw(path, ADMIN, "{").await, 400, "bad_json", None).await;
     let get = app.get(path, ADMIN).await;
     assert_eq!(get.status(), 405);
+    // A group that exists may be changed in a preview, and alice moved into it.
+    let r = app.put("/v1/groups/g", ADMIN, json!({})).await;
+    assert!(r.status().is_success(), "{:?}", r.text().await);
+    let v = what_if(
+        &app,
+        json!({"groups": {"g": {"weight": 2, "paused": true, "max_running_jobs": null}},
+               "users": {"alice": {"group": "g"}}}),
+    )
+    .await;
+    assert_eq!(v["after"], json!([]));
     app.stop().await;
 }
 both_databases!(a_preview_changes_nothing_and_a_bad_change_names_its_field);
