@@ -86,7 +86,8 @@ pub struct LicenseSettings {
     /// `node:*`). Unique. Should a cluster also report a resource of this name, the
     /// license's count is what the policy goes by.
     pub name: String,
-    /// Seats: a finite number above 0 (jobs usually take whole ones).
+    /// Seats: a number above 0 and at most 1e6, as a job's request (jobs usually
+    /// take whole ones).
     pub count: f64,
 }
 

@@ -344,6 +344,12 @@ fn licenses_load_from_a_file_reach_the_policy_and_bad_ones_name_their_key() {
         (license("node:1.2.3.4", "1"), "licenses[0].name", "node:"),
         (license("seat", "-1"), "licenses[0].count", "above 0"),
         (license("seat", "0"), "licenses[0].count", "above 0"),
+        (license("seat", "1e300"), "licenses[0].count", "at most 1e6"),
+        (
+            license("seat", "9223372036854775807"),
+            "licenses[0].count",
+            "at most 1e6",
+        ),
         (license("seat", "nan"), "licenses[0].count", "finite"),
         (license("seat", "inf"), "licenses[0].count", "finite"),
         (

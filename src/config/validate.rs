@@ -343,10 +343,13 @@ impl Settings {
                     "duplicate license name".into(),
                 );
             }
-            if !(l.count.is_finite() && l.count > 0.0) {
+            if !(l.count.is_finite() && l.count > 0.0 && l.count <= 1.0e6) {
                 return invalid(
                     format!("licenses[{i}].count"),
-                    format!("must be a finite number above 0, not {}", l.count),
+                    format!(
+                        "must be above 0 and at most 1e6 (as a job's request), not {}",
+                        l.count
+                    ),
                 );
             }
             if let Err(e) = crate::policy::custom::slot(&l.name) {

@@ -102,3 +102,17 @@ pub fn without_licenses(mut r: Resources, licenses: &Custom) -> Resources {
     }
     r
 }
+
+/// Each cluster's free capacity as the policy sees it: [`ClusterView::free`](super::ClusterView::free),
+/// with every license's free amount the one pool's (its count less what every
+/// cluster's outstanding jobs hold), for views and metrics.
+#[must_use]
+pub fn frees(clusters: &[super::ClusterView], licenses: &Custom) -> Vec<Resources> {
+    let pooled = clusters.iter().fold(Resources::ZERO, |sum, c| {
+        sum + part(&c.outstanding, licenses)
+    });
+    clusters
+        .iter()
+        .map(|c| with_free(c.free(), licenses, &pooled))
+        .collect()
+}

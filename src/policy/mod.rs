@@ -207,7 +207,7 @@ pub use cycle::{run_cycle, run_cycle_in};
 pub use fit::{admits, best_fit, fits_some_cluster, short_of};
 pub use groups::{GroupView, Tree};
 pub use ledger::{CycleResult, Ledger, UserSettings, UserState};
-pub use licenses::without_licenses;
+pub use licenses::{frees as license_frees, without_licenses};
 pub use preemption::{Preemption, PreemptionConfig};
 pub use reservation::{shadow, OutstandingJob, Reservation, Shadow};
 pub use resources::{ClusterView, Resources, FIT_TOLERANCE};

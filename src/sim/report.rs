@@ -182,6 +182,9 @@ pub struct Report {
     pub seed: u64,
     /// Which jobs could be preempted (fairshare).
     pub preemptible: crate::sim::simulate::Preemptible,
+    /// Groups (`--groups`): none, or the trace's group field.
+    #[serde(default)]
+    pub groups: crate::sim::simulate::SimGroups,
     /// Preemption's knobs (fairshare).
     pub preemption: crate::policy::PreemptionConfig,
     /// Numbers for the whole run.
@@ -326,6 +329,7 @@ impl Report {
             max_running_jobs: Some(config.max_running_jobs).filter(|&m| m != u32::MAX),
             seed: config.seed,
             preemptible: config.preemptible,
+            groups: config.groups,
             preemption: config.preemption.clone(),
             overall,
             users,
@@ -344,7 +348,7 @@ impl Report {
         let _ = writeln!(
             out,
             "{} — policy {}, capacity {} cores, half-life {} s, starvation guard {}, \
-             backfill {}, age weight {} (max age {} s), seed {}",
+             backfill {}, age weight {} (max age {} s), seed {}{}",
             self.trace,
             self.policy,
             self.capacity_cores,
@@ -353,7 +357,11 @@ impl Report {
             if self.backfill { "on" } else { "off" },
             self.age_weight,
             self.max_age_s,
-            self.seed
+            self.seed,
+            match self.groups {
+                crate::sim::simulate::SimGroups::None => "",
+                crate::sim::simulate::SimGroups::Swf => ", groups from the trace (SWF field 13)",
+            }
         );
         let skipped = if o.skipped_job_numbers.is_empty() {
             o.skipped_too_large.to_string()

@@ -562,6 +562,15 @@ fn groups_from_the_trace_share_by_group_first() {
     // [0, 10): fair a 1/2, b 1/4, c 1/4 against actual 1/2, 1/3, 1/6: error 1/12.
     let r = report(&out, &grouped);
     assert!(r.overall.fairness_error > 0.0);
+    assert!(r
+        .to_table()
+        .lines()
+        .next()
+        .unwrap()
+        .ends_with("groups from the trace (SWF field 13)"));
+    assert!(!report(&simulate(&trace, &flat), &flat)
+        .to_table()
+        .contains("groups"));
     let fifo = simulate(
         &trace,
         &SimConfig {

@@ -314,6 +314,24 @@ async fn a_license_is_one_pool_for_all_clusters_and_never_sent_to_ray(db: Db) {
             );
         }
     }
+    // Every cluster shows the one pool: no seat free on either (a tester found the
+    // cluster without the job showing its own count), in the view and the gauges.
+    let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+    for c in v["clusters"].as_array().unwrap() {
+        assert_eq!(c["capacity"]["custom"]["session"], json!(1.0), "{c}");
+        let free = c["free"]["custom"]["session"].as_f64().unwrap_or(0.0);
+        assert_eq!(free, 0.0, "{c}");
+    }
+    let metrics = app.metrics().await;
+    let free_gauges: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("fairshare_cluster_free{") && l.contains("resource=\"session\""))
+        .collect();
+    assert_eq!(free_gauges.len(), 2, "{metrics}");
+    assert!(
+        free_gauges.iter().all(|l| l.ends_with(" 0")),
+        "{free_gauges:?}"
+    );
     let second = waiting["id"].as_str().unwrap().to_string();
     let first = ids.iter().find(|id| **id != second).unwrap().clone();
     let r = app

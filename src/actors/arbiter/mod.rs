@@ -164,6 +164,9 @@ pub struct FairShareArbiter {
     /// Each cluster's last report as taken (health, total, used, our jobs it counts):
     /// the same report again changes nothing.
     reports: HashMap<String, (bool, Resources, Resources, HashSet<JobId>)>,
+    /// (cluster, custom slot) pairs already warned of: a cluster reporting a resource
+    /// configured as a license.
+    license_clash: HashSet<(String, usize)>,
     /// What each running job held at the last report that said so (Ray's State
     /// API), cores, GPUs and bytes; shown beside what it declared.
     actual: HashMap<JobId, Resources>,
@@ -227,6 +230,7 @@ impl FairShareArbiter {
             freed_at: None,
             queues: HashMap::new(),
             reports: HashMap::new(),
+            license_clash: HashSet::new(),
             actual: HashMap::new(),
             last: None,
             cycles: 0,
@@ -568,6 +572,24 @@ impl Handler<CapacityChanged> for FairShareArbiter {
             }
         }
         let reported: HashSet<JobId> = msg.reported.into_iter().collect();
+        // A cluster that reports a resource named like a license: the license's
+        // count is what the policy goes by, and the dispatcher never sends it to Ray
+        // (DESIGN §2, "Licenses"): say so once per cluster and name.
+        for (slot, &count) in self.config.licenses.amounts().iter().enumerate() {
+            if count > 0.0
+                && msg.total.custom.get(slot) > 0.0
+                && self.license_clash.insert((msg.cluster.clone(), slot))
+            {
+                tracing::warn!(
+                    cluster = %msg.cluster,
+                    resource = %crate::policy::custom::name(slot),
+                    reported = msg.total.custom.get(slot),
+                    license = count,
+                    "a cluster reports a resource that is configured as a license: the \
+                     license's count applies and jobs asking for it are sent to Ray without it"
+                );
+            }
+        }
         let report = (msg.healthy, msg.total, msg.used, reported);
         if !charged && self.reports.get(&msg.cluster) == Some(&report) {
             return;

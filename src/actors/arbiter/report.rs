@@ -58,15 +58,16 @@ impl Handler<Loaded> for FairShareArbiter {
 impl FairShareArbiter {
     pub(super) fn view(&self) -> SchedulerView {
         let now = unix_now();
+        let clusters = self.ledger.cluster_views();
+        let frees = crate::policy::license_frees(&clusters, &self.config.licenses);
         SchedulerView {
             ready: self.ready,
             leadership: None,
-            clusters: self
-                .ledger
-                .cluster_views()
+            clusters: clusters
                 .into_iter()
-                .map(|c| ClusterStatusView {
-                    free: c.free().into(),
+                .zip(frees)
+                .map(|(c, free)| ClusterStatusView {
+                    free: free.into(),
                     used_by_others: c
                         .used_reported
                         .saturating_sub(c.outstanding.saturating_sub(c.unreported))
@@ -152,10 +153,24 @@ impl FairShareArbiter {
         }
         m.users_paused.set(paused);
         self.refresh_group_metrics();
-        for c in self.ledger.cluster_views() {
+        let clusters = self.ledger.cluster_views();
+        let frees = crate::policy::license_frees(&clusters, &self.config.licenses);
+        for (c, free) in clusters.into_iter().zip(frees) {
             let used = (c.used_reported + c.unreported).max(c.outstanding);
-            let free = c.free();
             let others = c.foreign();
+            // Custom resources and licenses the cluster has, by name.
+            let custom: Vec<(String, f64, f64, f64, f64)> = (0..c.total.custom.len())
+                .filter(|&k| c.total.custom.get(k) > 0.0)
+                .map(|k| {
+                    (
+                        crate::policy::custom::name(k).to_string(),
+                        c.total.custom.get(k),
+                        used.custom.get(k),
+                        free.custom.get(k),
+                        others.custom.get(k),
+                    )
+                })
+                .collect();
             let rows = [
                 ("cpu", c.total.cpu, used.cpu, free.cpu, others.cpu),
                 ("gpu", c.total.gpu, used.gpu, free.gpu, others.gpu),
@@ -167,7 +182,10 @@ impl FairShareArbiter {
                     others.memory_bytes,
                 ),
             ];
-            for (resource, capacity, used, free, others) in rows {
+            let named = custom
+                .iter()
+                .map(|(n, t, u, f, o)| (n.as_str(), *t, *u, *f, *o));
+            for (resource, capacity, used, free, others) in rows.into_iter().chain(named) {
                 let labels = [c.name.as_str(), resource];
                 m.cluster_capacity.with_label_values(&labels).set(capacity);
                 m.cluster_used.with_label_values(&labels).set(used);
