@@ -126,6 +126,7 @@ class Client:
         metadata: Optional[Dict[str, str]] = None,
         max_runtime_s: Optional[int] = None,
         preemptible: Optional[bool] = None,
+        custom: Optional[Dict[str, float]] = None,
     ) -> Job:
         """``POST /v1/jobs``. ``preemptible``: the job may be stopped and queued again
         for a user below its fair share (``None``: the user's default). ``external_id`` is the idempotency key (per user): pass
@@ -138,7 +139,11 @@ class Client:
             "entrypoint": entrypoint,
             "external_id": external_id or f"client-{uuid.uuid4()}",
         }
-        resources = {k: v for k, v in (("cpu", cpu), ("gpu", gpu), ("memory_bytes", memory_bytes)) if v is not None}
+        resources: Dict[str, Any] = {
+            k: v for k, v in (("cpu", cpu), ("gpu", gpu), ("memory_bytes", memory_bytes)) if v is not None
+        }
+        if custom:
+            resources["custom"] = dict(custom)
         if resources:
             body["resources"] = resources
         for k, v in (
@@ -209,11 +214,13 @@ class Client:
         max_queued_jobs: Any = _UNSET,
         max_resources: Any = _UNSET,
         preemptible: Optional[bool] = None,
+        group: Any = _UNSET,
     ) -> User:
         """``PUT /v1/users/{id}`` (creates the user if new). A limit left out stays as
         it is; ``None`` puts it back to the default (no cap for ``max_resources``).
         ``preemptible``: the default of the user's jobs that do not say (left as it
-        is when ``None``)."""
+        is when ``None``). ``group``: the path of a group to put the user in, or
+        ``None`` for the root (left as it is when not given)."""
         body: Dict[str, Any] = {}
         if preemptible is not None:
             body["preemptible"] = preemptible
@@ -227,6 +234,8 @@ class Client:
             body["max_resources"] = (
                 max_resources.to_dict() if isinstance(max_resources, ResourceLimit) else max_resources
             )
+        if group is not _UNSET:
+            body["group"] = group
         return User.from_dict(self._request("PUT", f"/v1/users/{user_id}", json=body).json())
 
     def set_weight(self, user_id: str, weight: float) -> User:

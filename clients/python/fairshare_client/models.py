@@ -38,11 +38,13 @@ def _build(cls: Type[T], data: Dict[str, Any], **converted: Any) -> T:
 
 @dataclass(frozen=True)
 class Resources:
-    """``Amounts``: cores, GPUs and bytes."""
+    """``Amounts``: cores, GPUs and bytes, and custom resources by name (``QPU``, a
+    license; ``None`` when there are none)."""
 
     cpu: float
     gpu: float
     memory_bytes: int
+    custom: Optional[Dict[str, float]] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "Resources":
@@ -151,6 +153,8 @@ class User:
     created_at: datetime
     updated_at: datetime
     preemptible: Optional[bool] = None
+    #: The path of its group (``None``: the root).
+    group: Optional[str] = None
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "User":

@@ -51,6 +51,12 @@ def test_submit_is_idempotent_by_external_id_and_get_shows_the_job(fs, admin):
     assert fs.submit("alice", "python train.py", preemptible=True).preemptible is True
     assert admin.update_user("alice", preemptible=True).preemptible is True
     assert fs.submit("alice", "python train.py").preemptible is True
+    # Custom resources go with the job (no cluster has reported yet, so none is
+    # refused); a user goes into a group and back to the root.
+    assert fs.submit("alice", "python train.py", custom={"QPU": 1}).resources.custom == {"QPU": 1.0}
+    assert admin._request("PUT", "/v1/groups/lab", json={}).status_code == 200
+    assert admin.update_user("alice", group="lab").group == "lab"
+    assert admin.update_user("alice", group=None).group is None
 
 
 def test_list_iterates_every_page_newest_first(fs):
