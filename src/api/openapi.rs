@@ -109,6 +109,10 @@ pub fn document_json() -> serde_json::Value {
     schemas["UserUpdate"]["properties"]["display_name"]["pattern"] =
         json!(super::user_id::display_name_pattern());
     schemas["UserUpdate"]["properties"]["group"]["pattern"] = json!(GROUP_PATH_PATTERN);
+    // What-if: a user's group and the groups' keys are group paths too.
+    schemas["UserChangeIn"]["properties"]["group"]["pattern"] = json!(GROUP_PATH_PATTERN);
+    schemas["WhatIfRequest"]["properties"]["groups"]["propertyNames"] =
+        json!({"type": "string", "pattern": GROUP_PATH_PATTERN});
     // User ids in parameters (the `user` filters, `/v1/users/{id}`), and 414 on every
     // operation: `api::line_limit` answers a request line of 64 KiB or more with 414
     // before any route runs, whatever the path.

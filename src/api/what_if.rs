@@ -49,7 +49,7 @@ pub struct UserChangeIn {
     pub max_resources: Option<Option<ResourceLimit>>,
     /// Move the user to this group (a path that is a group), or null for the root.
     #[serde(default, deserialize_with = "super::body::nullable")]
-    #[schema(value_type = Option<String>)]
+    #[schema(value_type = Option<String>, min_length = 1)]
     pub group: Option<Option<String>>,
 }
 
