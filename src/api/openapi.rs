@@ -26,6 +26,8 @@ impl Modify for BearerAuth {
     info(title = "fairshare", description = "A fair-share job scheduler in front of Ray clusters."),
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
+        super::admission::started, super::admission::finished, super::admission::release,
+        super::admission::heartbeat,
         users::list, users::get, users::put, users::pause, users::resume,
         super::events::stream,
         system::scheduler, what_if::what_if, system::metrics, system::healthz, system::readyz, document,
@@ -38,6 +40,7 @@ impl Modify for BearerAuth {
         what_if::WhatIfRequest, what_if::WhatIfView,
         console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
         super::hints::HintAnswer,
+        super::admission::ReportBody, super::admission::FinishedBody, super::admission::RunnerOutcome,
     )),
     modifiers(&BearerAuth),
 )]

@@ -33,9 +33,9 @@ mod users;
 
 pub use apply::{apply, apply_many, is_fenced, Applied, Fence, FENCED};
 pub use jobs::{
-    custom_column, custom_of, get_job, job_events, jobs_with_ids, jobs_with_status, list_jobs,
-    outstanding_with_stop, queue_position, queued_page_sqlite, resources_of, status_counts,
-    stream_queued, stream_queued_pages_sqlite, JobFilter,
+    custom_column, custom_of, get_job, job_events, jobs_with_ids, jobs_with_status, lapsed_leases,
+    list_jobs, outstanding_with_stop, queue_position, queued_page_sqlite, resources_of,
+    status_counts, stream_queued, stream_queued_pages_sqlite, JobFilter,
 };
 pub use lease::{
     fence_holds, lease_acquire, lease_release, lease_renew, lease_state, notify, LeaseState,

@@ -191,6 +191,7 @@ pub fn new_job(user: &str, external_id: Option<String>) -> fairshare::store::New
         custom: Default::default(),
         max_runtime_s: None,
         preemptible: None,
+        pool: None,
     }
 }
 
