@@ -498,8 +498,9 @@ pub async fn cancel(
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "cancel jobs")?;
     let id = parse_id(&id)?;
-    if who.user.is_some() {
-        // A token with a user cancels only its own user's jobs (others are 404).
+    if who.user.is_some() || who.pool.is_some() {
+        // A token with a user cancels only its own user's jobs, one with a pool only
+        // that pool's (others are 404).
         load_for(&state, &who, &id.to_string()).await?;
     }
     let cancelled = cancel_job(&state, id).await?;

@@ -452,10 +452,12 @@ async fn a_job_for_a_pool_is_checked_against_the_pools_configuration(which: Db) 
     let plain_id = plain["id"].as_str().unwrap();
     let resp = app.get(&format!("/v1/jobs/{plain_id}"), RUNNER).await;
     assert_eq!(resp.status(), 404);
-    let resp = app
-        .post(&format!("/v1/jobs/{plain_id}/started"), RUNNER, json!({}))
-        .await;
-    assert_eq!(resp.status(), 404);
+    for what in ["started", "cancel"] {
+        let resp = app
+            .post(&format!("/v1/jobs/{plain_id}/{what}"), RUNNER, json!({}))
+            .await;
+        assert_eq!(resp.status(), 404, "{what}");
+    }
     let mine = app.get_json("/v1/jobs?user=erin", RUNNER).await;
     assert_eq!(mine["jobs"].as_array().unwrap().len(), 2, "{mine}");
     let resp = app

@@ -121,7 +121,8 @@ impl Dispatcher {
     /// or the admission did not happen (cancelled or moved since the grant) and the
     /// grant's reservation is released as for a dispatch that ended.
     fn admitted(&mut self, msg: &Dispatch, applied: Applied) {
-        let landed = match applied {
+        // Not through `landed`: a pool is no cluster for the monitor to back off from.
+        let requeue = match applied {
             Applied::Changed { job, .. } if job.status == entity::JobStatus::Admitted => {
                 tracing::info!(job_id = %job.id, pool = %msg.cluster, attempt = job.attempt, "admitted");
                 self.arbiter
@@ -132,12 +133,19 @@ impl Dispatcher {
                     });
                 return;
             }
-            Applied::Refused(job, _) if job.status == entity::JobStatus::Queued => {
-                Landed::Requeued(Box::new(job))
-            }
-            _ => Landed::Ended,
+            Applied::Refused(job, _) if job.status == entity::JobStatus::Queued => Some((
+                super::user_queue::summary(&job),
+                job.retiring_attempt.is_some(),
+            )),
+            _ => None,
         };
-        self.landed(msg, Ok(&landed), false);
+        let held = requeue.as_ref().is_some_and(|(_, held)| *held);
+        self.arbiter.dispatch_ended.do_send(DispatchEnded {
+            user: msg.user.clone(),
+            job_id: msg.job.job_id,
+            requeue: requeue.map(|(job, _)| job),
+            held,
+        });
     }
 
     /// Looks for pool jobs whose runner's lease has lapsed and frees what they hold
