@@ -17,7 +17,7 @@ mod m20261209_000010_jobs_queue_index_by_status;
 mod m20261210_000011_runtime_env_sealed;
 mod m20261211_000012_preemption;
 mod m20261212_000013_custom_resources;
-mod m20261213_000014_pools;
+mod m20261214_000015_pools;
 
 pub use m20261210_000011_runtime_env_sealed::{
     runtime_env_digest, runtime_env_digest_text, unkeyed_digest_of_text,
@@ -43,7 +43,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261210_000011_runtime_env_sealed::Migration),
             Box::new(m20261211_000012_preemption::Migration),
             Box::new(m20261212_000013_custom_resources::Migration),
-            Box::new(m20261213_000014_pools::Migration),
+            Box::new(m20261214_000015_pools::Migration),
         ]
     }
 }
