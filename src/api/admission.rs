@@ -11,7 +11,7 @@ use entity::JobStatus;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::body::{parse_json, read_body};
+use super::body::{parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
 use super::jobs::{load_for, JobView};
 use super::AppState;
@@ -29,6 +29,7 @@ pub struct ReportBody {
     /// The admission the report is about: the job's `attempt` when it was ADMITTED
     /// (each admission is an attempt of its own). Absent: the current one. A report
     /// of another attempt is 409 (a release of an earlier one is 200: it is over).
+    #[serde(default, deserialize_with = "whole::opt")]
     #[schema(minimum = 1, maximum = 2147483647)]
     pub attempt: Option<u32>,
 }
@@ -53,6 +54,7 @@ pub struct FinishedBody {
     #[schema(max_length = 4096)]
     pub message: Option<String>,
     /// As for the other reports.
+    #[serde(default, deserialize_with = "whole::opt")]
     #[schema(minimum = 1, maximum = 2147483647)]
     pub attempt: Option<u32>,
 }

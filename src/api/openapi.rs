@@ -150,6 +150,9 @@ pub fn document_json() -> serde_json::Value {
         ("/v1/users/{id}/pause", "Empty"),
         ("/v1/users/{id}/resume", "Empty"),
         ("/v1/scheduler/what-if", "WhatIfRequest"),
+        ("/v1/jobs/{id}/started", "ReportBody"),
+        ("/v1/jobs/{id}/heartbeat", "ReportBody"),
+        ("/v1/jobs/{id}/release", "ReportBody"),
     ] {
         let body = &mut doc["paths"][path]["post"]["requestBody"];
         body["required"] = json!(false);

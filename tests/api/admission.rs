@@ -267,6 +267,11 @@ async fn pool_jobs_are_admitted_by_fair_share_and_follow_their_runners_reports(w
     assert_error(resp, 422, "invalid_field", Some("status")).await;
     let resp = report(&app, &a[1], "heartbeat", json!({"attempt": 0.5})).await;
     assert_error(resp, 422, "invalid_field", Some("attempt")).await;
+    let resp = report(&app, &a[1], "heartbeat", json!({"attempt": 0})).await;
+    assert_error(resp, 422, "invalid_field", Some("attempt")).await;
+    // A whole number written with a decimal point is one (as Python clients send).
+    let v = report_ok(&app, &a[1], "heartbeat", json!({"attempt": 2.0})).await;
+    assert_eq!(v["status"], "ADMITTED");
     app.stop().await;
 }
 crate::both_databases!(pool_jobs_are_admitted_by_fair_share_and_follow_their_runners_reports);
