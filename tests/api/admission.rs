@@ -426,6 +426,24 @@ async fn a_job_for_a_pool_is_checked_against_the_pools_configuration(which: Db) 
         .submit("erin", json!({"pool": "gw", "resources": slot()}))
         .await;
     assert_eq!(ok["pool"], "gw");
+    // The pool is part of the payload an idempotent retry is compared with.
+    let keyed = json!({"user": "erin", "entrypoint": "x", "external_id": "k1",
+                       "resources": slot(), "pool": "gw"});
+    let resp = app.post("/v1/jobs", SUBMITTER, keyed.clone()).await;
+    assert_eq!(resp.status(), 201);
+    let resp = app.post("/v1/jobs", SUBMITTER, keyed.clone()).await;
+    assert_eq!(resp.status(), 200);
+    let mut elsewhere = keyed.clone();
+    elsewhere["pool"] = Value::Null;
+    let resp = app.post("/v1/jobs", SUBMITTER, elsewhere).await;
+    assert_eq!(resp.status(), 422);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "idempotency_key_reused", "{body}");
+    assert_eq!(
+        body["error"]["details"]["differs"],
+        json!(["pool"]),
+        "{body}"
+    );
     // Ray's Jobs API: the metadata key.
     let resp = app
         .post(
@@ -438,7 +456,7 @@ async fn a_job_for_a_pool_is_checked_against_the_pools_configuration(which: Db) 
         .await;
     assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
     let page = app.get_json("/v1/jobs?user=erin&pool=gw", SUBMITTER).await;
-    assert_eq!(page["jobs"].as_array().unwrap().len(), 2, "{page}");
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 3, "{page}");
     let resp = app
         .post(
             "/api/jobs/",
@@ -464,7 +482,7 @@ async fn a_job_for_a_pool_is_checked_against_the_pools_configuration(which: Db) 
         assert_eq!(resp.status(), 404, "{what}");
     }
     let mine = app.get_json("/v1/jobs?user=erin", RUNNER).await;
-    assert_eq!(mine["jobs"].as_array().unwrap().len(), 2, "{mine}");
+    assert_eq!(mine["jobs"].as_array().unwrap().len(), 3, "{mine}");
     let resp = app
         .post(
             "/v1/jobs",
