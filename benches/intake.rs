@@ -57,6 +57,7 @@ fn batch(size: usize, start: &mut usize) -> Vec<NewJob> {
                 custom: Default::default(),
                 max_runtime_s: None,
                 preemptible: None,
+                pool: None,
             }
         })
         .collect()

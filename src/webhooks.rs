@@ -233,8 +233,12 @@ fn event_name(e: &JobEvent) -> &'static str {
     if e.is_preemption() {
         return "job.preempted";
     }
+    if e.is_stop_request() {
+        return "job.stop_requested";
+    }
     match e.to {
         S::Queued => "QUEUED",
+        S::Admitted => "ADMITTED",
         S::Dispatching => "DISPATCHING",
         S::Pending => "PENDING",
         S::Running => "RUNNING",

@@ -546,7 +546,7 @@ async function refreshClusters() {
 
 // ------------------------------------------------------------------ jobs
 
-const STATUSES = ["QUEUED", "DISPATCHING", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"];
+const STATUSES = ["QUEUED", "DISPATCHING", "ADMITTED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"];
 
 function jobsQueryFromHash(q) {
   const p = new URLSearchParams(q || "");

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 /// (granted by the arbiter, being submitted to Ray).
 ///
 /// `QUEUED → DISPATCHING → PENDING → RUNNING → SUCCEEDED | FAILED | STOPPED`;
-/// QUEUED or DISPATCHING can also end in STOPPED or FAILED. Terminal states never change.
+/// QUEUED or DISPATCHING can also end in STOPPED or FAILED. A pool job (issue 30) goes
+/// `QUEUED → ADMITTED → RUNNING → SUCCEEDED | FAILED | STOPPED` as its runner reports.
+/// Terminal states never change.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, EnumIter, DeriveActiveEnum, Serialize, Deserialize,
 )]
@@ -16,6 +18,10 @@ use serde::{Deserialize, Serialize};
 pub enum JobStatus {
     #[sea_orm(string_value = "QUEUED")]
     Queued,
+    /// A pool job (issue 30) the policy granted: its runner may start it
+    /// (`POST /v1/jobs/{id}/started`); fairshare never sends it to Ray.
+    #[sea_orm(string_value = "ADMITTED")]
+    Admitted,
     #[sea_orm(string_value = "DISPATCHING")]
     Dispatching,
     #[sea_orm(string_value = "PENDING")]
@@ -32,8 +38,9 @@ pub enum JobStatus {
 
 impl JobStatus {
     /// All states, in lifecycle order.
-    pub const ALL: [JobStatus; 7] = [
+    pub const ALL: [JobStatus; 8] = [
         JobStatus::Queued,
+        JobStatus::Admitted,
         JobStatus::Dispatching,
         JobStatus::Pending,
         JobStatus::Running,
@@ -50,11 +57,12 @@ impl JobStatus {
         )
     }
 
-    /// DISPATCHING, PENDING and RUNNING hold resources on a cluster ("outstanding").
+    /// ADMITTED, DISPATCHING, PENDING and RUNNING hold resources on a cluster or a
+    /// pool ("outstanding").
     pub fn is_outstanding(self) -> bool {
         matches!(
             self,
-            JobStatus::Dispatching | JobStatus::Pending | JobStatus::Running
+            JobStatus::Admitted | JobStatus::Dispatching | JobStatus::Pending | JobStatus::Running
         )
     }
 
@@ -62,6 +70,7 @@ impl JobStatus {
     pub fn as_str(self) -> &'static str {
         match self {
             JobStatus::Queued => "QUEUED",
+            JobStatus::Admitted => "ADMITTED",
             JobStatus::Dispatching => "DISPATCHING",
             JobStatus::Pending => "PENDING",
             JobStatus::Running => "RUNNING",
@@ -147,6 +156,12 @@ pub struct Model {
     /// a JSON object of name to amount, as text; `None` when it asks for none.
     #[sea_orm(column_type = "Text", nullable)]
     pub custom_resources: Option<String>,
+    /// The `[[pools]]` entry it must run in (issue 30: a runner outside this service
+    /// starts it); `None`: a Ray cluster of the policy's choosing.
+    pub pool: Option<String>,
+    /// Until when the runner's lease on an ADMITTED or RUNNING pool job holds (every
+    /// report renews it); past it the leader frees the capacity (`[admission]`).
+    pub lease_expires_at: Option<DateTimeUtc>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

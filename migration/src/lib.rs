@@ -18,6 +18,7 @@ mod m20261210_000011_runtime_env_sealed;
 mod m20261211_000012_preemption;
 mod m20261212_000013_custom_resources;
 mod m20261213_000014_groups;
+mod m20261214_000015_pools;
 
 pub use m20261210_000011_runtime_env_sealed::{
     runtime_env_digest, runtime_env_digest_text, unkeyed_digest_of_text,
@@ -44,6 +45,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261211_000012_preemption::Migration),
             Box::new(m20261212_000013_custom_resources::Migration),
             Box::new(m20261213_000014_groups::Migration),
+            Box::new(m20261214_000015_pools::Migration),
         ]
     }
 }

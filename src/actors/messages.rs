@@ -296,6 +296,16 @@ pub struct PreemptDeclined {
     pub job_id: JobId,
 }
 
+/// Dispatcher (or recovery) → arbiter: a pool job is ADMITTED as `attempt` (issue 30).
+/// The arbiter remembers which admission it counts, so that a report of another
+/// replica about that job (a release) is taken once, and a stale one not at all.
+#[derive(Message, Clone, Debug)]
+#[rtype(result = "()")]
+pub struct PoolAdmitted {
+    pub job_id: JobId,
+    pub attempt: u32,
+}
+
 /// How the arbiter is reached by the queues, the dispatcher and the monitor.
 #[derive(Clone)]
 pub struct ArbiterHandle {
@@ -309,6 +319,7 @@ pub struct ArbiterHandle {
     pub remove_queued: Recipient<RemoveQueued>,
     pub hold: Recipient<Hold>,
     pub preempt_declined: Recipient<PreemptDeclined>,
+    pub admitted: Recipient<PoolAdmitted>,
 }
 
 /// How the dispatcher is reached by the queues and the monitor.

@@ -137,6 +137,11 @@ pub(crate) enum CancelThen {
 /// What follows a cancel step that left `job` as it is now, with the Ray call the
 /// step asked for.
 pub(crate) fn cancelled(job: &job::Model, ray: Option<RayCall>) -> Vec<CancelThen> {
+    if job.pool.is_some() && job.status != JobStatus::Stopped {
+        // An admitted or started pool job (issue 30): its runner stops it (the
+        // `stop_requested` event) and reports finished; nothing to follow in Ray.
+        return Vec::new();
+    }
     let mut then = vec![if job.status == JobStatus::Stopped {
         CancelThen::RemoveQueued(RemoveQueued {
             user: job.user_id.clone(),
@@ -154,6 +159,38 @@ pub(crate) fn cancelled(job: &job::Model, ray: Option<RayCall>) -> Vec<CancelThe
         }));
     }
     then
+}
+
+/// Tells the arbiter what a written step of a pool job (issue 30) freed: back in the
+/// queue (released, lapsed lease), or ended. Nothing for a job still held.
+pub(crate) fn tell_arbiter_pool_job(arbiter: &messages::ArbiterHandle, job: &job::Model) {
+    if job.status == JobStatus::Queued {
+        arbiter.requeued.do_send(messages::Requeued {
+            user: job.user_id.clone(),
+            job: summary(job),
+            held: false,
+        });
+    } else if job.status.is_terminal() {
+        arbiter.finished.do_send(messages::JobFinished {
+            job_id: job.id,
+            seen_at: std::time::Instant::now(),
+        });
+    }
+}
+
+/// What a runner's report did ([`Scheduler::report`]).
+#[derive(Debug)]
+pub enum Reported {
+    /// Written (a transition, or a lease renewal): the job as it is now.
+    Done(job::Model),
+    /// The same report again, or one of an admission that is over: nothing written.
+    Repeated(job::Model),
+    /// It does not fit the job as it is (409): the job, and why.
+    Conflict(job::Model, String),
+    /// The job does not name a pool (409).
+    NotAPoolJob(job::Model),
+    /// No such job.
+    NotFound,
 }
 
 /// Handle to the running actors. Cheap to clone.
@@ -358,6 +395,46 @@ impl Scheduler {
         )
     }
 
+    /// A pool job runner's report (issue 30, DESIGN §3 "Admission": `started`,
+    /// `finished`, `release`, `heartbeat`): the lifecycle decides on the row inside the
+    /// write's transaction (guarded on status and attempt, like a cancel), and on the
+    /// leader the arbiter learns at once what it freed; a follower hands the job over
+    /// to the leader (DESIGN §10).
+    ///
+    /// Errors: the database's.
+    pub async fn report(
+        db: &Db,
+        scheduler: Option<&Scheduler>,
+        id: Uuid,
+        event: &Event,
+    ) -> Result<Reported, sea_orm::DbErr> {
+        Ok(match store::apply(db, &Fence::Unfenced, id, event).await? {
+            Applied::NotFound => Reported::NotFound,
+            Applied::Unchanged(job) => Reported::Repeated(job),
+            Applied::Refused(job, crate::lifecycle::Refusal::ReportConflict { why, .. }) => {
+                Reported::Conflict(job, why)
+            }
+            Applied::Refused(job, _) => Reported::NotAPoolJob(job),
+            Applied::Changed { job, .. } => {
+                if let Some(s) = scheduler {
+                    if job.status == JobStatus::Queued {
+                        s.arbiter.do_send(messages::Requeued {
+                            user: job.user_id.clone(),
+                            job: summary(&job),
+                            held: false,
+                        });
+                    } else if job.status.is_terminal() {
+                        s.arbiter.do_send(messages::JobFinished {
+                            job_id: job.id,
+                            seen_at: std::time::Instant::now(),
+                        });
+                    }
+                }
+                Reported::Done(job)
+            }
+        })
+    }
+
     /// Ray's `DELETE` of a job its caller saw QUEUED ([`Event::WithdrawQueued`]): stops
     /// it only if it is still QUEUED, in the write's transaction; a job granted in
     /// between is left as it is. Returns the row as it ends up (`None`: no such job).
@@ -558,6 +635,36 @@ impl Scheduler {
     /// followed with that stop (and, when `stop_now`, the stop is sent to Ray at once;
     /// the monitor repeats it every 10 s until Ray confirms).
     pub fn remote_change(&self, j: &job::Model, stop_now: bool) {
+        if j.pool.is_some() {
+            // A pool job (issue 30): never followed in Ray; a report or a cancel on
+            // another replica may have freed what its admission held.
+            match j.status {
+                JobStatus::Queued => self.arbiter.do_send(arbiter::RequeuedElsewhere {
+                    requeued: messages::Requeued {
+                        user: j.user_id.clone(),
+                        job: summary(j),
+                        held: false,
+                    },
+                    attempt: u32::try_from(j.attempt).unwrap_or(1),
+                }),
+                s if s.is_terminal() => {
+                    if j.dispatched_at.is_none() {
+                        self.arbiter.do_send(RemoveQueued {
+                            user: j.user_id.clone(),
+                            job_id: j.id,
+                            place: Some(QueuePlace::of_row(j)),
+                        });
+                    } else {
+                        self.arbiter.do_send(messages::JobFinished {
+                            job_id: j.id,
+                            seen_at: std::time::Instant::now(),
+                        });
+                    }
+                }
+                _ => {}
+            }
+            return;
+        }
         match j.status {
             JobStatus::Queued => {
                 let (user, job, held) = self.recovered_queued(j);

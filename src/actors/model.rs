@@ -680,6 +680,8 @@ pub(super) fn initial_row() -> job::Model {
         preemptions: 0,
         preempted_at: None,
         custom_resources: None,
+        pool: None,
+        lease_expires_at: None,
     }
 }
 

@@ -51,13 +51,16 @@ impl Scheduler {
         let mut outstanding = Vec::new();
         let mut requeued = Vec::new();
         let statuses = [
+            JobStatus::Admitted,
             JobStatus::Dispatching,
             JobStatus::Pending,
             JobStatus::Running,
         ];
         for j in store::jobs_with_status(db, &statuses).await? {
             let cluster = j.cluster.clone().unwrap_or_default();
-            if self.clients.contains_key(&cluster) {
+            // A pool job (issue 30) is booked on its pool and never looked for in Ray:
+            // its runner reports, or its lease lapses.
+            if j.pool.is_some() || self.clients.contains_key(&cluster) {
                 outstanding.push(j);
                 continue;
             }
@@ -79,7 +82,7 @@ impl Scheduler {
             })
             .await
             .map_err(|e| anyhow::anyhow!("arbiter unavailable: {e}"))?;
-        for j in outstanding {
+        for j in outstanding.into_iter().filter(|j| j.pool.is_none()) {
             self.monitor.do_send(Track {
                 job: j,
                 origin: Origin::Recovered,

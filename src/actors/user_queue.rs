@@ -9,6 +9,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use actix::{Actor, Context, Handler};
 use entity::job;
@@ -33,9 +34,11 @@ pub fn summary(j: &job::Model) -> QueuedJob {
         submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
         // `None` here means "the configured default": the arbiter fills it in.
         runtime_estimate: j.max_runtime_s.map(|s| s as f64),
-        preemptible: j.preemptible,
+        // A pool job is not preempted (its runner, not Ray, would have to stop it;
+        // issue 30 leaves that for later).
+        preemptible: j.preemptible && j.pool.is_none(),
         preemptions: u32::try_from(j.preemptions).unwrap_or(0),
-        pool: None,
+        pool: j.pool.clone(),
     }
 }
 
@@ -53,20 +56,24 @@ struct Entry {
     preemptible: bool,
     /// [`QueuedJob::preemptions`].
     preemptions: u32,
+    /// [`QueuedJob::pool`]: 0 for none, else 1 + its index in the queue's `pools`
+    /// (in what was padding: the entry stays 40 bytes).
+    pool: u16,
 }
 
 impl Entry {
-    fn new(job: &QueuedJob, held: bool) -> Entry {
+    fn new(job: &QueuedJob, held: bool, pool: u16) -> Entry {
         Entry {
             resources: job.resources,
             runtime_estimate: job.runtime_estimate.unwrap_or(f64::NAN),
             held,
             preemptible: job.preemptible,
             preemptions: job.preemptions,
+            pool,
         }
     }
 
-    fn job(&self, key: &QueueKey) -> QueuedJob {
+    fn job(&self, key: &QueueKey, pools: &[Arc<str>]) -> QueuedJob {
         QueuedJob {
             job_id: key.2,
             resources: self.resources,
@@ -75,7 +82,10 @@ impl Entry {
             runtime_estimate: Some(self.runtime_estimate).filter(|e| !e.is_nan()),
             preemptible: self.preemptible,
             preemptions: self.preemptions,
-            pool: None,
+            pool: (self.pool > 0)
+                .then(|| pools.get(usize::from(self.pool) - 1))
+                .flatten()
+                .map(|p| p.to_string()),
         }
     }
 }
@@ -102,6 +112,9 @@ pub struct UserQueue {
     dispatcher: DispatcherHandle,
     /// The keys of the window last sent.
     last_sent: Option<Vec<QueueKey>>,
+    /// The names of the pools its jobs name, in the order first seen (an entry keeps
+    /// an index into it, not the name).
+    pools: Vec<Arc<str>>,
 }
 
 impl UserQueue {
@@ -121,7 +134,20 @@ impl UserQueue {
             arbiter,
             dispatcher,
             last_sent: None,
+            pools: Vec::new(),
         }
+    }
+
+    /// The index an entry keeps for `pool` (0: none), the name added if new. Names come
+    /// from jobs accepted against `[[pools]]`, of which the configuration allows at
+    /// most 1,000, so the index never overflows (were it to, 0 would be kept).
+    fn pool_index(&mut self, pool: Option<&str>) -> u16 {
+        let Some(name) = pool else { return 0 };
+        if let Some(i) = self.pools.iter().position(|p| &**p == name) {
+            return u16::try_from(i + 1).unwrap_or(0);
+        }
+        self.pools.push(Arc::from(name));
+        u16::try_from(self.pools.len()).unwrap_or(0)
     }
 
     /// Starts a queue actor and returns its handle.
@@ -155,7 +181,7 @@ impl UserQueue {
         }
         let window = keys
             .iter()
-            .filter_map(|k| self.jobs.get(k).map(|e| e.job(k)))
+            .filter_map(|k| self.jobs.get(k).map(|e| e.job(k, &self.pools)))
             .collect();
         self.last_sent = Some(keys);
         self.arbiter.demand.do_send(Demand {
@@ -190,7 +216,8 @@ impl UserQueue {
             }
             return true;
         }
-        self.jobs.insert(key, Entry::new(job, held));
+        let pool = self.pool_index(job.pool.as_deref());
+        self.jobs.insert(key, Entry::new(job, held, pool));
         if held {
             self.held.push(key);
             // A held job is not in the window.
@@ -225,7 +252,7 @@ impl UserQueue {
         if e.held {
             self.held.retain(|k| k != key);
         }
-        Some(e.job(key))
+        Some(e.job(key, &self.pools))
     }
 }
 
@@ -370,7 +397,8 @@ mod tests {
         RemoveQueued,
         StopInRay,
         Preempt,
-        PreemptDeclined
+        PreemptDeclined,
+        super::super::messages::PoolAdmitted
     );
 
     impl Handler<Demand> for Sink {
@@ -431,6 +459,7 @@ mod tests {
             remove_queued: sink.clone().recipient(),
             hold: sink.clone().recipient(),
             preempt_declined: sink.clone().recipient(),
+            admitted: sink.clone().recipient(),
         };
         let dispatcher = DispatcherHandle {
             dispatch: sink.clone().recipient(),

@@ -34,7 +34,10 @@ pub(crate) async fn accept(
     new: crate::store::NewJob,
 ) -> Result<Accepted, ApiError> {
     tracing::Span::current().record("user", new.user.as_str());
-    if let Some(s) = state.scheduler() {
+    if let Some(pool) = &new.pool {
+        // A pool's capacity is configured, not polled: checked on every replica.
+        refuse_if_not_for_pool(&state.settings, pool, &new)?;
+    } else if let Some(s) = state.scheduler() {
         refuse_if_too_large(&s, &new).await?;
     }
     // Sealed here, on the request's own thread (DESIGN §6, "Secrets"): intake stores
@@ -123,6 +126,74 @@ async fn join_group(state: &AppState, j: &job::Model) {
             tracing::warn!(error = %e, group, "cannot put the user in the job's group");
         }
     }
+}
+
+/// Refuses (422) a job naming a pool that is not configured (`pool`), or one the pool
+/// could not hold even when empty (the one resource short, or `resources`), like a job
+/// too large for every cluster.
+fn refuse_if_not_for_pool(
+    settings: &crate::config::Settings,
+    pool: &str,
+    new: &crate::store::NewJob,
+) -> Result<(), ApiError> {
+    use crate::policy::{custom, Resources};
+    let Some(p) = settings.pool(pool) else {
+        let known: Vec<&str> = settings.pools.iter().map(|p| p.name.as_str()).collect();
+        return Err(ApiError::invalid(
+            "pool",
+            format!(
+                "no pool named {pool:?} is configured (pools: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        ));
+    };
+    let total = p.total();
+    let mut wanted = Resources::new(new.cpu, new.gpu, new.memory_bytes as f64);
+    let mut short = Vec::new();
+    for (field, have, want) in [
+        ("resources.cpu", total.cpu, new.cpu),
+        ("resources.gpu", total.gpu, new.gpu),
+        (
+            "resources.memory_bytes",
+            total.memory_bytes,
+            new.memory_bytes as f64,
+        ),
+    ] {
+        if want > have {
+            short.push((field.to_string(), format!("{want} > {have}")));
+        }
+    }
+    for (name, &amount) in &new.custom {
+        let have = custom::lookup(name).map_or(0.0, |k| total.custom.get(k));
+        if amount > have {
+            short.push((
+                format!("resources.custom.{name}"),
+                format!("{amount} > {have}"),
+            ));
+        } else if let Some(k) = custom::lookup(name) {
+            wanted.custom.set(k, amount);
+        }
+    }
+    if short.is_empty() && wanted.fits_within(&total) {
+        return Ok(());
+    }
+    let field = match short.as_slice() {
+        [(field, _)] => field.clone(),
+        _ => "resources".to_string(),
+    };
+    let what: Vec<String> = short.iter().map(|(f, x)| format!("{f}: {x}")).collect();
+    Err(ApiError::invalid(
+        field,
+        format!(
+            "pool {pool:?} is not large enough for this job ({}); a pool counts only the \
+             resources of its capacity, so ask 0 of any other (cpu defaults to 1)",
+            what.join(", ")
+        ),
+    ))
 }
 
 /// Refuses (422) a job no healthy cluster can hold even when empty, its custom

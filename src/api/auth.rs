@@ -70,6 +70,7 @@ impl Auth {
             return Ok(Identity {
                 role: Role::Admin,
                 user: None,
+                pool: None,
             });
         }
         let header = req.headers().get(actix_web::http::header::AUTHORIZATION);
@@ -77,7 +78,11 @@ impl Auth {
             if let (Some(role), Some(peer)) = (self.trusted_role, req.peer_addr()) {
                 if self.trusted.iter().any(|n| n.contains(peer.ip())) {
                     return if role >= needed {
-                        Ok(Identity { role, user: None })
+                        Ok(Identity {
+                            role,
+                            user: None,
+                            pool: None,
+                        })
                     } else {
                         Err(ApiError::Forbidden(action))
                     };
@@ -103,6 +108,7 @@ impl Auth {
             Ok(Identity {
                 role: token.role,
                 user: token.user.clone(),
+                pool: token.pool.clone(),
             })
         } else {
             Err(ApiError::Forbidden(action))
@@ -144,6 +150,8 @@ pub struct Identity {
     pub role: Role,
     /// The token's own user; `None` when it acts for many users (or none is configured).
     pub user: Option<String>,
+    /// The pool the token is confined to (a pool's runner, issue 30); `None`: any.
+    pub pool: Option<String>,
 }
 
 impl Identity {
@@ -152,6 +160,28 @@ impl Identity {
     /// every user's.
     pub fn may_access(&self, user: &str) -> bool {
         self.user.as_deref().is_none_or(|own| own == user)
+    }
+
+    /// Whether this identity may see and act on job `j`: its user ([`Self::may_access`])
+    /// and, for a token confined to a pool, that pool's jobs only.
+    pub fn may_access_job(&self, j: &entity::job::Model) -> bool {
+        self.may_access(&j.user_id)
+            && self
+                .pool
+                .as_deref()
+                .is_none_or(|own| j.pool.as_deref() == Some(own))
+    }
+
+    /// The pool a submission of this identity may name: 422 on `pool` when the token
+    /// is confined to another (or the job names none).
+    pub fn check_pool(&self, pool: Option<&str>) -> Result<(), ApiError> {
+        match &self.pool {
+            Some(own) if pool != Some(own.as_str()) => Err(ApiError::invalid(
+                "pool",
+                format!("this token acts only for pool {own:?}"),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// The namespace of the packages this identity uploads and its jobs use (Ray's

@@ -208,7 +208,7 @@ pub async fn job_events(
     let id = Uuid::parse_str(&id)
         .map_err(|_| ApiError::NotFound(format!("no job with id {:?} (job ids are UUIDs)", *id)))?;
     match store::get_job(&state.db, id).await? {
-        Some(j) if who.may_access(&j.user_id) => {}
+        Some(j) if who.may_access_job(&j) => {}
         _ => return Err(ApiError::NotFound(format!("no job with id {id}"))),
     }
     let events = store::job_events(&state.db, id)

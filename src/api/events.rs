@@ -9,7 +9,8 @@
 //! ```
 //!
 //! A preemption's row (DESIGN §3, "Preemption") is sent as `event: job.preempted`,
-//! with the same `id:` and `data`.
+//! and a cancel of an admitted or started pool job (DESIGN §3, "Admission") as `event:
+//! job.stop_requested` (its runner is to stop it), with the same `id:` and `data`.
 //!
 //! A client that reconnects sends `Last-Event-ID: 42` (browsers' `EventSource` does it
 //! by itself) and gets every event after 42 first, then the live ones: nothing is
@@ -113,6 +114,8 @@ fn frame(e: &JobEvent) -> Bytes {
     let data = serde_json::to_string(e).unwrap_or_else(|_| "{}".into());
     let name = if e.is_preemption() {
         "job.preempted"
+    } else if e.is_stop_request() {
+        "job.stop_requested"
     } else {
         "job"
     };

@@ -31,7 +31,8 @@ pub struct JobView {
     pub id: Uuid,
     pub user: String,
     pub external_id: Option<String>,
-    /// QUEUED, DISPATCHING, PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED.
+    /// QUEUED, ADMITTED (a pool job its runner may start), DISPATCHING, PENDING,
+    /// RUNNING, SUCCEEDED, FAILED or STOPPED.
     #[schema(value_type = String)]
     pub status: JobStatus,
     pub priority: i32,
@@ -73,6 +74,15 @@ pub struct JobView {
     /// A preemption's stop is under way: Ray has been asked to stop the job, which
     /// goes back to the queue once Ray says it ended (or after `preemption.grace`).
     pub preempting: bool,
+    /// The pool it must run in (issue 30: its runner starts it and reports back);
+    /// null: a Ray cluster.
+    pub pool: Option<String>,
+    /// For an ADMITTED or RUNNING pool job: until when its runner's lease holds (each
+    /// report renews it); past it the capacity is freed (`[admission]`).
+    pub lease_expires_at: Option<DateTime<Utc>>,
+    /// For an ADMITTED or RUNNING pool job: a stop was asked (cancel); its runner
+    /// should stop it and report `finished` (the `stop_requested` event said so).
+    pub stop_requested: bool,
 }
 
 impl JobView {
@@ -88,6 +98,8 @@ impl JobView {
             custom: store::custom_of(&j),
         };
         let preempting = crate::lifecycle::JobFacts::of(&j).preempting;
+        let stop_requested =
+            j.pool.is_some() && j.stop_reason.is_some() && j.status.is_outstanding();
         JobView {
             id: j.id,
             user: j.user_id,
@@ -117,6 +129,9 @@ impl JobView {
             preemptible: j.preemptible,
             preemptions: j.preemptions,
             preempting,
+            pool: j.pool,
+            lease_expires_at: j.lease_expires_at,
+            stop_requested,
         }
     }
 }
@@ -150,7 +165,7 @@ pub(crate) async fn load_for(
     raw: &str,
 ) -> Result<job::Model, ApiError> {
     let j = load(state, raw).await?;
-    if !who.may_access(&j.user_id) {
+    if !who.may_access_job(&j) {
         return Err(ApiError::NotFound(format!("no job with id {raw}")));
     }
     Ok(j)
@@ -301,6 +316,7 @@ pub async fn submit(
         ));
     }
     let mut new = request.into_new_job()?;
+    who.check_pool(new.pool.as_deref())?;
     // Uploaded packages are the submitter's own (Ray's Jobs API, issue 31).
     super::ray_compat::packages::pin(&state, &who, &mut new.runtime_env).await?;
     match accept(&state, new).await? {
@@ -352,6 +368,10 @@ pub struct ListQuery {
     /// The `next_after` of the previous page.
     #[param(value_type = Uuid)]
     pub after: Option<String>,
+    /// Only jobs that must run in this pool (a `[[pools]]` name); with
+    /// `status=ADMITTED`, what a runner has to start.
+    #[param(min_length = 1, max_length = 64)]
+    pub pool: Option<String>,
 }
 
 /// A job status, as `GET /v1/jobs?status=` takes it (only the schema: the handler
@@ -361,6 +381,7 @@ pub struct ListQuery {
 #[allow(dead_code)]
 pub enum JobStatusName {
     Queued,
+    Admitted,
     Dispatching,
     Pending,
     Running,
@@ -369,7 +390,7 @@ pub enum JobStatusName {
     Stopped,
 }
 
-/// `GET /v1/jobs?user=&status=&external_id=&limit=&after=`: newest first, cursor paging. A
+/// `GET /v1/jobs?user=&status=&pool=&external_id=&limit=&after=`: newest first, cursor paging. A
 /// parameter given empty (`status=`) is invalid like any other bad value (422), never
 /// read as "not given".
 #[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery), operation_id = "list_jobs",
@@ -394,7 +415,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         Some(s) => Some(JobStatus::parse(&s.to_ascii_uppercase()).ok_or_else(|| {
             ApiError::invalid(
                 "status",
-                "must be one of QUEUED, DISPATCHING, PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED",
+                "must be one of QUEUED, ADMITTED, DISPATCHING, PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED",
             )
         })?),
     };
@@ -423,9 +444,25 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
             )));
         }
     }
+    if let Some(p) = &q.pool {
+        if p.is_empty() || p.len() > 64 {
+            return Err(ApiError::invalid("pool", "must be 1 to 64 characters"));
+        }
+    }
+    // A token confined to a pool lists that pool's jobs only.
+    if let Some(own) = &who.pool {
+        if q.pool.as_ref().is_some_and(|p| p != own) {
+            return Err(ApiError::invalid(
+                "pool",
+                format!("this token acts only for pool {own:?}"),
+            ));
+        }
+        q.pool = Some(own.clone());
+    }
     let filter = JobFilter {
         user: q.user,
         status,
+        pool: q.pool,
         external_id: q.external_id,
         limit,
         after,
@@ -461,8 +498,9 @@ pub async fn cancel(
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "cancel jobs")?;
     let id = parse_id(&id)?;
-    if who.user.is_some() {
-        // A token with a user cancels only its own user's jobs (others are 404).
+    if who.user.is_some() || who.pool.is_some() {
+        // A token with a user cancels only its own user's jobs, one with a pool only
+        // that pool's (others are 404).
         load_for(&state, &who, &id.to_string()).await?;
     }
     let cancelled = cancel_job(&state, id).await?;

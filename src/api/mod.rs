@@ -3,6 +3,7 @@
 //! (`ray_compat`).
 
 mod accept;
+pub mod admission;
 pub mod auth;
 pub mod body;
 pub mod console;
@@ -90,6 +91,10 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .service(resource("/v1/jobs/{id}", "GET").get(jobs::get))
     .service(resource("/v1/jobs/{id}/cancel", "POST").post(jobs::cancel))
     .service(resource("/v1/jobs/{id}/logs", "GET").get(jobs::logs))
+    .service(resource("/v1/jobs/{id}/started", "POST").post(admission::started))
+    .service(resource("/v1/jobs/{id}/finished", "POST").post(admission::finished))
+    .service(resource("/v1/jobs/{id}/release", "POST").post(admission::release))
+    .service(resource("/v1/jobs/{id}/heartbeat", "POST").post(admission::heartbeat))
     .service(resource("/v1/jobs/{id}/events", "GET").get(console::job_events))
     .service(resource("/v1/attempts/{submission_id}/{kind}", "POST").post(hints::hint))
     .service(resource("/v1/shares", "GET").get(console::shares))
@@ -146,6 +151,10 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/v1/jobs/{id}"),
     ("post", "/v1/jobs/{id}/cancel"),
     ("get", "/v1/jobs/{id}/logs"),
+    ("post", "/v1/jobs/{id}/started"),
+    ("post", "/v1/jobs/{id}/finished"),
+    ("post", "/v1/jobs/{id}/release"),
+    ("post", "/v1/jobs/{id}/heartbeat"),
     ("get", "/v1/jobs/{id}/events"),
     ("post", "/v1/attempts/{submission_id}/{kind}"),
     ("get", "/v1/shares"),

@@ -26,6 +26,8 @@ impl Modify for BearerAuth {
     info(title = "fairshare", description = "A fair-share job scheduler in front of Ray clusters."),
     paths(
         jobs::submit, jobs::list, jobs::get, jobs::cancel, jobs::logs,
+        super::admission::started, super::admission::finished, super::admission::release,
+        super::admission::heartbeat,
         users::list, users::get, users::put, users::pause, users::resume,
         groups::list, groups::get, groups::put, groups::delete, groups::pause, groups::resume,
         super::events::stream,
@@ -39,6 +41,7 @@ impl Modify for BearerAuth {
         what_if::WhatIfRequest, what_if::WhatIfView,
         console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
         super::hints::HintAnswer,
+        super::admission::ReportBody, super::admission::FinishedBody, super::admission::RunnerOutcome,
     )),
     modifiers(&BearerAuth),
 )]
@@ -161,6 +164,9 @@ pub fn document_json() -> serde_json::Value {
         ("/v1/groups/{path}/pause", "Empty"),
         ("/v1/groups/{path}/resume", "Empty"),
         ("/v1/scheduler/what-if", "WhatIfRequest"),
+        ("/v1/jobs/{id}/started", "ReportBody"),
+        ("/v1/jobs/{id}/heartbeat", "ReportBody"),
+        ("/v1/jobs/{id}/release", "ReportBody"),
     ] {
         let body = &mut doc["paths"][path]["post"]["requestBody"];
         body["required"] = json!(false);

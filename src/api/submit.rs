@@ -132,6 +132,15 @@ pub struct SubmitRequest {
     /// has waited past `preemption.after` (DESIGN §2 "Preemption"). Absent or null:
     /// the user's default (`preemptible` of `PUT /v1/users/{id}`, false unless set).
     pub preemptible: Option<bool>,
+    /// The pool the job must run in (issue 30): a `[[pools]]` name (422 naming `pool`
+    /// for one that is not configured). fairshare admits it there by fair share and
+    /// never sends it to Ray: the pool's runner learns it is ADMITTED (events,
+    /// webhooks, `GET /v1/jobs?status=ADMITTED&pool=`), starts it and reports back
+    /// (`POST /v1/jobs/{id}/started`, `/finished`, `/release`, `/heartbeat`). Its
+    /// resources must fit the pool's capacity (a pool that does not count cores takes
+    /// `cpu: 0`). Absent: a Ray cluster of the policy's choosing.
+    #[schema(min_length = 1, max_length = 64)]
+    pub pool: Option<String>,
 }
 
 /// Checks a user id (also used by the users API): the rule of [`crate::user_id`], which
@@ -312,6 +321,11 @@ impl SubmitRequest {
         if let Some(ext) = &self.external_id {
             validate_external_id("external_id", ext)?;
         }
+        if let Some(p) = &self.pool {
+            if p.is_empty() || p.len() > 64 {
+                return Err(ApiError::invalid("pool", "must be 1 to 64 characters"));
+            }
+        }
         if let Some(s) = self.max_runtime_s {
             if !(1..=MAX_RUNTIME_S).contains(&s) {
                 return Err(ApiError::invalid(
@@ -337,6 +351,7 @@ impl SubmitRequest {
             custom,
             max_runtime_s: self.max_runtime_s,
             preemptible: self.preemptible,
+            pool: self.pool,
         })
     }
 }

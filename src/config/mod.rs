@@ -71,6 +71,82 @@ pub struct Settings {
     /// "Licenses"; none by default).
     #[serde(default)]
     pub licenses: Vec<LicenseSettings>,
+    /// `[[pools]]`: capacity this service admits jobs to but does not run (issue 30,
+    /// DESIGN §2 "Pools" and §3 "Admission"; none by default).
+    #[serde(default)]
+    pub pools: Vec<PoolSettings>,
+    /// `[admission]`: the runners' leases on admitted pool jobs (DESIGN §3).
+    pub admission: AdmissionSettings,
+}
+
+/// One `[[pools]]` entry: capacity a runner outside this service drives (such as a
+/// gateway creating one KubeRay cluster per job). Jobs naming it (`pool` on `/v1/jobs`,
+/// metadata `fairshare.pool` on Ray's API) are admitted to it by the fair-share policy
+/// and never sent to Ray; the runner starts them and reports back.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolSettings {
+    /// Unique among pools, and not the name of a `[[clusters]]` entry (a grant names
+    /// one or the other): 1–64 characters `[A-Za-z0-9_.-]`.
+    pub name: String,
+    /// Its total, by resource: `cpu` (cores), `gpu`, `memory_bytes`, or a custom
+    /// resource name (registered at load, like a license's), each amount above 0; e.g.
+    /// `capacity = { clusters = 20, gpu = 8 }`. A resource it does not name it has
+    /// none of: a job for it asks only what it names (`cpu = 0` unless it names cpu).
+    pub capacity: std::collections::BTreeMap<String, f64>,
+}
+
+impl PoolSettings {
+    /// The pool's capacity as the policy counts it (names registered at load;
+    /// a name that is not, which [`Settings::load`] refuses, counts nothing).
+    #[must_use]
+    pub fn total(&self) -> crate::policy::Resources {
+        let mut r = crate::policy::Resources::ZERO;
+        for (name, &amount) in &self.capacity {
+            match name.as_str() {
+                "cpu" => r.cpu = amount,
+                "gpu" => r.gpu = amount,
+                "memory_bytes" => r.memory_bytes = amount,
+                other => {
+                    if let Ok(k) = crate::policy::custom::slot(other) {
+                        r.custom.set(k, amount);
+                    }
+                }
+            }
+        }
+        r
+    }
+}
+
+/// What happens to an admitted or started pool job whose runner's lease lapsed.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OnLeaseLapse {
+    /// Back to the queue at its old place, attempt + 1.
+    Requeue,
+    /// FAILED, with the reason.
+    Fail,
+}
+
+/// `[admission]`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionSettings {
+    /// How long an admitted or started pool job's runner may stay silent: every report
+    /// (`started`, `heartbeat`) renews the lease for this long. At least 1 s.
+    #[serde(with = "humantime_serde")]
+    pub lease: Duration,
+    /// `requeue` (default) or `fail`: what a lapsed lease does to the job.
+    pub on_lease_lapse: OnLeaseLapse,
+}
+
+impl AdmissionSettings {
+    /// How often the leader looks for lapsed leases: a quarter of the lease, between
+    /// 100 ms and 5 s (a lapse is noticed within a quarter lease).
+    #[must_use]
+    pub fn check_interval(&self) -> Duration {
+        (self.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
+    }
 }
 
 /// One `[[licenses]]` entry (Slurm's licenses): at most `count` of `name` held at
@@ -441,6 +517,12 @@ impl Settings {
         }
         config
     }
+
+    /// The `[[pools]]` entry named `name`.
+    #[must_use]
+    pub fn pool(&self, name: &str) -> Option<&PoolSettings> {
+        self.pools.iter().find(|p| p.name == name)
+    }
 }
 
 impl SchedulerSettings {
@@ -550,6 +632,11 @@ pub struct TokenSettings {
     /// `metadata["fairshare.user"]`.
     #[serde(default)]
     pub user: Option<String>,
+    /// The pool this token is confined to (issue 30: a pool's runner): it reads,
+    /// submits to and reports on that pool's jobs only (another job is 404 to it, as
+    /// another user's is to a token with a user). A `[[pools]]` name; absent: any job.
+    #[serde(default)]
+    pub pool: Option<String>,
 }
 
 impl std::fmt::Debug for TokenSettings {
@@ -559,6 +646,7 @@ impl std::fmt::Debug for TokenSettings {
             .field("token", &"<redacted>")
             .field("role", &self.role)
             .field("user", &self.user)
+            .field("pool", &self.pool)
             .finish()
     }
 }

@@ -415,3 +415,109 @@ fn a_bad_file_says_where() {
         .to_string();
     assert!(err.contains("line 1, column 8"), "{err}");
 }
+
+#[test]
+fn pools_load_from_a_file_with_their_capacity_and_bad_ones_name_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pools.toml");
+    let pool = |name: &str, capacity: &str| {
+        format!("[[pools]]\nname = \"{name}\"\ncapacity = {{ {capacity} }}\n")
+    };
+    std::fs::write(
+        &path,
+        pool("gateway", "clusters = 20, gpu = 8, memory_bytes = 1e9"),
+    )
+    .unwrap();
+    let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+    let gw = s.pool("gateway").expect("the pool is loaded");
+    let total = gw.total();
+    let slot = crate::policy::custom::lookup("clusters").expect("registered at load");
+    assert_eq!(total.custom.get(slot), 20.0);
+    assert_eq!(total.gpu, 8.0);
+    assert_eq!(total.memory_bytes, 1e9);
+    assert_eq!(
+        total.cpu, 0.0,
+        "a resource the pool does not name it has none of"
+    );
+    assert!(Settings::defaults().pools.is_empty());
+    assert_eq!(s.admission.lease, Duration::from_secs(60));
+    assert_eq!(s.admission.on_lease_lapse, OnLeaseLapse::Requeue);
+    for (text, key, says) in [
+        (
+            pool("local", "clusters = 1"),
+            "pools[0].name",
+            "[[clusters]]",
+        ),
+        (pool("a b", "clusters = 1"), "pools[0].name", "characters"),
+        (pool("", "clusters = 1"), "pools[0].name", "characters"),
+        (pool("gw", ""), "pools[0].capacity", "at least one"),
+        (
+            pool("gw", "clusters = 0"),
+            "pools[0].capacity.clusters",
+            "above 0",
+        ),
+        (pool("gw", "gpu = -2"), "pools[0].capacity.gpu", "above 0"),
+        (pool("gw", "CPU = 2"), "pools[0].capacity.CPU", "CPU"),
+        (
+            pool("gw", "\"node:1.2.3.4\" = 1"),
+            "pools[0].capacity.node:1.2.3.4",
+            "node:",
+        ),
+        (
+            format!(
+                "{}{}",
+                pool("gw", "clusters = 1"),
+                pool("gw", "clusters = 2")
+            ),
+            "pools[1].name",
+            "duplicate",
+        ),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        let err = Settings::load_with_env(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+        assert!(err.contains(says), "{text}: {err}");
+    }
+    for (var, value, key) in [
+        ("FAIRSHARE__ADMISSION__LEASE", "500ms", "admission.lease"),
+        (
+            "FAIRSHARE__ADMISSION__ON_LEASE_LAPSE",
+            "retry",
+            "on_lease_lapse",
+        ),
+    ] {
+        let err = Settings::load_with_env(None, env(&[(var, value)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{var}={value}: {err}");
+    }
+    // A token confined to a pool names a configured one.
+    std::fs::write(
+        &path,
+        format!(
+            "{}[[auth.tokens]]\nname = \"r\"\ntoken = \"runner-token\"\nrole = \"submitter\"\npool = \"elsewhere\"\n",
+            pool("gw", "clusters = 1")
+        ),
+    )
+    .unwrap();
+    let err = Settings::load_with_env(Some(&path), env(&[(KEYS, KEY)]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("auth.tokens[0].pool"), "{err}");
+    let fail = Settings::load_with_env(
+        None,
+        env(&[
+            ("FAIRSHARE__ADMISSION__ON_LEASE_LAPSE", "fail"),
+            ("FAIRSHARE__ADMISSION__LEASE", "2s"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(fail.admission.on_lease_lapse, OnLeaseLapse::Fail);
+    assert_eq!(
+        fail.admission.check_interval(),
+        Duration::from_millis(500),
+        "a quarter of the lease"
+    );
+}

@@ -16,6 +16,7 @@ impl Settings {
         };
         self.preemption.validate()?;
         self.validate_licenses()?;
+        self.validate_pools()?;
         if self.server.body_idle_timeout.is_zero() {
             return invalid("server.body_idle_timeout", "must be more than 0");
         }
@@ -134,6 +135,14 @@ impl Settings {
                     &format!("auth.tokens[{i}].token"),
                     "must be at least 8 characters",
                 );
+            }
+            if let Some(pool) = &t.pool {
+                if self.pool(pool).is_none() {
+                    return invalid(
+                        &format!("auth.tokens[{i}].pool"),
+                        "must name a [[pools]] entry",
+                    );
+                }
             }
             if let Some(user) = &t.user {
                 // The API's rule for user ids: a token could otherwise submit as a user
@@ -354,6 +363,59 @@ impl Settings {
             }
             if let Err(e) = crate::policy::custom::slot(&l.name) {
                 return invalid(format!("licenses[{i}].name"), e.to_string());
+            }
+        }
+        Ok(())
+    }
+
+    /// The checks of `[[pools]]` and `[admission]`: names unique and not a cluster's,
+    /// capacities above 0 in known or registrable resources (custom names are
+    /// registered here, like licenses').
+    fn validate_pools(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, reason: String| Err(ConfigError::Invalid { key, reason });
+        if self.admission.lease < std::time::Duration::from_secs(1) {
+            return invalid("admission.lease".into(), "must be at least 1s".into());
+        }
+        if self.pools.len() > 1000 {
+            return invalid("pools".into(), "at most 1000 pools".into());
+        }
+        for (i, p) in self.pools.iter().enumerate() {
+            let ok_char = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
+            if p.name.is_empty() || p.name.len() > 64 || !p.name.chars().all(ok_char) {
+                return invalid(
+                    format!("pools[{i}].name"),
+                    "must be 1 to 64 characters from A-Z a-z 0-9 _ . -".into(),
+                );
+            }
+            if self.pools[..i].iter().any(|o| o.name == p.name) {
+                return invalid(format!("pools[{i}].name"), "duplicate pool name".into());
+            }
+            if self.clusters.iter().any(|c| c.name == p.name) {
+                return invalid(
+                    format!("pools[{i}].name"),
+                    format!("{:?} is the name of a [[clusters]] entry", p.name),
+                );
+            }
+            if p.capacity.is_empty() {
+                return invalid(
+                    format!("pools[{i}].capacity"),
+                    "must name at least one resource, e.g. { clusters = 20 }".into(),
+                );
+            }
+            for (name, &amount) in &p.capacity {
+                let key = format!("pools[{i}].capacity.{name}");
+                if !(amount.is_finite() && amount > 0.0) {
+                    return invalid(
+                        key,
+                        format!("must be a finite number above 0, not {amount}"),
+                    );
+                }
+                if matches!(name.as_str(), "cpu" | "gpu" | "memory_bytes") {
+                    continue;
+                }
+                if let Err(e) = crate::policy::custom::slot(name) {
+                    return invalid(key, e.to_string());
+                }
             }
         }
         Ok(())

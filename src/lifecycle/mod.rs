@@ -46,7 +46,8 @@
 //!
 //! A preemption (`Preempt`, `PreemptionGraceOver`, and what Ray's answers mean for a
 //! job whose preemption's stop is under way) adds the rows in `lifecycle/preempt.rs`,
-//! decided before these.
+//! decided before these. A pool job (issue 30: ADMITTED, its runner's reports, its
+//! lease) has the rows in `lifecycle/admission.rs`, decided before all others.
 //!
 //! # Invariants (checked by the property tests)
 //! - A terminal status never changes.
@@ -63,6 +64,9 @@
 //! answer, a late POST, a crash or a change of leader) is checked by the protocol
 //! model in `actors::model` over every bounded interleaving.
 
+mod admission;
+#[cfg(test)]
+mod admission_tests;
 mod observe;
 mod preempt;
 mod row;
@@ -71,6 +75,7 @@ mod submission;
 #[cfg(test)]
 mod tests;
 
+pub use admission::STOP_REQUESTED_DETAIL;
 pub use observe::{observe_current, observe_retiring, Limits};
 pub use preempt::{preempted_for, PREEMPTED_DETAIL};
 pub use row::updated;
@@ -99,6 +104,10 @@ pub struct JobFacts {
     pub preempting: bool,
     /// How many times the job was preempted so far.
     pub preemptions: u32,
+    /// It names a pool (issue 30): its runner, not Ray, runs it.
+    pub pool: bool,
+    /// Until when its runner's lease holds (an ADMITTED or RUNNING pool job).
+    pub lease_until: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl JobFacts {
@@ -113,6 +122,8 @@ impl JobFacts {
                 && j.stop_reason.is_some()
                 && j.stop_reason.as_deref() != Some(CANCELLED),
             preemptions: u32::try_from(j.preemptions).unwrap_or(0),
+            pool: j.pool.is_some(),
+            lease_until: j.lease_expires_at,
         }
     }
 }
@@ -225,6 +236,52 @@ pub enum Event {
         /// The grace, seconds.
         grace_s: u64,
     },
+    /// The arbiter granted a pool job on its pool (issue 30): it is ADMITTED, and its
+    /// runner holds a lease on it until `lease_until`.
+    Admitted {
+        /// The pool's name.
+        pool: String,
+        /// The lease's end (now + `admission.lease`).
+        lease_until: chrono::DateTime<chrono::Utc>,
+    },
+    /// The runner reports it started the job (`POST /v1/jobs/{id}/started`).
+    RunnerStarted {
+        /// The admission (attempt) it is about; `None`: the current one.
+        attempt: Option<u32>,
+        /// The renewed lease's end.
+        lease_until: chrono::DateTime<chrono::Utc>,
+    },
+    /// The runner renews its lease (`POST /v1/jobs/{id}/heartbeat`).
+    RunnerHeartbeat {
+        /// The admission it is about; `None`: the current one.
+        attempt: Option<u32>,
+        /// The renewed lease's end.
+        lease_until: chrono::DateTime<chrono::Utc>,
+    },
+    /// The runner reports the job ended (`POST /v1/jobs/{id}/finished`).
+    RunnerFinished {
+        /// The admission it is about; `None`: the current one.
+        attempt: Option<u32>,
+        /// SUCCEEDED, FAILED or STOPPED.
+        status: JobStatus,
+        /// The runner's message.
+        message: Option<String>,
+    },
+    /// The runner gives the capacity back without running the job
+    /// (`POST /v1/jobs/{id}/release`).
+    RunnerReleased {
+        /// The admission it is about; `None`: the current one.
+        attempt: Option<u32>,
+    },
+    /// The leader found the runner's lease past its end (`now`): the capacity is freed.
+    LeaseLapsed {
+        /// Now, by the leader's clock (a lease renewed meanwhile is not lapsed).
+        now: chrono::DateTime<chrono::Utc>,
+        /// `admission.lease`, seconds, for the message.
+        lease_s: u64,
+        /// Back to the queue (`on_lease_lapse = "requeue"`), else FAILED.
+        requeue: bool,
+    },
 }
 
 pub(super) fn step(to: JobStatus, detail: impl Into<String>) -> Step {
@@ -256,6 +313,9 @@ pub(super) fn stop_current(facts: &JobFacts, job_id: Uuid) -> Option<RayCall> {
 /// module docs). Pure: the same inputs always give the same decision.
 pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
     use JobStatus as S;
+    if let Some(d) = admission::decide(facts, event) {
+        return d;
+    }
     let status = facts.status;
     if status.is_terminal() {
         return match event {

@@ -58,6 +58,10 @@ pub struct Changes {
     /// Clear `started_at` (the job goes back to the queue after it ran: its next
     /// attempt's start is its own).
     pub clear_started: bool,
+    /// The new end of a pool job runner's lease (`Some(None)` clears it).
+    pub lease_until: Option<Option<chrono::DateTime<chrono::Utc>>>,
+    /// No `job_events` row (a lease renewal is not a transition: nothing to announce).
+    pub quiet: bool,
 }
 
 /// A decided step: the new status (may equal the old one when only columns change),
@@ -85,6 +89,18 @@ pub enum Refusal {
     PreviousAttemptNotStopped(u32),
     /// A withdrawal of a job that has left the queue (dispatched meanwhile).
     NotQueued(JobStatus),
+    /// A runner's report of a job that does not name a pool.
+    NotAPoolJob,
+    /// A runner's report that does not fit the job as it is (the API's 409): its
+    /// status and attempt now, and why.
+    ReportConflict {
+        /// The job's status.
+        status: JobStatus,
+        /// Its current attempt.
+        attempt: u32,
+        /// Why the report does not fit.
+        why: String,
+    },
 }
 
 /// What follows an event.

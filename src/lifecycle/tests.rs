@@ -21,6 +21,8 @@ fn facts(status: S) -> JobFacts {
         stop_reason: None,
         preempting: false,
         preemptions: 0,
+        pool: false,
+        lease_until: None,
     }
 }
 
@@ -762,6 +764,8 @@ fn preempting_row(preempted_at: chrono::DateTime<chrono::Utc>) -> entity::job::M
         preemptions: 0,
         preempted_at: Some(preempted_at),
         custom_resources: None,
+        pool: None,
+        lease_expires_at: None,
     }
 }
 

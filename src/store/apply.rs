@@ -260,9 +260,20 @@ async fn apply_in(
     if let Some(n) = c.preemptions {
         update = update.col_expr(job::Column::Preemptions, Expr::value(n as i32));
     }
+    if let Some(lease) = c.lease_until {
+        update = update.col_expr(job::Column::LeaseExpiresAt, Expr::value(lease));
+    }
     let res = update.exec(txn).await?;
     if res.rows_affected != 1 {
         return Ok((Applied::Unchanged(current), None));
+    }
+    if c.quiet {
+        // A lease renewal: the row changed, but there is no transition to announce.
+        let job = job::Entity::find_by_id(id)
+            .one(txn)
+            .await?
+            .ok_or_else(|| DbErr::RecordNotFound(id.to_string()))?;
+        return Ok((Applied::Changed { job, step }, None));
     }
     insert_event(
         txn,

@@ -49,7 +49,7 @@ pub struct JobEvent {
     /// The status before; null for the job's creation (to QUEUED).
     #[schema(value_type = Option<String>)]
     pub from: Option<JobStatus>,
-    /// QUEUED, DISPATCHING, PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED.
+    /// QUEUED, ADMITTED, DISPATCHING, PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED.
     #[schema(value_type = String)]
     pub to: JobStatus,
     /// When the transition was committed (UTC, microseconds).
@@ -59,6 +59,16 @@ pub struct JobEvent {
 }
 
 impl JobEvent {
+    /// Whether this row asks a pool job's runner to stop it (issue 30, DESIGN §4
+    /// "Events"): the SSE event and the webhook's `X-Fairshare-Event` are then
+    /// `job.stop_requested`.
+    #[must_use]
+    pub fn is_stop_request(&self) -> bool {
+        self.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with(crate::lifecycle::STOP_REQUESTED_DETAIL))
+    }
+
     /// Whether this row is a preemption's stop (DESIGN §4, "Events"): the SSE event
     /// and the webhook's `X-Fairshare-Event` are then `job.preempted`.
     #[must_use]

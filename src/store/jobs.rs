@@ -32,6 +32,8 @@ pub async fn job_events(db: &Db, id: Uuid) -> Result<Vec<job_event::Model>, DbEr
 pub struct JobFilter {
     pub user: Option<String>,
     pub status: Option<JobStatus>,
+    /// Only the jobs that must run in this pool.
+    pub pool: Option<String>,
     /// Only the job(s) with this idempotency key (one per user).
     pub external_id: Option<String>,
     /// Page size (the caller bounds it).
@@ -49,6 +51,9 @@ pub async fn list_jobs(db: &Db, filter: &JobFilter) -> Result<Vec<job::Model>, D
     }
     if let Some(s) = filter.status {
         q = q.filter(job::Column::Status.eq(s));
+    }
+    if let Some(p) = &filter.pool {
+        q = q.filter(job::Column::Pool.eq(p.as_str()));
     }
     if let Some(x) = &filter.external_id {
         q = q.filter(job::Column::ExternalId.eq(x.as_str()));
@@ -106,8 +111,25 @@ pub async fn outstanding_with_stop(db: &Db) -> Result<Vec<job::Model>, DbErr> {
     job::Entity::find()
         .filter(job::Column::Status.is_in([JobStatus::Pending, JobStatus::Running]))
         .filter(job::Column::StopReason.is_not_null())
+        // A pool job's stop is its runner's (issue 30): never asked of Ray.
+        .filter(job::Column::Pool.is_null())
         .order_by_asc(job::Column::SubmittedAt)
         .order_by_asc(job::Column::Id)
+        .all(db)
+        .await
+}
+
+/// The ADMITTED or RUNNING pool jobs whose runner's lease ended before `now`, oldest
+/// lease first (the leader's lease check, `[admission]`).
+pub async fn lapsed_leases(db: &Db, now: DateTime<Utc>) -> Result<Vec<Uuid>, DbErr> {
+    job::Entity::find()
+        .select_only()
+        .column(job::Column::Id)
+        .filter(job::Column::Status.is_in([JobStatus::Admitted, JobStatus::Running]))
+        .filter(job::Column::Pool.is_not_null())
+        .filter(job::Column::LeaseExpiresAt.lt(now))
+        .order_by_asc(job::Column::LeaseExpiresAt)
+        .into_tuple::<Uuid>()
         .all(db)
         .await
 }
@@ -136,6 +158,7 @@ pub async fn stream_queued(
         preemptible: bool,
         preemptions: i32,
         custom_resources: Option<String>,
+        pool: Option<String>,
     }
     use futures_util::StreamExt;
     let rows = job::Entity::find()
@@ -155,6 +178,7 @@ pub async fn stream_queued(
             job::Column::Preemptible,
             job::Column::Preemptions,
             job::Column::CustomResources,
+            job::Column::Pool,
         ])
         .filter(job::Column::Status.eq(JobStatus::Queued))
         .into_model::<Row>()
@@ -188,6 +212,8 @@ pub async fn stream_queued(
             preemptions: r.preemptions,
             preempted_at: None,
             custom_resources: r.custom_resources,
+            pool: r.pool,
+            lease_expires_at: None,
         })
     }))
 }
@@ -221,6 +247,7 @@ pub async fn queued_page_sqlite(
         bool,
         i32,
         Option<String>,
+        Option<String>,
     );
     // The page is the rows' JSON arrays joined as text: `json_group_array(json(j))`
     // parsed every row's text again (a tenth of start-up's CPU at 1,000,000 jobs).
@@ -229,7 +256,7 @@ pub async fn queued_page_sqlite(
           CASE typeof(id) WHEN 'blob' THEN hex(id) ELSE id END, user_id, priority, \
           submitted_at, quote(cpu), quote(gpu), memory_bytes, max_runtime_s, \
           attempt, retiring_attempt, cluster, json(CASE WHEN preemptible THEN 'true' \
-          ELSE 'false' END), preemptions, custom_resources) AS j \
+          ELSE 'false' END), preemptions, custom_resources, pool) AS j \
         FROM jobs WHERE status = ? AND rowid > ? ORDER BY rowid LIMIT ?)";
     let bad =
         |what: &str, e: &dyn std::fmt::Display| DbErr::Type(format!("queued page: {what}: {e}"));
@@ -265,6 +292,7 @@ pub async fn queued_page_sqlite(
         preemptible,
         preemptions,
         custom_resources,
+        pool,
     ) in rows
     {
         jobs.push(job::Model {
@@ -294,6 +322,8 @@ pub async fn queued_page_sqlite(
             preemptions,
             preempted_at: None,
             custom_resources,
+            pool,
+            lease_expires_at: None,
         });
     }
     Ok((Some(last), jobs))

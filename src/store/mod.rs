@@ -38,9 +38,9 @@ pub use groups::{
     delete_group, get_group, join_group, list_groups, put_group, GroupError, GroupPatch, Joined,
 };
 pub use jobs::{
-    custom_column, custom_of, get_job, job_events, jobs_with_ids, jobs_with_status, list_jobs,
-    outstanding_with_stop, queue_position, queued_page_sqlite, resources_of, status_counts,
-    stream_queued, stream_queued_pages_sqlite, JobFilter,
+    custom_column, custom_of, get_job, job_events, jobs_with_ids, jobs_with_status, lapsed_leases,
+    list_jobs, outstanding_with_stop, queue_position, queued_page_sqlite, resources_of,
+    status_counts, stream_queued, stream_queued_pages_sqlite, JobFilter,
 };
 pub use lease::{
     fence_holds, lease_acquire, lease_release, lease_renew, lease_state, notify, LeaseState,

@@ -120,12 +120,14 @@ pub fn test_settings(db_url: &str) -> Settings {
             token: SUBMITTER.into(),
             role: Role::Submitter,
             user: None,
+            pool: None,
         },
         TokenSettings {
             name: "ops".into(),
             token: ADMIN.into(),
             role: Role::Admin,
             user: None,
+            pool: None,
         },
     ];
     s
@@ -139,6 +141,7 @@ pub fn add_user_token(s: &mut Settings, token: &str, user: &str) {
         token: token.into(),
         role: Role::Submitter,
         user: Some(user.into()),
+        pool: None,
     });
 }
 
@@ -188,6 +191,7 @@ pub fn new_job(user: &str, external_id: Option<String>) -> fairshare::store::New
         custom: Default::default(),
         max_runtime_s: None,
         preemptible: None,
+        pool: None,
     }
 }
 

@@ -84,6 +84,7 @@ fn new_job() -> impl Strategy<Value = NewJob> {
                 custom: Default::default(),
                 max_runtime_s: r.3,
                 preemptible: None,
+                pool: None,
             },
         )
 }

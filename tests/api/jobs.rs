@@ -715,6 +715,7 @@ fn new_job(entrypoint: &str, cpu: f64) -> fairshare::store::NewJob {
         custom: Default::default(),
         max_runtime_s: None,
         preemptible: None,
+        pool: None,
     }
 }
 

@@ -146,6 +146,7 @@ async fn the_documented_limits_are_the_ones_the_service_enforces() {
         s[&r]["enum"],
         json!([
             "QUEUED",
+            "ADMITTED",
             "DISPATCHING",
             "PENDING",
             "RUNNING",

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Type, TypeVar
 T = TypeVar("T")
 
 #: Every job status, in lifecycle order; the last three are final.
-STATUSES = ("QUEUED", "DISPATCHING", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED")
+STATUSES = ("QUEUED", "DISPATCHING", "ADMITTED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED")
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
 

@@ -21,7 +21,9 @@ impl FairShareArbiter {
             self.ledger
                 .cluster_views()
                 .into_iter()
-                .filter(|c| c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
+                // Pools are not where a job without a pool may go: the API checks a
+                // pool job against its pool's configured capacity.
+                .filter(|c| !c.pool && c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
                 .map(|c| c.total)
                 .collect(),
         );

@@ -35,8 +35,8 @@ use entity::user;
 
 use super::messages::{
     ArbiterHandle, CapacityChanged, Demand, DispatchEnded, Enqueue, EnqueueBatch, GrantDeclined,
-    Hold, JobFinished, OthersHold, Preempt, PreemptDeclined, QueueFactory, QueueHandle, Release,
-    RemoveQueued, Requeued, UserSettings,
+    Hold, JobFinished, OthersHold, PoolAdmitted, Preempt, PreemptDeclined, QueueFactory,
+    QueueHandle, Release, RemoveQueued, Requeued, UserSettings,
 };
 use super::unix_now;
 use crate::config::Settings;
@@ -117,6 +117,17 @@ pub struct RefreshMetrics;
 #[rtype(result = "()")]
 pub struct FlushUsage;
 
+/// A QUEUED pool job another replica committed or moved back from ADMITTED as
+/// `attempt` (its runner released it, DESIGN §3 "Admission"): what its admission held
+/// is freed and it is queued, once: only while the admission this arbiter counts is an
+/// earlier attempt; with none counted, as [`EnqueueIfNew`].
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct RequeuedElsewhere {
+    pub requeued: Requeued,
+    pub attempt: u32,
+}
+
 /// A QUEUED job another replica committed (DESIGN §10): queued unless this arbiter
 /// has queued or granted it before.
 #[derive(Message)]
@@ -195,6 +206,8 @@ pub struct FairShareArbiter {
     preemption: crate::policy::PreemptionConfig,
     /// Where the cycle's preemptions go (the dispatcher).
     preempt_to: Option<actix::Recipient<Preempt>>,
+    /// The attempt of each outstanding pool job's admission ([`PoolAdmitted`]).
+    admitted: IdMap<u32>,
 }
 
 impl FairShareArbiter {
@@ -217,6 +230,12 @@ impl FairShareArbiter {
                 Resources::default(),
                 |_| false,
             );
+        }
+        // Pools (issue 30): their capacity is configured, not polled, and always
+        // there; what is admitted to them is counted as the ledger grants it.
+        for p in &settings.pools {
+            ledger.set_pool(now, &p.name);
+            ledger.report_cluster(now, &p.name, true, p.total(), Resources::ZERO, |_| true);
         }
         FairShareArbiter {
             settings,
@@ -245,6 +264,7 @@ impl FairShareArbiter {
             others_hold: (None, false),
             preemption,
             preempt_to: None,
+            admitted: IdMap::default(),
         }
     }
 
@@ -293,6 +313,7 @@ impl FairShareArbiter {
             remove_queued: addr.clone().recipient(),
             hold: addr.clone().recipient(),
             preempt_declined: addr.clone().recipient(),
+            admitted: addr.clone().recipient(),
         }
     }
 
@@ -387,6 +408,7 @@ impl FairShareArbiter {
     /// Releases what a grant reserved (the job ended or is queued again).
     fn release(&mut self, job_id: JobId) {
         self.actual.remove(&job_id);
+        self.admitted.remove(&job_id);
         if self.ledger.end(unix_now(), job_id) {
             self.remember_ended(job_id);
         }
@@ -436,6 +458,42 @@ impl Handler<EnqueueIfNew> for FairShareArbiter {
         }
         self.enqueue(&msg.0.user, msg.0.job, msg.0.held);
         self.request_cycle(ctx);
+    }
+}
+
+impl Handler<RequeuedElsewhere> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, msg: RequeuedElsewhere, ctx: &mut Context<Self>) {
+        let id = msg.requeued.job.job_id;
+        match self.admitted.get(&id) {
+            // The admission this arbiter counts is over: free it, queue the job.
+            Some(&counted) if counted < msg.attempt => self.release(id),
+            // The same or a later admission: a repeat or a stale read.
+            Some(_) => return,
+            // No admission counted: a job submitted on another replica (or one whose
+            // release was taken already), queued as [`EnqueueIfNew`] would.
+            None => {
+                if self.queued_ids.contains_key(&id)
+                    || self.ledger.is_outstanding(&id)
+                    || self.ended_set.contains(&id)
+                {
+                    return;
+                }
+            }
+        }
+        self.enqueue(&msg.requeued.user, msg.requeued.job, msg.requeued.held);
+        self.request_cycle(ctx);
+    }
+}
+
+impl Handler<PoolAdmitted> for FairShareArbiter {
+    type Result = ();
+
+    fn handle(&mut self, msg: PoolAdmitted, _: &mut Context<Self>) {
+        if self.ledger.is_outstanding(&msg.job_id) {
+            self.admitted.insert(msg.job_id, msg.attempt);
+        }
     }
 }
 

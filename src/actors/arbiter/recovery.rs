@@ -68,7 +68,11 @@ impl Handler<RecoveredOutstanding> for FairShareArbiter {
                 // A preemptible job with no stop under way may be preempted again
                 // (one whose preemption's stop was in flight finishes its requeue:
                 // the monitor follows it and its row says so).
-                if j.preemptible && j.stop_reason.is_none() {
+                if j.pool.is_some() {
+                    self.admitted
+                        .insert(j.id, u32::try_from(j.attempt).unwrap_or(1));
+                }
+                if j.preemptible && j.stop_reason.is_none() && j.pool.is_none() {
                     let started = j
                         .started_at
                         .or(j.dispatched_at)

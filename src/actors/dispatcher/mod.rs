@@ -56,6 +56,10 @@ pub struct Dispatcher {
     /// `telemetry.per_user_metrics_max` (the others count as `_other`).
     preempted_users: std::collections::HashSet<String>,
     per_user_metrics_max: usize,
+    /// `[[pools]]` names: a grant there admits the job (no Ray call, issue 30).
+    pools: std::collections::HashSet<String>,
+    /// `[admission]`: the lease a runner gets, what a lapse does.
+    admission: crate::config::AdmissionSettings,
 }
 
 /// What one dispatch ended as, for the actor to announce.
@@ -100,7 +104,83 @@ impl Dispatcher {
             preempted_users: std::collections::HashSet::new(),
             per_user_metrics_max: settings.telemetry.per_user_metrics_max,
             licenses: settings.policy().licenses,
+            pools: settings.pools.iter().map(|p| p.name.clone()).collect(),
+            admission: settings.admission.clone(),
         }
+    }
+
+    /// The end of a lease given now.
+    fn lease_from_now(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::Utc::now()
+            + chrono::Duration::from_std(self.admission.lease)
+                .unwrap_or_else(|_| chrono::Duration::seconds(60))
+    }
+
+    /// What an `Admitted` step's result means for the grant: the job is ADMITTED (its
+    /// runner learns it from the event stream and webhooks; nothing else to do here),
+    /// or the admission did not happen (cancelled or moved since the grant) and the
+    /// grant's reservation is released as for a dispatch that ended.
+    fn admitted(&mut self, msg: &Dispatch, applied: Applied) {
+        // Not through `landed`: a pool is no cluster for the monitor to back off from.
+        let requeue = match applied {
+            Applied::Changed { job, .. } if job.status == entity::JobStatus::Admitted => {
+                tracing::info!(job_id = %job.id, pool = %msg.cluster, attempt = job.attempt, "admitted");
+                self.arbiter
+                    .admitted
+                    .do_send(super::messages::PoolAdmitted {
+                        job_id: job.id,
+                        attempt: u32::try_from(job.attempt).unwrap_or(1),
+                    });
+                return;
+            }
+            Applied::Refused(job, _) if job.status == entity::JobStatus::Queued => Some((
+                super::user_queue::summary(&job),
+                job.retiring_attempt.is_some(),
+            )),
+            _ => None,
+        };
+        let held = requeue.as_ref().is_some_and(|(_, held)| *held);
+        self.arbiter.dispatch_ended.do_send(DispatchEnded {
+            user: msg.user.clone(),
+            job_id: msg.job.job_id,
+            requeue: requeue.map(|(job, _)| job),
+            held,
+        });
+    }
+
+    /// Looks for pool jobs whose runner's lease has lapsed and frees what they hold
+    /// (`[admission]`, DESIGN §3 "Admission"): back to the queue as the next attempt, or
+    /// FAILED (STOPPED when a stop was asked), each with a `job_events` row saying why.
+    fn check_leases(&mut self, ctx: &mut Context<Self>) {
+        let db = self.db.clone();
+        let fence = self.fence.clone();
+        let requeue = self.admission.on_lease_lapse == crate::config::OnLeaseLapse::Requeue;
+        let lease_s = self.admission.lease.as_secs();
+        let arbiter = self.arbiter.clone();
+        let fut = super::off_actor(async move {
+            let now = chrono::Utc::now();
+            let lapsed = store::lapsed_leases(&db, now).await?;
+            for id in lapsed {
+                let event = Event::LeaseLapsed {
+                    now,
+                    lease_s,
+                    requeue,
+                };
+                if let Applied::Changed { job, .. } = store::apply(&db, &fence, id, &event).await? {
+                    tracing::warn!(job_id = %id, status = %job.status, "a runner's lease lapsed");
+                    super::tell_arbiter_pool_job(&arbiter, &job);
+                }
+            }
+            Ok::<(), sea_orm::DbErr>(())
+        });
+        ctx.spawn(fut.into_actor(self).map(|done, _, _| {
+            if let Some(Err(e)) = done {
+                if !store::is_fenced(&e) {
+                    metrics::db_error();
+                }
+                tracing::warn!(error = %e, "could not check the runners' leases");
+            }
+        }));
     }
 
     /// Writes the `Granted` step of every grant received since the last flush in one
@@ -118,14 +198,27 @@ impl Dispatcher {
             .iter()
             .map(|m| {
                 let cluster = m.cluster.clone();
-                (m.job.job_id, Event::Granted { cluster })
+                let event = if self.pools.contains(&cluster) {
+                    // A pool's runner starts it (issue 30): no Ray call.
+                    Event::Admitted {
+                        pool: cluster,
+                        lease_until: self.lease_from_now(),
+                    }
+                } else {
+                    Event::Granted { cluster }
+                };
+                (m.job.job_id, event)
             })
             .collect();
         let fut = super::off_actor(async move { store::apply_many(&db, &fence, &steps).await });
         ctx.spawn(fut.into_actor(self).map(move |done, act, ctx| match done {
             Some(Ok(granted)) => {
                 for (msg, granted) in batch.into_iter().zip(granted) {
-                    act.submit(msg, granted, ctx);
+                    if act.pools.contains(&msg.cluster) {
+                        act.admitted(&msg, granted);
+                    } else {
+                        act.submit(msg, granted, ctx);
+                    }
                 }
             }
             Some(Err(e)) => {
@@ -509,6 +602,14 @@ async fn dispatch_granted(
 
 impl Actor for Dispatcher {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        if !self.pools.is_empty() {
+            ctx.run_interval(self.admission.check_interval(), |act, ctx| {
+                act.check_leases(ctx);
+            });
+        }
+    }
 }
 
 impl Handler<Dispatch> for Dispatcher {

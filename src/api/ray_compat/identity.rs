@@ -196,6 +196,7 @@ mod tests {
         Identity {
             role: Role::Submitter,
             user: user.map(str::to_string),
+            pool: None,
         }
     }
 

@@ -40,10 +40,11 @@ pub fn submission_id_of(j: &job::Model) -> String {
     j.external_id.clone().unwrap_or_else(|| j.id.to_string())
 }
 
-/// Ray's name of a job's status: a job still here (QUEUED, DISPATCHING) is `PENDING`.
+/// Ray's name of a job's status: a job still here (QUEUED, DISPATCHING), or admitted to
+/// a pool and not started yet (ADMITTED), is `PENDING`.
 pub fn ray_status(s: JobStatus) -> &'static str {
     match s {
-        JobStatus::Queued | JobStatus::Dispatching => "PENDING",
+        JobStatus::Queued | JobStatus::Admitted | JobStatus::Dispatching => "PENDING",
         other => other.as_str(),
     }
 }
@@ -69,6 +70,10 @@ pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Opt
         }
         JobStatus::Dispatching => Some(format!(
             "granted by fairshare; being submitted to Ray cluster {}",
+            j.cluster.as_deref().unwrap_or("?")
+        )),
+        JobStatus::Admitted => Some(format!(
+            "admitted by fairshare to pool {}; waiting for its runner to start it",
             j.cluster.as_deref().unwrap_or("?")
         )),
         JobStatus::Pending if j.message.is_none() => pending_reason.map(str::to_string),
@@ -101,6 +106,7 @@ pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Opt
             "group": j.metadata.as_ref().and_then(|m| m.get(GROUP_KEY)),
             "status": j.status.as_str(),
             "cluster": j.cluster,
+            "pool": j.pool,
             "attempt": j.attempt,
             "preemptible": j.preemptible,
             "preemptions": j.preemptions,
@@ -112,7 +118,9 @@ pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Opt
 
 /// Whether Ray has (or had) the job's current attempt: dispatched, not back in the queue.
 fn in_ray(j: &job::Model) -> bool {
-    j.cluster.is_some() && !matches!(j.status, JobStatus::Queued | JobStatus::Dispatching)
+    j.cluster.is_some()
+        && j.pool.is_none()
+        && !matches!(j.status, JobStatus::Queued | JobStatus::Dispatching)
 }
 
 /// A client of the job's cluster, if it is configured.
@@ -179,7 +187,7 @@ pub(super) async fn find(
     who: &Identity,
     raw: &str,
 ) -> Result<job::Model, ApiError> {
-    let visible = |j: &job::Model| who.may_access(&j.user_id);
+    let visible = |j: &job::Model| who.may_access_job(j);
     if let Ok(id) = Uuid::parse_str(raw) {
         if let Some(j) = store::get_job(&state.db, id).await?.filter(visible) {
             return Ok(j);
@@ -287,6 +295,7 @@ pub async fn submit(
         .into_submit(user, &rules.default_resources)?
         .into_new_job()
         .map_err(rename)?;
+    who.check_pool(new.pool.as_deref()).map_err(rename)?;
     // The packages the runtime_env names are the submitter's own uploads.
     super::packages::pin(&state, &who, &mut new.runtime_env).await?;
     let j = accept(&state, new).await.map_err(rename)?.into_job();
@@ -306,6 +315,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         &JobFilter {
             user: who.user,
             status: None,
+            pool: who.pool,
             external_id: None,
             limit: LIST_LIMIT,
             after: None,
@@ -508,6 +518,8 @@ mod tests {
             preemptions: 0,
             preempted_at: None,
             custom_resources: None,
+            pool: None,
+            lease_expires_at: None,
         };
         let d = details(&j, Some("user alice is paused"), Some(1));
         assert_eq!(d["status"], "PENDING");

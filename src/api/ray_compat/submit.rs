@@ -64,6 +64,10 @@ pub struct RaySubmitRequest {
 /// job's metadata as given.
 pub const PREEMPTIBLE_KEY: &str = "fairshare.preemptible";
 
+/// The metadata key by which a job submitted through Ray's Jobs API names the pool it
+/// must run in (issue 30; `pool` on `/v1/jobs`). Kept in the job's metadata as given.
+pub const POOL_KEY: &str = "fairshare.pool";
+
 pub(super) fn ray_field(field: &str) -> String {
     match field {
         "user" => format!("metadata.{USER_KEY}"),
@@ -83,6 +87,7 @@ pub(super) fn ray_name(field: &str) -> &str {
         "resources.memory_bytes" => "entrypoint_memory",
         "resources.custom" => "entrypoint_resources",
         "preemptible" => "metadata.fairshare.preemptible",
+        "pool" => "metadata.fairshare.pool",
         other => other,
     }
 }
@@ -184,7 +189,13 @@ impl RaySubmitRequest {
                 ))
             }
         };
+        let pool = self
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get(POOL_KEY))
+            .cloned();
         Ok(SubmitRequest {
+            pool,
             user,
             entrypoint: self.entrypoint,
             runtime_env: self.runtime_env,

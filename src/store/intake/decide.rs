@@ -64,6 +64,8 @@ pub(super) fn new_row(
         preemptions: 0,
         preempted_at: None,
         custom_resources: crate::store::custom_column(&new.custom),
+        pool: new.pool.clone(),
+        lease_expires_at: None,
     }
 }
 

@@ -82,6 +82,9 @@ pub struct NewJob {
     /// Whether the job may be preempted, as given; `None`: its user's default
     /// (`users.preemptible`), resolved in the batch's transaction.
     pub preemptible: Option<bool>,
+    /// The `[[pools]]` entry it must run in (issue 30), checked to exist; `None`: a
+    /// Ray cluster of the policy's choosing.
+    pub pool: Option<String>,
 }
 
 impl NewJob {
@@ -207,6 +210,9 @@ pub fn payload_differences(new: &NewJob, j: &job::Model) -> Vec<&'static str> {
     }
     if new.custom != super::custom_of(j) {
         differs.push("resources.custom");
+    }
+    if new.pool != j.pool {
+        differs.push("pool");
     }
     if new.priority != j.priority {
         differs.push("priority");

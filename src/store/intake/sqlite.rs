@@ -31,7 +31,7 @@ use sea_orm::{DbErr, FromQueryResult, QueryResult};
 
 use super::{create_users, db_err, decide::key_pairs, now, Db, NewJob, Stored, Txn};
 
-/// Rows per multi-row `INSERT` on SQLite: 15 job parameters × 500 = 7,500, under
+/// Rows per multi-row `INSERT` on SQLite: 16 job parameters × 500 = 8,000, under
 /// SQLite's limit of 32,766.
 pub(super) const ROWS_PER_STATEMENT: usize = 500;
 
@@ -155,14 +155,14 @@ impl Txn<Sqlite> {
         rows: &[job::Model],
         at: chrono::DateTime<chrono::Utc>,
     ) -> Result<(), DbErr> {
-        const JOB_ROW: &str = "(?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)";
+        const JOB_ROW: &str = "(?, ?, ?, 'QUEUED', ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?)";
         let mut sql = String::new();
         for chunk in rows.chunks(ROWS_PER_STATEMENT) {
             sql.push_str(
                 "INSERT INTO jobs (id, user_id, external_id, status, priority, \
                  entrypoint, runtime_env, metadata, cpu, gpu, memory_bytes, \
                  max_runtime_s, submitted_at, attempt, runtime_env_digest, preemptible, \
-                 custom_resources) \
+                 custom_resources, pool) \
                  VALUES ",
             );
             sql.push_str(&vec![JOB_ROW; chunk.len()].join(", "));
@@ -189,7 +189,8 @@ impl Txn<Sqlite> {
                     .bind(j.submitted_at)
                     .bind(j.runtime_env_digest.as_deref())
                     .bind(j.preemptible)
-                    .bind(j.custom_resources.as_deref());
+                    .bind(j.custom_resources.as_deref())
+                    .bind(j.pool.as_deref());
             }
             for j in chunk {
                 query = query.bind(j.id).bind(at);

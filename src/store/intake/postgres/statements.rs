@@ -44,14 +44,14 @@ pub(super) const INSERT: &str = "WITH r AS (SELECT * FROM json_to_recordset($1) 
        id uuid, user_id text, external_id text, priority integer, entrypoint text, \
        runtime_env json, metadata json, cpu double precision, gpu double precision, \
        memory_bytes bigint, max_runtime_s bigint, runtime_env_digest text, \
-       preemptible boolean, custom_resources text)), \
+       preemptible boolean, custom_resources text, pool text)), \
      j AS (INSERT INTO jobs (id, user_id, external_id, status, priority, entrypoint, \
        runtime_env, metadata, cpu, gpu, memory_bytes, max_runtime_s, submitted_at, \
-       attempt, runtime_env_digest, preemptible, custom_resources) \
+       attempt, runtime_env_digest, preemptible, custom_resources, pool) \
        SELECT id, user_id, external_id, 'QUEUED', priority, entrypoint, runtime_env, \
        metadata, cpu, gpu, memory_bytes, max_runtime_s, $2, 1, runtime_env_digest, \
        coalesce(r.preemptible, (SELECT u.preemptible FROM users u WHERE u.id = r.user_id), \
-         false), custom_resources \
+         false), custom_resources, pool \
        FROM r ORDER BY user_id \
        RETURNING id) \
      INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', $2 FROM j";
@@ -76,7 +76,7 @@ pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($
        id uuid, user_id text, external_id text, priority integer, entrypoint text, \
        runtime_env json, metadata json, cpu double precision, gpu double precision, \
        memory_bytes bigint, max_runtime_s bigint, runtime_env_digest text, \
-       preemptible boolean, custom_resources text)), \
+       preemptible boolean, custom_resources text, pool text)), \
      t AS (SELECT greatest($2::timestamptz, clock_timestamp()) AS at), \
      ok AS (SELECT \
        (SELECT count(*) FROM unnest($3::text[]) AS k(id) CROSS JOIN LATERAL \
@@ -91,11 +91,11 @@ pub(super) const INSERT_IF: &str = "WITH r AS (SELECT * FROM json_to_recordset($
            > greatest(coalesce(u.max_queued_jobs, $5), 0)) AS pass), \
      j AS (INSERT INTO jobs (id, user_id, external_id, status, priority, entrypoint, \
        runtime_env, metadata, cpu, gpu, memory_bytes, max_runtime_s, submitted_at, \
-       attempt, runtime_env_digest, preemptible, custom_resources) \
+       attempt, runtime_env_digest, preemptible, custom_resources, pool) \
        SELECT id, user_id, external_id, 'QUEUED', priority, entrypoint, runtime_env, \
        metadata, cpu, gpu, memory_bytes, max_runtime_s, t.at, 1, runtime_env_digest, \
        coalesce(r.preemptible, (SELECT u.preemptible FROM users u WHERE u.id = r.user_id), \
-         false), custom_resources \
+         false), custom_resources, pool \
        FROM r, ok, t \
        WHERE ok.pass ORDER BY user_id RETURNING id), \
      e AS (INSERT INTO job_events (job_id, to_status, at) SELECT id, 'QUEUED', t.at \
@@ -188,6 +188,8 @@ pub(super) struct DocRow<'a> {
     preemptible: Option<bool>,
     /// `jobs.custom_resources`: the JSON text, or null.
     custom_resources: Option<&'a str>,
+    /// `jobs.pool`, or null.
+    pool: Option<&'a str>,
 }
 
 impl<'a> From<&'a job::Model> for DocRow<'a> {
@@ -207,6 +209,7 @@ impl<'a> From<&'a job::Model> for DocRow<'a> {
             runtime_env_digest: j.runtime_env_digest.as_deref(),
             preemptible: Some(j.preemptible),
             custom_resources: j.custom_resources.as_deref(),
+            pool: j.pool.as_deref(),
         }
     }
 }

@@ -1,0 +1,505 @@
+//! Admission for runners fairshare does not drive (issue 30, DESIGN §3 "Admission"): a
+//! pool of cluster slots, jobs naming it admitted by fair share, and the runner's
+//! reports (`started`, `finished`, `release`, `heartbeat`), the lease, a cancel.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fairshare::config::{PoolSettings, Settings};
+use fairshare::store::{self, NewJob};
+use serde_json::{json, Value};
+
+use crate::helpers::{
+    assert_error, spawn_app_with, start_on, test_settings, until, Db, TestApp, TestDb, ADMIN,
+    SUBMITTER,
+};
+
+/// A pool `gw` of `slots` cluster slots (and nothing else).
+fn with_pool(s: &mut Settings, slots: f64) {
+    s.pools = vec![PoolSettings {
+        name: "gw".into(),
+        capacity: BTreeMap::from([("clusters".to_string(), slots)]),
+    }];
+}
+
+/// What a job for the pool asks: one cluster slot, no cores.
+fn slot() -> Value {
+    json!({"cpu": 0, "custom": {"clusters": 1}})
+}
+
+fn pool_job(user: &str, n: usize) -> NewJob {
+    NewJob {
+        entrypoint: format!("run {user} {n}"),
+        cpu: 0.0,
+        custom: BTreeMap::from([("clusters".to_string(), 1.0)]),
+        pool: Some("gw".into()),
+        ..crate::helpers::new_job(user, None)
+    }
+}
+
+async fn job(app: &TestApp, id: &str) -> Value {
+    app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await
+}
+
+/// The ids of the pool's jobs in `status`, oldest first.
+async fn in_status(app: &TestApp, status: &str) -> Vec<String> {
+    let page = app
+        .get_json(&format!("/v1/jobs?status={status}&pool=gw"), SUBMITTER)
+        .await;
+    let mut jobs: Vec<(String, String)> = page["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["submitted_at"].as_str().unwrap().to_string(),
+                j["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    jobs.sort();
+    jobs.into_iter().map(|(_, id)| id).collect()
+}
+
+async fn report(app: &TestApp, id: &str, what: &str, body: Value) -> reqwest::Response {
+    app.post(&format!("/v1/jobs/{id}/{what}"), SUBMITTER, body)
+        .await
+}
+
+async fn report_ok(app: &TestApp, id: &str, what: &str, body: Value) -> Value {
+    let resp = report(app, id, what, body).await;
+    assert_eq!(resp.status(), 200, "{what} {id}: {:?}", resp.text().await);
+    resp.json().await.unwrap()
+}
+
+/// The job's timeline (`GET /v1/jobs/{id}/events`) details.
+async fn timeline(app: &TestApp, id: &str) -> Vec<String> {
+    let v = app
+        .get_json(&format!("/v1/jobs/{id}/events"), SUBMITTER)
+        .await;
+    v["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["detail"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Waits until exactly the jobs `ids` are ADMITTED in pool `gw` (and no others).
+async fn admitted_are(app: &TestApp, ids: &[&str], what: &str) {
+    let mut want: Vec<String> = ids.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    until(15, what, || async {
+        let mut got = in_status(app, "ADMITTED").await;
+        got.sort();
+        (got == want).then_some(())
+    })
+    .await;
+}
+
+/// Two users with three jobs each for a pool of two slots (the jobs are in the
+/// database before the service starts, so the first cycle sees all of them): one job
+/// of each user is ADMITTED, never sent to Ray; the runner's reports move them on,
+/// a finish frees a slot for the next job by fair share, a release puts a job back at
+/// its place, a duplicate finished is 200, a conflicting one 409; a cancel of a
+/// RUNNING pool job asks the runner (`job.stop_requested`) and ends STOPPED when it
+/// reports finished.
+async fn pool_jobs_are_admitted_by_fair_share_and_follow_their_runners_reports(which: Db) {
+    let Some(db) = TestDb::new(which).await else {
+        return;
+    };
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    store::migrate(&conn).await.unwrap();
+    let mut ids: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    // alice's three first: first come, first served would admit two of hers.
+    for user in ["alice", "bob"] {
+        for n in 0..3 {
+            let j = match store::submit_job(&conn, pool_job(user, n), 100)
+                .await
+                .unwrap()
+            {
+                store::Intake::Created(j) => j,
+                other => panic!("{other:?}"),
+            };
+            ids.entry(user).or_default().push(j.id.to_string());
+        }
+    }
+    conn.close().await.unwrap();
+    let mut settings = test_settings(&db.url);
+    with_pool(&mut settings, 2.0);
+    let app = start_on(db, settings).await;
+    let (a, b) = (ids["alice"].clone(), ids["bob"].clone());
+
+    // One per user: fair share over the pool's two slots.
+    admitted_are(&app, &[&a[0], &b[0]], "one job of each user admitted").await;
+    assert_eq!(in_status(&app, "QUEUED").await.len(), 4);
+    let a0 = job(&app, &a[0]).await;
+    assert_eq!(a0["pool"], "gw");
+    assert_eq!(a0["cluster"], "gw");
+    assert_eq!(a0["attempt"], 1);
+    assert!(a0["lease_expires_at"].is_string(), "{a0}");
+    assert!(
+        timeline(&app, &a[0])
+            .await
+            .iter()
+            .any(|d| d.contains("admitted to pool gw (attempt 1)")),
+        "the admission is in the timeline"
+    );
+
+    // started → RUNNING; the same report again is 200 and renews the lease.
+    let v = report_ok(&app, &a[0], "started", json!({})).await;
+    assert_eq!(v["status"], "RUNNING");
+    assert!(v["started_at"].is_string());
+    let v = report_ok(&app, &a[0], "started", json!({"attempt": 1})).await;
+    assert_eq!(v["status"], "RUNNING");
+    let v = report_ok(&app, &a[0], "heartbeat", json!({})).await;
+    assert_eq!(v["status"], "RUNNING");
+    let events_before = timeline(&app, &a[0]).await.len();
+
+    // finished SUCCEEDED frees the slot: alice holds none now, bob one, so alice's
+    // next job is admitted (not bob's, which is older than none of hers... by share).
+    let v = report_ok(
+        &app,
+        &a[0],
+        "finished",
+        json!({"status": "SUCCEEDED", "message": "cluster deleted"}),
+    )
+    .await;
+    assert_eq!(v["status"], "SUCCEEDED");
+    assert_eq!(v["message"], "cluster deleted");
+    assert_eq!(
+        timeline(&app, &a[0]).await.len(),
+        events_before + 1,
+        "started again and the heartbeat wrote no transition"
+    );
+    admitted_are(
+        &app,
+        &[&a[1], &b[0]],
+        "the freed slot goes to alice's next job",
+    )
+    .await;
+    // A retried finished is 200 and changes nothing; a conflicting one is 409.
+    let v = report_ok(&app, &a[0], "finished", json!({"status": "SUCCEEDED"})).await;
+    assert_eq!(v["status"], "SUCCEEDED");
+    assert_eq!(v["message"], "cluster deleted");
+    let resp = report(&app, &a[0], "finished", json!({"status": "FAILED"})).await;
+    assert_eq!(resp.status(), 409);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["details"]["status"], "SUCCEEDED", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("SUCCEEDED"),
+        "{body}"
+    );
+
+    // release: alice's job goes back to its place as attempt 2; alice still holds
+    // less than bob, so the slot goes to her head, which is that job again.
+    let v = report_ok(&app, &a[1], "release", json!({"attempt": 1})).await;
+    assert!(v["status"] == "QUEUED" || v["status"] == "ADMITTED", "{v}");
+    assert_eq!(v["attempt"], 2);
+    admitted_are(
+        &app,
+        &[&a[1], &b[0]],
+        "the released slot goes back by fair share",
+    )
+    .await;
+    assert_eq!(job(&app, &a[1]).await["attempt"], 2);
+    assert!(timeline(&app, &a[1])
+        .await
+        .iter()
+        .any(|d| d.contains("released it without running it")));
+    // The release repeated (of attempt 1) is 200 and changes nothing; a finished of
+    // attempt 1 is 409.
+    let v = report_ok(&app, &a[1], "release", json!({"attempt": 1})).await;
+    assert_eq!(v["status"], "ADMITTED");
+    assert_eq!(v["attempt"], 2);
+    let resp = report(
+        &app,
+        &a[1],
+        "finished",
+        json!({"status": "SUCCEEDED", "attempt": 1}),
+    )
+    .await;
+    assert_eq!(resp.status(), 409);
+    assert_eq!(job(&app, &a[1]).await["status"], "ADMITTED");
+    // started of a job not admitted (still QUEUED) is 409 naming QUEUED.
+    let resp = report(&app, &b[2], "started", json!({})).await;
+    assert_eq!(resp.status(), 409);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["details"]["status"], "QUEUED", "{body}");
+
+    // Cancel of a RUNNING pool job: 202, the runner is asked (job.stop_requested on
+    // the event stream), and it ends STOPPED when the runner reports finished.
+    report_ok(&app, &b[0], "started", json!({})).await;
+    let resp = app
+        .post(&format!("/v1/jobs/{}/cancel", b[0]), SUBMITTER, json!({}))
+        .await;
+    assert_eq!(resp.status(), 202);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["status"], "RUNNING");
+    assert_eq!(v["stop_requested"], true);
+    assert!(timeline(&app, &b[0])
+        .await
+        .iter()
+        .any(|d| d.starts_with("stop_requested: ")));
+    let frames = sse_until(&app, "event: job.stop_requested").await;
+    assert!(frames.contains(&b[0]), "{frames}");
+    let v = report_ok(
+        &app,
+        &b[0],
+        "finished",
+        json!({"status": "STOPPED", "message": "cluster deleted on request"}),
+    )
+    .await;
+    assert_eq!(v["status"], "STOPPED");
+    assert_eq!(v["stop_requested"], false);
+    // Its slot goes to bob's next job (bob holds none, alice one).
+    admitted_are(&app, &[&a[1], &b[1]], "the stopped job's slot goes to bob").await;
+
+    // A report on a job that does not name a pool is 409.
+    let plain = app.submit("carol", json!({})).await;
+    let resp = report(&app, plain["id"].as_str().unwrap(), "started", json!({})).await;
+    assert_eq!(resp.status(), 409);
+    // Bodies are checked.
+    let resp = report(&app, &a[1], "finished", json!({"status": "DONE"})).await;
+    assert_error(resp, 422, "invalid_field", Some("status")).await;
+    let resp = report(&app, &a[1], "heartbeat", json!({"attempt": 0.5})).await;
+    assert_error(resp, 422, "invalid_field", Some("attempt")).await;
+    let resp = report(&app, &a[1], "heartbeat", json!({"attempt": 0})).await;
+    assert_error(resp, 422, "invalid_field", Some("attempt")).await;
+    // A whole number written with a decimal point is one (as Python clients send).
+    let v = report_ok(&app, &a[1], "heartbeat", json!({"attempt": 2.0})).await;
+    assert_eq!(v["status"], "ADMITTED");
+    app.stop().await;
+}
+crate::both_databases!(pool_jobs_are_admitted_by_fair_share_and_follow_their_runners_reports);
+
+/// Reads `GET /v1/events` from the start until `needle` shows up; the text read.
+async fn sse_until(app: &TestApp, needle: &str) -> String {
+    let mut resp = app
+        .client
+        .get(app.url("/v1/events"))
+        .bearer_auth(SUBMITTER)
+        .header("Last-Event-ID", "0")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut text = String::new();
+    while !text.contains(needle) {
+        match tokio::time::timeout_at(deadline, resp.chunk()).await {
+            Ok(Ok(Some(bytes))) => text.push_str(&String::from_utf8_lossy(&bytes)),
+            _ => panic!("no {needle:?} on the event stream: {text}"),
+        }
+    }
+    text
+}
+
+/// A runner that stops reporting loses the job: its lease lapses, the capacity is
+/// freed and the job goes back to the queue as attempt 2 with a timeline row saying
+/// why; the runner's late finished is then 409 and changes nothing.
+async fn a_lapsed_lease_requeues_the_job_and_a_late_finished_is_refused(which: Db) {
+    let Some(app) = spawn_app_with(which, |s| {
+        with_pool(s, 1.0);
+        s.admission.lease = Duration::from_secs(1);
+    })
+    .await
+    else {
+        return;
+    };
+    let j = app
+        .submit("dave", json!({"pool": "gw", "resources": slot()}))
+        .await;
+    let id = j["id"].as_str().unwrap().to_string();
+    until(15, "the job admitted", || async {
+        (job(&app, &id).await["status"] == "ADMITTED").then_some(())
+    })
+    .await;
+    report_ok(&app, &id, "started", json!({"attempt": 1})).await;
+    // Paused, so that once requeued it stays QUEUED (not admitted again at once).
+    let resp = app.post("/v1/users/dave/pause", ADMIN, json!({})).await;
+    assert_eq!(resp.status(), 200);
+    let requeued = until(15, "the lease to lapse", || async {
+        let v = job(&app, &id).await;
+        (v["status"] == "QUEUED").then_some(v)
+    })
+    .await;
+    assert_eq!(requeued["attempt"], 2);
+    assert!(requeued["cluster"].is_null());
+    assert!(requeued["started_at"].is_null());
+    assert!(
+        requeued["message"]
+            .as_str()
+            .unwrap()
+            .contains("lease lapsed"),
+        "{requeued}"
+    );
+    assert!(timeline(&app, &id)
+        .await
+        .iter()
+        .any(|d| d.contains("lease lapsed") && d.contains("attempt 2")));
+    // The runner comes back late: 409, nothing changes (with or without its attempt).
+    for body in [
+        json!({"status": "SUCCEEDED"}),
+        json!({"status": "SUCCEEDED", "attempt": 1}),
+    ] {
+        let resp = report(&app, &id, "finished", body).await;
+        assert_eq!(resp.status(), 409);
+        let b: Value = resp.json().await.unwrap();
+        assert_eq!(b["error"]["details"]["status"], "QUEUED", "{b}");
+    }
+    let after = job(&app, &id).await;
+    assert_eq!(after["status"], "QUEUED");
+    assert_eq!(after["attempt"], 2);
+    assert_eq!(after["message"], requeued["message"]);
+    // Resumed: admitted again as attempt 2.
+    let resp = app.post("/v1/users/dave/resume", ADMIN, json!({})).await;
+    assert_eq!(resp.status(), 200);
+    until(15, "the job admitted again", || async {
+        let v = job(&app, &id).await;
+        (v["status"] == "ADMITTED" && v["attempt"] == 2).then_some(())
+    })
+    .await;
+    app.stop().await;
+}
+crate::both_databases!(a_lapsed_lease_requeues_the_job_and_a_late_finished_is_refused);
+
+/// A token confined to pool `gw` (a runner's).
+const RUNNER: &str = "runner-token-gw";
+
+/// `pool` is checked at submit: a pool that is not configured is 422 naming `pool`, a
+/// job larger than the pool 422 naming the resource; on Ray's Jobs API the pool is the
+/// metadata key `fairshare.pool`. A token confined to the pool sees, submits and
+/// reports on that pool's jobs only.
+async fn a_job_for_a_pool_is_checked_against_the_pools_configuration(which: Db) {
+    let Some(app) = spawn_app_with(which, |s| {
+        with_pool(s, 2.0);
+        s.auth.tokens.push(fairshare::config::TokenSettings {
+            name: "gw runner".into(),
+            token: RUNNER.into(),
+            role: fairshare::config::Role::Submitter,
+            user: None,
+            pool: Some("gw".into()),
+        });
+    })
+    .await
+    else {
+        return;
+    };
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "erin", "entrypoint": "x", "pool": "nope", "resources": slot()}),
+        )
+        .await;
+    assert_error(resp, 422, "invalid_field", Some("pool")).await;
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "erin", "entrypoint": "x", "pool": "gw",
+                   "resources": {"cpu": 0, "custom": {"clusters": 3}}}),
+        )
+        .await;
+    assert_error(
+        resp,
+        422,
+        "invalid_field",
+        Some("resources.custom.clusters"),
+    )
+    .await;
+    // The default cpu of 1: the pool counts no cores.
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "erin", "entrypoint": "x", "pool": "gw",
+                   "resources": {"custom": {"clusters": 1}}}),
+        )
+        .await;
+    assert_error(resp, 422, "invalid_field", Some("resources.cpu")).await;
+    let ok = app
+        .submit("erin", json!({"pool": "gw", "resources": slot()}))
+        .await;
+    assert_eq!(ok["pool"], "gw");
+    // The pool is part of the payload an idempotent retry is compared with.
+    let keyed = json!({"user": "erin", "entrypoint": "x", "external_id": "k1",
+                       "resources": slot(), "pool": "gw"});
+    let resp = app.post("/v1/jobs", SUBMITTER, keyed.clone()).await;
+    assert_eq!(resp.status(), 201);
+    let resp = app.post("/v1/jobs", SUBMITTER, keyed.clone()).await;
+    assert_eq!(resp.status(), 200);
+    let mut elsewhere = keyed.clone();
+    elsewhere["pool"] = Value::Null;
+    let resp = app.post("/v1/jobs", SUBMITTER, elsewhere).await;
+    assert_eq!(resp.status(), 422);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "idempotency_key_reused", "{body}");
+    assert_eq!(
+        body["error"]["details"]["differs"],
+        json!(["pool"]),
+        "{body}"
+    );
+    // Ray's Jobs API: the metadata key.
+    let resp = app
+        .post(
+            "/api/jobs/",
+            SUBMITTER,
+            json!({"entrypoint": "x", "entrypoint_num_cpus": 0,
+                   "entrypoint_resources": {"clusters": 1},
+                   "metadata": {"fairshare.user": "erin", "fairshare.pool": "gw"}}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let page = app.get_json("/v1/jobs?user=erin&pool=gw", SUBMITTER).await;
+    assert_eq!(page["jobs"].as_array().unwrap().len(), 3, "{page}");
+    let resp = app
+        .post(
+            "/api/jobs/",
+            SUBMITTER,
+            json!({"entrypoint": "x", "entrypoint_num_cpus": 0,
+                   "entrypoint_resources": {"clusters": 1},
+                   "metadata": {"fairshare.user": "erin", "fairshare.pool": "nope"}}),
+        )
+        .await;
+    assert!(resp.status().is_client_error(), "{}", resp.status());
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("metadata.fairshare.pool"), "{text}");
+
+    // The runner's token: the pool's jobs only.
+    let plain = app.submit("erin", json!({})).await;
+    let plain_id = plain["id"].as_str().unwrap();
+    let resp = app.get(&format!("/v1/jobs/{plain_id}"), RUNNER).await;
+    assert_eq!(resp.status(), 404);
+    for what in ["started", "cancel"] {
+        let resp = app
+            .post(&format!("/v1/jobs/{plain_id}/{what}"), RUNNER, json!({}))
+            .await;
+        assert_eq!(resp.status(), 404, "{what}");
+    }
+    let mine = app.get_json("/v1/jobs?user=erin", RUNNER).await;
+    assert_eq!(mine["jobs"].as_array().unwrap().len(), 3, "{mine}");
+    let resp = app
+        .post(
+            "/v1/jobs",
+            RUNNER,
+            json!({"user": "erin", "entrypoint": "x"}),
+        )
+        .await;
+    assert_error(resp, 422, "invalid_field", Some("pool")).await;
+    let id = ok["id"].as_str().unwrap();
+    until(15, "the job admitted", || async {
+        (job(&app, id).await["status"] == "ADMITTED").then_some(())
+    })
+    .await;
+    let resp = app
+        .post(&format!("/v1/jobs/{id}/started"), RUNNER, json!({}))
+        .await;
+    assert_eq!(resp.status(), 200);
+    app.stop().await;
+}
+crate::both_databases!(a_job_for_a_pool_is_checked_against_the_pools_configuration);
