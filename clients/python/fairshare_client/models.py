@@ -78,6 +78,12 @@ class Job:
     preemptible: Optional[bool] = None
     preemptions: Optional[int] = None
     preempting: Optional[bool] = None
+    #: The pool a runner outside the service runs it in (issue 30), if any.
+    pool: Optional[str] = None
+    #: ADMITTED/RUNNING pool job: when its runner's lease lapses.
+    lease_expires_at: Optional[datetime] = None
+    #: A cancel asked the pool's runner to stop it.
+    stop_requested: Optional[bool] = None
 
     @property
     def finished(self) -> bool:
@@ -99,6 +105,7 @@ class Job:
             dispatched_at=_time(d.get("dispatched_at")),
             started_at=_time(d.get("started_at")),
             finished_at=_time(d.get("finished_at")),
+            lease_expires_at=_time(d.get("lease_expires_at")),
         )
 
 
