@@ -258,9 +258,18 @@ test("the console works from the keyboard", async () => {
   // Back to users; Tab reaches a Pause button; Enter opens the dialog, Escape closes it.
   await page.goto(`${svc.url}/ui/#users`);
   await page.locator('tr[data-user="alice"] button.pause').waitFor();
-  await page.locator('tr[data-user="alice"] button.pause').focus();
-  await page.keyboard.press("Enter");
-  await page.locator("#confirm").waitFor({ state: "visible" });
+  // The 2 s refresh may rebuild the row between focusing and pressing: focus and
+  // press again until the dialog opens (with a deadline).
+  await until("Enter on a focused Pause to open the dialog", async () => {
+    await page.locator('tr[data-user="alice"] button.pause').focus();
+    await page.keyboard.press("Enter");
+    try {
+      await page.locator("#confirm").waitFor({ state: "visible", timeout: 1500 });
+      return true;
+    } catch {
+      return false;
+    }
+  }, 20000, 0);
   await page.keyboard.press("Escape");
   await page.locator("#confirm").waitFor({ state: "hidden" });
   assert.equal((await svc.json("GET", "/v1/users/alice")).paused, false, "Escape did not pause");
