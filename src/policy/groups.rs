@@ -209,6 +209,25 @@ pub(crate) struct GroupTotals {
     pub usage: f64,
 }
 
+/// What each group of `tree` holds: every member's allocation, outstanding jobs and
+/// decayed usage added to each group on its path (`members`: path, allocation,
+/// outstanding, usage).
+pub(crate) fn roll_up<'p>(
+    tree: &Tree,
+    members: impl IntoIterator<Item = (&'p [usize], Resources, u32, f64)>,
+) -> Vec<GroupTotals> {
+    let mut totals = vec![GroupTotals::default(); tree.len()];
+    for (path, allocation, outstanding, usage) in members {
+        for &g in path {
+            let t = &mut totals[g];
+            t.allocation += allocation;
+            t.outstanding = t.outstanding.saturating_add(outstanding);
+            t.usage += usage;
+        }
+    }
+    totals
+}
+
 impl GroupTotals {
     /// The group's key `(s_g + h_g) / w_g`, quantized.
     pub(crate) fn key(&self, weight: f64, capacity: &Resources) -> f64 {

@@ -339,15 +339,12 @@ pub fn run_cycle_in(
         .into_iter()
         .map(|view| UserState::new(view, now, config, &capacity, &totals, tree))
         .collect();
-    let mut group_totals = vec![GroupTotals::default(); tree.len()];
-    for state in &states {
-        for &g in &state.groups {
-            let t = &mut group_totals[g];
-            t.allocation += state.allocation;
-            t.outstanding = t.outstanding.saturating_add(state.outstanding);
-            t.usage += state.usage;
-        }
-    }
+    let group_totals = super::groups::roll_up(
+        tree,
+        states
+            .iter()
+            .map(|s| (s.groups.as_slice(), s.allocation, s.outstanding, s.usage)),
+    );
 
     let mut cycle = Cycle {
         now,

@@ -9,7 +9,7 @@ use actix::{Context, Handler, Message, MessageResult};
 use super::FairShareArbiter;
 use crate::actors::messages::SetGroups;
 use crate::actors::unix_now;
-use crate::policy::{dominant_share, GroupView, Resources};
+use crate::policy::{dominant_share, GroupView};
 use crate::views::LiveGroup;
 
 /// Ask for the live figures of every group, by path; `None` while recovery is still
@@ -78,12 +78,7 @@ impl FairShareArbiter {
                 live.fair_share += fair.get(id).copied().unwrap_or(0.0);
             }
         }
-        let mut capacity = Resources::ZERO;
-        for c in self.ledger.cluster_views() {
-            if c.healthy {
-                capacity += c.total;
-            }
-        }
+        let capacity = self.ledger.capacity();
         tree.groups()
             .iter()
             .zip(out)

@@ -160,16 +160,13 @@ impl Ledger {
             .iter()
             .map(|a| self.tree.path_of(a.settings.group.as_deref()))
             .collect();
-        let mut totals = vec![crate::policy::groups::GroupTotals::default(); self.tree.len()];
-        for (a, path) in self.accounts.iter().zip(&paths) {
-            let usage = crate::policy::decay_usage(a.usage, a.usage_at, a.share, now, hl);
-            for &g in path {
-                let t = &mut totals[g];
-                t.allocation += a.allocation;
-                t.outstanding = t.outstanding.saturating_add(a.outstanding);
-                t.usage += usage;
-            }
-        }
+        let totals = crate::policy::groups::roll_up(
+            &self.tree,
+            self.accounts.iter().zip(&paths).map(|(a, path)| {
+                let usage = crate::policy::decay_usage(a.usage, a.usage_at, a.share, now, hl);
+                (path.as_slice(), a.allocation, a.outstanding, usage)
+            }),
+        );
         for (uid, (a, path)) in self.accounts.iter().zip(&paths).enumerate() {
             let Some(head) = a.head() else { continue };
             if crate::policy::groups::ineligibility(&self.tree, &totals, path, &head.resources)

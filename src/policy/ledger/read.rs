@@ -133,4 +133,11 @@ impl Ledger {
         let c = &self.clusters[k];
         crate::policy::admits(&c.name, c.pool, head.pool.as_deref())
     }
+
+    /// The capacity shares are measured against: the healthy clusters' totals
+    /// summed, each license counted once.
+    #[must_use]
+    pub fn capacity(&self) -> Resources {
+        self.capacity
+    }
 }
