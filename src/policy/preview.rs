@@ -226,12 +226,18 @@ impl Snapshot {
         Ok(out)
     }
 
-    /// Sum of the healthy clusters' totals: the capacity shares are measured against.
+    /// Sum of the healthy clusters' totals, each license counted once: the capacity
+    /// shares are measured against (as the ledger's).
     fn capacity(&self) -> Resources {
-        self.clusters
-            .iter()
-            .filter(|c| c.healthy)
-            .fold(Resources::ZERO, |acc, c| acc + c.total)
+        let healthy = self.clusters.iter().filter(|c| c.healthy);
+        let sum = healthy
+            .clone()
+            .fold(Resources::ZERO, |acc, c| acc + c.total);
+        if healthy.count() == 0 {
+            sum
+        } else {
+            super::licenses::with_counts(sum, &self.config.licenses)
+        }
     }
 
     /// Every user's state at `now`, by id.
