@@ -277,6 +277,7 @@ mod tests {
                 "{} (core-seconds lost: 3)",
                 crate::lifecycle::preempted_for(uuid::Uuid::nil(), "b")
             )),
+            pool: None,
         };
         assert_eq!(event_name(&e), "job.preempted");
         e.message = Some("cancel requested; stop sent to Ray".into());

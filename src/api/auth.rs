@@ -216,4 +216,28 @@ impl Identity {
         }
         Ok(self.user.clone().or(named))
     }
+
+    /// The pool filter a read gets (`pool=` on `GET /v1/jobs` and `/v1/events`): the
+    /// pool it names, 1–64 characters (422 on `field` otherwise, or when this token is
+    /// confined to another pool), or, for a token confined to a pool, that pool even
+    /// when none is named.
+    pub fn pool_filter(
+        &self,
+        field: &str,
+        named: Option<String>,
+    ) -> Result<Option<String>, ApiError> {
+        if let Some(p) = &named {
+            if p.is_empty() || p.len() > 64 {
+                return Err(ApiError::invalid(field, "must be 1 to 64 characters"));
+            }
+        }
+        match (&self.pool, named) {
+            (Some(own), Some(p)) if &p != own => Err(ApiError::invalid(
+                field,
+                format!("this token acts only for pool {own:?}"),
+            )),
+            (Some(own), _) => Ok(Some(own.clone())),
+            (None, named) => Ok(named),
+        }
+    }
 }

@@ -5,7 +5,7 @@
 //! ```text
 //! id: 42
 //! event: job
-//! data: {"id":42,"job_id":"…","user":"alice","external_id":"order-7","from":"QUEUED","to":"DISPATCHING","at":"…","message":"…"}
+//! data: {"id":42,"job_id":"…","user":"alice","external_id":"order-7","from":"QUEUED","to":"DISPATCHING","at":"…","message":"…","pool":null}
 //! ```
 //!
 //! A preemption's row (DESIGN §3, "Preemption") is sent as `event: job.preempted`,
@@ -52,6 +52,11 @@ pub struct EventsQuery {
     /// header (which wins when both are given). 0 = from the first event.
     #[param(value_type = Option<i64>, minimum = 0)]
     pub last_event_id: Option<String>,
+    /// Only events of jobs that must run in this pool (a `[[pools]]` name, 1–64
+    /// characters): what a pool's runner reads (DESIGN §3, "Admission"). A token
+    /// confined to a pool gets only its pool's events, named or not.
+    #[param(value_type = Option<String>, min_length = 1, max_length = 64)]
+    pub pool: Option<String>,
 }
 
 /// Given empty, in the header as in the query, is invalid: a client that has no id
@@ -78,13 +83,19 @@ struct Stream {
     reader: Reader,
     user: Option<String>,
     job: Option<Uuid>,
+    pool: Option<String>,
     keep_alive: Duration,
     opening: Option<Bytes>,
 }
 
 impl Stream {
     fn wants(&self, e: &JobEvent) -> bool {
-        self.user.as_deref().is_none_or(|u| u == e.user) && self.job.is_none_or(|j| j == e.job_id)
+        self.user.as_deref().is_none_or(|u| u == e.user)
+            && self.job.is_none_or(|j| j == e.job_id)
+            && self
+                .pool
+                .as_deref()
+                .is_none_or(|p| e.pool.as_deref() == Some(p))
     }
 
     /// The next chunk: an event, or a keep-alive comment after `keep_alive` without
@@ -122,7 +133,7 @@ fn frame(e: &JobEvent) -> Bytes {
     Bytes::from(format!("id: {}\nevent: {name}\ndata: {data}\n\n", e.id))
 }
 
-/// `GET /v1/events?user=&job=&last_event_id=`: a Server-Sent Events stream of job
+/// `GET /v1/events?user=&job=&pool=&last_event_id=`: a Server-Sent Events stream of job
 /// transitions (`event: job`, `data` a [`JobEvent`]), resumable with `Last-Event-ID`.
 #[utoipa::path(get, path = "/v1/events", tag = "events", params(EventsQuery,
         ("Last-Event-ID" = Option<i64>, Header, minimum = 0, description = "resume after this event id (sent by reconnecting SSE clients)")),
@@ -141,6 +152,8 @@ pub async fn stream(
     }
     // A token with a user streams only that user's jobs' events.
     q.user = who.user_filter("user", q.user)?;
+    // A token confined to a pool streams only that pool's jobs' events.
+    q.pool = who.pool_filter("pool", q.pool)?;
     let job = match q.job.as_deref() {
         Some(j) => Some(
             Uuid::parse_str(j.trim())
@@ -175,6 +188,7 @@ pub async fn stream(
         reader: Reader::new(state.db.clone(), cursor, events),
         user: q.user,
         job,
+        pool: q.pool,
         keep_alive: events.keep_alive,
         opening: Some(Bytes::from(opening)),
     };

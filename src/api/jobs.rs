@@ -444,21 +444,8 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
             )));
         }
     }
-    if let Some(p) = &q.pool {
-        if p.is_empty() || p.len() > 64 {
-            return Err(ApiError::invalid("pool", "must be 1 to 64 characters"));
-        }
-    }
     // A token confined to a pool lists that pool's jobs only.
-    if let Some(own) = &who.pool {
-        if q.pool.as_ref().is_some_and(|p| p != own) {
-            return Err(ApiError::invalid(
-                "pool",
-                format!("this token acts only for pool {own:?}"),
-            ));
-        }
-        q.pool = Some(own.clone());
-    }
+    q.pool = who.pool_filter("pool", q.pool)?;
     let filter = JobFilter {
         user: q.user,
         status,

@@ -56,6 +56,10 @@ pub struct JobEvent {
     pub at: DateTime<Utc>,
     /// Why: the lifecycle's detail (e.g. Ray's message, the cancel).
     pub message: Option<String>,
+    /// The pool the job must run in (issue 30, DESIGN §3 "Admission"); null for a job
+    /// this service runs on Ray. A pool's runner filters on it (`GET
+    /// /v1/events?pool=`).
+    pub pool: Option<String>,
 }
 
 impl JobEvent {
@@ -94,24 +98,26 @@ pub async fn events_after(db: &Db, after: i64, limit: u64) -> Result<Vec<JobEven
     let mut ids: Vec<Uuid> = rows.iter().map(|r| r.job_id).collect();
     ids.sort_unstable();
     ids.dedup();
-    let jobs: std::collections::HashMap<Uuid, (String, Option<String>)> = job::Entity::find()
+    type Owner = (String, Option<String>, Option<String>);
+    let jobs: std::collections::HashMap<Uuid, Owner> = job::Entity::find()
         .select_only()
         .columns([
             job::Column::Id,
             job::Column::UserId,
             job::Column::ExternalId,
+            job::Column::Pool,
         ])
         .filter(job::Column::Id.is_in(ids))
-        .into_tuple::<(Uuid, String, Option<String>)>()
+        .into_tuple::<(Uuid, String, Option<String>, Option<String>)>()
         .all(db)
         .await?
         .into_iter()
-        .map(|(id, user, ext)| (id, (user, ext)))
+        .map(|(id, user, ext, pool)| (id, (user, ext, pool)))
         .collect();
     Ok(rows
         .into_iter()
         .filter_map(|r| {
-            let (user, external_id) = jobs.get(&r.job_id)?.clone();
+            let (user, external_id, pool) = jobs.get(&r.job_id)?.clone();
             Some(JobEvent {
                 id: r.id,
                 job_id: r.job_id,
@@ -121,6 +127,7 @@ pub async fn events_after(db: &Db, after: i64, limit: u64) -> Result<Vec<JobEven
                 to: r.to_status,
                 at: r.at,
                 message: r.detail,
+                pool,
             })
         })
         .collect())

@@ -278,10 +278,15 @@ crate::both_databases!(pool_jobs_are_admitted_by_fair_share_and_follow_their_run
 
 /// Reads `GET /v1/events` from the start until `needle` shows up; the text read.
 async fn sse_until(app: &TestApp, needle: &str) -> String {
+    sse_query_until(app, "", SUBMITTER, needle).await
+}
+
+/// Reads `GET /v1/events{query}` with `token` from the start until `needle` shows up.
+async fn sse_query_until(app: &TestApp, query: &str, token: &str, needle: &str) -> String {
     let mut resp = app
         .client
-        .get(app.url("/v1/events"))
-        .bearer_auth(SUBMITTER)
+        .get(app.url(&format!("/v1/events{query}")))
+        .bearer_auth(token)
         .header("Last-Event-ID", "0")
         .send()
         .await
@@ -503,3 +508,57 @@ async fn a_job_for_a_pool_is_checked_against_the_pools_configuration(which: Db) 
     app.stop().await;
 }
 crate::both_databases!(a_job_for_a_pool_is_checked_against_the_pools_configuration);
+
+/// A pool's runner reads its pool's events only: every event names its job's pool
+/// (`null` for a job run on Ray), `?pool=` keeps that pool's, and a token confined to
+/// a pool gets its pool's whether it names it or not (another pool is 422 naming
+/// `pool`, as on `GET /v1/jobs`).
+async fn a_pools_runner_reads_only_its_pools_events(which: Db) {
+    let Some(app) = spawn_app_with(which, |s| {
+        with_pool(s, 2.0);
+        s.auth.tokens.push(fairshare::config::TokenSettings {
+            name: "gw runner".into(),
+            token: RUNNER.into(),
+            role: fairshare::config::Role::Submitter,
+            user: None,
+            pool: Some("gw".into()),
+        });
+    })
+    .await
+    else {
+        return;
+    };
+    let plain = app.submit("erin", json!({})).await;
+    let plain_id = plain["id"].as_str().unwrap().to_string();
+    let pooled = app
+        .submit("erin", json!({"pool": "gw", "resources": slot()}))
+        .await;
+    let id = pooled["id"].as_str().unwrap().to_string();
+    // Unfiltered, both jobs' events come, each naming its pool.
+    let all = sse_query_until(&app, "", SUBMITTER, r#""to":"ADMITTED""#).await;
+    assert!(all.contains(&plain_id), "{all}");
+    assert!(all.contains(r#""pool":null"#), "{all}");
+    assert!(all.contains(r#""pool":"gw""#), "{all}");
+    // Filtered, only the pool job's: its admission is the stream's only ADMITTED.
+    for (query, token) in [("?pool=gw", SUBMITTER), ("", RUNNER), ("?pool=gw", RUNNER)] {
+        let text = sse_query_until(&app, query, token, r#""to":"ADMITTED""#).await;
+        assert!(text.contains(&id), "{query} with {token}: {text}");
+        assert!(!text.contains(&plain_id), "{query} with {token}: {text}");
+        assert!(
+            !text.contains(r#""pool":null"#),
+            "{query} with {token}: {text}"
+        );
+    }
+    for (query, token) in [("?pool=other", RUNNER), ("?pool=", SUBMITTER)] {
+        let resp = app
+            .client
+            .get(app.url(&format!("/v1/events{query}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        assert_error(resp, 422, "invalid_field", Some("pool")).await;
+    }
+    app.stop().await;
+}
+crate::both_databases!(a_pools_runner_reads_only_its_pools_events);

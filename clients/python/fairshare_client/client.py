@@ -127,13 +127,17 @@ class Client:
         max_runtime_s: Optional[int] = None,
         preemptible: Optional[bool] = None,
         custom: Optional[Dict[str, float]] = None,
+        pool: Optional[str] = None,
     ) -> Job:
         """``POST /v1/jobs``. ``preemptible``: the job may be stopped and queued again
         for a user below its fair share (``None``: the user's default). ``external_id`` is the idempotency key (per user): pass
         your own record's id (e.g. ``f"order-{order.pk}"``) so that a retry, even from
         another process, returns the same job; without one a random key is made for
         this call's retries. The same key with another payload raises
-        ``FairshareError`` ``idempotency_key_reused`` (422)."""
+        ``FairshareError`` ``idempotency_key_reused`` (422). ``pool``: a ``[[pools]]``
+        name: the job is admitted there for a runner outside the service to start
+        (issue 30; ask for what the pool counts, e.g. ``cpu=0, custom={"clusters":
+        1}``)."""
         body: Dict[str, Any] = {
             "user": user,
             "entrypoint": entrypoint,
@@ -152,6 +156,7 @@ class Client:
             ("metadata", metadata),
             ("max_runtime_s", max_runtime_s),
             ("preemptible", preemptible),
+            ("pool", pool),
         ):
             if v is not None:
                 body[k] = v
@@ -168,19 +173,28 @@ class Client:
         status: Optional[str] = None,
         limit: int = 100,
         after: Optional[str] = None,
+        pool: Optional[str] = None,
     ) -> JobPage:
-        """One page of ``GET /v1/jobs`` (newest first)."""
+        """One page of ``GET /v1/jobs`` (newest first); ``pool``: only jobs that must
+        run in that pool."""
         params: Dict[str, Any] = {"limit": limit}
-        for k, v in (("user", user), ("status", status), ("after", after)):
+        for k, v in (("user", user), ("status", status), ("after", after), ("pool", pool)):
             if v is not None:
                 params[k] = v
         return JobPage.from_dict(self._request("GET", "/v1/jobs", params=params).json())
 
-    def list(self, *, user: Optional[str] = None, status: Optional[str] = None, page_size: int = 100) -> Iterator[Job]:
+    def list(
+        self,
+        *,
+        user: Optional[str] = None,
+        status: Optional[str] = None,
+        pool: Optional[str] = None,
+        page_size: int = 100,
+    ) -> Iterator[Job]:
         """Every job matching the filters, newest first, fetched page by page."""
         after: Optional[str] = None
         while True:
-            p = self.page(user=user, status=status, limit=page_size, after=after)
+            p = self.page(user=user, status=status, limit=page_size, after=after, pool=pool)
             yield from p.jobs
             if not p.next_after:
                 return
@@ -194,6 +208,43 @@ class Client:
     def logs(self, job_id: str) -> str:
         """``GET /v1/jobs/{id}/logs``: the job's logs from Ray (409 for a job Ray never had)."""
         return str(self._request("GET", f"/v1/jobs/{job_id}/logs").json()["logs"])
+
+    # -- a pool's runner's reports (issue 30, DESIGN §3 "Admission") -------------
+
+    def _report(self, job_id: str, what: str, body: Dict[str, Any], attempt: Optional[int]) -> Job:
+        if attempt is not None:
+            body["attempt"] = attempt
+        return Job.from_dict(self._request("POST", f"/v1/jobs/{job_id}/{what}", json=body).json())
+
+    def started(self, job_id: str, *, attempt: Optional[int] = None) -> Job:
+        """``POST /v1/jobs/{id}/started``: the runner started the ADMITTED job (now
+        RUNNING); renews the lease. ``attempt``: the admission it is about (the job's
+        ``attempt`` when it was ADMITTED); a report of another attempt raises
+        ``FairshareError`` 409, so a runner that lost its lease cannot touch the next
+        admission. Repeating it is harmless (200)."""
+        return self._report(job_id, "started", {}, attempt)
+
+    def heartbeat(self, job_id: str, *, attempt: Optional[int] = None) -> Job:
+        """``POST /v1/jobs/{id}/heartbeat``: renews the lease of an ADMITTED or RUNNING
+        pool job (``Job.lease_expires_at``)."""
+        return self._report(job_id, "heartbeat", {}, attempt)
+
+    def finished(
+        self, job_id: str, status: str, message: Optional[str] = None, *, attempt: Optional[int] = None
+    ) -> Job:
+        """``POST /v1/jobs/{id}/finished``: the job ended ``status`` (SUCCEEDED, FAILED
+        or STOPPED; STOPPED is recorded for FAILED when a stop was asked), ``message``
+        (≤ 4096 characters) shown as the job's. The same report again is 200; another
+        end, or one for a job its lapsed lease put back in the queue, is 409."""
+        body: Dict[str, Any] = {"status": status}
+        if message is not None:
+            body["message"] = message
+        return self._report(job_id, "finished", body, attempt)
+
+    def release(self, job_id: str, *, attempt: Optional[int] = None) -> Job:
+        """``POST /v1/jobs/{id}/release``: give the admission back without running the
+        job (it is QUEUED again, attempt + 1, at its old place)."""
+        return self._report(job_id, "release", {}, attempt)
 
     # -- users (admin token for changes) ----------------------------------------
 
@@ -264,8 +315,12 @@ class Client:
         last_event_id: Optional[int] = None,
         reconnect: bool = True,
         idle_timeout: float = 60.0,
+        pool: Optional[str] = None,
     ) -> Iterator[JobEvent]:
-        """The job transitions of ``GET /v1/events`` (Server-Sent Events), forever.
+        """The job events of ``GET /v1/events`` (Server-Sent Events), forever:
+        transitions (``kind`` ``"job"``), preemptions (``"job.preempted"``) and a pool
+        job's stop requests (``"job.stop_requested"``). ``pool``: only that pool's
+        jobs' (a pool's runner).
 
         Starts after ``last_event_id`` (``0`` = from the first event; ``None`` = from
         now). When the connection drops it reconnects with ``Last-Event-ID`` set to
@@ -273,7 +328,7 @@ class Client:
         ``reconnect=False`` it returns instead. ``idle_timeout`` (seconds) must exceed
         the service's ``events.keep_alive`` (15 s). Store ``event.id`` with what you
         did with the event to resume from there after a restart of your own."""
-        params = {k: v for k, v in (("user", user), ("job", job)) if v is not None}
+        params = {k: v for k, v in (("user", user), ("job", job), ("pool", pool)) if v is not None}
         last = last_event_id
         delay = 1.0
         attempt = 0
@@ -322,8 +377,9 @@ def _parse_sse(lines: Iterator[str]) -> Iterator[Any]:
     retry: Optional[float] = None
     for line in lines:
         if line == "":
-            if data and event_type in ("", "job"):
-                yield JobEvent.from_dict(json.loads("\n".join(data))), retry
+            if data and (event_type in ("", "job") or event_type.startswith("job.")):
+                kind = event_type or "job"
+                yield JobEvent.from_dict(json.loads("\n".join(data)), kind=kind), retry
             elif retry is not None:
                 yield None, retry
             data, event_type, retry = [], "", None

@@ -193,11 +193,24 @@ class JobEvent:
     to: str
     at: datetime
     message: Optional[str]
+    #: The pool the job must run in (issue 30), ``None`` for a job run on Ray.
+    pool: Optional[str] = None
+    #: What the row means, as the SSE ``event:`` line and the webhook's
+    #: ``X-Fairshare-Event`` name it: ``"job"`` (a transition), ``"job.preempted"``
+    #: (a preemption's stop) or ``"job.stop_requested"`` (a pool job's runner is
+    #: asked to stop it). Not in the schema: the client sets it.
+    kind: str = "job"
+
+    @property
+    def stop_requested(self) -> bool:
+        """Whether this event asks the job's runner to stop it (a cancel of an
+        admitted or started pool job)."""
+        return self.kind == "job.stop_requested"
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "JobEvent":
+    def from_dict(cls, d: Dict[str, Any], kind: str = "job") -> "JobEvent":
         # `from` is a Python keyword: the field is `from_`.
-        return _build(cls, d, from_=d.get("from"), at=_time(d.get("at")))
+        return _build(cls, d, from_=d.get("from"), at=_time(d.get("at")), kind=kind)
 
 
 #: Each model and the OpenAPI schema it mirrors, with the Python names of fields that
@@ -208,5 +221,6 @@ SCHEMAS = {
     Resources: ("Amounts", {}),
     ResourceLimit: ("ResourceLimit", {}),
     User: ("UserView", {}),
-    JobEvent: ("JobEvent", {"from_": "from"}),
+    # ``None``: set by the client, not a schema field.
+    JobEvent: ("JobEvent", {"from_": "from", "kind": None}),
 }

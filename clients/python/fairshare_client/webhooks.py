@@ -19,6 +19,8 @@ from .models import JobEvent
 SIGNATURE_HEADER = "X-Fairshare-Signature"
 #: The delivery id header (the event id: deduplicate by it).
 DELIVERY_HEADER = "X-Fairshare-Delivery"
+#: The event header: the new status, or ``job.preempted`` / ``job.stop_requested``.
+EVENT_HEADER = "X-Fairshare-Event"
 
 
 class InvalidSignature(ValueError):
@@ -74,4 +76,6 @@ def parse_webhook(
     header = headers.get(SIGNATURE_HEADER) or headers.get(SIGNATURE_HEADER.lower())
     if not verify_signature(secret, header, body, tolerance=tolerance):
         raise InvalidSignature("bad or missing X-Fairshare-Signature")
-    return JobEvent.from_dict(json.loads(body))
+    name = headers.get(EVENT_HEADER) or headers.get(EVENT_HEADER.lower()) or ""
+    kind = name if name in ("job.preempted", "job.stop_requested") else "job"
+    return JobEvent.from_dict(json.loads(body), kind=kind)

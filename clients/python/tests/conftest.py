@@ -61,22 +61,37 @@ class Receiver:
 
 
 class Service:
-    """The service binary, restartable on the same port and database."""
+    """The service binary, restartable on the same port and database.
 
-    def __init__(self, tmp: Path, webhook_url: str):
+    ``database_url``: SQLite in ``tmp`` unless given (a PostgreSQL database, several
+    replicas sharing it); ``extra``: more configuration (TOML appended); ``name``: the
+    replica's id and its files' stem."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        webhook_url: str,
+        *,
+        database_url: Optional[str] = None,
+        extra: str = "",
+        name: str = "fairshare",
+    ):
         binary = os.environ.get("FAIRSHARE_BIN") or str(ROOT / "target" / "debug" / "fairshare")
         if not Path(binary).exists():
             pytest.fail(f"no service binary at {binary}: run `cargo build --bin fairshare` or set FAIRSHARE_BIN")
         self.binary = binary
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.config = tmp / "fairshare.toml"
+        self.config = tmp / f"{name}.toml"
+        database_url = database_url or f"sqlite://{tmp}/fairshare.db?mode=rwc"
         self.config.write_text(
             f"""
 [server]
 bind = "127.0.0.1:{self.port}"
 [database]
-url = "sqlite://{tmp}/fairshare.db?mode=rwc"
+url = "{database_url}"
+[leadership]
+replica_id = "{name}"
 [events]
 poll_interval = "100ms"
 webhook_retry_initial_backoff = "50ms"
@@ -98,9 +113,10 @@ runtime_env_keys = ["KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio="]
 name = "gateway"
 url = "{webhook_url}"
 secret = "{WEBHOOK_SECRET}"
+{extra}
 """
         )
-        self.log = open(tmp / "service.log", "ab")
+        self.log = open(tmp / f"{name}.log", "ab")
         self.proc: Optional[subprocess.Popen] = None
         self.start()
 
