@@ -88,6 +88,7 @@ async fn report(
         ),
         job_id: j.id,
         status: j.status.to_string(),
+        attempt: j.attempt,
     };
     match reported {
         Reported::NotFound => Err(ApiError::NotFound(format!("no job with id {raw_id}"))),

@@ -70,6 +70,9 @@ pub enum ApiError {
         message: String,
         job_id: uuid::Uuid,
         status: String,
+        /// The job's attempt (each admission of a pool job is one: a runner's report of
+        /// another attempt is refused).
+        attempt: i32,
     },
     /// 408: the request body stalled (no bytes for `idle_s` seconds).
     #[error("the request body stalled: no bytes arrived for {idle_s} s")]
@@ -182,7 +185,7 @@ pub struct ErrorDetail {
     /// (the fields that differ)}` (on Ray's Jobs API `submission_id` in place of
     /// `external_id`); for a 503 that passes: `{"reason": "not_leader", "replica",
     /// "leader"}` (this replica does not lead; `leader` is null while nobody does) or
-    /// `{"reason": "loading"}` (recovery has not loaded the queues yet); for a conflict about a job: `{"job_id", "status"}`.
+    /// `{"reason": "loading"}` (recovery has not loaded the queues yet); for a conflict about a job: `{"job_id", "status", "attempt"}`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub details: Option<serde_json::Value>,
 }
@@ -234,8 +237,13 @@ impl ResponseError for ApiError {
                 d[*key] = serde_json::Value::from(external_id.as_str());
                 Some(d)
             }
-            ApiError::JobConflict { job_id, status, .. } => {
-                Some(serde_json::json!({ "job_id": job_id, "status": status }))
+            ApiError::JobConflict {
+                job_id,
+                status,
+                attempt,
+                ..
+            } => {
+                Some(serde_json::json!({ "job_id": job_id, "status": status, "attempt": attempt }))
             }
             ApiError::UnsupportedMediaType(_) => Some(serde_json::json!({
                 "field": "Content-Type",
@@ -317,6 +325,7 @@ mod tests {
                 message: String::new(),
                 job_id: id,
                 status: String::new(),
+                attempt: 1,
             },
             ApiError::BodyTimeout { idle_s: 1.0 },
             ApiError::PayloadTooLarge { limit: 1 },

@@ -539,7 +539,7 @@ pub(crate) async fn withdraw_job(
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs", operation_id = "job_logs",
     params(("id" = Uuid, Path, description = "job id")),
     responses((status = 200, body = LogsView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-              (status = 409, body = ErrorBody, description = "Ray never had this job (QUEUED, or ended before dispatch), or no longer has its logs; details: job_id, status"),
+              (status = 409, body = ErrorBody, description = "Ray never had this job (QUEUED, ended before dispatch, or a pool job: its runner's), or no longer has its logs; details: job_id, status, attempt"),
               (status = 503, body = ErrorBody, description = "the database or the job's Ray cluster does not answer; Retry-After")),
     security(("bearer" = [])))]
 pub async fn logs(
@@ -549,6 +549,18 @@ pub async fn logs(
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "read logs")?;
     let j = load_for(&state, &who, &id).await?;
+    // A pool job never reaches Ray: its logs are its runner's (DESIGN §3, "Admission").
+    if let Some(pool) = &j.pool {
+        return Err(ApiError::JobConflict {
+            message: format!(
+                "job {} runs in pool {pool}, outside this service: its logs are its runner's",
+                j.id
+            ),
+            job_id: j.id,
+            status: j.status.to_string(),
+            attempt: j.attempt,
+        });
+    }
     // A job that was never dispatched, or is back in the queue, has no logs in Ray.
     if j.cluster.is_none() || j.status == JobStatus::Queued {
         let message = if j.status.is_terminal() {
@@ -566,6 +578,7 @@ pub async fn logs(
             message,
             job_id: j.id,
             status: j.status.to_string(),
+            attempt: j.attempt,
         });
     }
     let logs = match state.scheduler() {
@@ -584,6 +597,7 @@ pub async fn logs(
                 ),
                 job_id: j.id,
                 status: j.status.to_string(),
+                attempt: j.attempt,
             })
         }
         Err(e) => {

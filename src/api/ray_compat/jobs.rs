@@ -400,6 +400,7 @@ pub async fn delete(
             ),
             job_id: j.id,
             status: j.status.to_string(),
+            attempt: j.attempt,
         }
         .into());
     }
