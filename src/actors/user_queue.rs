@@ -34,9 +34,9 @@ pub fn summary(j: &job::Model) -> QueuedJob {
         submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
         // `None` here means "the configured default": the arbiter fills it in.
         runtime_estimate: j.max_runtime_s.map(|s| s as f64),
-        // A pool job is not preempted (its runner, not Ray, would have to stop it;
-        // issue 30 leaves that for later).
-        preemptible: j.preemptible && j.pool.is_none(),
+        // A pool job is preempted too: its runner is asked to stop it (DESIGN §3,
+        // "Admission").
+        preemptible: j.preemptible,
         preemptions: u32::try_from(j.preemptions).unwrap_or(0),
         pool: j.pool.clone(),
     }

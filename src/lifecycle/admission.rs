@@ -22,14 +22,20 @@
 //! | ADMITTED, RUNNING (lease past `now`) | `LeaseLapsed{requeue}` | QUEUED, attempt + 1 (or FAILED; STOPPED if a stop was asked) | message says why |
 //! | ADMITTED, RUNNING (no stop asked) | `CancelRequested` | same, stop asked | event row "stop_requested: …" (SSE `job.stop_requested`) |
 //! | ADMITTED, RUNNING (stop asked) | `CancelRequested` | ignored: asked already | |
+//! | ADMITTED, RUNNING (no stop asked) | `Preempt{for_job, for_user}` | same, stop asked ("preempted for job J of user U"), `preempted_at` | event row with the core-seconds lost (SSE `job.preempted`): its runner is to stop it |
+//! | ADMITTED, RUNNING (preempting) | `RunnerFinished{STOPPED or FAILED}`, `RunnerReleased`, `LeaseLapsed`, `PreemptionGraceOver` | QUEUED, attempt + 1, preemptions + 1, at its old place | message says why, lease cleared |
+//! | ADMITTED, RUNNING (preempting) | `RunnerFinished{SUCCEEDED}` | SUCCEEDED (it finished before the stop landed) | |
 //! | any other report | | refused: `ReportConflict` naming the status and attempt (409) | |
-//! | ADMITTED, RUNNING | anything Ray-side (`Seen*`, `Missing`, `Preempt`, …) | ignored: Ray never has a pool job | |
+//! | ADMITTED, RUNNING | anything Ray-side (`Seen*`, `Missing`, …) | ignored: Ray never has a pool job | |
 //!
 //! A report for a job that does not name a pool is refused (`NotAPoolJob`).
 
 use chrono::{DateTime, Utc};
 use entity::JobStatus;
 
+use uuid::Uuid;
+
+use super::preempt::{preempted_for, preempted_requeue};
 use super::{step, Decision, Event, JobFacts, Metric, Refusal, CANCELLED};
 
 /// The start of the `job_events` detail of a cancel of an admitted or started pool job
@@ -94,13 +100,26 @@ fn ended(to: JobStatus, detail: String, message: Option<String>) -> Decision {
     let mut s = step(to, detail);
     s.changes.message = message;
     s.changes.stop_reason = Some(None);
+    s.changes.preempted = Some(false);
     s.changes.lease_until = Some(None);
     s.metric = Some(Metric::Finished(to));
     Decision::Step(s)
 }
 
+/// A preempted pool job goes back to the queue (its runner stopped or gave it back, or
+/// let the lease or the preemption's grace pass): the preemption's requeue, with the
+/// lease cleared and no attempt left retiring (nothing of it is in Ray; a runner that
+/// still runs it learns from a 409 that the admission is over).
+fn preempted_back(job_id: Uuid, facts: &JobFacts, detail: String) -> Decision {
+    let mut d = preempted_requeue(job_id, facts, detail, false);
+    if let Decision::Step(s) = &mut d {
+        s.changes.lease_until = Some(None);
+    }
+    d
+}
+
 /// The rows of a pool job, or of a report (`None`: the general rows decide).
-pub(super) fn decide(facts: &JobFacts, event: &Event) -> Option<Decision> {
+pub(super) fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Option<Decision> {
     use JobStatus as S;
     if !facts.pool {
         return is_report(event).then_some(Decision::Refuse(Refusal::NotAPoolJob));
@@ -118,7 +137,63 @@ pub(super) fn decide(facts: &JobFacts, event: &Event) -> Option<Decision> {
             }
         }
     }
+    if matches!(status, S::Admitted | S::Running) && facts.preempting {
+        let back = |why: String| preempted_back(job_id, facts, why);
+        let a = facts.attempt;
+        match event {
+            Event::RunnerFinished {
+                status: S::Stopped | S::Failed,
+                ..
+            } => {
+                return Some(back(format!(
+                    "its runner ended attempt {a} after the preemption's stop; back to the queue"
+                )))
+            }
+            Event::RunnerReleased { .. } if status == S::Admitted => {
+                return Some(back(format!(
+                    "its runner released attempt {a} after the preemption's stop; back to the queue"
+                )))
+            }
+            Event::LeaseLapsed { now, lease_s, .. }
+                if facts.lease_until.is_none_or(|t| t <= *now) =>
+            {
+                return Some(back(format!(
+                    "its runner's lease lapsed (no report for {lease_s} s) while the \
+                     preemption's stop of attempt {a} was under way; back to the queue"
+                )))
+            }
+            Event::PreemptionGraceOver { grace_s } => {
+                return Some(back(format!(
+                    "its runner did not end attempt {a} within preemption.grace ({grace_s} s) \
+                     after the preemption's stop; back to the queue (a later report of \
+                     attempt {a} is refused)"
+                )))
+            }
+            _ => {}
+        }
+    }
     Some(match (status, event) {
+        (
+            S::Admitted | S::Running,
+            Event::Preempt {
+                for_job,
+                for_user,
+                lost_core_seconds,
+            },
+        ) if facts.stop_reason.is_none() => {
+            let why = preempted_for(*for_job, for_user);
+            let mut s = step(
+                status,
+                format!(
+                    "{why} (core-seconds lost: {:.0}); its runner is asked to stop it and \
+                     report finished, back to the queue then",
+                    lost_core_seconds.max(0.0)
+                ),
+            );
+            s.changes.stop_reason = Some(Some(why));
+            s.changes.preempted = Some(true);
+            Decision::Step(s)
+        }
         (S::Queued, Event::Admitted { pool, lease_until }) => {
             if let Some(old) = facts.retiring_attempt {
                 return Some(Decision::Refuse(Refusal::PreviousAttemptNotStopped(old)));
@@ -252,8 +327,8 @@ pub(super) fn decide(facts: &JobFacts, event: &Event) -> Option<Decision> {
         (S::Admitted | S::Running, Event::WithdrawQueued) => {
             Decision::Refuse(Refusal::NotQueued(status))
         }
-        // Ray never has a pool job: nothing it says (or a preemption, which pool jobs
-        // do not take part in) moves one.
+        // Ray never has a pool job: nothing it says moves one (and a preemption of a
+        // job being stopped already is declined).
         (S::Admitted | S::Running, _) => Decision::Ignore,
         // QUEUED and terminal pool jobs: the general rows (cancel of a queued job, a
         // refused cancel of an ended one).

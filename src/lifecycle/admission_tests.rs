@@ -101,6 +101,7 @@ fn events() -> Vec<(&'static str, Event)> {
                 lost_core_seconds: 1.0,
             },
         ),
+        ("grace_over", Event::PreemptionGraceOver { grace_s: 30 }),
     ]
 }
 
@@ -121,6 +122,7 @@ fn expected() -> BTreeMap<(&'static str, &'static str), Result<S, &'static str>>
         (("ADMITTED", "lapsed_requeue"), Ok(Queued)),
         (("ADMITTED", "lapsed_fail"), Ok(Failed)),
         (("ADMITTED", "cancel"), Ok(Admitted)),
+        (("ADMITTED", "preempt"), Ok(Admitted)),
         (("ADMITTED", "withdraw"), Err("refused")),
         (("RUNNING", "started"), Err("quiet")),
         (("RUNNING", "heartbeat"), Err("quiet")),
@@ -130,6 +132,7 @@ fn expected() -> BTreeMap<(&'static str, &'static str), Result<S, &'static str>>
         (("RUNNING", "lapsed_requeue"), Ok(Queued)),
         (("RUNNING", "lapsed_fail"), Ok(Failed)),
         (("RUNNING", "cancel"), Ok(Running)),
+        (("RUNNING", "preempt"), Ok(Running)),
         (("RUNNING", "withdraw"), Err("refused")),
         // A retried finished with the status the job ended with is ignored (200).
         (("FAILED", "finished_succeeded"), Err("refused")),
@@ -189,6 +192,93 @@ fn a_pool_job_follows_the_admission_table_for_every_status_and_event() {
         decide(id(), &ray_job, &started()),
         Decision::Refuse(Refusal::NotAPoolJob)
     );
+}
+
+/// A pool job whose preemption's stop is under way (its runner was asked to stop it).
+fn preempting(status: S) -> JobFacts {
+    JobFacts {
+        stop_reason: Some(crate::lifecycle::preempted_for(Uuid::nil(), "b")),
+        preempting: true,
+        ..pool_job(status)
+    }
+}
+
+/// The rows of a preempting pool job: every way its admission ends short of success
+/// puts it back in the queue as the next attempt, preempted once more, with no lease
+/// (never STOPPED, never FAILED, whatever `on_lease_lapse` says); a success is kept; a
+/// cancel replaces the preemption's stop (the job then ends STOPPED); a second
+/// preemption is declined (ignored: a stop is asked already).
+#[test]
+fn a_preempted_pool_job_goes_back_to_the_queue_however_its_admission_ends() {
+    use S::*;
+    let want: BTreeMap<(&str, &str), Result<S, &str>> = [
+        (("ADMITTED", "started"), Ok(Running)),
+        (("ADMITTED", "heartbeat"), Err("quiet")),
+        (("ADMITTED", "finished_succeeded"), Ok(Succeeded)),
+        (("ADMITTED", "finished_failed"), Ok(Queued)),
+        (("ADMITTED", "released"), Ok(Queued)),
+        (("ADMITTED", "lapsed_requeue"), Ok(Queued)),
+        (("ADMITTED", "lapsed_fail"), Ok(Queued)),
+        (("ADMITTED", "grace_over"), Ok(Queued)),
+        (("ADMITTED", "cancel"), Ok(Admitted)),
+        (("ADMITTED", "withdraw"), Err("refused")),
+        (("RUNNING", "started"), Err("quiet")),
+        (("RUNNING", "heartbeat"), Err("quiet")),
+        (("RUNNING", "finished_succeeded"), Ok(Succeeded)),
+        (("RUNNING", "finished_failed"), Ok(Queued)),
+        (("RUNNING", "released"), Err("refused")),
+        (("RUNNING", "lapsed_requeue"), Ok(Queued)),
+        (("RUNNING", "lapsed_fail"), Ok(Queued)),
+        (("RUNNING", "grace_over"), Ok(Queued)),
+        (("RUNNING", "cancel"), Ok(Running)),
+        (("RUNNING", "withdraw"), Err("refused")),
+    ]
+    .into_iter()
+    .collect();
+    for status in [Admitted, Running] {
+        let facts = preempting(status);
+        for (name, event) in events() {
+            let got = decide(id(), &facts, &event);
+            match (want.get(&(status.as_str(), name)), &got) {
+                (Some(Ok(to)), Decision::Step(s)) if !s.changes.quiet => {
+                    assert_eq!(s.to, *to, "{status} + {name}");
+                    assert_eq!(s.ray, None, "{status} + {name}");
+                    if *to == Queued {
+                        assert_eq!(s.changes.attempt, Some(2), "{name}");
+                        assert_eq!(s.changes.preemptions, Some(1), "{name}");
+                        assert_eq!(s.changes.lease_until, Some(None), "{name}");
+                        assert_eq!(s.changes.stop_reason, Some(None), "{name}");
+                        assert_eq!(s.changes.retiring_attempt, None, "{name}");
+                    }
+                    if name == "cancel" {
+                        assert_eq!(s.changes.stop_reason, Some(Some(CANCELLED.into())));
+                    }
+                }
+                (Some(Err("quiet")), Decision::Step(s)) if s.changes.quiet => {}
+                (Some(Err("refused")), Decision::Refuse(_)) => {}
+                (None, Decision::Ignore) => {}
+                (w, _) => panic!("{status} + {name}: expected {w:?}, got {got:?}"),
+            }
+        }
+    }
+    // The preemption's step: the stop asked, `preempted_at` set, an event row whose
+    // detail makes it `job.preempted`; nothing for Ray.
+    let s = step(decide(
+        id(),
+        &pool_job(Running),
+        &events()
+            .into_iter()
+            .find(|(n, _)| *n == "preempt")
+            .unwrap()
+            .1,
+    ));
+    assert_eq!(s.changes.preempted, Some(true));
+    assert!(
+        s.detail.starts_with(crate::lifecycle::PREEMPTED_DETAIL),
+        "{}",
+        s.detail
+    );
+    assert_eq!(s.ray, None);
 }
 
 fn step(d: Decision) -> Step {
@@ -355,8 +445,9 @@ fn a_cancel_of_an_admitted_or_running_pool_job_asks_its_runner_and_ends_on_finis
     );
 }
 
-/// Mirrors what `store::apply` writes, for the columns the admission rows use.
-fn apply(f: &mut JobFacts, s: &Step) {
+/// Mirrors what `store::apply` writes, for the columns the admission rows use
+/// (`preempted_at`: whether the row's `preempted_at` is set), and [`JobFacts::of`].
+fn apply(f: &mut JobFacts, preempted_at: &mut bool, s: &Step) {
     f.status = s.to;
     if let Some(a) = s.changes.attempt {
         f.attempt = a;
@@ -367,6 +458,14 @@ fn apply(f: &mut JobFacts, s: &Step) {
     if let Some(l) = s.changes.lease_until {
         f.lease_until = l;
     }
+    if let Some(n) = s.changes.preemptions {
+        f.preemptions = n;
+    }
+    if let Some(p) = s.changes.preempted {
+        *preempted_at = p;
+    }
+    f.preempting =
+        *preempted_at && f.stop_reason.is_some() && f.stop_reason.as_deref() != Some(CANCELLED);
 }
 
 fn any_event() -> impl Strategy<Value = Event> {
@@ -397,19 +496,28 @@ fn any_event() -> impl Strategy<Value = Event> {
             requeue
         }),
         Just(Event::CancelRequested),
+        Just(Event::Preempt {
+            for_job: Uuid::nil(),
+            for_user: "b".into(),
+            lost_core_seconds: 1.0,
+        }),
+        Just(Event::PreemptionGraceOver { grace_s: 30 }),
     ]
 }
 
 proptest! {
-    /// Whatever a runner, the lease check and cancels do, in any order: Ray is never
-    /// called, a terminal status never changes, the attempt never goes down, a job
-    /// asked to stop never goes back to the queue, and only a step that is announced
-    /// (a row in `job_events`) changes the status.
+    /// Whatever a runner, the lease check, cancels and preemptions do, in any order:
+    /// Ray is never called, a terminal status never changes, the attempt never goes
+    /// down, a job asked to stop goes back to the queue only when the stop was a
+    /// preemption's (and then preempted once more, with no stop left asked), a job
+    /// cancelled never does, and only a step that is announced (a row in
+    /// `job_events`) changes the status.
     #[test]
     fn no_sequence_of_reports_sends_a_pool_job_to_ray_or_revives_it(
         events in proptest::collection::vec(any_event(), 1..40)
     ) {
         let mut f = pool_job(S::Queued);
+        let mut preempted_at = false;
         for e in &events {
             let before = f.clone();
             match decide(id(), &f, e) {
@@ -420,9 +528,18 @@ proptest! {
                         prop_assert_eq!(s.to, before.status);
                     }
                     if s.to == S::Queued && before.status != S::Queued {
-                        prop_assert!(before.stop_reason.is_none(), "a stopped job requeued");
+                        prop_assert!(
+                            before.stop_reason.is_none() || before.preempting,
+                            "a cancelled job requeued: {e:?} on {before:?}"
+                        );
+                        if before.preempting {
+                            prop_assert_eq!(s.changes.preemptions, Some(before.preemptions + 1));
+                        }
                     }
-                    apply(&mut f, &s);
+                    apply(&mut f, &mut preempted_at, &s);
+                    if f.status == S::Queued {
+                        prop_assert!(f.stop_reason.is_none() && !f.preempting, "{f:?}");
+                    }
                     prop_assert!(f.attempt >= before.attempt);
                 }
                 Decision::Ignore | Decision::Refuse(_) => {}

@@ -313,7 +313,7 @@ pub(super) fn stop_current(facts: &JobFacts, job_id: Uuid) -> Option<RayCall> {
 /// module docs). Pure: the same inputs always give the same decision.
 pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
     use JobStatus as S;
-    if let Some(d) = admission::decide(facts, event) {
+    if let Some(d) = admission::decide(job_id, facts, event) {
         return d;
     }
     let status = facts.status;

@@ -28,7 +28,12 @@ pub const PREEMPTED_DETAIL: &str = "preempted for job ";
 /// A preempted job goes back to the queue at its old place: attempt + 1, preempted
 /// once more; `retiring` when Ray has not said the old attempt ended (it is held
 /// until it has), else grantable at once.
-fn preempted_requeue(job_id: Uuid, facts: &JobFacts, detail: String, retiring: bool) -> Decision {
+pub(super) fn preempted_requeue(
+    job_id: Uuid,
+    facts: &JobFacts,
+    detail: String,
+    retiring: bool,
+) -> Decision {
     let old = facts.attempt;
     let why = facts
         .stop_reason

@@ -134,6 +134,22 @@ pub async fn lapsed_leases(db: &Db, now: DateTime<Utc>) -> Result<Vec<Uuid>, DbE
         .await
 }
 
+/// Pool jobs (ADMITTED or RUNNING) whose preemption's stop was asked before `before`
+/// (the lifecycle ignores one cancelled since): their runner has let
+/// `preemption.grace` pass (DESIGN §3, "Admission").
+pub async fn overdue_pool_preemptions(db: &Db, before: DateTime<Utc>) -> Result<Vec<Uuid>, DbErr> {
+    job::Entity::find()
+        .select_only()
+        .column(job::Column::Id)
+        .filter(job::Column::Status.is_in([JobStatus::Admitted, JobStatus::Running]))
+        .filter(job::Column::Pool.is_not_null())
+        .filter(job::Column::PreemptedAt.lt(before))
+        .order_by_asc(job::Column::PreemptedAt)
+        .into_tuple::<Uuid>()
+        .all(db)
+        .await
+}
+
 /// Every QUEUED job, streamed (one query over the `status` index), with only what
 /// the queues need: id, user, priority, submit time, resources, runtime limit, and the
 /// retiring attempt and its cluster. Entrypoint, runtime_env and metadata are left

@@ -355,7 +355,19 @@ async fn a_lapsed_lease_requeues_the_job_and_a_late_finished_is_refused(which: D
         assert_eq!(resp.status(), 409);
         let b: Value = resp.json().await.unwrap();
         assert_eq!(b["error"]["details"]["status"], "QUEUED", "{b}");
+        assert_eq!(b["error"]["details"]["attempt"], 2, "{b}");
     }
+    // Its logs are its runner's, never Ray's: 409 saying so.
+    let resp = app.get(&format!("/v1/jobs/{id}/logs"), SUBMITTER).await;
+    assert_eq!(resp.status(), 409);
+    let b: Value = resp.json().await.unwrap();
+    assert!(
+        b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("its runner's"),
+        "{b}"
+    );
     let after = job(&app, &id).await;
     assert_eq!(after["status"], "QUEUED");
     assert_eq!(after["attempt"], 2);
@@ -562,3 +574,139 @@ async fn a_pools_runner_reads_only_its_pools_events(which: Db) {
     app.stop().await;
 }
 crate::both_databases!(a_pools_runner_reads_only_its_pools_events);
+
+/// Preemption as quick as a test wants it, on a pool of 2 slots: after 1 s, no
+/// minimum run time or budget limit, `grace_s` for the runner to end a preempted job.
+fn quick_preemption(s: &mut Settings, grace_s: u64) {
+    with_pool(s, 2.0);
+    s.preemption.after = Some(Duration::from_secs(1));
+    s.preemption.min_runtime = Duration::ZERO;
+    s.preemption.max_per_job = 2;
+    s.preemption.budget = 1.0;
+    s.preemption.interval = Duration::from_secs(1);
+    s.preemption.grace = Duration::from_secs(grace_s);
+}
+
+/// Alice's two preemptible pool jobs run (started); bob's waits. Returns alice's ids,
+/// bob's id and the one of alice's that the preemption picked (its `stop_requested`
+/// set, its timeline saying "preempted for job <bob's>").
+async fn preempt_one_of_alices(app: &TestApp) -> (Vec<String>, String, String) {
+    let mut alice = Vec::new();
+    for _ in 0..2 {
+        let j = app
+            .submit(
+                "alice",
+                json!({"pool": "gw", "resources": slot(), "preemptible": true}),
+            )
+            .await;
+        alice.push(j["id"].as_str().unwrap().to_string());
+    }
+    for id in &alice {
+        until(15, "alice's job admitted", || async {
+            (job(app, id).await["status"] == "ADMITTED").then_some(())
+        })
+        .await;
+        report_ok(app, id, "started", json!({"attempt": 1})).await;
+    }
+    let bob = app
+        .submit("bob", json!({"pool": "gw", "resources": slot()}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let victim = until(20, "one of alice's jobs preempted", || async {
+        for id in &alice {
+            let v = job(app, id).await;
+            if v["stop_requested"] == true {
+                return Some(id.clone());
+            }
+        }
+        None
+    })
+    .await;
+    let v = job(app, &victim).await;
+    assert_eq!(
+        (v["status"].as_str(), v["attempt"].as_i64()),
+        (Some("RUNNING"), Some(1)),
+        "{v}"
+    );
+    assert!(timeline(app, &victim)
+        .await
+        .iter()
+        .any(|d| d.starts_with(&format!("preempted for job {bob} of user bob"))));
+    assert_eq!(job(app, &bob).await["status"], "QUEUED");
+    (alice, bob, victim)
+}
+
+/// A preempted pool job (issue 30, "Cancel and preemption"): its runner is asked to stop
+/// it (`stop_requested`, SSE `job.preempted`, on the pool's stream), and when it reports
+/// `finished` STOPPED the job goes back to the queue as attempt 2, preempted once, and
+/// bob's job is admitted to the slot. Its runner's late reports of attempt 1 are 409.
+async fn a_preempted_pool_job_is_stopped_by_its_runner_and_queued_again(which: Db) {
+    let Some(app) = spawn_app_with(which, |s| quick_preemption(s, 600)).await else {
+        return;
+    };
+    let (_, bob, victim) = preempt_one_of_alices(&app).await;
+    let text = sse_query_until(&app, "?pool=gw", SUBMITTER, "event: job.preempted").await;
+    assert!(text.contains(&victim), "{text}");
+    // The runner's heartbeat answer says so too.
+    let v = report_ok(&app, &victim, "heartbeat", json!({"attempt": 1})).await;
+    assert_eq!(v["stop_requested"], true, "{v}");
+    let v = report_ok(
+        &app,
+        &victim,
+        "finished",
+        json!({"status": "STOPPED", "message": "cluster deleted", "attempt": 1}),
+    )
+    .await;
+    assert_eq!(v["status"], "QUEUED", "{v}");
+    assert_eq!(
+        (v["attempt"].as_i64(), v["preemptions"].as_i64()),
+        (Some(2), Some(1)),
+        "{v}"
+    );
+    assert_eq!(v["stop_requested"], false, "{v}");
+    assert!(v["lease_expires_at"].is_null(), "{v}");
+    until(15, "bob's job admitted to the freed slot", || async {
+        (job(&app, &bob).await["status"] == "ADMITTED").then_some(())
+    })
+    .await;
+    // Attempt 1 is over: a retry of its finished is 200 only as the same report of the
+    // same attempt; another report of it is 409.
+    let resp = report(&app, &victim, "heartbeat", json!({"attempt": 1})).await;
+    assert_eq!(resp.status(), 409);
+    app.stop().await;
+}
+crate::both_databases!(a_preempted_pool_job_is_stopped_by_its_runner_and_queued_again);
+
+/// A runner that does not end a preempted job within `preemption.grace` loses it: the
+/// job goes back to the queue as attempt 2 (the timeline says the grace passed), and
+/// that runner's later reports of attempt 1 are refused.
+async fn a_preempted_pool_job_whose_runner_lets_the_grace_pass_is_queued_again(which: Db) {
+    let Some(app) = spawn_app_with(which, |s| quick_preemption(s, 1)).await else {
+        return;
+    };
+    let (_, _, victim) = preempt_one_of_alices(&app).await;
+    // The runner renews its lease but never stops the job.
+    let back = until(20, "the preempted job queued again", || async {
+        let _ = report(&app, &victim, "heartbeat", json!({"attempt": 1})).await;
+        let v = job(&app, &victim).await;
+        (v["attempt"] == 2).then_some(v)
+    })
+    .await;
+    assert_eq!(back["preemptions"], 1, "{back}");
+    assert!(timeline(&app, &victim)
+        .await
+        .iter()
+        .any(|d| d.contains("preemption.grace")));
+    let resp = report(
+        &app,
+        &victim,
+        "finished",
+        json!({"status": "SUCCEEDED", "attempt": 1}),
+    )
+    .await;
+    assert_eq!(resp.status(), 409);
+    app.stop().await;
+}
+crate::both_databases!(a_preempted_pool_job_whose_runner_lets_the_grace_pass_is_queued_again);

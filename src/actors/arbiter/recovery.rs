@@ -72,7 +72,7 @@ impl Handler<RecoveredOutstanding> for FairShareArbiter {
                     self.admitted
                         .insert(j.id, u32::try_from(j.attempt).unwrap_or(1));
                 }
-                if j.preemptible && j.stop_reason.is_none() && j.pool.is_none() {
+                if j.preemptible && j.stop_reason.is_none() {
                     let started = j
                         .started_at
                         .or(j.dispatched_at)

@@ -60,6 +60,8 @@ pub struct Dispatcher {
     pools: std::collections::HashSet<String>,
     /// `[admission]`: the lease a runner gets, what a lapse does.
     admission: crate::config::AdmissionSettings,
+    /// `preemption.grace`: how long a preempted pool job's runner has to end it.
+    preemption_grace: std::time::Duration,
 }
 
 /// What one dispatch ended as, for the actor to announce.
@@ -106,6 +108,7 @@ impl Dispatcher {
             licenses: settings.policy().licenses,
             pools: settings.pools.iter().map(|p| p.name.clone()).collect(),
             admission: settings.admission.clone(),
+            preemption_grace: settings.preemption.grace,
         }
     }
 
@@ -151,23 +154,46 @@ impl Dispatcher {
     /// Looks for pool jobs whose runner's lease has lapsed and frees what they hold
     /// (`[admission]`, DESIGN §3 "Admission"): back to the queue as the next attempt, or
     /// FAILED (STOPPED when a stop was asked), each with a `job_events` row saying why.
+    /// A preempted pool job whose runner has not ended it within `preemption.grace`
+    /// goes back to the queue too (the preemption's requeue).
     fn check_leases(&mut self, ctx: &mut Context<Self>) {
         let db = self.db.clone();
         let fence = self.fence.clone();
         let requeue = self.admission.on_lease_lapse == crate::config::OnLeaseLapse::Requeue;
         let lease_s = self.admission.lease.as_secs();
+        let grace = self.preemption_grace;
         let arbiter = self.arbiter.clone();
         let fut = super::off_actor(async move {
             let now = chrono::Utc::now();
             let lapsed = store::lapsed_leases(&db, now).await?;
-            for id in lapsed {
-                let event = Event::LeaseLapsed {
-                    now,
-                    lease_s,
-                    requeue,
-                };
+            let grace_over = chrono::Duration::from_std(grace)
+                .ok()
+                .and_then(|g| now.checked_sub_signed(g))
+                .unwrap_or(now);
+            let overdue = store::overdue_pool_preemptions(&db, grace_over).await?;
+            let events = lapsed
+                .into_iter()
+                .map(|id| {
+                    (
+                        id,
+                        Event::LeaseLapsed {
+                            now,
+                            lease_s,
+                            requeue,
+                        },
+                    )
+                })
+                .chain(overdue.into_iter().map(|id| {
+                    (
+                        id,
+                        Event::PreemptionGraceOver {
+                            grace_s: grace.as_secs(),
+                        },
+                    )
+                }));
+            for (id, event) in events {
                 if let Applied::Changed { job, .. } = store::apply(&db, &fence, id, &event).await? {
-                    tracing::warn!(job_id = %id, status = %job.status, "a runner's lease lapsed");
+                    tracing::warn!(job_id = %id, status = %job.status, "a pool job's runner let its lease or a preemption's grace pass");
                     super::tell_arbiter_pool_job(&arbiter, &job);
                 }
             }

@@ -97,10 +97,14 @@ impl Handler<Preempt> for Dispatcher {
             if let Some(stop) = stop {
                 ctx.notify(stop);
             }
-            act.monitor.track.do_send(Track {
-                job,
-                origin: Origin::Changed,
-            });
+            // A pool job's runner stops it and reports (its `job.preempted` event);
+            // Ray never has it, so the monitor does not follow it.
+            if job.pool.is_none() {
+                act.monitor.track.do_send(Track {
+                    job,
+                    origin: Origin::Changed,
+                });
+            }
         }));
     }
 }
