@@ -21,17 +21,26 @@ What it does, and why:
   ``GET /v1/jobs?status=ADMITTED&pool=`` at start and every ``resync_every`` seconds.
 - **Starts** each admitted job with ``start(job)`` on a thread of its own (creating a
   cluster can take minutes; leases keep being renewed meanwhile), then reports
-  ``started``. If ``start`` raises, it reports ``release``: the job goes back to the
-  queue and the capacity to the next user.
+  ``started``. If ``start`` raises ``StartFailed``, it reports ``finished`` FAILED with
+  its message (the job cannot run: a bad image, a quota refused); if it raises anything
+  else, it reports ``release``: the job goes back to the queue and the capacity to the
+  next user.
+- **Adopts** after its own restart: with an ``adopt(job)`` function, each RUNNING job of
+  the pool it does not hold is offered to it (at start and every ``resync_every``); a
+  handle back means "this is still running here" and the runner watches it again,
+  ``None`` leaves it (its lease lapses). Without one, such jobs go back to the queue
+  when their leases lapse.
 - **Renews the lease** of every job it holds with ``heartbeat`` every
   ``heartbeat_every`` seconds (keep it under a third of the service's
   ``admission.lease``, 60 s by default). A runner that dies stops renewing, and its
   jobs go back to the queue when their leases lapse.
 - **Watches** each started job with ``handle.poll()`` every ``tick`` seconds and reports
   ``finished`` with the ``Outcome`` it returns.
-- **Stops** a job when the service asks (a cancel: ``event: job.stop_requested`` on the
-  stream, or ``stop_requested`` on a heartbeat's answer) with ``handle.stop()``; the job
-  ends when ``poll`` then gives its outcome (the service records STOPPED).
+- **Stops** a job when the service asks (a cancel, ``event: job.stop_requested``, or a
+  preemption, ``event: job.preempted``, on the stream; or ``stop_requested`` on a
+  heartbeat's answer) with ``handle.stop()``; the job ends when ``poll`` then gives its
+  outcome (the service records STOPPED for a cancel, and puts a preempted job back in
+  the queue).
 - **Every report names its admission** (``attempt``): when a lease lapsed and the job
   was admitted again (perhaps to another runner), the service refuses this runner's
   late reports with 409, and the runner stops and forgets the job rather than touch
@@ -58,6 +67,11 @@ log = logging.getLogger("fairshare_client.runner")
 
 #: How a runner may end a job.
 OUTCOMES = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+class StartFailed(Exception):
+    """Raised by ``start`` when the job cannot run at all: the runner reports it
+    ``finished`` FAILED with this message (any other exception releases it)."""
 
 
 @dataclass(frozen=True)
@@ -131,9 +145,11 @@ class Runner:
 
     ``client``: a ``Client`` with a submitter token (best: one confined to the pool,
     ``[[auth.tokens]] pool = "..."``). ``start(job) -> Handle``: starts an ADMITTED
-    ``Job`` (its ``entrypoint``, ``resources``, ``runtime_env``, ``metadata``) and
-    returns its handle; raising releases the job. ``heartbeat_every``, ``tick``,
-    ``resync_every``: seconds. ``max_starting``: starts in flight at once."""
+    ``Job`` (its ``entrypoint``, ``resources``, ``metadata``) and returns its handle;
+    ``StartFailed`` fails the job, any other exception releases it. ``adopt(job) ->
+    Optional[Handle]``: a RUNNING job of the pool this runner does not hold (after its
+    restart), or ``None``. ``heartbeat_every``, ``tick``, ``resync_every``: seconds.
+    ``max_starting``: starts in flight at once."""
 
     def __init__(
         self,
@@ -145,10 +161,12 @@ class Runner:
         tick: float = 0.2,
         resync_every: float = 30.0,
         max_starting: int = 8,
+        adopt: Optional[Callable[[Job], Optional[Handle]]] = None,
     ):
         self.client = client
         self.pool = pool
         self.start_fn = start
+        self.adopt_fn = adopt
         self.heartbeat_every = heartbeat_every
         self.tick = tick
         self.resync_every = resync_every
@@ -203,6 +221,19 @@ class Runner:
         for job in self.client.list(status="ADMITTED", pool=self.pool):
             if job.id not in self._held:
                 self._admitted(job)
+        if self.adopt_fn is None:
+            return
+        for job in self.client.list(status="RUNNING", pool=self.pool):
+            if job.id in self._held or job.attempt is None:
+                continue
+            handle = self.adopt_fn(job)
+            if handle is not None:
+                log.info("adopted job %s (attempt %s)", job.id, job.attempt)
+                held = _Held(job.id, job.attempt, handle=handle)
+                held.last_beat = 0.0  # renew the lease at once
+                self._held[job.id] = held
+                if job.stop_requested:
+                    self._ask_stop(held)
 
     def _drain_events(self) -> None:
         while True:
@@ -211,7 +242,7 @@ class Runner:
             except queue.Empty:
                 return
             held = self._held.get(ev.job_id)
-            if ev.stop_requested:
+            if ev.stop_requested or ev.kind == "job.preempted":
                 if held is not None:
                     self._ask_stop(held)
             elif ev.to == "ADMITTED":
@@ -262,6 +293,10 @@ class Runner:
         assert fut is not None
         try:
             held.handle = fut.result()
+        except StartFailed as e:
+            log.warning("job %s cannot run: %s", held.job_id, e)
+            self._finish(held, Outcome("FAILED", str(e) or "its start failed"))
+            return
         except Exception as e:
             log.warning("start of job %s failed, releasing it: %s", held.job_id, e)
             self._report(held, lambda: self.client.release(held.job_id, attempt=held.attempt))

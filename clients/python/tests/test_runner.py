@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +23,8 @@ import pytest
 
 from conftest import ADMIN, SUBMITTER, Receiver, Service
 from fairshare_client import Client, FairshareError, Job
+from fairshare_client.runner import Outcome, StartFailed
+from fairshare_client.runner import Runner as RefRunner
 
 T = TypeVar("T")
 
@@ -247,3 +250,84 @@ def test_the_reference_runner_runs_a_pool_by_fair_share_and_survives_kill_9(depl
             r.close()
         fs.close()
         runner_client.close()
+
+
+class FakeHandle:
+    """A job "running" in this process until the test ends it."""
+
+    def __init__(self) -> None:
+        self.outcome: Optional[Outcome] = None
+        self.stops = 0
+
+    def poll(self) -> Optional[Outcome]:
+        return self.outcome
+
+    def stop(self) -> None:
+        self.stops += 1
+        self.outcome = Outcome("STOPPED", "stopped by the test's handle")
+
+
+def test_the_runner_fails_releases_and_adopts(tmp_path: Path, receiver: Receiver):
+    """``start`` raising ``StartFailed`` fails the job with its message; raising
+    anything else releases it (QUEUED, attempt + 1, admitted again); a runner that
+    restarts adopts its RUNNING jobs through ``adopt`` and keeps their admission
+    (same attempt, the lease renewed, its end reported)."""
+    service = Service(tmp_path, receiver.url, extra=POOL_CONFIG)
+    fs = Client(service.url, SUBMITTER, retries=3)
+    rc = Client(service.url, RUNNER_TOKEN, retries=3)
+    handles: Dict[str, FakeHandle] = {}
+    starts: Dict[str, int] = {}
+
+    def start(job: Job) -> FakeHandle:
+        starts[job.external_id] = starts.get(job.external_id, 0) + 1
+        if job.external_id == "bad":
+            raise StartFailed("image not found: bad:latest")
+        if job.external_id == "flaky" and starts["flaky"] == 1:
+            raise RuntimeError("the cluster API timed out")
+        handles[job.id] = FakeHandle()
+        return handles[job.id]
+
+    def run(r: RefRunner) -> threading.Thread:
+        t = threading.Thread(target=r.run, daemon=True)
+        t.start()
+        return t
+
+    first = RefRunner(rc, "k8s", start, heartbeat_every=0.3, tick=0.05, resync_every=0.5)
+    t1 = run(first)
+    try:
+        bad = fs.submit("carol", "x", external_id="bad", cpu=0, custom={"clusters": 1}, pool="k8s")
+        until("bad FAILED", lambda: fs.get(bad.id).status == "FAILED")
+        assert fs.get(bad.id).message == "image not found: bad:latest"
+        flaky = fs.submit("carol", "x", external_id="flaky", cpu=0, custom={"clusters": 1}, pool="k8s")
+        got = until("flaky runs as attempt 2", lambda: (lambda j: j if j.status == "RUNNING" else None)(fs.get(flaky.id)))
+        assert got.attempt == 2 and starts["flaky"] == 2
+        # The runner restarts; the new one adopts what runs.
+        first.stop()
+        t1.join(timeout=10)
+        adopted: List[str] = []
+
+        def adopt(job: Job) -> Optional[FakeHandle]:
+            adopted.append(job.id)
+            return handles.get(job.id)
+
+        second = RefRunner(rc, "k8s", start, heartbeat_every=0.3, tick=0.05, resync_every=0.5, adopt=adopt)
+        t2 = run(second)
+        until("flaky adopted", lambda: flaky.id in second.held)
+        # For twice the lease, the job stays RUNNING as attempt 2: the new runner
+        # renews the lease it adopted (without it the lease would lapse).
+        deadline = time.monotonic() + 2 * LEASE
+        while time.monotonic() < deadline:
+            j = fs.get(flaky.id)
+            assert (j.status, j.attempt) == ("RUNNING", 2), j
+            time.sleep(0.2)
+        handles[flaky.id].outcome = Outcome("SUCCEEDED")
+        until("flaky SUCCEEDED", lambda: fs.get(flaky.id).status == "SUCCEEDED")
+        assert adopted == [flaky.id] and starts["flaky"] == 2
+        second.stop()
+        t2.join(timeout=10)
+    finally:
+        first.stop()
+        fs.close()
+        rc.close()
+        service.stop()
+        service.log.close()
