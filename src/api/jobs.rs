@@ -552,7 +552,7 @@ pub(crate) async fn withdraw_job(
 #[utoipa::path(get, path = "/v1/jobs/{id}/logs", tag = "jobs", operation_id = "job_logs",
     params(("id" = Uuid, Path, description = "job id")),
     responses((status = 200, body = LogsView), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
-              (status = 409, body = ErrorBody, description = "Ray never had this job (QUEUED, or ended before dispatch), or no longer has its logs; details: job_id, status"),
+              (status = 409, body = ErrorBody, description = "Ray never had this job (QUEUED, ended before dispatch, or a pool's job, whose runner has its logs), or no longer has its logs; details: job_id, status"),
               (status = 503, body = ErrorBody, description = "the database or the job's Ray cluster does not answer; Retry-After")),
     security(("bearer" = [])))]
 pub async fn logs(
@@ -562,6 +562,18 @@ pub async fn logs(
 ) -> Result<HttpResponse, ApiError> {
     let who = state.auth.identify(&req, Role::Submitter, "read logs")?;
     let j = load_for(&state, &who, &id).await?;
+    // A pool job (issue 30) never goes to Ray: its runner has whatever logs it has.
+    if let Some(pool) = &j.pool {
+        return Err(ApiError::JobConflict {
+            message: format!(
+                "job {} is a job of pool {pool}: its runner runs it and has its logs, \
+                 Ray never had it",
+                j.id
+            ),
+            job_id: j.id,
+            status: j.status.to_string(),
+        });
+    }
     // A job that was never dispatched, or is back in the queue, has no logs in Ray.
     if j.cluster.is_none() || j.status == JobStatus::Queued {
         let message = if j.status.is_terminal() {

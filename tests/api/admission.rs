@@ -587,6 +587,15 @@ async fn the_scheduler_view_marks_a_pool_and_counts_its_admitted_and_running_job
             "{figure} of a pool: {gw}"
         );
     }
+    // Ray never has a pool job's logs: 409 saying its runner has them (not that Ray
+    // lost them).
+    let resp = app
+        .get(&format!("/v1/jobs/{}/logs", admitted[0]), SUBMITTER)
+        .await;
+    assert_eq!(resp.status(), 409);
+    let body: Value = resp.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("pool gw: its runner"), "{body}");
     // The Ray cluster's counts stay absent; its figures are Ray's.
     let v = app.get_json("/v1/scheduler", SUBMITTER).await;
     assert_eq!(entry(&v, "ray1")["kind"], "ray");
