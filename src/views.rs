@@ -45,23 +45,53 @@ pub fn bytes(v: f64) -> u64 {
     }
 }
 
-/// One cluster in [`SchedulerView`].
+/// What an entry of [`SchedulerView::clusters`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterKind {
+    /// A Ray cluster (`[[clusters]]`): this service submits its jobs there and polls
+    /// its capacity and usage.
+    Ray,
+    /// A pool (`[[pools]]`, DESIGN §3 "Admission"): capacity this service admits jobs
+    /// to but does not run; a runner outside it starts them and reports back.
+    Pool,
+}
+
+/// One cluster or pool in [`SchedulerView`].
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ClusterStatusView {
+    /// The `[[clusters]]` or `[[pools]]` name (a pool job's `cluster` and `pool`).
     pub name: String,
+    /// `ray` for a Ray cluster, `pool` for a pool. A pool's figures are this
+    /// service's alone: its capacity is configured (always healthy), nobody reports
+    /// its usage, so `used_reported`, `unreported` and `used_by_others` are 0,
+    /// `outstanding` is what its ADMITTED and RUNNING jobs ask, and `free` is
+    /// `capacity − outstanding`.
+    pub kind: ClusterKind,
     pub healthy: bool,
     pub capacity: Amounts,
-    /// Ray's report of used capacity, all tenants (lags by seconds).
+    /// Ray's report of used capacity, all tenants (lags by seconds). 0 for a pool.
     pub used_reported: Amounts,
-    /// Resources of this service's outstanding jobs there.
+    /// Resources of this service's outstanding jobs there (for a pool: its
+    /// ADMITTED and RUNNING jobs).
     pub outstanding: Amounts,
-    /// The part of `outstanding` that Ray's report does not include yet.
+    /// The part of `outstanding` that Ray's report does not include yet. 0 for a
+    /// pool (no report to wait for).
     pub unreported: Amounts,
     /// Used by other tenants as far as the report shows:
-    /// `used_reported − (outstanding − unreported)`, floored at 0.
+    /// `used_reported − (outstanding − unreported)`, floored at 0. 0 for a pool.
     pub used_by_others: Amounts,
-    /// `capacity − max(used_reported + unreported, outstanding)`, floored at 0.
+    /// `capacity − max(used_reported + unreported, outstanding)`, floored at 0 (for
+    /// a pool, `capacity − outstanding`).
     pub free: Amounts,
+    /// A pool's ADMITTED jobs (admitted, not yet reported started by its runner),
+    /// as the database has them when this is answered; absent for a Ray cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admitted_jobs: Option<u64>,
+    /// A pool's RUNNING jobs (its runner reported them started), as the database
+    /// has them when this is answered; absent for a Ray cluster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running_jobs: Option<u64>,
 }
 
 /// One user in the fair-share order.
@@ -119,6 +149,7 @@ pub struct LeadershipView {
 pub struct SchedulerView {
     pub ready: bool,
     pub leadership: Option<LeadershipView>,
+    /// The Ray clusters and the pools (`kind`), in name order.
     pub clusters: Vec<ClusterStatusView>,
     /// The users the next cycle could serve (not paused, under their limits, with a
     /// queued job some healthy cluster can hold), in the order it would serve them.

@@ -79,6 +79,8 @@ function resources(r) {
   const parts = [num(r.cpu) + " cpu"];
   if (r.gpu) parts.push(num(r.gpu) + " gpu");
   if (r.memory_bytes) parts.push(bytes(r.memory_bytes));
+  // Custom resources by name (a pool's slots, QPUs): omitted by the API when none.
+  for (const name of Object.keys(r.custom || {}).sort()) parts.push(num(r.custom[name]) + " " + name);
   return parts.join(" · ");
 }
 
@@ -487,57 +489,92 @@ function editUser(u) {
 
 // ------------------------------------------------------------------ clusters
 
-function clusterCard(c) {
+/** The rows of a capacity table: cores, GPUs and memory, then each custom resource
+ * the capacity names, as [label, data-resource, value of an Amounts]. */
+function resourceRows(capacity) {
   const rows = [
-    ["cores", "cpu", num],
-    ["GPUs", "gpu", num],
-    ["memory", "memory_bytes", bytes],
+    ["cores", "cpu", (a) => num(a.cpu)],
+    ["GPUs", "gpu", (a) => num(a.gpu)],
+    ["memory", "memory_bytes", (a) => bytes(a.memory_bytes)],
   ];
+  for (const name of Object.keys(capacity.custom || {}).sort())
+    rows.push([name, "custom." + name, (a) => num((a.custom || {})[name] || 0)]);
+  return rows;
+}
+
+function capacityTable(c, columns) {
   return el(
-    "article",
-    { class: "cluster", "data-cluster": c.name },
-    el("h3", {}, c.name + " ", el("span", { class: "badge " + (c.healthy ? "ok" : "bad") }, c.healthy ? "healthy" : "unhealthy")),
+    "table",
+    { class: "grid" },
+    el("thead", {}, el("tr", {}, ...["resource", ...columns.map(([h]) => h)].map((h) => el("th", { scope: "col" }, h)))),
     el(
-      "table",
-      { class: "grid" },
-      el(
-        "thead",
-        {},
-        el(
-          "tr",
-          {},
-          ...["resource", "capacity", "used by this service", "used by others", "free"].map((h) => el("th", { scope: "col" }, h)),
-        ),
-      ),
-      el(
-        "tbody",
-        {},
-        ...rows.map(([label, k, f]) =>
-          el(
-            "tr",
-            { "data-resource": k },
-            el("th", { scope: "row" }, label),
-            el("td", { class: "num" }, f(c.capacity[k])),
-            el("td", { class: "num" }, f(c.outstanding[k])),
-            el("td", { class: "num" }, f(c.used_by_others[k])),
-            el("td", { class: "num" }, f(c.free[k])),
-          ),
-        ),
+      "tbody",
+      {},
+      ...c.rows.map(([label, k, f]) =>
+        el("tr", { "data-resource": k }, el("th", { scope: "row" }, label), ...columns.map(([, field]) => el("td", { class: "num" }, f(c.view[field])))),
       ),
     ),
+  );
+}
+
+/** A Ray cluster: health and, per resource, capacity, this service's use, others' use
+ * (as Ray reports it) and free. */
+function clusterCard(c) {
+  return el(
+    "article",
+    { class: "cluster", "data-cluster": c.name, "data-kind": "ray" },
+    el("h3", {}, c.name + " ", el("span", { class: "badge " + (c.healthy ? "ok" : "bad") }, c.healthy ? "healthy" : "unhealthy")),
+    capacityTable({ view: c, rows: resourceRows(c.capacity) }, [
+      ["capacity", "capacity"],
+      ["used by this service", "outstanding"],
+      ["used by others", "used_by_others"],
+      ["free", "free"],
+    ]),
+  );
+}
+
+/** A pool (kind "pool", DESIGN §3 "Admission"): capacity fairshare admits jobs to and
+ * a runner runs. Nobody else uses it and nobody reports it, so it has no "used by
+ * others"; only the resources it was configured with are shown, and how many of its
+ * jobs wait for the runner (ADMITTED) or run (RUNNING), each a link to those jobs. */
+function poolCard(c) {
+  const cap = c.capacity;
+  const rows = resourceRows(cap).filter(([, k]) => (k.startsWith("custom.") ? true : cap[k] > 0));
+  const count = (status, n, cls) =>
+    el(
+      "a",
+      { href: "#jobs?" + new URLSearchParams({ status, pool: c.name }).toString(), class: cls, "data-focus-key": `pool\u0000${c.name}\u0000${status}` },
+      `${n ?? "–"} ${status}`,
+    );
+  return el(
+    "article",
+    { class: "cluster pool", "data-cluster": c.name, "data-kind": "pool" },
+    el("h3", {}, c.name + " ", el("span", { class: "badge pool" }, "pool")),
+    capacityTable({ view: c, rows }, [
+      ["capacity", "capacity"],
+      ["used by this service", "outstanding"],
+      ["free", "free"],
+    ]),
+    el("p", { class: "pool-jobs" }, count("ADMITTED", c.admitted_jobs, "admitted-count"), " · ", count("RUNNING", c.running_jobs, "running-count")),
   );
 }
 
 async function refreshClusters() {
   const s = await api("GET", "/v1/scheduler");
   state.scheduler = s;
-  const box = $("clusters");
-  const cards = s.clusters.map(clusterCard);
+  const pools = s.clusters.filter((c) => c.kind === "pool");
+  const cards = s.clusters.filter((c) => c.kind !== "pool").map(clusterCard);
   if (cards.length === 0) {
     const lead = s.leadership && !s.leadership.is_leader;
-    cards.push(el("p", {}, lead ? `This replica follows; the leader (${s.leadership.leader || "none"}) shows clusters.` : "No cluster has answered yet."));
+    cards.push(
+      el("p", {}, lead ? `This replica follows; the leader (${s.leadership.leader || "none"}) shows clusters and pools.` : pools.length ? "No Ray cluster." : "No cluster has answered yet."),
+    );
   }
-  box.replaceChildren(...cards);
+  keepFocus(() => {
+    $("clusters").replaceChildren(...cards);
+    $("pools").replaceChildren(...pools.map(poolCard));
+  });
+  $("pools-section").hidden = pools.length === 0;
   const c = s.last_cycle;
   $("last-cycle").textContent =
     `${s.cycles} cycles; ${s.queued_jobs} queued, ${s.outstanding_jobs} outstanding jobs.` +
@@ -556,12 +593,12 @@ function jobsQueryFromHash(q) {
     setStatus(`Unknown status ${status}: showing all statuses`, true);
     status = "";
   }
-  return { user: p.get("user") || "", status, external_id: p.get("external_id") || "" };
+  return { user: p.get("user") || "", status, pool: p.get("pool") || "", external_id: p.get("external_id") || "" };
 }
 
 function jobsUrl(q, after) {
   const p = new URLSearchParams();
-  for (const k of ["user", "status", "external_id"]) if (q[k]) p.set(k, q[k]);
+  for (const k of ["user", "status", "pool", "external_id"]) if (q[k]) p.set(k, q[k]);
   p.set("limit", "50");
   if (after) p.set("after", after);
   return "/v1/jobs?" + p.toString();
@@ -575,14 +612,15 @@ function jobRow(j) {
     el("td", {}, el("span", { class: "id", title: j.user }, j.user)),
     el("td", {}, el("span", { class: "id", title: j.external_id || null }, j.external_id || "–")),
     el("td", {}, el("span", { class: "st st-" + j.status.toLowerCase() }, j.status)),
-    el("td", {}, resources(j.resources)),
+    el("td", { class: "resources" }, resources(j.resources)),
     el("td", {}, time(j.submitted_at)),
+    el("td", { class: "pool" }, j.pool ? el("a", { href: "#jobs?pool=" + encodeURIComponent(j.pool), class: "id", title: j.pool }, j.pool) : "–"),
     el("td", {}, j.cluster || "–"),
   );
 }
 
 async function refreshJobs(append) {
-  const q = state.jobsQuery || { user: "", status: "", external_id: "" };
+  const q = state.jobsQuery || { user: "", status: "", pool: "", external_id: "" };
   const page = await api("GET", jobsUrl(q, append ? state.jobsNext : null));
   const tbody = $("jobs-table").tBodies[0];
   const rows = page.jobs.map(jobRow);
@@ -591,7 +629,7 @@ async function refreshJobs(append) {
   else
     keepFocus(() => {
       tbody.replaceChildren(...rows);
-      if (rows.length === 0) tbody.append(el("tr", {}, el("td", { colspan: 7, class: "empty" }, "No jobs match.")));
+      if (rows.length === 0) tbody.append(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "No jobs match.")));
     });
   state.jobsNext = page.next_after;
   $("jobs-more").hidden = !page.next_after;
@@ -623,10 +661,18 @@ async function refreshJob(id) {
     ["Resources", resources(j.resources)],
     ["Priority", j.priority],
     ["Max runtime", j.max_runtime_s ? j.max_runtime_s + " s" : "default"],
-    ["Ray cluster", j.cluster || "–"],
+    // A pool job (DESIGN §3 "Admission"): its runner, not Ray, runs it; its lease
+    // says until when the runner's last report holds the job's capacity.
+    ...(j.pool
+      ? [
+          ["Pool", el("a", { href: "#jobs?pool=" + encodeURIComponent(j.pool), id: "job-pool" }, j.pool)],
+          ["Runner's lease until", el("span", { id: "job-lease" }, j.lease_expires_at ? time(j.lease_expires_at) : "– (no runner holds it)")],
+          ["Stop requested", el("span", { id: "job-stop-requested" }, j.stop_requested ? "yes: waiting for the runner to stop it" : "no")],
+        ]
+      : [["Ray cluster", j.cluster || "–"]]),
     ["Message", j.message || "–"],
     ["Submitted", time(j.submitted_at)],
-    ["Dispatched", time(j.dispatched_at)],
+    [j.pool ? "Admitted" : "Dispatched", time(j.dispatched_at)],
     ["Started", time(j.started_at)],
     ["Finished", time(j.finished_at)],
     ["Entrypoint", el("code", {}, j.entrypoint)],
@@ -648,10 +694,11 @@ async function refreshJob(id) {
   const cancel = $("job-cancel");
   cancel.disabled = finished || !isAdmin();
   cancel.title = finished ? "the job has ended" : isAdmin() ? "" : "needs an admin token";
-  if (!j.dispatched_at) $("job-logs").textContent = "(not dispatched to Ray yet)";
+  if (j.pool) $("job-logs").textContent = `(a job of pool ${j.pool}: its runner has its logs, not Ray)`;
+  else if (!j.dispatched_at) $("job-logs").textContent = "(not dispatched to Ray yet)";
   const now = Date.now();
-  // Ray has logs only for a job it was given (409 otherwise).
-  if (j.dispatched_at && now - state.lastLogs >= 5000) {
+  // Ray has logs only for a job it was given (409 otherwise), never for a pool's.
+  if (!j.pool && j.dispatched_at && now - state.lastLogs >= 5000) {
     state.lastLogs = now;
     try {
       const logs = await api("GET", `/v1/jobs/${id}/logs`);
@@ -667,7 +714,9 @@ function confirmCancel() {
   if (!j) return;
   openConfirm(
     "Cancel job",
-    `Cancel ${j.id} of ${j.user} (${j.status})? A queued job stops at once; a running one is stopped in Ray.`,
+    j.pool
+      ? `Cancel ${j.id} of ${j.user} (${j.status}, pool ${j.pool})? A queued job stops at once; an admitted or running one is asked of its runner, and stops when the runner reports it.`
+      : `Cancel ${j.id} of ${j.user} (${j.status})? A queued job stops at once; a running one is stopped in Ray.`,
     [],
     () => api("POST", `/v1/jobs/${j.id}/cancel`),
   );
@@ -815,6 +864,7 @@ async function onRoute() {
     state.jobsQuery = jobsQueryFromHash(r.q);
     $("q-user").value = state.jobsQuery.user;
     $("q-status").value = state.jobsQuery.status;
+    $("q-pool").value = state.jobsQuery.pool;
     $("q-external").value = state.jobsQuery.external_id;
   }
   if (r.view === "job") {
@@ -850,7 +900,7 @@ function init() {
   $("job-search").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
-    const q = { user: $("q-user").value.trim(), status: $("q-status").value, external_id: $("q-external").value.trim() };
+    const q = { user: $("q-user").value.trim(), status: $("q-status").value, pool: $("q-pool").value.trim(), external_id: $("q-external").value.trim() };
     // Only the statuses the service knows: anything else would be a predictable 422.
     const known = [...$("q-status").options].map((o) => o.value);
     if (!known.includes(q.status.toUpperCase())) {

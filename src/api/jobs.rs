@@ -553,7 +553,8 @@ pub async fn logs(
     if let Some(pool) = &j.pool {
         return Err(ApiError::JobConflict {
             message: format!(
-                "job {} runs in pool {pool}, outside this service: its logs are its runner's",
+                "job {} is a job of pool {pool}: its runner runs it and has its logs, \
+                 Ray never had it",
                 j.id
             ),
             job_id: j.id,

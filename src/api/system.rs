@@ -7,11 +7,12 @@ use utoipa::ToSchema;
 use super::error::{ApiError, ErrorBody};
 use super::AppState;
 use crate::config::Role;
-use crate::views::SchedulerView;
+use crate::views::{ClusterKind, ClusterStatusView, SchedulerView};
 use entity::JobStatus;
 
-/// `GET /v1/scheduler`: clusters (health, capacity, free), the order of the next users,
-/// the last cycle's duration and grants.
+/// `GET /v1/scheduler`: clusters and pools (`kind`; health, capacity, free; a pool's
+/// ADMITTED and RUNNING jobs), the order of the next users, the last cycle's duration
+/// and grants.
 #[utoipa::path(get, path = "/v1/scheduler", tag = "system", operation_id = "get_scheduler",
     responses((status = 200, body = SchedulerView), (status = 401, body = ErrorBody),
               (status = 503, body = ErrorBody, description = "the database or the scheduler is unavailable; Retry-After")),
@@ -25,12 +26,16 @@ pub async fn scheduler(
         .require(&req, Role::Submitter, "read the scheduler")?;
     let leadership = Some(state.leadership.view());
     let view = match state.scheduler() {
-        Some(s) => SchedulerView {
-            leadership,
-            ..s.view()
-                .await
-                .map_err(|e| ApiError::Unavailable(e.to_string()))?
-        },
+        Some(s) => {
+            let mut view = SchedulerView {
+                leadership,
+                ..s.view()
+                    .await
+                    .map_err(|e| ApiError::Unavailable(e.to_string()))?
+            };
+            pool_counts(&state, &mut view.clusters).await?;
+            view
+        }
         None => {
             // A follower: the live state is the leader's; counts from the database.
             let counts = crate::store::status_counts(&state.db, None).await?;
@@ -58,6 +63,27 @@ pub async fn scheduler(
         }
     };
     Ok(HttpResponse::Ok().json(view))
+}
+
+/// Fills each pool's ADMITTED and RUNNING job counts from the database (one query,
+/// only when the view has a pool).
+async fn pool_counts(state: &AppState, clusters: &mut [ClusterStatusView]) -> Result<(), ApiError> {
+    if !clusters.iter().any(|c| c.kind == ClusterKind::Pool) {
+        return Ok(());
+    }
+    let counts = crate::store::pool_status_counts(&state.db).await?;
+    let count = |pool: &str, status: JobStatus| {
+        counts
+            .iter()
+            .filter(|(p, s, _)| p == pool && *s == status)
+            .map(|(_, _, n)| (*n).max(0) as u64)
+            .sum::<u64>()
+    };
+    for c in clusters.iter_mut().filter(|c| c.kind == ClusterKind::Pool) {
+        c.admitted_jobs = Some(count(&c.name, JobStatus::Admitted));
+        c.running_jobs = Some(count(&c.name, JobStatus::Running));
+    }
+    Ok(())
 }
 
 /// `GET /metrics`: Prometheus text format.

@@ -469,6 +469,24 @@ pub fn custom_column(custom: &std::collections::BTreeMap<String, f64>) -> Option
     (!custom.is_empty()).then(|| serde_json::to_string(custom).unwrap_or_default())
 }
 
+/// Number of ADMITTED and RUNNING pool jobs per `(pool, status)` (issue 30: what
+/// `GET /v1/scheduler` shows of each pool). Reads only those two statuses, through the
+/// index led by `status`.
+pub async fn pool_status_counts(db: &Db) -> Result<Vec<(String, JobStatus, i64)>, DbErr> {
+    job::Entity::find()
+        .select_only()
+        .column(job::Column::Pool)
+        .column(job::Column::Status)
+        .column_as(job::Column::Id.count(), "n")
+        .filter(job::Column::Status.is_in([JobStatus::Admitted, JobStatus::Running]))
+        .filter(job::Column::Pool.is_not_null())
+        .group_by(job::Column::Pool)
+        .group_by(job::Column::Status)
+        .into_tuple::<(String, JobStatus, i64)>()
+        .all(db)
+        .await
+}
+
 /// Number of unfinished jobs per `(user, status)`, of one user or of all: the users
 /// API's counts while the arbiter is still loading the queues.
 pub async fn status_counts(

@@ -365,7 +365,7 @@ async fn a_lapsed_lease_requeues_the_job_and_a_late_finished_is_refused(which: D
         b["error"]["message"]
             .as_str()
             .unwrap()
-            .contains("its runner's"),
+            .contains("its runner runs it and has its logs"),
         "{b}"
     );
     let after = job(&app, &id).await;
@@ -710,3 +710,117 @@ async fn a_preempted_pool_job_whose_runner_lets_the_grace_pass_is_queued_again(w
     app.stop().await;
 }
 crate::both_databases!(a_preempted_pool_job_whose_runner_lets_the_grace_pass_is_queued_again);
+
+/// `GET /v1/scheduler` tells a pool from a Ray cluster (`kind`): the pool's figures
+/// are this service's own (no report, no other tenant: `used_reported`, `unreported`
+/// and `used_by_others` 0, free = capacity − outstanding) and it counts its ADMITTED
+/// and RUNNING jobs; a Ray cluster has no such counts.
+async fn the_scheduler_view_marks_a_pool_and_counts_its_admitted_and_running_jobs(which: Db) {
+    let (ray, _state) = crate::fake_ray::start(8.0, |_| {}).await;
+    let Some(app) = spawn_app_with(which, |s| {
+        with_pool(s, 2.0);
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "ray1".into(),
+            address: ray.uri(),
+        }];
+        s.monitor.poll_interval = Duration::from_millis(100);
+    })
+    .await
+    else {
+        return;
+    };
+    let entry = |v: &Value, name: &str| -> Value {
+        v["clusters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {v}"))
+    };
+    // Before any job: the pool is there, empty, with zero counts.
+    let v = until(15, "the Ray cluster to report", || async {
+        let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+        (entry(&v, "ray1")["healthy"] == true).then_some(v)
+    })
+    .await;
+    let names: Vec<&str> = v["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["gw", "ray1"], "name order");
+    let ray1 = entry(&v, "ray1");
+    assert_eq!(ray1["kind"], "ray", "{ray1}");
+    assert!(ray1.get("admitted_jobs").is_none(), "{ray1}");
+    assert!(ray1.get("running_jobs").is_none(), "{ray1}");
+    let gw = entry(&v, "gw");
+    assert_eq!(gw["kind"], "pool", "{gw}");
+    assert_eq!(gw["healthy"], true);
+    assert_eq!(gw["capacity"]["custom"]["clusters"], 2.0, "{gw}");
+    assert_eq!(gw["admitted_jobs"], 0, "{gw}");
+    assert_eq!(gw["running_jobs"], 0, "{gw}");
+
+    // Three jobs for two slots: two admitted, one waits; one reported started.
+    let mut ids = Vec::new();
+    for user in ["alice", "bob", "carol"] {
+        let j = app
+            .submit(user, json!({"pool": "gw", "resources": slot()}))
+            .await;
+        ids.push(j["id"].as_str().unwrap().to_string());
+    }
+    let admitted = until(15, "two jobs admitted", || async {
+        let got = in_status(&app, "ADMITTED").await;
+        (got.len() == 2).then_some(got)
+    })
+    .await;
+    report_ok(&app, &admitted[0], "started", json!({})).await;
+    let gw = until(15, "one admitted and one running in the view", || async {
+        let gw = entry(&app.get_json("/v1/scheduler", SUBMITTER).await, "gw");
+        (gw["admitted_jobs"] == 1 && gw["running_jobs"] == 1).then_some(gw)
+    })
+    .await;
+    assert_eq!(gw["kind"], "pool");
+    assert_eq!(gw["outstanding"]["custom"]["clusters"], 2.0, "{gw}");
+    assert!(
+        gw["free"]["custom"].get("clusters").is_none(),
+        "no slot free: {gw}"
+    );
+    for figure in ["used_reported", "unreported", "used_by_others"] {
+        assert_eq!(
+            gw[figure],
+            json!({"cpu": 0.0, "gpu": 0.0, "memory_bytes": 0}),
+            "{figure} of a pool: {gw}"
+        );
+    }
+    // Ray never has a pool job's logs: 409 saying its runner has them (not that Ray
+    // lost them).
+    let resp = app
+        .get(&format!("/v1/jobs/{}/logs", admitted[0]), SUBMITTER)
+        .await;
+    assert_eq!(resp.status(), 409);
+    let body: Value = resp.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("pool gw: its runner"), "{body}");
+    // The Ray cluster's counts stay absent; its figures are Ray's.
+    let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+    assert_eq!(entry(&v, "ray1")["kind"], "ray");
+    assert_eq!(entry(&v, "ray1")["capacity"]["cpu"], 8.0);
+
+    // The running job finishes: its slot goes to the waiting job (admitted 2, running 0).
+    report_ok(
+        &app,
+        &admitted[0],
+        "finished",
+        json!({"status": "SUCCEEDED"}),
+    )
+    .await;
+    until(15, "the freed slot admitted again", || async {
+        let gw = entry(&app.get_json("/v1/scheduler", SUBMITTER).await, "gw");
+        (gw["admitted_jobs"] == 2 && gw["running_jobs"] == 0).then_some(())
+    })
+    .await;
+    app.stop().await;
+}
+crate::both_databases!(the_scheduler_view_marks_a_pool_and_counts_its_admitted_and_running_jobs);

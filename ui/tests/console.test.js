@@ -62,7 +62,7 @@ test("the console is served at /ui/ with a strict Content-Security-Policy", asyn
 test("the users table matches GET /v1/users, heaviest first", async () => {
   // alice holds 3 of the 4 cores, bob 1; carol waits behind them; dora is weighted.
   const counts = async () => Object.fromEntries((await svc.json("GET", "/v1/users")).map((x) => [x.id, x]));
-  await until("the fake Ray's capacity to be known", async () => (await svc.json("GET", "/v1/scheduler")).clusters[0]?.healthy);
+  await until("the fake Ray's capacity to be known", async () => (await svc.json("GET", "/v1/scheduler")).clusters.find((c) => c.name === "fake")?.healthy);
   for (let i = 0; i < 3; i++) await svc.submit("alice");
   await until("alice's jobs to run", async () => (await counts()).alice?.running === 3);
   await svc.submit("bob");
@@ -230,6 +230,87 @@ test("clusters show health, capacity, this service's use, others' use and free",
   assert.match(await card.locator("h3").textContent(), /healthy/);
   const cpu = await card.locator('tr[data-resource="cpu"] td').allTextContents();
   assert.equal(cpu[0], "4");
+  await page.context().close();
+});
+
+test("a pool shows apart from the Ray clusters, and its admitted jobs with their pool, lease and stop", async () => {
+  // Three jobs for the pool's two slots: two ADMITTED, one waits; the runner (this
+  // test) reports one started.
+  const jobs = [];
+  for (const user of ["pam", "quin", "pam"]) jobs.push(await svc.submitPool(user));
+  const inPool = async (status) => (await svc.json("GET", `/v1/jobs?status=${status}&pool=gw`)).jobs.map((j) => j.id);
+  const admitted = await until("two pool jobs admitted", async () => {
+    const ids = await inPool("ADMITTED");
+    return ids.length === 2 && ids;
+  });
+  await svc.json("POST", `/v1/jobs/${admitted[0]}/started`, {});
+  const waiting = admitted[1];
+
+  // The clusters view: the pool in its own section, marked, with only the resource it
+  // has and no "used by others"; its jobs counted.
+  const page = await consoleAs(ADMIN, "#clusters");
+  const pool = page.locator('#pools article.cluster[data-cluster="gw"][data-kind="pool"]');
+  await pool.waitFor();
+  assert.equal(await page.locator('#clusters article.cluster[data-cluster="gw"]').count(), 0, "the pool is not among the Ray clusters");
+  assert.equal(await page.locator('#clusters article.cluster[data-cluster="fake"]').getAttribute("data-kind"), "ray");
+  assert.match(await pool.locator("h3").textContent(), /gw\s*pool/);
+  assert.deepEqual(await pool.locator("thead th").allTextContents(), ["resource", "capacity", "used by this service", "free"]);
+  assert.deepEqual(await pool.locator("tbody tr").evaluateAll((trs) => trs.map((tr) => tr.dataset.resource)), ["custom.clusters"]);
+  await until("the pool's slots shown all used", async () => JSON.stringify(await pool.locator('tr[data-resource="custom.clusters"] td').allTextContents()) === JSON.stringify(["2", "2", "0"]), 10000);
+  await pool.locator(".admitted-count").filter({ hasText: /^1 ADMITTED$/ }).waitFor({ timeout: 10000 });
+  await pool.locator(".running-count").filter({ hasText: /^1 RUNNING$/ }).waitFor({ timeout: 10000 });
+  const api = (await svc.json("GET", "/v1/scheduler")).clusters.find((c) => c.name === "gw");
+  assert.equal(api.kind, "pool");
+  assert.deepEqual([api.admitted_jobs, api.running_jobs], [1, 1]);
+
+  // Its ADMITTED count leads to those jobs, each with its pool.
+  await pool.locator(".admitted-count").click();
+  await until("the jobs view to list the pool's admitted job", async () => {
+    const ids = await page.$$eval("#jobs-table tbody tr[data-job]", (trs) => trs.map((tr) => tr.dataset.job));
+    return ids.length === 1 && ids[0] === waiting;
+  });
+  assert.equal(await page.inputValue("#q-pool"), "gw");
+  assert.equal(await page.inputValue("#q-status"), "ADMITTED");
+  assert.equal(await page.textContent(`#jobs-table tr[data-job="${waiting}"] td.pool`), "gw");
+  assert.equal(await page.textContent(`#jobs-table tr[data-job="${waiting}"] .st`), "ADMITTED");
+  assert.equal(await page.textContent(`#jobs-table tr[data-job="${waiting}"] td.resources`), "0 cpu · 1 clusters");
+  // The search form finds every job of the pool (the waiting one too).
+  await page.selectOption("#q-status", "");
+  await page.fill("#q-pool", "gw");
+  await page.press("#q-pool", "Enter");
+  const all = jobs.map((j) => j.id).sort();
+  await until("the search by pool to list all three jobs", async () => {
+    const ids = await page.$$eval("#jobs-table tbody tr[data-job]", (trs) => trs.map((tr) => tr.dataset.job));
+    return JSON.stringify(ids.sort()) === JSON.stringify(all);
+  });
+  const pools = await page.$$eval("#jobs-table tbody tr[data-job] td.pool", (tds) => tds.map((td) => td.textContent));
+  assert.deepEqual(pools, ["gw", "gw", "gw"]);
+
+  // The admitted job's page: its pool, its runner's lease, no stop asked; no call for
+  // logs (Ray never has a pool job's).
+  const logCalls = [];
+  page.on("request", (r) => {
+    if (/\/logs$/.test(new URL(r.url()).pathname)) logCalls.push(r.url());
+  });
+  await page.click(`#jobs-table tr[data-job="${waiting}"] a.mono`);
+  await page.locator("#job-status").filter({ hasText: "ADMITTED" }).waitFor();
+  assert.equal(await page.textContent("#job-pool"), "gw");
+  const job = await svc.json("GET", `/v1/jobs/${waiting}`);
+  assert.ok(job.lease_expires_at, JSON.stringify(job));
+  assert.doesNotMatch(await page.textContent("#job-lease"), /^–/);
+  assert.equal(await page.textContent("#job-stop-requested"), "no");
+  assert.match(await page.textContent("#job-logs"), /runner has its logs/);
+  // A cancel asks the runner: the page says a stop is requested while it is ADMITTED.
+  const cancelled = await svc.json("POST", `/v1/jobs/${waiting}/cancel`);
+  assert.equal(cancelled.stop_requested, true);
+  await page.locator("#job-stop-requested").filter({ hasText: /^yes/ }).waitFor({ timeout: 10000 });
+  assert.equal(await page.textContent("#job-status"), "ADMITTED");
+  // The runner reports it stopped: it ends STOPPED and no runner holds it any more.
+  await svc.json("POST", `/v1/jobs/${waiting}/finished`, { status: "STOPPED" });
+  await page.locator("#job-status").filter({ hasText: "STOPPED" }).waitFor({ timeout: 10000 });
+  assert.equal(await page.textContent("#job-stop-requested"), "no");
+  assert.match(await page.textContent("#job-lease"), /^–/);
+  assert.deepEqual(logCalls, []);
   await page.context().close();
 });
 

@@ -1,5 +1,6 @@
 // What the console's browser tests run against: the real service binary on
-// 127.0.0.1 with a fresh SQLite file and two tokens (admin, submitter), a small fake
+// 127.0.0.1 with a fresh SQLite file, two tokens (admin, submitter) and a pool `gw`
+// of two cluster slots (the tests play its runner), a small fake
 // Ray on 127.0.0.1 (the rules of scripts/chaos's fake: a job is PENDING until CPUs are
 // free, then RUNNING for metadata.secs seconds, then SUCCEEDED; a stop ends it), and
 // headless Chromium from Debian's package driven by playwright-core.
@@ -193,6 +194,14 @@ enabled = false
 [[clusters]]
 name = "fake"
 address = "http://127.0.0.1:${this.rayPort}"
+# A pool of two cluster slots that a runner outside the service runs (DESIGN §3
+# "Admission"); the tests play the runner. A long lease: no admission lapses while
+# the suite runs.
+[[pools]]
+name = "gw"
+capacity = { clusters = 2 }
+[admission]
+lease = "600s"
 [telemetry]
 log_format = "json"
 [[auth.tokens]]
@@ -242,6 +251,16 @@ runtime_env_keys = ["KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio="]
       resources: { cpu },
       metadata: { secs: String(secs) },
       ...(external_id ? { external_id } : {}),
+    });
+  }
+
+  /** Submits a job of `user` for pool `pool`: one cluster slot, no cores. */
+  submitPool(user, pool = "gw") {
+    return this.json("POST", "/v1/jobs", {
+      user,
+      entrypoint: "run on a cluster of its own",
+      pool,
+      resources: { cpu: 0, custom: { clusters: 1 } },
     });
   }
 

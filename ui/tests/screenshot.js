@@ -13,7 +13,7 @@ const svc = await new Service(ray.port).start();
 const browser = await launchBrowser();
 let replay;
 try {
-  await until("the fake Ray's capacity", async () => (await svc.json("GET", "/v1/scheduler")).clusters[0]?.healthy);
+  await until("the fake Ray's capacity", async () => (await svc.json("GET", "/v1/scheduler")).clusters.find((c) => c.name === "fake")?.healthy);
   replay = spawn(
     process.env.FAIRSHARE_BIN || path.join(root, "target/debug/fairshare"),
     ["replay", "--trace", path.join(root, "examples/traces/coare-saliksik-2020.swf.gz"), "--server", svc.url,

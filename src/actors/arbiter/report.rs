@@ -6,7 +6,7 @@ use actix::{Context, Handler, Message, MessageResult};
 use super::{FairShareArbiter, RefreshMetrics};
 use crate::metrics::{self, OTHER_USERS};
 use crate::policy::{JobId, Resources};
-use crate::views::{ClusterStatusView, LiveUser, SchedulerView, UserOrderView};
+use crate::views::{ClusterKind, ClusterStatusView, LiveUser, SchedulerView, UserOrderView};
 
 use super::unix_now;
 
@@ -66,18 +66,30 @@ impl FairShareArbiter {
             clusters: clusters
                 .into_iter()
                 .zip(frees)
-                .map(|(c, free)| ClusterStatusView {
-                    free: free.into(),
-                    used_by_others: c
-                        .used_reported
-                        .saturating_sub(c.outstanding.saturating_sub(c.unreported))
-                        .into(),
-                    name: c.name,
-                    healthy: c.healthy,
-                    capacity: c.total.into(),
-                    used_reported: c.used_reported.into(),
-                    outstanding: c.outstanding.into(),
-                    unreported: c.unreported.into(),
+                .map(|(c, free)| {
+                    // A pool has no report: everything on it is ours, booked as
+                    // "unreported" by the ledger only because no report ever
+                    // includes it. Shown as what it is: no report, no other tenant.
+                    let (kind, used_reported, unreported) = if c.pool {
+                        (ClusterKind::Pool, Resources::ZERO, Resources::ZERO)
+                    } else {
+                        (ClusterKind::Ray, c.used_reported, c.unreported)
+                    };
+                    ClusterStatusView {
+                        free: free.into(),
+                        used_by_others: used_reported
+                            .saturating_sub(c.outstanding.saturating_sub(unreported))
+                            .into(),
+                        name: c.name,
+                        kind,
+                        healthy: c.healthy,
+                        capacity: c.total.into(),
+                        used_reported: used_reported.into(),
+                        outstanding: c.outstanding.into(),
+                        unreported: unreported.into(),
+                        admitted_jobs: None,
+                        running_jobs: None,
+                    }
                 })
                 .collect(),
             next_users: self
