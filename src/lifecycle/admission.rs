@@ -35,7 +35,7 @@ use entity::JobStatus;
 
 use uuid::Uuid;
 
-use super::preempt::{preempted_for, preempted_requeue};
+use super::preempt::{preempt_step, preempted_requeue};
 use super::{step, Decision, Event, JobFacts, Metric, Refusal, CANCELLED};
 
 /// The start of the `job_events` detail of a cancel of an admitted or started pool job
@@ -180,20 +180,13 @@ pub(super) fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Option<De
                 for_user,
                 lost_core_seconds,
             },
-        ) if facts.stop_reason.is_none() => {
-            let why = preempted_for(*for_job, for_user);
-            let mut s = step(
-                status,
-                format!(
-                    "{why} (core-seconds lost: {:.0}); its runner is asked to stop it and \
-                     report finished, back to the queue then",
-                    lost_core_seconds.max(0.0)
-                ),
-            );
-            s.changes.stop_reason = Some(Some(why));
-            s.changes.preempted = Some(true);
-            Decision::Step(s)
-        }
+        ) if facts.stop_reason.is_none() => Decision::Step(preempt_step(
+            status,
+            for_job,
+            for_user,
+            *lost_core_seconds,
+            "its runner is asked to stop it and report finished, back to the queue then",
+        )),
         (S::Queued, Event::Admitted { pool, lease_until }) => {
             if let Some(old) = facts.retiring_attempt {
                 return Some(Decision::Refuse(Refusal::PreviousAttemptNotStopped(old)));

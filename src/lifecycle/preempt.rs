@@ -25,6 +25,29 @@ pub fn preempted_for(for_job: Uuid, for_user: &str) -> String {
 /// such an event `job.preempted`).
 pub const PREEMPTED_DETAIL: &str = "preempted for job ";
 
+/// The preemption's step (a job of Ray's or a pool's): the status kept, the stop
+/// asked with the preemption's reason, `preempted_at` set, and the event row's detail
+/// "preempted for job J of user U (core-seconds lost: N); `then`".
+pub(super) fn preempt_step(
+    status: JobStatus,
+    for_job: &Uuid,
+    for_user: &str,
+    lost_core_seconds: f64,
+    then: &str,
+) -> super::Step {
+    let why = preempted_for(*for_job, for_user);
+    let mut s = step(
+        status,
+        format!(
+            "{why} (core-seconds lost: {:.0}); {then}",
+            lost_core_seconds.max(0.0)
+        ),
+    );
+    s.changes.stop_reason = Some(Some(why));
+    s.changes.preempted = Some(true);
+    s
+}
+
 /// A preempted job goes back to the queue at its old place: attempt + 1, preempted
 /// once more; `retiring` when Ray has not said the old attempt ended (it is held
 /// until it has), else grantable at once.
@@ -114,17 +137,13 @@ pub(super) fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Option<De
                 lost_core_seconds,
             },
         ) if facts.stop_reason.is_none() => {
-            let why = preempted_for(*for_job, for_user);
-            let mut s = step(
+            let mut s = preempt_step(
                 status,
-                format!(
-                    "{why} (core-seconds lost: {:.0}); stop sent to Ray, back to the queue \
-                     once Ray confirms",
-                    lost_core_seconds.max(0.0)
-                ),
+                for_job,
+                for_user,
+                *lost_core_seconds,
+                "stop sent to Ray, back to the queue once Ray confirms",
             );
-            s.changes.stop_reason = Some(Some(why));
-            s.changes.preempted = Some(true);
             s.ray = stop_current(facts, job_id);
             Decision::Step(s)
         }

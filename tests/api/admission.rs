@@ -387,23 +387,24 @@ crate::both_databases!(a_lapsed_lease_requeues_the_job_and_a_late_finished_is_re
 /// A token confined to pool `gw` (a runner's).
 const RUNNER: &str = "runner-token-gw";
 
+/// Pool `gw` of 2 slots and the [`RUNNER`] token confined to it.
+fn with_pool_and_runner(s: &mut Settings) {
+    with_pool(s, 2.0);
+    s.auth.tokens.push(fairshare::config::TokenSettings {
+        name: "gw runner".into(),
+        token: RUNNER.into(),
+        role: fairshare::config::Role::Submitter,
+        user: None,
+        pool: Some("gw".into()),
+    });
+}
+
 /// `pool` is checked at submit: a pool that is not configured is 422 naming `pool`, a
 /// job larger than the pool 422 naming the resource; on Ray's Jobs API the pool is the
 /// metadata key `fairshare.pool`. A token confined to the pool sees, submits and
 /// reports on that pool's jobs only.
 async fn a_job_for_a_pool_is_checked_against_the_pools_configuration(which: Db) {
-    let Some(app) = spawn_app_with(which, |s| {
-        with_pool(s, 2.0);
-        s.auth.tokens.push(fairshare::config::TokenSettings {
-            name: "gw runner".into(),
-            token: RUNNER.into(),
-            role: fairshare::config::Role::Submitter,
-            user: None,
-            pool: Some("gw".into()),
-        });
-    })
-    .await
-    else {
+    let Some(app) = spawn_app_with(which, with_pool_and_runner).await else {
         return;
     };
     let resp = app
@@ -526,18 +527,7 @@ crate::both_databases!(a_job_for_a_pool_is_checked_against_the_pools_configurati
 /// a pool gets its pool's whether it names it or not (another pool is 422 naming
 /// `pool`, as on `GET /v1/jobs`).
 async fn a_pools_runner_reads_only_its_pools_events(which: Db) {
-    let Some(app) = spawn_app_with(which, |s| {
-        with_pool(s, 2.0);
-        s.auth.tokens.push(fairshare::config::TokenSettings {
-            name: "gw runner".into(),
-            token: RUNNER.into(),
-            role: fairshare::config::Role::Submitter,
-            user: None,
-            pool: Some("gw".into()),
-        });
-    })
-    .await
-    else {
+    let Some(app) = spawn_app_with(which, with_pool_and_runner).await else {
         return;
     };
     let plain = app.submit("erin", json!({})).await;
