@@ -31,6 +31,7 @@ impl Accepted {
 /// `idempotency_key_reused` for another payload, 429 when the user's queue is full.
 pub(crate) async fn accept(
     state: &AppState,
+    who: &super::auth::Identity,
     new: crate::store::NewJob,
 ) -> Result<Accepted, ApiError> {
     tracing::Span::current().record("user", new.user.as_str());
@@ -76,8 +77,10 @@ pub(crate) async fn accept(
             tracing::info!(differs = ?differs, "external_id reused with another payload");
             Err(ApiError::IdempotencyKeyReused {
                 key: "external_id",
+                // Named only to a caller that may see it (not to a token of
+                // another pool: found by a tester).
+                job_id: who.may_access_job(&existing).then_some(existing.id),
                 external_id: existing.external_id.unwrap_or_default(),
-                job_id: existing.id,
                 fields: differs,
             })
         }

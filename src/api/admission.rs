@@ -11,7 +11,7 @@ use entity::JobStatus;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::body::{parse_json, read_body, whole};
+use super::body::{numbers, parse_json, read_body};
 use super::error::{ApiError, ErrorBody};
 use super::jobs::{load_for, JobView};
 use super::AppState;
@@ -29,9 +29,9 @@ pub struct ReportBody {
     /// The admission the report is about: the job's `attempt` when it was ADMITTED
     /// (each admission is an attempt of its own). Absent: the current one. A report
     /// of another attempt is 409 (a release of an earlier one is 200: it is over).
-    #[serde(default, deserialize_with = "whole::opt")]
-    #[schema(minimum = 1, maximum = 2147483647)]
-    pub attempt: Option<u32>,
+    #[serde(default)]
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 2147483647)]
+    pub attempt: Option<serde_json::Number>,
 }
 
 /// How the runner says the job ended.
@@ -54,9 +54,9 @@ pub struct FinishedBody {
     #[schema(max_length = 4096)]
     pub message: Option<String>,
     /// As for the other reports.
-    #[serde(default, deserialize_with = "whole::opt")]
-    #[schema(minimum = 1, maximum = 2147483647)]
-    pub attempt: Option<u32>,
+    #[serde(default)]
+    #[schema(value_type = Option<i64>, minimum = 1, maximum = 2147483647)]
+    pub attempt: Option<serde_json::Number>,
 }
 
 /// The end of a lease renewed now.
@@ -120,18 +120,36 @@ async fn body<T: serde::de::DeserializeOwned>(
         .auth
         .identify(req, Role::Submitter, "report on pool jobs")?;
     let bytes = read_body(req, payload, &state.settings.server).await?;
-    parse_json(&bytes, true)
+    let parsed = parse_json(&bytes, true)?;
+    // As written, as every whole-number field (`1.00000000000000001` is not 1;
+    // found by a tester). Its range is `check_attempt`'s, one message for all.
+    if let Err(e) = numbers::check(&bytes, &[("attempt", numbers::Written::Whole)]) {
+        return Err(match e {
+            ApiError::Invalid { field, .. } if field == "attempt" => attempt_error(),
+            other => other,
+        });
+    }
+    Ok(parsed)
+}
+
+fn attempt_error() -> ApiError {
+    ApiError::invalid("attempt", "must be a whole number from 1 to 2147483647")
 }
 
 /// Checks a report's `attempt` (attempts count from 1 and are stored as 32-bit
 /// integers). Errors: 422 naming `attempt`.
-fn check_attempt(attempt: Option<u32>) -> Result<Option<u32>, ApiError> {
-    match attempt {
-        Some(a) if a == 0 || a > i32::MAX as u32 => Err(ApiError::invalid(
-            "attempt",
-            "must be a whole number from 1 to 2147483647",
-        )),
-        other => Ok(other),
+fn check_attempt(attempt: Option<serde_json::Number>) -> Result<Option<u32>, ApiError> {
+    let Some(n) = attempt else {
+        return Ok(None);
+    };
+    let whole = n.as_u64().or_else(|| {
+        n.as_f64()
+            .filter(|f| f.fract() == 0.0 && (1.0..=f64::from(i32::MAX)).contains(f))
+            .map(|f| f as u64)
+    });
+    match whole {
+        Some(a) if (1..=i32::MAX as u64).contains(&a) => Ok(Some(a as u32)),
+        _ => Err(attempt_error()),
     }
 }
 

@@ -99,11 +99,14 @@ pub enum ApiError {
     /// 422: the `(user, external_id)` names a job that was submitted with another
     /// payload (`fields` lists what differs). `key` is the key's field name as the
     /// client sent it: `external_id` on `/v1`, `submission_id` on Ray's Jobs API.
-    #[error("{key} {external_id:?} was already used by this user for job {job_id} with a different {}; use a new {key} for a new job", fields.join(", "))]
+    /// `job_id`: that job, `None` when the caller may not see it (a token confined
+    /// to another pool).
+    #[error("{key} {external_id:?} was already used by this user for {} with a different {}; use a new {key} for a new job",
+        job_id.map_or_else(|| "another job".to_string(), |id| format!("job {id}")), fields.join(", "))]
     IdempotencyKeyReused {
         key: &'static str,
         external_id: String,
-        job_id: uuid::Uuid,
+        job_id: Option<uuid::Uuid>,
         fields: Vec<&'static str>,
     },
     /// 429: the user's queue is full.
@@ -335,7 +338,7 @@ mod tests {
             ApiError::IdempotencyKeyReused {
                 key: "external_id",
                 external_id: String::new(),
-                job_id: id,
+                job_id: Some(id),
                 fields: vec![],
             },
             ApiError::QueueFull(String::new()),

@@ -202,7 +202,16 @@ pub(crate) async fn view(
     let ask_arbiter = matches!(fresh, Fresh::No);
     let id = j.id;
     // Waits the lifecycle knows of without asking the arbiter (DESIGN §3).
+    let removed_pool = j
+        .pool
+        .as_deref()
+        .filter(|p| !state.settings.pools.iter().any(|c| c.name == *p));
     let lifecycle_reason = match (j.status, j.retiring_attempt) {
+        (JobStatus::Queued, _) if removed_pool.is_some() => Some(format!(
+            "pool {} is not configured (removed since the job was submitted): it waits \
+             until the pool is configured again, or a cancel",
+            removed_pool.unwrap_or_default()
+        )),
         (JobStatus::Queued, Some(old)) => Some(format!(
             "back in the queue at its place; waiting for Ray to confirm that attempt {old} \
              stopped before it is submitted again"
@@ -319,7 +328,7 @@ pub async fn submit(
     who.check_pool(new.pool.as_deref())?;
     // Uploaded packages are the submitter's own (Ray's Jobs API, issue 31).
     super::ray_compat::packages::pin(&state, &who, &mut new.runtime_env).await?;
-    match accept(&state, new).await? {
+    match accept(&state, &who, new).await? {
         Accepted::Created(j, position) => {
             let v = view(&state, j, Fresh::Created(position)).await?;
             Ok(HttpResponse::Created().json(v))

@@ -18,7 +18,7 @@
 //! | ADMITTED, RUNNING | `RunnerFinished{status}` | that status (STOPPED for FAILED when a stop was asked) | message, finished_at, lease cleared |
 //! | SUCCEEDED, FAILED, STOPPED | `RunnerFinished` with the status it ended with | ignored: a retry (200) | |
 //! | ADMITTED | `RunnerReleased` | QUEUED, attempt + 1, at its old place (STOPPED if a stop was asked) | cluster, dispatched_at and lease cleared |
-//! | any, report of an earlier attempt | `RunnerReleased` | ignored: that admission is over (200) | |
+//! | any, report of an earlier attempt; SUCCEEDED, FAILED, STOPPED | `RunnerReleased` | ignored: that admission is over (200) | |
 //! | ADMITTED, RUNNING (lease past `now`) | `LeaseLapsed{requeue}` | QUEUED, attempt + 1 (or FAILED; STOPPED if a stop was asked) | message says why |
 //! | ADMITTED, RUNNING (no stop asked) | `CancelRequested` | same, stop asked | event row "stop_requested: …" (SSE `job.stop_requested`) |
 //! | ADMITTED, RUNNING (stop asked) | `CancelRequested` | ignored: asked already | |
@@ -191,20 +191,19 @@ pub(super) fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Option<De
             if let Some(old) = facts.retiring_attempt {
                 return Some(Decision::Refuse(Refusal::PreviousAttemptNotStopped(old)));
             }
-            let mut s = step(
-                S::Admitted,
-                format!("admitted to pool {pool} (attempt {})", facts.attempt),
-            );
+            let said = format!("admitted to pool {pool} (attempt {})", facts.attempt);
+            let mut s = step(S::Admitted, said.clone());
+            // What the job says now (not a release's or a lapse's "back in the queue").
+            s.changes.message = Some(said);
             s.changes.cluster = Some(Some(pool.clone()));
             s.changes.dispatched_now = Some(true);
             s.changes.lease_until = Some(Some(*lease_until));
             Decision::Step(s)
         }
         (S::Admitted, Event::RunnerStarted { lease_until, .. }) => {
-            let mut s = step(
-                S::Running,
-                format!("its runner started it (attempt {})", facts.attempt),
-            );
+            let said = format!("its runner started it (attempt {})", facts.attempt);
+            let mut s = step(S::Running, said.clone());
+            s.changes.message = Some(said);
             s.changes.lease_until = Some(Some(*lease_until));
             Decision::Step(s)
         }
@@ -235,7 +234,14 @@ pub(super) fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Option<De
                         None => format!("{why} (its runner reported FAILED)"),
                     }),
                 ),
-                (to, _) => (*to, message.clone()),
+                (to, _) => (
+                    *to,
+                    Some(
+                        message
+                            .clone()
+                            .unwrap_or_else(|| format!("its runner reported {to}")),
+                    ),
+                ),
             };
             ended(to, format!("its runner reported {to}"), message)
         }
@@ -246,6 +252,10 @@ pub(super) fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Option<De
                 conflict(facts, format!("it ended {to_be} already"))
             }
         }
+        // The job ended (its runner reported, a lapse failed it, a cancel stopped it):
+        // that admission is over, which is what a release asks (200, as for an
+        // earlier attempt's).
+        (to_be, Event::RunnerReleased { .. }) if to_be.is_terminal() => Decision::Ignore,
         (S::Admitted, Event::RunnerReleased { .. }) if facts.stop_reason.is_some() => ended(
             S::Stopped,
             "its runner released it after a stop was asked".into(),

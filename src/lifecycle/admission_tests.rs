@@ -142,10 +142,12 @@ fn expected() -> BTreeMap<(&'static str, &'static str), Result<S, &'static str>>
     .into_iter()
     .collect();
     for s in ["QUEUED", "SUCCEEDED", "FAILED", "STOPPED"] {
-        for e in ["started", "heartbeat", "released"] {
+        for e in ["started", "heartbeat"] {
             table.insert((s, e), Err("refused"));
         }
     }
+    // A release of a job that ended: that admission is over, as asked (200, ignored).
+    table.insert(("QUEUED", "released"), Err("refused"));
     table.insert(("QUEUED", "finished_succeeded"), Err("refused"));
     table.insert(("QUEUED", "finished_failed"), Err("refused"));
     for s in ["SUCCEEDED", "FAILED", "STOPPED"] {

@@ -267,8 +267,42 @@ async fn pool_jobs_are_admitted_by_fair_share_and_follow_their_runners_reports(w
     assert_error(resp, 422, "invalid_field", Some("status")).await;
     let resp = report(&app, &a[1], "heartbeat", json!({"attempt": 0.5})).await;
     assert_error(resp, 422, "invalid_field", Some("attempt")).await;
-    let resp = report(&app, &a[1], "heartbeat", json!({"attempt": 0})).await;
-    assert_error(resp, 422, "invalid_field", Some("attempt")).await;
+    // Every attempt that is not a whole number from 1 to 2^31 - 1, as written, is one
+    // 422 with one message (found by a tester: three messages, and
+    // 1.00000000000000001 taken as 1).
+    for bad in [
+        "0",
+        "-1",
+        "2.5",
+        "\"1\"",
+        "true",
+        "1e400",
+        "2147483648",
+        "99999999999999999999",
+        "1.00000000000000001",
+    ] {
+        let resp = app
+            .post_raw(
+                &format!("/v1/jobs/{}/heartbeat", a[1]),
+                SUBMITTER,
+                format!(r#"{{"attempt": {bad}}}"#),
+            )
+            .await;
+        assert_eq!(resp.status(), 422, "attempt {bad}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(
+            body["error"]["details"]["field"], "attempt",
+            "{bad}: {body}"
+        );
+        // A string, a boolean and a number beyond a double get the JSON layer's own
+        // words (still 422 naming `attempt`).
+        if !matches!(bad, "\"1\"" | "true" | "1e400") {
+            assert_eq!(
+                body["error"]["details"]["reason"], "must be a whole number from 1 to 2147483647",
+                "{bad}: {body}"
+            );
+        }
+    }
     // A whole number written with a decimal point is one (as Python clients send).
     let v = report_ok(&app, &a[1], "heartbeat", json!({"attempt": 2.0})).await;
     assert_eq!(v["status"], "ADMITTED");
@@ -814,3 +848,205 @@ async fn the_scheduler_view_marks_a_pool_and_counts_its_admitted_and_running_job
     app.stop().await;
 }
 crate::both_databases!(the_scheduler_view_marks_a_pool_and_counts_its_admitted_and_running_jobs);
+
+/// An outage of the service longer than the lease does not take a healthy runner's
+/// job (found by a tester: a 5-s restart with a 3-s lease failed it): no runner can
+/// report while no replica leads, so the lease is counted again from the moment one
+/// leads. The job stays RUNNING through the first lease after the restart, its
+/// runner's next heartbeat keeps it, and a runner that stays silent loses it then.
+async fn an_outage_longer_than_the_lease_does_not_take_a_healthy_runners_job(which: Db) {
+    use sea_orm::sea_query::Expr;
+    use sea_orm::{ColumnTrait, EntityTrait, QueryFilter};
+    let lease = Duration::from_secs(2);
+    let settings = |s: &mut Settings| {
+        with_pool(s, 2.0);
+        s.admission.lease = lease;
+    };
+    // Before the outage a long lease, so that nothing lapses while the service stops
+    // (its scheduler runs until the server has shut down).
+    let Some(app) = spawn_app_with(which, |s| with_pool(s, 2.0)).await else {
+        return;
+    };
+    let id = app
+        .submit("erin", json!({"pool": "gw", "resources": slot()}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(15, "the job admitted", || async {
+        (job(&app, &id).await["status"] == "ADMITTED").then_some(())
+    })
+    .await;
+    report_ok(&app, &id, "started", json!({"attempt": 1})).await;
+    let db = app.stop().await;
+    // The outage: the lease ran out while the service was down (moved to the past
+    // rather than waited for).
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    let past = chrono::Utc::now() - chrono::Duration::seconds(60);
+    entity::job::Entity::update_many()
+        .col_expr(entity::job::Column::LeaseExpiresAt, Expr::value(past))
+        .filter(entity::job::Column::Id.eq(uuid::Uuid::parse_str(&id).unwrap()))
+        .exec(&conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let mut s = test_settings(&db.url);
+    settings(&mut s);
+    let restarted = std::time::Instant::now();
+    let app = start_on(db, s).await;
+    // Through most of the first lease after the restart, with no report at all: the
+    // lease check (every half second here) leaves it alone.
+    while restarted.elapsed() < lease * 3 / 4 {
+        let v = job(&app, &id).await;
+        assert_eq!(
+            (v["status"].as_str(), v["attempt"].as_i64()),
+            (Some("RUNNING"), Some(1)),
+            "{v}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The runner reaches the service again: its heartbeat renews the lease.
+    let v = report_ok(&app, &id, "heartbeat", json!({"attempt": 1})).await;
+    assert_eq!(v["status"], "RUNNING");
+    // Silent from now on: it loses the job within a lease and a check.
+    until(15, "the silent runner's lease lapses", || async {
+        (job(&app, &id).await["attempt"] == 2).then_some(())
+    })
+    .await;
+    assert!(timeline(&app, &id)
+        .await
+        .iter()
+        .any(|d| d.contains("lease lapsed")));
+    app.stop().await;
+}
+crate::both_databases!(an_outage_longer_than_the_lease_does_not_take_a_healthy_runners_job);
+
+/// A pool removed from the configuration (found by a tester): its RUNNING job stays
+/// booked on it as a pool (`kind: "pool"` in `/v1/scheduler`, never a Ray cluster),
+/// its runner's reports still work, and its QUEUED job says why it waits.
+async fn a_pool_removed_from_the_configuration_stays_a_pool(which: Db) {
+    let Some(app) = spawn_app_with(which, |s| with_pool(s, 1.0)).await else {
+        return;
+    };
+    let mut ids = Vec::new();
+    for user in ["erin", "finn"] {
+        let j = app
+            .submit(user, json!({"pool": "gw", "resources": slot()}))
+            .await;
+        ids.push(j["id"].as_str().unwrap().to_string());
+    }
+    let running = until(15, "one job admitted", || async {
+        in_status(&app, "ADMITTED").await.into_iter().next()
+    })
+    .await;
+    report_ok(&app, &running, "started", json!({})).await;
+    let waiting = ids.iter().find(|i| **i != running).unwrap().clone();
+    let db = app.stop().await;
+    let settings = test_settings(&db.url);
+    let app = start_on(db, settings).await;
+    let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+    let gw = v["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "gw")
+        .cloned()
+        .unwrap_or_else(|| panic!("no gw in {v}"));
+    assert_eq!(gw["kind"], "pool", "{gw}");
+    let w = job(&app, &waiting).await;
+    assert_eq!(w["status"], "QUEUED");
+    let reason = w["pending_reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("pool gw is not configured"), "{w}");
+    let v = report_ok(&app, &running, "finished", json!({"status": "SUCCEEDED"})).await;
+    assert_eq!(v["status"], "SUCCEEDED");
+    app.stop().await;
+}
+crate::both_databases!(a_pool_removed_from_the_configuration_stays_a_pool);
+
+/// Found by a tester: a job's message is what it says now, not an earlier admission's
+/// ("back in the queue") once admitted, started or finished again; a release of a job
+/// that ended is 200 (that admission is over, as asked); an idempotency conflict does
+/// not name a job the token may not see (one of another pool).
+async fn a_pool_jobs_message_and_repeated_reports_say_what_is_so_now(which: Db) {
+    let Some(app) = spawn_app_with(which, |s| {
+        with_pool_and_runner(s);
+        s.pools.push(PoolSettings {
+            name: "other".into(),
+            capacity: BTreeMap::from([("clusters".to_string(), 1.0)]),
+        });
+    })
+    .await
+    else {
+        return;
+    };
+    let id = app
+        .submit("erin", json!({"pool": "gw", "resources": slot()}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(15, "admitted", || async {
+        (job(&app, &id).await["status"] == "ADMITTED").then_some(())
+    })
+    .await;
+    report_ok(&app, &id, "release", json!({"attempt": 1})).await;
+    let v = until(15, "admitted again", || async {
+        let v = job(&app, &id).await;
+        (v["status"] == "ADMITTED" && v["attempt"] == 2).then_some(v)
+    })
+    .await;
+    assert_eq!(v["message"], "admitted to pool gw (attempt 2)", "{v}");
+    let v = report_ok(&app, &id, "started", json!({"attempt": 2})).await;
+    assert_eq!(v["message"], "its runner started it (attempt 2)", "{v}");
+    let v = report_ok(
+        &app,
+        &id,
+        "finished",
+        json!({"status": "SUCCEEDED", "attempt": 2}),
+    )
+    .await;
+    assert_eq!(v["message"], "its runner reported SUCCEEDED", "{v}");
+    // The admission is over: a release of it is what is so already.
+    for _ in 0..2 {
+        let v = report_ok(&app, &id, "release", json!({"attempt": 2})).await;
+        assert_eq!(v["status"], "SUCCEEDED");
+    }
+    // Another pool's job under the same key: the runner of gw is not told its id.
+    let theirs = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "erin", "entrypoint": "x", "external_id": "k",
+                   "pool": "other", "resources": slot()}),
+        )
+        .await;
+    assert_eq!(theirs.status(), 201);
+    let theirs: Value = theirs.json().await.unwrap();
+    let resp = app
+        .post(
+            "/v1/jobs",
+            RUNNER,
+            json!({"user": "erin", "entrypoint": "x", "external_id": "k",
+                   "pool": "gw", "resources": slot()}),
+        )
+        .await;
+    assert_eq!(resp.status(), 422);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "idempotency_key_reused", "{body}");
+    assert!(body["error"]["details"]["job_id"].is_null(), "{body}");
+    let text = body.to_string();
+    assert!(!text.contains(theirs["id"].as_str().unwrap()), "{text}");
+    // The submitter, who may see it, is told.
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "erin", "entrypoint": "y", "external_id": "k",
+                   "pool": "other", "resources": slot()}),
+        )
+        .await;
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["details"]["job_id"], theirs["id"], "{body}");
+    app.stop().await;
+}
+crate::both_databases!(a_pool_jobs_message_and_repeated_reports_say_what_is_so_now);

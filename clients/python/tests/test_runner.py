@@ -23,7 +23,7 @@ import pytest
 
 from conftest import ADMIN, SUBMITTER, Receiver, Service
 from fairshare_client import Client, FairshareError, Job
-from fairshare_client.runner import Outcome, StartFailed
+from fairshare_client.runner import Outcome, ProcessHandle, StartFailed
 from fairshare_client.runner import Runner as RefRunner
 
 T = TypeVar("T")
@@ -267,11 +267,12 @@ class FakeHandle:
         self.outcome = Outcome("STOPPED", "stopped by the test's handle")
 
 
-def test_the_runner_fails_releases_and_adopts(tmp_path: Path, receiver: Receiver):
+def test_the_runner_fails_retries_releases_and_adopts(tmp_path: Path, receiver: Receiver):
     """``start`` raising ``StartFailed`` fails the job with its message; raising
-    anything else releases it (QUEUED, attempt + 1, admitted again); a runner that
-    restarts adopts its RUNNING jobs through ``adopt`` and keeps their admission
-    (same attempt, the lease renewed, its end reported)."""
+    anything else tries again after a backoff under the same admission, and after
+    ``start_attempts`` tries releases it (QUEUED, attempt + 1, admitted again); a
+    runner that restarts adopts its RUNNING jobs through ``adopt`` and keeps their
+    admission (same attempt, the lease renewed, its end reported)."""
     service = Service(tmp_path, receiver.url, extra=POOL_CONFIG)
     fs = Client(service.url, SUBMITTER, retries=3)
     rc = Client(service.url, RUNNER_TOKEN, retries=3)
@@ -284,6 +285,8 @@ def test_the_runner_fails_releases_and_adopts(tmp_path: Path, receiver: Receiver
             raise StartFailed("image not found: bad:latest")
         if job.external_id == "flaky" and starts["flaky"] == 1:
             raise RuntimeError("the cluster API timed out")
+        if job.external_id == "doomed":
+            raise RuntimeError("no room in the namespace")
         handles[job.id] = FakeHandle()
         return handles[job.id]
 
@@ -292,15 +295,23 @@ def test_the_runner_fails_releases_and_adopts(tmp_path: Path, receiver: Receiver
         t.start()
         return t
 
-    first = RefRunner(rc, "k8s", start, heartbeat_every=0.3, tick=0.05, resync_every=0.5)
+    first = RefRunner(rc, "k8s", start, heartbeat_every=0.3, tick=0.05, resync_every=0.5, start_attempts=2)
     t1 = run(first)
     try:
         bad = fs.submit("carol", "x", external_id="bad", cpu=0, custom={"clusters": 1}, pool="k8s")
         until("bad FAILED", lambda: fs.get(bad.id).status == "FAILED")
         assert fs.get(bad.id).message == "image not found: bad:latest"
         flaky = fs.submit("carol", "x", external_id="flaky", cpu=0, custom={"clusters": 1}, pool="k8s")
-        got = until("flaky runs as attempt 2", lambda: (lambda j: j if j.status == "RUNNING" else None)(fs.get(flaky.id)))
-        assert got.attempt == 2 and starts["flaky"] == 2
+        # One failed start, tried again a second later under the same admission.
+        got = until("flaky runs", lambda: (lambda j: j if j.status == "RUNNING" else None)(fs.get(flaky.id)))
+        assert got.attempt == 1 and starts["flaky"] == 2
+        # Two failed starts (start_attempts): released, admitted again as attempt 2,
+        # tried again; a cancel while it waits to try again ends it STOPPED.
+        doomed = fs.submit("dave", "x", external_id="doomed", cpu=0, custom={"clusters": 1}, pool="k8s")
+        until("doomed released once", lambda: fs.get(doomed.id).attempt >= 2, timeout=30)
+        assert starts["doomed"] >= 2
+        fs.cancel(doomed.id)
+        until("doomed STOPPED", lambda: fs.get(doomed.id).status == "STOPPED")
         # The runner restarts; the new one adopts what runs.
         first.stop()
         t1.join(timeout=10)
@@ -313,12 +324,12 @@ def test_the_runner_fails_releases_and_adopts(tmp_path: Path, receiver: Receiver
         second = RefRunner(rc, "k8s", start, heartbeat_every=0.3, tick=0.05, resync_every=0.5, adopt=adopt)
         t2 = run(second)
         until("flaky adopted", lambda: flaky.id in second.held)
-        # For twice the lease, the job stays RUNNING as attempt 2: the new runner
+        # For twice the lease, the job stays RUNNING as attempt 1: the new runner
         # renews the lease it adopted (without it the lease would lapse).
         deadline = time.monotonic() + 2 * LEASE
         while time.monotonic() < deadline:
             j = fs.get(flaky.id)
-            assert (j.status, j.attempt) == ("RUNNING", 2), j
+            assert (j.status, j.attempt) == ("RUNNING", 1), j
             time.sleep(0.2)
         handles[flaky.id].outcome = Outcome("SUCCEEDED")
         until("flaky SUCCEEDED", lambda: fs.get(flaky.id).status == "SUCCEEDED")
@@ -331,3 +342,31 @@ def test_the_runner_fails_releases_and_adopts(tmp_path: Path, receiver: Receiver
         rc.close()
         service.stop()
         service.log.close()
+
+
+def test_a_process_handle_stops_what_its_process_started(tmp_path: Path):
+    """``ProcessHandle.stop`` signals the process group of a process started with
+    ``start_new_session=True``: a child of it stops too (found by a tester: only the
+    process itself was signalled, and what it started ran on)."""
+    pid_file = tmp_path / "child.pid"
+    proc = subprocess.Popen(
+        ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], start_new_session=True
+    )
+    handle = ProcessHandle(proc, kill_after=5.0)
+    until("the child started", lambda: pid_file.exists() and pid_file.read_text().strip())
+    child = int(pid_file.read_text())
+    assert handle.poll() is None
+    handle.stop()
+    outcome = until("the process ended", handle.poll)
+    assert outcome.status == "STOPPED", outcome
+
+    def child_gone() -> bool:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return True
+        # A zombie (not reaped: its parent is gone) has ended too.
+        stat = Path(f"/proc/{child}/stat")
+        return stat.exists() and stat.read_text().split()[2] == "Z"
+
+    until("the child stopped too", child_gone)

@@ -62,6 +62,14 @@ pub struct Dispatcher {
     admission: crate::config::AdmissionSettings,
     /// `preemption.grace`: how long a preempted pool job's runner has to end it.
     preemption_grace: std::time::Duration,
+    /// No runner's lease lapses before this: one lease after this dispatcher started,
+    /// i.e. after this replica began to lead. While no replica led (a restart, an
+    /// outage, a failover) no runner could report, so its lease is counted again from
+    /// the moment one leads.
+    lapse_from: std::time::Instant,
+    /// The same for a pool preemption's grace: one grace after this replica began to
+    /// lead.
+    grace_from: std::time::Instant,
 }
 
 /// What one dispatch ended as, for the actor to announce.
@@ -109,6 +117,8 @@ impl Dispatcher {
             pools: settings.pools.iter().map(|p| p.name.clone()).collect(),
             admission: settings.admission.clone(),
             preemption_grace: settings.preemption.grace,
+            lapse_from: std::time::Instant::now() + settings.admission.lease,
+            grace_from: std::time::Instant::now() + settings.preemption.grace,
         }
     }
 
@@ -157,6 +167,11 @@ impl Dispatcher {
     /// A preempted pool job whose runner has not ended it within `preemption.grace`
     /// goes back to the queue too (the preemption's requeue).
     fn check_leases(&mut self, ctx: &mut Context<Self>) {
+        let now = std::time::Instant::now();
+        let (lapses, graces) = (now >= self.lapse_from, now >= self.grace_from);
+        if !lapses && !graces {
+            return;
+        }
         let db = self.db.clone();
         let fence = self.fence.clone();
         let requeue = self.admission.on_lease_lapse == crate::config::OnLeaseLapse::Requeue;
@@ -165,12 +180,20 @@ impl Dispatcher {
         let arbiter = self.arbiter.clone();
         let fut = super::off_actor(async move {
             let now = chrono::Utc::now();
-            let lapsed = store::lapsed_leases(&db, now).await?;
+            let lapsed = if lapses {
+                store::lapsed_leases(&db, now).await?
+            } else {
+                Vec::new()
+            };
             let grace_over = chrono::Duration::from_std(grace)
                 .ok()
                 .and_then(|g| now.checked_sub_signed(g))
                 .unwrap_or(now);
-            let overdue = store::overdue_pool_preemptions(&db, grace_over).await?;
+            let overdue = if graces {
+                store::overdue_pool_preemptions(&db, grace_over).await?
+            } else {
+                Vec::new()
+            };
             let events = lapsed
                 .into_iter()
                 .map(|id| {

@@ -298,7 +298,7 @@ pub async fn submit(
     who.check_pool(new.pool.as_deref()).map_err(rename)?;
     // The packages the runtime_env names are the submitter's own uploads.
     super::packages::pin(&state, &who, &mut new.runtime_env).await?;
-    let j = accept(&state, new).await.map_err(rename)?.into_job();
+    let j = accept(&state, &who, new).await.map_err(rename)?.into_job();
     let sid = submission_id_of(&j);
     Ok(pyjson::ok(&Submitted {
         job_id: &sid,
