@@ -116,10 +116,6 @@ impl Application {
         store::migrate(&db)
             .await
             .context("database migration failed")?;
-        // SQLite: the log is copied back off the commit path (`store::checkpoint`).
-        let _checkpointer = store::checkpoint::spawn(&settings.database.url)
-            .await
-            .context("cannot open the database for its checkpoints (database.url)")?;
         let sealer = Arc::new(crate::secrets::Sealer::new(
             &settings.secrets.runtime_env_keys,
         ));

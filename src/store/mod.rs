@@ -24,7 +24,6 @@ use sea_orm::{ConnectOptions, DbErr};
 use crate::config::DatabaseSettings;
 
 mod apply;
-pub mod checkpoint;
 mod events;
 mod groups;
 mod intake;
@@ -89,7 +88,7 @@ pub fn now() -> DateTime<Utc> {
 }
 
 /// Opens the database. SQLite: one connection, WAL journal, 5 s busy timeout, foreign
-/// keys on, no automatic checkpoint (run [`checkpoint::spawn`] beside it). PostgreSQL: a pool of `max_connections`, whose sessions the server ends
+/// keys on. PostgreSQL: a pool of `max_connections`, whose sessions the server ends
 /// when idle inside a transaction for `idle_in_transaction_timeout`.
 pub async fn connect(settings: &DatabaseSettings) -> Result<Db, DbErr> {
     sea_orm::Database::connect(options(settings, false)).await
@@ -133,9 +132,6 @@ fn options(settings: &DatabaseSettings, intake: bool) -> ConnectOptions {
                 .synchronous(sea_orm::sqlx::sqlite::SqliteSynchronous::Full)
                 .busy_timeout(Duration::from_secs(5))
                 .foreign_keys(true)
-                // Checkpoints run on a connection of their own, off the commit path
-                // (`checkpoint`): a commit never copies the log back itself.
-                .pragma("wal_autocheckpoint", "0")
         });
     } else {
         opts.max_connections(settings.max_connections);
