@@ -9,6 +9,7 @@ does not schedule)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +66,11 @@ def postgres_database() -> Iterator[str]:
         if os.environ.get("FAIRSHARE_REQUIRE_POSTGRES") == "1":
             pytest.fail("FAIRSHARE_REQUIRE_POSTGRES=1 but FAIRSHARE_TEST_POSTGRES_URL is not set")
         pytest.skip("no PostgreSQL (FAIRSHARE_TEST_POSTGRES_URL)")
+    if shutil.which("psql") is None:
+        # A fresh database per test is made with psql (PostgreSQL's client).
+        if os.environ.get("FAIRSHARE_REQUIRE_POSTGRES") == "1":
+            pytest.fail("FAIRSHARE_REQUIRE_POSTGRES=1 but psql (postgresql-client) is not installed")
+        pytest.skip("no psql to make a database with")
     name = f"fs_py_{uuid.uuid4().hex[:12]}"
     subprocess.run(["psql", base, "-qc", f"CREATE DATABASE {name}"], check=True, capture_output=True)
     try:
