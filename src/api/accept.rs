@@ -75,13 +75,15 @@ pub(crate) async fn accept(
         Intake::Conflict { existing, differs } => {
             tracing::Span::current().record("job_id", tracing::field::display(existing.id));
             tracing::info!(differs = ?differs, "external_id reused with another payload");
+            // The job is named, and what differs from it said, only to a caller
+            // that may see it (not to a token of another pool, which could otherwise
+            // learn its id or test guesses of its fields: found by testers).
+            let visible = who.may_access_job(&existing);
             Err(ApiError::IdempotencyKeyReused {
                 key: "external_id",
-                // Named only to a caller that may see it (not to a token of
-                // another pool: found by a tester).
-                job_id: who.may_access_job(&existing).then_some(existing.id),
+                job_id: visible.then_some(existing.id),
                 external_id: existing.external_id.unwrap_or_default(),
-                fields: differs,
+                fields: if visible { differs } else { Vec::new() },
             })
         }
     }

@@ -100,9 +100,10 @@ pub enum ApiError {
     /// payload (`fields` lists what differs). `key` is the key's field name as the
     /// client sent it: `external_id` on `/v1`, `submission_id` on Ray's Jobs API.
     /// `job_id`: that job, `None` when the caller may not see it (a token confined
-    /// to another pool).
+    /// to another pool; `fields` is then empty too).
     #[error("{key} {external_id:?} was already used by this user for {} with a different {}; use a new {key} for a new job",
-        job_id.map_or_else(|| "another job".to_string(), |id| format!("job {id}")), fields.join(", "))]
+        job_id.map_or_else(|| "another job".to_string(), |id| format!("job {id}")),
+        if fields.is_empty() { "payload".to_string() } else { fields.join(", ") })]
     IdempotencyKeyReused {
         key: &'static str,
         external_id: String,

@@ -1034,6 +1034,7 @@ async fn a_pool_jobs_message_and_repeated_reports_say_what_is_so_now(which: Db) 
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["error"]["code"], "idempotency_key_reused", "{body}");
     assert!(body["error"]["details"]["job_id"].is_null(), "{body}");
+    assert_eq!(body["error"]["details"]["differs"], json!([]), "{body}");
     let text = body.to_string();
     assert!(!text.contains(theirs["id"].as_str().unwrap()), "{text}");
     // The submitter, who may see it, is told.

@@ -106,22 +106,35 @@ class ProcessHandle:
     """A ``Handle`` for a local process (``subprocess.Popen``): exit 0 is SUCCEEDED,
     any other exit FAILED, and an exit after ``stop`` (SIGTERM, then SIGKILL after
     ``kill_after`` seconds) STOPPED. Start it with ``start_new_session=True`` so that
-    a stop reaches what it started too (the signals go to its process group; without
+    a stop reaches what it started too: SIGTERM goes to its process group, and once
+    the process has ended after a stop, SIGKILL to what is left of the group (without
     a group of its own only the process itself is signalled)."""
 
     def __init__(self, proc: "subprocess.Popen[bytes]", *, kill_after: float = 10.0):
         self.proc = proc
         self.kill_after = kill_after
         self._stop_at: Optional[float] = None
+        # A process group of its own (``start_new_session=True``): signals go to it.
+        try:
+            self._group = os.getpgid(proc.pid) == proc.pid
+        except ProcessLookupError:
+            self._group = False
 
     def _signal(self, sig: int) -> None:
         try:
-            if os.getpgid(self.proc.pid) == self.proc.pid:
+            if self._group:
                 os.killpg(self.proc.pid, sig)
             else:
                 self.proc.send_signal(sig)
         except ProcessLookupError:
             pass
+
+    def _kill_group(self) -> None:
+        if self._group:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def poll(self) -> Optional[Outcome]:
         code = self.proc.poll()
@@ -130,6 +143,9 @@ class ProcessHandle:
                 self._signal(signal.SIGKILL)
             return None
         if self._stop_at is not None:
+            # What the process started may outlive it (a child that ignores SIGTERM):
+            # the rest of its group is killed now that the job counts as stopped.
+            self._kill_group()
             return Outcome("STOPPED", f"stopped (exit code {code})")
         if code == 0:
             return Outcome("SUCCEEDED")

@@ -355,8 +355,11 @@ def test_a_process_handle_stops_what_its_process_started(tmp_path: Path):
     ``start_new_session=True``: a child of it stops too (found by a tester: only the
     process itself was signalled, and what it started ran on)."""
     pid_file = tmp_path / "child.pid"
+    # The child ignores SIGTERM (found by a second tester): it is killed once the
+    # process it belongs to has ended.
     proc = subprocess.Popen(
-        ["sh", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], start_new_session=True
+        ["sh", "-c", f"sh -c 'trap \"\" TERM; sleep 60' & echo $! > {pid_file}; wait"],
+        start_new_session=True,
     )
     handle = ProcessHandle(proc, kill_after=5.0)
     until("the child started", lambda: pid_file.exists() and pid_file.read_text().strip())
