@@ -27,7 +27,7 @@ const MAX_MESSAGE_CHARS: usize = 4096;
 #[serde(deny_unknown_fields)]
 pub struct ReportBody {
     /// The admission the report is about: the job's `attempt` when it was ADMITTED
-    /// (each admission is an attempt of its own). Absent: the current one. A report
+    /// (each admission is an attempt of its own). Absent or null: the current one. A report
     /// of another attempt is 409 (a release of an earlier one is 200: it is over).
     #[serde(default)]
     #[schema(value_type = Option<i64>, minimum = 1, maximum = 2147483647)]
