@@ -162,16 +162,22 @@ pub(crate) fn cancelled(job: &job::Model, ray: Option<RayCall>) -> Vec<CancelThe
 }
 
 /// Tells the arbiter what a written step of a pool job (issue 30) freed: back in the
-/// queue (released, lapsed lease), or ended. Nothing for a job still held.
-pub(crate) fn tell_arbiter_pool_job(arbiter: &messages::ArbiterHandle, job: &job::Model) {
+/// queue (released, lapsed lease, preempted), or ended. Nothing for a job still held.
+/// `requeued` and `finished` are the arbiter's (its `ArbiterHandle`'s recipients, or
+/// its address made into them).
+pub(crate) fn tell_arbiter_pool_job(
+    requeued: &actix::Recipient<messages::Requeued>,
+    finished: &actix::Recipient<messages::JobFinished>,
+    job: &job::Model,
+) {
     if job.status == JobStatus::Queued {
-        arbiter.requeued.do_send(messages::Requeued {
+        requeued.do_send(messages::Requeued {
             user: job.user_id.clone(),
             job: summary(job),
             held: false,
         });
     } else if job.status.is_terminal() {
-        arbiter.finished.do_send(messages::JobFinished {
+        finished.do_send(messages::JobFinished {
             job_id: job.id,
             seen_at: std::time::Instant::now(),
         });
@@ -417,18 +423,12 @@ impl Scheduler {
             Applied::Refused(job, _) => Reported::NotAPoolJob(job),
             Applied::Changed { job, .. } => {
                 if let Some(s) = scheduler {
-                    if job.status == JobStatus::Queued {
-                        s.arbiter.do_send(messages::Requeued {
-                            user: job.user_id.clone(),
-                            job: summary(&job),
-                            held: false,
-                        });
-                    } else if job.status.is_terminal() {
-                        s.arbiter.do_send(messages::JobFinished {
-                            job_id: job.id,
-                            seen_at: std::time::Instant::now(),
-                        });
-                    }
+                    let arbiter = &s.arbiter;
+                    tell_arbiter_pool_job(
+                        &arbiter.clone().recipient(),
+                        &arbiter.clone().recipient(),
+                        &job,
+                    );
                 }
                 Reported::Done(job)
             }

@@ -11,6 +11,7 @@ use entity::JobStatus;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
+use super::auth::Identity;
 use super::body::{numbers, parse_json, read_body};
 use super::error::{ApiError, ErrorBody};
 use super::jobs::{load_for, JobView};
@@ -59,25 +60,15 @@ pub struct FinishedBody {
     pub attempt: Option<serde_json::Number>,
 }
 
-/// The end of a lease renewed now.
-fn lease_from_now(state: &AppState) -> chrono::DateTime<chrono::Utc> {
-    chrono::Utc::now()
-        + chrono::Duration::from_std(state.settings.admission.lease)
-            .unwrap_or_else(|_| chrono::Duration::seconds(60))
-}
-
 /// Writes one report of the runner of job `id` and answers it.
 async fn report(
     state: &AppState,
-    req: &HttpRequest,
+    who: &Identity,
     raw_id: &str,
     event: impl FnOnce(&AppState) -> Event,
 ) -> Result<HttpResponse, ApiError> {
-    let who = state
-        .auth
-        .identify(req, Role::Submitter, "report on pool jobs")?;
     // A token with a user reports only its own user's jobs (others are 404).
-    let job = load_for(state, &who, raw_id).await?;
+    let job = load_for(state, who, raw_id).await?;
     let scheduler = state.scheduler();
     let event = event(state);
     let reported = Scheduler::report(&state.db, scheduler.as_ref(), job.id, &event).await?;
@@ -108,15 +99,15 @@ async fn report(
     }
 }
 
-/// Reads a report's body (nothing, `{}`, or the fields of `T`), once the token is known
-/// to be a submitter's.
+/// Who reports (a submitter's token) and the report's body (nothing, `{}`, or the
+/// fields of `T`).
 async fn body<T: serde::de::DeserializeOwned>(
     state: &AppState,
     req: &HttpRequest,
     payload: web::Payload,
-) -> Result<T, ApiError> {
+) -> Result<(Identity, T), ApiError> {
     // Who asks is checked before what is asked (401/403 before 422).
-    state
+    let who = state
         .auth
         .identify(req, Role::Submitter, "report on pool jobs")?;
     let bytes = read_body(req, payload, &state.settings.server).await?;
@@ -129,7 +120,7 @@ async fn body<T: serde::de::DeserializeOwned>(
             other => other,
         });
     }
-    Ok(parsed)
+    Ok((who, parsed))
 }
 
 fn attempt_error() -> ApiError {
@@ -162,7 +153,7 @@ fn check_attempt(attempt: Option<serde_json::Number>) -> Result<Option<u32>, Api
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "no token is configured and a browser page of another origin asked (cross-site request forgery)"),
               (status = 404, body = ErrorBody),
               (status = 408, body = ErrorBody, description = "the body stalled"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json`"),
-              (status = 409, body = ErrorBody, description = "the job is not ADMITTED or RUNNING as that attempt (its lease lapsed, it ended, it does not name a pool); details: job_id, status"),
+              (status = 409, body = ErrorBody, description = "the job is not ADMITTED or RUNNING as that attempt (its lease lapsed, it ended, it does not name a pool); details: job_id, status, attempt"),
               (status = 422, body = ErrorBody, description = "a field is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
@@ -173,11 +164,11 @@ pub async fn started(
     id: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let b: ReportBody = body(&state, &req, payload).await?;
+    let (who, b): (_, ReportBody) = body(&state, &req, payload).await?;
     let attempt = check_attempt(b.attempt)?;
-    report(&state, &req, &id, |s| Event::RunnerStarted {
+    report(&state, &who, &id, |s| Event::RunnerStarted {
         attempt,
-        lease_until: lease_from_now(s),
+        lease_until: s.settings.admission.lease_from_now(),
     })
     .await
 }
@@ -192,7 +183,7 @@ pub async fn started(
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "no token is configured and a browser page of another origin asked (cross-site request forgery)"),
               (status = 404, body = ErrorBody),
               (status = 408, body = ErrorBody, description = "the body stalled"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json`"),
-              (status = 409, body = ErrorBody, description = "the job is not ADMITTED or RUNNING as that attempt; details: job_id, status"),
+              (status = 409, body = ErrorBody, description = "the job is not ADMITTED or RUNNING as that attempt; details: job_id, status, attempt"),
               (status = 422, body = ErrorBody, description = "a field is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
@@ -203,11 +194,11 @@ pub async fn heartbeat(
     id: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let b: ReportBody = body(&state, &req, payload).await?;
+    let (who, b): (_, ReportBody) = body(&state, &req, payload).await?;
     let attempt = check_attempt(b.attempt)?;
-    report(&state, &req, &id, |s| Event::RunnerHeartbeat {
+    report(&state, &who, &id, |s| Event::RunnerHeartbeat {
         attempt,
-        lease_until: lease_from_now(s),
+        lease_until: s.settings.admission.lease_from_now(),
     })
     .await
 }
@@ -223,7 +214,7 @@ pub async fn heartbeat(
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "no token is configured and a browser page of another origin asked (cross-site request forgery)"),
               (status = 404, body = ErrorBody),
               (status = 408, body = ErrorBody, description = "the body stalled"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json`"),
-              (status = 409, body = ErrorBody, description = "the job is not ADMITTED as that attempt (it started: report finished); details: job_id, status"),
+              (status = 409, body = ErrorBody, description = "the job is not ADMITTED as that attempt (it started: report finished); details: job_id, status, attempt"),
               (status = 422, body = ErrorBody, description = "a field is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
@@ -234,9 +225,9 @@ pub async fn release(
     id: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let b: ReportBody = body(&state, &req, payload).await?;
+    let (who, b): (_, ReportBody) = body(&state, &req, payload).await?;
     let attempt = check_attempt(b.attempt)?;
-    report(&state, &req, &id, |_| Event::RunnerReleased { attempt }).await
+    report(&state, &who, &id, |_| Event::RunnerReleased { attempt }).await
 }
 
 /// `POST /v1/jobs/{id}/finished`: the runner says how an ADMITTED or RUNNING pool job
@@ -249,7 +240,7 @@ pub async fn release(
               (status = 401, body = ErrorBody), (status = 403, body = ErrorBody, description = "no token is configured and a browser page of another origin asked (cross-site request forgery)"),
               (status = 404, body = ErrorBody),
               (status = 408, body = ErrorBody, description = "the body stalled"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json`"),
-              (status = 409, body = ErrorBody, description = "the job is not ADMITTED or RUNNING as that attempt (its lease lapsed and it went back to the queue), or it ended otherwise; details: job_id, status"),
+              (status = 409, body = ErrorBody, description = "the job is not ADMITTED or RUNNING as that attempt (its lease lapsed and it went back to the queue), or it ended otherwise; details: job_id, status, attempt"),
               (status = 422, body = ErrorBody, description = "a field is invalid (details.field)"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
@@ -260,7 +251,7 @@ pub async fn finished(
     id: web::Path<String>,
     payload: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let b: FinishedBody = body(&state, &req, payload).await?;
+    let (who, b): (_, FinishedBody) = body(&state, &req, payload).await?;
     let attempt = check_attempt(b.attempt)?;
     if b.message
         .as_ref()
@@ -276,7 +267,7 @@ pub async fn finished(
         RunnerOutcome::Failed => JobStatus::Failed,
         RunnerOutcome::Stopped => JobStatus::Stopped,
     };
-    report(&state, &req, &id, |_| Event::RunnerFinished {
+    report(&state, &who, &id, |_| Event::RunnerFinished {
         attempt,
         status,
         message: b.message,

@@ -147,6 +147,14 @@ impl AdmissionSettings {
     pub fn check_interval(&self) -> Duration {
         (self.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(5))
     }
+
+    /// The end of a lease given or renewed now (`now` + `lease`).
+    #[must_use]
+    pub fn lease_from_now(&self) -> chrono::DateTime<chrono::Utc> {
+        chrono::Utc::now()
+            + chrono::Duration::from_std(self.lease)
+                .unwrap_or_else(|_| chrono::Duration::seconds(60))
+    }
 }
 
 /// One `[[licenses]]` entry (Slurm's licenses): at most `count` of `name` held at

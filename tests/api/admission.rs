@@ -37,6 +37,21 @@ fn pool_job(user: &str, n: usize) -> NewJob {
     }
 }
 
+/// Submits a one-slot job of `user` for pool `gw` and waits until it is ADMITTED; its id.
+async fn admitted_job(app: &TestApp, user: &str) -> String {
+    let id = app
+        .submit(user, json!({"pool": "gw", "resources": slot()}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(15, "the job admitted", || async {
+        (job(app, &id).await["status"] == "ADMITTED").then_some(())
+    })
+    .await;
+    id
+}
+
 async fn job(app: &TestApp, id: &str) -> Value {
     app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await
 }
@@ -349,14 +364,7 @@ async fn a_lapsed_lease_requeues_the_job_and_a_late_finished_is_refused(which: D
     else {
         return;
     };
-    let j = app
-        .submit("dave", json!({"pool": "gw", "resources": slot()}))
-        .await;
-    let id = j["id"].as_str().unwrap().to_string();
-    until(15, "the job admitted", || async {
-        (job(&app, &id).await["status"] == "ADMITTED").then_some(())
-    })
-    .await;
+    let id = admitted_job(&app, "dave").await;
     report_ok(&app, &id, "started", json!({"attempt": 1})).await;
     // Paused, so that once requeued it stays QUEUED (not admitted again at once).
     let resp = app.post("/v1/users/dave/pause", ADMIN, json!({})).await;
@@ -867,16 +875,7 @@ async fn an_outage_longer_than_the_lease_does_not_take_a_healthy_runners_job(whi
     let Some(app) = spawn_app_with(which, |s| with_pool(s, 2.0)).await else {
         return;
     };
-    let id = app
-        .submit("erin", json!({"pool": "gw", "resources": slot()}))
-        .await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    until(15, "the job admitted", || async {
-        (job(&app, &id).await["status"] == "ADMITTED").then_some(())
-    })
-    .await;
+    let id = admitted_job(&app, "erin").await;
     report_ok(&app, &id, "started", json!({"attempt": 1})).await;
     let db = app.stop().await;
     // The outage: the lease ran out while the service was down (moved to the past
@@ -979,16 +978,7 @@ async fn a_pool_jobs_message_and_repeated_reports_say_what_is_so_now(which: Db) 
     else {
         return;
     };
-    let id = app
-        .submit("erin", json!({"pool": "gw", "resources": slot()}))
-        .await["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    until(15, "admitted", || async {
-        (job(&app, &id).await["status"] == "ADMITTED").then_some(())
-    })
-    .await;
+    let id = admitted_job(&app, "erin").await;
     report_ok(&app, &id, "release", json!({"attempt": 1})).await;
     let v = until(15, "admitted again", || async {
         let v = job(&app, &id).await;

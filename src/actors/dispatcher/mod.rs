@@ -122,13 +122,6 @@ impl Dispatcher {
         }
     }
 
-    /// The end of a lease given now.
-    fn lease_from_now(&self) -> chrono::DateTime<chrono::Utc> {
-        chrono::Utc::now()
-            + chrono::Duration::from_std(self.admission.lease)
-                .unwrap_or_else(|_| chrono::Duration::seconds(60))
-    }
-
     /// What an `Admitted` step's result means for the grant: the job is ADMITTED (its
     /// runner learns it from the event stream and webhooks; nothing else to do here),
     /// or the admission did not happen (cancelled or moved since the grant) and the
@@ -217,7 +210,7 @@ impl Dispatcher {
             for (id, event) in events {
                 if let Applied::Changed { job, .. } = store::apply(&db, &fence, id, &event).await? {
                     tracing::warn!(job_id = %id, status = %job.status, "a pool job's runner let its lease or a preemption's grace pass");
-                    super::tell_arbiter_pool_job(&arbiter, &job);
+                    super::tell_arbiter_pool_job(&arbiter.requeued, &arbiter.finished, &job);
                 }
             }
             Ok::<(), sea_orm::DbErr>(())
@@ -251,7 +244,7 @@ impl Dispatcher {
                     // A pool's runner starts it (issue 30): no Ray call.
                     Event::Admitted {
                         pool: cluster,
-                        lease_until: self.lease_from_now(),
+                        lease_until: self.admission.lease_from_now(),
                     }
                 } else {
                     Event::Granted { cluster }
