@@ -104,19 +104,106 @@ pub async fn apply(
 /// is decided and written exactly as [`apply`] would; rows are visited in id order,
 /// on PostgreSQL by user first (it locks them in that order, and the `queue_counts`
 /// rows of their users, which intake locks in user order: no deadlock), and the
-/// results come back in input order. Errors: as [`apply`], for the whole batch —
-/// nothing is written then.
+/// results come back in input order. `flush`: whether the commit waits for the disk
+/// ([`Flush`]). Errors: as [`apply`], for the whole batch — nothing is written then.
 pub async fn apply_many(
     db: &Db,
     fence: &Fence,
     steps: &[(Uuid, lifecycle::Event)],
+    flush: Flush,
 ) -> Result<Vec<Applied>, DbErr> {
     if steps.is_empty() {
         return Ok(Vec::new());
     }
     let txn = db.begin().await?;
+    let deferred = flush == Flush::Deferred;
+    let sqlite = txn.get_database_backend() == DatabaseBackend::Sqlite;
+    if deferred {
+        // SQLite refuses to change `synchronous` inside a transaction: end the empty
+        // one `begin` opened, change it, open another, all on the one connection this
+        // transaction holds (DESIGN §6, "SQLite").
+        let set = if sqlite {
+            "COMMIT; PRAGMA synchronous = NORMAL; BEGIN"
+        } else {
+            "SET LOCAL synchronous_commit = off"
+        };
+        if let Err(e) = txn.execute_unprepared(set).await {
+            if sqlite {
+                restore_full(&txn).await;
+            }
+            return Err(e);
+        }
+    }
+    let written = write_many(&txn, fence, steps).await;
+    let done = match written {
+        Ok(results) if deferred && sqlite => txn
+            .execute_unprepared("COMMIT; PRAGMA synchronous = FULL; BEGIN")
+            .await
+            .map(|_| results),
+        other => other,
+    };
+    let results = match done {
+        Ok(results) => {
+            txn.commit().await?;
+            results
+        }
+        Err(e) => {
+            if deferred && sqlite {
+                restore_full(&txn).await;
+            }
+            return Err(e);
+        }
+    };
+    events::committed();
+    Ok(results
+        .into_iter()
+        .flatten()
+        .map(|(applied, metric)| {
+            count_step(metric);
+            applied
+        })
+        .collect())
+}
+
+/// Whether a commit of [`apply_many`] waits until the disk has it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flush {
+    /// It does, as every other write of the service (SQLite `synchronous = FULL`,
+    /// PostgreSQL's `synchronous_commit`): a power loss after the commit keeps it.
+    Durable,
+    /// It does not (SQLite `synchronous = NORMAL` for this commit, PostgreSQL
+    /// `SET LOCAL synchronous_commit = off`): the commit is atomic and seen by every
+    /// reader at once, and a crash of this process keeps it; only a crash of the
+    /// machine (or of PostgreSQL's server) before the next durable commit, which
+    /// flushes it too, can lose it. For the dispatcher's `Granted` steps only
+    /// (DESIGN §3, "Dispatch"): a lost one leaves the job QUEUED at the same attempt,
+    /// and the sweep finds the attempt Ray accepted as it finds a POST whose answer
+    /// was lost.
+    Deferred,
+}
+
+/// After a failed deferred write on SQLite: ends whatever transaction is open and sets
+/// `synchronous` back to FULL, so that the connection's next user commits durably;
+/// logged when it cannot (the connection then stays at NORMAL until it is reopened).
+async fn restore_full(txn: &sea_orm::DatabaseTransaction) {
+    let _ = txn.execute_unprepared("ROLLBACK").await;
+    let restored = txn
+        .execute_unprepared("PRAGMA synchronous = FULL; BEGIN")
+        .await;
+    if let Err(e) = restored {
+        tracing::error!(error = %e, "cannot set SQLite's synchronous back to FULL after a failed write");
+    }
+}
+
+/// The writes of [`apply_many`] inside `txn`: the fence, then each step in lock order;
+/// the results in input order.
+async fn write_many(
+    txn: &sea_orm::DatabaseTransaction,
+    fence: &Fence,
+    steps: &[(Uuid, lifecycle::Event)],
+) -> Result<Vec<Option<(Applied, Option<StepMetric>)>>, DbErr> {
     if let Fence::Term { holder, term } = fence {
-        check_fence(&txn, holder, *term).await?;
+        check_fence(txn, holder, *term).await?;
     }
     let mut order: Vec<usize> = (0..steps.len()).collect();
     order.sort_by_key(|&i| steps[i].0);
@@ -130,7 +217,7 @@ pub async fn apply_many(
             .column(job::Column::UserId)
             .filter(job::Column::Id.is_in(steps.iter().map(|(id, _)| *id)))
             .into_tuple::<(Uuid, String)>()
-            .all(&txn)
+            .all(txn)
             .await?
             .into_iter()
             .collect();
@@ -142,18 +229,9 @@ pub async fn apply_many(
         (0..steps.len()).map(|_| None).collect();
     for i in order {
         let (id, event) = &steps[i];
-        results[i] = Some(apply_in(&txn, *id, event).await?);
+        results[i] = Some(apply_in(txn, *id, event).await?);
     }
-    txn.commit().await?;
-    events::committed();
-    Ok(results
-        .into_iter()
-        .flatten()
-        .map(|(applied, metric)| {
-            count_step(metric);
-            applied
-        })
-        .collect())
+    Ok(results)
 }
 
 /// A written step's metric and the cluster to label it with, counted once its

@@ -68,6 +68,11 @@ pub struct State {
     /// Stops are answered and recorded but do not take effect (a stop that lands
     /// late); the test ends the job itself.
     pub ignore_stops: bool,
+    /// Jobs whose `JobSupervisor` outlives them: once such a job ended, Ray lists it
+    /// SUCCEEDED while its supervisor still holds its entrypoint's CPUs (in the State
+    /// API and Ray's usage, and for Ray's own scheduling) until the test removes it
+    /// from this set. Real Ray shows this for a moment after every driver exits.
+    pub lingering: std::collections::BTreeSet<String>,
 }
 
 impl State {
@@ -92,6 +97,17 @@ impl State {
                 .filter(|j| j.status == "RUNNING")
                 .map(|j| j.cpu + j.tasks_cpu)
                 .sum::<f64>()
+            + self
+                .lingering_supervisors()
+                .map(|(_, j)| j.cpu)
+                .sum::<f64>()
+    }
+
+    /// Ended jobs whose supervisor still holds their entrypoint's CPUs.
+    fn lingering_supervisors(&self) -> impl Iterator<Item = (&String, &FakeJob)> {
+        self.jobs
+            .iter()
+            .filter(|(id, j)| self.lingering.contains(*id) && j.status == "SUCCEEDED")
     }
 
     /// Custom resource `name` held by RUNNING jobs.
@@ -254,6 +270,7 @@ impl Respond for FakeRay {
                     .jobs
                     .iter()
                     .filter(|(_, j)| j.status == "RUNNING")
+                    .chain(s.lingering_supervisors())
                     .map(|(id, j)| {
                         json!({"name": format!("_ray_internal_job_actor_{id}"),
                         "job_id": "01000000", "state": "ALIVE", "class_name": "JobSupervisor",

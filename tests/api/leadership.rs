@@ -50,7 +50,7 @@ async fn apply_many_is_apply_for_each_in_one_transaction(which: Db) {
         .into_iter()
         .map(|id| (id, granted.clone()))
         .collect();
-    let applied = store::apply_many(&conn, &Fence::Unfenced, &steps)
+    let applied = store::apply_many(&conn, &Fence::Unfenced, &steps, store::Flush::Durable)
         .await
         .unwrap();
     assert_eq!(applied.len(), 4);
@@ -65,14 +65,16 @@ async fn apply_many_is_apply_for_each_in_one_transaction(which: Db) {
         }
     }
     // Again: every step is now ignored or refused, nothing moves twice.
-    let again = store::apply_many(&conn, &Fence::Unfenced, &steps)
+    let again = store::apply_many(&conn, &Fence::Unfenced, &steps, store::Flush::Durable)
         .await
         .unwrap();
     assert!(!again.iter().any(|a| matches!(a, Applied::Changed { .. })));
-    assert!(store::apply_many(&conn, &Fence::Unfenced, &[])
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        store::apply_many(&conn, &Fence::Unfenced, &[], store::Flush::Durable)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     if matches!(which, Db::Postgres) {
         // A stale fence: the whole batch is refused and nothing is written.
@@ -86,9 +88,14 @@ async fn apply_many_is_apply_for_each_in_one_transaction(which: Db) {
             term: term - 1,
         };
         let fresh = created(store::submit_job(&conn, new_job("u"), 100).await.unwrap());
-        let e = store::apply_many(&conn, &stale, &[(fresh.id, granted.clone())])
-            .await
-            .unwrap_err();
+        let e = store::apply_many(
+            &conn,
+            &stale,
+            &[(fresh.id, granted.clone())],
+            store::Flush::Durable,
+        )
+        .await
+        .unwrap_err();
         assert!(store::is_fenced(&e), "{e}");
         let row = store::get_job(&conn, fresh.id).await.unwrap().unwrap();
         assert_eq!(row.status, entity::JobStatus::Queued, "nothing written");
@@ -96,6 +103,94 @@ async fn apply_many_is_apply_for_each_in_one_transaction(which: Db) {
     conn.close().await.unwrap();
 }
 crate::both_databases!(apply_many_is_apply_for_each_in_one_transaction);
+
+/// The dispatcher's `Granted` steps commit without waiting for the disk
+/// (`store::Flush::Deferred`, DESIGN §3 "Dispatch"): they are written exactly as
+/// durable ones, and the service's one SQLite connection is back at
+/// `synchronous = FULL` afterwards (PostgreSQL: `synchronous_commit` back on), after
+/// a commit and after a write that failed, so that the next intake or cancel is
+/// durable again.
+async fn deferred_grants_are_written_and_leave_the_connection_durable(which: Db) {
+    let Some(db) = TestDb::new(which).await else {
+        return;
+    };
+    // The service's own connection options: one connection on SQLite.
+    let conn = crate::jobs::connect(&db.url).await;
+    store::migrate(&conn).await.unwrap();
+    let sqlite = matches!(which, Db::Sqlite);
+    let durable = |conn: sea_orm::DatabaseConnection| async move {
+        let sql = if sqlite {
+            "PRAGMA synchronous"
+        } else {
+            "SHOW synchronous_commit"
+        };
+        let row = conn
+            .query_one(sea_orm::Statement::from_string(
+                conn.get_database_backend(),
+                sql,
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        let value = if sqlite {
+            row.try_get_by_index::<i64>(0).unwrap().to_string()
+        } else {
+            row.try_get_by_index::<String>(0).unwrap()
+        };
+        (value, conn)
+    };
+    let want = if sqlite { "2" } else { "on" };
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(created(store::submit_job(&conn, new_job("u"), 100).await.unwrap()).id);
+    }
+    let granted = fairshare::lifecycle::Event::Granted {
+        cluster: "ray".into(),
+    };
+    let steps: Vec<_> = ids.iter().map(|id| (*id, granted.clone())).collect();
+    let applied = store::apply_many(&conn, &Fence::Unfenced, &steps, store::Flush::Deferred)
+        .await
+        .unwrap();
+    assert!(applied
+        .iter()
+        .all(|a| matches!(a, Applied::Changed { job, .. } if job.status == entity::JobStatus::Dispatching)));
+    for id in &ids {
+        let row = store::get_job(&conn, *id).await.unwrap().unwrap();
+        assert_eq!(row.status, entity::JobStatus::Dispatching, "committed");
+    }
+    let (value, conn) = durable(conn).await;
+    assert_eq!(value, want, "durable again after a deferred commit");
+
+    // A write that fails (a fence no lease row names) writes nothing and leaves the
+    // connection durable and usable.
+    let fresh = created(store::submit_job(&conn, new_job("u"), 100).await.unwrap());
+    let stale = Fence::Term {
+        holder: "nobody".into(),
+        term: 1_000_000,
+    };
+    let e = store::apply_many(
+        &conn,
+        &stale,
+        &[(fresh.id, granted.clone())],
+        store::Flush::Deferred,
+    )
+    .await
+    .unwrap_err();
+    assert!(store::is_fenced(&e), "{e}");
+    let row = store::get_job(&conn, fresh.id).await.unwrap().unwrap();
+    assert_eq!(row.status, entity::JobStatus::Queued, "nothing written");
+    let (value, conn) = durable(conn).await;
+    assert_eq!(value, want, "durable again after a failed deferred write");
+    let after = store::apply(&conn, &Fence::Unfenced, fresh.id, &granted)
+        .await
+        .unwrap();
+    assert!(
+        matches!(after, Applied::Changed { .. }),
+        "the connection still works"
+    );
+    conn.close().await.unwrap();
+}
+crate::both_databases!(deferred_grants_are_written_and_leave_the_connection_durable);
 
 #[actix_web::test]
 #[cfg_attr(

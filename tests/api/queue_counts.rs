@@ -148,7 +148,7 @@ async fn walk(conn: &DatabaseConnection, ops: &[Op]) -> Result<(), TestCaseError
                     .map(|(j, e)| (pick(&ids, *j), event(*e)))
                     .filter(|(id, _)| seen.insert(*id))
                     .collect();
-                store::apply_many(conn, &Fence::Unfenced, &steps)
+                store::apply_many(conn, &Fence::Unfenced, &steps, store::Flush::Durable)
                     .await
                     .unwrap();
             }
@@ -303,7 +303,7 @@ async fn intake_and_apply_many_at_once_do_not_deadlock(which: Db) {
                     let pair = &pairs[(round * 2 + w) % pairs.len()];
                     for event in [&granted, &back] {
                         let steps: Vec<_> = pair.iter().map(|id| (*id, event.clone())).collect();
-                        store::apply_many(&conn, &Fence::Unfenced, &steps)
+                        store::apply_many(&conn, &Fence::Unfenced, &steps, store::Flush::Durable)
                             .await
                             .map_err(|e| format!("apply_many: {e}"))?;
                     }

@@ -166,3 +166,81 @@ async fn a_job_is_charged_what_it_holds_on_ray(db: Db) {
     assert_eq!(j["status"], "QUEUED", "{j}");
 }
 both_databases!(a_job_is_charged_what_it_holds_on_ray);
+
+/// Ray lists a job SUCCEEDED the moment its driver exits; its `JobSupervisor`, which
+/// holds the entrypoint's reservation, exits a moment later. A reading of the State
+/// API taken in between must not count that reservation as another tenant's load:
+/// the next job is sent to Ray at once (and waits in Ray's queue for those
+/// milliseconds, as it would in Ray's own), not after the supervisor is gone. Here the
+/// supervisor stays until the test lets it go, so a fairshare that waited for it would
+/// never send the second job.
+async fn an_ended_jobs_lingering_supervisor_does_not_hold_back_the_next_job(db: Db) {
+    let (server, state) = fake_ray::start(1.0, |s| {
+        s.state_api = true;
+        s.run_polls = 1_000_000;
+    })
+    .await;
+    let app = app(db, &server).await;
+    let first = app.submit("a", json!({"resources": {"cpu": 1}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = app.submit("b", json!({"resources": {"cpu": 1}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(30, "the first job RUNNING", || async {
+        let j = app.get_json(&format!("/v1/jobs/{first}"), SUBMITTER).await;
+        (j["status"] == "RUNNING").then_some(())
+    })
+    .await;
+    {
+        // Its driver exits: every answer from now on lists it SUCCEEDED, and its
+        // supervisor still holds the CPU.
+        let mut s = state.lock().unwrap();
+        s.lingering.insert(first.clone());
+        s.jobs.get_mut(&first).unwrap().status = "SUCCEEDED";
+    }
+    until(30, "the first job SUCCEEDED", || async {
+        let j = app.get_json(&format!("/v1/jobs/{first}"), SUBMITTER).await;
+        (j["status"] == "SUCCEEDED").then_some(())
+    })
+    .await;
+    until(
+        10,
+        "the second job sent to Ray while the first's supervisor lingers",
+        || async {
+            state
+                .lock()
+                .unwrap()
+                .jobs
+                .contains_key(&second)
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        state.lock().unwrap().jobs[&second].status,
+        "PENDING",
+        "Ray holds it until the supervisor is gone"
+    );
+    let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+    assert_eq!(v["clusters"][0]["used_by_others"]["cpu"], 0.0, "{v}");
+    state.lock().unwrap().lingering.clear();
+    until(
+        30,
+        "Ray starts the second job once the supervisor is gone",
+        || async {
+            let mut s = state.lock().unwrap();
+            let j = s.jobs.get_mut(&second).unwrap();
+            (j.status == "RUNNING").then(|| j.status = "SUCCEEDED")
+        },
+    )
+    .await;
+    until(30, "the second job SUCCEEDED", || async {
+        let j = app.get_json(&format!("/v1/jobs/{second}"), SUBMITTER).await;
+        (j["status"] == "SUCCEEDED").then_some(())
+    })
+    .await;
+}
+both_databases!(an_ended_jobs_lingering_supervisor_does_not_hold_back_the_next_job);

@@ -34,6 +34,10 @@ use crate::policy::JobId;
 use crate::ray::{submit_idempotent, DispatchOutcome, RayClient, RetryBudget, SubmitJob};
 use crate::store::{self, Applied, Db, Fence};
 
+/// A `Granted` write or a finish → POST that takes this long is logged (info) with
+/// where the time went: the tail of `fairshare_finish_to_dispatch_seconds`.
+const SLOW_STEP: std::time::Duration = std::time::Duration::from_millis(15);
+
 /// The dispatcher.
 pub struct Dispatcher {
     db: Db,
@@ -252,7 +256,29 @@ impl Dispatcher {
                 (m.job.job_id, event)
             })
             .collect();
-        let fut = super::off_actor(async move { store::apply_many(&db, &fence, &steps).await });
+        // Ray's grants need not reach the disk before the POST (store::Flush::Deferred,
+        // DESIGN §3 "Dispatch"); a pool's admission does: no sweep finds a runner's work.
+        let flush = if steps
+            .iter()
+            .all(|(_, e)| matches!(e, Event::Granted { .. }))
+        {
+            store::Flush::Deferred
+        } else {
+            store::Flush::Durable
+        };
+        let fut = super::off_actor(async move {
+            let began = std::time::Instant::now();
+            let done = store::apply_many(&db, &fence, &steps, flush).await;
+            let took = began.elapsed();
+            if took >= SLOW_STEP {
+                tracing::info!(
+                    write_ms = took.as_secs_f64() * 1e3,
+                    grants = steps.len(),
+                    "slow Granted write"
+                );
+            }
+            done
+        });
         ctx.spawn(fut.into_actor(self).map(move |done, act, ctx| match done {
             Some(Ok(granted)) => {
                 for (msg, granted) in batch.into_iter().zip(granted) {
@@ -554,9 +580,15 @@ async fn dispatch_granted(
         },
         (Some(client), Ok(())) => {
             if let Some(freed) = msg.freed_at {
+                let took = freed.elapsed();
                 metrics::get()
                     .finish_to_dispatch
-                    .observe(freed.elapsed().as_secs_f64());
+                    .observe(took.as_secs_f64());
+                if took >= SLOW_STEP {
+                    tracing::info!(job_id = %id, finish_to_post_ms = took.as_secs_f64() * 1e3,
+                        grant_to_post_ms = (unix_now() - msg.granted_at) * 1e3,
+                        "slow finish -> POST");
+                }
             }
             // Behind the watcher, so that the end is known within milliseconds; the
             // row keeps the entrypoint as submitted (what /v1 and /api/ show).

@@ -278,6 +278,7 @@ pub(super) async fn poll_cluster(
         .collect();
     let holdings = match holdings {
         Some(Ok(h)) => {
+            let h = h.without_ended(|sid| by_id.get(sid).is_some_and(|j| j.status.is_terminal()));
             poll.usage_now = Some(usage_now(&h, &by_id, &jobs, &retiring, &strays));
             Some(h)
         }
