@@ -175,10 +175,11 @@ pub enum Flush {
     /// `SET LOCAL synchronous_commit = off`): the commit is atomic and seen by every
     /// reader at once, and a crash of this process keeps it; only a crash of the
     /// machine (or of PostgreSQL's server) before the next durable commit, which
-    /// flushes it too, can lose it. For the dispatcher's `Granted` steps only
-    /// (DESIGN §3, "Dispatch"): a lost one leaves the job QUEUED at the same attempt,
-    /// and the sweep finds the attempt Ray accepted as it finds a POST whose answer
-    /// was lost.
+    /// flushes it too, can lose it. For the dispatcher's `Granted` and `RayAccepted`
+    /// steps only (DESIGN §3, "The `Granted` commit does not wait for the disk"): a
+    /// lost `Granted` leaves the job QUEUED at the same attempt, and the sweep finds
+    /// the attempt Ray accepted as it finds a POST whose answer was lost; a lost
+    /// `RayAccepted` leaves it DISPATCHING, which recovery looks up in Ray.
     Deferred,
 }
 
@@ -207,7 +208,7 @@ async fn write_many(
     }
     let mut order: Vec<usize> = (0..steps.len()).collect();
     order.sort_by_key(|&i| steps[i].0);
-    if txn.get_database_backend() == DatabaseBackend::Postgres {
+    if steps.len() > 1 && txn.get_database_backend() == DatabaseBackend::Postgres {
         // By user, then id: a step that moves a job into or out of QUEUED locks its
         // user's `queue_counts` row, and intake locks those rows in user order too, so
         // the two cannot deadlock.

@@ -652,7 +652,21 @@ async fn dispatch_granted(
     // row in its transaction and is guarded on status and attempt, so a retry after a
     // failed transaction is safe; a fenced write is not retried (the new leader's
     // recovery owns the job).
-    let record = || store::apply(&db, &fence, id, &event);
+    //
+    // Ray's acceptance (DISPATCHING → PENDING) need not reach the disk before the next
+    // write either (store::Flush::Deferred, DESIGN §3): recovery looks a DISPATCHING
+    // job up in Ray. It shares the one SQLite connection with the next grant's write,
+    // which would otherwise wait for its fsync.
+    let flush = if matches!(event, Event::RayAccepted { .. }) {
+        store::Flush::Deferred
+    } else {
+        store::Flush::Durable
+    };
+    let record = || async {
+        let steps = [(id, event.clone())];
+        let mut applied = store::apply_many(&db, &fence, &steps, flush).await?;
+        Ok::<_, sea_orm::DbErr>(applied.pop().unwrap_or(Applied::NotFound))
+    };
     let applied = record
         .retry(
             ExponentialBuilder::default()
