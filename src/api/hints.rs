@@ -22,7 +22,9 @@ pub struct HintAnswer {
     pub kind: String,
     /// The attempt's Ray `submission_id`.
     pub submission_id: String,
-    /// `checked` (the leader asks Ray now) or `forwarded` (sent on to the leader).
+    /// `checked` (taken by the leader, which asks Ray now when the attempt is one it
+    /// follows and otherwise drops it: `fairshare_attempt_hints_total`'s `outcome`
+    /// says which) or `forwarded` (sent on to the leader).
     pub outcome: String,
     /// For `started`: the attempt must not run (its job was cancelled or has ended,
     /// or it is no longer the job's current attempt): the watcher ends it at once.
@@ -43,7 +45,10 @@ async fn must_not_run(
     Ok(j.status.is_terminal() || facts.stop_reason.is_some() || facts.attempt != attempt)
 }
 
-/// The `sig` parameter: the only query parameter, [`SIGNATURE_HEX`] lowercase hex
+/// The largest attempt a notification may name (the OpenAPI pattern's nine digits).
+const MAX_ATTEMPT: u32 = 999_999_999;
+
+/// The `sig` parameter: the only query parameter, given once, [`SIGNATURE_HEX`] lowercase hex
 /// digits.
 fn signature(query: &str) -> Result<String, ApiError> {
     let mut sig = None;
@@ -55,7 +60,9 @@ fn signature(query: &str) -> Result<String, ApiError> {
                 "unknown query parameter; only sig is taken",
             ));
         }
-        sig = Some(v.to_string());
+        if sig.replace(v.to_string()).is_some() {
+            return Err(ApiError::invalid("sig", "given more than once"));
+        }
     }
     let sig = sig.ok_or_else(|| ApiError::invalid("sig", "required"))?;
     let hex = sig.len() == SIGNATURE_HEX
@@ -91,12 +98,15 @@ pub async fn hint(
     let (sid, kind) = path.into_inner();
     let kind = HintKind::parse(&kind)
         .ok_or_else(|| ApiError::invalid("kind", "must be started or ended"))?;
-    let (job_id, attempt) = crate::lifecycle::parse_submission_id(&sid).ok_or_else(|| {
-        ApiError::invalid(
-            "submission_id",
-            "must be a job id (a UUID) or <job id>-<attempt> with attempt 2 or more",
-        )
-    })?;
+    // Attempts as the OpenAPI pattern has them: 2 to 999,999,999 (nine digits).
+    let (job_id, attempt) = crate::lifecycle::parse_submission_id(&sid)
+        .filter(|(_, attempt)| *attempt <= MAX_ATTEMPT)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "submission_id",
+                "must be a job id (a UUID) or <job id>-<attempt> with attempt 2 to 999999999",
+            )
+        })?;
     let sig = signature(req.query_string())?;
     let scheduler = state.scheduler();
     if scheduler.is_some()

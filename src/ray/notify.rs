@@ -117,25 +117,37 @@ impl Hints {
     /// `entrypoint` with the watcher in front of it, for the attempt `submission_id`.
     /// The submitted command is the shell's last, on a line of its own: its exit code
     /// is the job's, and any shell syntax in it (comments, several lines) is kept.
+    ///
+    /// The watcher is started through a subshell that exits at once (`( (…) & )`), so
+    /// it is no child of the entrypoint's shell: a `wait` in the entrypoint (`a & b &
+    /// wait`) waits for the entrypoint's own children only, not for the watcher, which
+    /// waits for the shell (a fresh tester's `sleep 1 & wait` never ended). The
+    /// watcher also leaves the shell's process group and session (`setsid`), so an
+    /// entrypoint that signals its own group (`kill -TERM 0`), or Ray's stop, does not
+    /// end it before it reports the end. `$$` in a subshell is still the entrypoint's
+    /// shell.
     pub fn wrap(&self, entrypoint: &str, submission_id: &str) -> String {
         let started = self.url(submission_id, HintKind::Started);
         let ended = self.url(submission_id, HintKind::Ended);
         // Single-quoted for sh: the script has no single quote, and the URLs are made
         // of [A-Za-z0-9:/._?=-] only (a submission id is a UUID, maybe with -N).
         format!(
-            "(for p in python3 python; do command -v \"$p\" >/dev/null 2>&1 && exec \"$p\" -c '{WATCHER}' \"$$\" '{started}' '{ended}'; done) </dev/null >/dev/null 2>&1 &\n{entrypoint}"
+            "( (for p in python3 python; do command -v \"$p\" >/dev/null 2>&1 && exec \"$p\" -c '{WATCHER}' \"$$\" '{started}' '{ended}'; done) </dev/null >/dev/null 2>&1 & )\n{entrypoint}"
         )
     }
 }
 
-/// The watcher's Python: POST argv[2]; if the answer says `"stop":true` (the attempt
-/// was cancelled, or is no longer the job's current one), end the entrypoint (SIGTERM
-/// to its process group, which Ray makes it lead; where it leads none, to the shell
-/// and its children) and stop; else wait for process argv[1] (the entrypoint's shell,
-/// its parent) to exit, and POST argv[3]. Where `os.pidfd_open` is missing, or the
-/// shell has exited (and been reaped) before the watcher started, it waits until its
-/// parent is no longer that shell. Never fails the job: every error is swallowed.
+/// The watcher's Python: leave the shell's session (`setsid`); POST argv[2]; if the
+/// answer says `"stop":true` (the attempt was cancelled, or is no longer the job's
+/// current one), end the entrypoint (SIGTERM to its process group, which Ray makes it
+/// lead; where it leads none, to the shell and its children) and stop; else wait for
+/// process argv[1] (the entrypoint's shell) to exit, and POST argv[3]. Where
+/// `os.pidfd_open` is missing (Python before 3.9, Linux before 5.3) it polls the
+/// shell's pid every 50 ms; a shell already gone counts as ended. Never fails the
+/// job: every error is swallowed.
 const WATCHER: &str = "import os,sys,time,select,urllib.request as u
+try:os.setsid()
+except Exception:pass
 def h(x):
  try:return u.urlopen(u.Request(x,data=b\"{}\",method=\"POST\",headers={\"content-type\":\"application/json\"}),timeout=10).read()
  except Exception:return b\"\"
@@ -157,7 +169,9 @@ if b\"\\\"stop\\\":true\" in h(sys.argv[2]):
 try:
  f=os.pidfd_open(p);select.select([f],[],[])
 except Exception:
- while os.getppid()==p:time.sleep(0.05)
+ while 1:
+  try:os.kill(p,0);time.sleep(0.05)
+  except Exception:break
 h(sys.argv[3])";
 
 #[cfg(test)]
@@ -191,7 +205,7 @@ mod tests {
         let h = Hints::new("http://127.0.0.1:8080", b"0123456789abcdef");
         let ep = "python -c \"print('x')\"  # a comment\necho $HOME";
         let w = h.wrap(ep, "abc");
-        assert!(w.ends_with(&format!("&\n{ep}")), "{w}");
+        assert!(w.ends_with(&format!("& )\n{ep}")), "{w}");
         assert!(!WATCHER.contains('\''));
         assert!(w.contains("/v1/attempts/abc/started?sig="));
         assert!(w.contains("/v1/attempts/abc/ended?sig="));

@@ -80,6 +80,49 @@ async fn the_watcher_reports_start_and_end_and_keeps_the_exit_code() {
     assert!(exited < Duration::from_secs(3), "{exited:?}");
 }
 
+/// What a fresh tester found: an entrypoint that `wait`s for its own background
+/// work never ended (its shell waited for the watcher, which waited for the shell),
+/// and one that signals its own process group took the watcher down with it, so its
+/// end was learned only by the poll. Both as Ray starts an entrypoint (the leader of a
+/// process group of its own); each must end as it would without the watcher, and its
+/// end must still be reported.
+#[tokio::test]
+async fn the_watcher_is_neither_waited_for_nor_killed_by_the_entrypoint() {
+    for (entrypoint, code) in [
+        ("sleep 0.3 & sleep 0.2 & wait; exit 4", Some(4)),
+        ("sleep 0.3; kill -TERM 0", None),
+    ] {
+        let receiver = wiremock::MockServer::start().await;
+        wiremock::Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(wiremock::ResponseTemplate::new(202))
+            .mount(&receiver)
+            .await;
+        let hints = Hints::new(&receiver.uri(), KEY.as_bytes());
+        let wrapped = hints.wrap(entrypoint, "01a23b35-4bf2-7293-b49e-0def5062e6ba");
+        let started = Instant::now();
+        let out = tokio::time::timeout(
+            Duration::from_secs(20),
+            tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(&wrapped)
+                .process_group(0)
+                .output(),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{entrypoint:?} did not end: its shell waits for the watcher"))
+        .expect("sh");
+        assert!(started.elapsed() < Duration::from_secs(5), "{entrypoint:?}");
+        assert_eq!(out.status.code(), code, "{entrypoint:?}: {out:?}");
+        until(10.0, "the ended notification", || async {
+            let reqs = receiver.received_requests().await.unwrap_or_default();
+            reqs.iter()
+                .any(|r| r.url.path().ends_with("/ended"))
+                .then_some(())
+        })
+        .await;
+    }
+}
+
 #[tokio::test]
 async fn a_watcher_told_to_stop_ends_its_attempt_at_once() {
     let receiver = wiremock::MockServer::start().await;
@@ -193,7 +236,7 @@ async fn dispatched(app: &TestApp, state: &Arc<Mutex<State>>) -> String {
         .cloned()
         .unwrap_or_default();
     assert!(
-        sent.ends_with("&\necho hello"),
+        sent.ends_with("& )\necho hello"),
         "Ray gets the entrypoint behind the watcher: {sent}"
     );
     let shown: Value = app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await;
@@ -335,6 +378,30 @@ async fn a_forged_notification_is_refused_and_changes_nothing(db: Db) {
                 ours.sign(&id, HintKind::Ended)
             ),
             "submission_id",
+        ),
+        // A fresh tester's: attempts beyond what the OpenAPI pattern allows (9 digits)
+        // were 403 (signature) where the document promises 422; a second `sig`
+        // replaced the first.
+        (
+            format!(
+                "/v1/attempts/{id}-1000000000/ended?sig={}",
+                ours.sign(&id, HintKind::Ended)
+            ),
+            "submission_id",
+        ),
+        (
+            format!(
+                "/v1/attempts/{id}-4294967295/ended?sig={}",
+                ours.sign(&id, HintKind::Ended)
+            ),
+            "submission_id",
+        ),
+        (
+            format!(
+                "/v1/attempts/{id}/ended?sig=00000000000000000000000000000000&sig={}",
+                ours.sign(&id, HintKind::Ended)
+            ),
+            "sig",
         ),
     ] {
         let r = app.client.post(app.url(&path)).send().await.unwrap();
