@@ -87,15 +87,19 @@ pub async fn apply(
     id: Uuid,
     event: &lifecycle::Event,
 ) -> Result<Applied, DbErr> {
-    let txn = db.begin().await?;
-    if let Fence::Term { holder, term } = fence {
-        check_fence(&txn, holder, *term).await?;
-    }
-    let (applied, metric) = apply_in(&txn, id, event).await?;
-    txn.commit().await?;
-    events::committed();
-    count_step(metric);
-    Ok(applied)
+    apply_with(db, fence, id, event, Flush::Durable).await
+}
+
+/// [`apply`] whose commit waits for the disk or not ([`Flush`]). Errors: as [`apply`].
+pub async fn apply_with(
+    db: &Db,
+    fence: &Fence,
+    id: Uuid,
+    event: &lifecycle::Event,
+    flush: Flush,
+) -> Result<Applied, DbErr> {
+    let applied = apply_steps(db, fence, &[(id, event)], flush).await?;
+    Ok(applied.into_iter().next().unwrap_or(Applied::NotFound))
 }
 
 /// [`apply`] for several jobs in **one** transaction (one commit, one fsync): what the
@@ -110,6 +114,18 @@ pub async fn apply_many(
     db: &Db,
     fence: &Fence,
     steps: &[(Uuid, lifecycle::Event)],
+    flush: Flush,
+) -> Result<Vec<Applied>, DbErr> {
+    let steps: Vec<(Uuid, &lifecycle::Event)> = steps.iter().map(|(id, e)| (*id, e)).collect();
+    apply_steps(db, fence, &steps, flush).await
+}
+
+/// [`apply`] and [`apply_many`]: the steps in one transaction, committed as `flush`
+/// says; one result per step, in input order.
+async fn apply_steps(
+    db: &Db,
+    fence: &Fence,
+    steps: &[(Uuid, &lifecycle::Event)],
     flush: Flush,
 ) -> Result<Vec<Applied>, DbErr> {
     if steps.is_empty() {
@@ -165,7 +181,7 @@ pub async fn apply_many(
         .collect())
 }
 
-/// Whether a commit of [`apply_many`] waits until the disk has it.
+/// Whether a commit of [`apply_with`] or [`apply_many`] waits until the disk has it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flush {
     /// It does, as every other write of the service (SQLite `synchronous = FULL`,
@@ -201,7 +217,7 @@ async fn restore_full(txn: &sea_orm::DatabaseTransaction) {
 async fn write_many(
     txn: &sea_orm::DatabaseTransaction,
     fence: &Fence,
-    steps: &[(Uuid, lifecycle::Event)],
+    steps: &[(Uuid, &lifecycle::Event)],
 ) -> Result<Vec<Option<(Applied, Option<StepMetric>)>>, DbErr> {
     if let Fence::Term { holder, term } = fence {
         check_fence(txn, holder, *term).await?;
@@ -229,8 +245,8 @@ async fn write_many(
     let mut results: Vec<Option<(Applied, Option<StepMetric>)>> =
         (0..steps.len()).map(|_| None).collect();
     for i in order {
-        let (id, event) = &steps[i];
-        results[i] = Some(apply_in(txn, *id, event).await?);
+        let (id, event) = steps[i];
+        results[i] = Some(apply_in(txn, id, event).await?);
     }
     Ok(results)
 }

@@ -33,7 +33,7 @@ mod ray_api;
 mod sealed;
 mod users;
 
-pub use apply::{apply, apply_many, is_fenced, Applied, Fence, Flush, FENCED};
+pub use apply::{apply, apply_many, apply_with, is_fenced, Applied, Fence, Flush, FENCED};
 pub use groups::{
     delete_group, get_group, join_group, list_groups, put_group, GroupError, GroupPatch, Joined,
 };

@@ -662,11 +662,7 @@ async fn dispatch_granted(
     } else {
         store::Flush::Durable
     };
-    let record = || async {
-        let steps = [(id, event.clone())];
-        let mut applied = store::apply_many(&db, &fence, &steps, flush).await?;
-        Ok::<_, sea_orm::DbErr>(applied.pop().unwrap_or(Applied::NotFound))
-    };
+    let record = || store::apply_with(&db, &fence, id, &event, flush);
     let applied = record
         .retry(
             ExponentialBuilder::default()
