@@ -176,6 +176,9 @@ struct SimulateCli {
     /// The window of the budget, e.g. "5m".
     #[arg(long, value_parser = humantime::parse_duration)]
     preempt_interval: Option<std::time::Duration>,
+    /// Also preempt under the shortfall rule: true or false.
+    #[arg(long)]
+    preempt_shortfall: Option<bool>,
     /// Write every run's report as JSON.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -262,6 +265,9 @@ pub fn run() -> ExitCode {
             }
             if let Some(v) = a.preempt_interval {
                 args.preemption.interval = v.as_secs_f64();
+            }
+            if let Some(v) = a.preempt_shortfall {
+                args.preemption.shortfall = v;
             }
             args.report = a.report;
             args.plot = a.plot;

@@ -33,6 +33,9 @@ pub struct PreemptionSettings {
     /// retiring, until Ray does).
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
+    /// Whether the shortfall rule may allow victims the share rule does not
+    /// ([`PreemptionConfig::shortfall`]).
+    pub shortfall: bool,
 }
 
 /// A humantime duration, or `"off"`.
@@ -56,6 +59,7 @@ impl PreemptionSettings {
             max_per_job: self.max_per_job,
             budget: self.budget,
             interval: self.interval.as_secs_f64(),
+            shortfall: self.shortfall,
         }
     }
 

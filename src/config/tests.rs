@@ -285,12 +285,13 @@ fn identity_rules_load_and_bad_ones_stop_the_service_naming_their_key() {
 fn preemption_defaults_off_and_bad_values_name_the_key() {
     let s = Settings::load_with_env(None, env(&[])).unwrap();
     let p = &s.preemption;
-    assert_eq!(p.after, Some(Duration::from_secs(1800)));
-    assert_eq!(p.min_runtime, Duration::from_secs(0));
+    assert_eq!(p.after, Some(Duration::from_secs(600)));
+    assert_eq!(p.min_runtime, Duration::from_secs(120));
     assert_eq!(p.max_per_job, 5);
     assert_eq!(p.budget, 0.02);
     assert_eq!(p.interval, Duration::from_secs(6 * 3600));
     assert_eq!(p.grace, Duration::from_secs(30));
+    assert!(!p.shortfall);
     // The simulator's defaults are the service's.
     assert_eq!(p.policy(), crate::policy::PreemptionConfig::default());
     assert!(p.enabled());

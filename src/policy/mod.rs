@@ -514,8 +514,8 @@ impl fmt::Display for PendingReason {
                 write!(
                     f,
                     "this job has waited past preemption.after and its user holds less than \
-                     its fair share: {} {} of users above their fair share {} being stopped \
-                     on cluster {cluster} to make room for it (",
+                     its fair share: {} {} of other users {} being stopped on cluster \
+                      {cluster} to make room for it (",
                     jobs.len(),
                     if jobs.len() == 1 { "job" } else { "jobs" },
                     if jobs.len() == 1 { "is" } else { "are" }

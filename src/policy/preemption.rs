@@ -22,8 +22,24 @@
 //!   victim user's after it, `dominant_share(A_v − victims) / w_v` (Kueue's
 //!   fair-sharing strategy `LessThanOrEqualToFinalShare`, KEP-1714), so a
 //!   preemption never turns the preemptor into the one above its share.
+//! - With [`PreemptionConfig::shortfall`], a head for which that share rule finds no
+//!   victims may still preempt under the **shortfall rule**: any other user's
+//!   preemptible jobs (the same `min_runtime` and `max_per_job` limits), youngest
+//!   first until the head fits, allowed only if what they hold,
+//!   `Σ dominant_share(r_v)`, is less than the preemptor's gain towards its fair
+//!   share, `min(dominant_share(request), fair_p − dominant_share(A_p))`. Every
+//!   victim user's shortfall below its fair share grows by at most what it loses,
+//!   and the preemptor's falls by the gain, so the sum of the shortfalls (the
+//!   fairness error while contended: idle capacity plus capacity held beyond fair
+//!   share) strictly falls with each such preemption. It lets a wide head start
+//!   when most of its cores are idle and the rest are held by users at their fair
+//!   share, which the share rule never allows.
 //! - Of the clusters where victims found so let the head fit, the one needing the
 //!   **fewest** victims is chosen (ties by cluster name).
+//! - The capacity the victims free is the head's **claim**: each cycle first holds
+//!   it back (up to the head's request) while some victims are still being
+//!   stopped, then grants the head there once all have ended and it fits
+//!   ([`crate::policy::Ledger`]'s `serve_claims`).
 //! - At most [`PreemptionConfig::budget`] of the capacity (the victims' dominant
 //!   shares, summed) is preempted per [`PreemptionConfig::interval`], except that
 //!   when nothing was preempted within the interval one head's victims may exceed
@@ -53,22 +69,28 @@ pub struct PreemptionConfig {
     pub budget: f64,
     /// The window of `budget`, seconds.
     pub interval: Seconds,
+    /// Whether a head for which the share rule finds no victims may still preempt
+    /// under the shortfall rule (the module doc): victims of any other user, if
+    /// what they hold is less than what the preemptor gains towards its fair share.
+    #[serde(default)]
+    pub shortfall: bool,
 }
 
 impl Default for PreemptionConfig {
     /// The service's defaults (`[preemption]` of `config/default.toml`), chosen on
     /// a family of traces, tuned on half and checked on the other half
-    /// (BENCHMARKS.md, "Preemption's defaults"): a head may preempt after 30
-    /// minutes, any job that opted in (no minimum run time), at most 5 times each,
+    /// (BENCHMARKS.md, "Preemption's defaults"): a head may preempt after 10
+    /// minutes, any job that opted in and has run 2 minutes, at most 5 times each,
     /// at most 2 % of the capacity per 6 hours but one head's victims whenever
-    /// nothing was preempted within the last 6 hours.
+    /// nothing was preempted within the last 6 hours, by the share rule only.
     fn default() -> Self {
         PreemptionConfig {
-            after: 1800.0,
-            min_runtime: 0.0,
+            after: 600.0,
+            min_runtime: 120.0,
             max_per_job: 5,
             budget: 0.02,
             interval: 21_600.0,
+            shortfall: false,
         }
     }
 }
@@ -81,6 +103,7 @@ impl PreemptionConfig {
         max_per_job: 0,
         budget: 0.0,
         interval: 0.0,
+        shortfall: false,
     };
 }
 

@@ -24,6 +24,7 @@ fn preempting(capacity: u32, preemptible: Preemptible) -> SimConfig {
             max_per_job: 1,
             budget: 1.0,
             interval: 60.0,
+            shortfall: false,
         },
         ..SimConfig::new(SimPolicy::FairShare, capacity)
     }
@@ -94,6 +95,7 @@ fn with_no_job_preemptible_the_schedule_is_todays() {
                 max_per_job: 10,
                 budget: 1.0,
                 interval: 1.0,
+                shortfall: false,
             },
             ..preempting(capacity, none)
         };

@@ -119,6 +119,7 @@ impl Ledger {
         }
         self.advance_overdue(now);
         let mut run = Run::new(now, self.rooms());
+        self.serve_claims(&mut run);
         let (stopped_for, hold) = if run.rooms.is_empty() {
             (None, None)
         } else if self.config.backfill {
@@ -227,6 +228,19 @@ impl Ledger {
     /// and order are kept for explanations.
     fn cycle_grouped(&mut self, now: Seconds) -> CycleResult {
         self.advance_overdue(now);
+        // Heads that preempted are granted first, booked before the views are taken.
+        let claimed = if self.preempt.claims.is_empty() {
+            None
+        } else {
+            let held = self.reservation.clone();
+            let last = self.last.take();
+            let mut run = Run::new(now, self.rooms());
+            self.serve_claims(&mut run);
+            let early = self.finish(run, None, None);
+            self.reservation = held;
+            self.last = last;
+            Some(early)
+        };
         let users = self.user_views();
         let clusters = self.cluster_views();
         let out = crate::policy::oracle::run_cycle_in(
@@ -278,6 +292,11 @@ impl Ledger {
                 pending: out.pending,
                 order: out.order,
             });
+        }
+        if let Some(early) = claimed {
+            result.grants.splice(0..0, early.grants);
+            result.waited.splice(0..0, early.waited);
+            result.emptied.splice(0..0, early.emptied);
         }
         result
     }

@@ -10,6 +10,7 @@
 
 use std::collections::VecDeque;
 
+use super::cycle::Run;
 use super::{Job, JobMap, Ledger, Uid};
 use crate::policy::{
     dominant_share, fair_shares, licenses, JobId, Preemption, PreemptionConfig, QueuedJob,
@@ -27,6 +28,10 @@ pub(super) struct PreemptState {
     /// When and how much (a sum of dominant shares) was preempted, within the last
     /// interval.
     spent: VecDeque<(Seconds, f64)>,
+    /// Heads that preempted, in the order they did, with their user and cluster: the
+    /// capacity their victims free is theirs ([`Ledger::serve_claims`]) until they
+    /// start there or cannot.
+    pub(super) claims: Vec<(JobId, Uid, usize)>,
 }
 
 impl PreemptState {
@@ -51,6 +56,16 @@ pub(super) fn sum<'a>(window: impl IntoIterator<Item = &'a QueuedJob>) -> Resour
 /// `a ≤ b` up to the policy's relative tolerance.
 fn at_most(a: f64, b: f64) -> bool {
     a <= b + FIT_TOLERANCE * a.abs().max(b.abs()).max(1.0)
+}
+
+/// A head asking for victims: at `now`, on cluster `k` with `free` capacity, of
+/// user `p`.
+struct Ask<'a> {
+    now: Seconds,
+    k: usize,
+    free: Resources,
+    p: Uid,
+    head: &'a QueuedJob,
 }
 
 /// One user's standing for a preemption round.
@@ -141,6 +156,18 @@ impl Ledger {
             .map(|(k, victims)| (self.clusters[*k].name.as_str(), victims.as_slice()))
     }
 
+    /// When the oldest preemption still counted against the budget leaves its
+    /// window (`at + config.interval`, seconds), if any: a head refused for the
+    /// budget may preempt from then on. The simulator wakes then, as the arbiter's
+    /// periodic cycle would.
+    #[must_use]
+    pub fn budget_frees_at(&self, config: &PreemptionConfig) -> Option<Seconds> {
+        self.preempt
+            .spent
+            .front()
+            .map(|&(at, _)| at + config.interval)
+    }
+
     /// Whether any outstanding job may be preempted now (marked, not being stopped).
     #[must_use]
     pub fn has_preemptible(&self) -> bool {
@@ -208,6 +235,7 @@ impl Ledger {
                 || waited.is_nan()
                 || waited <= config.after
                 || self.preempt.waiting_for.contains_key(&head.job_id)
+                || self.preempt.claims.iter().any(|c| c.0 == head.job_id)
                 || rooms
                     .iter()
                     .any(|(k, f)| self.admits(*k, head) && head.resources.fits_within(f))
@@ -228,8 +256,14 @@ impl Ledger {
                 {
                     continue;
                 }
-                if let Some(victims) = self.victims_on(now, config, *k, *free, p, &head, &standing)
-                {
+                let ask = Ask {
+                    now,
+                    k: *k,
+                    free: *free,
+                    p,
+                    head: &head,
+                };
+                if let Some(victims) = self.victims_on(config, &ask, &standing) {
                     if best.as_ref().is_none_or(|(_, b)| victims.len() < b.len()) {
                         best = Some((i, victims));
                     }
@@ -279,11 +313,57 @@ impl Ledger {
             }
             standing[p as usize].allocation += head.resources;
             self.preempt.waiting_for.insert(head.job_id, (k, victims));
+            self.preempt.claims.push((head.job_id, p, k));
             if budget.is_nan() || budget <= 0.0 {
                 break;
             }
         }
         out
+    }
+
+    /// Gives each head that preempted the capacity its victims free, at the start
+    /// of a cycle, before anything else is granted: while some of its victims are
+    /// still being stopped, what the others have freed (up to its request) is held
+    /// back from `run`'s room for its cluster; once all have ended, it is granted
+    /// there if it fits. A claim goes when its head is granted, is no longer its
+    /// user's effective head or eligible, its cluster is not healthy, or its victims
+    /// have ended and it still does not fit (it may then preempt again). Without
+    /// this the freed capacity went in fair-share order, where the victims' own
+    /// users (now queued and holding less) could take it back at once.
+    pub(super) fn serve_claims(&mut self, run: &mut Run) {
+        if self.preempt.claims.is_empty() {
+            return;
+        }
+        for (head, uid, k) in std::mem::take(&mut self.preempt.claims) {
+            let a = &self.accounts[uid as usize];
+            let Some(job) = a.head().filter(|j| j.job_id == head).cloned() else {
+                continue;
+            };
+            if !a.listed() || a.ineligibility(&job).is_some() {
+                continue;
+            }
+            let Some(r) = run.rooms.iter().position(|room| room.cluster == k) else {
+                continue;
+            };
+            if let Some((_, victims)) = self.preempt.waiting_for.get(&head) {
+                let stopping = victims
+                    .iter()
+                    .filter_map(|v| self.jobs.get(v))
+                    .fold(Resources::ZERO, |acc, j| acc + j.resources);
+                let room = &mut run.rooms[r];
+                room.free = room
+                    .free
+                    .saturating_sub(job.resources.saturating_sub(stopping));
+                self.preempt.claims.push((head, uid, k));
+                continue;
+            }
+            if job.resources.fits_within(&run.rooms[r].free) {
+                self.grant(run, r, uid);
+                // A participant of the filling like any other.
+                run.taken.remove(&uid);
+                self.reindex(uid, run.now);
+            }
+        }
     }
 
     /// Every user's allocation less its jobs being stopped, weight and fair share
@@ -342,40 +422,69 @@ impl Ledger {
         standing
     }
 
-    /// The victims on cluster `k` (free capacity `free`) that let `head` of user `p`
-    /// fit, youngest first, or `None` if those allowed do not suffice.
-    #[allow(clippy::too_many_arguments)]
-    fn victims_on(
+    /// The jobs on cluster `k` that may be stopped for a head of user `p` at `now`:
+    /// preemptible, not being stopped, another user's, run at least `min_runtime`,
+    /// preempted fewer than `max_per_job` times, and `also`; youngest first (the least
+    /// work lost), equal starts by the larger id. Each as (started at, id, user,
+    /// what it holds).
+    fn stoppable(
         &self,
         now: Seconds,
         config: &PreemptionConfig,
         k: usize,
-        free: Resources,
         p: Uid,
-        head: &QueuedJob,
-        standing: &[Standing],
-    ) -> Option<Vec<JobId>> {
-        let capacity = &self.capacity;
-        let sp = &standing[p as usize];
-        let preemptor_after =
-            dominant_share(&(sp.allocation + head.resources), capacity) / sp.weight;
-        let mut allowed: Vec<(Seconds, JobId, Uid, Resources)> = self.clusters[k]
+        also: impl Fn(&Job) -> bool,
+    ) -> Vec<(Seconds, JobId, Uid, Resources)> {
+        let mut allowed: Vec<_> = self.clusters[k]
             .ends
             .values()
             .filter_map(|(id, _)| {
                 let j = self.jobs.get(id)?;
-                let s = &standing[j.uid as usize];
                 let ok = j.preemptible
                     && j.stopping_for.is_none()
                     && j.uid != p
                     && now - j.started_at >= config.min_runtime
                     && j.preemptions < config.max_per_job
-                    && !at_most(dominant_share(&s.allocation, capacity), s.fair);
+                    && also(j);
                 ok.then_some((j.started_at, *id, j.uid, j.resources))
             })
             .collect();
-        // Youngest first (the least work lost), ties by the larger id.
         allowed.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+        allowed
+    }
+
+    /// The victims on cluster `ask.k` (free capacity `ask.free`) that let the head
+    /// fit, youngest first, or `None` if those allowed do not suffice: by the share
+    /// rule, else (with `config.shortfall`) by the shortfall rule. The shortfall
+    /// rule takes any other user's preemptible jobs, youngest first until the head
+    /// fits, if what they hold (dominant shares, summed) is less than what the
+    /// preemptor gains towards its fair share, `min(dominant_share(request), fair_p −
+    /// dominant_share(A_p))`: each user's shortfall below its fair share grows by at
+    /// most what it loses and the preemptor's falls by that gain, so the sum of the
+    /// shortfalls (the fairness error of DESIGN §2 while contended) strictly falls
+    /// with every such preemption, and two cannot undo each other.
+    fn victims_on(
+        &self,
+        config: &PreemptionConfig,
+        ask: &Ask<'_>,
+        standing: &[Standing],
+    ) -> Option<Vec<JobId>> {
+        let &Ask {
+            now,
+            k,
+            free,
+            p,
+            head,
+        } = ask;
+        let capacity = &self.capacity;
+        let sp = &standing[p as usize];
+        // The share rule.
+        let preemptor_after =
+            dominant_share(&(sp.allocation + head.resources), capacity) / sp.weight;
+        let allowed = self.stoppable(now, config, k, p, |j| {
+            let s = &standing[j.uid as usize];
+            !at_most(dominant_share(&s.allocation, capacity), s.fair)
+        });
         let mut avail = free;
         let mut taken: Vec<(Uid, Resources)> = Vec::new();
         let mut victims = Vec::new();
@@ -397,6 +506,35 @@ impl Ledger {
                 return Some(victims);
             }
         }
-        None
+        if !config.shortfall {
+            return None;
+        }
+        // The shortfall rule.
+        let gain = dominant_share(&head.resources, capacity)
+            .min(sp.fair - dominant_share(&sp.allocation, capacity));
+        let allowed = self.stoppable(now, config, k, p, |_| true);
+        let (taken, victims) = taking(free, head, allowed.iter())?;
+        (dominant_share(&taken, capacity) < gain).then_some(victims)
     }
+}
+
+/// The jobs of `candidates`, in their order, until `head` fits with `free`: what
+/// they hold and their ids, or `None` if all of them do not let it fit.
+fn taking<'a>(
+    free: Resources,
+    head: &QueuedJob,
+    candidates: impl Iterator<Item = &'a (Seconds, JobId, Uid, Resources)>,
+) -> Option<(Resources, Vec<JobId>)> {
+    let mut avail = free;
+    let mut taken = Resources::ZERO;
+    let mut victims = Vec::new();
+    for &(_, id, _, held) in candidates {
+        taken += held;
+        victims.push(id);
+        avail += held;
+        if head.resources.fits_within(&avail) {
+            return Some((taken, victims));
+        }
+    }
+    None
 }

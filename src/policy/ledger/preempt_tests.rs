@@ -35,6 +35,7 @@ fn knobs() -> PreemptionConfig {
         max_per_job: 1,
         budget: 1.0,
         interval: 60.0,
+        shortfall: false,
     }
 }
 
@@ -64,6 +65,15 @@ fn ledger(clusters: &[(&str, f64)], running: &[(&str, &str, f64, Seconds, bool)]
         }
     }
     l
+}
+
+/// The jobs a cycle at `now` grants, by number.
+fn granted(l: &mut Ledger, now: Seconds) -> Vec<u128> {
+    l.cycle(now)
+        .grants
+        .iter()
+        .map(|g| g.job_id.as_u128())
+        .collect()
 }
 
 fn victims(out: &[Preemption]) -> Vec<u128> {
@@ -107,7 +117,7 @@ fn the_youngest_jobs_of_the_user_above_its_share_make_room() {
     );
     let text = l.reason("b", id(10)).unwrap().to_string();
     assert!(
-        text.contains(": 2 jobs of users above their fair share are being stopped on cluster c"),
+        text.contains(": 2 jobs of other users are being stopped on cluster c"),
         "{text}"
     );
     // Nothing more while they stop.
@@ -267,6 +277,114 @@ fn only_users_above_their_fair_share_lose_jobs() {
     assert_eq!(out[0].for_user, "a");
 }
 
+/// A 10-core cluster: a and b each run a 3-core job (started at 0 and 10), 4 cores
+/// are idle, and d queues a 6-core job at 50. Demands 0.3, 0.3 and 0.6 give fair shares
+/// 0.3, 0.3 and 0.4: nobody is above its share, so the share rule allows no victim
+/// and d's job would wait, 4 cores idle, until a or b ends. The shortfall rule
+/// takes b's job (the younger, 0.3 of the capacity, less than d's gain min(0.6,
+/// 0.4)): the shortfalls below fair share sum to 0.4 before and to 0.3 after.
+#[test]
+fn the_shortfall_rule_puts_idle_capacity_to_use_when_nobody_is_above_its_share() {
+    let mut l = ledger(
+        &[("c", 10.0)],
+        &[("a", "c", 3.0, 0.0, true), ("b", "c", 3.0, 10.0, true)],
+    );
+    l.push_queued(50.0, "d", queued(10, 6.0, 50.0));
+    l.cycle(200.0);
+    assert!(
+        l.preempt(200.0, &knobs()).is_empty(),
+        "the share rule alone"
+    );
+    let shortfall = PreemptionConfig {
+        shortfall: true,
+        ..knobs()
+    };
+    let out = l.preempt(200.0, &shortfall);
+    assert_eq!(victims(&out), [2]);
+    assert_eq!((out[0].user.as_str(), out[0].for_user.as_str()), ("b", "d"));
+    assert!(
+        l.reason("d", id(10))
+            .unwrap()
+            .to_string()
+            .contains(": 1 job of other users is being stopped on cluster c"),
+        "{}",
+        l.reason("d", id(10)).unwrap()
+    );
+    // b's job is stopped and queued again. b and d now hold nothing, and b's job
+    // (submitted at 10) comes before d's (at 50) in fair-share order: the 7 free
+    // cores would go to b's 3-core job first and d's 6-core job would not fit. The
+    // claim gives them to d.
+    assert!(l.end(210.0, id(2)));
+    let mut again = queued(2, 3.0, 10.0);
+    again.preemptible = true;
+    again.preemptions = 1;
+    l.requeue(210.0, "b", again);
+    assert_eq!(granted(&mut l, 210.0), [10]);
+    assert!(
+        l.cycle(211.0).grants.is_empty(),
+        "1 core is free, b needs 3"
+    );
+}
+
+/// While one of a head's victims is still being stopped, the capacity the other
+/// freed is held for the head: e's 1-core job, which would fit it, waits; once the
+/// second victim has ended the head is granted. a and b run three 1-core jobs
+/// each on 10 cores, d queues 6 cores (fair shares 0.3, 0.3, 0.4): b's two
+/// youngest go (0.2 < d's gain 0.4).
+#[test]
+fn the_capacity_freed_for_a_head_is_held_while_its_other_victims_stop() {
+    let running: Vec<_> = [
+        ("a", 0.0),
+        ("a", 1.0),
+        ("a", 2.0),
+        ("b", 10.0),
+        ("b", 11.0),
+        ("b", 12.0),
+    ]
+    .into_iter()
+    .map(|(u, at)| (u, "c", 1.0, at, true))
+    .collect();
+    let mut l = ledger(&[("c", 10.0)], &running);
+    l.push_queued(50.0, "d", queued(10, 6.0, 50.0));
+    l.cycle(200.0);
+    let shortfall = PreemptionConfig {
+        shortfall: true,
+        ..knobs()
+    };
+    assert_eq!(victims(&l.preempt(200.0, &shortfall)), [6, 5]);
+    let again = |n: u128, at: Seconds| {
+        let mut j = queued(n, 1.0, at);
+        j.preemptible = true;
+        j.preemptions = 1;
+        j
+    };
+    assert!(l.end(205.0, id(6)));
+    l.requeue(205.0, "b", again(6, 12.0));
+    l.push_queued(205.0, "e", queued(11, 1.0, 205.0));
+    assert!(l.cycle(205.0).grants.is_empty(), "5 free cores held for d");
+    assert!(l.end(210.0, id(5)));
+    l.requeue(210.0, "b", again(5, 11.0));
+    assert_eq!(granted(&mut l, 210.0), [10]);
+}
+
+/// The same with 2 cores idle (a and b run 4 cores each; fair shares 1/3 each):
+/// d's 6-core job needs one 4-core job stopped, 0.4 of the capacity, more than its
+/// gain of 1/3; the sum of the shortfalls would not fall, so nothing is preempted.
+#[test]
+fn the_shortfall_rule_takes_no_more_than_the_preemptor_gains() {
+    let mut l = ledger(
+        &[("c", 10.0)],
+        &[("a", "c", 4.0, 0.0, true), ("b", "c", 4.0, 10.0, true)],
+    );
+    l.push_queued(0.0, "d", queued(10, 6.0, 0.0));
+    l.cycle(100.0);
+    let shortfall = PreemptionConfig {
+        shortfall: true,
+        ..knobs()
+    };
+    assert!(l.preempt(100.0, &shortfall).is_empty());
+}
+
 #[test]
 fn with_no_job_preemptible_the_ledger_decides_as_without_preemption() {
     let running: Vec<_> = (0..4)
@@ -333,10 +451,17 @@ fn case() -> impl Strategy<Value = Case> {
                 0u32..=120,
                 1u32..=3,
                 prop::sample::select(vec![0.2, 0.5, 1.0]),
+                any::<bool>(),
             ),
         )
             .prop_map(
-                |(weights, clusters, queued, running, (after, min_runtime, max, budget))| Case {
+                |(
+                    weights,
+                    clusters,
+                    queued,
+                    running,
+                    (after, min_runtime, max, budget, shortfall),
+                )| Case {
                     weights,
                     clusters: clusters.into_iter().map(f64::from).collect(),
                     queued,
@@ -347,6 +472,7 @@ fn case() -> impl Strategy<Value = Case> {
                         max_per_job: max,
                         budget,
                         interval: 300.0,
+                        shortfall,
                     },
                 },
             )
@@ -458,11 +584,13 @@ proptest! {
             prop_assert!(victims.iter().all(|v| names[jobs[&v.job_id].0] != names[p]));
             let k = jobs[&victims[0].job_id].1;
             prop_assert!(victims.iter().all(|v| jobs[&v.job_id].1 == k), "one cluster");
-            // Above its share as things will stand once earlier heads start.
-            for v in victims.iter() {
+            // The share rule: each victim's user above its share as things will
+            // stand once earlier heads start, and not below the preemptor after.
+            let before = after.clone();
+            let mut share_rule = victims.iter().all(|v| {
                 let u = jobs[&v.job_id].0;
-                prop_assert!(after[u] / capacity > fair[u] + 1e-9, "victim's user not above its share");
-            }
+                before[u] / capacity > fair[u] + 1e-9
+            });
             let freed: f64 = victims.iter().map(|v| jobs[&v.job_id].2).sum();
             prop_assert!(free[k] + freed >= cores, "the head does not fit after");
             // What its victims free beyond it is left for later heads there.
@@ -471,13 +599,21 @@ proptest! {
                 after[jobs[&v.job_id].0] -= jobs[&v.job_id].2;
             }
             after[p] += cores;
-            for v in victims.iter() {
+            share_rule &= victims.iter().all(|v| {
                 let u = jobs[&v.job_id].0;
-                prop_assert!(
-                    after[p] / capacity / case.weights[p]
-                        <= after[u] / capacity / case.weights[u] + 1e-9,
-                    "preemptor above its victim after"
-                );
+                after[p] / capacity / case.weights[p] <= after[u] / capacity / case.weights[u] + 1e-9
+            });
+            if !share_rule {
+                // The shortfall rule: what the victims hold is less than what the
+                // preemptor gains towards its fair share, so the sum of the users'
+                // shortfalls below their fair shares falls.
+                prop_assert!(case.knobs.shortfall, "victims the share rule does not allow");
+                let gain = (cores / capacity).min(fair[p] - before[p] / capacity);
+                prop_assert!(freed / capacity < gain + 1e-9, "taken {} >= gain {}", freed / capacity, gain);
+                let shortfall = |held: &[f64]| -> f64 {
+                    (0..held.len()).map(|u| (fair[u] - held[u] / capacity).max(0.0)).sum()
+                };
+                prop_assert!(shortfall(&after) < shortfall(&before) - 1e-12, "the shortfalls did not fall");
             }
         }
     }

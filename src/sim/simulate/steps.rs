@@ -44,8 +44,9 @@ impl Sim<'_> {
     }
 
     /// When the next queued head will have waited past `preemption.after` (just
-    /// after `submit + after`), if some job may be preempted: a step runs then, as
-    /// the arbiter's periodic cycle would.
+    /// after `submit + after`), or the budget's window moves on while a head has,
+    /// whichever is first, if some job may be preempted: a step runs then, as the
+    /// arbiter's periodic cycle would.
     pub(super) fn preempt_wake(&self, now: Seconds) -> Option<Seconds> {
         let after = self.config.preemption.after;
         let any = self.ledger.as_ref().is_some_and(Ledger::has_preemptible);
@@ -53,10 +54,27 @@ impl Sim<'_> {
             return None;
         }
         let from = (now - after - 1.0).max(0.0);
-        self.heads
+        let head = self
+            .heads
             .range((super::time_key(from), 0)..)
             .map(|&(at, _)| just_after(f64::from_bits(at) + after))
-            .find(|&at| at > now)
+            .find(|&at| at > now);
+        // A head already past `after` may have been refused for the budget: wake when
+        // the budget's window moves on.
+        let waiting = self
+            .heads
+            .first()
+            .is_some_and(|&(at, _)| now - f64::from_bits(at) > after);
+        let budget = self
+            .ledger
+            .as_ref()
+            .and_then(|l| l.budget_frees_at(&self.config.preemption))
+            .map(just_after)
+            .filter(|&at| waiting && at > now);
+        match (head, budget) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// A ledger cycle at `now`, unless it could grant nothing and make no
