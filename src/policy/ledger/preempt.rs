@@ -220,31 +220,37 @@ impl Ledger {
         if rooms.is_empty() {
             return out;
         }
-        let mut standing = self.standings();
         // A head whose group is paused or at a limit does not preempt either.
         let blocked = self.group_blocked(now);
-        let mut heads: Vec<(super::Rank, Uid)> = Vec::new();
-        for (uid, a) in self.accounts.iter().enumerate() {
-            let uid = uid as Uid;
-            let Some(head) = a.head() else { continue };
-            let s = &standing[uid as usize];
-            let waited = now - head.submitted_at;
-            if !a.listed()
-                || !a.eligible()
-                || blocked.contains(&uid)
-                || waited.is_nan()
-                || waited <= config.after
-                || self.preempt.waiting_for.contains_key(&head.job_id)
-                || self.preempt.claims.iter().any(|c| c.0 == head.job_id)
-                || rooms
-                    .iter()
-                    .any(|(k, f)| self.admits(*k, head) && head.resources.fits_within(f))
-                || at_most(s.fair, dominant_share(&s.allocation, &self.capacity))
-            {
-                continue;
-            }
-            heads.push((self.rank(uid, now), uid));
+        let waiting: Vec<Uid> = (0..self.accounts.len() as Uid)
+            .filter(|&uid| {
+                let a = &self.accounts[uid as usize];
+                let Some(head) = a.head() else { return false };
+                let waited = now - head.submitted_at;
+                a.listed()
+                    && a.eligible()
+                    && !blocked.contains(&uid)
+                    && !waited.is_nan()
+                    && waited > config.after
+                    && !self.preempt.waiting_for.contains_key(&head.job_id)
+                    && !self.preempt.claims.iter().any(|c| c.0 == head.job_id)
+                    && !rooms
+                        .iter()
+                        .any(|(k, f)| self.admits(*k, head) && head.resources.fits_within(f))
+            })
+            .collect();
+        if waiting.is_empty() {
+            return out;
         }
+        let mut standing = self.standings();
+        let mut heads: Vec<(super::Rank, Uid)> = waiting
+            .into_iter()
+            .filter(|&uid| {
+                let s = &standing[uid as usize];
+                !at_most(s.fair, dominant_share(&s.allocation, &self.capacity))
+            })
+            .map(|uid| (self.rank(uid, now), uid))
+            .collect();
         heads.sort();
         for (_, p) in heads {
             let Some(head) = self.accounts[p as usize].head().cloned() else {
@@ -425,8 +431,7 @@ impl Ledger {
     /// The jobs on cluster `k` that may be stopped for a head of user `p` at `now`:
     /// preemptible, not being stopped, another user's, run at least `min_runtime`,
     /// preempted fewer than `max_per_job` times, and `also`; youngest first (the least
-    /// work lost), equal starts by the larger id. Each as (started at, id, user,
-    /// what it holds).
+    /// work lost), equal starts by the larger id. Each as (started at, id).
     fn stoppable(
         &self,
         now: Seconds,
@@ -434,8 +439,9 @@ impl Ledger {
         k: usize,
         p: Uid,
         also: impl Fn(&Job) -> bool,
-    ) -> Vec<(Seconds, JobId, Uid, Resources)> {
-        let mut allowed: Vec<_> = self.clusters[k]
+    ) -> Vec<(Seconds, JobId)> {
+        // Small keys: what a job holds is large to move.
+        let mut allowed: Vec<(Seconds, JobId)> = self.clusters[k]
             .ends
             .values()
             .filter_map(|(id, _)| {
@@ -446,10 +452,10 @@ impl Ledger {
                     && now - j.started_at >= config.min_runtime
                     && j.preemptions < config.max_per_job
                     && also(j);
-                ok.then_some((j.started_at, *id, j.uid, j.resources))
+                ok.then_some((j.started_at, *id))
             })
             .collect();
-        allowed.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+        allowed.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
         allowed
     }
 
@@ -481,14 +487,22 @@ impl Ledger {
         // The share rule.
         let preemptor_after =
             dominant_share(&(sp.allocation + head.resources), capacity) / sp.weight;
-        let allowed = self.stoppable(now, config, k, p, |j| {
-            let s = &standing[j.uid as usize];
-            !at_most(dominant_share(&s.allocation, capacity), s.fair)
-        });
+        // Per user, once: is it above its fair share (cheaper than per job).
+        let above: Vec<bool> = standing
+            .iter()
+            .map(|s| !at_most(dominant_share(&s.allocation, capacity), s.fair))
+            .collect();
+        let allowed = if above.contains(&true) {
+            self.stoppable(now, config, k, p, |j| above[j.uid as usize])
+        } else {
+            Vec::new()
+        };
         let mut avail = free;
         let mut taken: Vec<(Uid, Resources)> = Vec::new();
         let mut victims = Vec::new();
-        for (_, id, v, held) in allowed {
+        for &(_, id) in &allowed {
+            let j = &self.jobs[&id];
+            let (v, held) = (j.uid, j.resources);
             let s = &standing[v as usize];
             let before = taken
                 .iter()
@@ -513,22 +527,28 @@ impl Ledger {
         let gain = dominant_share(&head.resources, capacity)
             .min(sp.fair - dominant_share(&sp.allocation, capacity));
         let allowed = self.stoppable(now, config, k, p, |_| true);
-        let (taken, victims) = taking(free, head, allowed.iter())?;
+        let (taken, victims) = taking(
+            free,
+            head,
+            allowed
+                .iter()
+                .map(|&(_, id)| (id, self.jobs[&id].resources)),
+        )?;
         (dominant_share(&taken, capacity) < gain).then_some(victims)
     }
 }
 
 /// The jobs of `candidates`, in their order, until `head` fits with `free`: what
 /// they hold and their ids, or `None` if all of them do not let it fit.
-fn taking<'a>(
+fn taking(
     free: Resources,
     head: &QueuedJob,
-    candidates: impl Iterator<Item = &'a (Seconds, JobId, Uid, Resources)>,
+    candidates: impl Iterator<Item = (JobId, Resources)>,
 ) -> Option<(Resources, Vec<JobId>)> {
     let mut avail = free;
     let mut taken = Resources::ZERO;
     let mut victims = Vec::new();
-    for &(_, id, _, held) in candidates {
+    for (id, held) in candidates {
         taken += held;
         victims.push(id);
         avail += held;
