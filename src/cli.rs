@@ -164,19 +164,24 @@ struct SimulateCli {
     /// preemption (default: the service's preemption.after).
     #[arg(long, value_parser = crate::sim::run::parse_starvation_guard)]
     preempt_after: Option<f64>,
-    /// Jobs that have run less than this are never preempted, e.g. "2m".
+    /// Jobs that have run less than this are never preempted, e.g. "2m" (default: the
+    /// service's preemption.min_runtime).
     #[arg(long, value_parser = humantime::parse_duration)]
     preempt_min_runtime: Option<std::time::Duration>,
-    /// A job is preempted at most this many times.
+    /// A job is preempted at most this many times (default: the service's
+    /// preemption.max_per_job).
     #[arg(long)]
     preempt_max_per_job: Option<u32>,
-    /// At most this fraction of the capacity is preempted per interval, 0 to 1.
+    /// At most this fraction of the capacity is preempted per interval, 0 to 1; one
+    /// head's victims may exceed it when nothing was preempted within the interval
+    /// (default: the service's preemption.budget).
     #[arg(long)]
     preempt_budget: Option<f64>,
-    /// The window of the budget, e.g. "5m".
+    /// The window of the budget, e.g. "5m" (default: the service's preemption.interval).
     #[arg(long, value_parser = humantime::parse_duration)]
     preempt_interval: Option<std::time::Duration>,
-    /// Also preempt under the shortfall rule: true or false.
+    /// Also preempt under the shortfall rule: true or false (default: the service's
+    /// preemption.shortfall).
     #[arg(long)]
     preempt_shortfall: Option<bool>,
     /// Write every run's report as JSON.

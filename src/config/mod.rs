@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+mod duration;
 mod network;
 mod preemption;
 #[cfg(test)]
@@ -134,7 +135,7 @@ pub enum OnLeaseLapse {
 pub struct AdmissionSettings {
     /// How long an admitted or started pool job's runner may stay silent: every report
     /// (`started`, `heartbeat`) renews the lease for this long. At least 1 s.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub lease: Duration,
     /// `requeue` (default) or `fail`: what a lapsed lease does to the job.
     pub on_lease_lapse: OnLeaseLapse,
@@ -306,26 +307,26 @@ impl std::fmt::Debug for IdentityRule {
 pub struct EventSettings {
     /// A reader looks at `job_events` at least this often; commits of this replica wake
     /// it at once, so this bounds the latency of another replica's events.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub poll_interval: Duration,
     /// An event id still missing while later ones are visible (a transaction that took
     /// its id has not committed yet, or rolled back) holds readers back for at most
     /// this long before they take the id as never coming.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub gap_grace: Duration,
     /// An idle SSE stream gets a comment line this often, so proxies keep it open and
     /// a dead client is noticed.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub keep_alive: Duration,
     /// Timeout of one webhook request.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub webhook_timeout: Duration,
     /// First wait before a failed webhook delivery is retried; doubles up to
     /// `webhook_retry_max_backoff`, and retries go on until the receiver takes it.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub webhook_retry_initial_backoff: Duration,
     /// Longest wait between two tries of one delivery.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub webhook_retry_max_backoff: Duration,
 }
 
@@ -369,7 +370,7 @@ pub struct ServerSettings {
     /// Longest a request body may stall (no bytes arrive) before the request is
     /// answered 408 and the connection closed (default 10 s). actix-web's own timeout
     /// covers only the headers.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub body_idle_timeout: Duration,
     /// HTTP worker threads; 0 = one per core.
     pub workers: usize,
@@ -384,13 +385,13 @@ pub struct DatabaseSettings {
     /// Pool size for PostgreSQL (SQLite always uses one connection).
     pub max_connections: u32,
     /// Wait for a pooled connection before answering 503.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub acquire_timeout: Duration,
     /// PostgreSQL ends a session that sits this long inside a transaction
     /// (`idle_in_transaction_session_timeout`): a replica paused mid-write (SIGSTOP, a
     /// frozen VM) then stops holding its locks, the lease row's among them, so a
     /// follower can take over (DESIGN §10). Below `leadership.lease`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub idle_in_transaction_timeout: Duration,
     /// PostgreSQL: intake transactions in flight at once, 1–8 (DESIGN §6), and at most
     /// `max_connections − 1` (one connection stays for everything else). The writer
@@ -404,16 +405,16 @@ pub struct DatabaseSettings {
 #[serde(deny_unknown_fields)]
 pub struct SchedulerSettings {
     /// Half-life `T` of decayed usage; zero turns history off.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub usage_half_life: Duration,
     /// Wait after which a head that fits nowhere gets the reservation (EASY
     /// backfill around it; DESIGN §2).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub starvation_guard: Duration,
     /// Weight of the age term in dominant-share units (0 turns it off).
     pub age_weight: f64,
     /// Age at which the age term saturates (Slurm's `PriorityMaxAge`).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub max_age: Duration,
     /// Skip users whose head does not fit and go on (true), or stop the cycle (false).
     pub backfill: bool,
@@ -422,10 +423,10 @@ pub struct SchedulerSettings {
     /// Default cap on QUEUED jobs per user (429 beyond it).
     pub default_max_queued_jobs: u32,
     /// Safety cycle interval on top of event-driven cycles.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub tick: Duration,
     /// Default cap on a job's run time.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub default_max_runtime: Duration,
     /// Jobs per user queue the arbiter considers per cycle (at least 1).
     pub queue_window: usize,
@@ -556,38 +557,38 @@ pub struct MonitorSettings {
     /// How often each cluster is polled while something is awaited that no
     /// notification announces (a job not dispatched behind the watcher, a stop, a
     /// retiring attempt, a cluster not healthy; every job when `[notify]` is off).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub poll_interval: Duration,
     /// How often each cluster is polled otherwise: the safety net when every followed
     /// job announces its own start and end (DESIGN §5). Never shorter than
     /// `poll_interval`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub idle_poll_interval: Duration,
     /// Consecutive failed polls before a cluster is unhealthy (at least 1).
     pub failure_threshold: u32,
     /// How long a job may be missing from an answering cluster before it is FAILED.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub lost_job_grace: Duration,
     /// Longest time Ray may keep one of our jobs PENDING (waiting for resources, e.g.
     /// taken by another tenant) before it is stopped there and queued here again.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub pending_timeout: Duration,
     /// How long Ray's usage report (`/api/cluster_status`) may lag behind its job list:
     /// a job of ours counts as included in the reported usage only once Ray has listed
     /// it RUNNING for this long (docs/ray.md: about 5 s, about 1 s with
     /// `AUTOSCALER_UPDATE_INTERVAL_S=1`).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub usage_report_lag: Duration,
     /// How long a cluster stays unhealthy after a dispatch found it not ready (route
     /// missing, 5xx, timeouts); doubles while it keeps failing, up to
     /// `unhealthy_backoff_max`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub unhealthy_backoff: Duration,
     /// Longest such hold.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub unhealthy_backoff_max: Duration,
     /// Least time between two warnings that the same cluster is unreachable.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub unreachable_warn_every: Duration,
 }
 
@@ -595,13 +596,13 @@ pub struct MonitorSettings {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DispatcherSettings {
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub request_timeout: Duration,
     /// Submit attempts (at least 1).
     pub retry_attempts: u32,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub retry_initial_backoff: Duration,
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub retry_max_backoff: Duration,
 }
 
@@ -688,14 +689,14 @@ pub struct LeadershipSettings {
     /// on Kubernetes), else `<host>-<pid>`.
     pub replica_id: String,
     /// How long a lease lasts unless renewed; a follower takes a lapsed one.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub lease: Duration,
     /// How often the leader renews the lease and a follower tries to take it.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub renew_every: Duration,
     /// How often the leader re-reads QUEUED jobs, stops and users, in case a
     /// notification from a follower was missed.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub catch_up_every: Duration,
 }
 

@@ -18,7 +18,7 @@ pub struct PreemptionSettings {
     #[serde(deserialize_with = "duration_or_off")]
     pub after: Option<Duration>,
     /// A job that has run less than this is never preempted.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub min_runtime: Duration,
     /// A job is never preempted more than this many times.
     pub max_per_job: u32,
@@ -26,12 +26,12 @@ pub struct PreemptionSettings {
     /// shares summed, is preempted per `interval`.
     pub budget: f64,
     /// The window of `budget`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub interval: Duration,
     /// How long after a preemption's stop was sent the job goes back to the queue
     /// although Ray has not reported the attempt ended (it is then held, its attempt
     /// retiring, until Ray does).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::config::duration")]
     pub grace: Duration,
     /// Whether the shortfall rule may allow victims the share rule does not
     /// ([`PreemptionConfig::shortfall`]).
@@ -44,9 +44,12 @@ fn duration_or_off<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, 
     if s.trim() == "off" {
         return Ok(None);
     }
-    humantime::parse_duration(s.trim()).map(Some).map_err(|e| {
+    let d = humantime::parse_duration(s.trim()).map_err(|e| {
         serde::de::Error::custom(format!("{e} (a duration such as \"10m\", or \"off\")"))
-    })
+    })?;
+    super::duration::bounded(d)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 impl PreemptionSettings {

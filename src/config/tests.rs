@@ -522,3 +522,39 @@ fn pools_load_from_a_file_with_their_capacity_and_bad_ones_name_their_key() {
         "a quarter of the lease"
     );
 }
+
+/// Every duration of the default configuration, set far beyond 100 years, is refused
+/// naming its key: the service adds durations to the clock (a `preemption.grace` of
+/// 293,000,000,000 years once made `serve` panic at start). Found by walking
+/// `config/default.toml` for values humantime parses, so a new duration key is
+/// covered without being listed here.
+#[test]
+fn durations_beyond_a_hundred_years_are_refused_naming_their_key() {
+    // `key = "value"` lines under `[section]` headers (arrays of tables skipped).
+    let mut keys = Vec::new();
+    let mut section: Option<&str> = None;
+    for line in DEFAULT_TOML.lines().map(str::trim) {
+        if line.starts_with("[[") {
+            section = None;
+        } else if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = Some(name);
+        } else if let (Some(section), Some((key, value))) = (section, line.split_once(" = ")) {
+            let value = value.split('#').next().unwrap_or("").trim();
+            let quoted = value.len() >= 2 && value.starts_with('"') && value.ends_with('"');
+            if quoted && humantime::parse_duration(value.trim_matches('"')).is_ok() {
+                keys.push(format!("{section}.{}", key.trim()));
+            }
+        }
+    }
+    assert!(keys.len() >= 20, "{keys:?}");
+    for key in &keys {
+        let var = format!("FAIRSHARE__{}", key.to_uppercase().replace('.', "__"));
+        let err = Settings::load_with_env(None, env(&[(var.as_str(), "300000000000y")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(key.as_str()) && err.contains("too long"),
+            "{key}: {err}"
+        );
+    }
+}

@@ -85,9 +85,10 @@ impl Resources {
     /// `(self_k, other_k)` for every component `k` either side may have: cores,
     /// GPUs, bytes, then custom slots up to the longer length (0 past a side's
     /// own length).
-    pub fn pairs(&self, other: &Resources) -> impl Iterator<Item = (f64, f64)> + '_ {
+    pub fn pairs<'a>(&'a self, other: &'a Resources) -> impl Iterator<Item = (f64, f64)> + 'a {
         let len = self.custom.len().max(other.custom.len());
-        let (a, b) = (self.custom, other.custom);
+        // Borrowed, not copied: this is on the policy's hottest path.
+        let (a, b) = (&self.custom, &other.custom);
         self.builtin()
             .into_iter()
             .zip(other.builtin())

@@ -215,9 +215,12 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
     }
     let p = &args.preemption;
     let durations = [
-        ("preemption after", p.after),
-        ("preemption min runtime", p.min_runtime),
-        ("preemption interval", p.interval),
+        ("preemption after (--preempt-after)", p.after),
+        (
+            "preemption min runtime (--preempt-min-runtime)",
+            p.min_runtime,
+        ),
+        ("preemption interval (--preempt-interval)", p.interval),
     ];
     if let Some((name, v)) = durations.into_iter().find(|(_, v)| v.is_nan() || *v < 0.0) {
         return Err(SimError::Invalid {
@@ -227,13 +230,13 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
     }
     if p.interval.is_nan() || p.interval <= 0.0 {
         return Err(SimError::Invalid {
-            name: "preemption interval",
+            name: "preemption interval (--preempt-interval)",
             reason: format!("{} s; must be more than 0, as in the service", p.interval),
         });
     }
     if !(0.0..=1.0).contains(&p.budget) {
         return Err(SimError::Invalid {
-            name: "preemption budget",
+            name: "preemption budget (--preempt-budget)",
             reason: format!("{}; must be between 0 and 1", p.budget),
         });
     }

@@ -210,6 +210,7 @@ impl Ledger {
             c.ends.clear();
         }
         self.jobs.clear();
+        self.preempt.forget_all();
         self.reservation = None;
     }
 

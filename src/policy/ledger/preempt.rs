@@ -8,7 +8,7 @@
 // `!(x > y)` on floats is deliberate here: a NaN budget or wait counts as "no".
 #![allow(clippy::neg_cmp_op_on_partial_ord)]
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::cycle::Run;
 use super::{Job, JobMap, Ledger, Uid};
@@ -22,6 +22,9 @@ use crate::policy::{
 pub(super) struct PreemptState {
     /// Outstanding jobs that may be preempted and are not being stopped.
     candidates: usize,
+    /// The same jobs per cluster (index), by start time (as [`f64::total_cmp`]
+    /// orders it) then id: walked from the end, youngest first.
+    by_start: Vec<BTreeSet<(i64, JobId)>>,
     /// For each head that preempted: the cluster and the jobs being stopped for it
     /// (an entry goes when the last of them ends).
     pub(super) waiting_for: JobMap<(usize, Vec<JobId>)>,
@@ -34,7 +37,34 @@ pub(super) struct PreemptState {
     pub(super) claims: Vec<(JobId, Uid, usize)>,
 }
 
+/// A key that orders as [`f64::total_cmp`] orders `x`.
+fn total_key(x: f64) -> i64 {
+    let bits = x.to_bits() as i64;
+    bits ^ (((bits >> 63) as u64) >> 1) as i64
+}
+
 impl PreemptState {
+    /// `job` (on cluster `k`, started at `at`) becomes a candidate.
+    fn enlist(&mut self, k: usize, at: Seconds, job: JobId) {
+        if self.by_start.len() <= k {
+            self.by_start.resize_with(k + 1, BTreeSet::new);
+        }
+        self.by_start[k].insert((total_key(at), job));
+    }
+
+    /// `job` (on cluster `k`, started at `at`) is no longer a candidate.
+    fn delist(&mut self, k: usize, at: Seconds, job: JobId) {
+        if let Some(set) = self.by_start.get_mut(k) {
+            set.remove(&(total_key(at), job));
+        }
+    }
+
+    /// Forgets every candidate (the jobs are no longer followed).
+    pub(super) fn forget_all(&mut self) {
+        self.candidates = 0;
+        self.by_start.clear();
+    }
+
     /// Head `head` no longer waits for `job` to stop; its entry goes with its last job.
     fn unwait(&mut self, head: JobId, job: JobId) {
         if let Some((_, victims)) = self.waiting_for.get_mut(&head) {
@@ -58,8 +88,8 @@ fn at_most(a: f64, b: f64) -> bool {
     a <= b + FIT_TOLERANCE * a.abs().max(b.abs()).max(1.0)
 }
 
-/// A head asking for victims: at `now`, on cluster `k` with `free` capacity, of
-/// user `p`.
+/// A head of user `p` asking for victims at `now` on cluster `k`, which has `free`
+/// capacity.
 struct Ask<'a> {
     now: Seconds,
     k: usize,
@@ -75,6 +105,15 @@ struct Standing {
     allocation: Resources,
     weight: f64,
     fair: f64,
+    /// Its dominant share is above `fair` ([`Standing::refresh`] after a change).
+    above: bool,
+}
+
+impl Standing {
+    /// Recomputes `above` once `allocation` or `fair` changed.
+    fn refresh(&mut self, capacity: &Resources) {
+        self.above = !at_most(dominant_share(&self.allocation, capacity), self.fair);
+    }
 }
 
 impl Ledger {
@@ -86,20 +125,26 @@ impl Ledger {
         let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
+        if j.preemptible && j.stopping_for.is_none() {
+            self.preempt.delist(j.cluster, j.started_at, job);
+        } else if j.stopping_for.is_none() {
+            self.preempt.candidates += 1;
+        }
         j.started_at = started_at;
         j.preemptions = preemptions;
-        if !j.preemptible {
-            j.preemptible = true;
-            if j.stopping_for.is_none() {
-                self.preempt.candidates += 1;
-            }
+        j.preemptible = true;
+        if j.stopping_for.is_none() {
+            self.preempt.enlist(j.cluster, started_at, job);
         }
     }
 
     /// Forgets what preemption knew of `job`, which `end` just took out.
     pub(super) fn forget_preemptible(&mut self, job: JobId, j: &Job) {
         match j.stopping_for {
-            None if j.preemptible => self.preempt.candidates -= 1,
+            None if j.preemptible => {
+                self.preempt.candidates -= 1;
+                self.preempt.delist(j.cluster, j.started_at, job);
+            }
             None => {}
             Some(head) => self.preempt.unwait(head, job),
         }
@@ -143,6 +188,7 @@ impl Ledger {
         };
         if j.preemptible {
             self.preempt.candidates += 1;
+            self.preempt.enlist(j.cluster, j.started_at, job);
         }
         self.preempt.unwait(head, job);
     }
@@ -292,9 +338,11 @@ impl Ledger {
                 let j = self.jobs.get_mut(v).expect("a victim is outstanding");
                 j.stopping_for = Some(head.job_id);
                 self.preempt.candidates -= 1;
+                self.preempt.delist(j.cluster, j.started_at, *v);
                 freed += j.resources;
                 let s = &mut standing[j.uid as usize];
                 s.allocation = s.allocation.saturating_sub(j.resources);
+                s.refresh(&self.capacity);
                 out.push(Preemption {
                     job_id: *v,
                     user: self.accounts[j.uid as usize].name.to_string(),
@@ -318,6 +366,7 @@ impl Ledger {
                 }
             }
             standing[p as usize].allocation += head.resources;
+            standing[p as usize].refresh(&self.capacity);
             self.preempt.waiting_for.insert(head.job_id, (k, victims));
             self.preempt.claims.push((head.job_id, p, k));
             if budget.is_nan() || budget <= 0.0 {
@@ -382,6 +431,7 @@ impl Ledger {
                 allocation: a.allocation,
                 weight: a.settings.weight,
                 fair: 0.0,
+                above: false,
             })
             .collect();
         for j in self.jobs.values() {
@@ -425,38 +475,35 @@ impl Ledger {
         for (i, uid) in users.into_iter().enumerate() {
             standing[uid].fair = fair[i];
         }
+        for s in &mut standing {
+            s.refresh(&self.capacity);
+        }
         standing
     }
 
-    /// The jobs on cluster `k` that may be stopped for a head of user `p` at `now`:
-    /// preemptible, not being stopped, another user's, run at least `min_runtime`,
-    /// preempted fewer than `max_per_job` times, and `also`; youngest first (the least
-    /// work lost), equal starts by the larger id. Each as (started at, id).
-    fn stoppable(
-        &self,
+    /// The jobs on cluster `k` that may be stopped at `now`: preemptible, not being
+    /// stopped, run at least `min_runtime`, preempted fewer than `max_per_job` times;
+    /// youngest first (the least work lost), equal starts by the larger id. A head's
+    /// walk skips its own user's and (for the share rule) those of users not above
+    /// their fair share.
+    fn stoppable<'a>(
+        &'a self,
         now: Seconds,
-        config: &PreemptionConfig,
+        config: &'a PreemptionConfig,
         k: usize,
-        p: Uid,
-        also: impl Fn(&Job) -> bool,
-    ) -> Vec<(Seconds, JobId)> {
-        // Small keys: what a job holds is large to move.
-        let mut allowed: Vec<(Seconds, JobId)> = self.clusters[k]
-            .ends
-            .values()
-            .filter_map(|(id, _)| {
-                let j = self.jobs.get(id)?;
-                let ok = j.preemptible
-                    && j.stopping_for.is_none()
-                    && j.uid != p
+    ) -> impl Iterator<Item = (JobId, &'a Job)> + 'a {
+        self.preempt
+            .by_start
+            .get(k)
+            .into_iter()
+            .flat_map(|set| set.iter().rev())
+            .filter_map(move |&(_, id)| {
+                let j = self.jobs.get(&id)?;
+                let ok = j.stopping_for.is_none()
                     && now - j.started_at >= config.min_runtime
-                    && j.preemptions < config.max_per_job
-                    && also(j);
-                ok.then_some((j.started_at, *id))
+                    && j.preemptions < config.max_per_job;
+                ok.then_some((id, j))
             })
-            .collect();
-        allowed.sort_unstable_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
-        allowed
     }
 
     /// The victims on cluster `ask.k` (free capacity `ask.free`) that let the head
@@ -487,21 +534,13 @@ impl Ledger {
         // The share rule.
         let preemptor_after =
             dominant_share(&(sp.allocation + head.resources), capacity) / sp.weight;
-        // Per user, once: is it above its fair share (cheaper than per job).
-        let above: Vec<bool> = standing
-            .iter()
-            .map(|s| !at_most(dominant_share(&s.allocation, capacity), s.fair))
-            .collect();
-        let allowed = if above.contains(&true) {
-            self.stoppable(now, config, k, p, |j| above[j.uid as usize])
-        } else {
-            Vec::new()
-        };
+        let allowed = self
+            .stoppable(now, config, k)
+            .filter(|(_, j)| j.uid != p && standing[j.uid as usize].above);
         let mut avail = free;
         let mut taken: Vec<(Uid, Resources)> = Vec::new();
         let mut victims = Vec::new();
-        for &(_, id) in &allowed {
-            let j = &self.jobs[&id];
+        for (id, j) in allowed {
             let (v, held) = (j.uid, j.resources);
             let s = &standing[v as usize];
             let before = taken
@@ -526,15 +565,16 @@ impl Ledger {
         // The shortfall rule.
         let gain = dominant_share(&head.resources, capacity)
             .min(sp.fair - dominant_share(&sp.allocation, capacity));
-        let allowed = self.stoppable(now, config, k, p, |_| true);
         let (taken, victims) = taking(
             free,
             head,
-            allowed
-                .iter()
-                .map(|&(_, id)| (id, self.jobs[&id].resources)),
+            self.stoppable(now, config, k)
+                .filter(|(_, j)| j.uid != p)
+                .map(|(id, j)| (id, j.resources)),
         )?;
-        (dominant_share(&taken, capacity) < gain).then_some(victims)
+        // Strictly less, beyond the policy's tolerance: equal (up to rounding) would
+        // lower nothing.
+        (!at_most(gain, dominant_share(&taken, capacity))).then_some(victims)
     }
 }
 

@@ -1,0 +1,31 @@
+//! Durations of the configuration (`#[serde(with = "crate::config::duration")]`,
+//! deserializing only):
+//! humantime strings such as `"30s"` or `"10m"`, at most [`MAX`]. A longer one
+//! (e.g. `"300000000000y"`) is refused naming its key: the service adds durations
+//! to the clock, which would overflow.
+
+use std::time::Duration;
+
+use serde::{de::Error as _, Deserializer};
+
+/// The longest duration a setting may take: 100 years (of 365.25 days, as humantime
+/// counts `"100years"`).
+pub const MAX: Duration = Duration::from_secs(100 * 31_557_600);
+
+/// `d` unless it is longer than [`MAX`]: then the error to give.
+pub(super) fn bounded(d: Duration) -> Result<Duration, String> {
+    if d > MAX {
+        Err(format!(
+            "{} is too long (at most 100 years)",
+            humantime::format_duration(d)
+        ))
+    } else {
+        Ok(d)
+    }
+}
+
+/// As `humantime_serde`, refusing durations longer than [`MAX`].
+pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let d: Duration = humantime_serde::deserialize(d)?;
+    bounded(d).map_err(D::Error::custom)
+}
