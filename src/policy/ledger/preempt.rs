@@ -20,10 +20,9 @@ use crate::policy::{
 /// What preemption keeps between calls.
 #[derive(Debug, Default)]
 pub(super) struct PreemptState {
-    /// Outstanding jobs that may be preempted and are not being stopped.
-    candidates: usize,
-    /// The same jobs per cluster (index), by start time (as [`f64::total_cmp`]
-    /// orders it) then id: walked from the end, youngest first.
+    /// Outstanding jobs that may be preempted and are not being stopped, per cluster
+    /// (index), by start time (as [`f64::total_cmp`] orders it) then id: walked
+    /// from the end, youngest first.
     by_start: Vec<BTreeSet<(i64, JobId)>>,
     /// For each head that preempted: the cluster and the jobs being stopped for it
     /// (an entry goes when the last of them ends).
@@ -61,7 +60,6 @@ impl PreemptState {
 
     /// Forgets every candidate (the jobs are no longer followed).
     pub(super) fn forget_all(&mut self) {
-        self.candidates = 0;
         self.by_start.clear();
     }
 
@@ -127,8 +125,6 @@ impl Ledger {
         };
         if j.preemptible && j.stopping_for.is_none() {
             self.preempt.delist(j.cluster, j.started_at, job);
-        } else if j.stopping_for.is_none() {
-            self.preempt.candidates += 1;
         }
         j.started_at = started_at;
         j.preemptions = preemptions;
@@ -141,10 +137,7 @@ impl Ledger {
     /// Forgets what preemption knew of `job`, which `end` just took out.
     pub(super) fn forget_preemptible(&mut self, job: JobId, j: &Job) {
         match j.stopping_for {
-            None if j.preemptible => {
-                self.preempt.candidates -= 1;
-                self.preempt.delist(j.cluster, j.started_at, job);
-            }
+            None if j.preemptible => self.preempt.delist(j.cluster, j.started_at, job),
             None => {}
             Some(head) => self.preempt.unwait(head, job),
         }
@@ -187,7 +180,6 @@ impl Ledger {
             return;
         };
         if j.preemptible {
-            self.preempt.candidates += 1;
             self.preempt.enlist(j.cluster, j.started_at, job);
         }
         self.preempt.unwait(head, job);
@@ -217,7 +209,7 @@ impl Ledger {
     /// Whether any outstanding job may be preempted now (marked, not being stopped).
     #[must_use]
     pub fn has_preemptible(&self) -> bool {
-        self.preempt.candidates > 0
+        self.preempt.by_start.iter().any(|set| !set.is_empty())
     }
 
     /// The preemptions to make at `now` (seconds), on the state the last cycle left
@@ -230,7 +222,7 @@ impl Ledger {
     pub fn preempt(&mut self, now: Seconds, config: &PreemptionConfig) -> Vec<Preemption> {
         let now = self.clock(now);
         let mut out = Vec::new();
-        if self.preempt.candidates == 0 || !(now - config.after).is_finite() {
+        if !self.has_preemptible() || !(now - config.after).is_finite() {
             return out;
         }
         while let Some(&(at, _)) = self.preempt.spent.front() {
@@ -337,7 +329,6 @@ impl Ledger {
             for v in &victims {
                 let j = self.jobs.get_mut(v).expect("a victim is outstanding");
                 j.stopping_for = Some(head.job_id);
-                self.preempt.candidates -= 1;
                 self.preempt.delist(j.cluster, j.started_at, *v);
                 freed += j.resources;
                 let s = &mut standing[j.uid as usize];

@@ -385,10 +385,7 @@ impl Sim<'_> {
             match self.config.policy {
                 SimPolicy::FairShare => {
                     self.fair_share_step(t);
-                    wake = match (self.guard_wake(t), self.preempt_wake(t)) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
+                    wake = steps::earliest(self.guard_wake(t), self.preempt_wake(t));
                 }
                 SimPolicy::Fifo => self.fifo_step(t),
                 SimPolicy::GatewayLoop => {

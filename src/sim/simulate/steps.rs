@@ -30,11 +30,7 @@ impl Sim<'_> {
     /// The ledger's preemptions at `now`, when some job may be preempted and the
     /// oldest head has waited past `preemption.after`.
     fn preemptions_at(&mut self, now: Seconds) -> Vec<crate::policy::Preemption> {
-        let after = self.config.preemption.after;
-        let waited = self
-            .heads
-            .first()
-            .is_some_and(|&(at, _)| now - f64::from_bits(at) > after);
+        let waited = self.head_past_after(now);
         match &mut self.ledger {
             Some(ledger) if waited && ledger.has_preemptible() => {
                 ledger.preempt(now, &self.config.preemption)
@@ -61,20 +57,22 @@ impl Sim<'_> {
             .find(|&at| at > now);
         // A head already past `after` may have been refused for the budget: wake when
         // the budget's window moves on.
-        let waiting = self
-            .heads
-            .first()
-            .is_some_and(|&(at, _)| now - f64::from_bits(at) > after);
+        let waiting = self.head_past_after(now);
         let budget = self
             .ledger
             .as_ref()
             .and_then(|l| l.budget_frees_at(&self.config.preemption))
             .map(just_after)
             .filter(|&at| waiting && at > now);
-        match (head, budget) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        earliest(head, budget)
+    }
+
+    /// Whether the oldest queued head has waited past `preemption.after` at `now`.
+    fn head_past_after(&self, now: Seconds) -> bool {
+        let after = self.config.preemption.after;
+        self.heads
+            .first()
+            .is_some_and(|&(at, _)| now - f64::from_bits(at) > after)
     }
 
     /// A ledger cycle at `now`, unless it could grant nothing and make no
@@ -180,6 +178,14 @@ impl Sim<'_> {
             }
         }
         started
+    }
+}
+
+/// The earlier of two optional times.
+pub(super) fn earliest(a: Option<Seconds>, b: Option<Seconds>) -> Option<Seconds> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
