@@ -277,7 +277,14 @@ impl Ledger {
                         .any(|(k, f)| self.admits(*k, head) && head.resources.fits_within(f))
             })
             .collect();
-        if waiting.is_empty() {
+        // Past the interval's first preemption, a head whose victims would cost more
+        // than the budget left preempts nothing: when that holds for every head, the
+        // fair shares are not needed.
+        if !fresh
+            && waiting
+                .iter()
+                .all(|&uid| self.priced_out(uid, &rooms, budget))
+        {
             return out;
         }
         let mut standing = self.standings();
@@ -291,6 +298,9 @@ impl Ledger {
             .collect();
         heads.sort();
         for (_, p) in heads {
+            if !fresh && self.priced_out(p, &rooms, budget) {
+                continue;
+            }
             let Some(head) = self.accounts[p as usize].head().cloned() else {
                 continue;
             };
@@ -412,6 +422,14 @@ impl Ledger {
         }
     }
 
+    /// Whether user `uid`'s head lacks more on every one of `rooms` than `budget`
+    /// may buy ([`over_budget`]); false without a head.
+    fn priced_out(&self, uid: Uid, rooms: &[(usize, Resources)], budget: f64) -> bool {
+        self.accounts[uid as usize]
+            .head()
+            .is_some_and(|head| over_budget(head, rooms, &self.capacity, budget))
+    }
+
     /// Every user's allocation less its jobs being stopped, weight and fair share
     /// (zero for users without demand).
     fn standings(&self) -> Vec<Standing> {
@@ -425,8 +443,13 @@ impl Ledger {
                 above: false,
             })
             .collect();
-        for j in self.jobs.values() {
-            if j.stopping_for.is_some() {
+        // The jobs being stopped are exactly the victims heads wait for.
+        debug_assert_eq!(
+            self.jobs.values().filter(|j| j.stopping_for.is_some()).count(),
+            self.preempt.waiting_for.values().map(|(_, v)| v.len()).sum::<usize>(),
+        );
+        for (_, victims) in self.preempt.waiting_for.values() {
+            for j in victims.iter().filter_map(|v| self.jobs.get(v)) {
                 let s = &mut standing[j.uid as usize];
                 s.allocation = s.allocation.saturating_sub(j.resources);
             }
@@ -567,6 +590,26 @@ impl Ledger {
         // lower nothing.
         (!at_most(gain, dominant_share(&taken, capacity))).then_some(victims)
     }
+}
+
+/// Whether every set of victims that would let `head` fit on any of `rooms`
+/// (cluster, free capacity) costs more than `budget` (a sum of dominant shares):
+/// victims must hold at least what the head lacks there, `request − free` (up to the
+/// fit's relative tolerance, [`FIT_TOLERANCE`]), and the sum of their dominant shares
+/// is at least the dominant share of their sum. A cheap bound that spares the walk
+/// over candidate victims (and the fair shares) for heads the budget would refuse.
+pub(super) fn over_budget(
+    head: &QueuedJob,
+    rooms: &[(usize, Resources)],
+    capacity: &Resources,
+    budget: f64,
+) -> bool {
+    // Covers the fit's tolerance and the rounding of the victims' summed shares.
+    let margin = 1e-6 * dominant_share(&head.resources, capacity) + 1e-12;
+    rooms.iter().all(|(_, free)| {
+        let lacks = head.resources.saturating_sub(*free);
+        dominant_share(&lacks, capacity) - margin > budget
+    })
 }
 
 /// The jobs of `candidates`, in their order, until `head` fits with `free`: what

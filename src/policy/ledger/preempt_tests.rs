@@ -618,3 +618,41 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The budget bound that spares the victims' walk is sound: whenever it says a
+    /// head is priced out, every set of jobs that would let the head fit on some
+    /// room (with that room's free capacity) costs more than the budget. Cores,
+    /// GPUs and memory, fractional requests included.
+    #[test]
+    fn a_head_priced_out_by_the_bound_is_priced_out_by_every_victim_set(
+        head in (0u32..=64, 0u32..=4, 0u32..=64),
+        frees in prop::collection::vec((0u32..=64, 0u32..=4, 0u32..=64), 1..=3),
+        jobs in prop::collection::vec((0u32..=32, 0u32..=2, 0u32..=32), 0..=8),
+        subset in any::<u8>(),
+        budget in prop::sample::select(vec![0.0, 0.01, 0.02, 0.05, 0.1, 0.3]),
+    ) {
+        let capacity = Resources::new(128.0, 8.0, 128.0 * 1e9);
+        let r = |(c, g, m): (u32, u32, u32)| Resources::new(f64::from(c) / 2.0, f64::from(g), f64::from(m) * 1e9);
+        let head = QueuedJob { resources: r(head), ..queued(1, 0.0, 0.0) };
+        let rooms: Vec<(usize, Resources)> = frees.iter().enumerate().map(|(k, f)| (k, r(*f))).collect();
+        if !super::preempt::over_budget(&head, &rooms, &capacity, budget) {
+            return Ok(());
+        }
+        for (_, free) in &rooms {
+            let mut avail = *free;
+            let mut cost = 0.0;
+            for (i, job) in jobs.iter().enumerate() {
+                if subset & (1 << i) != 0 {
+                    avail += r(*job);
+                    cost += dominant_share(&r(*job), &capacity);
+                }
+            }
+            if head.resources.fits_within(&avail) {
+                prop_assert!(cost > budget, "a set costing {cost} <= {budget} lets the head fit");
+            }
+        }
+    }
+}
