@@ -55,6 +55,18 @@ fn a_preempted_job_runs_again_once_the_preemptor_is_done() {
     );
     assert_eq!(out.preemptions, 2);
     assert!(close(out.lost_core_s, 140.0), "lost {}", out.lost_core_s);
+    // Jobs 3 and 4 ran 70 s before they were preempted: that is part of their wait
+    // (to the start of the run that finished) but not of their time queued.
+    let job3 = out.jobs.iter().find(|j| j.number == 3).unwrap();
+    assert!(close(job3.preempted_run_s, 70.0), "{job3:?}");
+    assert!(close(job3.queued(), job3.wait() - 70.0), "{job3:?}");
+    let report = super::report::Report::new("t", 0, &preempting(4, Preemptible::All), &out);
+    let o = &report.overall;
+    assert_eq!(o.worst_user.as_deref(), Some("a"));
+    assert!(close(o.worst_user_p95_wait_s, start(3)), "{o:?}");
+    assert_eq!(o.worst_queued_user.as_deref(), Some("a"));
+    assert!(close(o.worst_user_p95_queued_s, start(3) - 70.0), "{o:?}");
+    assert!(report.to_table().contains("worst user's p95 time queued"));
     // Without preemption b waits for a whole job of a.
     let off = simulate(&trace, &preempting(4, Preemptible::None));
     let b = off.jobs.iter().find(|j| j.number == 5).unwrap();

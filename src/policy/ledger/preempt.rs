@@ -445,8 +445,15 @@ impl Ledger {
             .collect();
         // The jobs being stopped are exactly the victims heads wait for.
         debug_assert_eq!(
-            self.jobs.values().filter(|j| j.stopping_for.is_some()).count(),
-            self.preempt.waiting_for.values().map(|(_, v)| v.len()).sum::<usize>(),
+            self.jobs
+                .values()
+                .filter(|j| j.stopping_for.is_some())
+                .count(),
+            self.preempt
+                .waiting_for
+                .values()
+                .map(|(_, v)| v.len())
+                .sum::<usize>(),
         );
         for (_, victims) in self.preempt.waiting_for.values() {
             for j in victims.iter().filter_map(|v| self.jobs.get(v)) {

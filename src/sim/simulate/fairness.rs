@@ -233,6 +233,7 @@ impl Sim<'_> {
                     start,
                     run: job.run,
                     preemptions: job.preemptions,
+                    preempted_run_s: job.cut_s,
                 }),
                 None => outcome.never_started.push(job.number),
             }

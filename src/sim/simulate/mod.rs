@@ -101,6 +101,8 @@ struct SimJob {
     preemptible: bool,
     /// How many times it was preempted.
     preemptions: u32,
+    /// Seconds of its runs that preemption cut short.
+    cut_s: Seconds,
 }
 
 /// Per-user state.
@@ -257,6 +259,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
             start: None,
             preemptible: config.policy == SimPolicy::FairShare && config.is_preemptible(job.number),
             preemptions: 0,
+            cut_s: 0.0,
         });
     }
 
@@ -507,6 +510,7 @@ impl Sim<'_> {
         job.preemptions += 1;
         let (u, cpus) = (job.user, job.cpus);
         self.lost_core_s += f64::from(cpus) * (now - start);
+        job.cut_s += now - start;
         self.preemptions += 1;
         let user = &mut self.users[u];
         user.running_cores -= u64::from(cpus);

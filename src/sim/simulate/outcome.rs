@@ -26,13 +26,23 @@ pub struct JobOutcome {
     /// How many times it was preempted before the run that finished (`start` is
     /// that run's start).
     pub preemptions: u32,
+    /// Seconds of its earlier runs that preemption cut short (0 if never
+    /// preempted): part of its wait, not of its time queued.
+    pub preempted_run_s: Seconds,
 }
 
 impl JobOutcome {
-    /// Seconds between submit and start.
+    /// Seconds between submit and start (of the run that finished).
     #[must_use]
     pub fn wait(&self) -> Seconds {
         self.start - self.submit
+    }
+
+    /// Seconds it spent queued: its wait less the runs that preemption cut
+    /// short. Equal to the wait for a job never preempted.
+    #[must_use]
+    pub fn queued(&self) -> Seconds {
+        self.wait() - self.preempted_run_s
     }
 
     /// Finish time, seconds since the trace start.
