@@ -24,6 +24,24 @@ pub(super) fn bounded(d: Duration) -> Result<Duration, String> {
     }
 }
 
+/// The words that turn a duration setting off, in any case: `off`, also `none` and
+/// `inf`. One list for the service's configuration and the simulator's flags.
+pub const OFF_WORDS: [&str; 3] = ["off", "none", "inf"];
+
+/// Parses a humantime duration (at most [`MAX`]) or one of [`OFF_WORDS`] (`None`).
+///
+/// # Errors
+/// Neither: the message says what was expected.
+pub fn parse_or_off(text: &str) -> Result<Option<Duration>, String> {
+    let text = text.trim();
+    if OFF_WORDS.iter().any(|w| text.eq_ignore_ascii_case(w)) {
+        return Ok(None);
+    }
+    let d = humantime::parse_duration(text)
+        .map_err(|e| format!("{e} (a duration such as \"10m\", or \"off\")"))?;
+    bounded(d).map(Some)
+}
+
 /// As `humantime_serde`, refusing durations longer than [`MAX`].
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let d: Duration = humantime_serde::deserialize(d)?;

@@ -20,6 +20,7 @@ mod preemption;
 mod tests;
 mod validate;
 
+pub use duration::parse_or_off;
 pub use network::Network;
 pub use preemption::PreemptionSettings;
 
@@ -789,6 +790,11 @@ impl Settings {
             // such as 1e400 given in the environment) can only be null.
             let reason = if reason.starts_with("invalid type: null, expected f64") {
                 "must be a finite number (not NaN, infinity or beyond ±1.8e308)".to_owned()
+            } else if reason.starts_with("invalid type: null, expected a string") {
+                // `FAIRSHARE__PREEMPTION__AFTER=inf`: the environment's `inf` is a number.
+                "must be a string (in the environment, inf and NaN are read as numbers; \
+                 for a duration write e.g. 10m, or off)"
+                    .to_owned()
             } else {
                 reason
             };

@@ -14,7 +14,7 @@ use crate::policy::PreemptionConfig;
 #[serde(deny_unknown_fields)]
 pub struct PreemptionSettings {
     /// A head may preempt once it has waited longer than this (from its submit time);
-    /// `"off"` (`None`) turns preemption off.
+    /// `"off"` (also `"none"` or `"inf"`, any case; `None`) turns preemption off.
     #[serde(deserialize_with = "duration_or_off")]
     pub after: Option<Duration>,
     /// A job that has run less than this is never preempted.
@@ -38,18 +38,11 @@ pub struct PreemptionSettings {
     pub shortfall: bool,
 }
 
-/// A humantime duration, or `"off"`.
+/// A humantime duration, or `"off"` (also `"none"`, `"inf"`, in any case:
+/// [`super::duration::parse_or_off`]).
 fn duration_or_off<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let s = String::deserialize(d)?;
-    if s.trim() == "off" {
-        return Ok(None);
-    }
-    let d = humantime::parse_duration(s.trim()).map_err(|e| {
-        serde::de::Error::custom(format!("{e} (a duration such as \"10m\", or \"off\")"))
-    })?;
-    super::duration::bounded(d)
-        .map(Some)
-        .map_err(serde::de::Error::custom)
+    super::duration::parse_or_off(&s).map_err(serde::de::Error::custom)
 }
 
 impl PreemptionSettings {

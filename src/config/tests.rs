@@ -295,10 +295,35 @@ fn preemption_defaults_off_and_bad_values_name_the_key() {
     // The simulator's defaults are the service's.
     assert_eq!(p.policy(), crate::policy::PreemptionConfig::default());
     assert!(p.enabled());
-    let off =
-        Settings::load_with_env(None, env(&[("FAIRSHARE__PREEMPTION__AFTER", "off")])).unwrap();
-    assert!(!off.preemption.enabled());
-    assert!(off.preemption.policy().after.is_infinite());
+    // The words the simulator's --preempt-after takes, in any case (a tester found
+    // the two accepting different ones).
+    for word in ["off", "OFF", " none ", "nOnE"] {
+        let off =
+            Settings::load_with_env(None, env(&[("FAIRSHARE__PREEMPTION__AFTER", word)])).unwrap();
+        assert!(!off.preemption.enabled(), "{word:?}");
+        assert!(off.preemption.policy().after.is_infinite());
+        let sim = crate::sim::run::parse_starvation_guard(word).unwrap();
+        assert!(sim.is_infinite(), "{word:?}");
+    }
+    assert_eq!(crate::sim::run::parse_starvation_guard("10m"), Ok(600.0));
+    assert!(crate::sim::run::parse_starvation_guard("Inf")
+        .unwrap()
+        .is_infinite());
+    // In a file `inf` is a word like the others; in the environment it is a number,
+    // refused naming the key and saying why.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f.toml");
+    std::fs::write(&file, "[preemption]\nafter = \"Inf\"\n").unwrap();
+    let s = Settings::load_with_env(Some(&file), env(&[])).unwrap();
+    assert!(!s.preemption.enabled());
+    let err = Settings::load_with_env(None, env(&[("FAIRSHARE__PREEMPTION__AFTER", "inf")]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("preemption.after") && err.contains("write e.g. 10m, or off"),
+        "{err}"
+    );
+    assert!(crate::sim::run::parse_starvation_guard("300000000000y").is_err());
     for (var, value, key) in [
         ("FAIRSHARE__PREEMPTION__AFTER", "soon", "preemption.after"),
         (

@@ -86,19 +86,15 @@ impl SimulateArgs {
     }
 }
 
-/// Parses `--starvation-guard`: `off` (also `none`, `inf`) disables the guard
-/// (`f64::INFINITY` seconds); anything else is a `humantime` duration such as
-/// `5m` or `300s`.
+/// Parses `--starvation-guard` and `--preempt-after`: `off` (also `none`, `inf`, in
+/// any case, as the service's `preemption.after` takes them) disables it
+/// (`f64::INFINITY` seconds); anything else is a `humantime` duration such as `5m` or
+/// `300s`, at most 100 years ([`crate::config::parse_or_off`]).
 ///
 /// # Errors
-/// The text is neither `off` nor a duration.
+/// The text is neither `off` nor such a duration.
 pub fn parse_starvation_guard(text: &str) -> Result<f64, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "off" | "none" | "inf" => Ok(f64::INFINITY),
-        other => humantime::parse_duration(other)
-            .map(|d| d.as_secs_f64())
-            .map_err(|e| format!("{e}; expected a duration such as 5m, or off")),
-    }
+    crate::config::parse_or_off(text).map(|d| d.map_or(f64::INFINITY, |d| d.as_secs_f64()))
 }
 
 /// Why `simulate` failed.
