@@ -121,7 +121,7 @@ struct SimulateCli {
     policy: Option<crate::sim::SimPolicy>,
     /// Half-life of decayed usage, e.g. "1h"; "0s" turns history off (default: the
     /// service's scheduler.usage_half_life).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::config::parse_bounded)]
     half_life: Option<std::time::Duration>,
     /// Starvation guard, e.g. "5m"; "off" disables it (no reservation) (default: the
     /// service's scheduler.starvation_guard).
@@ -136,7 +136,7 @@ struct SimulateCli {
     age_weight: Option<f64>,
     /// Age at which the age term saturates, e.g. "1day" (default: the service's
     /// scheduler.max_age).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::config::parse_bounded)]
     max_age: Option<std::time::Duration>,
     /// Cap on each user's running jobs (fairshare policy).
     #[arg(long)]
@@ -166,7 +166,7 @@ struct SimulateCli {
     preempt_after: Option<f64>,
     /// Jobs that have run less than this are never preempted, e.g. "2m" (default: the
     /// service's preemption.min_runtime).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::config::parse_bounded)]
     preempt_min_runtime: Option<std::time::Duration>,
     /// A job is preempted at most this many times (default: the service's
     /// preemption.max_per_job).
@@ -178,7 +178,7 @@ struct SimulateCli {
     #[arg(long)]
     preempt_budget: Option<f64>,
     /// The window of the budget, e.g. "5m" (default: the service's preemption.interval).
-    #[arg(long, value_parser = humantime::parse_duration)]
+    #[arg(long, value_parser = crate::config::parse_bounded)]
     preempt_interval: Option<std::time::Duration>,
     /// Also preempt under the shortfall rule: true or false (default: the service's
     /// preemption.shortfall).
@@ -273,6 +273,15 @@ pub fn run() -> ExitCode {
             }
             if let Some(v) = a.preempt_shortfall {
                 args.preemption.shortfall = v;
+            }
+            let preempt_flags = a.preempt_after.is_some()
+                || a.preempt_min_runtime.is_some()
+                || a.preempt_max_per_job.is_some()
+                || a.preempt_budget.is_some()
+                || a.preempt_interval.is_some()
+                || a.preempt_shortfall.is_some();
+            for note in crate::sim::run::ineffective(&args, preempt_flags) {
+                eprintln!("fairshare simulate: note: {note}");
             }
             args.report = a.report;
             args.plot = a.plot;

@@ -42,6 +42,17 @@ pub fn parse_or_off(text: &str) -> Result<Option<Duration>, String> {
     bounded(d).map(Some)
 }
 
+/// Parses a humantime duration of at most [`MAX`] (the simulator's duration flags,
+/// bounded as the service's settings are).
+///
+/// # Errors
+/// Not a duration, or a longer one.
+pub fn parse_bounded(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|e| e.to_string())
+        .and_then(bounded)
+}
+
 /// As `humantime_serde`, refusing durations longer than [`MAX`].
 pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let d: Duration = humantime_serde::deserialize(d)?;

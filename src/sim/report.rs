@@ -447,7 +447,10 @@ impl Report {
                     o.preemptions, o.lost_core_hours, o.lost_pct
                 ),
             ],
-            vec!["queued time".to_owned(), format!("{:.0} s", o.queued_s)],
+            vec![
+                "time with some job queued".to_owned(),
+                format!("{:.0} s", o.queued_s),
+            ],
             vec![
                 "contended time".to_owned(),
                 format!("{:.0} s", o.contended_s),

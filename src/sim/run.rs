@@ -97,6 +97,32 @@ pub fn parse_starvation_guard(text: &str) -> Result<f64, String> {
     crate::config::parse_or_off(text).map(|d| d.map_or(f64::INFINITY, |d| d.as_secs_f64()))
 }
 
+/// Notes on flags that can have no effect in the run `args` describes
+/// (`preempt_flags`: some `--preempt-*` flag was given): a tester took a run with
+/// `--preempt-after` but the default `--preemptible none` for a measure of
+/// preemption.
+#[must_use]
+pub fn ineffective(args: &SimulateArgs, preempt_flags: bool) -> Vec<String> {
+    let mut notes = Vec::new();
+    if preempt_flags && args.preemptible == Preemptible::None {
+        notes.push(
+            "the --preempt-* flags have no effect with --preemptible none (the default); \
+             give --preemptible all or a fraction such as 0.5"
+                .to_owned(),
+        );
+    }
+    if let Some(policy) = args.policy.filter(|&p| p != SimPolicy::FairShare) {
+        if args.preemptible != Preemptible::None {
+            notes.push(format!(
+                "only the fairshare policy preempts: --preemptible has no effect with \
+                 --policy {}",
+                policy.name()
+            ));
+        }
+    }
+    notes
+}
+
 /// Why `simulate` failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -264,6 +290,16 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
                 } else {
                     ""
                 }
+            ),
+        });
+    }
+    if trace.jobs.iter().all(|j| j.cpus > capacity) {
+        let narrowest = trace.jobs.iter().map(|j| j.cpus).min().unwrap_or(0);
+        return Err(SimError::Invalid {
+            name: "capacity (--cpus)",
+            reason: format!(
+                "{capacity} cores: no job of {} fits (the narrowest asks for {narrowest})",
+                args.trace.display()
             ),
         });
     }

@@ -138,7 +138,8 @@ fn parse_line(line: &str) -> Option<TraceJob> {
     if f.len() < 12 {
         return None;
     }
-    let num = |i: usize| f[i].parse::<f64>().ok();
+    // `inf` parses as a float: a job that never ends (or starts) is not a job.
+    let num = |i: usize| f[i].parse::<f64>().ok().filter(|v| v.is_finite());
     let number = f[0].parse::<u64>().ok()?;
     let submit = num(1).filter(|v| *v >= 0.0)?;
     let recorded_wait = num(2).filter(|v| *v >= 0.0);
@@ -176,10 +177,12 @@ mod tests {
             2 0 1 50 -1 -1 -1 2 3600 -1 1 8 8 -1 -1 1 -1 -1\n\
             3 20 1 -1 4 -1 -1 4 3600 -1 1 7 7 -1 -1 1 -1 -1\n\
             4 30 1 10 4 -1 -1 4 3600 -1 1 -1 7 -1 -1 1 -1 -1\n\
+            5 40 1 inf 4 -1 -1 4 3600 -1 1 7 7 -1 -1 1 -1 -1\n\
+            6 inf 1 10 4 -1 -1 4 3600 -1 1 7 7 -1 -1 1 -1 -1\n\
             garbage\n";
         let t = parse(text.as_bytes()).unwrap();
         assert_eq!(t.max_procs, Some(128));
-        assert_eq!(t.skipped, 3);
+        assert_eq!(t.skipped, 5, "a runtime or submit time of inf is not a job");
         assert_eq!(t.jobs.len(), 2);
         assert_eq!(t.jobs[0].number, 2, "sorted by submit time");
         assert_eq!(

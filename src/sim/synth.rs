@@ -203,7 +203,10 @@ pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
         ));
     }
     if !(spec.load.is_finite() && spec.load > 0.0) {
-        return Err(InvalidSpec(format!("load {} must be > 0", spec.load)));
+        return Err(InvalidSpec(format!(
+            "load {} must be a finite number > 0 (--load)",
+            spec.load
+        )));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let activity = activity(spec);

@@ -479,6 +479,45 @@ fn a_file_with_no_swf_job_is_an_error_not_an_empty_report() {
     assert!(err.contains("no job to simulate"), "{err}");
 }
 
+/// A tester's finding: with every job wider than the capacity the run reported
+/// zeros and exited 0.
+#[test]
+fn a_trace_no_job_of_which_fits_is_an_error_naming_the_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wide.swf");
+    std::fs::write(&path, "1 0 0 100 4 -1 -1 4 100 -1 1 1 1 -1 1 -1 -1 -1\n").unwrap();
+    let mut args = crate::sim::SimulateArgs::new(path);
+    args.cpus = Some(2);
+    let err = crate::sim::run_simulate(&args).unwrap_err().to_string();
+    assert!(
+        err.contains("--cpus") && err.contains("narrowest asks for 4"),
+        "{err}"
+    );
+    args.cpus = Some(4);
+    assert!(crate::sim::run_simulate(&args).is_ok());
+}
+
+/// Preemption flags that cannot act are said so (a tester measured "preemption"
+/// with the default `--preemptible none`).
+#[test]
+fn flags_that_cannot_act_are_noted() {
+    use crate::sim::run::ineffective;
+    use crate::sim::simulate::Preemptible;
+    let mut args = crate::sim::SimulateArgs::new("t.swf".into());
+    assert!(ineffective(&args, false).is_empty());
+    assert_eq!(ineffective(&args, true).len(), 1);
+    assert!(ineffective(&args, true)[0].contains("--preemptible none"));
+    args.preemptible = Preemptible::All;
+    assert!(
+        ineffective(&args, true).is_empty(),
+        "all policies: fairshare preempts"
+    );
+    args.policy = Some(SimPolicy::Fifo);
+    let notes = ineffective(&args, true);
+    assert_eq!(notes.len(), 1);
+    assert!(notes[0].contains("--policy fifo"), "{notes:?}");
+}
+
 /// The issue-10 S/L scenario on a synthetic trace: 4 cores, guard 4 s,
 /// history off. S submits 40 one-core jobs of 1.5 s at t = 0 with the
 /// service's default estimate (24 h); L one 4-core job of 1 s at t = 1.

@@ -176,26 +176,7 @@ impl Ledger {
     /// out, and keeps what explanations need.
     fn finish(&mut self, run: Run, stopped_for: Option<JobId>, hold: Option<Hold>) -> CycleResult {
         let now = run.now;
-        self.jobs.reserve(run.granted.len());
-        for &(job, uid, k, resources, end) in &run.granted {
-            self.book(now, job, uid, k, resources, end);
-        }
-        for &(job, preemptions) in &run.preemptible {
-            self.set_preemptible(job, now, preemptions);
-        }
-        let mut again: Vec<Uid> = run
-            .taken
-            .iter()
-            .copied()
-            .chain(run.aside.iter().copied())
-            .chain(run.emptied.iter().copied())
-            .collect();
-        again.sort_unstable();
-        again.dedup();
-        for uid in again {
-            self.accounts[uid as usize].emptied = false;
-            self.reindex(uid, now);
-        }
+        self.book_run(&run);
         let reservation = hold.as_ref().map(|h| h.reservation.clone());
         self.reservation.clone_from(&reservation);
         self.last = Some(super::LastCycle {
@@ -221,6 +202,32 @@ impl Ledger {
         }
     }
 
+    /// Records `run`'s grants on their clusters (the preemptible ones as candidates)
+    /// and indexes again every user it took out, set aside or emptied.
+    fn book_run(&mut self, run: &Run) {
+        let now = run.now;
+        self.jobs.reserve(run.granted.len());
+        for &(job, uid, k, resources, end) in &run.granted {
+            self.book(now, job, uid, k, resources, end);
+        }
+        for &(job, preemptions) in &run.preemptible {
+            self.set_preemptible(job, now, preemptions);
+        }
+        let mut again: Vec<Uid> = run
+            .taken
+            .iter()
+            .copied()
+            .chain(run.aside.iter().copied())
+            .chain(run.emptied.iter().copied())
+            .collect();
+        again.sort_unstable();
+        again.dedup();
+        for uid in again {
+            self.accounts[uid as usize].emptied = false;
+            self.reindex(uid, now);
+        }
+    }
+
     /// A cycle with groups or pools: the straightforward cycle (hierarchical with
     /// groups, [`crate::policy::groups`]; placing jobs by pool,
     /// [`crate::policy::admits`]) on this ledger's snapshot, O(users) per grant, its
@@ -229,20 +236,25 @@ impl Ledger {
     fn cycle_grouped(&mut self, now: Seconds) -> CycleResult {
         self.advance_overdue(now);
         // Heads that preempted are granted first, booked before the views are taken.
-        let claimed = if self.preempt.claims.is_empty() {
-            None
+        let (claimed, held) = if self.preempt.claims.is_empty() {
+            (None, Vec::new())
         } else {
-            let held = self.reservation.clone();
-            let last = self.last.take();
             let mut run = Run::new(now, self.rooms());
-            self.serve_claims(&mut run);
-            let early = self.finish(run, None, None);
-            self.reservation = held;
-            self.last = last;
-            Some(early)
+            let held = self.serve_claims(&mut run);
+            self.book_run(&run);
+            (Some(run), held)
         };
         let users = self.user_views();
-        let clusters = self.cluster_views();
+        let mut clusters = self.cluster_views();
+        // What claims hold back for heads whose victims are still stopping is not
+        // free to this cycle either: counted as held by this service, unreported.
+        for (k, amount) in held {
+            let name = &self.clusters[k].name;
+            if let Some(view) = clusters.iter_mut().find(|v| &v.name == name) {
+                view.outstanding += amount;
+                view.unreported += amount;
+            }
+        }
         let out = crate::policy::oracle::run_cycle_in(
             now,
             &self.config,

@@ -385,10 +385,13 @@ impl Ledger {
     /// user's effective head or eligible, its cluster is not healthy, or its victims
     /// have ended and it still does not fit (it may then preempt again). Without
     /// this the freed capacity went in fair-share order, where the victims' own
-    /// users (now queued and holding less) could take it back at once.
-    pub(super) fn serve_claims(&mut self, run: &mut Run) {
+    /// users (now queued and holding less) could take it back at once. Returns what
+    /// was held back, per cluster (index), for a cycle that does not use `run`'s
+    /// rooms.
+    pub(super) fn serve_claims(&mut self, run: &mut Run) -> Vec<(usize, Resources)> {
+        let mut held = Vec::new();
         if self.preempt.claims.is_empty() {
-            return;
+            return held;
         }
         for (head, uid, k) in std::mem::take(&mut self.preempt.claims) {
             let a = &self.accounts[uid as usize];
@@ -407,9 +410,11 @@ impl Ledger {
                     .filter_map(|v| self.jobs.get(v))
                     .fold(Resources::ZERO, |acc, j| acc + j.resources);
                 let room = &mut run.rooms[r];
+                let before = room.free;
                 room.free = room
                     .free
                     .saturating_sub(job.resources.saturating_sub(stopping));
+                held.push((k, before.saturating_sub(room.free)));
                 self.preempt.claims.push((head, uid, k));
                 continue;
             }
@@ -420,6 +425,7 @@ impl Ledger {
                 self.reindex(uid, run.now);
             }
         }
+        held
     }
 
     /// Whether user `uid`'s head lacks more on every one of `rooms` than `budget`

@@ -333,6 +333,17 @@ fn the_shortfall_rule_puts_idle_capacity_to_use_when_nobody_is_above_its_share()
 /// youngest go (0.2 < d's gain 0.4).
 #[test]
 fn the_capacity_freed_for_a_head_is_held_while_its_other_victims_stop() {
+    capacity_held_while_victims_stop(false);
+}
+
+/// The same through the cycle with groups (every user in one group, so the fair
+/// shares are the flat ones): the claim is served before the hierarchical cycle.
+#[test]
+fn with_groups_the_capacity_freed_for_a_head_is_held_while_its_other_victims_stop() {
+    capacity_held_while_victims_stop(true);
+}
+
+fn capacity_held_while_victims_stop(grouped: bool) {
     let running: Vec<_> = [
         ("a", 0.0),
         ("a", 1.0),
@@ -345,6 +356,16 @@ fn the_capacity_freed_for_a_head_is_held_while_its_other_victims_stop() {
     .map(|(u, at)| (u, "c", 1.0, at, true))
     .collect();
     let mut l = ledger(&[("c", 10.0)], &running);
+    if grouped {
+        l.set_groups(&[crate::policy::GroupView::new("g")]);
+        for user in ["a", "b", "d", "e"] {
+            let settings = UserSettings {
+                group: Some("g".into()),
+                ..UserSettings::default()
+            };
+            l.set_user(0.0, user, settings);
+        }
+    }
     l.push_queued(50.0, "d", queued(10, 6.0, 50.0));
     l.cycle(200.0);
     let shortfall = PreemptionConfig {
