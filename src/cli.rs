@@ -125,7 +125,7 @@ struct SimulateCli {
     half_life: Option<std::time::Duration>,
     /// Starvation guard, e.g. "5m"; "off" disables it (no reservation) (default: the
     /// service's scheduler.starvation_guard).
-    #[arg(long, value_parser = crate::sim::run::parse_starvation_guard)]
+    #[arg(long, value_parser = crate::sim::run::parse_seconds_or_off)]
     starvation_guard: Option<f64>,
     /// Strict fair-share order: stop at the first head that does not fit.
     #[arg(long)]
@@ -162,7 +162,7 @@ struct SimulateCli {
     groups: crate::sim::simulate::SimGroups,
     /// A head may preempt once it has waited this long, e.g. "10m"; "off" disables
     /// preemption (default: the service's preemption.after).
-    #[arg(long, value_parser = crate::sim::run::parse_starvation_guard)]
+    #[arg(long, value_parser = crate::sim::run::parse_seconds_or_off)]
     preempt_after: Option<f64>,
     /// Jobs that have run less than this are never preempted, e.g. "2m" (default: the
     /// service's preemption.min_runtime).

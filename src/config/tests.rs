@@ -302,11 +302,11 @@ fn preemption_defaults_off_and_bad_values_name_the_key() {
             Settings::load_with_env(None, env(&[("FAIRSHARE__PREEMPTION__AFTER", word)])).unwrap();
         assert!(!off.preemption.enabled(), "{word:?}");
         assert!(off.preemption.policy().after.is_infinite());
-        let sim = crate::sim::run::parse_starvation_guard(word).unwrap();
+        let sim = crate::sim::run::parse_seconds_or_off(word).unwrap();
         assert!(sim.is_infinite(), "{word:?}");
     }
-    assert_eq!(crate::sim::run::parse_starvation_guard("10m"), Ok(600.0));
-    assert!(crate::sim::run::parse_starvation_guard("Inf")
+    assert_eq!(crate::sim::run::parse_seconds_or_off("10m"), Ok(600.0));
+    assert!(crate::sim::run::parse_seconds_or_off("Inf")
         .unwrap()
         .is_infinite());
     // In a file `inf` is a word like the others; in the environment it is a number,
@@ -323,7 +323,7 @@ fn preemption_defaults_off_and_bad_values_name_the_key() {
         err.contains("preemption.after") && err.contains("write e.g. 10m, or off"),
         "{err}"
     );
-    assert!(crate::sim::run::parse_starvation_guard("300000000000y").is_err());
+    assert!(crate::sim::run::parse_seconds_or_off("300000000000y").is_err());
     for (var, value, key) in [
         ("FAIRSHARE__PREEMPTION__AFTER", "soon", "preemption.after"),
         (

@@ -203,6 +203,19 @@ pub struct Report {
     pub users: Vec<UserReport>,
 }
 
+/// The largest of `figure` over `users` and whose it is (ties: the first user by
+/// name); `None` without users.
+fn worst(users: &[UserReport], figure: impl Fn(&UserReport) -> f64) -> Option<(f64, String)> {
+    users
+        .iter()
+        .max_by(|a, b| {
+            figure(a)
+                .total_cmp(&figure(b))
+                .then_with(|| b.user.cmp(&a.user))
+        })
+        .map(|u| (figure(u), u.user.clone()))
+}
+
 impl Report {
     /// Computes the report of `outcome`, run with `config` on the trace named
     /// `trace` that had `unparsed_lines` unusable lines.
@@ -322,21 +335,13 @@ impl Report {
             .collect();
         users.sort_by(|a, b| b.jobs.cmp(&a.jobs).then_with(|| a.user.cmp(&b.user)));
         let mut overall = overall;
-        if let Some(worst) = users.iter().max_by(|a, b| {
-            a.p95_wait_s
-                .total_cmp(&b.p95_wait_s)
-                .then_with(|| b.user.cmp(&a.user))
-        }) {
-            overall.worst_user_p95_wait_s = worst.p95_wait_s;
-            overall.worst_user = Some(worst.user.clone());
+        if let Some((p95, user)) = worst(&users, |u| u.p95_wait_s) {
+            overall.worst_user_p95_wait_s = p95;
+            overall.worst_user = Some(user);
         }
-        if let Some(worst) = users.iter().max_by(|a, b| {
-            a.p95_queued_s
-                .total_cmp(&b.p95_queued_s)
-                .then_with(|| b.user.cmp(&a.user))
-        }) {
-            overall.worst_user_p95_queued_s = worst.p95_queued_s;
-            overall.worst_queued_user = Some(worst.user.clone());
+        if let Some((p95, user)) = worst(&users, |u| u.p95_queued_s) {
+            overall.worst_user_p95_queued_s = p95;
+            overall.worst_queued_user = Some(user);
         }
 
         Report {

@@ -93,7 +93,7 @@ impl SimulateArgs {
 ///
 /// # Errors
 /// The text is neither `off` nor such a duration.
-pub fn parse_starvation_guard(text: &str) -> Result<f64, String> {
+pub fn parse_seconds_or_off(text: &str) -> Result<f64, String> {
     crate::config::parse_or_off(text).map(|d| d.map_or(f64::INFINITY, |d| d.as_secs_f64()))
 }
 

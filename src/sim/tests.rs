@@ -468,13 +468,20 @@ fn run_simulate_writes_report_and_plot() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `simulate`'s arguments for a trace file holding `text` (kept while the
+/// directory lives) on `cpus` cores.
+fn args_for(text: &str, cpus: u32) -> (tempfile::TempDir, SimulateArgs) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.swf");
+    std::fs::write(&path, text).unwrap();
+    let mut args = SimulateArgs::new(path);
+    args.cpus = Some(cpus);
+    (dir, args)
+}
+
 #[test]
 fn a_file_with_no_swf_job_is_an_error_not_an_empty_report() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("notes.txt");
-    std::fs::write(&path, "hello\nthis is not a trace\n").unwrap();
-    let mut args = crate::sim::SimulateArgs::new(path);
-    args.cpus = Some(10);
+    let (_dir, args) = args_for("hello\nthis is not a trace\n", 10);
     let err = crate::sim::run_simulate(&args).unwrap_err().to_string();
     assert!(err.contains("no job to simulate"), "{err}");
 }
@@ -483,11 +490,7 @@ fn a_file_with_no_swf_job_is_an_error_not_an_empty_report() {
 /// zeros and exited 0.
 #[test]
 fn a_trace_no_job_of_which_fits_is_an_error_naming_the_capacity() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("wide.swf");
-    std::fs::write(&path, "1 0 0 100 4 -1 -1 4 100 -1 1 1 1 -1 1 -1 -1 -1\n").unwrap();
-    let mut args = crate::sim::SimulateArgs::new(path);
-    args.cpus = Some(2);
+    let (_dir, mut args) = args_for("1 0 0 100 4 -1 -1 4 100 -1 1 1 1 -1 1 -1 -1 -1\n", 2);
     let err = crate::sim::run_simulate(&args).unwrap_err().to_string();
     assert!(
         err.contains("--cpus") && err.contains("narrowest asks for 4"),

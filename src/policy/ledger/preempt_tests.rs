@@ -39,6 +39,14 @@ fn knobs() -> PreemptionConfig {
     }
 }
 
+/// [`knobs`] with the shortfall rule on.
+fn with_shortfall() -> PreemptionConfig {
+    PreemptionConfig {
+        shortfall: true,
+        ..knobs()
+    }
+}
+
 fn policy() -> PolicyConfig {
     PolicyConfig {
         usage_half_life: 0.0,
@@ -295,10 +303,7 @@ fn the_shortfall_rule_puts_idle_capacity_to_use_when_nobody_is_above_its_share()
         l.preempt(200.0, &knobs()).is_empty(),
         "the share rule alone"
     );
-    let shortfall = PreemptionConfig {
-        shortfall: true,
-        ..knobs()
-    };
+    let shortfall = with_shortfall();
     let out = l.preempt(200.0, &shortfall);
     assert_eq!(victims(&out), [2]);
     assert_eq!((out[0].user.as_str(), out[0].for_user.as_str()), ("b", "d"));
@@ -368,10 +373,7 @@ fn capacity_held_while_victims_stop(grouped: bool) {
     }
     l.push_queued(50.0, "d", queued(10, 6.0, 50.0));
     l.cycle(200.0);
-    let shortfall = PreemptionConfig {
-        shortfall: true,
-        ..knobs()
-    };
+    let shortfall = with_shortfall();
     assert_eq!(victims(&l.preempt(200.0, &shortfall)), [6, 5]);
     let again = |n: u128, at: Seconds| {
         let mut j = queued(n, 1.0, at);
@@ -399,10 +401,7 @@ fn the_shortfall_rule_takes_no_more_than_the_preemptor_gains() {
     );
     l.push_queued(0.0, "d", queued(10, 6.0, 0.0));
     l.cycle(100.0);
-    let shortfall = PreemptionConfig {
-        shortfall: true,
-        ..knobs()
-    };
+    let shortfall = with_shortfall();
     assert!(l.preempt(100.0, &shortfall).is_empty());
 }
 
