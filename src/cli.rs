@@ -41,6 +41,9 @@ enum Command {
 
 /// `fairshare trace`.
 #[derive(clap::Args)]
+// A negative value reaches its parser, which names the flag and the bound, instead
+// of clap's "unexpected argument '-1'" (a tester's finding).
+#[command(allow_negative_numbers = true)]
 struct TraceCli {
     /// zipf, heavy, equal, wide, bursty, mixed or weighted (see `sim::synth`).
     #[arg(long, default_value = "zipf")]
@@ -71,6 +74,9 @@ struct TraceCli {
 
 /// `fairshare replay`.
 #[derive(clap::Args)]
+// A negative value reaches its parser, which names the flag and the bound, instead
+// of clap's "unexpected argument '-1'" (a tester's finding).
+#[command(allow_negative_numbers = true)]
 struct ReplayCli {
     /// SWF trace, plain or .gz.
     #[arg(long)]
@@ -109,6 +115,9 @@ struct ReplayCli {
 
 /// `fairshare simulate`.
 #[derive(clap::Args)]
+// A negative value reaches its parser, which names the flag and the bound, instead
+// of clap's "unexpected argument '-1'" (a tester's finding).
+#[command(allow_negative_numbers = true)]
 struct SimulateCli {
     /// SWF trace, plain or .gz.
     #[arg(long)]
@@ -121,11 +130,11 @@ struct SimulateCli {
     policy: Option<crate::sim::SimPolicy>,
     /// Half-life of decayed usage, e.g. "1h"; "0s" turns history off (default: the
     /// service's scheduler.usage_half_life).
-    #[arg(long, value_parser = crate::config::parse_bounded)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     half_life: Option<std::time::Duration>,
     /// Starvation guard, e.g. "5m"; "off" disables it (no reservation) (default: the
     /// service's scheduler.starvation_guard).
-    #[arg(long, value_parser = crate::sim::run::parse_seconds_or_off)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::sim::run::parse_seconds_or_off)]
     starvation_guard: Option<f64>,
     /// Strict fair-share order: stop at the first head that does not fit.
     #[arg(long)]
@@ -136,7 +145,7 @@ struct SimulateCli {
     age_weight: Option<f64>,
     /// Age at which the age term saturates, e.g. "1day" (default: the service's
     /// scheduler.max_age).
-    #[arg(long, value_parser = crate::config::parse_bounded)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     max_age: Option<std::time::Duration>,
     /// Cap on each user's running jobs (fairshare policy).
     #[arg(long)]
@@ -162,11 +171,11 @@ struct SimulateCli {
     groups: crate::sim::simulate::SimGroups,
     /// A head may preempt once it has waited this long, e.g. "10m"; "off" disables
     /// preemption (default: the service's preemption.after).
-    #[arg(long, value_parser = crate::sim::run::parse_seconds_or_off)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::sim::run::parse_seconds_or_off)]
     preempt_after: Option<f64>,
     /// Jobs that have run less than this are never preempted, e.g. "2m" (default: the
     /// service's preemption.min_runtime).
-    #[arg(long, value_parser = crate::config::parse_bounded)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     preempt_min_runtime: Option<std::time::Duration>,
     /// A job is preempted at most this many times (default: the service's
     /// preemption.max_per_job).
@@ -178,7 +187,7 @@ struct SimulateCli {
     #[arg(long)]
     preempt_budget: Option<f64>,
     /// The window of the budget, e.g. "5m" (default: the service's preemption.interval).
-    #[arg(long, value_parser = crate::config::parse_bounded)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     preempt_interval: Option<std::time::Duration>,
     /// Also preempt under the shortfall rule: true or false (default: the service's
     /// preemption.shortfall).
@@ -392,4 +401,54 @@ fn write_trace(a: &TraceCli) -> anyhow::Result<String> {
         text.push_str(&format!("; weights written to {}", path.display()));
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::Parser;
+
+    /// The error clap gives for `args` after `fairshare simulate --trace t.swf`.
+    fn simulate_error(args: &[&str]) -> String {
+        let mut argv = vec!["fairshare", "simulate", "--trace", "t.swf"];
+        argv.extend_from_slice(args);
+        match Cli::try_parse_from(argv) {
+            Ok(_) => String::new(),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    /// A tester's finding: `--preempt-after -5m` got clap's "unexpected argument
+    /// '-5m'", which names neither the flag nor what is wrong.
+    #[test]
+    fn a_negative_duration_is_refused_naming_its_flag() {
+        for flag in [
+            "--half-life",
+            "--starvation-guard",
+            "--max-age",
+            "--preempt-after",
+            "--preempt-min-runtime",
+            "--preempt-interval",
+        ] {
+            let error = simulate_error(&[flag, "-5m"]);
+            assert!(
+                error.contains(flag) && error.contains("negative"),
+                "{flag}: {error}"
+            );
+        }
+    }
+
+    /// Negative numbers reach the flag's own check (which names the flag and its
+    /// range) instead of clap's "unexpected argument '-1'".
+    #[test]
+    fn a_negative_number_reaches_the_flags_own_check() {
+        assert_eq!(simulate_error(&["--preempt-budget", "-1"]), "");
+        assert_eq!(simulate_error(&["--age-weight", "-0.5"]), "");
+        let argv = ["fairshare", "trace", "--jobs", "1", "--users", "1"];
+        let trace = Cli::try_parse_from(
+            argv.iter()
+                .chain(&["--cores", "1", "--load", "-1", "--out", "t.swf"]),
+        );
+        assert!(trace.is_ok());
+    }
 }

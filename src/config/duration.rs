@@ -37,9 +37,20 @@ pub fn parse_or_off(text: &str) -> Result<Option<Duration>, String> {
     if OFF_WORDS.iter().any(|w| text.eq_ignore_ascii_case(w)) {
         return Ok(None);
     }
+    not_negative(text)?;
     let d = humantime::parse_duration(text)
         .map_err(|e| format!("{e} (a duration such as \"10m\", or \"off\")"))?;
     bounded(d).map(Some)
+}
+
+/// Refuses a duration written with a minus sign, which humantime would call
+/// "expected number at 0".
+fn not_negative(text: &str) -> Result<(), String> {
+    if text.starts_with('-') {
+        Err(format!("{text} is negative: a duration is 0s or more"))
+    } else {
+        Ok(())
+    }
 }
 
 /// Parses a humantime duration of at most [`MAX`] (the simulator's duration flags,
@@ -48,7 +59,9 @@ pub fn parse_or_off(text: &str) -> Result<Option<Duration>, String> {
 /// # Errors
 /// Not a duration, or a longer one.
 pub fn parse_bounded(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
+    let text = text.trim();
+    not_negative(text)?;
+    humantime::parse_duration(text)
         .map_err(|e| e.to_string())
         .and_then(bounded)
 }

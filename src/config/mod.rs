@@ -20,7 +20,7 @@ mod preemption;
 mod tests;
 mod validate;
 
-pub use duration::{parse_bounded, parse_or_off};
+pub use duration::{parse_bounded, parse_or_off, MAX as MAX_DURATION};
 pub use network::Network;
 pub use preemption::PreemptionSettings;
 

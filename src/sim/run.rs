@@ -219,19 +219,19 @@ pub struct SimulationReport {
 pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
     if args.half_life_s.is_nan() || args.half_life_s < 0.0 {
         return Err(SimError::Invalid {
-            name: "half-life",
+            name: "half-life (--half-life)",
             reason: format!("{} s; must be ≥ 0", args.half_life_s),
         });
     }
     if args.starvation_guard_s.is_nan() || args.starvation_guard_s < 0.0 {
         return Err(SimError::Invalid {
-            name: "starvation guard",
+            name: "starvation guard (--starvation-guard)",
             reason: format!("{} s; must be ≥ 0", args.starvation_guard_s),
         });
     }
     if !(args.age_weight.is_finite() && args.age_weight >= 0.0) {
         return Err(SimError::Invalid {
-            name: "age weight",
+            name: "age weight (--age-weight)",
             reason: format!("{}; must be a finite number ≥ 0", args.age_weight),
         });
     }
@@ -264,7 +264,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
     }
     if args.max_running_jobs == Some(0) {
         return Err(SimError::Invalid {
-            name: "max running jobs",
+            name: "max running jobs (--max-running-jobs)",
             reason: "0; must be at least 1".to_owned(),
         });
     }

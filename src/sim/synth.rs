@@ -195,7 +195,9 @@ struct Batch {
 /// Generates the trace `spec` describes (module doc).
 ///
 /// # Errors
-/// No jobs, users or cores, or a load that is not finite and positive.
+/// No jobs, users or cores, a load that is not finite and positive, or one so low
+/// that the trace would span more than 100 years (its submit times would not be
+/// times: `--load 1e-300` once wrote 300-digit ones).
 pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
     if spec.jobs == 0 || spec.users == 0 || spec.cores == 0 {
         return Err(InvalidSpec(
@@ -204,7 +206,7 @@ pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
     }
     if !(spec.load.is_finite() && spec.load > 0.0) {
         return Err(InvalidSpec(format!(
-            "load {} must be a finite number > 0 (--load)",
+            "load {:?} must be a finite number > 0 (--load)",
             spec.load
         )));
     }
@@ -223,6 +225,13 @@ pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
     let gaps: Vec<f64> = batches.iter().map(|_| gap(spec.shape, &mut rng)).collect();
     let unit_span: f64 = gaps.iter().skip(1).sum::<f64>().max(f64::MIN_POSITIVE);
     let span = work / (f64::from(spec.cores) * spec.load);
+    let longest = crate::config::MAX_DURATION.as_secs_f64();
+    if span > longest {
+        return Err(InvalidSpec(format!(
+            "load {:?} spreads the jobs over {:.3e} s, more than 100 years (--load)",
+            spec.load, span
+        )));
+    }
     let scale = span / unit_span;
     let mut jobs = Vec::with_capacity(spec.jobs);
     let mut t = 0.0;
@@ -548,6 +557,15 @@ mod tests {
             ..spec(Shape::Zipf)
         })
         .is_err());
+        let tiny = generate(&SynthSpec {
+            load: 1e-300,
+            ..spec(Shape::Zipf)
+        });
+        assert!(
+            tiny.as_ref().is_err_and(|e| e.0.contains("100 years")),
+            "{:?}",
+            tiny.err()
+        );
         assert_eq!("Heavy".parse::<Shape>(), Ok(Shape::Heavy));
         assert!("huge".parse::<Shape>().is_err());
     }
