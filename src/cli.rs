@@ -42,7 +42,8 @@ enum Command {
 /// `fairshare trace`.
 #[derive(clap::Args)]
 // A negative value reaches its parser, which names the flag and the bound, instead
-// of clap's "unexpected argument '-1'" (a tester's finding).
+// of clap's "unexpected argument '-1'" (a tester's finding); flags that take words
+// or non-integers (`-5m`, `-inf`) allow hyphen values themselves.
 #[command(allow_negative_numbers = true)]
 struct TraceCli {
     /// zipf, heavy, equal, wide, bursty, mixed or weighted (see `sim::synth`).
@@ -58,7 +59,7 @@ struct TraceCli {
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     cores: u32,
     /// Offered load: core-seconds asked for / (cores × span).
-    #[arg(long, default_value_t = crate::sim::synth::DEFAULT_LOAD)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = crate::sim::synth::DEFAULT_LOAD)]
     load: f64,
     /// Seed of the random stream.
     #[arg(long, default_value_t = 1)]
@@ -75,7 +76,8 @@ struct TraceCli {
 /// `fairshare replay`.
 #[derive(clap::Args)]
 // A negative value reaches its parser, which names the flag and the bound, instead
-// of clap's "unexpected argument '-1'" (a tester's finding).
+// of clap's "unexpected argument '-1'" (a tester's finding); flags that take words
+// or non-integers (`-5m`, `-inf`) allow hyphen values themselves.
 #[command(allow_negative_numbers = true)]
 struct ReplayCli {
     /// SWF trace, plain or .gz.
@@ -88,10 +90,10 @@ struct ReplayCli {
     #[arg(long, env = "FAIRSHARE_TOKEN", hide_env_values = true)]
     token: Option<String>,
     /// Trace seconds per real second (e.g. 1000).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
     time_scale: f64,
     /// Cores per trace processor (e.g. 0.01).
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
     cpu_scale: f64,
     /// Replay at most N jobs.
     #[arg(long)]
@@ -100,13 +102,13 @@ struct ReplayCli {
     #[arg(long, default_value_t = 0)]
     skip: usize,
     /// Floor on a job's cores.
-    #[arg(long, default_value_t = crate::sim::replay::DEFAULT_MIN_CPU)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = crate::sim::replay::DEFAULT_MIN_CPU)]
     min_cpu: f64,
     /// Cap on a job's cores (e.g. the cluster's size).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     max_cpu: Option<f64>,
     /// Floor on a job's scaled run time, seconds.
-    #[arg(long, default_value_t = crate::sim::replay::DEFAULT_MIN_RUNTIME_S)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = crate::sim::replay::DEFAULT_MIN_RUNTIME_S)]
     min_runtime: f64,
     /// No progress bar.
     #[arg(long)]
@@ -116,7 +118,8 @@ struct ReplayCli {
 /// `fairshare simulate`.
 #[derive(clap::Args)]
 // A negative value reaches its parser, which names the flag and the bound, instead
-// of clap's "unexpected argument '-1'" (a tester's finding).
+// of clap's "unexpected argument '-1'" (a tester's finding); flags that take words
+// or non-integers (`-5m`, `-inf`) allow hyphen values themselves.
 #[command(allow_negative_numbers = true)]
 struct SimulateCli {
     /// SWF trace, plain or .gz.
@@ -141,16 +144,17 @@ struct SimulateCli {
     no_backfill: bool,
     /// Weight of the age term (fairshare policy), in dominant-share units (default:
     /// the service's scheduler.age_weight).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     age_weight: Option<f64>,
     /// Age at which the age term saturates, e.g. "1day" (default: the service's
     /// scheduler.max_age).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     max_age: Option<std::time::Duration>,
-    /// Cap on each user's running jobs (fairshare policy).
-    #[arg(long)]
+    /// Cap on each user's running jobs (fairshare policy), at least 1.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     max_running_jobs: Option<u32>,
-    /// A JSON file holding an object of user -> weight, e.g. {"u62": 2}.
+    /// A JSON file holding an object of user -> weight, 1e-6 to 1e6 as in the service,
+    /// e.g. {"u62": 2}.
     #[arg(long)]
     weights: Option<PathBuf>,
     /// Only the first N jobs.
@@ -183,8 +187,9 @@ struct SimulateCli {
     preempt_max_per_job: Option<u32>,
     /// At most this fraction of the capacity is preempted per interval, 0 to 1; one
     /// head's victims may exceed it when nothing was preempted within the interval
-    /// (default: the service's preemption.budget).
-    #[arg(long)]
+    /// (so 0 does not turn preemption off; --preempt-after off does) (default: the
+    /// service's preemption.budget).
+    #[arg(long, allow_hyphen_values = true)]
     preempt_budget: Option<f64>,
     /// The window of the budget, e.g. "5m" (default: the service's preemption.interval).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
@@ -199,6 +204,22 @@ struct SimulateCli {
     /// Write an SVG of actual vs fair share over time.
     #[arg(long)]
     plot: Option<PathBuf>,
+}
+
+/// Writes `text` and a newline to standard output. A reader that has gone (`| head`)
+/// is not an error: what it wanted was written, and the report file, if any, is
+/// whole; any other failure (a full disk) is exit code 1 with the cause. `println!`
+/// panicked in both cases (a tester's finding).
+fn print_out(command: &str, text: &str) -> Result<(), ExitCode> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{text}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("{command}: cannot write to standard output: {e}");
+            Err(ExitCode::FAILURE)
+        }
+        _ => Ok(()),
+    }
 }
 
 fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
@@ -283,13 +304,18 @@ pub fn run() -> ExitCode {
             if let Some(v) = a.preempt_shortfall {
                 args.preemption.shortfall = v;
             }
-            let preempt_flags = a.preempt_after.is_some()
-                || a.preempt_min_runtime.is_some()
-                || a.preempt_max_per_job.is_some()
-                || a.preempt_budget.is_some()
-                || a.preempt_interval.is_some()
-                || a.preempt_shortfall.is_some();
-            for note in crate::sim::run::ineffective(&args, preempt_flags) {
+            let preempt_flags: Vec<&str> = [
+                ("--preempt-after", a.preempt_after.is_some()),
+                ("--preempt-min-runtime", a.preempt_min_runtime.is_some()),
+                ("--preempt-max-per-job", a.preempt_max_per_job.is_some()),
+                ("--preempt-budget", a.preempt_budget.is_some()),
+                ("--preempt-interval", a.preempt_interval.is_some()),
+                ("--preempt-shortfall", a.preempt_shortfall.is_some()),
+            ]
+            .into_iter()
+            .filter_map(|(flag, given)| given.then_some(flag))
+            .collect();
+            for note in crate::sim::run::ineffective(&args, &preempt_flags) {
                 eprintln!("fairshare simulate: note: {note}");
             }
             args.report = a.report;
@@ -297,9 +323,9 @@ pub fn run() -> ExitCode {
             let started = std::time::Instant::now();
             match crate::sim::run_simulate(&args) {
                 Ok(text) => {
-                    println!("{text}");
                     eprintln!("simulated in {:.2} s", started.elapsed().as_secs_f64());
-                    ExitCode::SUCCESS
+                    print_out("fairshare simulate", &text)
+                        .map_or_else(|c| c, |()| ExitCode::SUCCESS)
                 }
                 Err(e) => {
                     eprintln!("fairshare simulate: {e}");
@@ -323,8 +349,9 @@ pub fn run() -> ExitCode {
             };
             match rt.block_on(crate::sim::replay::replay(&args)) {
                 Ok(summary) => {
-                    println!("{}", summary.table);
-                    if summary.all_succeeded() {
+                    if let Err(code) = print_out("fairshare replay", &summary.table) {
+                        code
+                    } else if summary.all_succeeded() {
                         ExitCode::SUCCESS
                     } else {
                         ExitCode::FAILURE
@@ -372,6 +399,22 @@ pub fn run() -> ExitCode {
     }
 }
 
+/// Whether `a` and `b` name one file: the same path, or the same name in the same
+/// (canonical) folder.
+fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let resolve = |p: &std::path::Path| {
+        let folder = p
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        Some((
+            std::fs::canonicalize(folder).ok()?,
+            p.file_name()?.to_owned(),
+        ))
+    };
+    a == b || matches!((resolve(a), resolve(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// `fairshare trace`: generates the trace and writes it (and its weights, if any);
 /// what was written.
 fn write_trace(a: &TraceCli) -> anyhow::Result<String> {
@@ -381,20 +424,42 @@ fn write_trace(a: &TraceCli) -> anyhow::Result<String> {
         ..SynthSpec::new(a.shape, a.jobs as usize, a.users, a.cores, a.seed)
     };
     let trace = generate(&spec)?;
+    let weights_path = (!trace.weights.is_empty()).then(|| {
+        a.weights_out.clone().unwrap_or_else(|| {
+            let name = crate::sim::run::trace_name(&a.out);
+            a.out.with_file_name(format!("{name}.weights.json"))
+        })
+    });
+    if weights_path.as_ref().is_some_and(|w| same_file(w, &a.out)) {
+        anyhow::bail!(
+            "--weights-out and --out name the same file, {}: the weights would overwrite the trace",
+            a.out.display()
+        );
+    }
     write_swf_file(&trace, &a.out)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", a.out.display()))?;
+    let users: std::collections::BTreeSet<&str> =
+        trace.jobs.iter().map(|j| j.user.as_str()).collect();
     let mut text = format!(
         "{} jobs by {} users for {} cores written to {}",
         trace.jobs.len(),
-        a.users,
+        users.len(),
         a.cores,
         a.out.display()
     );
-    if !trace.weights.is_empty() {
-        let path = a.weights_out.clone().unwrap_or_else(|| {
-            let name = crate::sim::run::trace_name(&a.out);
-            a.out.with_file_name(format!("{name}.weights.json"))
-        });
+    if users.len() < a.users as usize {
+        text.push_str(&format!(
+            " ({} users asked for; the others drew no job)",
+            a.users
+        ));
+    }
+    if weights_path.is_none() && a.weights_out.is_some() {
+        text.push_str(&format!(
+            "; no weights file: only the weighted shape has weights (--weights-out ignored for {})",
+            a.shape
+        ));
+    }
+    if let Some(path) = weights_path {
         let json = serde_json::to_string_pretty(&trace.weights)?;
         std::fs::write(&path, json + "\n")
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;

@@ -44,9 +44,12 @@ pub fn parse_or_off(text: &str) -> Result<Option<Duration>, String> {
 }
 
 /// Refuses a duration written with a minus sign, which humantime would call
-/// "expected number at 0".
+/// "expected number at 0", and says so when it is the next flag instead (a flag
+/// given no value before another: `--half-life --no-backfill`).
 fn not_negative(text: &str) -> Result<(), String> {
-    if text.starts_with('-') {
+    if text.starts_with("--") {
+        Err(format!("a duration is missing (found the flag {text})"))
+    } else if text.starts_with('-') {
         Err(format!("{text} is negative: a duration is 0s or more"))
     } else {
         Ok(())
@@ -62,7 +65,7 @@ pub fn parse_bounded(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     not_negative(text)?;
     humantime::parse_duration(text)
-        .map_err(|e| e.to_string())
+        .map_err(|e| format!("{e} (a duration such as \"1h\" or \"0s\")"))
         .and_then(bounded)
 }
 

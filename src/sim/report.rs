@@ -372,19 +372,28 @@ impl Report {
         let guard = self
             .starvation_guard_s
             .map_or_else(|| "off".to_owned(), |g| format!("{g} s"));
+        // The knobs the run's policy reads: FIFO reads none, the gateway loop its
+        // seed (a tester took fairshare's knobs in a FIFO header for FIFO's).
+        let knobs = match self.policy {
+            SimPolicy::FairShare => format!(
+                ", half-life {} s, starvation guard {}, backfill {}, age weight {} \
+                 (max age {} s), seed {}",
+                self.half_life_s,
+                guard,
+                if self.backfill { "on" } else { "off" },
+                self.age_weight,
+                self.max_age_s,
+                self.seed
+            ),
+            SimPolicy::GatewayLoop => format!(", seed {}", self.seed),
+            SimPolicy::Fifo => String::new(),
+        };
         let _ = writeln!(
             out,
-            "{} — policy {}, capacity {} cores, half-life {} s, starvation guard {}, \
-             backfill {}, age weight {} (max age {} s), seed {}{}",
+            "{} — policy {}, capacity {} cores{knobs}{}",
             self.trace,
             self.policy,
             self.capacity_cores,
-            self.half_life_s,
-            guard,
-            if self.backfill { "on" } else { "off" },
-            self.age_weight,
-            self.max_age_s,
-            self.seed,
             match self.groups {
                 crate::sim::simulate::SimGroups::None => "",
                 crate::sim::simulate::SimGroups::Swf => ", groups from the trace (SWF field 13)",

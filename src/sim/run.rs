@@ -98,13 +98,24 @@ pub fn parse_seconds_or_off(text: &str) -> Result<f64, String> {
 }
 
 /// Notes on flags that can have no effect in the run `args` describes
-/// (`preempt_flags`: some `--preempt-*` flag was given): a tester took a run with
-/// `--preempt-after` but the default `--preemptible none` for a measure of
+/// (`preempt_flags`: the `--preempt-*` flags given, by name): a tester took a run
+/// with `--preempt-after` but the default `--preemptible none` for a measure of
 /// preemption.
 #[must_use]
-pub fn ineffective(args: &SimulateArgs, preempt_flags: bool) -> Vec<String> {
+pub fn ineffective(args: &SimulateArgs, preempt_flags: &[&str]) -> Vec<String> {
     let mut notes = Vec::new();
-    if preempt_flags && args.preemptible == Preemptible::None {
+    let others: Vec<&str> = preempt_flags
+        .iter()
+        .copied()
+        .filter(|&f| f != "--preempt-after")
+        .collect();
+    if !args.preemption.after.is_finite() && !others.is_empty() {
+        notes.push(format!(
+            "--preempt-after off turns preemption off: {} {} no effect",
+            others.join(", "),
+            if others.len() == 1 { "has" } else { "have" }
+        ));
+    } else if !preempt_flags.is_empty() && args.preemptible == Preemptible::None {
         notes.push(
             "the --preempt-* flags have no effect with --preemptible none (the default); \
              give --preemptible all or a fraction such as 0.5"
@@ -131,7 +142,9 @@ pub enum SimError {
     Trace(#[from] TraceError),
     /// Neither `--cpus` nor the trace's `MaxProcs` gives a capacity of at
     /// least 1 core.
-    #[error("no capacity: the trace {0} has no MaxProcs header; give --cpus")]
+    #[error(
+        "no capacity: the trace {0} has no MaxProcs header of a whole number ≥ 1; give --cpus"
+    )]
     NoCapacity(String),
     /// A setting is out of range.
     #[error("invalid {name}: {reason}")]
@@ -163,11 +176,12 @@ pub enum SimError {
     Plot(#[from] PlotError),
 }
 
-/// Reads a weights file: a JSON object mapping user id to a finite weight
-/// `> 0`, e.g. `{"u62": 2, "u7": 0.5}`.
+/// Reads a weights file: a JSON object mapping user id to a weight from
+/// [`crate::api::users::MIN_WEIGHT`] to [`crate::api::users::MAX_WEIGHT`] (the
+/// service's range), e.g. `{"u62": 2, "u7": 0.5}`.
 ///
-/// Errors: the file cannot be read, is not such an object, or a weight is not
-/// finite and positive.
+/// Errors: the file cannot be read, is not such an object, or a weight is out of
+/// that range (a tester's weight of 1e155 made Jain's index NaN).
 pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
     let fail = |reason: String| SimError::Weights {
         path: path.display().to_string(),
@@ -176,9 +190,14 @@ pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
     let weights: BTreeMap<String, f64> = serde_json::from_str(&text)
         .map_err(|e| fail(format!("expected a JSON object of user → weight: {e}")))?;
-    if let Some((user, w)) = weights.iter().find(|(_, w)| !(w.is_finite() && **w > 0.0)) {
+    use crate::api::users::{MAX_WEIGHT, MIN_WEIGHT};
+    if let Some((user, w)) = weights
+        .iter()
+        .find(|(_, w)| !(MIN_WEIGHT..=MAX_WEIGHT).contains(*w))
+    {
         return Err(fail(format!(
-            "weight of {user} is {w}; weights must be finite and > 0"
+            "weight of {user} is {w:?}; weights must be from {MIN_WEIGHT:e} to {MAX_WEIGHT:e}, \
+             as in the service"
         )));
     }
     Ok(weights)

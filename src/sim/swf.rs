@@ -77,11 +77,10 @@ pub struct Trace {
 /// Why a trace could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot read trace {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    // `cause`, not `source`: the message holds it already, and as a source it was
+    // printed twice in an error chain ("os error 2: os error 2").
+    #[error("cannot read trace {path}: {cause}")]
+    Io { path: String, cause: std::io::Error },
 }
 
 /// Reads a trace from `path`; gzip is detected by its magic bytes.
@@ -89,9 +88,9 @@ pub enum TraceError {
 /// Errors: the file cannot be opened or decompressed. Malformed lines are counted in
 /// [`Trace::skipped`], not errors.
 pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
-    let io = |source| TraceError::Io {
+    let io = |cause| TraceError::Io {
         path: path.display().to_string(),
-        source,
+        cause,
     };
     let mut file = std::fs::File::open(path).map_err(io)?;
     let mut magic = [0u8; 2];
@@ -138,8 +137,10 @@ fn parse_line(line: &str) -> Option<TraceJob> {
     if f.len() < 12 {
         return None;
     }
-    // `inf` parses as a float: a job that never ends (or starts) is not a job.
-    let num = |i: usize| f[i].parse::<f64>().ok().filter(|v| v.is_finite());
+    // `inf` parses as a float: a job that never ends (or starts) is not a job, nor is
+    // one whose times pass 100 years (a tester's `1e300` made a 301-digit makespan).
+    let longest = crate::config::MAX_DURATION.as_secs_f64();
+    let num = |i: usize| f[i].parse::<f64>().ok().filter(|v| v.abs() <= longest);
     let number = f[0].parse::<u64>().ok()?;
     let submit = num(1).filter(|v| *v >= 0.0)?;
     let recorded_wait = num(2).filter(|v| *v >= 0.0);
@@ -179,10 +180,15 @@ mod tests {
             4 30 1 10 4 -1 -1 4 3600 -1 1 -1 7 -1 -1 1 -1 -1\n\
             5 40 1 inf 4 -1 -1 4 3600 -1 1 7 7 -1 -1 1 -1 -1\n\
             6 inf 1 10 4 -1 -1 4 3600 -1 1 7 7 -1 -1 1 -1 -1\n\
+            7 1e300 1 10 4 -1 -1 4 3600 -1 1 7 7 -1 -1 1 -1 -1\n\
+            8 50 1 1e300 4 -1 -1 4 3600 -1 1 7 7 -1 -1 1 -1 -1\n\
             garbage\n";
         let t = parse(text.as_bytes()).unwrap();
         assert_eq!(t.max_procs, Some(128));
-        assert_eq!(t.skipped, 5, "a runtime or submit time of inf is not a job");
+        assert_eq!(
+            t.skipped, 7,
+            "a runtime or submit time of inf, or beyond 100 years, is not a job"
+        );
         assert_eq!(t.jobs.len(), 2);
         assert_eq!(t.jobs[0].number, 2, "sorted by submit time");
         assert_eq!(

@@ -59,6 +59,11 @@ pub const MEAN_BATCH: f64 = 4.0;
 /// small trace.
 pub const MAX_BATCH: u64 = 64;
 
+/// The most jobs a trace may hold: 53 times issue 28's 188,041, about 1 GB to
+/// generate. A tester's `--jobs 18446744073709551615` (or `--users 4294967295`)
+/// asked for tens of gigabytes and was aborted by the allocator.
+pub const MAX_JOBS: usize = 10_000_000;
+
 /// Offered load when none is given: busy enough that queues form in most hours
 /// (fairness is only measured while contended), light enough that they drain.
 pub const DEFAULT_LOAD: f64 = 0.9;
@@ -195,7 +200,7 @@ struct Batch {
 /// Generates the trace `spec` describes (module doc).
 ///
 /// # Errors
-/// No jobs, users or cores, a load that is not finite and positive, or one so low
+/// No jobs, users or cores, more than [`MAX_JOBS`] jobs or more users than jobs, a load that is not finite and positive, or one so low
 /// that the trace would span more than 100 years (its submit times would not be
 /// times: `--load 1e-300` once wrote 300-digit ones).
 pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
@@ -203,6 +208,19 @@ pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
         return Err(InvalidSpec(
             "jobs, users and cores must each be at least 1".to_owned(),
         ));
+    }
+    if spec.jobs > MAX_JOBS {
+        return Err(InvalidSpec(format!(
+            "{} jobs is more than {MAX_JOBS} (--jobs)",
+            spec.jobs
+        )));
+    }
+    if spec.users as usize > spec.jobs {
+        return Err(InvalidSpec(format!(
+            "{} users for {} jobs: every user has at least one job, so --users may \
+             not exceed --jobs",
+            spec.users, spec.jobs
+        )));
     }
     if !(spec.load.is_finite() && spec.load > 0.0) {
         return Err(InvalidSpec(format!(
@@ -405,7 +423,10 @@ pub fn write_swf(trace: &SynthTrace, out: &mut impl Write) -> std::io::Result<()
 /// The file cannot be created or written.
 pub fn write_swf_file(trace: &SynthTrace, path: &Path) -> std::io::Result<()> {
     let file = std::io::BufWriter::new(std::fs::File::create(path)?);
-    if path.extension().is_some_and(|e| e == "gz") {
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"))
+    {
         let mut gz = flate2::write::GzEncoder::new(file, flate2::Compression::default());
         write_swf(trace, &mut gz)?;
         gz.finish()?.flush()
@@ -557,6 +578,18 @@ mod tests {
             ..spec(Shape::Zipf)
         })
         .is_err());
+        for (jobs, users) in [(MAX_JOBS + 1, 1), (10, 11)] {
+            let error = generate(&SynthSpec {
+                jobs,
+                users,
+                ..spec(Shape::Zipf)
+            });
+            assert!(
+                error.as_ref().is_err_and(|e| e.0.contains("--")),
+                "{jobs} jobs, {users} users: {:?}",
+                error.err()
+            );
+        }
         let tiny = generate(&SynthSpec {
             load: 1e-300,
             ..spec(Shape::Zipf)

@@ -507,16 +507,29 @@ fn flags_that_cannot_act_are_noted() {
     use crate::sim::run::ineffective;
     use crate::sim::simulate::Preemptible;
     let mut args = crate::sim::SimulateArgs::new("t.swf".into());
-    assert!(ineffective(&args, false).is_empty());
-    assert_eq!(ineffective(&args, true).len(), 1);
-    assert!(ineffective(&args, true)[0].contains("--preemptible none"));
+    let budget = ["--preempt-budget"];
+    assert!(ineffective(&args, &[]).is_empty());
+    assert_eq!(ineffective(&args, &budget).len(), 1);
+    assert!(ineffective(&args, &budget)[0].contains("--preemptible none"));
+    // A fraction of 0 is none (a tester's `--preemptible 0` got no note).
+    assert_eq!("0".parse::<Preemptible>(), Ok(Preemptible::None));
     args.preemptible = Preemptible::All;
     assert!(
-        ineffective(&args, true).is_empty(),
+        ineffective(&args, &budget).is_empty(),
         "all policies: fairshare preempts"
     );
+    // `--preempt-after off` beside other `--preempt-*` flags.
+    args.preemption.after = f64::INFINITY;
+    assert!(ineffective(&args, &["--preempt-after"]).is_empty());
+    let notes = ineffective(&args, &["--preempt-after", "--preempt-budget"]);
+    assert_eq!(notes.len(), 1);
+    assert!(
+        notes[0].contains("--preempt-budget has no effect"),
+        "{notes:?}"
+    );
+    args.preemption.after = 600.0;
     args.policy = Some(SimPolicy::Fifo);
-    let notes = ineffective(&args, true);
+    let notes = ineffective(&args, &budget);
     assert_eq!(notes.len(), 1);
     assert!(notes[0].contains("--policy fifo"), "{notes:?}");
 }

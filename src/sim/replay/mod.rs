@@ -176,9 +176,9 @@ impl ReplayArgs {
                 );
             }
         }
-        if !(self.min_runtime_s.is_finite() && self.min_runtime_s >= 0.0) {
+        if !(self.min_runtime_s.is_finite() && (0.0..=MAX_REPLAY_S).contains(&self.min_runtime_s)) {
             bail!(
-                "--min-runtime must be a number of seconds >= 0, got {}",
+                "--min-runtime must be a number of seconds from 0 to {MAX_REPLAY_S}, got {:?}",
                 self.min_runtime_s
             );
         }

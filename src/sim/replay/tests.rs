@@ -120,6 +120,14 @@ fn validate_names_the_flag() {
         .unwrap_err()
         .to_string()
         .contains("--min-runtime"));
+    // A tester's `--min-runtime 1e300` was blamed on `--time-scale`.
+    let mut a = args();
+    a.min_runtime_s = 1e300;
+    assert!(a
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("--min-runtime"));
 }
 
 #[test]

@@ -202,12 +202,14 @@ pub enum Preemptible {
 impl FromStr for Preemptible {
     type Err = String;
 
-    /// `all`, `none`, or a fraction in `[0, 1]` such as `0.5`.
+    /// `all`, `none`, or a fraction in `[0, 1]` such as `0.5`; a fraction of 0 is
+    /// `none`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().to_ascii_lowercase().as_str() {
             "all" => Ok(Preemptible::All),
             "none" => Ok(Preemptible::None),
             other => match other.parse::<f64>() {
+                Ok(0.0) => Ok(Preemptible::None),
                 Ok(f) if (0.0..=1.0).contains(&f) => Ok(Preemptible::Fraction(f)),
                 _ => Err(format!(
                     "{s:?}: expected all, none, or a fraction between 0 and 1"
