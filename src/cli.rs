@@ -503,6 +503,53 @@ mod tests {
         }
     }
 
+    /// A duration flag given no value before the next flag names both (it said the
+    /// flag was a negative duration).
+    #[test]
+    fn a_duration_flag_followed_by_a_flag_says_its_value_is_missing() {
+        let error = simulate_error(&["--half-life", "--no-backfill"]);
+        assert!(
+            error.contains("--half-life")
+                && error.contains("missing (found the flag --no-backfill)"),
+            "{error}"
+        );
+    }
+
+    /// `--weights-out` naming the trace itself is refused before anything is
+    /// written (it overwrote the trace with the weights).
+    #[test]
+    fn trace_refuses_to_write_its_weights_over_the_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("w.swf");
+        let same = dir.path().join(".").join("w.swf");
+        let argv = [
+            "fairshare",
+            "trace",
+            "--shape",
+            "weighted",
+            "--jobs",
+            "20",
+            "--users",
+            "4",
+            "--cores",
+            "8",
+        ];
+        let Ok(Cli {
+            command: super::Command::Trace(a),
+        }) = Cli::try_parse_from(argv.iter().copied().chain([
+            "--out",
+            out.to_str().unwrap(),
+            "--weights-out",
+            same.to_str().unwrap(),
+        ]))
+        else {
+            panic!("the arguments parse");
+        };
+        let error = super::write_trace(&a).unwrap_err().to_string();
+        assert!(error.contains("same file"), "{error}");
+        assert!(!out.exists(), "nothing written");
+    }
+
     /// Negative numbers reach the flag's own check (which names the flag and its
     /// range) instead of clap's "unexpected argument '-1'".
     #[test]

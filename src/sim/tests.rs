@@ -460,9 +460,17 @@ fn run_simulate_writes_report_and_plot() {
     };
     let text = run_simulate(&one).unwrap();
     assert!(text.contains("policy fifo, capacity 1 cores"));
+    // FIFO reads none of fairshare's knobs, and its header shows none.
+    assert!(!text.contains("half-life"), "{text}");
 
     std::fs::write(&weights, r#"{"u2": 0}"#).unwrap();
     assert!(load_weights(&weights).is_err());
+    // Beyond the service's range (a tester's 1e155 made Jain's index NaN).
+    for w in ["1e155", "1e-200", "1000001"] {
+        std::fs::write(&weights, format!(r#"{{"u2": {w}}}"#)).unwrap();
+        let error = load_weights(&weights).unwrap_err().to_string();
+        assert!(error.contains("u2") && error.contains("1e6"), "{error}");
+    }
     std::fs::write(&weights, "[1, 2]").unwrap();
     assert!(load_weights(&weights).is_err());
     let _ = std::fs::remove_dir_all(&dir);
