@@ -143,6 +143,17 @@ impl Api {
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             bail!("--server must be an http:// or https:// URL, got {server:?}");
         }
+        // Parsed here so that a bad port or host is named as such (it was "builder
+        // error; is it running?"); a query or fragment would end up before the API's
+        // paths.
+        let url = reqwest::Url::parse(&base)
+            .map_err(|e| anyhow::anyhow!("--server {server:?} is not a valid URL: {e}"))?;
+        if url.query().is_some() || url.fragment().is_some() {
+            bail!("--server {server:?} has a query or fragment; give the service's base URL");
+        }
+        if token.as_deref().is_some_and(str::is_empty) {
+            bail!("the token (--token or FAIRSHARE_TOKEN) is empty");
+        }
         let client = reqwest::Client::builder()
             .timeout(tuning.request_timeout)
             .user_agent(concat!("fairshare-replay/", env!("CARGO_PKG_VERSION")))

@@ -529,6 +529,26 @@ async fn an_unreachable_service_ends_the_replay() {
     );
 }
 
+/// A bad port or host, a query, an empty token: each named before anything is sent
+/// (a tester got "builder error; is it running?" for a port of 99999).
+#[tokio::test]
+async fn a_bad_server_url_or_an_empty_token_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    for (server, token, expected) in [
+        ("http://127.0.0.1:99999", None, "not a valid URL"),
+        ("http://[::1", None, "not a valid URL"),
+        ("http://127.0.0.1:1/x?y=1", None, "query or fragment"),
+        ("http://127.0.0.1:1", Some(String::new()), "token"),
+    ] {
+        let mut a = args();
+        a.trace = mini_trace(dir.path());
+        a.server = server.into();
+        a.token = token;
+        let e = replay_tuned(&a, &fast()).await.unwrap_err().to_string();
+        assert!(e.contains(expected), "{server}: {e}");
+    }
+}
+
 #[test]
 fn tracker_counts_and_never_reopens_a_finished_job() {
     let mut t = Tracker::default();
