@@ -75,9 +75,7 @@ struct TraceCli {
 
 /// `fairshare replay`.
 #[derive(clap::Args)]
-// A negative value reaches its parser, which names the flag and the bound, instead
-// of clap's "unexpected argument '-1'" (a tester's finding); flags that take words
-// or non-integers (`-5m`, `-inf`) allow hyphen values themselves.
+// Negative values reach their parsers, as in `TraceCli`.
 #[command(allow_negative_numbers = true)]
 struct ReplayCli {
     /// SWF trace, plain or .gz.
@@ -117,9 +115,7 @@ struct ReplayCli {
 
 /// `fairshare simulate`.
 #[derive(clap::Args)]
-// A negative value reaches its parser, which names the flag and the bound, instead
-// of clap's "unexpected argument '-1'" (a tester's finding); flags that take words
-// or non-integers (`-5m`, `-inf`) allow hyphen values themselves.
+// Negative values reach their parsers, as in `TraceCli`.
 #[command(allow_negative_numbers = true)]
 struct SimulateCli {
     /// SWF trace, plain or .gz.
