@@ -7,6 +7,16 @@ use std::process::ExitCode;
 use crate::{store, telemetry, Application, Settings};
 use clap::{Parser, Subcommand};
 
+/// `eprintln!` without its panic when standard error cannot be written (a tester's
+/// `2>/dev/full` ended `simulate` with exit 101 before its table): a message that
+/// cannot be shown is dropped, and the exit code still says how the command went.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 #[derive(Parser)]
 #[command(
     name = "fairshare",
@@ -211,7 +221,7 @@ fn print_out(command: &str, text: &str) -> Result<(), ExitCode> {
     let mut out = std::io::stdout().lock();
     match writeln!(out, "{text}").and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            eprintln!("{command}: cannot write to standard output: {e}");
+            say!("{command}: cannot write to standard output: {e}");
             Err(ExitCode::FAILURE)
         }
         _ => Ok(()),
@@ -220,7 +230,7 @@ fn print_out(command: &str, text: &str) -> Result<(), ExitCode> {
 
 fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
     Settings::load(config.map(|p| p.as_path())).map_err(|e| {
-        eprintln!("fairshare: {e}");
+        say!("fairshare: {e}");
         ExitCode::from(2)
     })
 }
@@ -230,7 +240,7 @@ fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| eprintln!("{command}: {e}"))
+        .map_err(|e| say!("{command}: {e}"))
         .ok()
 }
 
@@ -253,7 +263,7 @@ pub fn run() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = format!("{e:#}"), "fairshare stopped");
-                    eprintln!("fairshare: {e:#}");
+                    say!("fairshare: {e:#}");
                     ExitCode::FAILURE
                 }
             }
@@ -312,19 +322,19 @@ pub fn run() -> ExitCode {
             .filter_map(|(flag, given)| given.then_some(flag))
             .collect();
             for note in crate::sim::run::ineffective(&args, &preempt_flags) {
-                eprintln!("fairshare simulate: note: {note}");
+                say!("fairshare simulate: note: {note}");
             }
             args.report = a.report;
             args.plot = a.plot;
             let started = std::time::Instant::now();
             match crate::sim::run_simulate(&args) {
                 Ok(text) => {
-                    eprintln!("simulated in {:.2} s", started.elapsed().as_secs_f64());
-                    print_out("fairshare simulate", &text)
-                        .map_or_else(|c| c, |()| ExitCode::SUCCESS)
+                    let printed = print_out("fairshare simulate", &text);
+                    say!("simulated in {:.2} s", started.elapsed().as_secs_f64());
+                    printed.map_or_else(|c| c, |()| ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("fairshare simulate: {e}");
+                    say!("fairshare simulate: {e}");
                     ExitCode::from(2)
                 }
             }
@@ -354,18 +364,18 @@ pub fn run() -> ExitCode {
                     }
                 }
                 Err(e) => {
-                    eprintln!("fairshare replay: {e:#}");
+                    say!("fairshare replay: {e:#}");
                     ExitCode::from(2)
                 }
             }
         }
         Command::Trace(a) => match write_trace(&a) {
             Ok(text) => {
-                eprintln!("{text}");
+                say!("{text}");
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                eprintln!("fairshare trace: {e}");
+                say!("fairshare trace: {e}");
                 ExitCode::from(2)
             }
         },
@@ -383,32 +393,16 @@ pub fn run() -> ExitCode {
                 store::migrate(&db).await
             }) {
                 Ok(()) => {
-                    eprintln!("fairshare: migrations applied");
+                    say!("fairshare: migrations applied");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("fairshare: migration failed: {e}");
+                    say!("fairshare: migration failed: {e}");
                     ExitCode::FAILURE
                 }
             }
         }
     }
-}
-
-/// Whether `a` and `b` name one file: the same path, or the same name in the same
-/// (canonical) folder.
-fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
-    let resolve = |p: &std::path::Path| {
-        let folder = p
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-        Some((
-            std::fs::canonicalize(folder).ok()?,
-            p.file_name()?.to_owned(),
-        ))
-    };
-    a == b || matches!((resolve(a), resolve(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// `fairshare trace`: generates the trace and writes it (and its weights, if any);
@@ -426,7 +420,10 @@ fn write_trace(a: &TraceCli) -> anyhow::Result<String> {
             a.out.with_file_name(format!("{name}.weights.json"))
         })
     });
-    if weights_path.as_ref().is_some_and(|w| same_file(w, &a.out)) {
+    if weights_path
+        .as_ref()
+        .is_some_and(|w| crate::sim::run::same_file(w, &a.out))
+    {
         anyhow::bail!(
             "--weights-out and --out name the same file, {}: the weights would overwrite the trace",
             a.out.display()

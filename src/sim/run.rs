@@ -203,6 +203,29 @@ pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
     Ok(weights)
 }
 
+/// Whether `a` and `b` name one file: the same path, the same name in the same
+/// (canonical) folder, or, when both exist, the same device and inode (a symbolic
+/// or hard link). Used to refuse an output that would overwrite an input or another
+/// output (a tester's `--plot` over the trace, `--weights-out` over `--out`).
+#[must_use]
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let resolve = |p: &Path| {
+        let folder = p
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        Some((
+            std::fs::canonicalize(folder).ok()?,
+            p.file_name()?.to_owned(),
+        ))
+    };
+    let inode = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    a == b
+        || matches!((resolve(a), resolve(b)), (Some(x), Some(y)) if x == y)
+        || matches!((inode(a), inode(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// The trace's name: its file name without `.gz` and `.swf`.
 #[must_use]
 pub fn trace_name(path: &Path) -> String {
@@ -280,6 +303,32 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
             name: "preemption budget (--preempt-budget)",
             reason: format!("{}; must be between 0 and 1", p.budget),
         });
+    }
+    // An output over an input or over the other output is refused before anything
+    // is read or written (it silently replaced the trace with an SVG).
+    let inputs = [
+        ("--trace", Some(&args.trace)),
+        ("--weights", args.weights.as_ref()),
+    ];
+    let outputs = [
+        ("--report", args.report.as_ref()),
+        ("--plot", args.plot.as_ref()),
+    ];
+    for (i, (out_flag, out)) in outputs.iter().enumerate() {
+        let Some(out) = out else { continue };
+        let others = inputs.iter().chain(&outputs[i + 1..]);
+        if let Some((flag, _)) = others
+            .filter_map(|(flag, p)| p.map(|p| (flag, p)))
+            .find(|(_, p)| same_file(out, p))
+        {
+            return Err(SimError::Invalid {
+                name: "output file",
+                reason: format!(
+                    "{out_flag} {} is the file of {flag}: it would be overwritten",
+                    out.display()
+                ),
+            });
+        }
     }
     if args.max_running_jobs == Some(0) {
         return Err(SimError::Invalid {

@@ -64,6 +64,11 @@ pub const MAX_BATCH: u64 = 64;
 /// asked for tens of gigabytes and was aborted by the allocator.
 pub const MAX_JOBS: usize = 10_000_000;
 
+/// The most users a trace may have: 463 times issue 28's 216. Choosing a batch's
+/// user walks the users, so generation grows with users × jobs (100,000 users and
+/// jobs take about 2 s; a tester's 10 million ran for hours).
+pub const MAX_USERS: u32 = 100_000;
+
 /// Offered load when none is given: busy enough that queues form in most hours
 /// (fairness is only measured while contended), light enough that they drain.
 pub const DEFAULT_LOAD: f64 = 0.9;
@@ -200,7 +205,8 @@ struct Batch {
 /// Generates the trace `spec` describes (module doc).
 ///
 /// # Errors
-/// No jobs, users or cores, more than [`MAX_JOBS`] jobs or more users than jobs, a load that is not finite and positive, or one so low
+/// No jobs, users or cores, more than [`MAX_JOBS`] jobs or [`MAX_USERS`] users or
+/// more users than jobs, a load that is not finite and positive, or one so low
 /// that the trace would span more than 100 years (its submit times would not be
 /// times: `--load 1e-300` once wrote 300-digit ones).
 pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
@@ -213,6 +219,12 @@ pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
         return Err(InvalidSpec(format!(
             "{} jobs is more than {MAX_JOBS} (--jobs)",
             spec.jobs
+        )));
+    }
+    if spec.users > MAX_USERS {
+        return Err(InvalidSpec(format!(
+            "{} users is more than {MAX_USERS} (--users)",
+            spec.users
         )));
     }
     if spec.users as usize > spec.jobs {
@@ -578,7 +590,7 @@ mod tests {
             ..spec(Shape::Zipf)
         })
         .is_err());
-        for (jobs, users) in [(MAX_JOBS + 1, 1), (10, 11)] {
+        for (jobs, users) in [(MAX_JOBS + 1, 1), (10, 11), (MAX_JOBS, MAX_USERS + 1)] {
             let error = generate(&SynthSpec {
                 jobs,
                 users,

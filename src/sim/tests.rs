@@ -643,3 +643,36 @@ fn groups_from_the_trace_share_by_group_first() {
     );
     assert!(report(&fifo, &grouped).overall.fairness_error > r.overall.fairness_error);
 }
+
+/// An output over an input or over the other output is refused, the trace left
+/// whole (a tester's `--plot` replaced the trace with an SVG; a symbolic link to it
+/// is the same file).
+#[test]
+fn an_output_over_an_input_or_the_other_output_is_refused() {
+    let (dir, mut args) = args_for("1 0 0 10 1 -1 -1 1 60 -1 1 1 1 -1 -1 1 -1 -1\n", 1);
+    let trace = args.trace.clone();
+    let link = dir.path().join("link.svg");
+    std::os::unix::fs::symlink(&trace, &link).unwrap();
+    let weights = dir.path().join("w.json");
+    std::fs::write(&weights, r#"{"1": 2}"#).unwrap();
+    let out = dir.path().join("out");
+    for (report, plot, expected) in [
+        (None, Some(link.clone()), "--plot"),
+        (Some(trace.clone()), None, "--trace"),
+        (Some(weights.clone()), None, "--weights"),
+        (Some(out.clone()), Some(out.clone()), "--plot"),
+    ] {
+        args.weights = Some(weights.clone());
+        args.report = report;
+        args.plot = plot;
+        let error = run_simulate(&args).unwrap_err().to_string();
+        assert!(
+            error.contains(expected) && error.contains("overwritten"),
+            "{error}"
+        );
+    }
+    assert!(std::fs::read_to_string(&trace)
+        .unwrap()
+        .starts_with("1 0 0 10"));
+    assert!(!out.exists());
+}

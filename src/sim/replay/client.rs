@@ -151,8 +151,18 @@ impl Api {
         if url.query().is_some() || url.fragment().is_some() {
             bail!("--server {server:?} has a query or fragment; give the service's base URL");
         }
-        if token.as_deref().is_some_and(str::is_empty) {
-            bail!("the token (--token or FAIRSHARE_TOKEN) is empty");
+        if let Some(token) = &token {
+            if token.trim().is_empty() {
+                bail!("the token (--token or FAIRSHARE_TOKEN) is empty");
+            }
+            // Checked once here: a token with a control character (a CRLF file's
+            // `\r`) made every request fail to build, and the replay waited forever.
+            if reqwest::header::HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
+                bail!(
+                    "the token (--token or FAIRSHARE_TOKEN) holds characters not allowed in \
+                     an HTTP header (a line break or other control character?)"
+                );
+            }
         }
         let client = reqwest::Client::builder()
             .timeout(tuning.request_timeout)

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
@@ -330,7 +331,9 @@ pub(super) async fn replay_tuned(
                 bar.set_message(describe(&progress, next, plan.len()));
                 if quiet_progress && now.duration_since(last_line) >= Duration::from_secs(10) {
                     last_line = now;
-                    eprintln!(
+                    // Not `eprintln!`, which panics when stderr cannot be written.
+                    let _ = writeln!(
+                        std::io::stderr(),
                         "replay: {:.0} s: {}/{} done, {}",
                         now.duration_since(started).as_secs_f64(),
                         progress.finished,

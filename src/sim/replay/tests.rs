@@ -539,6 +539,9 @@ async fn a_bad_server_url_or_an_empty_token_is_named() {
         ("http://[::1", None, "not a valid URL"),
         ("http://127.0.0.1:1/x?y=1", None, "query or fragment"),
         ("http://127.0.0.1:1", Some(String::new()), "token"),
+        ("http://127.0.0.1:1", Some(" ".into()), "empty"),
+        ("http://127.0.0.1:1", Some("secret\r".into()), "HTTP header"),
+        ("http://127.0.0.1:1", Some("a\nb".into()), "HTTP header"),
     ] {
         let mut a = args();
         a.trace = mini_trace(dir.path());
