@@ -53,26 +53,27 @@ enum Command {
 #[derive(clap::Args)]
 // A negative value reaches its parser, which names the flag and the bound, instead
 // of clap's "unexpected argument '-1'" (a tester's finding); flags that take words
-// or non-integers (`-5m`, `-inf`) allow hyphen values themselves.
+// or non-integers (`-5m`, `-inf`), and integers (`-inf` is not a number to clap),
+// allow hyphen values themselves.
 #[command(allow_negative_numbers = true)]
 struct TraceCli {
     /// zipf, heavy, equal, wide, bursty, mixed or weighted (see `sim::synth`).
     #[arg(long, default_value = "zipf")]
     shape: crate::sim::synth::Shape,
     /// Number of jobs.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u64).range(1..))]
     jobs: u64,
     /// Number of users.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     users: u32,
     /// Cores of the cluster the trace is made for (its MaxProcs).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     cores: u32,
     /// Offered load: core-seconds asked for / (cores × span).
     #[arg(long, allow_hyphen_values = true, default_value_t = crate::sim::synth::DEFAULT_LOAD)]
     load: f64,
     /// Seed of the random stream.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 1)]
     seed: u64,
     /// Where to write the trace (.swf, or .swf.gz for gzip).
     #[arg(long)]
@@ -104,10 +105,10 @@ struct ReplayCli {
     #[arg(long, allow_hyphen_values = true, default_value_t = 1.0)]
     cpu_scale: f64,
     /// Replay at most N jobs.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     limit: Option<usize>,
     /// Skip the first N jobs.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 0)]
     skip: usize,
     /// Floor on a job's cores.
     #[arg(long, allow_hyphen_values = true, default_value_t = crate::sim::replay::DEFAULT_MIN_CPU)]
@@ -132,7 +133,7 @@ struct SimulateCli {
     #[arg(long)]
     trace: PathBuf,
     /// Capacity in cores, at least 1 (default: the trace header's MaxProcs).
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     cpus: Option<u32>,
     /// fairshare, fifo or gateway-loop (default: compare all three).
     #[arg(long)]
@@ -157,22 +158,22 @@ struct SimulateCli {
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     max_age: Option<std::time::Duration>,
     /// Cap on each user's running jobs (fairshare policy), at least 1.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     max_running_jobs: Option<u32>,
     /// A JSON file holding an object of user -> weight, 1e-6 to 1e6 as in the service,
     /// e.g. {"u62": 2}.
     #[arg(long)]
     weights: Option<PathBuf>,
     /// Only the first N jobs.
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     limit: Option<usize>,
     /// Seed of the gateway-loop's arbitrary order and of the choice of preemptible
     /// jobs.
-    #[arg(long, default_value_t = 42)]
+    #[arg(long, allow_hyphen_values = true, default_value_t = 42)]
     seed: u64,
     /// Which jobs may be preempted (fairshare policy): all, none, or a fraction such
     /// as 0.5 (a seeded choice of jobs).
-    #[arg(long, default_value = "none")]
+    #[arg(long, allow_hyphen_values = true, default_value = "none")]
     preemptible: crate::sim::simulate::Preemptible,
     /// Groups of users: none, or swf (the trace's group field, 13; each group
     /// weight 1). Fairshare's order and every policy's fair shares become
@@ -189,7 +190,7 @@ struct SimulateCli {
     preempt_min_runtime: Option<std::time::Duration>,
     /// A job is preempted at most this many times (default: the service's
     /// preemption.max_per_job).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     preempt_max_per_job: Option<u32>,
     /// At most this fraction of the capacity is preempted per interval, 0 to 1; one
     /// head's victims may exceed it when nothing was preempted within the interval

@@ -364,7 +364,11 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
     if trace.jobs.iter().all(|j| j.cpus > capacity) {
         let narrowest = trace.jobs.iter().map(|j| j.cpus).min().unwrap_or(0);
         return Err(SimError::Invalid {
-            name: "capacity (--cpus)",
+            name: if args.cpus.is_some() {
+                "capacity (--cpus)"
+            } else {
+                "capacity (the trace's MaxProcs header; give --cpus)"
+            },
             reason: format!(
                 "{capacity} cores: no job of {} fits (the narrowest asks for {narrowest})",
                 args.trace.display()
@@ -394,6 +398,28 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
     }
 
     let mut text = String::new();
+    // A weight for a user the trace (or its first --limit jobs) does not have acts on
+    // nothing: said, since a misspelt user would otherwise go unnoticed.
+    let users: std::collections::BTreeSet<&str> =
+        trace.jobs.iter().map(|j| j.user.as_str()).collect();
+    let strangers: Vec<&str> = config
+        .weights
+        .keys()
+        .map(String::as_str)
+        .filter(|u| !users.contains(u))
+        .collect();
+    if !strangers.is_empty() {
+        text.push_str(&format!(
+            "note: --weights names {} user(s) with no job in this run, ignored: {}\n",
+            strangers.len(),
+            strangers
+                .iter()
+                .take(10)
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let (reports, plotted): (Vec<Report>, Option<SimOutcome>) = match args.policy {
         Some(_) => {
             let outcome = simulate(&trace.jobs, &config);

@@ -675,4 +675,10 @@ fn an_output_over_an_input_or_the_other_output_is_refused() {
         .unwrap()
         .starts_with("1 0 0 10"));
     assert!(!out.exists());
+    // A weight for a user with no job is said to be ignored (the trace's user is
+    // u1; the weights name "1").
+    args.report = None;
+    args.plot = None;
+    let text = run_simulate(&args).unwrap();
+    assert!(text.contains("ignored: 1"), "{text}");
 }

@@ -139,18 +139,24 @@ pub(super) struct Api {
 
 impl Api {
     pub(super) fn new(server: &str, token: Option<String>, tuning: &Tuning) -> anyhow::Result<Api> {
-        let base = server.trim_end_matches('/').to_string();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            bail!("--server must be an http:// or https:// URL, got {server:?}");
-        }
         // Parsed here so that a bad port or host is named as such (it was "builder
         // error; is it running?"); a query or fragment would end up before the API's
-        // paths.
-        let url = reqwest::Url::parse(&base)
+        // paths, and a password in it would be printed in every error.
+        if !server.contains("://") {
+            bail!("--server must be an http:// or https:// URL, got {server:?}");
+        }
+        let url = reqwest::Url::parse(server.trim())
             .map_err(|e| anyhow::anyhow!("--server {server:?} is not a valid URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            bail!("--server must be an http:// or https:// URL, got {server:?}");
+        }
         if url.query().is_some() || url.fragment().is_some() {
             bail!("--server {server:?} has a query or fragment; give the service's base URL");
         }
+        if !url.username().is_empty() || url.password().is_some() {
+            bail!("--server holds a user or password; give the service's token with --token");
+        }
+        let base = url.as_str().trim_end_matches('/').to_string();
         if let Some(token) = &token {
             if token.trim().is_empty() {
                 bail!("the token (--token or FAIRSHARE_TOKEN) is empty");
