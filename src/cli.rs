@@ -142,7 +142,7 @@ struct SimulateCli {
     /// service's scheduler.usage_half_life).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     half_life: Option<std::time::Duration>,
-    /// Starvation guard, e.g. "5m"; "off" disables it (no reservation) (default: the
+    /// Starvation guard, e.g. "5m"; "off" (or "none", "inf") disables it (no reservation) (default: the
     /// service's scheduler.starvation_guard).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::sim::run::parse_seconds_or_off)]
     starvation_guard: Option<f64>,
@@ -180,7 +180,7 @@ struct SimulateCli {
     /// hierarchical.
     #[arg(long, default_value = "none")]
     groups: crate::sim::simulate::SimGroups,
-    /// A head may preempt once it has waited this long, e.g. "10m"; "off" disables
+    /// A head may preempt once it has waited this long, e.g. "10m"; "off" (or "none", "inf") disables
     /// preemption (default: the service's preemption.after).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::sim::run::parse_seconds_or_off)]
     preempt_after: Option<f64>,

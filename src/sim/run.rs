@@ -233,8 +233,16 @@ pub fn trace_name(path: &Path) -> String {
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let name = name.strip_suffix(".gz").unwrap_or(&name);
-    name.strip_suffix(".swf").unwrap_or(name).to_owned()
+    // In any case, as gzip is detected (`X.SWF.GZ` named its weights
+    // `X.SWF.GZ.weights.json`, a tester found).
+    let strip = |name: &str, suffix: &str| {
+        let cut = name.len().saturating_sub(suffix.len());
+        match name.get(cut..) {
+            Some(end) if end.eq_ignore_ascii_case(suffix) => name[..cut].to_owned(),
+            _ => name.to_owned(),
+        }
+    };
+    strip(&strip(&name, ".gz"), ".swf")
 }
 
 /// The JSON document `--report` writes.

@@ -391,6 +391,9 @@ fn policy_names_round_trip() {
         trace_name(Path::new("x/coare-saliksik-2020.swf.gz")),
         "coare-saliksik-2020"
     );
+    assert_eq!(trace_name(Path::new("X.SWF.GZ")), "X");
+    assert_eq!(trace_name(Path::new("é.Swf")), "é");
+    assert_eq!(trace_name(Path::new("gz")), "gz");
 }
 
 fn coare() -> PathBuf {
