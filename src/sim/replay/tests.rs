@@ -91,43 +91,32 @@ fn plan_selects_offsets_and_names_jobs() {
     assert_eq!(p.iter().map(|j| j.number).collect::<Vec<_>>(), vec![1, 2]);
 }
 
+/// A change that spoils one argument of [`args`].
+type Spoil = fn(&mut ReplayArgs);
+
 #[test]
 fn validate_names_the_flag() {
-    let mut a = args();
-    assert!(a.validate().is_ok());
-    a.min_cpu = 1.0;
-    a.max_cpu = Some(0.5);
-    let e = a.validate().unwrap_err().to_string();
-    assert!(e.contains("--max-cpu"), "{e}");
-    let mut a = args();
-    a.time_scale = 0.0;
-    assert!(a
-        .validate()
-        .unwrap_err()
-        .to_string()
-        .contains("--time-scale"));
-    let mut a = args();
-    a.cpu_scale = f64::NAN;
-    assert!(a
-        .validate()
-        .unwrap_err()
-        .to_string()
-        .contains("--cpu-scale"));
-    let mut a = args();
-    a.min_runtime_s = -1.0;
-    assert!(a
-        .validate()
-        .unwrap_err()
-        .to_string()
-        .contains("--min-runtime"));
-    // A tester's `--min-runtime 1e300` was blamed on `--time-scale`.
-    let mut a = args();
-    a.min_runtime_s = 1e300;
-    assert!(a
-        .validate()
-        .unwrap_err()
-        .to_string()
-        .contains("--min-runtime"));
+    assert!(args().validate().is_ok());
+    let cases: [(Spoil, &str); 5] = [
+        (
+            |a| {
+                a.min_cpu = 1.0;
+                a.max_cpu = Some(0.5);
+            },
+            "--max-cpu",
+        ),
+        (|a| a.time_scale = 0.0, "--time-scale"),
+        (|a| a.cpu_scale = f64::NAN, "--cpu-scale"),
+        (|a| a.min_runtime_s = -1.0, "--min-runtime"),
+        // A tester's `--min-runtime 1e300` was blamed on `--time-scale`.
+        (|a| a.min_runtime_s = 1e300, "--min-runtime"),
+    ];
+    for (spoil, flag) in cases {
+        let mut a = args();
+        spoil(&mut a);
+        let e = a.validate().unwrap_err().to_string();
+        assert!(e.contains(flag), "{flag}: {e}");
+    }
 }
 
 #[test]
