@@ -36,12 +36,41 @@ fn resolve_notify(settings: &mut Settings, addr: std::net::SocketAddr) {
         }
         n.url = format!("http://{addr}");
     }
+    say_where_notifications_go(&settings.notify.url, &settings.clusters);
+    let n = &mut settings.notify;
     if n.key.is_empty() {
         n.key = format!(
             "{}{}",
             uuid::Uuid::new_v4().simple(),
             uuid::Uuid::new_v4().simple()
         );
+    }
+}
+
+/// Says at start which URL the job processes on the Ray nodes must reach (issue 49):
+/// at `info` when `notify.url` is not loopback (the operator must make it reachable
+/// from every Ray node), at `warn` when it is loopback but a cluster is not (that
+/// cluster's watchers cannot reach it: its jobs' ends are learned by polling at
+/// `monitor.poll_interval`).
+fn say_where_notifications_go(url: &str, clusters: &[crate::config::ClusterSettings]) {
+    let loopback = |u: &str| {
+        reqwest::Url::parse(u).ok().is_some_and(|u| {
+            let host = u.host_str().unwrap_or_default();
+            host.eq_ignore_ascii_case("localhost")
+                || host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        })
+    };
+    if !loopback(url) {
+        tracing::info!(notify_url = %url, "end-of-job notifications: the job processes on every Ray node must reach this URL (POST); while they do not, each cluster is polled every monitor.poll_interval and GET /v1/scheduler says so");
+        return;
+    }
+    for c in clusters.iter().filter(|c| !loopback(&c.address)) {
+        tracing::warn!(notify_url = %url, cluster = %c.name, address = %c.address,
+            "notify.url is a loopback address but this cluster is not on this host: its job processes cannot reach it, so its jobs' ends are learned by polling every monitor.poll_interval (set notify.url to where the Ray nodes reach this service)");
     }
 }
 

@@ -100,6 +100,10 @@ pub struct Metrics {
     pub ray_dashboard_requests: IntCounter,
     /// Notifications from attempts' watchers, by kind and what came of them.
     pub hints: IntCounterVec,
+    /// Per cluster, attempts whose notifications arrived or were missed (issue 49).
+    pub notifications: IntCounterVec,
+    /// Per cluster, whether its notifications are known to arrive (1) or not (0).
+    pub notifications_arriving: IntGaugeVec,
     pub db_errors: IntCounter,
     pub start_time: Gauge,
     pub build_info: IntGaugeVec,
@@ -333,10 +337,31 @@ fn build() -> Result<Metrics, prometheus::Error> {
                 "fairshare_attempt_hints_total",
                 "Notifications from attempts' watchers by kind (started, ended) and outcome \
                  (checked: Ray was asked at once; ignored: not an attempt followed now; \
-                 forged: a bad signature; forwarded: sent on to the leader; missing: an \
-                 attempt Ray ran for 2 s announced nothing, so it is polled at poll_interval)."
+                 forged: a bad signature; forwarded: sent on to the leader; deferred: \
+                 arrived while a check of the same attempt ran, checked after it; missing: \
+                 an attempt Ray ran for 500 ms, or ended, announced nothing, so it is \
+                 polled at poll_interval)."
             ),
             &["kind", "outcome"]
+        )?),
+        notifications: reg!(IntCounterVec::new(
+            Opts::new(
+                "fairshare_notifications_total",
+                "Attempts dispatched behind a watcher, per cluster, by whether the \
+                 watcher's notification reached this service (received) or the poll \
+                 found the attempt running or ended without one (missed). While a \
+                 cluster's last word is a miss it is polled at monitor.poll_interval."
+            ),
+            &["cluster", "outcome"]
+        )?),
+        notifications_arriving: reg!(IntGaugeVec::new(
+            Opts::new(
+                "fairshare_notifications_arriving",
+                "1 while the end-of-job notifications of a cluster's attempts are known \
+                 to arrive (its poll may run at monitor.idle_poll_interval), 0 while none \
+                 has arrived yet or the last was missed (polled at poll_interval)."
+            ),
+            &["cluster"]
         )?),
         db_errors: reg!(IntCounter::new(
             "fairshare_db_errors_total",
@@ -487,6 +512,7 @@ pub fn clear_leader_gauges() {
     let m = get();
     m.queued_jobs.reset();
     m.running_jobs.reset();
+    m.notifications_arriving.reset();
     m.user_dominant_share.reset();
     m.user_weight.reset();
     m.user_fair_share.reset();

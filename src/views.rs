@@ -92,6 +92,35 @@ pub struct ClusterStatusView {
     /// has them when this is answered; absent for a Ray cluster.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub running_jobs: Option<u64>,
+    /// Whether the end-of-job notifications of this cluster's attempts reach the
+    /// service (DESIGN §5, "When notifications do not arrive"); absent for a pool and
+    /// before the cluster's first poll.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<NotificationsView>,
+}
+
+/// [`ClusterStatusView::notifications`]: what the leader's monitor knows of one Ray
+/// cluster's notification path.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct NotificationsView {
+    /// `off` (`notify.enabled = false`, or no `notify.url` could be found),
+    /// `unproven` (none has arrived yet: polled at `monitor.poll_interval` while jobs
+    /// run there), `arriving` (the last attempt's notification arrived) or `missing`
+    /// (the last attempt Ray ran or ended announced nothing: polled at
+    /// `monitor.poll_interval`).
+    pub state: String,
+    /// Attempts whose notification arrived, since this replica started leading.
+    pub received: u64,
+    /// Attempts Ray ran for 500 ms, or ended, with no notification, since then.
+    pub missed: u64,
+    /// How often the monitor polls Ray for this cluster's jobs, in milliseconds:
+    /// `monitor.poll_interval` while its notifications are not known to arrive
+    /// (`unproven`, `missing`), else the interval in force now.
+    pub poll_interval_ms: u64,
+    /// What an operator should know, when notifications do not arrive; absent when
+    /// they do.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// One user in the fair-share order.

@@ -218,6 +218,9 @@ pub struct CapacityChanged {
     /// and actors), when Ray answered it; empty otherwise (then only declared
     /// resources are known).
     pub actual: Vec<(JobId, Resources)>,
+    /// Whether the cluster's notifications arrive (issue 49); `None` from a message
+    /// that does not know (a dispatch that found the cluster not ready).
+    pub notifications: Option<crate::views::NotificationsView>,
 }
 
 /// Monitor → arbiter: an outstanding job ended (the terminal status is committed).

@@ -371,7 +371,9 @@ impl Edge {
                 }
                 Effect::Release { .. } => s.arb.held = false,
                 // Only how often the poll comes.
-                Effect::Unannounced { .. } => {}
+                Effect::Unannounced { .. }
+                | Effect::Announced { .. }
+                | Effect::NoticePathChanged { .. } => {}
                 Effect::RemoveQueued { .. } => s.arb.queued = false,
                 Effect::Hold { .. } => {
                     if s.arb.queued {

@@ -476,3 +476,187 @@ async fn a_job_waiting_on_another_tenant_starts_when_it_lets_go(db: Db) {
     .await;
 }
 both_databases!(a_job_waiting_on_another_tenant_starts_when_it_lets_go);
+
+/// Issue 43 §4: a short job's "ended" arrives 8–14 ms after its "started", while the
+/// check that "started" caused still waits for Ray to leave PENDING. It used to be
+/// dropped (the end then learned by the next poll, here never); now it is checked
+/// once the first check is done, and counted as deferred.
+async fn an_end_announced_while_its_start_is_checked_is_not_lost(db: Db) {
+    let (server, state) = fake_ray::start(4.0, |s| s.run_polls = u32::MAX).await;
+    let app = app(db, &server, Duration::from_secs(600)).await;
+    let id = dispatched(&app, &state).await;
+    let hints = Hints::new("http://x", KEY.as_bytes());
+    let polls = state.lock().unwrap().list_polls;
+    // Ray still says PENDING: the "started" check asks again and again.
+    let started = hints.sign(&id, HintKind::Started);
+    assert_eq!(
+        hint(&app, &id, HintKind::Started, &started).await.status(),
+        202
+    );
+    let ended = hints.sign(&id, HintKind::Ended);
+    assert_eq!(hint(&app, &id, HintKind::Ended, &ended).await.status(), 202);
+    until(2.0, "the end counted as deferred", || async {
+        let m = app.metrics().await;
+        (metric(
+            &m,
+            "fairshare_attempt_hints_total{kind=\"ended\",outcome=\"deferred\"}",
+        ) >= 1.0)
+            .then_some(())
+    })
+    .await;
+    set(&state, &id, "RUNNING");
+    until(2.0, "RUNNING", || async {
+        (status(&app, &id).await == "RUNNING").then_some(())
+    })
+    .await;
+    // The deferred "ended" is checked now: it waits for Ray to say the job ended.
+    set(&state, &id, "SUCCEEDED");
+    until(2.0, "SUCCEEDED from the deferred notification", || async {
+        (status(&app, &id).await == "SUCCEEDED").then_some(())
+    })
+    .await;
+    assert_eq!(
+        state.lock().unwrap().list_polls,
+        polls,
+        "no poll was needed"
+    );
+}
+both_databases!(an_end_announced_while_its_start_is_checked_is_not_lost);
+
+/// Issue 49: against a Ray whose job processes cannot reach the service (the fake
+/// runs no watcher, so no notification ever arrives), with notifications left on: a
+/// 4-CPU job ends after a second (before any per-attempt grace), a 2-CPU job waits.
+/// The cluster's notifications are unproven, so it is polled at `poll_interval`
+/// (200 ms), not at the idle interval (5 s; measured before: dispatched 1,425 ms
+/// after capacity freed). `GET /v1/scheduler` and the metrics say so.
+async fn a_cluster_whose_notifications_never_arrive_is_polled_fast(db: Db) {
+    let (server, state) = fake_ray::start(4.0, |s| s.run_polls = u32::MAX).await;
+    let uri = server.uri();
+    let app = crate::helpers::spawn_app_with(db, move |s| {
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "fake".into(),
+            address: uri,
+        }];
+        s.notify.enabled = true;
+        s.notify.key = KEY.into();
+        s.monitor.poll_interval = Duration::from_millis(200);
+        s.monitor.idle_poll_interval = Duration::from_secs(5);
+        s.monitor.usage_report_lag = Duration::from_millis(0);
+    })
+    .await
+    .expect("database available");
+    let big = app.submit("a", json!({"resources": {"cpu": 4}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(10.0, "the 4-CPU job RUNNING", || async {
+        (status(&app, &big).await == "RUNNING").then_some(())
+    })
+    .await;
+    let small = app.submit("b", json!({"resources": {"cpu": 2}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // It runs on for a second, then ends; the small one waits meanwhile.
+    until(10.0, "a second of running", || async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let polls = state.lock().unwrap().list_polls;
+        (polls >= 5).then_some(())
+    })
+    .await;
+    assert_eq!(status(&app, &small).await, "QUEUED");
+    let freed = Instant::now();
+    set(&state, &big, "SUCCEEDED");
+    let sent = until(5.0, "the 2-CPU job sent to Ray", || async {
+        state
+            .lock()
+            .unwrap()
+            .post_ids
+            .contains(&small)
+            .then(|| freed.elapsed())
+    })
+    .await;
+    assert!(
+        sent < Duration::from_millis(200 + 300),
+        "dispatched {sent:?} after the capacity freed (poll_interval 200 ms)"
+    );
+    let view = app.get_json("/v1/scheduler", SUBMITTER).await;
+    let n = &view["clusters"][0]["notifications"];
+    assert_ne!(n["state"], "arriving", "{view}");
+    assert_eq!(n["poll_interval_ms"], 200, "{view}");
+    assert!(
+        n["message"].as_str().is_some_and(
+            |m| m.contains("polled every 200 ms") || m.contains("polling every 200 ms")
+        ),
+        "{view}"
+    );
+    // Seen ended with nothing heard: a miss, and the cluster says so.
+    until(5.0, "the miss counted", || async {
+        let view = app.get_json("/v1/scheduler", SUBMITTER).await;
+        let n = view["clusters"][0]["notifications"].clone();
+        (n["state"] == "missing" && n["missed"].as_u64() >= Some(1)).then_some(())
+    })
+    .await;
+    let m = app.metrics().await;
+    assert!(
+        metric(
+            &m,
+            "fairshare_notifications_total{cluster=\"fake\",outcome=\"missed\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "fairshare_notifications_arriving{cluster=\"fake\"}"),
+        0.0,
+        "{m}"
+    );
+}
+both_databases!(a_cluster_whose_notifications_never_arrive_is_polled_fast);
+
+/// Issue 49: once a notification arrives from a cluster, its poll returns to the idle
+/// interval; `GET /v1/scheduler` says `arriving` with no message.
+async fn a_cluster_whose_notifications_arrive_is_polled_at_the_idle_interval(db: Db) {
+    let (server, state) = fake_ray::start(4.0, |s| s.run_polls = u32::MAX).await;
+    let uri = server.uri();
+    let app = crate::helpers::spawn_app_with(db, move |s| {
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "fake".into(),
+            address: uri,
+        }];
+        s.notify.enabled = true;
+        s.notify.key = KEY.into();
+        s.monitor.poll_interval = Duration::from_millis(100);
+        s.monitor.idle_poll_interval = Duration::from_secs(600);
+        s.monitor.usage_report_lag = Duration::from_millis(0);
+    })
+    .await
+    .expect("database available");
+    let id = app.submit("u", json!({"resources": {"cpu": 1}})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(10.0, "RUNNING by the fast poll", || async {
+        (status(&app, &id).await == "RUNNING").then_some(())
+    })
+    .await;
+    let hints = Hints::new("http://x", KEY.as_bytes());
+    let sig = hints.sign(&id, HintKind::Started);
+    assert_eq!(hint(&app, &id, HintKind::Started, &sig).await.status(), 202);
+    let view = until(5.0, "the path arriving", || async {
+        let view = app.get_json("/v1/scheduler", SUBMITTER).await;
+        (view["clusters"][0]["notifications"]["state"] == "arriving").then_some(view)
+    })
+    .await;
+    let n = &view["clusters"][0]["notifications"];
+    assert_eq!(n["poll_interval_ms"], 600_000, "{view}");
+    assert!(n.get("message").is_none(), "{view}");
+    assert_eq!(n["received"], 1, "{view}");
+    // The idle interval holds: no poll for a while.
+    let polls = state.lock().unwrap().list_polls;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        state.lock().unwrap().list_polls <= polls + 1,
+        "polled at the fast interval although notifications arrive"
+    );
+}
+both_databases!(a_cluster_whose_notifications_arrive_is_polled_at_the_idle_interval);

@@ -175,6 +175,9 @@ pub struct FairShareArbiter {
     /// Each cluster's last report as taken (health, total, used, our jobs it counts):
     /// the same report again changes nothing.
     reports: HashMap<String, (bool, Resources, Resources, HashSet<JobId>)>,
+    /// Each Ray cluster's notification path as the monitor last reported it (shown in
+    /// `GET /v1/scheduler`).
+    notifications: HashMap<String, crate::views::NotificationsView>,
     /// (cluster, custom slot) pairs already warned of: a cluster reporting a resource
     /// configured as a license.
     license_clash: HashSet<(String, usize)>,
@@ -249,6 +252,7 @@ impl FairShareArbiter {
             freed_at: None,
             queues: HashMap::new(),
             reports: HashMap::new(),
+            notifications: HashMap::new(),
             license_clash: HashSet::new(),
             actual: HashMap::new(),
             last: None,
@@ -628,6 +632,9 @@ impl Handler<CapacityChanged> for FairShareArbiter {
             if self.settings.scheduler.charge == crate::config::Charge::Actual {
                 charged |= self.ledger.charge(now, *job, *held);
             }
+        }
+        if let Some(n) = msg.notifications {
+            self.notifications.insert(msg.cluster.clone(), n);
         }
         let reported: HashSet<JobId> = msg.reported.into_iter().collect();
         // A cluster that reports a resource named like a license: the license's

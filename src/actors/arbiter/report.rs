@@ -75,6 +75,7 @@ impl FairShareArbiter {
                     } else {
                         (ClusterKind::Ray, c.used_reported, c.unreported)
                     };
+                    let name = c.name.clone();
                     ClusterStatusView {
                         free: free.into(),
                         used_by_others: used_reported
@@ -88,6 +89,7 @@ impl FairShareArbiter {
                         outstanding: c.outstanding.into(),
                         unreported: unreported.into(),
                         admitted_jobs: None,
+                        notifications: self.notifications.get(&name).cloned(),
                         running_jobs: None,
                     }
                 })

@@ -18,10 +18,48 @@ use crate::policy::{JobId, QueuedJob, Resources};
 use crate::store::{resources_of, Applied};
 
 /// How long an attempt dispatched behind its watcher may be seen RUNNING by the poll
-/// with no notification from the watcher before the monitor stops relying on
-/// notifications for it. A watcher's "started" reaches the service within
-/// milliseconds of the driver's start; Ray shows RUNNING at about the same moment.
-pub(crate) const UNANNOUNCED_GRACE: Duration = Duration::from_secs(2);
+/// with no notification from the watcher before it counts as a missed notification
+/// (issue 49). A watcher's "started" is POSTed the moment the entrypoint's shell
+/// starts, which is before Ray shows RUNNING (measured: within milliseconds,
+/// BENCHMARKS.md "The Ray edge"), so a few hundred milliseconds leave room for a slow
+/// network without letting a short job end unseen.
+pub(crate) const UNANNOUNCED_GRACE: Duration = Duration::from_millis(500);
+
+/// Whether the notifications of a cluster's attempts reach this service (issue 49).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum NoticeState {
+    /// No notification has arrived from the cluster and none was missed yet (a fresh
+    /// start): attempts there are polled at `monitor.poll_interval` until one arrives.
+    #[default]
+    Unproven,
+    /// The last word on the path was a notification that arrived: attempts whose
+    /// watcher has spoken are left to it, the poll runs at the idle interval.
+    Arriving,
+    /// The last word was a miss (an attempt Ray ran or ended with no notification):
+    /// attempts there are polled at `monitor.poll_interval` until one arrives again.
+    Missing,
+}
+
+impl NoticeState {
+    /// `unproven`, `arriving` or `missing` (the API's and the log's name).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            NoticeState::Unproven => "unproven",
+            NoticeState::Arriving => "arriving",
+            NoticeState::Missing => "missing",
+        }
+    }
+}
+
+/// One cluster's notification path: its state and what was counted for and against it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct NoticePath {
+    pub(crate) state: NoticeState,
+    /// Attempts whose watcher's notification arrived (each attempt once).
+    pub(crate) received: u64,
+    /// Attempts Ray ran or ended with no notification (each attempt once).
+    pub(crate) missed: u64,
+}
 
 /// What the actor sends once a poll (or a track) is absorbed.
 #[derive(Clone, Debug, PartialEq)]
@@ -49,9 +87,18 @@ pub(crate) enum Effect {
         place: Option<QueuePlace>,
     },
     /// Operator: an attempt dispatched behind its watcher has run for
-    /// [`UNANNOUNCED_GRACE`] with no notification arriving (the watcher cannot reach
-    /// `notify.url`); it is polled at `monitor.poll_interval` from now on.
-    Unannounced { job_id: JobId },
+    /// [`UNANNOUNCED_GRACE`], or ended, with no notification arriving (the watcher
+    /// cannot reach `notify.url`); it is polled at `monitor.poll_interval` from now
+    /// on, and counts against its cluster's path.
+    Unannounced { job_id: JobId, cluster: String },
+    /// Operator: an attempt's notification arrived; it counts for its cluster's path.
+    Announced { cluster: String },
+    /// Operator: a cluster's notification path changed state (logged once per change).
+    NoticePathChanged {
+        cluster: String,
+        from: NoticeState,
+        to: NoticeState,
+    },
     /// Arbiter: a QUEUED job has an earlier attempt alive in Ray now; keep its place
     /// but grant it no more until [`Effect::Release`].
     Hold {
@@ -98,6 +145,11 @@ pub(crate) struct Book {
     /// start a job before its submit's answer is recorded), and when; kept
     /// [`EARLY_KEPT`].
     early: HashMap<(JobId, u32), Instant>,
+    /// Per cluster, whether notifications arrive (issue 49).
+    paths: HashMap<String, NoticePath>,
+    /// What was counted for the paths since the actor last took it
+    /// ([`Book::take_notice_effects`]).
+    notice_effects: Vec<Effect>,
 }
 
 /// How long a notification for an attempt not followed yet is remembered.
@@ -140,6 +192,11 @@ impl Book {
                     .early
                     .remove(&(id, job.attempt.max(1) as u32))
                     .is_some();
+                if let (true, Some(cluster)) = (announced, job.cluster.clone()) {
+                    let mut effects = std::mem::take(&mut self.notice_effects);
+                    self.notice(&cluster, true, &mut effects);
+                    self.notice_effects = effects;
+                }
                 self.current.insert(
                     id,
                     Followed {
@@ -164,13 +221,77 @@ impl Book {
             .get_mut(&job_id)
             .filter(|t| t.job.attempt.max(1) as u32 == attempt)
         {
-            Some(t) => t.announced = true,
+            Some(t) => {
+                if !std::mem::replace(&mut t.announced, true) {
+                    if let Some(cluster) = t.job.cluster.clone() {
+                        let mut effects = std::mem::take(&mut self.notice_effects);
+                        self.notice(&cluster, true, &mut effects);
+                        self.notice_effects = effects;
+                    }
+                }
+            }
             None => {
                 self.early
                     .retain(|_, at| now.saturating_duration_since(*at) < EARLY_KEPT);
                 self.early.insert((job_id, attempt), now);
             }
         }
+    }
+
+    /// Counts one attempt's notification as arrived from `cluster` (`arrived`) or
+    /// missed, and moves the cluster's path: the last word decides (DESIGN §5, "When
+    /// notifications do not arrive").
+    fn notice(&mut self, cluster: &str, arrived: bool, effects: &mut Vec<Effect>) {
+        let path = self.paths.entry(cluster.to_string()).or_default();
+        let from = path.state;
+        if arrived {
+            path.received += 1;
+            path.state = NoticeState::Arriving;
+            effects.push(Effect::Announced {
+                cluster: cluster.to_string(),
+            });
+        } else {
+            path.missed += 1;
+            path.state = NoticeState::Missing;
+        }
+        if from != path.state {
+            effects.push(Effect::NoticePathChanged {
+                cluster: cluster.to_string(),
+                from,
+                to: path.state,
+            });
+        }
+    }
+
+    /// An attempt that Ray ran or ended with nothing heard from its watcher: counted
+    /// once against its cluster's path, and polled from now on.
+    fn unannounced(&mut self, id: JobId, effects: &mut Vec<Effect>) {
+        let Some(t) = self.current.get_mut(&id) else {
+            return;
+        };
+        if !t.hinted || t.announced {
+            return;
+        }
+        t.hinted = false;
+        let Some(cluster) = t.job.cluster.clone() else {
+            return;
+        };
+        effects.push(Effect::Unannounced {
+            job_id: id,
+            cluster: cluster.clone(),
+        });
+        self.notice(&cluster, false, effects);
+    }
+
+    /// What [`Book::announced`] and [`Book::track`] counted for the paths since the
+    /// last call, for the actor to carry.
+    pub(crate) fn take_notice_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.notice_effects)
+    }
+
+    /// `cluster`'s notification path.
+    pub(crate) fn notice_path(&self, cluster: &str) -> NoticePath {
+        self.paths.get(cluster).copied().unwrap_or_default()
     }
 
     /// Follow an earlier attempt of a QUEUED job until Ray confirms it ended.
@@ -249,11 +370,22 @@ impl Book {
     /// a job not dispatched behind the watcher (recovered, or before a restart), one
     /// recovered DISPATCHING, one with a stop asked (Ray's stop kills the watcher with
     /// the job), and every retiring or stray attempt.
+    ///
+    /// Also an attempt whose watcher has not spoken yet on a cluster whose
+    /// notifications are not known to arrive ([`NoticeState::Unproven`] or
+    /// [`NoticeState::Missing`]): its start and end may never be announced (issue 49).
     pub(crate) fn awaits_the_poll(&self) -> bool {
         !self.retiring.is_empty()
             || !self.strays.is_empty()
             || self.current.values().any(|t| {
-                !t.hinted || t.job.status == JobStatus::Dispatching || t.job.stop_reason.is_some()
+                !t.hinted
+                    || t.job.status == JobStatus::Dispatching
+                    || t.job.stop_reason.is_some()
+                    || (!t.announced
+                        && t.job
+                            .cluster
+                            .as_deref()
+                            .is_none_or(|c| self.notice_path(c).state != NoticeState::Arriving))
             })
     }
 
@@ -403,12 +535,8 @@ impl Book {
                         t.missing_since = None;
                         if running {
                             let since = *t.running_seen.get_or_insert(now);
-                            if t.hinted
-                                && !t.announced
-                                && now.saturating_duration_since(since) >= UNANNOUNCED_GRACE
-                            {
-                                t.hinted = false;
-                                effects.push(Effect::Unannounced { job_id: id });
+                            if now.saturating_duration_since(since) >= UNANNOUNCED_GRACE {
+                                self.unannounced(id, &mut effects);
                             }
                         }
                     }
@@ -576,6 +704,18 @@ impl Book {
         };
         if job.status.is_terminal() {
             tracing::info!(job_id = %id, status = %job.status, "job finished");
+            // Its watcher ran if its driver did: it succeeded, or failed after Ray
+            // showed it RUNNING (a runtime_env that cannot be built fails it before any
+            // watcher starts). A stop asked may end it before its watcher speaks.
+            let driver_ran = self.current.get(&id).is_some_and(|t| {
+                t.job.stop_reason.is_none()
+                    && job.stop_reason.is_none()
+                    && (job.status == JobStatus::Succeeded
+                        || (job.status == JobStatus::Failed && t.running_seen.is_some()))
+            });
+            if driver_ran {
+                self.unannounced(id, effects);
+            }
             self.current.remove(&id);
             if let Some(attempt) = stopped {
                 // Ended here while Ray still holds the attempt (a stop of a PENDING
@@ -666,15 +806,71 @@ mod tests {
         book.absorb(poll, now).0
     }
 
-    /// A watcher that cannot reach the service (a wrong `notify.url`): once Ray has
-    /// run the attempt for the grace with nothing announced, the poll stops relying on
-    /// notifications for it; one that announced itself is left to its watcher.
+    fn ended(book: &mut Book, id: JobId, status: JobStatus, now: Instant) -> Vec<Effect> {
+        let mut job = running_row();
+        job.id = id;
+        job.status = status;
+        let step = crate::lifecycle::Step {
+            to: status,
+            detail: String::new(),
+            changes: Default::default(),
+            ray: None,
+            metric: None,
+        };
+        let poll = ClusterPoll {
+            name: "ray".into(),
+            usage: Ok(Default::default()),
+            jobs: Ok(()),
+            current: vec![(
+                id,
+                Outcome::Applied(Box::new(Applied::Changed { job, step })),
+            )],
+            retiring: Vec::new(),
+            strays: Vec::new(),
+            usage_now: None,
+            state_cost: None,
+        };
+        book.absorb(poll, now).0
+    }
+
+    /// A row like [`running_row`] with its own id.
+    fn another_running_row() -> job::Model {
+        let mut row = running_row();
+        row.id = uuid::Uuid::new_v4();
+        row
+    }
+
+    fn changed(from: NoticeState, to: NoticeState) -> Effect {
+        Effect::NoticePathChanged {
+            cluster: "ray".into(),
+            from,
+            to,
+        }
+    }
+
+    /// A book whose cluster `ray` has heard one notification (an attempt that came
+    /// and went), so that its path is [`NoticeState::Arriving`].
+    fn proven_book(t0: Instant) -> Book {
+        let mut book = Book::default();
+        let row = another_running_row();
+        book.track(row.clone(), Origin::Dispatched, t0);
+        book.announced(row.id, 1, t0);
+        ended(&mut book, row.id, JobStatus::Succeeded, t0);
+        book.take_notice_effects();
+        assert_eq!(book.notice_path("ray").state, NoticeState::Arriving);
+        book
+    }
+
+    /// A watcher that cannot reach the service (a wrong `notify.url`) on a cluster
+    /// whose notifications arrived so far: once Ray has run the attempt for the grace
+    /// with nothing announced, the poll stops relying on notifications for it and the
+    /// cluster's path is missing; one that announced itself is left to its watcher.
     #[test]
     fn an_attempt_that_announces_nothing_is_polled_at_the_fast_interval() {
         let t0 = Instant::now();
         let row = running_row();
         let id = row.id;
-        let mut book = Book::default();
+        let mut book = proven_book(t0);
         book.track(row.clone(), Origin::Dispatched, t0);
         assert!(!book.awaits_the_poll());
         assert!(seen_running(&mut book, id, t0).is_empty());
@@ -684,25 +880,142 @@ mod tests {
         let late = t0 + UNANNOUNCED_GRACE;
         assert_eq!(
             seen_running(&mut book, id, late),
-            vec![Effect::Unannounced { job_id: id }]
+            vec![
+                Effect::Unannounced {
+                    job_id: id,
+                    cluster: "ray".into()
+                },
+                changed(NoticeState::Arriving, NoticeState::Missing),
+            ]
         );
         assert!(book.awaits_the_poll());
         // Said once.
         assert!(seen_running(&mut book, id, late + UNANNOUNCED_GRACE).is_empty());
+        assert_eq!(
+            book.notice_path("ray"),
+            NoticePath {
+                state: NoticeState::Missing,
+                received: 1,
+                missed: 1
+            }
+        );
 
-        let mut book = Book::default();
+        let mut book = proven_book(t0);
         book.track(row, Origin::Dispatched, t0);
         book.announced(id, 1, t0);
+        assert_eq!(
+            book.take_notice_effects(),
+            vec![Effect::Announced {
+                cluster: "ray".into()
+            }]
+        );
         assert!(seen_running(&mut book, id, t0).is_empty());
         assert!(seen_running(&mut book, id, t0 + 10 * UNANNOUNCED_GRACE).is_empty());
         assert!(!book.awaits_the_poll());
 
         // Its watcher spoke before the dispatcher handed it over.
-        let mut book = Book::default();
+        let mut book = proven_book(t0);
         book.announced(id, 1, t0);
+        assert!(book.take_notice_effects().is_empty());
         book.track(running_row(), Origin::Dispatched, t0);
+        assert_eq!(
+            book.take_notice_effects(),
+            vec![Effect::Announced {
+                cluster: "ray".into()
+            }]
+        );
         assert!(seen_running(&mut book, id, t0).is_empty());
         assert!(seen_running(&mut book, id, t0 + 10 * UNANNOUNCED_GRACE).is_empty());
+        assert_eq!(book.notice_path("ray").received, 2);
+    }
+
+    /// Issue 49: a cluster from which no notification has arrived yet is not trusted
+    /// to announce anything: its attempts are polled at the fast interval until their
+    /// watcher speaks. A short job that ends before the poll sees it RUNNING, with no
+    /// notification, counts against the path; the next notification that arrives
+    /// brings the idle interval back.
+    #[test]
+    fn a_cluster_is_polled_fast_until_its_notifications_are_known_to_arrive() {
+        let t0 = Instant::now();
+        let mut book = Book::default();
+        assert!(!book.awaits_the_poll(), "nothing followed: nothing awaited");
+        let a = running_row();
+        book.track(a.clone(), Origin::Dispatched, t0);
+        assert_eq!(book.notice_path("ray").state, NoticeState::Unproven);
+        assert!(book.awaits_the_poll(), "unproven path: poll fast");
+        // Its watcher speaks: the path is proven, the attempt left to its watcher.
+        book.announced(a.id, 1, t0);
+        assert_eq!(
+            book.take_notice_effects(),
+            vec![
+                Effect::Announced {
+                    cluster: "ray".into()
+                },
+                changed(NoticeState::Unproven, NoticeState::Arriving),
+            ]
+        );
+        assert!(!book.awaits_the_poll());
+        // A second notice of the same attempt ("ended") counts nothing more.
+        book.announced(a.id, 1, t0);
+        assert!(book.take_notice_effects().is_empty());
+        assert!(ended(&mut book, a.id, JobStatus::Succeeded, t0)
+            .contains(&Effect::Finished { job_id: a.id }));
+
+        // A short job ends unannounced, never seen RUNNING: a miss.
+        let b = another_running_row();
+        book.track(b.clone(), Origin::Dispatched, t0);
+        assert!(
+            !book.awaits_the_poll(),
+            "arriving path: left to the watcher"
+        );
+        let effects = ended(&mut book, b.id, JobStatus::Succeeded, t0);
+        assert_eq!(
+            effects[..2],
+            [
+                Effect::Unannounced {
+                    job_id: b.id,
+                    cluster: "ray".into()
+                },
+                changed(NoticeState::Arriving, NoticeState::Missing),
+            ]
+        );
+        let c = another_running_row();
+        book.track(c.clone(), Origin::Dispatched, t0);
+        assert!(book.awaits_the_poll(), "missing path: poll fast");
+
+        // A job stopped, or one Ray failed before it ran, proves nothing either way.
+        let mut d = another_running_row();
+        book.track(d.clone(), Origin::Dispatched, t0);
+        assert!(!ended(&mut book, d.id, JobStatus::Failed, t0)
+            .iter()
+            .any(|e| matches!(e, Effect::Unannounced { .. })));
+        d = another_running_row();
+        d.stop_reason = Some("cancelled".into());
+        book.track(d.clone(), Origin::Dispatched, t0);
+        assert!(!ended(&mut book, d.id, JobStatus::Stopped, t0)
+            .iter()
+            .any(|e| matches!(e, Effect::Unannounced { .. })));
+
+        // Notices flow again.
+        book.announced(c.id, 1, t0);
+        assert_eq!(
+            book.take_notice_effects(),
+            vec![
+                Effect::Announced {
+                    cluster: "ray".into()
+                },
+                changed(NoticeState::Missing, NoticeState::Arriving),
+            ]
+        );
+        assert!(!book.awaits_the_poll());
+        assert_eq!(
+            book.notice_path("ray"),
+            NoticePath {
+                state: NoticeState::Arriving,
+                received: 2,
+                missed: 1
+            }
+        );
     }
 
     /// A poll between two State API readings: a job that ended since frees what it

@@ -12,7 +12,7 @@
 //! cluster is logged at `warn` at once and then at most every
 //! `monitor.unreachable_warn_every`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -33,9 +33,11 @@ use crate::config::Settings;
 use crate::lifecycle::Limits;
 use crate::metrics;
 use crate::policy::{JobId, Resources};
+use crate::ray::notify::HintKind;
 use crate::ray::{error_chain, RayClient};
 use crate::store::{Db, Fence};
-use book::{Book, Effect, Retiring};
+use crate::views::NotificationsView;
+use book::{Book, Effect, NoticeState, Retiring};
 use poll::{poll_cluster, ClusterPoll};
 
 #[derive(Clone, Debug, Default)]
@@ -71,15 +73,18 @@ pub struct RayCapacityMonitor {
     again: bool,
     /// The next poll, and when it is due.
     next: Option<(actix::SpawnHandle, Instant)>,
+    /// When the last poll started: the next is due an interval after it, not after
+    /// its end, so that a slow answer does not stretch the period.
+    last_started: Option<Instant>,
     /// Attempts' watchers announce starts and ends (`[notify]`).
     hints_on: bool,
     /// Jobs are queued while another tenant holds capacity (the arbiter's
     /// [`OthersHold`]): poll at the fast interval.
     others_hold: bool,
-    /// Jobs a notification is being checked for.
-    checking: HashSet<JobId>,
-    /// When the warning that watchers' notifications do not arrive was last logged.
-    unannounced_warned: std::cell::Cell<Option<Instant>>,
+    /// Jobs a notification is being checked for, each with the kind of a further
+    /// notification that arrived meanwhile (checked once this check is done; an
+    /// "ended" outranks a "started").
+    checking: HashMap<JobId, Option<HintKind>>,
     /// Per cluster: when Ray's State API is next read, and its last reading.
     state: BTreeMap<String, StateReadings>,
 }
@@ -126,8 +131,8 @@ impl RayCapacityMonitor {
             polling: false,
             again: false,
             next: None,
-            checking: HashSet::new(),
-            unannounced_warned: std::cell::Cell::new(None),
+            checking: HashMap::new(),
+            last_started: None,
             state: BTreeMap::new(),
         }
     }
@@ -149,24 +154,68 @@ impl RayCapacityMonitor {
         }
     }
 
-    /// Schedules the next poll after [`Self::interval`], replacing one scheduled.
+    /// When the next poll is due: [`Self::interval`] after the last one started, and
+    /// at least a quarter of it after now (a poll slower than the interval is not
+    /// followed by another at once).
+    fn due(&self) -> Instant {
+        let every = self.interval();
+        let now = Instant::now();
+        let at = self.last_started.map_or(now + every, |t| t + every);
+        at.max(now + every / 4)
+    }
+
+    /// Schedules the next poll at [`Self::due`], replacing one scheduled.
     fn schedule(&mut self, ctx: &mut Context<Self>) {
         if let Some((handle, _)) = self.next.take() {
             ctx.cancel_future(handle);
         }
-        let every = self.interval();
-        let handle = ctx.run_later(every, |act, ctx| {
+        let due = self.due();
+        let handle = ctx.run_later(due.saturating_duration_since(Instant::now()), |act, ctx| {
             act.next = None;
             act.poll(ctx);
         });
-        self.next = Some((handle, Instant::now() + every));
+        self.next = Some((handle, due));
     }
 
     /// Brings the next poll forward when something now awaits it sooner.
     fn hurry(&mut self, ctx: &mut Context<Self>) {
-        let due = Instant::now() + self.interval();
+        let due = self.due();
         if self.next.as_ref().is_some_and(|(_, at)| *at > due) {
             self.schedule(ctx);
+        }
+    }
+
+    /// What `GET /v1/scheduler` shows of `cluster`'s notification path.
+    fn notifications_view(&self, cluster: &str) -> NotificationsView {
+        let path = self.book.notice_path(cluster);
+        let fast_ms = self.settings.monitor.poll_interval.as_millis();
+        let poll_interval_ms = if self.hints_on && path.state != NoticeState::Arriving {
+            fast_ms as u64
+        } else {
+            self.interval().as_millis() as u64
+        };
+        let (state, message) = if !self.hints_on {
+            ("off", None)
+        } else {
+            let state = path.state.as_str();
+            let message = match path.state {
+                NoticeState::Arriving => None,
+                NoticeState::Unproven => Some(format!(
+                    "no end-of-job notification has arrived from this cluster yet; its jobs are polled every {fast_ms} ms until one does"
+                )),
+                NoticeState::Missing => Some(format!(
+                    "end-of-job notifications are not arriving from this cluster; polling every {fast_ms} ms (its job processes must reach notify.url {})",
+                    self.settings.notify.url
+                )),
+            };
+            (state, message)
+        };
+        NotificationsView {
+            state: state.to_string(),
+            received: path.received,
+            missed: path.missed,
+            poll_interval_ms,
+            message,
         }
     }
 
@@ -189,6 +238,7 @@ impl RayCapacityMonitor {
             return;
         }
         self.polling = true;
+        self.last_started = Some(Instant::now());
         let polls: Vec<_> = self
             .clients
             .iter()
@@ -251,13 +301,34 @@ impl RayCapacityMonitor {
                     cluster,
                     submission_id,
                 }),
-                Effect::Unannounced { job_id } => {
-                    metrics::get().hint("started", "missing");
-                    let warned = self.unannounced_warned.get();
-                    if warned.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
-                        self.unannounced_warned.set(Some(Instant::now()));
-                        tracing::warn!(%job_id, notify_url = %self.settings.notify.url,
-                            "a job Ray runs sent no notification: its watcher cannot reach this service (check notify.url from the Ray nodes); such jobs are polled every monitor.poll_interval");
+                Effect::Unannounced { job_id, cluster } => {
+                    let m = metrics::get();
+                    m.hint("started", "missing");
+                    m.notifications
+                        .with_label_values(&[cluster.as_str(), "missed"])
+                        .inc();
+                    tracing::debug!(%job_id, %cluster, "an attempt Ray ran announced nothing");
+                }
+                Effect::Announced { cluster } => metrics::get()
+                    .notifications
+                    .with_label_values(&[cluster.as_str(), "received"])
+                    .inc(),
+                Effect::NoticePathChanged { cluster, from, to } => {
+                    metrics::get()
+                        .notifications_arriving
+                        .with_label_values(&[cluster.as_str()])
+                        .set(i64::from(to == NoticeState::Arriving));
+                    let url = &self.settings.notify.url;
+                    let fast = self.settings.monitor.poll_interval;
+                    if to == NoticeState::Missing {
+                        tracing::warn!(%cluster, notify_url = %url, poll_interval = ?fast, was = from.as_str(),
+                            "end-of-job notifications are not arriving from this cluster: a job Ray ran or ended sent none (its job processes must reach notify.url); its jobs are polled every monitor.poll_interval until notifications arrive again");
+                    } else if from == NoticeState::Missing {
+                        tracing::info!(%cluster, notify_url = %url,
+                            "end-of-job notifications arrive from this cluster again; its poll returns to monitor.idle_poll_interval");
+                    } else {
+                        tracing::info!(%cluster, notify_url = %url,
+                            "end-of-job notifications arrive from this cluster");
                     }
                 }
                 Effect::Finished { job_id } => self.arbiter.finished.do_send(JobFinished {
@@ -396,6 +467,7 @@ impl RayCapacityMonitor {
                 )
             }
         };
+        let notifications = Some(self.notifications_view(&name));
         self.arbiter.capacity.do_send(CapacityChanged {
             cluster: name.clone(),
             healthy: health.healthy,
@@ -403,6 +475,7 @@ impl RayCapacityMonitor {
             used,
             reported,
             actual,
+            notifications,
         });
     }
 }
@@ -436,6 +509,8 @@ impl Handler<Track> for RayCapacityMonitor {
 
     fn handle(&mut self, msg: Track, ctx: &mut Context<Self>) {
         self.book.track(msg.job, msg.origin, Instant::now());
+        let effects = self.book.take_notice_effects();
+        self.carry(effects);
         self.hurry(ctx);
     }
 }
@@ -462,28 +537,51 @@ impl Handler<Hint> for RayCapacityMonitor {
 
     #[tracing::instrument(skip_all, fields(job_id = %msg.job_id, kind = msg.kind.as_str()))]
     fn handle(&mut self, msg: Hint, ctx: &mut Context<Self>) {
+        // Its watcher reaches this service (remembered for a while if the attempt's
+        // hand-over from the dispatcher is still to come).
+        self.book.announced(msg.job_id, msg.attempt, Instant::now());
+        let effects = self.book.take_notice_effects();
+        self.carry(effects);
+        self.check_hint(msg, ctx);
+    }
+}
+
+impl RayCapacityMonitor {
+    /// Asks Ray about the attempt a notification names ([`hint::check`]). A
+    /// notification that arrives while a check of the same job runs is not lost
+    /// (issue 43 §4: a short job's "ended" came 8–14 ms after its "started", whose
+    /// check was still waiting for Ray): it is kept, the later kind winning, and
+    /// checked once the running check is done, unless that check already settled the
+    /// attempt.
+    fn check_hint(&mut self, msg: Hint, ctx: &mut Context<Self>) {
         let followed = self
             .book
             .current(&msg.job_id)
             .filter(|t| t.job.attempt.max(1) as u32 == msg.attempt)
             .cloned();
-        // Its watcher reaches this service (remembered for a while if the attempt's
-        // hand-over from the dispatcher is still to come).
-        self.book.announced(msg.job_id, msg.attempt, Instant::now());
         let Some(t) = followed else {
             // Not an attempt followed here now (ended, replayed, late): nothing to do.
             metrics::get().hint(msg.kind.as_str(), "ignored");
             return;
         };
-        let (Some(cluster), false) = (t.job.cluster.clone(), self.checking.contains(&msg.job_id))
-        else {
+        if let Some(waiting) = self.checking.get_mut(&msg.job_id) {
+            metrics::get().hint(msg.kind.as_str(), "deferred");
+            if *waiting != Some(HintKind::Ended) {
+                *waiting = Some(msg.kind);
+            }
             return;
-        };
-        let Some(client) = self.clients.get(&cluster).cloned() else {
+        }
+        let Some((cluster, client)) = t
+            .job
+            .cluster
+            .clone()
+            .and_then(|c| Some((c.clone(), self.clients.get(&c)?.clone())))
+        else {
+            metrics::get().hint(msg.kind.as_str(), "ignored");
             return;
         };
         metrics::get().hint(msg.kind.as_str(), "checked");
-        self.checking.insert(msg.job_id);
+        self.checking.insert(msg.job_id, None);
         let limits = self.limits(&t.job);
         let check = hint::check(
             self.db.clone(),
@@ -498,20 +596,24 @@ impl Handler<Hint> for RayCapacityMonitor {
             super::off_actor(check)
                 .into_actor(self)
                 .map(move |outcome, act, ctx| {
-                    act.checking.remove(&msg.job_id);
-                    let Some(Some(outcome)) = outcome else { return };
-                    let poll = ClusterPoll {
-                        name: cluster,
-                        usage: Ok(Default::default()),
-                        jobs: Ok(()),
-                        current: vec![(msg.job_id, outcome)],
-                        retiring: Vec::new(),
-                        strays: Vec::new(),
-                        usage_now: None,
-                        state_cost: None,
-                    };
-                    let (effects, _) = act.book.absorb(poll, Instant::now());
-                    act.carry(effects);
+                    let waiting = act.checking.remove(&msg.job_id).flatten();
+                    if let Some(Some(outcome)) = outcome {
+                        let poll = ClusterPoll {
+                            name: cluster,
+                            usage: Ok(Default::default()),
+                            jobs: Ok(()),
+                            current: vec![(msg.job_id, outcome)],
+                            retiring: Vec::new(),
+                            strays: Vec::new(),
+                            usage_now: None,
+                            state_cost: None,
+                        };
+                        let (effects, _) = act.book.absorb(poll, Instant::now());
+                        act.carry(effects);
+                    }
+                    if let Some(kind) = waiting {
+                        act.check_hint(Hint { kind, ..msg }, ctx);
+                    }
                     act.hurry(ctx);
                 }),
         );
@@ -557,6 +659,7 @@ impl Handler<ClusterUnreachable> for RayCapacityMonitor {
                 used: Resources::default(),
                 reported: Vec::new(),
                 actual: Vec::new(),
+                notifications: None,
             });
         }
         self.hurry(ctx);
