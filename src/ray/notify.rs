@@ -124,15 +124,20 @@ impl Hints {
     /// waits for the shell (a fresh tester's `sleep 1 & wait` never ended). The
     /// watcher also leaves the shell's process group and session (`setsid`), so an
     /// entrypoint that signals its own group (`kill -TERM 0`), or Ray's stop, does not
-    /// end it before it reports the end. `$$` in a subshell is still the entrypoint's
-    /// shell.
+    /// end it before it reports the end. Where the node has util-linux's `setsid`, the
+    /// watcher is exec'd through it, so it leaves the group before Python starts:
+    /// Python's own `os.setsid()` comes only after its start-up (hundreds of
+    /// milliseconds on a loaded node), and an entrypoint that signalled its group
+    /// within that time ended the watcher too (measured: 2 of 5 runs of `sleep 0.3;
+    /// kill -TERM 0` with both cores busy). `$$` in a subshell is still the
+    /// entrypoint's shell.
     pub fn wrap(&self, entrypoint: &str, submission_id: &str) -> String {
         let started = self.url(submission_id, HintKind::Started);
         let ended = self.url(submission_id, HintKind::Ended);
         // Single-quoted for sh: the script has no single quote, and the URLs are made
         // of [A-Za-z0-9:/._?=-] only (a submission id is a UUID, maybe with -N).
         format!(
-            "( (for p in python3 python; do command -v \"$p\" >/dev/null 2>&1 && exec \"$p\" -c '{WATCHER}' \"$$\" '{started}' '{ended}'; done) </dev/null >/dev/null 2>&1 & )\n{entrypoint}"
+            "( (s=; command -v setsid >/dev/null 2>&1 && s=setsid; for p in python3 python; do command -v \"$p\" >/dev/null 2>&1 && exec $s \"$p\" -c '{WATCHER}' \"$$\" '{started}' '{ended}'; done) </dev/null >/dev/null 2>&1 & )\n{entrypoint}"
         )
     }
 }

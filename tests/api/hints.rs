@@ -32,6 +32,21 @@ where
     }
 }
 
+/// `sh` as Ray runs an entrypoint: with the PATH `ray start` had, whose `python3` is
+/// the Ray virtual environment's (a real interpreter) when `scripts/setup-ray` made
+/// one. A version manager's shim (pyenv's is a shell script that takes a second
+/// under load) would leave the watcher in the entrypoint's process group long enough
+/// for `kill -TERM 0` to end it before its `setsid`, which no Ray node does.
+fn sh() -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("sh");
+    let venv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin");
+    if venv.join("python3").exists() {
+        let path = std::env::var("PATH").unwrap_or_default();
+        cmd.env("PATH", format!("{}:{path}", venv.display()));
+    }
+    cmd
+}
+
 #[tokio::test]
 async fn the_watcher_reports_start_and_end_and_keeps_the_exit_code() {
     let receiver = wiremock::MockServer::start().await;
@@ -46,12 +61,7 @@ async fn the_watcher_reports_start_and_end_and_keeps_the_exit_code() {
     let entrypoint = "echo out  # a comment\nsleep 0.3; exit 3";
     let wrapped = hints.wrap(entrypoint, sid);
     let started = Instant::now();
-    let out = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(&wrapped)
-        .output()
-        .await
-        .expect("sh");
+    let out = sh().arg("-c").arg(&wrapped).output().await.expect("sh");
     let exited = started.elapsed();
     assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert_eq!(
@@ -102,11 +112,7 @@ async fn the_watcher_is_neither_waited_for_nor_killed_by_the_entrypoint() {
         let started = Instant::now();
         let out = tokio::time::timeout(
             Duration::from_secs(20),
-            tokio::process::Command::new("sh")
-                .arg("-c")
-                .arg(&wrapped)
-                .process_group(0)
-                .output(),
+            sh().arg("-c").arg(&wrapped).process_group(0).output(),
         )
         .await
         .unwrap_or_else(|_| panic!("{entrypoint:?} did not end: its shell waits for the watcher"))
@@ -137,7 +143,7 @@ async fn a_watcher_told_to_stop_ends_its_attempt_at_once() {
     let wrapped = hints.wrap("sleep 20; echo ran to its end", "abc");
     let started = Instant::now();
     // Ray starts an entrypoint as the leader of a session of its own.
-    let out = tokio::process::Command::new("sh")
+    let out = sh()
         .arg("-c")
         .arg(&wrapped)
         .process_group(0)
@@ -159,12 +165,7 @@ async fn a_watcher_told_to_stop_ends_its_attempt_at_once() {
     // A shell that leads no process group (not as Ray starts it): the watcher ends the
     // shell and its children, not its parent's group.
     let started = Instant::now();
-    let out = tokio::process::Command::new("sh")
-        .arg("-c")
-        .arg(&wrapped)
-        .output()
-        .await
-        .expect("sh");
+    let out = sh().arg("-c").arg(&wrapped).output().await.expect("sh");
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "{:?}",
@@ -660,3 +661,31 @@ async fn a_cluster_whose_notifications_arrive_is_polled_at_the_idle_interval(db:
     );
 }
 both_databases!(a_cluster_whose_notifications_arrive_is_polled_at_the_idle_interval);
+
+/// Issue 43 §4: Ray's API on fairshare and `/v1` never disagree on whether a job has
+/// ended. Ray says SUCCEEDED before the monitor has polled (here it never would on
+/// its own: both intervals are 10 minutes); `GET /api/jobs/{id}` says SUCCEEDED only
+/// once the row does, so `/v1` read right after it agrees.
+async fn ray_api_and_v1_agree_on_whether_a_job_ended(db: Db) {
+    let (server, state) = fake_ray::start(4.0, |s| s.run_polls = u32::MAX).await;
+    let app = app(db, &server, Duration::from_secs(600)).await;
+    let id = dispatched(&app, &state).await;
+    set(&state, &id, "RUNNING");
+    let hints = Hints::new("http://x", KEY.as_bytes());
+    let sig = hints.sign(&id, HintKind::Started);
+    assert_eq!(hint(&app, &id, HintKind::Started, &sig).await.status(), 202);
+    until(2.0, "RUNNING", || async {
+        (status(&app, &id).await == "RUNNING").then_some(())
+    })
+    .await;
+    set(&state, &id, "SUCCEEDED");
+    let ray: Value = app.get_json(&format!("/api/jobs/{id}"), SUBMITTER).await;
+    let v1 = status(&app, &id).await;
+    assert_eq!(ray["status"], "SUCCEEDED", "{ray}");
+    assert_eq!(
+        v1, "SUCCEEDED",
+        "/api/ said {} while /v1 said {v1}",
+        ray["status"]
+    );
+}
+both_databases!(ray_api_and_v1_agree_on_whether_a_job_ended);

@@ -137,23 +137,34 @@ pub(super) fn cluster_client(state: &AppState, j: &job::Model) -> Option<RayClie
 /// `message` while the job is outstanding (fairshare's once it ended here), and Ray's
 /// `job_id`, `driver_info`, `error_type`, `driver_exit_code`, `end_time`. A cluster
 /// that does not answer leaves fairshare's view.
+///
+/// `/v1` and `/api/` never disagree on whether a job has ended (issue 43 §4): when
+/// Ray says the job ended and its row does not yet, the row is given the time to
+/// catch up ([`until_recorded`]); if it has not, the job is shown as fairshare has it.
 async fn details_with_ray(state: &AppState, j: job::Model) -> Result<Value, ApiError> {
+    let ray = match in_ray(&j).then(|| cluster_client(state, &j)).flatten() {
+        None => None,
+        Some(client) => {
+            let sid = crate::lifecycle::current_submission_id(&j);
+            match client.job_details(&sid).await {
+                Ok(ray) => ray,
+                Err(e) => {
+                    tracing::debug!(job_id = %j.id, error = %crate::ray::error_chain(&e), "Ray's view of the job is unavailable");
+                    None
+                }
+            }
+        }
+    };
+    let ended_in_ray = ray.as_ref().is_some_and(ray_says_ended);
+    let j = if ended_in_ray && !j.status.is_terminal() {
+        until_recorded(state, j).await?
+    } else {
+        j
+    };
     let v = view(state, j.clone(), Fresh::No).await?;
     let mut out = details(&j, v.pending_reason.as_deref(), v.queue_position);
-    if !in_ray(&j) {
+    let Some(ray) = ray else {
         return Ok(out);
-    }
-    let Some(client) = cluster_client(state, &j) else {
-        return Ok(out);
-    };
-    let sid = crate::lifecycle::current_submission_id(&j);
-    let ray = match client.job_details(&sid).await {
-        Ok(Some(ray)) => ray,
-        Ok(None) => return Ok(out),
-        Err(e) => {
-            tracing::debug!(job_id = %j.id, error = %crate::ray::error_chain(&e), "Ray's view of the job is unavailable");
-            return Ok(out);
-        }
     };
     let mut keys = vec![
         "job_id",
@@ -165,7 +176,12 @@ async fn details_with_ray(state: &AppState, j: job::Model) -> Result<Value, ApiE
         "end_time",
     ];
     if !j.status.is_terminal() {
-        keys.extend(["status", "message"]);
+        if ended_in_ray {
+            // Not recorded here yet: fairshare's status, not Ray's end.
+            keys.retain(|k| !matches!(*k, "error_type" | "driver_exit_code" | "end_time"));
+        } else {
+            keys.extend(["status", "message"]);
+        }
     } else if j.message.is_none() {
         keys.push("message");
     }
@@ -175,6 +191,14 @@ async fn details_with_ray(state: &AppState, j: job::Model) -> Result<Value, ApiE
         }
     }
     Ok(out)
+}
+
+/// Whether Ray's `JobDetails` say the job ended.
+fn ray_says_ended(ray: &Value) -> bool {
+    matches!(
+        ray["status"].as_str(),
+        Some("SUCCEEDED" | "FAILED" | "STOPPED")
+    )
 }
 
 /// The job `raw` names for `who`: fairshare's job id, else the `submission_id` the
@@ -418,26 +442,30 @@ pub async fn delete(
     Ok(pyjson::ok(&json!({ "deleted": true })))
 }
 
-/// How long [`settle`] waits for the row to catch up with Ray.
+/// How long [`until_recorded`] waits for the row to catch up with Ray.
 const SETTLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// An outstanding job that Ray already reports ended (the monitor has not polled yet)
 /// as its row once the monitor has recorded the end: Ray's status comes through
 /// `GET /api/jobs/{id}` at once, so a client that saw it STOPPED and deletes must not
-/// be refused. Waits at most [`SETTLE`], asking the monitor to poll now (on the
-/// leader); otherwise the row as it is.
+/// be refused. Otherwise the row as it is.
 async fn settle(state: &AppState, j: job::Model) -> Result<job::Model, ApiError> {
     let Some(client) = in_ray(&j).then(|| cluster_client(state, &j)).flatten() else {
         return Ok(j);
     };
     let sid = crate::lifecycle::current_submission_id(&j);
-    let ended_in_ray = matches!(
-        client.job_details(&sid).await,
-        Ok(Some(ray)) if matches!(ray["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED"))
-    );
+    let ended_in_ray =
+        matches!(client.job_details(&sid).await, Ok(Some(ray)) if ray_says_ended(&ray));
     if !ended_in_ray {
         return Ok(j);
     }
+    until_recorded(state, j).await
+}
+
+/// The row of a job Ray says ended, once the monitor has recorded the end: asks the
+/// monitor to poll now (on the leader) and waits at most [`SETTLE`]; then the row as
+/// it is.
+async fn until_recorded(state: &AppState, j: job::Model) -> Result<job::Model, ApiError> {
     let deadline = std::time::Instant::now() + SETTLE;
     let mut latest = j;
     while !latest.status.is_terminal() && std::time::Instant::now() < deadline {
