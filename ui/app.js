@@ -517,8 +517,20 @@ function capacityTable(c, columns) {
   );
 }
 
+/** Whether the end-of-job notifications of a cluster's jobs arrive (issue 49): the
+ * service's own message when they do not, else what it counts. */
+function notificationsLine(n) {
+  if (!n) return null;
+  const text =
+    n.message ||
+    (n.state === "off"
+      ? `end-of-job notifications off: polled every ${n.poll_interval_ms} ms`
+      : `end-of-job notifications arriving (${n.received} received, ${n.missed} missed)`);
+  return el("p", { class: "notifications " + (n.message ? "warn" : "ok"), "data-state": n.state }, text);
+}
+
 /** A Ray cluster: health and, per resource, capacity, this service's use, others' use
- * (as Ray reports it) and free. */
+ * (as Ray reports it) and free; whether its jobs' notifications arrive. */
 function clusterCard(c) {
   return el(
     "article",
@@ -530,6 +542,7 @@ function clusterCard(c) {
       ["used by others", "used_by_others"],
       ["free", "free"],
     ]),
+    notificationsLine(c.notifications),
   );
 }
 

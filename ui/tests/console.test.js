@@ -230,6 +230,14 @@ test("clusters show health, capacity, this service's use, others' use and free",
   assert.match(await card.locator("h3").textContent(), /healthy/);
   const cpu = await card.locator('tr[data-resource="cpu"] td').allTextContents();
   assert.equal(cpu[0], "4");
+  // The fake runs no watcher: the card says notifications are not known to arrive
+  // and how often the cluster is polled instead (issue 49), as the API does.
+  const n = card.locator("p.notifications");
+  await n.waitFor();
+  const api = (await svc.json("GET", "/v1/scheduler")).clusters.find((c) => c.name === "fake").notifications;
+  assert.ok(["unproven", "missing"].includes(api.state), JSON.stringify(api));
+  assert.match(await n.getAttribute("data-state"), /^(unproven|missing)$/);
+  assert.match(await n.textContent(), /polled every 500 ms|polling every 500 ms/);
   await page.context().close();
 });
 

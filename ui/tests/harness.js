@@ -187,10 +187,9 @@ tick = "1s"
 [monitor]
 pending_timeout = "600s"
 # The fake runs no entrypoint, so no watcher tells the service a job started or
-# ended: without hints the monitor polls every poll_interval (500 ms) as it does
-# for jobs not dispatched behind a watcher (DESIGN §5).
-[notify]
-enabled = false
+# ended: notifications are left on, as with a Ray whose job processes cannot reach
+# the service, and the monitor polls every poll_interval (500 ms) because none
+# arrives (DESIGN §5; the clusters view says so).
 [[clusters]]
 name = "fake"
 address = "http://127.0.0.1:${this.rayPort}"
