@@ -199,13 +199,21 @@ impl Application {
         if settings.server.workers > 0 {
             builder = builder.workers(settings.server.workers);
         }
+        let host_guard = web::Data::new(api::host_guard::HostGuard::new(
+            &settings.server.allowed_hosts,
+            &settings.notify.url,
+        ));
         let server = builder
             .listen("fairshare-http", listener, move || {
                 let state = state.clone();
                 let app = App::new()
                     .wrap(actix_web::middleware::from_fn(
+                        crate::api::host_guard::middleware,
+                    ))
+                    .wrap(actix_web::middleware::from_fn(
                         crate::api::request_id::middleware,
                     ))
+                    .app_data(host_guard.clone())
                     .app_data(web::Data::new(state))
                     .configure(api::routes);
                 let http = HttpService::build().local_addr(addr).finish(map_config(

@@ -11,6 +11,7 @@ pub mod error;
 pub mod events;
 pub mod groups;
 pub mod hints;
+pub mod host_guard;
 pub mod jobs;
 pub mod line_limit;
 pub mod openapi;

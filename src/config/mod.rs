@@ -375,6 +375,13 @@ pub struct ServerSettings {
     pub body_idle_timeout: Duration,
     /// HTTP worker threads; 0 = one per core.
     pub workers: usize,
+    /// Host names the service answers to, besides any IP address, `localhost` (and
+    /// `*.localhost`) and the host of `notify.url`; `*.example.org` matches the names
+    /// under it, `"*"` every host. A request whose `Host` is none of these is refused
+    /// with 421 before any handler: a DNS-rebinding page sends its own name (DESIGN
+    /// §4, "Browsers"). Default: none.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// `[database]`.

@@ -583,3 +583,27 @@ fn durations_beyond_a_hundred_years_are_refused_naming_their_key() {
         );
     }
 }
+
+#[test]
+fn allowed_hosts_take_names_and_wildcards_and_name_a_bad_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hosts.toml");
+    let load = |hosts: &str| {
+        std::fs::write(&path, format!("[server]\nallowed_hosts = {hosts}\n")).unwrap();
+        Settings::load_with_env(Some(path.as_path()), env(&[]))
+    };
+    let s = load(r#"["fairshare.example.org", "*.svc.cluster.local", "*"]"#).unwrap();
+    assert_eq!(s.server.allowed_hosts.len(), 3);
+    for bad in [
+        r#"["http://x"]"#,
+        r#"["x:8080"]"#,
+        r#"[""]"#,
+        r#"["*."]"#,
+        r#"["a b"]"#,
+    ] {
+        let err = load(&format!(r#"["ok.example", {}]"#, &bad[1..bad.len() - 1]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.allowed_hosts[1]"), "{bad}: {err}");
+    }
+}

@@ -27,6 +27,22 @@ impl Settings {
         {
             return invalid("database.url", "must start with sqlite: or postgres://");
         }
+        for (i, h) in self.server.allowed_hosts.iter().enumerate() {
+            let name = h.strip_prefix("*.").unwrap_or(h);
+            let ok = h == "*"
+                || (!name.is_empty()
+                    && name.len() <= 253
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)));
+            if !ok {
+                return invalid(
+                    &format!("server.allowed_hosts[{i}]"),
+                    "must be a host name without scheme or port (letters, digits, '-', '.', '_'), \
+                     optionally starting with '*.', or \"*\" for every host",
+                );
+            }
+        }
         if self.server.workers > 512 {
             return invalid("server.workers", "must be at most 512 (0 = one per core)");
         }
