@@ -97,6 +97,11 @@ pub struct ClusterStatusView {
     /// before the cluster's first poll.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notifications: Option<NotificationsView>,
+    /// Why an unhealthy Ray cluster is so: its last poll's error with causes (e.g.
+    /// "Ray refused this service's authentication for GET /api/jobs/ (HTTP 401): …",
+    /// never the token); absent while healthy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unhealthy_reason: Option<String>,
 }
 
 /// [`ClusterStatusView::notifications`]: what the leader's monitor knows of one Ray

@@ -221,6 +221,9 @@ pub struct CapacityChanged {
     /// Whether the cluster's notifications arrive (issue 49); `None` from a message
     /// that does not know (a dispatch that found the cluster not ready).
     pub notifications: Option<crate::views::NotificationsView>,
+    /// Why the cluster is unhealthy (the last poll's error with its causes, e.g. Ray
+    /// refusing this service's authentication); `None` while healthy.
+    pub unhealthy_reason: Option<String>,
 }
 
 /// Monitor → arbiter: an outstanding job ended (the terminal status is committed).

@@ -98,7 +98,7 @@ pub async fn job_logs(settings: &Settings, j: &job::Model) -> Result<Option<Stri
     else {
         return Ok(None);
     };
-    let Ok(client) = RayClient::new(&c.address, settings.dispatcher.request_timeout) else {
+    let Ok(client) = RayClient::for_cluster(c, settings.dispatcher.request_timeout) else {
         return Ok(None);
     };
     let sid = crate::lifecycle::current_submission_id(j);
@@ -233,7 +233,7 @@ impl Scheduler {
     pub async fn start(db: Db, settings: Arc<Settings>, fence: Fence) -> anyhow::Result<Scheduler> {
         let mut clients = BTreeMap::new();
         for c in &settings.clusters {
-            let client = RayClient::new(&c.address, settings.dispatcher.request_timeout)
+            let client = RayClient::for_cluster(c, settings.dispatcher.request_timeout)
                 .map_err(|e| anyhow::anyhow!("cluster {}: {e}", c.name))?;
             clients.insert(c.name.clone(), client);
         }

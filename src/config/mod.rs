@@ -456,13 +456,27 @@ pub enum Charge {
 }
 
 /// One `[[clusters]]` entry.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSettings {
     /// Unique name, shown in the API and metrics.
     pub name: String,
-    /// Ray dashboard base URL, e.g. `http://127.0.0.1:8265`.
+    /// Ray dashboard base URL, e.g. `http://127.0.0.1:8265` or
+    /// `https://ray.example.org` (a KubeRay cluster behind an ingress).
     pub address: String,
+    /// A file holding the cluster's token for Ray's token authentication
+    /// (`RAY_AUTH_MODE=token`, Ray 2.52+; KubeRay's `authOptions` Secret mounted as a
+    /// file), sent as `Authorization: Bearer <token>` on every request to the
+    /// cluster. Re-read when it changes (a rotated Kubernetes Secret takes effect
+    /// without a restart) and once more after a 401 before the cluster is marked
+    /// unhealthy. Unset: Ray's own environment, `RAY_AUTH_TOKEN` (the token) or
+    /// `RAY_AUTH_TOKEN_PATH` (a file), when set; else no token. Never logged.
+    #[serde(default)]
+    pub auth_token_file: Option<std::path::PathBuf>,
+    /// A PEM file of CA certificates trusted for an `https://` address, besides the
+    /// system's roots (a cluster behind an ingress with a private CA).
+    #[serde(default)]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 /// Where a TOML text is wrong, if it is: the parser's own message (it gives line and

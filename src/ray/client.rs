@@ -22,6 +22,8 @@ pub struct RayClient {
     base: Url,
     address: String,
     timeout: Duration,
+    /// The cluster's token for Ray's token authentication (hidden in `Debug`).
+    token: super::auth::RayToken,
     /// Resource names as `GET /api/cluster_status` spells them (the dashboard turns
     /// `qpu_session` into `qpuSession`) → as the nodes declare them, learnt from
     /// `GET /api/v0/nodes` the first time a report names one not seen before.
@@ -139,6 +141,31 @@ struct StopAnswer {
     stopped: bool,
 }
 
+/// `request` with `Authorization: Bearer <token>` when there is a token (Ray's
+/// client's header for token authentication).
+fn with_token(request: reqwest::RequestBuilder, token: Option<String>) -> reqwest::RequestBuilder {
+    match token {
+        Some(t) => request.bearer_auth(t),
+        None => request,
+    }
+}
+
+/// The certificates of PEM file `path` (a CA bundle). Errors: unreadable, or no
+/// certificate in it.
+fn ca_certificates(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let pem =
+        std::fs::read(path).map_err(|e| format!("cannot read ca_file {}: {e}", path.display()))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| format!("ca_file {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!(
+            "ca_file {} holds no PEM certificate",
+            path.display()
+        ));
+    }
+    Ok(certs)
+}
+
 /// Answer to `GET /api/jobs/{id}/logs`.
 #[derive(Deserialize)]
 struct LogsAnswer {
@@ -154,7 +181,49 @@ impl RayClient {
     /// Fails with [`RayError::Client`] (status 0) when `address` is not an `http://`
     /// or `https://` URL, and with [`RayError::Transport`] when the HTTP client cannot
     /// be built (TLS initialisation). No request is sent.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn new(address: &str, request_timeout: Duration) -> Result<Self, RayError> {
+        Self::build(
+            address,
+            request_timeout,
+            super::auth::RayToken::none(),
+            None,
+        )
+    }
+
+    /// [`RayClient::new`] sending `token` (tests of the token's handling).
+    #[cfg(test)]
+    pub(crate) fn with_token(
+        address: &str,
+        request_timeout: Duration,
+        token: super::auth::RayToken,
+    ) -> Result<Self, RayError> {
+        Self::build(address, request_timeout, token, None)
+    }
+
+    /// The client of a `[[clusters]]` entry: its address, its token
+    /// ([`super::auth::RayToken::for_cluster`]: `auth_token_file`, else Ray's
+    /// `RAY_AUTH_TOKEN`/`RAY_AUTH_TOKEN_PATH`) sent on every request, and its
+    /// `ca_file` trusted for `https://` besides the system's roots.
+    ///
+    /// Errors: as [`RayClient::new`]; and [`RayError::Client`] (status 0) when
+    /// `ca_file` cannot be read or holds no PEM certificate.
+    pub fn for_cluster(
+        c: &crate::config::ClusterSettings,
+        request_timeout: Duration,
+    ) -> Result<Self, RayError> {
+        let token = super::auth::RayToken::for_cluster(c.auth_token_file.as_deref(), |k| {
+            std::env::var(k).ok()
+        });
+        Self::build(&c.address, request_timeout, token, c.ca_file.as_deref())
+    }
+
+    fn build(
+        address: &str,
+        request_timeout: Duration,
+        token: super::auth::RayToken,
+        ca_file: Option<&std::path::Path>,
+    ) -> Result<Self, RayError> {
         let address = address.trim().trim_end_matches('/');
         let invalid = |reason: String| RayError::Client {
             status: 0,
@@ -167,18 +236,22 @@ impl RayClient {
         if base.query().is_some() || base.fragment().is_some() {
             return Err(invalid("a query or fragment is not allowed".to_owned()));
         }
-        let http = reqwest::Client::builder()
-            .timeout(request_timeout)
-            .build()
-            .map_err(|source| RayError::Transport {
-                endpoint: "client setup".to_owned(),
-                source: source.without_url(),
-            })?;
+        let mut builder = reqwest::Client::builder().timeout(request_timeout);
+        if let Some(path) = ca_file {
+            for cert in ca_certificates(path).map_err(invalid)? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let http = builder.build().map_err(|source| RayError::Transport {
+            endpoint: "client setup".to_owned(),
+            source: source.without_url(),
+        })?;
         Ok(Self {
             http,
             base,
             address: address.to_owned(),
             timeout: request_timeout,
+            token,
             spellings: std::sync::Arc::default(),
         })
     }
@@ -474,7 +547,47 @@ impl RayClient {
 
     /// Sends `request` and reads the whole body. Only transport errors and timeouts
     /// are errors here; the caller interprets the status.
+    /// Sends `request` with the cluster's token; a 401 or 403 is
+    /// [`RayError::Unauthorized`] (after the token file was read once more and, if it
+    /// changed, the request sent again with the new token).
     pub(super) async fn execute(
+        &self,
+        request: reqwest::RequestBuilder,
+        endpoint: &str,
+    ) -> Result<(StatusCode, Vec<u8>), RayError> {
+        let unauthorized = |status: u16, detail: String| RayError::Unauthorized {
+            endpoint: endpoint.to_owned(),
+            status,
+            detail,
+        };
+        let token = self.token.current().map_err(|why| unauthorized(0, why))?;
+        let again = request.try_clone();
+        let (status, bytes) = self.send(with_token(request, token), endpoint).await?;
+        let refused = |s: StatusCode| matches!(s.as_u16(), 401 | 403);
+        if !refused(status) {
+            return Ok((status, bytes));
+        }
+        let (status, bytes) = match again {
+            Some(again) if self.token.reload() => {
+                let token = self.token.current().map_err(|why| unauthorized(0, why))?;
+                self.send(with_token(again, token), endpoint).await?
+            }
+            _ => (status, bytes),
+        };
+        if !refused(status) {
+            return Ok((status, bytes));
+        }
+        let said = super::error::summarize(&String::from_utf8_lossy(&bytes));
+        Err(unauthorized(
+            status.as_u16(),
+            format!(
+                "sent {}; Ray said {said:?} (check the cluster's token: auth_token_file, RAY_AUTH_TOKEN)",
+                self.token.describe()
+            ),
+        ))
+    }
+
+    async fn send(
         &self,
         request: reqwest::RequestBuilder,
         endpoint: &str,

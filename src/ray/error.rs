@@ -72,6 +72,19 @@ pub enum RayError {
         /// Ray's text, summarized.
         message: String,
     },
+    /// Ray refused this service's credentials (HTTP 401 or 403 from a head with
+    /// token authentication), or the configured token cannot be read (`status` 0).
+    /// About the cluster, never the job: the cluster is unhealthy, its jobs stay
+    /// QUEUED. Retryable (the token may be rotated). Never carries the token.
+    #[error("Ray refused this service's authentication for {endpoint} (HTTP {status}): {detail}")]
+    Unauthorized {
+        /// The request, e.g. `"GET /api/jobs/"`.
+        endpoint: String,
+        /// HTTP status code (0: no request was sent, the token could not be read).
+        status: u16,
+        /// What was sent and what to check.
+        detail: String,
+    },
     /// Ray answered 2xx with a body this client cannot use. Retryable (a truncated
     /// answer, a proxy's page, a cluster still starting).
     #[error("cannot decode Ray's answer to {endpoint}: {detail}")]
@@ -90,13 +103,14 @@ impl RayError {
         match self {
             Self::Transport { .. } | Self::Timeout { .. } | Self::Server { .. } => true,
             Self::NotReady { .. } => true,
-            Self::Decode { .. } => true,
+            Self::Decode { .. } | Self::Unauthorized { .. } => true,
             Self::Client { status, .. } => matches!(*status, 408 | 429),
         }
     }
 
     /// Short, stable name of the variant for metrics labels: `"transport"`,
-    /// `"timeout"`, `"server"`, `"client"` or `"decode"`.
+    /// `"timeout"`, `"server"`, `"client"`, `"not_ready"`, `"decode"` or
+    /// `"unauthorized"`.
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Transport { .. } => "transport",
@@ -105,6 +119,7 @@ impl RayError {
             Self::Client { .. } => "client",
             Self::NotReady { .. } => "not_ready",
             Self::Decode { .. } => "decode",
+            Self::Unauthorized { .. } => "unauthorized",
         }
     }
 }

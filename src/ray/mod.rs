@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub mod auth;
 mod client;
 mod error;
 pub mod notify;

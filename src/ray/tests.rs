@@ -1050,3 +1050,80 @@ fn google_style_is_rays_spelling() {
         assert_eq!(google_style(name), reported, "{name}");
     }
 }
+
+/// Issue 45 §1: every request carries the cluster's token as Ray's client sends it;
+/// a token refused by Ray is read from its file once more and the request sent again
+/// (a rotated Secret); still refused, the error names authentication and never the
+/// token. A job is never refused for it: the submit's error is retryable.
+#[tokio::test]
+async fn the_token_goes_on_every_request_and_a_rotated_file_is_taken_after_a_401() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::header(
+        "authorization",
+        "Bearer second-token",
+    ))
+    .respond_with(ResponseTemplate::new(200).set_body_json(json!([])))
+    .with_priority(1)
+    .mount(&server)
+    .await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(
+            ResponseTemplate::new(401)
+                .set_body_string("Unauthorized: Missing or invalid authentication token"),
+        )
+        .with_priority(2)
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "first-token\n").unwrap();
+    let client = RayClient::with_token(
+        &server.uri(),
+        TEST_TIMEOUT,
+        auth::RayToken::file(file.clone()),
+    )
+    .unwrap();
+    let err = client.list_jobs().await.unwrap_err();
+    let shown = format!("{err} {err:?} {}", error_chain(&err));
+    assert!(
+        matches!(err, RayError::Unauthorized { status: 401, .. }),
+        "{shown}"
+    );
+    assert!(err.is_retryable());
+    assert!(shown.contains("authentication"), "{shown}");
+    assert!(shown.contains("auth_token_file"), "{shown}");
+    assert!(
+        !shown.contains("first-token"),
+        "the token is never shown: {shown}"
+    );
+    let submit = client.submit(&job("j1")).await.unwrap_err();
+    assert!(
+        submit.is_retryable(),
+        "a job is never refused for the cluster's token"
+    );
+    // The Secret is rotated: the next request is refused once, the file read again,
+    // and the request sent again with the new token.
+    std::fs::write(&file, "second-token\n").unwrap();
+    let before = server.received_requests().await.unwrap().len();
+    assert!(client.list_jobs().await.unwrap().is_empty());
+    let sent = server.received_requests().await.unwrap();
+    assert!(sent.len() - before <= 2, "at most one retry");
+    let last = sent.last().unwrap();
+    assert_eq!(
+        last.headers.get("authorization").unwrap().to_str().unwrap(),
+        "Bearer second-token"
+    );
+    // An unreadable file: no request is sent, the error names the file.
+    std::fs::remove_file(&file).unwrap();
+    let before = server.received_requests().await.unwrap().len();
+    let err = client.list_jobs().await.unwrap_err();
+    assert!(
+        matches!(err, RayError::Unauthorized { status: 0, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("cannot read auth_token_file"),
+        "{err}"
+    );
+    assert_eq!(server.received_requests().await.unwrap().len(), before);
+}

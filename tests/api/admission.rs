@@ -754,6 +754,7 @@ async fn the_scheduler_view_marks_a_pool_and_counts_its_admitted_and_running_job
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "ray1".into(),
             address: ray.uri(),
+            ..Default::default()
         }];
         s.monitor.poll_interval = Duration::from_millis(100);
     })

@@ -17,6 +17,7 @@ fn settings(uri: String) -> impl Fn(&mut fairshare::config::Settings) + Clone {
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "fake".into(),
             address: uri.clone(),
+            ..Default::default()
         }];
         s.monitor.poll_interval = Duration::from_millis(100);
         s.monitor.usage_report_lag = Duration::from_millis(0);
@@ -254,6 +255,7 @@ async fn a_license_is_one_pool_for_all_clusters_and_never_sent_to_ray(db: Db) {
         s.clusters.push(fairshare::config::ClusterSettings {
             name: "fake-two".into(),
             address: b.clone(),
+            ..Default::default()
         });
         s.licenses = vec![fairshare::config::LicenseSettings {
             name: "session".into(),

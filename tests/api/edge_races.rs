@@ -36,6 +36,7 @@ async fn app(db: Db, server: &wiremock::MockServer) -> TestApp {
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "fake".into(),
             address: uri,
+            ..Default::default()
         }];
         s.monitor.poll_interval = Duration::from_millis(100);
         s.monitor.usage_report_lag = Duration::from_millis(300);

@@ -259,6 +259,7 @@ fn cluster(uri: String) -> impl Fn(&mut fairshare::config::Settings) + Clone {
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "fake".into(),
             address: uri.clone(),
+            ..Default::default()
         }];
         s.monitor.poll_interval = Duration::from_millis(100);
         s.monitor.usage_report_lag = Duration::from_millis(0);

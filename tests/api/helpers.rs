@@ -162,7 +162,11 @@ pub async fn app_with_cluster(
 ) -> TestApp {
     let name = name.to_string();
     spawn_app_with(Db::Sqlite, move |s| {
-        s.clusters = vec![fairshare::config::ClusterSettings { name, address: uri }];
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name,
+            address: uri,
+            ..Default::default()
+        }];
         s.monitor.poll_interval = Duration::from_millis(100);
         s.dispatcher.retry_initial_backoff = Duration::from_millis(10);
         s.dispatcher.retry_max_backoff = Duration::from_millis(20);

@@ -180,6 +180,7 @@ async fn app(db: Db, server: &wiremock::MockServer, idle_poll: Duration) -> Test
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "fake".into(),
             address: uri,
+            ..Default::default()
         }];
         s.notify.enabled = true;
         s.notify.key = KEY.into();
@@ -451,6 +452,7 @@ async fn a_job_waiting_on_another_tenant_starts_when_it_lets_go(db: Db) {
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "fake".into(),
             address: uri,
+            ..Default::default()
         }];
         s.notify.enabled = true;
         s.notify.key = KEY.into();
@@ -537,6 +539,7 @@ async fn a_cluster_whose_notifications_never_arrive_is_polled_fast(db: Db) {
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "fake".into(),
             address: uri,
+            ..Default::default()
         }];
         s.notify.enabled = true;
         s.notify.key = KEY.into();
@@ -623,6 +626,7 @@ async fn a_cluster_whose_notifications_arrive_is_polled_at_the_idle_interval(db:
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "fake".into(),
             address: uri,
+            ..Default::default()
         }];
         s.notify.enabled = true;
         s.notify.key = KEY.into();

@@ -51,6 +51,7 @@ async fn a_package_one_confined_user_uploads_is_invisible_and_unusable_to_anothe
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "local".into(),
             address: uri,
+            ..Default::default()
         }];
         s.monitor.poll_interval = std::time::Duration::from_millis(100);
     })

@@ -24,6 +24,7 @@ fn settings(s: &mut fairshare::Settings, uri: &str) {
     s.clusters = vec![fairshare::config::ClusterSettings {
         name: "fake".into(),
         address: uri.to_string(),
+        ..Default::default()
     }];
     s.monitor.poll_interval = Duration::from_millis(100);
     s.monitor.usage_report_lag = Duration::from_millis(300);

@@ -489,6 +489,7 @@ async fn a_stop_asked_before_a_restart_reaches_ray_at_the_first_poll() {
     settings.clusters = vec![fairshare::config::ClusterSettings {
         name: "fake".into(),
         address: uri,
+        ..Default::default()
     }];
     settings.monitor.poll_interval = Duration::from_millis(100);
     settings.monitor.lost_job_grace = Duration::from_secs(3600);

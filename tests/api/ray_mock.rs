@@ -323,10 +323,12 @@ async fn jobs_go_to_the_cluster_they_fit_best() {
             ClusterSettings {
                 name: "small".into(),
                 address: small_uri,
+                ..Default::default()
             },
             ClusterSettings {
                 name: "big".into(),
                 address: big_uri,
+                ..Default::default()
             },
         ];
     })
@@ -481,6 +483,7 @@ fn mock_settings(db: &crate::helpers::TestDb, server: &MockServer) -> fairshare:
     s.clusters = vec![ClusterSettings {
         name: "mock".into(),
         address: server.uri(),
+        ..Default::default()
     }];
     s.monitor.poll_interval = Duration::from_millis(100);
     s.monitor.lost_job_grace = Duration::from_secs(3600);

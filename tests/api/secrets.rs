@@ -62,6 +62,7 @@ async fn a_runtime_env_is_sealed_resent_on_requeue_and_gone_when_the_job_ends(db
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "fake".into(),
             address: uri,
+            ..Default::default()
         }];
         s.monitor.poll_interval = Duration::from_millis(100);
         s.monitor.pending_timeout = Duration::from_secs(1);

@@ -312,6 +312,7 @@ async fn the_scheduler_view_shows_rfc3339_times_and_whole_bytes() {
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "mock".into(),
             address: uri,
+            ..Default::default()
         }];
         s.monitor.poll_interval = std::time::Duration::from_millis(100);
     })

@@ -17,6 +17,7 @@ async fn app(db: Db, server: &wiremock::MockServer) -> TestApp {
         s.clusters = vec![fairshare::config::ClusterSettings {
             name: "fake".into(),
             address: uri,
+            ..Default::default()
         }];
         s.monitor.poll_interval = Duration::from_millis(100);
         // The default lag: with the State API it guesses nothing.

@@ -80,6 +80,8 @@ pub fn free_port() -> u16 {
 pub struct RayHead {
     child: Child,
     pub dashboard: String,
+    /// Ray's token authentication token, for a head started with it.
+    pub token: Option<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -92,6 +94,21 @@ impl RayHead {
     /// [`RayHead::spawn`] with custom resources (`--resources`, a JSON object such as
     /// `{"QPU": 2}`).
     pub fn spawn_with(ray: &PathBuf, cpus: u32, resources: Option<&str>) -> RayHead {
+        RayHead::spawn_full(ray, cpus, resources, None)
+    }
+
+    /// [`RayHead::spawn`] with Ray's token authentication on (`RAY_AUTH_MODE=token`,
+    /// `RAY_AUTH_TOKEN=token`): every dashboard request without the token is 401.
+    pub fn spawn_secured(ray: &PathBuf, cpus: u32, token: &str) -> RayHead {
+        RayHead::spawn_full(ray, cpus, None, Some(token))
+    }
+
+    fn spawn_full(
+        ray: &PathBuf,
+        cpus: u32,
+        resources: Option<&str>,
+        token: Option<&str>,
+    ) -> RayHead {
         let dir = tempfile::Builder::new()
             .prefix("ray")
             .tempdir_in("/tmp")
@@ -103,7 +120,13 @@ impl RayHead {
             bin_dir.display(),
             std::env::var("PATH").unwrap_or_default()
         );
-        let child = Command::new("setsid")
+        let mut command = Command::new("setsid");
+        if let Some(t) = token {
+            command
+                .env("RAY_AUTH_MODE", "token")
+                .env("RAY_AUTH_TOKEN", t);
+        }
+        let child = command
             .arg(ray)
             .args([
                 "start",
@@ -133,13 +156,29 @@ impl RayHead {
         RayHead {
             child,
             dashboard: format!("http://127.0.0.1:{dash}"),
+            token: token.map(str::to_string),
             _dir: dir,
         }
     }
 
+    /// A client that sends the head's token, if it has one.
+    pub fn client(&self) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(t) = &self.token {
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {t}").parse().unwrap(),
+            );
+        }
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .unwrap()
+    }
+
     /// Waits until the head's node is ALIVE and capacity is reported (deadline 90 s).
     pub async fn wait_ready(&self) {
-        let client = reqwest::Client::new();
+        let client = self.client();
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             let nodes = client
@@ -167,7 +206,10 @@ impl RayHead {
 
     /// Ray's own job list: (submission_id, status).
     pub async fn jobs(&self) -> Vec<(String, String)> {
-        let list: serde_json::Value = reqwest::get(format!("{}/api/jobs/", self.dashboard))
+        let list: serde_json::Value = self
+            .client()
+            .get(format!("{}/api/jobs/", self.dashboard))
+            .send()
             .await
             .unwrap()
             .json()

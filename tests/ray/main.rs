@@ -12,6 +12,7 @@ mod harness;
 mod preemption;
 mod ray_api;
 mod record;
+mod secured;
 mod service;
 
 use std::collections::{BTreeMap, BTreeSet};

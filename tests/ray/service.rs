@@ -30,13 +30,35 @@ impl Service {
         extra_toml: &str,
         db_url: &str,
     ) -> Service {
+        Service::start_full(dir, ray_dashboard, extra_toml, db_url, "").await
+    }
+
+    /// [`Service::start`] with more keys of the `[[clusters]]` entry
+    /// (`auth_token_file = "…"`).
+    pub async fn start_with_cluster(
+        dir: &std::path::Path,
+        ray_dashboard: &str,
+        extra_toml: &str,
+        cluster_toml: &str,
+    ) -> Service {
+        let db_url = format!("sqlite://{}/fairshare.db?mode=rwc", dir.display());
+        Service::start_full(dir, ray_dashboard, extra_toml, &db_url, cluster_toml).await
+    }
+
+    async fn start_full(
+        dir: &std::path::Path,
+        ray_dashboard: &str,
+        extra_toml: &str,
+        db_url: &str,
+        cluster_toml: &str,
+    ) -> Service {
         let port = free_port();
         let db_url = db_url.to_string();
         let config = dir.join("fairshare.toml");
         let toml = format!(
             "[server]\nbind = \"127.0.0.1:{port}\"\n[database]\nurl = \"{db_url}\"\n\
              [monitor]\npoll_interval = \"250ms\"\nusage_report_lag = \"1500ms\"\n[scheduler]\ntick = \"1s\"\n{extra_toml}\n\
-             [[clusters]]\nname = \"local\"\naddress = \"{ray_dashboard}\"\n"
+             [[clusters]]\nname = \"local\"\naddress = \"{ray_dashboard}\"\n{cluster_toml}\n"
         );
         std::fs::write(&config, toml).unwrap();
         let mut svc = Service {

@@ -178,6 +178,8 @@ pub struct FairShareArbiter {
     /// Each Ray cluster's notification path as the monitor last reported it (shown in
     /// `GET /v1/scheduler`).
     notifications: HashMap<String, crate::views::NotificationsView>,
+    /// Why each unhealthy cluster is so, as the monitor last reported it.
+    unhealthy_reasons: HashMap<String, String>,
     /// (cluster, custom slot) pairs already warned of: a cluster reporting a resource
     /// configured as a license.
     license_clash: HashSet<(String, usize)>,
@@ -253,6 +255,7 @@ impl FairShareArbiter {
             queues: HashMap::new(),
             reports: HashMap::new(),
             notifications: HashMap::new(),
+            unhealthy_reasons: HashMap::new(),
             license_clash: HashSet::new(),
             actual: HashMap::new(),
             last: None,
@@ -636,6 +639,10 @@ impl Handler<CapacityChanged> for FairShareArbiter {
         if let Some(n) = msg.notifications {
             self.notifications.insert(msg.cluster.clone(), n);
         }
+        match msg.unhealthy_reason {
+            Some(why) => self.unhealthy_reasons.insert(msg.cluster.clone(), why),
+            None => self.unhealthy_reasons.remove(&msg.cluster),
+        };
         let reported: HashSet<JobId> = msg.reported.into_iter().collect();
         // A cluster that reports a resource named like a license: the license's
         // count is what the policy goes by, and the dispatcher never sends it to Ray

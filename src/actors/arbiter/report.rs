@@ -90,6 +90,9 @@ impl FairShareArbiter {
                         unreported: unreported.into(),
                         admitted_jobs: None,
                         notifications: self.notifications.get(&name).cloned(),
+                        unhealthy_reason: (!c.healthy)
+                            .then(|| self.unhealthy_reasons.get(&name).cloned())
+                            .flatten(),
                         running_jobs: None,
                     }
                 })

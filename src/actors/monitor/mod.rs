@@ -49,6 +49,8 @@ struct Health {
     hold_until: Option<Instant>,
     hold: Duration,
     last_warned: Option<Instant>,
+    /// Why the last poll failed (shown while the cluster is unhealthy).
+    last_error: Option<String>,
 }
 
 /// Run one poll of every cluster now (tests and the interval both use it).
@@ -381,6 +383,7 @@ impl RayCapacityMonitor {
         let used = match (&r.usage, error) {
             (Ok(u), None) => {
                 health.failures = 0;
+                health.last_error = None;
                 health.total = u.total;
                 health.healthy = health.hold_until.is_none_or(|t| Instant::now() >= t);
                 if health.healthy {
@@ -390,6 +393,7 @@ impl RayCapacityMonitor {
             }
             (_, error) => {
                 health.failures = health.failures.saturating_add(1);
+                health.last_error = error.clone();
                 if health.failures >= threshold {
                     health.healthy = false;
                 }
@@ -468,8 +472,14 @@ impl RayCapacityMonitor {
             }
         };
         let notifications = Some(self.notifications_view(&name));
+        let unhealthy_reason = (!health.healthy).then(|| {
+            health.last_error.clone().unwrap_or_else(|| {
+                "a dispatch found it not ready; held back before the next try".to_string()
+            })
+        });
         self.arbiter.capacity.do_send(CapacityChanged {
             cluster: name.clone(),
+            unhealthy_reason,
             healthy: health.healthy,
             total: health.total,
             used,
@@ -654,6 +664,9 @@ impl Handler<ClusterUnreachable> for RayCapacityMonitor {
                 "cluster marked unhealthy: a dispatch found it not ready");
             self.arbiter.capacity.do_send(CapacityChanged {
                 cluster: msg.cluster,
+                unhealthy_reason: Some(
+                    "a dispatch found it not ready; held back before the next try".into(),
+                ),
                 healthy: false,
                 total: h.total,
                 used: Resources::default(),

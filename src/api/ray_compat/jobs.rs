@@ -130,7 +130,7 @@ pub(super) fn cluster_client(state: &AppState, j: &job::Model) -> Option<RayClie
         .clusters
         .iter()
         .find(|c| Some(&c.name) == j.cluster.as_ref())?;
-    RayClient::new(&c.address, state.settings.dispatcher.request_timeout).ok()
+    RayClient::for_cluster(c, state.settings.dispatcher.request_timeout).ok()
 }
 
 /// [`details`] with Ray's own view merged in for a job Ray has: Ray's `status` and
