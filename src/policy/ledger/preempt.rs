@@ -453,7 +453,8 @@ impl Ledger {
     /// still being stopped, what the others have freed (up to its request) is held
     /// back from `run`'s room for its cluster; once all have ended, it is granted
     /// there if it fits. A claim goes when its head is granted, is no longer its
-    /// user's effective head or eligible, its cluster is not healthy, or its victims
+    /// user's effective head or eligible (a group on its path paused or at a limit
+    /// included), its cluster is not healthy, or its victims
     /// have ended and it still does not fit (it may then preempt again). Without
     /// this the freed capacity went in fair-share order, where the victims' own
     /// users (now queued and holding less) could take it back at once. Returns what
@@ -469,7 +470,12 @@ impl Ledger {
             let Some(job) = a.head().filter(|j| j.job_id == head).cloned() else {
                 continue;
             };
-            if !a.listed() || a.ineligibility(&job).is_some() {
+            // Nor if a group on its path is now paused or at a limit (other users
+            // under it may have started jobs while its victims stopped).
+            if !a.listed()
+                || a.ineligibility(&job).is_some()
+                || self.group_stops(uid, &job.resources, run.now)
+            {
                 continue;
             }
             let Some(r) = run.rooms.iter().position(|room| room.cluster == k) else {

@@ -459,6 +459,60 @@ fn with_groups_preemption_reaches_the_hierarchical_fair_shares() {
     assert_eq!(l.user("d5b", 8.0).unwrap().allocation, cpu(1.0));
 }
 
+/// A head's claim does not take its group past a limit reached while its victims
+/// stopped: 4 cores; group `g` (at most 2 jobs) holds g1 (1 job running, a head
+/// queued) and g2; o in the root runs 3 preemptible jobs. At 4 s g1's head preempts
+/// o's youngest (g: 2 of 4 cores then, o 2: 1/2 ≤ 1/2). Meanwhile another of o's
+/// jobs ends and g2, queued, takes that core: g runs 2 jobs, its limit. When the
+/// victim has ended, the claim goes instead of granting g1's head (which would
+/// make 3), the head says why, and the freed core goes in fair-share order: to o.
+#[test]
+fn a_claim_does_not_take_its_group_past_a_limit_reached_meanwhile() {
+    let mut l = ledger(
+        &[("c", 4.0)],
+        &[
+            ("g1", "c", 1.0, 0.0, false),
+            ("o", "c", 1.0, 0.0, true),
+            ("o", "c", 1.0, 0.0, true),
+            ("o", "c", 1.0, 0.0, true),
+        ],
+    );
+    let mut g = crate::policy::GroupView::new("g");
+    g.max_running_jobs = 2;
+    l.set_groups(&[g]);
+    for user in ["g1", "g2"] {
+        let settings = UserSettings {
+            group: Some("g".into()),
+            ..UserSettings::default()
+        };
+        l.set_user(0.0, user, settings);
+    }
+    l.push_queued(1.0, "g1", queued(10, 1.0, 1.0));
+    let knobs = PreemptionConfig {
+        after: 2.0,
+        ..knobs()
+    };
+    assert!(l.cycle(4.0).grants.is_empty());
+    assert_eq!(victims(&l.preempt(4.0, &knobs)), [4]);
+    l.push_queued(5.0, "g2", queued(20, 1.0, 5.0));
+    l.push_queued(5.0, "g2", queued(21, 1.0, 5.0));
+    assert!(l.end(5.0, id(2)));
+    assert_eq!(granted(&mut l, 5.0), [20]);
+    assert!(l.end(6.0, id(4)));
+    let mut again = queued(4, 1.0, 0.0);
+    again.preemptible = true;
+    again.preemptions = 1;
+    l.requeue(6.0, "o", again);
+    assert_eq!(granted(&mut l, 6.0), [4]);
+    assert_eq!(
+        l.reason("g1", id(10)),
+        Some(PendingReason::GroupMaxRunningJobs {
+            group: "g".into(),
+            limit: 2
+        })
+    );
+}
+
 /// The same with 2 cores idle (a and b run 4 cores each; fair shares 1/3 each):
 /// d's 6-core job needs one 4-core job stopped, 0.4 of the capacity, more than its
 /// gain of 1/3; the sum of the shortfalls would not fall, so nothing is preempted.
