@@ -446,6 +446,21 @@ async fn groups_one_to_three_get_two_and_six_of_eight_cores_and_a_paused_group_w
 }
 both_databases!(groups_one_to_three_get_two_and_six_of_eight_cores_and_a_paused_group_waits);
 
+/// `running` of `user` in `GET /v1/users/{user}`.
+async fn user_running(app: &TestApp, user: &str) -> u64 {
+    app.get_json(&format!("/v1/users/{user}"), SUBMITTER).await["running"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// The `pending_reason` of job `id` (empty without one).
+async fn pending_reason(app: &TestApp, id: &str) -> String {
+    app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await["pending_reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Issue 43 §1 through the service: 10 cores; `org` (`max_resources.cpu = 2`) →
 /// `org/mid` → `org/mid/a` (d1a), `org/mid/b` (d1b); `lab` (`max_running_jobs = 1`)
 /// → `lab/x` (d1d) → `lab/x/y` (d1c). d1a queues two 1-core jobs and d1d one, and
@@ -493,34 +508,21 @@ async fn a_groups_limits_hold_against_users_whose_jobs_all_run(db: Db) {
             j["id"].as_str().unwrap().to_string()
         }
     };
-    let user_running = |user: &'static str| {
-        let app = &app;
-        async move {
-            app.get_json(&format!("/v1/users/{user}"), SUBMITTER).await["running"]
-                .as_u64()
-                .unwrap_or(0)
-        }
-    };
     let a = [submit("d1a").await, submit("d1a").await];
     let d = submit("d1d").await;
     until(15, "d1a's two jobs and d1d's running", || async {
-        (user_running("d1a").await == 2 && user_running("d1d").await == 1).then_some(())
+        let (on_a, on_d) = (
+            user_running(&app, "d1a").await,
+            user_running(&app, "d1d").await,
+        );
+        (on_a == 2 && on_d == 1).then_some(())
     })
     .await;
     let b = [submit("d1b").await, submit("d1b").await];
     let c = [submit("d1c").await, submit("d1c").await];
-    let reason = |id: String| {
-        let app = &app;
-        async move {
-            app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await["pending_reason"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string()
-        }
-    };
     until(10, "d1b's and d1c's heads naming their groups", || async {
-        let rb = reason(b[0].clone()).await;
-        let rc = reason(c[0].clone()).await;
+        let rb = pending_reason(&app, &b[0]).await;
+        let rc = pending_reason(&app, &c[0]).await;
         (rb.contains("allocation of group org over its resource limit")
             && rc.contains("users of group lab already have 1 job"))
         .then_some(())
@@ -570,7 +572,7 @@ async fn a_groups_limits_hold_against_users_whose_jobs_all_run(db: Db) {
     // One of d1a's jobs ends: org has one core again, for one of d1b's jobs.
     state.lock().unwrap().jobs.get_mut(&a[0]).unwrap().runs_for = 0;
     until(15, "one of d1b's jobs running", || async {
-        (user_running("d1b").await == 1).then_some(())
+        (user_running(&app, "d1b").await == 1).then_some(())
     })
     .await;
     let polls = state.lock().unwrap().list_polls;
@@ -578,15 +580,49 @@ async fn a_groups_limits_hold_against_users_whose_jobs_all_run(db: Db) {
         (state.lock().unwrap().list_polls >= polls + 5).then_some(())
     })
     .await;
-    assert_eq!(user_running("d1b").await, 1, "org holds 2 cores, not 3");
-    assert!(reason(b[1].clone()).await.contains("group org"));
+    assert_eq!(
+        user_running(&app, "d1b").await,
+        1,
+        "org holds 2 cores, not 3"
+    );
+    assert!(pending_reason(&app, &b[1]).await.contains("group org"));
+    {
+        let s = state.lock().unwrap();
+        assert_eq!(s.submitted.len(), 4, "{:?}", s.submitted);
+        assert_eq!(s.submitted[3], b[0]);
+        assert!(
+            c.iter().all(|id| !s.jobs.contains_key(id)),
+            "lab's limit holds"
+        );
+    }
+
+    // A restart recovers the running jobs as their users' only ones: the limits
+    // still count them, and nothing more is sent to Ray.
+    let tweak = cluster(server.uri());
+    let test_db = app.stop().await;
+    let mut settings = test_settings(&test_db.url);
+    tweak(&mut settings);
+    let app = start_on(test_db, settings).await;
+    until(
+        15,
+        "the same running jobs per group after the restart",
+        || async {
+            let now = running(&app).await;
+            let org = now.iter().find(|(p, _)| p == "org").map(|g| g.1);
+            let lab = now.iter().find(|(p, _)| p == "lab").map(|g| g.1);
+            (org == Some(2) && lab == Some(1)).then_some(())
+        },
+    )
+    .await;
+    let polls = state.lock().unwrap().list_polls;
+    until(10, "more polls", || async {
+        (state.lock().unwrap().list_polls >= polls + 5).then_some(())
+    })
+    .await;
+    assert!(pending_reason(&app, &b[1]).await.contains("group org"));
     let s = state.lock().unwrap();
     assert_eq!(s.submitted.len(), 4, "{:?}", s.submitted);
-    assert_eq!(s.submitted[3], b[0]);
-    assert!(
-        c.iter().all(|id| !s.jobs.contains_key(id)),
-        "lab's limit holds"
-    );
+    assert_eq!(s.max_running, 3, "{:?}", s.submitted);
 }
 both_databases!(a_groups_limits_hold_against_users_whose_jobs_all_run);
 
