@@ -231,8 +231,10 @@ async fn with_groups_preemption_reaches_the_hierarchical_fair_shares(db: Db) {
     assert_eq!(running(a.clone()).await, 3);
     assert_eq!(running(b.clone()).await, 1);
     let s = state.lock().unwrap();
-    assert_eq!(s.stops.len(), 3, "{:?}", s.stops);
-    assert!(s.stops.iter().all(|id| light.contains(id)));
+    // Distinct jobs: a stop the dispatcher retried is still one preemption.
+    let stopped: std::collections::BTreeSet<&String> = s.stops.iter().collect();
+    assert_eq!(stopped.len(), 3, "{:?}", s.stops);
+    assert!(stopped.iter().all(|id| light.contains(id)));
 }
 both_databases!(with_groups_preemption_reaches_the_hierarchical_fair_shares);
 
