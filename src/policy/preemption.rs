@@ -23,9 +23,9 @@
 //!   fair-sharing strategy `LessThanOrEqualToFinalShare`, KEP-1714), so a
 //!   preemption never turns the preemptor into the one above its share. With
 //!   groups the two are compared where their paths part, as the order compares
-//!   them (Kueue's hierarchical cohorts do the same): the preemptor's side (the
-//!   child of their lowest common group, or of the root, that holds it; itself if
-//!   both sit in one group) `dominant_share(A_a + request) / w_a` against the
+//!   them: the preemptor's side (the child of their lowest common group, or of the
+//!   root, that holds it; itself if both sit in one group)
+//!   `dominant_share(A_a + request) / w_a` against the
 //!   victim's side `dominant_share(A_b − victims) / w_b`, where a group's `A` is
 //!   what every user under it holds (less its jobs being stopped). The fair shares
 //!   are hierarchical, so each user's own weight alone would stop short of them
