@@ -21,7 +21,9 @@
 //! the order is exactly the flat one.
 //!
 //! A group's `paused`, `max_running_jobs` and `max_resources` apply to everything
-//! under it: a user is eligible only if every group on its path is.
+//! under it: a user is eligible only if every group on its path is. A group's
+//! totals, hence its key and its limits, count every user under it, those with
+//! nothing queued too (issue 43 §1).
 
 use std::collections::HashMap;
 use std::fmt;

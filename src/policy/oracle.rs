@@ -302,18 +302,33 @@ pub fn run_cycle(
     clusters: &[ClusterView],
     reservation: Option<&Reservation>,
 ) -> CycleOutcome {
-    run_cycle_in(now, config, &Tree::default(), users, clusters, reservation)
+    run_cycle_in(
+        now,
+        config,
+        &Tree::default(),
+        users,
+        &[],
+        clusters,
+        reservation,
+    )
 }
 
 /// One cycle with users in the groups of `tree` (hierarchical order, the groups'
 /// limits and pause: [`super::groups`]), computed the straightforward way: the
 /// ledger's cycle when there are groups.
+///
+/// `outside` are users that take no part in the cycle (nothing queued in their
+/// window) but whose allocations, outstanding jobs and decayed usage still count in
+/// their groups' totals: a group's limits and key count every job of every user
+/// under it, queued or not (issue 43 §1: a user whose jobs all ran was missing from
+/// its groups, which then ran past their limits). Their queues are not read.
 #[must_use]
 pub fn run_cycle_in(
     now: Seconds,
     config: &PolicyConfig,
     tree: &Tree,
     users: &[UserView],
+    outside: &[UserView],
     clusters: &[ClusterView],
     reservation: Option<&Reservation>,
 ) -> CycleOutcome {
@@ -339,11 +354,29 @@ pub fn run_cycle_in(
         .into_iter()
         .map(|view| UserState::new(view, now, config, &capacity, &totals, tree))
         .collect();
+    let outside: Vec<(Vec<usize>, Resources, u32, f64)> = outside
+        .iter()
+        .map(|v| {
+            let share = dominant_share(&v.allocation, &capacity);
+            let usage = decay_usage(v.usage, v.usage_at, share, now, config.usage_half_life);
+            (
+                tree.path_of(v.group.as_deref()),
+                v.allocation,
+                v.outstanding_jobs,
+                usage,
+            )
+        })
+        .collect();
     let group_totals = super::groups::roll_up(
         tree,
         states
             .iter()
-            .map(|s| (s.groups.as_slice(), s.allocation, s.outstanding, s.usage)),
+            .map(|s| (s.groups.as_slice(), s.allocation, s.outstanding, s.usage))
+            .chain(
+                outside
+                    .iter()
+                    .map(|(g, a, o, h)| (g.as_slice(), *a, *o, *h)),
+            ),
     );
 
     let mut cycle = Cycle {

@@ -21,7 +21,16 @@
 //!   preemption, `dominant_share(A_p + request) / w_p`, stays at or below the
 //!   victim user's after it, `dominant_share(A_v − victims) / w_v` (Kueue's
 //!   fair-sharing strategy `LessThanOrEqualToFinalShare`, KEP-1714), so a
-//!   preemption never turns the preemptor into the one above its share.
+//!   preemption never turns the preemptor into the one above its share. With
+//!   groups the two are compared where their paths part, as the order compares
+//!   them: the preemptor's side (the child of their lowest common group, or of the
+//!   root, that holds it; itself if both sit in one group)
+//!   `dominant_share(A_a + request) / w_a` against the
+//!   victim's side `dominant_share(A_b − victims) / w_b`, where a group's `A` is
+//!   what every user under it holds (less its jobs being stopped). The fair shares
+//!   are hierarchical, so each user's own weight alone would stop short of them
+//!   (issue 43 §2: groups 3:1 with one user each stopped at 2:2 of 4 cores, not
+//!   3:1).
 //! - With [`PreemptionConfig::shortfall`], a head for which that share rule finds no
 //!   victims may still preempt under the **shortfall rule**: any other user's
 //!   preemptible jobs (the same `min_runtime` and `max_per_job` limits), youngest
@@ -45,8 +54,8 @@
 //!   when nothing was preempted within the interval one head's victims may exceed
 //!   it (so that a budget below one job's share, as on a small cluster, still lets
 //!   one preemption through per interval).
-//! - Heads are considered in fair-share order; a head with jobs being stopped for
-//!   it waits for them ([`crate::policy::PendingReason::Preempting`]) and preempts
+//! - Heads are considered in fair-share order (with groups, the hierarchical order
+//!   the last cycle left); a head with jobs being stopped for it waits for them ([`crate::policy::PendingReason::Preempting`]) and preempts
 //!   nothing more until they have all ended.
 
 use serde::{Deserialize, Serialize};

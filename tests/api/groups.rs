@@ -447,6 +447,186 @@ async fn groups_one_to_three_get_two_and_six_of_eight_cores_and_a_paused_group_w
 }
 both_databases!(groups_one_to_three_get_two_and_six_of_eight_cores_and_a_paused_group_waits);
 
+/// `running` of `user` in `GET /v1/users/{user}`.
+async fn user_running(app: &TestApp, user: &str) -> u64 {
+    app.get_json(&format!("/v1/users/{user}"), SUBMITTER).await["running"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// The `pending_reason` of job `id` (empty without one).
+async fn pending_reason(app: &TestApp, id: &str) -> String {
+    app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await["pending_reason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Issue 43 §1 through the service: 10 cores; `org` (`max_resources.cpu = 2`) →
+/// `org/mid` → `org/mid/a` (d1a), `org/mid/b` (d1b); `lab` (`max_running_jobs = 1`)
+/// → `lab/x` (d1d) → `lab/x/y` (d1c). d1a queues two 1-core jobs and d1d one, and
+/// they run; then d1b and d1c queue two each. `org` never holds more than 2 cores
+/// nor `lab` more than 1 job, in fairshare (`GET /v1/groups`) and in Ray, and the
+/// waiting heads name the group; when one of d1a's jobs ends, one (not two) of
+/// d1b's starts. (Before: users whose jobs all ran were left out of their groups'
+/// totals, and `org` ran 4 jobs, `lab` 2.)
+async fn a_groups_limits_hold_against_users_whose_jobs_all_run(db: Db) {
+    let (server, state) = fake_ray::start(10.0, |s| s.run_polls = 1_000_000).await;
+    let Some(app) = spawn_app_with(db, cluster(server.uri())).await else {
+        return;
+    };
+    put_group(&app, "org", json!({"max_resources": {"cpu": 2}})).await;
+    put_group(&app, "org/mid", json!({})).await;
+    put_group(&app, "org/mid/a", json!({})).await;
+    put_group(&app, "org/mid/b", json!({})).await;
+    put_group(&app, "lab", json!({"max_running_jobs": 1})).await;
+    put_group(&app, "lab/x", json!({})).await;
+    put_group(&app, "lab/x/y", json!({})).await;
+    for (user, group) in [
+        ("d1a", "org/mid/a"),
+        ("d1b", "org/mid/b"),
+        ("d1c", "lab/x/y"),
+        ("d1d", "lab/x"),
+    ] {
+        let r = app
+            .put(
+                &format!("/v1/users/{user}"),
+                ADMIN,
+                json!({ "group": group }),
+            )
+            .await;
+        assert_eq!(r.status(), 200);
+    }
+    until(10, "the cluster's cores in GET /v1/scheduler", || async {
+        let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+        (v["clusters"][0]["capacity"]["cpu"] == json!(10.0)).then_some(())
+    })
+    .await;
+    let submit = |user: &'static str| {
+        let app = &app;
+        async move {
+            let j = app.submit(user, json!({"resources": {"cpu": 1}})).await;
+            j["id"].as_str().unwrap().to_string()
+        }
+    };
+    let a = [submit("d1a").await, submit("d1a").await];
+    let d = submit("d1d").await;
+    until(15, "d1a's two jobs and d1d's running", || async {
+        let (on_a, on_d) = (
+            user_running(&app, "d1a").await,
+            user_running(&app, "d1d").await,
+        );
+        (on_a == 2 && on_d == 1).then_some(())
+    })
+    .await;
+    let b = [submit("d1b").await, submit("d1b").await];
+    let c = [submit("d1c").await, submit("d1c").await];
+    until(10, "d1b's and d1c's heads naming their groups", || async {
+        let rb = pending_reason(&app, &b[0]).await;
+        let rc = pending_reason(&app, &c[0]).await;
+        (rb.contains("allocation of group org over its resource limit")
+            && rc.contains("users of group lab already have 1 job"))
+        .then_some(())
+    })
+    .await;
+    // More polls and cycles: still nothing of d1b's or d1c's reaches Ray.
+    let polls = state.lock().unwrap().list_polls;
+    until(10, "more polls", || async {
+        (state.lock().unwrap().list_polls >= polls + 5).then_some(())
+    })
+    .await;
+    {
+        let s = state.lock().unwrap();
+        let sent: Vec<&String> = s.submitted.iter().collect();
+        assert_eq!(sent.len(), 3, "only d1a's and d1d's jobs sent: {sent:?}");
+        assert!(a
+            .iter()
+            .chain([&d])
+            .all(|id| s.jobs[id].status == "RUNNING"));
+        assert_eq!(
+            s.max_running, 3,
+            "never more than org's 2 and lab's 1 at once"
+        );
+    }
+    let want = |org: u64| {
+        vec![
+            ("lab".to_string(), 1),
+            ("lab/x".to_string(), 1),
+            ("lab/x/y".to_string(), 0),
+            ("org".to_string(), org),
+            ("org/mid".to_string(), org),
+            ("org/mid/a".to_string(), org),
+            ("org/mid/b".to_string(), 0),
+        ]
+    };
+    assert_eq!(running(&app).await, want(2));
+    let list = app.get_json("/v1/groups", SUBMITTER).await;
+    let org = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["path"] == "org")
+        .unwrap();
+    assert_eq!(org["allocation"]["cpu"], 2.0, "{org}");
+    assert_eq!(org["queued"], 2, "{org}");
+
+    // One of d1a's jobs ends: org has one core again, for one of d1b's jobs.
+    state.lock().unwrap().jobs.get_mut(&a[0]).unwrap().runs_for = 0;
+    until(15, "one of d1b's jobs running", || async {
+        (user_running(&app, "d1b").await == 1).then_some(())
+    })
+    .await;
+    let polls = state.lock().unwrap().list_polls;
+    until(10, "more polls", || async {
+        (state.lock().unwrap().list_polls >= polls + 5).then_some(())
+    })
+    .await;
+    assert_eq!(
+        user_running(&app, "d1b").await,
+        1,
+        "org holds 2 cores, not 3"
+    );
+    assert!(pending_reason(&app, &b[1]).await.contains("group org"));
+    {
+        let s = state.lock().unwrap();
+        assert_eq!(s.submitted.len(), 4, "{:?}", s.submitted);
+        assert_eq!(s.submitted[3], b[0]);
+        assert!(
+            c.iter().all(|id| !s.jobs.contains_key(id)),
+            "lab's limit holds"
+        );
+    }
+
+    // A restart recovers the running jobs as their users' only ones: the limits
+    // still count them, and nothing more is sent to Ray.
+    let tweak = cluster(server.uri());
+    let test_db = app.stop().await;
+    let mut settings = test_settings(&test_db.url);
+    tweak(&mut settings);
+    let app = start_on(test_db, settings).await;
+    until(
+        15,
+        "the same running jobs per group after the restart",
+        || async {
+            let now = running(&app).await;
+            let org = now.iter().find(|(p, _)| p == "org").map(|g| g.1);
+            let lab = now.iter().find(|(p, _)| p == "lab").map(|g| g.1);
+            (org == Some(2) && lab == Some(1)).then_some(())
+        },
+    )
+    .await;
+    let polls = state.lock().unwrap().list_polls;
+    until(10, "more polls", || async {
+        (state.lock().unwrap().list_polls >= polls + 5).then_some(())
+    })
+    .await;
+    assert!(pending_reason(&app, &b[1]).await.contains("group org"));
+    let s = state.lock().unwrap();
+    assert_eq!(s.submitted.len(), 4, "{:?}", s.submitted);
+    assert_eq!(s.max_running, 3, "{:?}", s.submitted);
+}
+both_databases!(a_groups_limits_hold_against_users_whose_jobs_all_run);
+
 /// The identity rule: a job whose group the operator's `ray_compat.group_rules` find
 /// (here `ENV_JOB_GATEWAY_INSTANCE`) puts a user that has no group in that group when
 /// it exists; a user with a group keeps it; a group that does not exist is ignored

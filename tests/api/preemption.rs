@@ -146,6 +146,99 @@ async fn preempted_one(state: &Arc<Mutex<State>>, ids: &[String]) -> String {
     .await
 }
 
+/// Issue 43 §2 through the service: a 4-CPU fake Ray; groups `heavy` (weight 3, user
+/// d5a) and `light` (weight 1, user d5b). d5b runs 4 preemptible 1-CPU jobs (and
+/// queues 2 more), then d5a queues 4; preemption after 2 s, budget 1.0 per hour.
+/// `GET /v1/groups` says fair shares 0.75 and 0.25, and d5a preempts until it holds
+/// 3 CPUs and d5b keeps 1 (three stops), and it stays so. (Before: the share rule
+/// divided each user's own share by the user's weight, 1 and 1, and stopped at 2:2.)
+async fn with_groups_preemption_reaches_the_hierarchical_fair_shares(db: Db) {
+    let (server, state) = fake_ray::start(4.0, |s| s.run_polls = 1_000_000).await;
+    let uri = server.uri();
+    let Some(app) = spawn_app_with(db, |s| {
+        settings(s, &uri);
+        s.preemption.after = Some(Duration::from_secs(2));
+        s.preemption.max_per_job = 5;
+        s.preemption.interval = Duration::from_secs(3600);
+    })
+    .await
+    else {
+        return;
+    };
+    let (a, b) = (user("d5a", db), user("d5b", db));
+    for (path, weight) in [("heavy", 3), ("light", 1)] {
+        let r = app
+            .put(
+                &format!("/v1/groups/{path}"),
+                ADMIN,
+                json!({ "weight": weight }),
+            )
+            .await;
+        assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    }
+    for (u, g) in [(&a, "heavy"), (&b, "light")] {
+        let r = app
+            .put(&format!("/v1/users/{u}"), ADMIN, json!({ "group": g }))
+            .await;
+        assert_eq!(r.status(), 200);
+    }
+    until(10, "the cluster's 4 CPUs", || async {
+        let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+        (v["clusters"][0]["capacity"]["cpu"] == json!(4.0)).then_some(())
+    })
+    .await;
+    let mut light = Vec::new();
+    for _ in 0..6 {
+        let v = app
+            .submit(&b, json!({"entrypoint": "sleep 60", "preemptible": true}))
+            .await;
+        light.push(id_of(&v));
+    }
+    until(20, "4 of d5b's jobs RUNNING", || async {
+        let s = state.lock().unwrap();
+        let n = light
+            .iter()
+            .filter(|id| s.jobs.get(*id).is_some_and(|j| j.status == "RUNNING"))
+            .count();
+        (n == 4).then_some(())
+    })
+    .await;
+    for _ in 0..4 {
+        app.submit(&a, json!({"entrypoint": "sleep 60"})).await;
+    }
+    let running = |u: String| {
+        let app = &app;
+        async move {
+            app.get_json(&format!("/v1/users/{u}"), SUBMITTER).await["running"]
+                .as_u64()
+                .unwrap_or(0)
+        }
+    };
+    until(40, "d5a holding 3 CPUs and d5b 1", || async {
+        (running(a.clone()).await == 3 && running(b.clone()).await == 1).then_some(())
+    })
+    .await;
+    let list = app.get_json("/v1/groups", SUBMITTER).await;
+    let close = |v: &Value, x: f64| (v.as_f64().unwrap() - x).abs() < 1e-9;
+    assert!(close(&list[0]["fair_share"], 0.75), "{list}");
+    assert!(close(&list[1]["fair_share"], 0.25), "{list}");
+    // Three more seconds of cycles (past `after` again for d5a's last head): no
+    // more preemptions, and the same holdings.
+    let polls = state.lock().unwrap().list_polls;
+    until(10, "more polls", || async {
+        (state.lock().unwrap().list_polls >= polls + 30).then_some(())
+    })
+    .await;
+    assert_eq!(running(a.clone()).await, 3);
+    assert_eq!(running(b.clone()).await, 1);
+    let s = state.lock().unwrap();
+    // Distinct jobs: a stop the dispatcher retried is still one preemption.
+    let stopped: std::collections::BTreeSet<&String> = s.stops.iter().collect();
+    assert_eq!(stopped.len(), 3, "{:?}", s.stops);
+    assert!(stopped.iter().all(|id| light.contains(id)));
+}
+both_databases!(with_groups_preemption_reaches_the_hierarchical_fair_shares);
+
 async fn preemptible_running_job_goes_back_to_its_place_and_later_succeeds(db: Db) {
     let Some((app, _server, state)) = setup(db, |_| {}, |_| {}).await else {
         return;

@@ -245,6 +245,7 @@ impl Ledger {
             (Some(run), held)
         };
         let users = self.user_views();
+        let outside = self.outside_views();
         let mut clusters = self.cluster_views();
         // What claims hold back for heads whose victims are still stopping is not
         // free to this cycle either: counted as held by this service, unreported.
@@ -260,6 +261,7 @@ impl Ledger {
             &self.config,
             &self.tree,
             &users,
+            &outside,
             &clusters,
             self.reservation.as_ref(),
         );

@@ -154,6 +154,24 @@ impl Ledger {
         if self.tree.is_empty() {
             return out;
         }
+        let (paths, totals) = self.group_totals(now);
+        for (uid, (a, path)) in self.accounts.iter().zip(&paths).enumerate() {
+            let Some(head) = a.head() else { continue };
+            if crate::policy::groups::ineligibility(&self.tree, &totals, path, &head.resources)
+                .is_some()
+            {
+                out.insert(uid as Uid);
+            }
+        }
+        out
+    }
+
+    /// Each user's groups (top first) and what each group holds at `now`: every
+    /// user under it counted, those with nothing queued too.
+    fn group_totals(
+        &self,
+        now: Seconds,
+    ) -> (Vec<Vec<usize>>, Vec<crate::policy::groups::GroupTotals>) {
         let hl = self.config.usage_half_life;
         let paths: Vec<Vec<usize>> = self
             .accounts
@@ -167,15 +185,23 @@ impl Ledger {
                 (path.as_slice(), a.allocation, a.outstanding, usage)
             }),
         );
-        for (uid, (a, path)) in self.accounts.iter().zip(&paths).enumerate() {
-            let Some(head) = a.head() else { continue };
-            if crate::policy::groups::ineligibility(&self.tree, &totals, path, &head.resources)
-                .is_some()
-            {
-                out.insert(uid as Uid);
-            }
+        (paths, totals)
+    }
+
+    /// Whether a group on `uid`'s path keeps it from starting `head` now (paused, or
+    /// a limit it would pass); false without groups.
+    pub(super) fn group_stops(
+        &self,
+        uid: Uid,
+        head: &crate::policy::Resources,
+        now: Seconds,
+    ) -> bool {
+        if self.tree.is_empty() {
+            return false;
         }
-        out
+        let (paths, totals) = self.group_totals(now);
+        crate::policy::groups::ineligibility(&self.tree, &totals, &paths[uid as usize], head)
+            .is_some()
     }
 
     /// [`Ledger::order`], with `also` (users a cycle's grants emptied) included.

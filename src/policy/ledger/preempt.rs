@@ -114,6 +114,72 @@ impl Standing {
     }
 }
 
+/// Every user's standing for a preemption round and, with groups, every group's:
+/// what the users under it hold (less their jobs being stopped), so that the share
+/// rule compares two users where their paths part, as the order does (issue 43 §2).
+#[derive(Debug)]
+struct Standings {
+    users: Vec<Standing>,
+    /// Each user's groups, top first (all empty without groups).
+    paths: Vec<Vec<usize>>,
+    /// Each group's allocation: the sum of its users' `allocation`.
+    groups: Vec<Resources>,
+}
+
+/// One level of a user's path: a group, or the user itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Node {
+    Group(usize),
+    User(Uid),
+}
+
+impl Standings {
+    /// Adds `r` to user `u`'s allocation (and its groups').
+    fn add(&mut self, u: Uid, r: Resources, capacity: &Resources) {
+        self.users[u as usize].allocation += r;
+        self.users[u as usize].refresh(capacity);
+        for &g in &self.paths[u as usize] {
+            self.groups[g] += r;
+        }
+    }
+
+    /// Takes `r` from user `u`'s allocation (and its groups').
+    fn take(&mut self, u: Uid, r: Resources, capacity: &Resources) {
+        let s = &mut self.users[u as usize];
+        s.allocation = s.allocation.saturating_sub(r);
+        s.refresh(capacity);
+        for &g in &self.paths[u as usize] {
+            self.groups[g] = self.groups[g].saturating_sub(r);
+        }
+    }
+
+    /// The level at which the paths of `p` and `v` part: the two nodes there (the
+    /// users themselves when both sit in the same group, or without groups).
+    fn parting(&self, p: Uid, v: Uid) -> (Node, Node) {
+        let (a, b) = (&self.paths[p as usize], &self.paths[v as usize]);
+        for i in 0.. {
+            match (a.get(i), b.get(i)) {
+                (Some(&x), Some(&y)) if x == y => continue,
+                (x, y) => {
+                    return (
+                        x.map_or(Node::User(p), |&g| Node::Group(g)),
+                        y.map_or(Node::User(v), |&g| Node::Group(g)),
+                    );
+                }
+            }
+        }
+        (Node::User(p), Node::User(v))
+    }
+
+    /// Whether `node` is `u` or a group above it.
+    fn holds(&self, node: Node, u: Uid) -> bool {
+        match node {
+            Node::User(x) => x == u,
+            Node::Group(g) => self.paths[u as usize].contains(&g),
+        }
+    }
+}
+
 impl Ledger {
     /// Marks outstanding `job` preemptible: it started at `started_at` (seconds) and
     /// was preempted `preemptions` times before. A job granted from a window that
@@ -288,16 +354,24 @@ impl Ledger {
             return out;
         }
         let mut standing = self.standings();
-        let mut heads: Vec<(super::Rank, Uid)> = waiting
+        // Heads in the order the last cycle served in: hierarchical with groups.
+        let place = self.served_order();
+        let mut heads: Vec<(usize, super::Rank, Uid)> = waiting
             .into_iter()
             .filter(|&uid| {
-                let s = &standing[uid as usize];
+                let s = &standing.users[uid as usize];
                 !at_most(s.fair, dominant_share(&s.allocation, &self.capacity))
             })
-            .map(|uid| (self.rank(uid, now), uid))
+            .map(|uid| {
+                let at = place
+                    .as_ref()
+                    .and_then(|p| p.get(&*self.accounts[uid as usize].name).copied())
+                    .unwrap_or(usize::MAX);
+                (at, self.rank(uid, now), uid)
+            })
             .collect();
         heads.sort();
-        for (_, p) in heads {
+        for (_, _, p) in heads {
             if !fresh && self.priced_out(p, &rooms, budget) {
                 continue;
             }
@@ -341,9 +415,7 @@ impl Ledger {
                 j.stopping_for = Some(head.job_id);
                 self.preempt.delist(j.cluster, j.started_at, *v);
                 freed += j.resources;
-                let s = &mut standing[j.uid as usize];
-                s.allocation = s.allocation.saturating_sub(j.resources);
-                s.refresh(&self.capacity);
+                standing.take(j.uid, j.resources, &self.capacity);
                 out.push(Preemption {
                     job_id: *v,
                     user: self.accounts[j.uid as usize].name.to_string(),
@@ -366,8 +438,7 @@ impl Ledger {
                     room.1 = room.1.saturating_sub(taken);
                 }
             }
-            standing[p as usize].allocation += head.resources;
-            standing[p as usize].refresh(&self.capacity);
+            standing.add(p, head.resources, &self.capacity);
             self.preempt.waiting_for.insert(head.job_id, (k, victims));
             self.preempt.claims.push((head.job_id, p, k));
             if budget.is_nan() || budget <= 0.0 {
@@ -382,7 +453,8 @@ impl Ledger {
     /// still being stopped, what the others have freed (up to its request) is held
     /// back from `run`'s room for its cluster; once all have ended, it is granted
     /// there if it fits. A claim goes when its head is granted, is no longer its
-    /// user's effective head or eligible, its cluster is not healthy, or its victims
+    /// user's effective head or eligible (a group on its path paused or at a limit
+    /// included), its cluster is not healthy, or its victims
     /// have ended and it still does not fit (it may then preempt again). Without
     /// this the freed capacity went in fair-share order, where the victims' own
     /// users (now queued and holding less) could take it back at once. Returns what
@@ -398,7 +470,12 @@ impl Ledger {
             let Some(job) = a.head().filter(|j| j.job_id == head).cloned() else {
                 continue;
             };
-            if !a.listed() || a.ineligibility(&job).is_some() {
+            // Nor if a group on its path is now paused or at a limit (other users
+            // under it may have started jobs while its victims stopped).
+            if !a.listed()
+                || a.ineligibility(&job).is_some()
+                || self.group_stops(uid, &job.resources, run.now)
+            {
                 continue;
             }
             let Some(r) = run.rooms.iter().position(|room| room.cluster == k) else {
@@ -436,9 +513,52 @@ impl Ledger {
             .is_some_and(|head| over_budget(head, rooms, &self.capacity, budget))
     }
 
+    /// The users in the order the last cycle left with groups (its hierarchical
+    /// order, by name to place), `None` without groups (the flat rank is the order).
+    fn served_order(&self) -> Option<std::collections::HashMap<&str, usize>> {
+        if self.tree.is_empty() {
+            return None;
+        }
+        let grouped = self.last.as_ref()?.grouped.as_ref()?;
+        Some(
+            grouped
+                .order
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (o.user.as_str(), i))
+                .collect(),
+        )
+    }
+
     /// Every user's allocation less its jobs being stopped, weight and fair share
-    /// (zero for users without demand).
-    fn standings(&self) -> Vec<Standing> {
+    /// (zero for users without demand), and with groups every group's allocation.
+    fn standings(&self) -> Standings {
+        let users = self.user_standings();
+        let (paths, groups) = if self.tree.is_empty() {
+            (vec![Vec::new(); users.len()], Vec::new())
+        } else {
+            let paths: Vec<Vec<usize>> = self
+                .accounts
+                .iter()
+                .map(|a| self.tree.path_of(a.settings.group.as_deref()))
+                .collect();
+            let mut groups = vec![Resources::ZERO; self.tree.len()];
+            for (s, path) in users.iter().zip(&paths) {
+                for &g in path {
+                    groups[g] += s.allocation;
+                }
+            }
+            (paths, groups)
+        };
+        Standings {
+            users,
+            paths,
+            groups,
+        }
+    }
+
+    /// [`Ledger::standings`]' users.
+    fn user_standings(&self) -> Vec<Standing> {
         let mut standing: Vec<Standing> = self
             .accounts
             .iter()
@@ -547,7 +667,7 @@ impl Ledger {
         &self,
         config: &PreemptionConfig,
         ask: &Ask<'_>,
-        standing: &[Standing],
+        standing: &Standings,
     ) -> Option<Vec<JobId>> {
         let &Ask {
             now,
@@ -557,25 +677,41 @@ impl Ledger {
             head,
         } = ask;
         let capacity = &self.capacity;
-        let sp = &standing[p as usize];
-        // The share rule.
-        let preemptor_after =
-            dominant_share(&(sp.allocation + head.resources), capacity) / sp.weight;
+        let sp = &standing.users[p as usize];
+        // The share rule, where the paths of the preemptor and the victim's user
+        // part (the users themselves without groups or in one group): the
+        // preemptor's side after the preemption, its head included, must stay at or
+        // below the victim's side after it, each divided by its weight, as the
+        // order compares them.
         let allowed = self
             .stoppable(now, config, k)
-            .filter(|(_, j)| j.uid != p && standing[j.uid as usize].above);
+            .filter(|(_, j)| j.uid != p && standing.users[j.uid as usize].above);
         let mut avail = free;
         let mut taken: Vec<(Uid, Resources)> = Vec::new();
         let mut victims = Vec::new();
         for (id, j) in allowed {
             let (v, held) = (j.uid, j.resources);
-            let s = &standing[v as usize];
-            let before = taken
-                .iter()
-                .filter(|(u, _)| *u == v)
-                .fold(Resources::ZERO, |acc, (_, r)| acc + *r);
-            let after = s.allocation.saturating_sub(before + held);
-            let victim_after = dominant_share(&after, capacity) / s.weight;
+            let (a, b) = standing.parting(p, v);
+            let taken_in = |node: Node| {
+                taken
+                    .iter()
+                    .filter(|(u, _)| standing.holds(node, *u))
+                    .fold(Resources::ZERO, |acc, (_, r)| acc + *r)
+            };
+            let side = |node: Node| match node {
+                Node::User(u) => {
+                    let s = &standing.users[u as usize];
+                    (s.allocation, s.weight)
+                }
+                Node::Group(g) => (standing.groups[g], self.tree.groups()[g].weight),
+            };
+            let ((held_a, w_a), (held_b, w_b)) = (side(a), side(b));
+            let preemptor_after = dominant_share(
+                &(held_a.saturating_sub(taken_in(a)) + head.resources),
+                capacity,
+            ) / w_a;
+            let victim_after =
+                dominant_share(&held_b.saturating_sub(taken_in(b) + held), capacity) / w_b;
             if !at_most(preemptor_after, victim_after) {
                 continue;
             }

@@ -390,6 +390,129 @@ fn capacity_held_while_victims_stop(grouped: bool) {
     assert_eq!(granted(&mut l, 210.0), [10]);
 }
 
+/// Issue 43 §2, worked by hand: 4 cores; groups `heavy` (weight 3, user d5a) and
+/// `light` (weight 1, user d5b). d5b runs 4 preemptible 1-core jobs and queues 2
+/// more; d5a queues 4 at 1 s. Hierarchical fair shares 0.75 and 0.25. The share
+/// rule compares the two where their paths part, the groups: after each of d5a's
+/// heads `heavy` holds 1, 2, 3 cores (keys 1/12, 1/6, 1/4) against `light`'s 3, 2,
+/// 1 (keys 3/4, 1/2, 1/4), so three of d5b's jobs go, youngest first (equal starts:
+/// the larger id), and each head starts on the capacity its victim freed. Then
+/// d5a holds its fair share and stops: 3 to 1. (Before, the rule divided each
+/// user's own share by the user's weight, 1 and 1: it stopped at 2 to 2.)
+#[test]
+fn with_groups_preemption_reaches_the_hierarchical_fair_shares() {
+    let mut l = ledger(&[("c", 4.0)], &[("d5b", "c", 1.0, 0.0, true); 4]);
+    let group = |path: &str, weight: f64| crate::policy::GroupView {
+        weight,
+        ..crate::policy::GroupView::new(path)
+    };
+    l.set_groups(&[group("heavy", 3.0), group("light", 1.0)]);
+    for (user, g) in [("d5a", "heavy"), ("d5b", "light")] {
+        let settings = UserSettings {
+            group: Some(g.into()),
+            ..UserSettings::default()
+        };
+        l.set_user(0.0, user, settings);
+    }
+    let preemptible = |n: u128, at: Seconds, times: u32| {
+        let mut j = queued(n, 1.0, at);
+        j.preemptible = true;
+        j.preemptions = times;
+        j
+    };
+    for n in [5, 6] {
+        l.push_queued(0.0, "d5b", preemptible(n, 0.0, 0));
+    }
+    for n in 10..14 {
+        l.push_queued(1.0, "d5a", queued(n, 1.0, 1.0));
+    }
+    let knobs = PreemptionConfig {
+        after: 2.0,
+        max_per_job: 5,
+        interval: 3600.0,
+        ..knobs()
+    };
+    assert!(l.cycle(1.0).grants.is_empty());
+    assert!(l.preempt(1.0, &knobs).is_empty(), "d5a has not waited 2 s");
+    let mut rounds = Vec::new();
+    for t in [4.0, 5.0, 6.0, 7.0, 8.0] {
+        let grants = granted(&mut l, t);
+        let out = l.preempt(t, &knobs);
+        for v in &out {
+            assert!(l.end(t + 0.5, v.job_id));
+            l.requeue(t + 0.5, "d5b", preemptible(v.job_id.as_u128(), 0.0, 1));
+        }
+        rounds.push((grants, victims(&out)));
+    }
+    let none: Vec<u128> = Vec::new();
+    assert_eq!(
+        rounds,
+        [
+            (none.clone(), vec![4]),
+            (vec![10], vec![3]),
+            (vec![11], vec![2]),
+            (vec![12], none.clone()),
+            (none.clone(), none),
+        ]
+    );
+    assert_eq!(l.user("d5a", 8.0).unwrap().allocation, cpu(3.0));
+    assert_eq!(l.user("d5b", 8.0).unwrap().allocation, cpu(1.0));
+}
+
+/// A head's claim does not take its group past a limit reached while its victims
+/// stopped: 4 cores; group `g` (at most 2 jobs) holds g1 (1 job running, a head
+/// queued) and g2; o in the root runs 3 preemptible jobs. At 4 s g1's head preempts
+/// o's youngest (g: 2 of 4 cores then, o 2: 1/2 ≤ 1/2). Meanwhile another of o's
+/// jobs ends and g2, queued, takes that core: g runs 2 jobs, its limit. When the
+/// victim has ended, the claim goes instead of granting g1's head (which would
+/// make 3), the head says why, and the freed core goes in fair-share order: to o.
+#[test]
+fn a_claim_does_not_take_its_group_past_a_limit_reached_meanwhile() {
+    let mut l = ledger(
+        &[("c", 4.0)],
+        &[
+            ("g1", "c", 1.0, 0.0, false),
+            ("o", "c", 1.0, 0.0, true),
+            ("o", "c", 1.0, 0.0, true),
+            ("o", "c", 1.0, 0.0, true),
+        ],
+    );
+    let mut g = crate::policy::GroupView::new("g");
+    g.max_running_jobs = 2;
+    l.set_groups(&[g]);
+    for user in ["g1", "g2"] {
+        let settings = UserSettings {
+            group: Some("g".into()),
+            ..UserSettings::default()
+        };
+        l.set_user(0.0, user, settings);
+    }
+    l.push_queued(1.0, "g1", queued(10, 1.0, 1.0));
+    let knobs = PreemptionConfig {
+        after: 2.0,
+        ..knobs()
+    };
+    assert!(l.cycle(4.0).grants.is_empty());
+    assert_eq!(victims(&l.preempt(4.0, &knobs)), [4]);
+    l.push_queued(5.0, "g2", queued(20, 1.0, 5.0));
+    l.push_queued(5.0, "g2", queued(21, 1.0, 5.0));
+    assert!(l.end(5.0, id(2)));
+    assert_eq!(granted(&mut l, 5.0), [20]);
+    assert!(l.end(6.0, id(4)));
+    let mut again = queued(4, 1.0, 0.0);
+    again.preemptible = true;
+    again.preemptions = 1;
+    l.requeue(6.0, "o", again);
+    assert_eq!(granted(&mut l, 6.0), [4]);
+    assert_eq!(
+        l.reason("g1", id(10)),
+        Some(PendingReason::GroupMaxRunningJobs {
+            group: "g".into(),
+            limit: 2
+        })
+    );
+}
+
 /// The same with 2 cores idle (a and b run 4 cores each; fair shares 1/3 each):
 /// d's 6-core job needs one 4-core job stopped, 0.4 of the capacity, more than its
 /// gain of 1/3; the sum of the shortfalls would not fall, so nothing is preempted.
@@ -672,6 +795,194 @@ proptest! {
             }
             if head.resources.fits_within(&avail) {
                 prop_assert!(cost > budget, "a set costing {cost} <= {budget} lets the head fit");
+            }
+        }
+    }
+}
+
+/// A user of a [`GroupCase`]: group pick, weight, running jobs (start, preemptible),
+/// queued jobs.
+type GroupUser = (usize, u32, Vec<(u32, bool)>, usize);
+
+/// A random case with groups: per group a parent pick and a weight (depth at most
+/// 3); per user its group pick (past the last group: the root), weight, running
+/// 1-core jobs (start time, preemptible) and queued 1-core jobs; the cores.
+#[derive(Clone, Debug)]
+struct GroupCase {
+    groups: Vec<(usize, u32)>,
+    users: Vec<GroupUser>,
+    cores: u32,
+}
+
+fn group_case() -> impl Strategy<Value = GroupCase> {
+    (
+        prop::collection::vec((0usize..6, 1u32..=3), 1..=5),
+        prop::collection::vec(
+            (
+                0usize..6,
+                1u32..=3,
+                prop::collection::vec((0u32..=5, prop::bool::weighted(0.8)), 0..=5),
+                0usize..=4,
+            ),
+            2..=5,
+        ),
+        4u32..=10,
+    )
+        .prop_map(|(groups, users, cores)| GroupCase {
+            groups,
+            users,
+            cores,
+        })
+}
+
+/// Every user's hierarchical fair share and share (fractions of the capacity), from
+/// the ledger's state: demand = what it holds plus its window, capped at 1.
+fn fair_and_held(l: &Ledger) -> (Vec<f64>, Vec<f64>) {
+    let capacity = l.capacity;
+    let mut entries = Vec::new();
+    let mut with = Vec::new();
+    let held: Vec<f64> = l
+        .accounts
+        .iter()
+        .map(|a| dominant_share(&a.allocation, &capacity))
+        .collect();
+    for (u, a) in l.accounts.iter().enumerate() {
+        let demand = dominant_share(&(a.allocation + a.queued), &capacity).min(1.0);
+        if demand > 0.0 {
+            entries.push((
+                l.tree.path_of(a.settings.group.as_deref()),
+                a.settings.weight,
+                demand,
+            ));
+            with.push(u);
+        }
+    }
+    let shares = crate::policy::groups::fair_shares(&l.tree, &entries);
+    let mut fair = vec![0.0; l.accounts.len()];
+    for (i, u) in with.into_iter().enumerate() {
+        fair[u] = shares[i];
+    }
+    (fair, held)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Issue 43 §2's kind, with groups: preemption (the share rule) reads the same
+    /// hierarchical standing as the fair shares. Run to a standstill (cycle,
+    /// preempt, the victims end and queue again, and again), on 1-core jobs:
+    /// - it never takes a job of a user at or below its hierarchical fair share;
+    /// - it never stops while a user below its fair share waits with a head that
+    ///   a preemptible job of a user above its own could make room for, where that
+    ///   leaves the waiting user's side of the tree (where the two users' paths
+    ///   part) at or below its fair share and the other side at or above its own:
+    ///   then the waiting user could be served without taking anyone below its
+    ///   fair share, and preemption must do it.
+    #[test]
+    fn with_groups_preemption_stops_only_at_hierarchical_fair_shares(case in group_case()) {
+        let mut groups: Vec<crate::policy::GroupView> = Vec::new();
+        let mut depth: Vec<usize> = Vec::new();
+        for (i, &(pick, weight)) in case.groups.iter().enumerate() {
+            let parent = (pick < i && depth[pick] < 3).then_some(pick);
+            let path = match parent {
+                Some(p) => format!("{}/g{i}", groups[p].path),
+                None => format!("g{i}"),
+            };
+            depth.push(parent.map_or(1, |p| depth[p] + 1));
+            groups.push(crate::policy::GroupView { weight: f64::from(weight), ..crate::policy::GroupView::new(&path) });
+        }
+        let cores = f64::from(case.cores);
+        let mut l = ledger(&[("c", cores)], &[]);
+        l.set_groups(&groups);
+        let names: Vec<String> = (0..case.users.len()).map(|u| format!("u{u}")).collect();
+        let mut used = 0.0;
+        let mut next = 1u128;
+        for (u, (pick, weight, running, queued_jobs)) in case.users.iter().enumerate() {
+            let settings = UserSettings {
+                weight: f64::from(*weight),
+                group: groups.get(*pick).map(|g| g.path.clone()),
+                ..UserSettings::default()
+            };
+            l.set_user(0.0, &names[u], settings);
+            for &(at, preemptible) in running {
+                if used < cores {
+                    used += 1.0;
+                    l.start(f64::from(at), id(next), &names[u], "c", cpu(1.0), None);
+                    if preemptible {
+                        l.set_preemptible(id(next), f64::from(at), 0);
+                    }
+                }
+                next += 1;
+            }
+            for _ in 0..*queued_jobs {
+                let mut j = queued(next, 1.0, 0.0);
+                j.preemptible = true;
+                l.push_queued(0.0, &names[u], j);
+                next += 1;
+            }
+        }
+        let knobs = PreemptionConfig {
+            after: 1.0,
+            min_runtime: 0.0,
+            max_per_job: 1000,
+            budget: 1.0,
+            interval: 0.0,
+            shortfall: false,
+        };
+        let uid = |l: &Ledger, name: &str| l.by_name[name] as usize;
+        for round in 0..40 {
+            let t = 10.0 + f64::from(round);
+            l.cycle(t);
+            let (fair, held) = fair_and_held(&l);
+            let out = l.preempt(t, &knobs);
+            if out.is_empty() {
+                // A standstill: nobody below its share could be served as above.
+                let free = cores - l.accounts.iter().map(|a| a.allocation.cpu).sum::<f64>();
+                let paths: Vec<Vec<usize>> = l.accounts.iter().map(|a| l.tree.path_of(a.settings.group.as_deref())).collect();
+                // What a side of the tree holds and its fair share: a group (all users
+                // under it) or one user.
+                let side = |node: Result<usize, usize>| -> (f64, f64) {
+                    (0..l.accounts.len())
+                        .filter(|&u| match node { Ok(g) => paths[u].contains(&g), Err(x) => u == x })
+                        .fold((0.0, 0.0), |(h, f), u| (h + held[u], f + fair[u]))
+                };
+                let unit = 1.0 / cores;
+                for p in 0..l.accounts.len() {
+                    let a = &l.accounts[p];
+                    if a.head().is_none() || free >= 1.0 || held[p] >= fair[p] - 1e-6 {
+                        continue;
+                    }
+                    for v in 0..l.accounts.len() {
+                        let has_victim = l.jobs.values().any(|j| j.uid as usize == v && j.preemptible);
+                        if v == p || !has_victim || held[v] <= fair[v] + 1e-6 {
+                            continue;
+                        }
+                        let level = (0..).find(|&i| paths[p].get(i) != paths[v].get(i) || paths[p].get(i).is_none()).unwrap();
+                        let a_node = paths[p].get(level).map_or(Err(p), |&g| Ok(g));
+                        let b_node = paths[v].get(level).map_or(Err(v), |&g| Ok(g));
+                        let (held_a, fair_a) = side(a_node);
+                        let (held_b, fair_b) = side(b_node);
+                        prop_assert!(
+                            !(held_a + unit <= fair_a + 1e-12 && held_b - unit >= fair_b - 1e-12),
+                            "round {}: {} (held {}, fair {}) waits while {} (held {}, fair {}) could make room",
+                            round, names[p], held[p], fair[p], names[v], held[v], fair[v]
+                        );
+                    }
+                }
+                break;
+            }
+            // Never a job of a user at or below its fair share (as its earlier
+            // victims of this round leave it).
+            let mut after = held.clone();
+            for p in &out {
+                let v = uid(&l, &p.user);
+                prop_assert!(after[v] > fair[v] + 1e-9, "{} taken at {} with fair share {}", p.user, after[v], fair[v]);
+                after[v] -= 1.0 / cores;
+                prop_assert!(l.end(t + 0.5, p.job_id));
+                let mut again = queued(p.job_id.as_u128(), 1.0, 0.0);
+                again.preemptible = true;
+                again.preemptions = p.preemptions + 1;
+                l.requeue(t + 0.5, &p.user, again);
             }
         }
     }

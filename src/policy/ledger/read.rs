@@ -104,6 +104,17 @@ impl Ledger {
         self.views_where(Account::listed)
     }
 
+    /// With groups, the users that take no part in the next cycle (nothing queued)
+    /// but hold capacity, have outstanding jobs or decayed usage: what they hold and
+    /// their usage count in their groups' totals, for the groups' limits and keys
+    /// (issue 43 §1), in name order. Empty without groups.
+    pub fn outside_views(&self) -> Vec<UserView> {
+        if self.tree.is_empty() {
+            return Vec::new();
+        }
+        self.views_where(|a| !a.listed() && (a.outstanding > 0 || a.holds() || a.usage > 0.0))
+    }
+
     fn views_where(&self, keep: impl Fn(&Account) -> bool) -> Vec<UserView> {
         let mut names: Vec<(&Arc<str>, Uid)> = self.by_name.iter().map(|(n, &u)| (n, u)).collect();
         names.sort();

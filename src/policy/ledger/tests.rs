@@ -252,6 +252,7 @@ fn replay_in(config: &PolicyConfig, groups: &[GroupView], ops: &[Op]) -> Result<
                 check_books(&ledger, &model, &foreign)?;
                 now += f64::from(*dt);
                 let users = ledger.user_views();
+                let outside = ledger.outside_views();
                 let clusters = ledger.cluster_views();
                 let held = ledger.reservation().cloned();
                 let expected = oracle::run_cycle_in(
@@ -259,6 +260,7 @@ fn replay_in(config: &PolicyConfig, groups: &[GroupView], ops: &[Op]) -> Result<
                     config,
                     ledger.tree(),
                     &users,
+                    &outside,
                     &clusters,
                     held.as_ref(),
                 );

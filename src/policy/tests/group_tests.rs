@@ -282,3 +282,355 @@ fn next_users_leaves_out_users_of_a_paused_or_full_group() {
     let next: Vec<String> = ledger.next_users(1.0).into_iter().map(|o| o.user).collect();
     assert_eq!(next, ["c"]);
 }
+
+/// Puts user `name` in group `g` with `n` 1-core jobs numbered from `first`, queued
+/// at `t`, and runs a cycle half a second later: its grants.
+fn queue_and_cycle(
+    ledger: &mut Ledger,
+    name: &str,
+    g: &str,
+    first: u128,
+    n: usize,
+    t: Seconds,
+) -> Vec<(String, JobId)> {
+    let settings = UserSettings {
+        group: Some(g.to_owned()),
+        ..UserSettings::default()
+    };
+    ledger.set_user(t, name, settings);
+    for j in jobs(first, n, cpus(1.0), t) {
+        ledger.push_queued(t, name, j);
+    }
+    ledger
+        .cycle(t + 0.5)
+        .grants
+        .iter()
+        .map(|g| (g.user.clone(), g.job_id))
+        .collect()
+}
+
+/// Issue 43 §1, worked by hand: 10 cores; `org` (at most 2 cores) → `org/mid` →
+/// `org/mid/a` (d1a) and `org/mid/b` (d1b); `lab` (at most 1 job) → `lab/x` (d1d)
+/// → `lab/x/y` (d1c); two 1-core jobs each for d1a, d1b, d1c, one for d1d, queued
+/// one user at a time as a client would. d1a's two jobs start and its window
+/// empties; d1b's then wait for `org`'s cores, although d1a has nothing queued.
+/// d1d's job starts, and d1c's wait for `lab`'s job limit. When one of d1a's jobs
+/// ends, `org` has one core left: one of d1b's jobs starts, not two. (Before, the
+/// cycle rolled group totals up only from users with something queued: `org` ran
+/// 4 jobs and `lab` 2.)
+#[test]
+fn a_groups_limits_count_users_whose_jobs_all_run() {
+    let mut org = group("org", 1.0);
+    org.max_resources = Some(cpus(2.0));
+    let mut lab = group("lab", 1.0);
+    lab.max_running_jobs = 1;
+    let mut ledger = Ledger::new(plain(), UserSettings::default());
+    ledger.set_groups(&[
+        org,
+        group("org/mid", 1.0),
+        group("org/mid/a", 1.0),
+        group("org/mid/b", 1.0),
+        lab,
+        group("lab/x", 1.0),
+        group("lab/x/y", 1.0),
+    ]);
+    ledger.report_cluster(0.0, "c", true, cpus(10.0), Resources::ZERO, |_| false);
+    let s = |v: &[(&str, JobId)]| -> Vec<(String, JobId)> {
+        v.iter().map(|(u, j)| ((*u).to_owned(), *j)).collect()
+    };
+    assert_eq!(
+        queue_and_cycle(&mut ledger, "d1a", "org/mid/a", 100, 2, 1.0),
+        s(&[("d1a", id(100)), ("d1a", id(101))])
+    );
+    assert_eq!(
+        queue_and_cycle(&mut ledger, "d1b", "org/mid/b", 200, 2, 2.0),
+        s(&[])
+    );
+    assert_eq!(
+        ledger.reason("d1b", id(200)),
+        Some(PendingReason::GroupMaxResources {
+            group: "org".into()
+        })
+    );
+    assert_eq!(
+        queue_and_cycle(&mut ledger, "d1d", "lab/x", 400, 1, 3.0),
+        s(&[("d1d", id(400))])
+    );
+    assert_eq!(
+        queue_and_cycle(&mut ledger, "d1c", "lab/x/y", 300, 2, 4.0),
+        s(&[])
+    );
+    assert_eq!(
+        ledger.reason("d1c", id(300)),
+        Some(PendingReason::GroupMaxRunningJobs {
+            group: "lab".into(),
+            limit: 1
+        })
+    );
+    assert!(ledger.end(5.0, id(100)));
+    let out = ledger.cycle(5.0);
+    let got: Vec<(&str, JobId)> = out
+        .grants
+        .iter()
+        .map(|g| (g.user.as_str(), g.job_id))
+        .collect();
+    assert_eq!(got, [("d1b", id(200))]);
+    assert_eq!(
+        ledger.reason("d1b", id(201)),
+        Some(PendingReason::GroupMaxResources {
+            group: "org".into()
+        })
+    );
+    // And d1c still waits for lab's one job.
+    assert!(ledger.reason("d1c", id(300)).is_some());
+    assert!(!ledger.is_outstanding(&id(300)) && !ledger.is_outstanding(&id(301)));
+}
+
+/// A group of a [`TreeCase`]: parent pick, weight, max_running_jobs, max cores,
+/// paused.
+type GroupPick = (usize, u32, Option<u32>, Option<u32>, bool);
+
+/// A user of a [`TreeCase`]: group pick, weight, running and queued jobs' cores,
+/// usage in tenths.
+type UserPick = (usize, u32, Vec<u32>, Vec<u32>, u32);
+
+/// A round of a [`TreeCase`]: which outstanding job ends, which user queues a job
+/// of how many cores.
+type Round = (Option<usize>, Option<(usize, u32)>);
+
+/// One level of a user's place in order: key, tie-break, group path or user name.
+type Level = (f64, f64, String);
+
+/// A random tree of groups (depth at most 4; weights, limits, sometimes paused),
+/// users in it or in the root with running jobs, queued jobs and decayed usage, and
+/// a few rounds of a job ending and a job queued.
+#[derive(Clone, Debug)]
+struct TreeCase {
+    /// Per group: parent pick, weight, max_running_jobs, max cores, paused.
+    groups: Vec<GroupPick>,
+    /// Per user: group pick (past the last group: the root), weight, running and
+    /// queued jobs' cores, usage in tenths.
+    users: Vec<UserPick>,
+    cores: u32,
+    half_life: f64,
+    /// Per round: which outstanding job ends, and which user queues a job of how
+    /// many cores.
+    rounds: Vec<Round>,
+}
+
+fn tree_case() -> impl Strategy<Value = TreeCase> {
+    (
+        prop::collection::vec(
+            (
+                0usize..8,
+                1u32..=3,
+                prop::option::of(0u32..=4),
+                prop::option::of(1u32..=6),
+                prop::bool::weighted(0.1),
+            ),
+            1..=7,
+        ),
+        prop::collection::vec(
+            (
+                0usize..8,
+                1u32..=3,
+                prop::collection::vec(1u32..=2, 0..=3),
+                prop::collection::vec(1u32..=2, 0..=3),
+                0u32..=5,
+            ),
+            1..=6,
+        ),
+        4u32..=16,
+        prop::sample::select(vec![0.0, 3600.0]),
+        prop::collection::vec(
+            (
+                prop::option::of(0usize..20),
+                prop::option::of((0usize..6, 1u32..=2)),
+            ),
+            1..=3,
+        ),
+    )
+        .prop_map(|(groups, users, cores, half_life, rounds)| TreeCase {
+            groups,
+            users,
+            cores,
+            half_life,
+            rounds,
+        })
+}
+
+/// The groups of a case: group `i`'s parent is the group its pick names among the
+/// earlier ones (or the root), so the tree is at most 4 deep.
+fn case_groups(case: &TreeCase) -> Vec<GroupView> {
+    let mut out: Vec<GroupView> = Vec::new();
+    let mut depth: Vec<usize> = Vec::new();
+    for (i, &(pick, weight, jobs, cores, paused)) in case.groups.iter().enumerate() {
+        let parent = (pick < i && depth[pick] < 4).then_some(pick);
+        let path = match parent {
+            Some(p) => format!("{}/g{i}", out[p].path),
+            None => format!("g{i}"),
+        };
+        depth.push(parent.map_or(1, |p| depth[p] + 1));
+        out.push(GroupView {
+            path,
+            weight: f64::from(weight),
+            paused,
+            max_running_jobs: jobs.unwrap_or(u32::MAX),
+            max_resources: cores.map(|c| cpus(f64::from(c))),
+        });
+    }
+    out
+}
+
+/// The hierarchical order computed from scratch on the ledger's state at `now`: for
+/// each of `listed`, its groups from the top, each as (quantized key of what every
+/// user under the group holds and its usage, −∞, path), then itself as (quantized
+/// key, effective head's submit time, name); compared level by level.
+fn order_from_scratch(
+    ledger: &Ledger,
+    groups: &[GroupView],
+    listed: &[String],
+    now: Seconds,
+) -> Vec<String> {
+    let capacity = ledger.capacity();
+    let users: Vec<(String, UserState)> =
+        ledger.users(now).map(|(n, s)| (n.to_owned(), s)).collect();
+    let under = |g: &GroupView, s: &UserState| {
+        s.settings
+            .group
+            .as_deref()
+            .is_some_and(|p| p == g.path || p.starts_with(&format!("{}/", g.path)))
+    };
+    let views = ledger.all_user_views();
+    let mut ranked: Vec<(Vec<Level>, String)> = listed
+        .iter()
+        .map(|name| {
+            let state = &users.iter().find(|(n, _)| n == name).unwrap().1;
+            let mut levels = Vec::new();
+            let mut above: Vec<&GroupView> = groups.iter().filter(|g| under(g, state)).collect();
+            above.sort_by_key(|g| g.path.len());
+            for g in above {
+                let (held, usage) = users
+                    .iter()
+                    .filter(|(_, s)| under(g, s))
+                    .fold((Resources::ZERO, 0.0), |(r, h), (_, s)| {
+                        (r + s.allocation, h + s.usage)
+                    });
+                let key = fair_share_key(dominant_share(&held, &capacity), usage, g.weight);
+                levels.push((quantize_key(key), f64::NEG_INFINITY, g.path.clone()));
+            }
+            let view = views.iter().find(|v| &v.user == name).unwrap();
+            let head_at = view.queue.first().map_or(f64::INFINITY, |j| j.submitted_at);
+            levels.push((quantize_key(state.key), head_at, name.clone()));
+            (levels, name.clone())
+        })
+        .collect();
+    ranked.sort_by(|a, b| {
+        for (x, y) in a.0.iter().zip(&b.0) {
+            let o =
+                x.0.total_cmp(&y.0)
+                    .then(x.1.total_cmp(&y.1))
+                    .then_with(|| x.2.cmp(&y.2));
+            if o != std::cmp::Ordering::Equal {
+                return o;
+            }
+        }
+        a.0.len().cmp(&b.0.len())
+    });
+    ranked.into_iter().map(|(_, n)| n).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Issue 43 §1's kind: a group's limits and order count every job of every user
+    /// under it, queued or not. Over random trees (depth ≤ 4), limits, users and
+    /// job states fed to a ledger as the arbiter feeds it (running jobs started,
+    /// jobs queued, jobs ending), each cycle decides as the oracle does on the
+    /// whole snapshot (every user, those with nothing queued too); no grant takes a
+    /// group past its running-job or resource limit or goes to a paused group; and
+    /// the order after it is the hierarchical order computed from scratch.
+    #[test]
+    fn group_limits_and_order_count_every_user_under_a_group(case in tree_case()) {
+        let groups = case_groups(&case);
+        let tree = Tree::new(&groups);
+        let config = PolicyConfig { usage_half_life: case.half_life, ..plain() };
+        let mut ledger = Ledger::new(config.clone(), UserSettings::default());
+        ledger.set_groups(&groups);
+        let cores = f64::from(case.cores);
+        ledger.report_cluster(0.0, "c", true, cpus(cores), Resources::ZERO, |_| false);
+        let names: Vec<String> = (0..case.users.len()).map(|u| format!("u{u}")).collect();
+        let mut used = 0.0;
+        let mut outstanding: Vec<JobId> = Vec::new();
+        let mut next = 1u128;
+        for (u, (pick, weight, running, queued, usage)) in case.users.iter().enumerate() {
+            let settings = UserSettings {
+                weight: f64::from(*weight),
+                group: groups.get(*pick).map(|g| g.path.clone()),
+                ..UserSettings::default()
+            };
+            ledger.set_user(0.0, &names[u], settings);
+            ledger.set_usage(0.0, &names[u], f64::from(*usage) / 10.0, 0.0);
+            for &c in running {
+                if used + f64::from(c) <= cores {
+                    used += f64::from(c);
+                    ledger.start(0.0, id(next), &names[u], "c", cpus(f64::from(c)), None);
+                    outstanding.push(id(next));
+                }
+                next += 1;
+            }
+            for &c in queued {
+                ledger.push_queued(1.0, &names[u], job(next, cpus(f64::from(c)), 1.0));
+                next += 1;
+            }
+        }
+        let mut now = 10.0;
+        for (end, push) in &case.rounds {
+            if let Some(n) = end {
+                if !outstanding.is_empty() {
+                    let job = outstanding.remove(n % outstanding.len());
+                    prop_assert!(ledger.end(now, job));
+                }
+            }
+            if let Some((u, c)) = push {
+                let u = u % names.len();
+                ledger.push_queued(now, &names[u], job(next, cpus(f64::from(*c)), now));
+                next += 1;
+            }
+            now += 5.0;
+            let all = ledger.all_user_views();
+            let listed: Vec<String> =
+                all.iter().filter(|v| !v.queue.is_empty()).map(|v| v.user.clone()).collect();
+            let clusters = ledger.cluster_views();
+            let expected =
+                crate::policy::oracle::run_cycle_in(now, &config, &tree, &all, &[], &clusters, None);
+            let got = ledger.cycle(now);
+            prop_assert_eq!(&got.grants, &expected.grants);
+            prop_assert_eq!(ledger.pending(), expected.pending);
+            let order: Vec<String> = ledger.order(now).into_iter().map(|o| o.user).collect();
+            let oracle_order: Vec<String> = expected.order.into_iter().map(|o| o.user).collect();
+            prop_assert_eq!(&order, &oracle_order);
+            prop_assert_eq!(&order, &order_from_scratch(&ledger, &groups, &listed, now));
+            // Every group a grant went to is within its limits, counting every user
+            // under it.
+            let states: Vec<(String, UserState)> =
+                ledger.users(now).map(|(n, s)| (n.to_owned(), s)).collect();
+            for g in &got.grants {
+                outstanding.push(g.job_id);
+                let path = states.iter().find(|(n, _)| *n == g.user).unwrap().1.settings.group.clone();
+                for i in tree.path_of(path.as_deref()) {
+                    let group = &tree.groups()[i];
+                    prop_assert!(!group.paused, "granted under paused {}", group.path);
+                    let (jobs, held) = states
+                        .iter()
+                        .filter(|(_, s)| tree.path_of(s.settings.group.as_deref()).contains(&i))
+                        .fold((0u32, Resources::ZERO), |(n, r), (_, s)| (n + s.outstanding, r + s.allocation));
+                    prop_assert!(jobs <= group.max_running_jobs, "{} runs {} jobs", group.path, jobs);
+                    if let Some(max) = &group.max_resources {
+                        prop_assert!(held.fits_cap(max), "{} holds {:?}", group.path, held);
+                    }
+                }
+            }
+        }
+    }
+}
