@@ -163,6 +163,8 @@ impl Application {
             sealer,
         };
         let addr = listener.local_addr()?;
+        // Idle connections outlive the clients' pools (server.keep_alive, issue 43 §8).
+        let keep_alive = settings.server.keep_alive;
         // actix-web's HttpServer, assembled by hand so that every connection is wrapped
         // in api::line_limit::LineLimit (414 for request lines of 64 KiB or more, which
         // actix-http would answer with a bare 400 or 431). HTTP/1 only, as before.
@@ -179,11 +181,14 @@ impl Application {
                     ))
                     .app_data(web::Data::new(state))
                     .configure(api::routes);
-                let http = HttpService::build().local_addr(addr).finish(map_config(
-                    app.into_factory()
-                        .map_err(|e: actix_web::Error| e.error_response()),
-                    |_| AppConfig::default(),
-                ));
+                let http = HttpService::build()
+                    .keep_alive(keep_alive)
+                    .local_addr(addr)
+                    .finish(map_config(
+                        app.into_factory()
+                            .map_err(|e: actix_web::Error| e.error_response()),
+                        |_| AppConfig::default(),
+                    ));
                 fn_service(|io: actix_web::rt::net::TcpStream| async move {
                     let peer = io.peer_addr().ok();
                     let _ = io.set_nodelay(true);

@@ -595,3 +595,40 @@ async fn a_request_line_of_64_kib_or_more_gets_414_with_a_json_body() {
         .collect();
     assert_eq!(statuses, vec!["201", "200", "414"], "{answer:.300}");
 }
+
+/// An idle keep-alive connection stays open for `server.keep_alive` and is closed
+/// after it; by default longer than the client pools that reuse idle connections keep
+/// them (reqwest, hyper, Go: 90 s). actix-web's 5 s default closed connections a busy
+/// client still held in its pool: its next POST on one met "connection reset by peer"
+/// (issue 43 §8, `intake::large_submissions_at_once_are_batched_by_bytes` under load).
+#[actix_web::test]
+async fn an_idle_connection_is_kept_for_server_keep_alive_longer_than_client_pools() {
+    assert!(
+        fairshare::config::Settings::defaults().server.keep_alive > Duration::from_secs(90),
+        "server.keep_alive must outlast a client pool's 90 s"
+    );
+    let keep = Duration::from_millis(600);
+    let Some(app) = spawn_app_with(Db::Sqlite, |s| s.server.keep_alive = keep).await else {
+        return;
+    };
+    let addr = app.address.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    let answered = std::time::Instant::now();
+    // Open while idle for less than the keep-alive ...
+    let early = tokio::time::timeout(keep / 3, stream.read(&mut buf)).await;
+    assert!(early.is_err(), "closed before server.keep_alive: {early:?}");
+    // ... then closed (end of stream), not left open.
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+        .await
+        .expect("the idle connection is closed after server.keep_alive")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "no more bytes, only the end of the stream");
+    assert!(answered.elapsed() >= keep / 2, "{:?}", answered.elapsed());
+}
