@@ -87,6 +87,8 @@ pub struct Application {
     server: Server,
     port: u16,
     leadership: Leadership,
+    /// Checkpointed on a clean stop (SQLite: the WAL written back into the file).
+    db: store::Db,
     /// Held while the service runs on SQLite (one replica per database file).
     sqlite_lock: Option<SqliteLock>,
 }
@@ -206,6 +208,7 @@ impl Application {
             server,
             port,
             leadership,
+            db,
             sqlite_lock,
         })
     }
@@ -234,6 +237,11 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let result = self.server.await;
         self.leadership.shutdown().await;
+        // Last, once nothing writes: SQLite's WAL back into the database file, so the
+        // file alone holds everything (a copy of `fairshare.db` is a backup).
+        if let Err(e) = store::checkpoint(&self.db).await {
+            tracing::warn!(error = %e, "cannot checkpoint the database on stop (SQLite replays its WAL at the next start)");
+        }
         drop(self.sqlite_lock);
         result
     }
