@@ -51,6 +51,12 @@ use crate::ray::{RayClient, RayError};
 use crate::store::{self, Applied, Db, Fence};
 use crate::views::{LiveUser, SchedulerView};
 
+/// Whether a cluster can serve a job now: healthy, with some capacity (what
+/// `GET /v1/scheduler`'s `next_users` and the what-if preview's reasons count).
+pub(crate) fn cluster_serves(c: &crate::policy::ClusterView) -> bool {
+    c.healthy && c.total.components().any(|x| x > 0.0)
+}
+
 /// Seconds since the Unix epoch, the policy's clock.
 pub fn unix_now() -> f64 {
     chrono::Utc::now().timestamp_micros() as f64 / 1e6
