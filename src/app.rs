@@ -45,43 +45,6 @@ fn resolve_notify(settings: &mut Settings, addr: std::net::SocketAddr) {
     }
 }
 
-/// Seals the waiting jobs' runtime_envs under the newest key ([`store::seal_stored`]),
-/// beside the server (the service listens before it reads jobs, DESIGN §6 "Start").
-/// Waiting jobs sealed under a key `secrets.runtime_env_keys` does not list could never
-/// be sent to Ray: said at ERROR, naming the setting and the key ids (the dispatcher
-/// fails each such job when it is granted).
-async fn seal_stored(db: store::Db, sealer: Arc<crate::secrets::Sealer>) {
-    let done = match store::seal_stored(&db, &sealer).await {
-        Ok(done) => done,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot seal the stored runtime_envs (they are sealed at the next start)");
-            return;
-        }
-    };
-    if done.sealed > 0 {
-        tracing::info!(
-            jobs = done.sealed,
-            key = sealer.newest().unwrap_or(""),
-            "runtime_envs of waiting jobs sealed under the newest key"
-        );
-    }
-    if done.corrupt > 0 {
-        tracing::error!(jobs = done.corrupt, "waiting jobs hold a runtime_env that does not open (altered rows): they fail when dispatched");
-    }
-    if !done.unknown_keys.is_empty() {
-        let keys: Vec<String> = done
-            .unknown_keys
-            .iter()
-            .map(|(k, n)| format!("key {k} ({n} jobs)"))
-            .collect();
-        tracing::error!(
-            "secrets.runtime_env_keys: waiting jobs hold runtime_envs sealed with {}, which it does not list; \
-             they fail when dispatched: put the key back (after the newest) and restart",
-            keys.join(", ")
-        );
-    }
-}
-
 /// A built, not yet running, service.
 pub struct Application {
     server: Server,
@@ -129,9 +92,8 @@ impl Application {
                 tracing::warn!(key_id = k.id(), "secrets.runtime_env_keys: this key is 32 equal bytes, not a random one; generate one with `openssl rand -base64 32`");
             }
         }
-        // Waiting jobs' runtime_envs sealed under the newest key (DESIGN §6,
-        // "Secrets"), beside the server: the dispatcher opens any configured key.
-        actix_web::rt::spawn(seal_stored(db.clone(), sealer.clone()));
+        // Waiting jobs' runtime_envs are sealed under the newest key by the leader
+        // only, as it begins to lead (actors::Scheduler::start; DESIGN §6, "Secrets").
         // Before the API takes a submission: a new webhook starts at the newest event.
         let hooks: Vec<String> = settings.webhooks.iter().map(|w| w.name.clone()).collect();
         store::init_webhook_cursors(&db, &hooks)

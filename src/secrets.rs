@@ -292,6 +292,17 @@ impl Sealer {
         serde_json::from_slice(plain).map_err(|_| OpenError::Corrupt)
     }
 
+    /// The id of the key `stored` is sealed with when this sealer does not hold it
+    /// (what [`Sealer::open`] would refuse with [`OpenError::UnknownKey`]); `None` for a
+    /// value it can open or that is not sealed. Reads only the value's prefix.
+    pub fn missing_key(&self, stored: &serde_json::Value) -> Option<String> {
+        let serde_json::Value::String(s) = stored else {
+            return None;
+        };
+        let (id, _) = s.strip_prefix(PREFIX)?.split_once(':')?;
+        (!self.keys.iter().any(|(k, _)| k == id)).then(|| id.to_string())
+    }
+
     /// Whether `stored` is what [`Sealer::seal`] writes now: sealed under the newest
     /// key, or, with no key, the plaintext object.
     pub fn is_current(&self, stored: &serde_json::Value) -> bool {

@@ -83,6 +83,10 @@ pub(crate) enum Landed {
     Submitted(Box<entity::job::Model>, Option<RayCall>),
     /// Back in the queue: the cluster was not ready.
     Requeued(Box<entity::job::Model>),
+    /// Back in the queue and held there: its runtime_env is sealed with a key this
+    /// leader does not hold. It waits until a replica that holds the key leads (that
+    /// leader's recovery queues it again), never failed for it (issue 43 §3).
+    Withheld(Box<entity::job::Model>),
     /// Ended (FAILED/STOPPED) or moved by someone else.
     Ended,
 }
@@ -410,6 +414,9 @@ pub(crate) fn after(cluster: &str, job_id: JobId, user: &str, landed: &Landed) -
             then.push(ended(Some(super::user_queue::summary(job)), held));
             then
         }
+        // Not the cluster's fault: no back-off; held, so this leader does not grant it
+        // again.
+        Landed::Withheld(job) => vec![ended(Some(super::user_queue::summary(job)), true)],
         Landed::Ended => vec![ended(None, false)],
     }
 }
@@ -560,7 +567,23 @@ async fn dispatch_granted(
         }
         _ => Ok(()),
     };
+    // Sealed with a key this leader lacks (a rolling key rotation under way): not a
+    // fault of the job's; it waits for a leader that holds the key.
+    let withheld = matches!(&runtime_env, Err(crate::secrets::OpenError::UnknownKey(_)));
     let event = match (client, packages) {
+        _ if withheld => {
+            let e = runtime_env
+                .as_ref()
+                .err()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            tracing::warn!(job_id = %id, error = %e, "not sent to Ray: the job waits (QUEUED) until a replica that holds its key leads");
+            Event::RayNotReady {
+                reason: format!(
+                    "not sent to Ray: {e}; it waits until a replica that holds the key leads"
+                ),
+            }
+        }
         _ if runtime_env.is_err() => {
             let e = runtime_env
                 .as_ref()
@@ -677,7 +700,10 @@ async fn dispatch_granted(
                 "could not record Ray's answer to the dispatch; retrying");
         })
         .await?;
-    let landed = recorded(applied);
+    let landed = match recorded(applied) {
+        Landed::Requeued(job) if withheld => Landed::Withheld(job),
+        landed => landed,
+    };
     if matches!(landed, Landed::Submitted(..)) {
         tracing::info!(job_id = %id, cluster = %msg.cluster, "dispatched");
     }
