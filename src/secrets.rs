@@ -376,6 +376,25 @@ mod tests {
         assert_eq!(only_new.open("ada", &sealed_new).unwrap(), env());
     }
 
+    /// A value sealed under a key the sealer lacks names that key (what the
+    /// dispatcher holds a job back for, issue 43 §3); one it holds, plaintext and
+    /// other values name none.
+    #[test]
+    fn a_missing_key_is_named_and_a_held_one_is_not() {
+        let k2 = sealer(&[key(2)]).seal("ada", &env()).unwrap();
+        let k1 = sealer(&[key(1)]).seal("ada", &env()).unwrap();
+        let only_k1 = sealer(&[key(1)]);
+        assert_eq!(only_k1.missing_key(&k2), Some(key(2).id().to_string()));
+        assert_eq!(only_k1.missing_key(&k1), None);
+        assert_eq!(sealer(&[key(2), key(1)]).missing_key(&k2), None);
+        assert_eq!(only_k1.missing_key(&env()), None);
+        assert_eq!(only_k1.missing_key(&json!("plain")), None);
+        assert_eq!(
+            only_k1.open("ada", &k2),
+            Err(OpenError::UnknownKey(key(2).id().to_string()))
+        );
+    }
+
     #[test]
     fn a_wrong_key_under_the_same_id_another_user_or_a_tampered_value_does_not_open() {
         let s = sealer(&[key(1)]);

@@ -765,3 +765,33 @@ impl Handler<StopInRay> for Dispatcher {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job its leader cannot open (key missing) goes back to its user's queue held,
+    /// with no back-off of the cluster (it is not the cluster's fault), unlike a job
+    /// the cluster did not take (issue 43 §3).
+    #[test]
+    fn a_withheld_job_is_requeued_held_and_the_cluster_is_not_backed_off() {
+        let row = crate::actors::model::initial_row();
+        let then = after("c", row.id, "u", &Landed::Withheld(Box::new(row.clone())));
+        assert!(matches!(
+            then.as_slice(),
+            [Then::Ended(DispatchEnded {
+                requeue: Some(_),
+                held: true,
+                ..
+            })]
+        ));
+        let then = after("c", row.id, "u", &Landed::Requeued(Box::new(row)));
+        assert!(matches!(
+            then.as_slice(),
+            [
+                Then::Unreachable(_),
+                Then::Ended(DispatchEnded { held: false, .. })
+            ]
+        ));
+    }
+}
