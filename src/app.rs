@@ -74,48 +74,13 @@ fn say_where_notifications_go(url: &str, clusters: &[crate::config::ClusterSetti
     }
 }
 
-/// Seals the waiting jobs' runtime_envs under the newest key ([`store::seal_stored`]),
-/// beside the server (the service listens before it reads jobs, DESIGN §6 "Start").
-/// Waiting jobs sealed under a key `secrets.runtime_env_keys` does not list could never
-/// be sent to Ray: said at ERROR, naming the setting and the key ids (the dispatcher
-/// fails each such job when it is granted).
-async fn seal_stored(db: store::Db, sealer: Arc<crate::secrets::Sealer>) {
-    let done = match store::seal_stored(&db, &sealer).await {
-        Ok(done) => done,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot seal the stored runtime_envs (they are sealed at the next start)");
-            return;
-        }
-    };
-    if done.sealed > 0 {
-        tracing::info!(
-            jobs = done.sealed,
-            key = sealer.newest().unwrap_or(""),
-            "runtime_envs of waiting jobs sealed under the newest key"
-        );
-    }
-    if done.corrupt > 0 {
-        tracing::error!(jobs = done.corrupt, "waiting jobs hold a runtime_env that does not open (altered rows): they fail when dispatched");
-    }
-    if !done.unknown_keys.is_empty() {
-        let keys: Vec<String> = done
-            .unknown_keys
-            .iter()
-            .map(|(k, n)| format!("key {k} ({n} jobs)"))
-            .collect();
-        tracing::error!(
-            "secrets.runtime_env_keys: waiting jobs hold runtime_envs sealed with {}, which it does not list; \
-             they fail when dispatched: put the key back (after the newest) and restart",
-            keys.join(", ")
-        );
-    }
-}
-
 /// A built, not yet running, service.
 pub struct Application {
     server: Server,
     port: u16,
     leadership: Leadership,
+    /// Checkpointed on a clean stop (SQLite: the WAL written back into the file).
+    db: store::Db,
     /// Held while the service runs on SQLite (one replica per database file).
     sqlite_lock: Option<SqliteLock>,
 }
@@ -156,9 +121,8 @@ impl Application {
                 tracing::warn!(key_id = k.id(), "secrets.runtime_env_keys: this key is 32 equal bytes, not a random one; generate one with `openssl rand -base64 32`");
             }
         }
-        // Waiting jobs' runtime_envs sealed under the newest key (DESIGN §6,
-        // "Secrets"), beside the server: the dispatcher opens any configured key.
-        actix_web::rt::spawn(seal_stored(db.clone(), sealer.clone()));
+        // Waiting jobs' runtime_envs are sealed under the newest key by the leader
+        // only, as it begins to lead (actors::Scheduler::start; DESIGN §6, "Secrets").
         // Before the API takes a submission: a new webhook starts at the newest event.
         let hooks: Vec<String> = settings.webhooks.iter().map(|w| w.name.clone()).collect();
         store::init_webhook_cursors(&db, &hooks)
@@ -192,6 +156,8 @@ impl Application {
             sealer,
         };
         let addr = listener.local_addr()?;
+        // Idle connections outlive the clients' pools (server.keep_alive, issue 43 §8).
+        let keep_alive = settings.server.keep_alive;
         // actix-web's HttpServer, assembled by hand so that every connection is wrapped
         // in api::line_limit::LineLimit (414 for request lines of 64 KiB or more, which
         // actix-http would answer with a bare 400 or 431). HTTP/1 only, as before.
@@ -216,11 +182,14 @@ impl Application {
                     .app_data(host_guard.clone())
                     .app_data(web::Data::new(state))
                     .configure(api::routes);
-                let http = HttpService::build().local_addr(addr).finish(map_config(
-                    app.into_factory()
-                        .map_err(|e: actix_web::Error| e.error_response()),
-                    |_| AppConfig::default(),
-                ));
+                let http = HttpService::build()
+                    .keep_alive(keep_alive)
+                    .local_addr(addr)
+                    .finish(map_config(
+                        app.into_factory()
+                            .map_err(|e: actix_web::Error| e.error_response()),
+                        |_| AppConfig::default(),
+                    ));
                 fn_service(|io: actix_web::rt::net::TcpStream| async move {
                     let peer = io.peer_addr().ok();
                     let _ = io.set_nodelay(true);
@@ -238,6 +207,7 @@ impl Application {
             server,
             port,
             leadership,
+            db,
             sqlite_lock,
         })
     }
@@ -266,6 +236,11 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         let result = self.server.await;
         self.leadership.shutdown().await;
+        // Last, once nothing writes: SQLite's WAL back into the database file, so the
+        // file alone holds everything (a copy of `fairshare.db` is a backup).
+        if let Err(e) = store::checkpoint(&self.db).await {
+            tracing::warn!(error = %e, "cannot checkpoint the database on stop (SQLite replays its WAL at the next start)");
+        }
         drop(self.sqlite_lock);
         result
     }

@@ -292,6 +292,17 @@ impl Sealer {
         serde_json::from_slice(plain).map_err(|_| OpenError::Corrupt)
     }
 
+    /// The id of the key `stored` is sealed with when this sealer does not hold it
+    /// (what [`Sealer::open`] would refuse with [`OpenError::UnknownKey`]); `None` for a
+    /// value it can open or that is not sealed. Reads only the value's prefix.
+    pub fn missing_key(&self, stored: &serde_json::Value) -> Option<String> {
+        let serde_json::Value::String(s) = stored else {
+            return None;
+        };
+        let (id, _) = s.strip_prefix(PREFIX)?.split_once(':')?;
+        (!self.keys.iter().any(|(k, _)| k == id)).then(|| id.to_string())
+    }
+
     /// Whether `stored` is what [`Sealer::seal`] writes now: sealed under the newest
     /// key, or, with no key, the plaintext object.
     pub fn is_current(&self, stored: &serde_json::Value) -> bool {
@@ -363,6 +374,25 @@ mod tests {
             Err(OpenError::UnknownKey(key(1).id().to_string()))
         );
         assert_eq!(only_new.open("ada", &sealed_new).unwrap(), env());
+    }
+
+    /// A value sealed under a key the sealer lacks names that key (what the
+    /// dispatcher holds a job back for, issue 43 §3); one it holds, plaintext and
+    /// other values name none.
+    #[test]
+    fn a_missing_key_is_named_and_a_held_one_is_not() {
+        let k2 = sealer(&[key(2)]).seal("ada", &env()).unwrap();
+        let k1 = sealer(&[key(1)]).seal("ada", &env()).unwrap();
+        let only_k1 = sealer(&[key(1)]);
+        assert_eq!(only_k1.missing_key(&k2), Some(key(2).id().to_string()));
+        assert_eq!(only_k1.missing_key(&k1), None);
+        assert_eq!(sealer(&[key(2), key(1)]).missing_key(&k2), None);
+        assert_eq!(only_k1.missing_key(&env()), None);
+        assert_eq!(only_k1.missing_key(&json!("plain")), None);
+        assert_eq!(
+            only_k1.open("ada", &k2),
+            Err(OpenError::UnknownKey(key(2).id().to_string()))
+        );
     }
 
     #[test]

@@ -51,6 +51,50 @@ use crate::ray::{RayClient, RayError};
 use crate::store::{self, Applied, Db, Fence};
 use crate::views::{LiveUser, SchedulerView};
 
+/// Whether a cluster can serve a job now: healthy, with some capacity (what
+/// `GET /v1/scheduler`'s `next_users` and the what-if preview's reasons count).
+pub(crate) fn cluster_serves(c: &crate::policy::ClusterView) -> bool {
+    c.healthy && c.total.components().any(|x| x > 0.0)
+}
+
+/// Seals the waiting jobs' runtime_envs under this leader's newest key
+/// ([`store::seal_stored`]), as a replica begins to lead. Waiting jobs sealed under a
+/// key this replica's `secrets.runtime_env_keys` does not list cannot be sent by it:
+/// said at WARN, naming the setting and the key ids; each such job waits (QUEUED)
+/// until a replica that holds its key leads (the dispatcher holds it back).
+async fn reseal_waiting(db: Db, sealer: Arc<crate::secrets::Sealer>, fence: Fence) {
+    let done = match store::seal_stored(&db, &sealer, &fence).await {
+        Ok(done) => done,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot seal the stored runtime_envs (they are sealed when a replica next begins to lead)");
+            return;
+        }
+    };
+    if done.sealed > 0 {
+        tracing::info!(
+            jobs = done.sealed,
+            key = sealer.newest().unwrap_or(""),
+            "runtime_envs of waiting jobs sealed under the newest key"
+        );
+    }
+    if done.corrupt > 0 {
+        tracing::error!(jobs = done.corrupt, "waiting jobs hold a runtime_env that does not open (altered rows): they fail when dispatched");
+    }
+    if !done.unknown_keys.is_empty() {
+        let keys: Vec<String> = done
+            .unknown_keys
+            .iter()
+            .map(|(k, n)| format!("key {k} ({n} jobs)"))
+            .collect();
+        tracing::warn!(
+            "secrets.runtime_env_keys: waiting jobs hold runtime_envs sealed with {}, which this \
+             replica does not hold; they wait (QUEUED) until a replica that holds the key \
+             leads: finish the rolling update, or put the key back (after the newest)",
+            keys.join(", ")
+        );
+    }
+}
+
 /// Seconds since the Unix epoch, the policy's clock.
 pub fn unix_now() -> f64 {
     chrono::Utc::now().timestamp_micros() as f64 / 1e6
@@ -273,6 +317,16 @@ impl Scheduler {
             clients.clone(),
             arbiter_handle,
             monitor_handle,
+        ));
+        // Waiting jobs' runtime_envs sealed under this leader's newest key, beside
+        // recovery (the dispatcher opens any key it holds meanwhile). Only the leader
+        // re-seals (DESIGN §6, "Secrets": rotating a key).
+        tokio::spawn(reseal_waiting(
+            db.clone(),
+            Arc::new(crate::secrets::Sealer::new(
+                &settings.secrets.runtime_env_keys,
+            )),
+            fence.clone(),
         ));
         let window = settings.scheduler.queue_window;
         let queues_dispatcher = dispatcher_handle.clone();

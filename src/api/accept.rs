@@ -135,7 +135,10 @@ async fn join_group(state: &AppState, j: &job::Model) {
 
 /// Refuses (422) a job naming a pool that is not configured (`pool`), or one the pool
 /// could not hold even when empty (the one resource short, or `resources`), like a job
-/// too large for every cluster.
+/// too large for every cluster. A `[[licenses]]` seat is no resource of the pool's: a
+/// license counts across every cluster and pool alike (DESIGN §2, "Licenses"), so it is
+/// held to the license's count, not to the pool's capacity (issue 43, "Also check":
+/// such a job was refused as too large for its pool).
 fn refuse_if_not_for_pool(
     settings: &crate::config::Settings,
     pool: &str,
@@ -173,7 +176,23 @@ fn refuse_if_not_for_pool(
         }
     }
     for (name, &amount) in &new.custom {
-        let have = custom::lookup(name).map_or(0.0, |k| total.custom.get(k));
+        let license = settings.licenses.iter().find(|l| &l.name == name);
+        let have = match license {
+            Some(l) => l.count,
+            None => custom::lookup(name).map_or(0.0, |k| total.custom.get(k)),
+        };
+        if license.is_some() {
+            if amount > have {
+                return Err(ApiError::invalid(
+                    format!("resources.custom.{name}"),
+                    format!(
+                        "asks {amount} seats of the license {name:?}, which has {have} \
+                         ([[licenses]] count, shared by every cluster and pool)"
+                    ),
+                ));
+            }
+            continue;
+        }
         if amount > have {
             short.push((
                 format!("resources.custom.{name}"),

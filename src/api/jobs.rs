@@ -206,7 +206,18 @@ pub(crate) async fn view(
         .pool
         .as_deref()
         .filter(|p| !state.settings.pools.iter().any(|c| c.name == *p));
+    let missing_key = j
+        .runtime_env
+        .as_ref()
+        .filter(|_| j.status == JobStatus::Queued)
+        .and_then(|env| state.sealer.missing_key(env));
     let lifecycle_reason = match (j.status, j.retiring_attempt) {
+        (JobStatus::Queued, _) if missing_key.is_some() => Some(format!(
+            "its runtime_env is sealed with key {}, which this replica's \
+             secrets.runtime_env_keys does not hold: it waits until a replica that holds \
+             the key leads (a key rotation's rolling update, DESIGN §6)",
+            missing_key.unwrap_or_default()
+        )),
         (JobStatus::Queued, _) if removed_pool.is_some() => Some(format!(
             "pool {} is not configured (removed since the job was submitted): it waits \
              until the pool is configured again, or a cancel",

@@ -64,6 +64,19 @@ pub async fn redirect() -> HttpResponse {
         .finish()
 }
 
+/// `GET /`: the service's root is no API route; a browser is sent to the console
+/// (`/ui/`), and the body says where the console and the API's description are for a
+/// client that does not follow redirects (issue 43 §8: a bare 404 pointed nowhere).
+pub async fn root() -> HttpResponse {
+    HttpResponse::Found()
+        .insert_header((header::LOCATION, "/ui/"))
+        .json(serde_json::json!({
+            "message": "fairshare: the console is at /ui/, the API's description at /openapi.json (its routes are under /v1/)",
+            "console": "/ui/",
+            "openapi": "/openapi.json",
+        }))
+}
+
 /// `GET /ui/`: the page.
 pub async fn index() -> Result<HttpResponse, ApiError> {
     asset("index.html")
@@ -74,7 +87,8 @@ pub async fn file(name: web::Path<String>) -> Result<HttpResponse, ApiError> {
     asset(&name)
 }
 
-/// Registers `/ui`, `/ui/` and `/ui/{file}` (GET and HEAD; other methods are 405).
+/// Registers `/` (to the console), `/ui`, `/ui/` and `/ui/{file}` (GET and HEAD;
+/// other methods are 405).
 pub fn routes(cfg: &mut web::ServiceConfig) {
     let resource = |path: &str| {
         web::resource(path.to_string()).default_service(web::to(|| async {
@@ -82,6 +96,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         }))
     };
     cfg.service(
+        resource("/")
+            .route(web::get().to(root))
+            .route(web::head().to(root)),
+    )
+    .service(
         resource("/ui")
             .route(web::get().to(redirect))
             .route(web::head().to(redirect)),

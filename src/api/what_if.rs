@@ -4,6 +4,7 @@
 //! as is and with the change.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use chrono::{DateTime, Utc};
@@ -190,6 +191,11 @@ pub struct WhatIfView {
     pub before: Vec<PreviewGrantView>,
     /// The next grants with the change, in order.
     pub after: Vec<PreviewGrantView>,
+    /// Why `before` is empty (no job queued, no healthy cluster with capacity, or
+    /// every user with queued jobs held back); null when it lists a grant.
+    pub before_reason: Option<String>,
+    /// Why `after` is empty, as `before_reason`; null when it lists a grant.
+    pub after_reason: Option<String>,
     /// Every user the scheduler knows, by id, before and with the change.
     pub users: Vec<UserCompareView>,
     /// Queued jobs that would start sooner or later with the change, by their place
@@ -341,6 +347,27 @@ fn resolve_capacity(change: &mut Change, snapshot: &preview::Snapshot) {
     }
 }
 
+/// Why a preview of `s` lists no grant (issue 43 §8: `"before": [], "after": []`
+/// said nothing): the first that holds of no job queued, no healthy cluster, no
+/// healthy cluster with capacity, and every user with queued jobs held back.
+fn why_no_grant(s: &preview::Snapshot) -> String {
+    if s.users.iter().all(|u| u.queue.is_empty()) {
+        return "no job is queued".into();
+    }
+    if !s.clusters.iter().any(|c| c.healthy) {
+        return "no cluster is healthy: nothing is granted until one answers \
+                (GET /v1/scheduler shows each cluster's health)"
+            .into();
+    }
+    if !s.clusters.iter().any(crate::actors::cluster_serves) {
+        return "the healthy clusters report no capacity".into();
+    }
+    "every user with queued jobs is paused, at a limit (its own or a group's), or \
+     asks for more than any healthy cluster holds (GET /v1/jobs/{id} gives each \
+     job's pending_reason)"
+        .into()
+}
+
 fn grant_views(grants: &[preview::PreviewGrant]) -> Vec<PreviewGrantView> {
     grants
         .iter()
@@ -440,10 +467,12 @@ pub async fn what_if(
     let at = DateTime::from_timestamp_micros((snapshot.now * 1e6) as i64)
         .unwrap_or_else(crate::store::now);
     // Off the HTTP worker's thread: a large queue takes a few passes of the policy.
+    let (snapshot, changed) = (Arc::new(snapshot), Arc::new(changed));
+    let (s, c) = (snapshot.clone(), changed.clone());
     let (before, after) = web::block(move || {
         (
-            preview::next_grants(&snapshot, limit),
-            preview::next_grants(&changed, limit),
+            preview::next_grants(&s, limit),
+            preview::next_grants(&c, limit),
         )
     })
     .await
@@ -468,9 +497,13 @@ pub async fn what_if(
             after: state_view(a),
         })
         .collect();
+    let reason =
+        |s: &preview::Snapshot, p: &preview::Preview| p.grants.is_empty().then(|| why_no_grant(s));
     Ok(HttpResponse::Ok().json(WhatIfView {
         at,
         limit: limit as u32,
+        before_reason: reason(&snapshot, &before),
+        after_reason: reason(&changed, &after),
         before: grant_views(&before.grants),
         after: grant_views(&after.grants),
         users,

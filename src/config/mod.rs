@@ -373,6 +373,13 @@ pub struct ServerSettings {
     /// covers only the headers.
     #[serde(with = "crate::config::duration")]
     pub body_idle_timeout: Duration,
+    /// How long an idle keep-alive connection is kept open (default 120 s). Longer
+    /// than the client pools that reuse idle connections keep them (reqwest, hyper and
+    /// Go's `http.Transport`: 90 s): a server that closes first races the client's
+    /// next request on that connection, which then fails with "connection reset by
+    /// peer" (actix-web's 5 s default did, issue 43 §8).
+    #[serde(with = "crate::config::duration")]
+    pub keep_alive: Duration,
     /// HTTP worker threads; 0 = one per core.
     pub workers: usize,
     /// Host names the service answers to, besides any IP address, `localhost` (and

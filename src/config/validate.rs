@@ -20,6 +20,9 @@ impl Settings {
         if self.server.body_idle_timeout.is_zero() {
             return invalid("server.body_idle_timeout", "must be more than 0");
         }
+        if self.server.keep_alive.is_zero() {
+            return invalid("server.keep_alive", "must be more than 0");
+        }
         if self.server.max_body_bytes == 0 {
             return invalid("server.max_body_bytes", "must be at least 1");
         }

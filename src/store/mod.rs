@@ -163,6 +163,37 @@ pub async fn migrate(db: &Db) -> Result<(), DbErr> {
     migration::Migrator::up(db, None).await
 }
 
+/// On SQLite, writes the WAL back into the database file and empties it
+/// (`PRAGMA wal_checkpoint(TRUNCATE)`): after a clean stop
+/// `fairshare.db` alone holds every table and job, and `fairshare.db-wal` is empty.
+/// Waits (the connection's 5 s busy timeout) for a reader still in a transaction.
+/// PostgreSQL: nothing to do. Errors: the database's, or SQLite's "busy" when the
+/// checkpoint could not complete.
+pub async fn checkpoint(db: &Db) -> Result<(), DbErr> {
+    use sea_orm::ConnectionTrait;
+    if db.get_database_backend() != sea_orm::DatabaseBackend::Sqlite {
+        return Ok(());
+    }
+    // One row: (busy, WAL frames, frames checkpointed); busy = 1 when it could not
+    // complete.
+    let row = db
+        .query_one(sea_orm::Statement::from_string(
+            sea_orm::DatabaseBackend::Sqlite,
+            "PRAGMA wal_checkpoint(TRUNCATE)",
+        ))
+        .await?;
+    let busy: i32 = match &row {
+        Some(r) => r.try_get_by_index(0)?,
+        None => 0,
+    };
+    if busy != 0 {
+        return Err(DbErr::Custom(
+            "the WAL checkpoint did not complete: a reader held the database".into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks that the database answers.
 pub async fn ping(db: &Db) -> Result<(), DbErr> {
     db.ping().await

@@ -1,5 +1,5 @@
-//! Stored runtime_envs brought to the configured keys at start (DESIGN §6, "Secrets"):
-//! [`seal_stored`].
+//! Stored runtime_envs brought to the leader's keys when a replica begins to lead
+//! (DESIGN §6, "Secrets"): [`seal_stored`].
 
 use std::collections::BTreeMap;
 
@@ -38,12 +38,21 @@ struct Row {
 /// Brings the runtime_env of every job that has not ended to what `sealer` writes
 /// now: plaintext (rows from before migration 11, or stored while no key was
 /// configured) is sealed, and what an older key sealed is re-sealed under the newest,
-/// so that after one start with a new key first the old one can go. Each row is
-/// written only while its job still waits (`status` not terminal: a job ending
-/// meanwhile keeps its deletion). Safe beside another replica doing the same (both
-/// write a value that opens). With no key configured nothing is written. Errors: the
-/// database's.
-pub async fn seal_stored(db: &Db, sealer: &Sealer) -> Result<Resealed, DbErr> {
+/// so that once a replica with a new key first has led, the old one can go. Each row
+/// is written only while its job still waits (`status` not terminal: a job ending
+/// meanwhile keeps its deletion).
+///
+/// Only the leader runs it, as it begins to lead (`fence` is its lease; it stops at
+/// the first page after the lease is lost): a follower restarted with a new key first
+/// would seal the waiting jobs under a key the leader may not hold yet, and the
+/// leader could not send them (issue 43 §3). What a replica cannot open it leaves as
+/// it is (counted in [`Resealed::unknown_keys`]). With no key configured nothing is
+/// written. Errors: the database's.
+pub async fn seal_stored(
+    db: &Db,
+    sealer: &Sealer,
+    fence: &super::Fence,
+) -> Result<Resealed, DbErr> {
     let waiting = [
         JobStatus::Queued,
         JobStatus::Dispatching,
@@ -53,6 +62,9 @@ pub async fn seal_stored(db: &Db, sealer: &Sealer) -> Result<Resealed, DbErr> {
     let mut out = Resealed::default();
     let mut after: Option<Uuid> = None;
     loop {
+        if !super::fence_holds(db, fence).await? {
+            break;
+        }
         let mut q = job::Entity::find()
             .select_only()
             .column(job::Column::Id)

@@ -1042,3 +1042,75 @@ async fn a_pool_jobs_message_and_repeated_reports_say_what_is_so_now(which: Db) 
     app.stop().await;
 }
 crate::both_databases!(a_pool_jobs_message_and_repeated_reports_say_what_is_so_now);
+
+/// A pool job may hold a `[[licenses]]` seat: a license counts across every cluster
+/// and pool (README, DESIGN §2 "Licenses"), not as a resource of the pool's capacity
+/// (issue 43, "Also check": it was refused, 422 "pool is not large enough"). With one
+/// seat and two slots, one job is admitted and the other waits for the seat, which
+/// it takes once the first finishes; more seats than the count is refused naming the
+/// license.
+async fn a_pool_job_may_hold_a_license_seat_shared_with_the_clusters(which: Db) {
+    let Some(app) = spawn_app_with(which, |s| {
+        with_pool(s, 2.0);
+        s.licenses = vec![fairshare::config::LicenseSettings {
+            name: "qpu_session".into(),
+            count: 1.0,
+        }];
+    })
+    .await
+    else {
+        return;
+    };
+    let seat = json!({"cpu": 0, "custom": {"clusters": 1, "qpu_session": 1}});
+    let mut ids = Vec::new();
+    for user in ["lic-a", "lic-b"] {
+        let resp = app
+            .post(
+                "/v1/jobs",
+                SUBMITTER,
+                json!({"user": user, "entrypoint": "run", "pool": "gw", "resources": seat}),
+            )
+            .await;
+        assert_eq!(resp.status(), 201, "{:?}", resp.text().await);
+        ids.push(
+            resp.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let first = until(15, "one job admitted", || async {
+        let admitted = in_status(&app, "ADMITTED").await;
+        (admitted.len() == 1).then(|| admitted[0].clone())
+    })
+    .await;
+    let second = ids.iter().find(|id| **id != first).unwrap().clone();
+    // A slot is free; the seat is not: the second waits.
+    let waiting = job(&app, &second).await;
+    assert_eq!(waiting["status"], "QUEUED", "{waiting}");
+    report_ok(&app, &first, "started", json!({})).await;
+    report_ok(&app, &first, "finished", json!({"status": "SUCCEEDED"})).await;
+    admitted_are(
+        &app,
+        &[second.as_str()],
+        "the second admitted once the seat frees",
+    )
+    .await;
+
+    let two = json!({"cpu": 0, "custom": {"clusters": 1, "qpu_session": 2}});
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "lic-c", "entrypoint": "run", "pool": "gw", "resources": two}),
+        )
+        .await;
+    assert_error(
+        resp,
+        422,
+        "invalid_field",
+        Some("resources.custom.qpu_session"),
+    )
+    .await;
+}
+crate::both_databases!(a_pool_job_may_hold_a_license_seat_shared_with_the_clusters);

@@ -595,3 +595,229 @@ async fn a_request_line_of_64_kib_or_more_gets_414_with_a_json_body() {
         .collect();
     assert_eq!(statuses, vec!["201", "200", "414"], "{answer:.300}");
 }
+
+/// An idle keep-alive connection stays open for `server.keep_alive` and is closed
+/// after it; by default longer than the client pools that reuse idle connections keep
+/// them (reqwest, hyper, Go: 90 s). actix-web's 5 s default closed connections a busy
+/// client still held in its pool: its next POST on one met "connection reset by peer"
+/// (issue 43 §8, `intake::large_submissions_at_once_are_batched_by_bytes` under load).
+#[actix_web::test]
+async fn an_idle_connection_is_kept_for_server_keep_alive_longer_than_client_pools() {
+    assert!(
+        fairshare::config::Settings::defaults().server.keep_alive > Duration::from_secs(90),
+        "server.keep_alive must outlast a client pool's 90 s"
+    );
+    // actix-http counts the keep-alive from a clock it updates every 500 ms: margins
+    // of a second and more.
+    let keep = Duration::from_secs(3);
+    let Some(app) = spawn_app_with(Db::Sqlite, |s| s.server.keep_alive = keep).await else {
+        return;
+    };
+    let addr = app.address.trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "{:?}", &buf[..n]);
+    let answered = std::time::Instant::now();
+    // Open while idle for less than the keep-alive ...
+    let early = tokio::time::timeout(keep / 3, stream.read(&mut buf)).await;
+    assert!(early.is_err(), "closed before server.keep_alive: {early:?}");
+    // ... then closed (end of stream), not left open.
+    let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+        .await
+        .expect("the idle connection is closed after server.keep_alive")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "no more bytes, only the end of the stream");
+    assert!(answered.elapsed() >= keep / 2, "{:?}", answered.elapsed());
+}
+
+/// Every JSON body error says, in the API's words, which field and what it must be
+/// (issue 43 §8): no Rust type (`expected f64`), the range of a whole number (not
+/// "out of range for this field"), the field that holds a value nested too deep (not
+/// its top-level field). Each case is a 4xx naming its field.
+async fn body_errors_name_the_field_and_what_it_must_be_in_plain_words(db: Db) {
+    let Some(app) = spawn_app(db).await else {
+        return;
+    };
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    let job = |extra: &str| format!(r#"{{"user": "plain", "entrypoint": "x", {extra}}}"#);
+    // (route, body, field, words the message must hold)
+    let cases: Vec<(&str, String, &str, &str)> = vec![
+        (
+            "/v1/jobs",
+            job(r#""resources": {"cpu": "two"}"#),
+            "resources.cpu",
+            r#"must be a number, not the string "two""#,
+        ),
+        (
+            "/v1/jobs",
+            job(r#""resources": {"gpu": true}"#),
+            "resources.gpu",
+            "must be a number, not true",
+        ),
+        (
+            "/v1/jobs",
+            job(r#""resources": {"memory_bytes": -5}"#),
+            "resources.memory_bytes",
+            "must be a whole number from 0 to 9007199254740992, not -5",
+        ),
+        (
+            "/v1/jobs",
+            job(r#""resources": {"memory_bytes": "5"}"#),
+            "resources.memory_bytes",
+            "must be a whole number",
+        ),
+        (
+            "/v1/jobs",
+            job(r#""resources": {"custom": {"QPU": "one"}}"#),
+            "resources.custom.QPU",
+            r#"must be a number, not the string "one""#,
+        ),
+        (
+            "/v1/jobs",
+            job(&format!(
+                r#""resources": {{"custom": {{"QPU": {}}}}}"#,
+                deep(200)
+            )),
+            "resources.custom.QPU",
+            "nested deeper than 127 levels",
+        ),
+        (
+            "/v1/jobs",
+            job(r#""resources": [1, 0]"#),
+            "resources",
+            "must be a JSON object, not a list",
+        ),
+        (
+            "/v1/jobs",
+            job(r#""priority": "high""#),
+            "priority",
+            r#"must be a whole number"#,
+        ),
+        (
+            "/v1/jobs",
+            job(r#""priority": 1e12"#),
+            "priority",
+            "must be a whole number from -2147483648 to 2147483647, not 1000000000000",
+        ),
+        (
+            "/v1/jobs",
+            job(r#""preemptible": "yes""#),
+            "preemptible",
+            r#"must be true or false, not the string "yes""#,
+        ),
+        (
+            "/v1/jobs",
+            job(r#""metadata": {"k": 5}"#),
+            "metadata.k",
+            "must be a string, not 5",
+        ),
+        (
+            "/v1/jobs",
+            r#"{"user": 5, "entrypoint": "x"}"#.to_string(),
+            "user",
+            "must be a string, not 5",
+        ),
+        (
+            "/v1/jobs",
+            job(r#""max_runtime_s": -1"#),
+            "max_runtime_s",
+            "must be between 1 and 31536000",
+        ),
+        (
+            "/v1/jobs",
+            job(r#""max_runtime_s": "1h""#),
+            "max_runtime_s",
+            r#"must be a whole number from -9007199254740992 to 9007199254740992, not the string "1h""#,
+        ),
+        (
+            "/v1/jobs",
+            job(r#""max_runtime_s": 600.5"#),
+            "max_runtime_s",
+            "must be a whole number",
+        ),
+        (
+            "/v1/scheduler/what-if",
+            r#"{"limit": -3}"#.to_string(),
+            "limit",
+            "must be a whole number from 0 to 4294967295, not -3",
+        ),
+        (
+            "/v1/scheduler/what-if",
+            r#"{"users": {"plain": {"paused": "no"}}}"#.to_string(),
+            "users.plain.paused",
+            "must be true or false",
+        ),
+    ];
+    let rust = regex_lite_words();
+    for (route, body, field, words) in cases {
+        let resp = app.post_raw(route, ADMIN, body.clone()).await;
+        let status = resp.status().as_u16();
+        let answer: serde_json::Value = resp.json().await.unwrap();
+        assert!(
+            (400..500).contains(&status),
+            "{body:.120}: {status} {answer}"
+        );
+        assert_eq!(
+            answer["error"]["details"]["field"], field,
+            "{body:.120}: {answer}"
+        );
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(words), "{body:.120}: {message}");
+        for w in &rust {
+            assert!(
+                !message
+                    .split(|c: char| !c.is_alphanumeric())
+                    .any(|t| t == *w),
+                "{body:.120}: names the Rust type {w}: {message}"
+            );
+        }
+    }
+    // A PUT body too (users): a mistyped field in plain words.
+    let resp = app
+        .put("/v1/users/plain", ADMIN, json!({"weight": "heavy"}))
+        .await;
+    let answer: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(answer["error"]["details"]["field"], "weight", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("must be a number"), "{message}");
+}
+both_databases!(body_errors_name_the_field_and_what_it_must_be_in_plain_words);
+
+/// Rust type names no error message may hold.
+fn regex_lite_words() -> Vec<&'static str> {
+    vec![
+        "f32", "f64", "i8", "i16", "i32", "i64", "i128", "u8", "u16", "u32", "u64", "u128",
+        "usize", "isize", "struct", "Option", "BTreeMap", "HashMap", "Vec", "String", "sequence",
+        "unit",
+    ]
+}
+
+/// `GET /` is no bare 404: a browser is sent to the console, and the body says where
+/// the console and the API's description are (issue 43 §8).
+#[actix_web::test]
+async fn the_root_points_to_the_console_and_the_api() {
+    let Some(app) = spawn_app(Db::Sqlite).await else {
+        return;
+    };
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let resp = client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(resp.status(), 302);
+    assert_eq!(resp.headers()["location"], "/ui/");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["console"], "/ui/", "{body}");
+    assert_eq!(body["openapi"], "/openapi.json", "{body}");
+    // Followed, it is the console's page.
+    let page = app.client.get(app.url("/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("<html"));
+    let head = client.head(app.url("/")).send().await.unwrap();
+    assert_eq!(head.status(), 302);
+}

@@ -304,3 +304,280 @@ async fn a_bad_or_missing_key_stops_the_service_at_start_naming_the_setting() {
     assert_eq!(r.status(), 201);
     app.stop().await;
 }
+
+/// One replica of the rotation test: its address, its server's handle, and its run.
+struct Rotating {
+    address: String,
+    handle: actix_web::dev::ServerHandle,
+    run: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Rotating {
+    /// Starts replica `name` on `url` with `keys` (newest first) and the fake Ray `ray`.
+    async fn start(url: &str, name: &'static str, keys: &[&RuntimeEnvKey], ray: &str) -> Rotating {
+        let mut s = test_settings(url);
+        s.leadership.replica_id = name.into();
+        s.leadership.lease = Duration::from_secs(2);
+        s.leadership.renew_every = Duration::from_millis(300);
+        s.secrets.runtime_env_keys = KeyList(keys.iter().map(|k| (*k).clone()).collect());
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "fake".into(),
+            address: ray.to_string(),
+            ..Default::default()
+        }];
+        s.monitor.poll_interval = Duration::from_millis(100);
+        s.monitor.usage_report_lag = Duration::from_millis(300);
+        s.dispatcher.retry_initial_backoff = Duration::from_millis(10);
+        s.dispatcher.retry_max_backoff = Duration::from_millis(20);
+        let app = fairshare::Application::build(s)
+            .await
+            .expect("build replica");
+        let address = format!("http://127.0.0.1:{}", app.port());
+        let handle = app.handle();
+        let run = actix_web::rt::spawn(app.run_until_stopped());
+        Rotating {
+            address,
+            handle,
+            run,
+        }
+    }
+
+    /// Stops it as SIGTERM does, and waits until it has let its lease go.
+    async fn stop(self) {
+        self.handle.stop(true).await;
+        self.run.await.unwrap().unwrap();
+    }
+
+    async fn get(&self, path: &str) -> Value {
+        reqwest::Client::new()
+            .get(format!("{}{path}", self.address))
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    async fn post(&self, path: &str, body: Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}{path}", self.address))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Submits a job of `user` whose runtime_env carries the secret `tok-<tag>`; its id.
+    async fn submit(&self, user: &str, tag: &str, cpu: f64) -> String {
+        let env = json!({"env_vars": {"QISKIT_IBM_TOKEN": format!("tok-{tag}")}});
+        let resp = self
+            .post(
+                "/v1/jobs",
+                json!({"user": user, "entrypoint": format!("run {tag}"), "runtime_env": env,
+                       "resources": {"cpu": cpu}}),
+            )
+            .await;
+        assert_eq!(resp.status(), 201, "{tag}: {:?}", resp.text().await);
+        resp.json::<Value>().await.unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
+
+    async fn leads(&self) -> bool {
+        self.get("/v1/scheduler").await["leadership"]["is_leader"] == json!(true)
+    }
+}
+
+/// Issue 43 §3: a key rotation done as the README says, as a rolling update of two
+/// replicas on PostgreSQL (put the new key first and restart each replica in turn,
+/// then drop the old key and restart each again), with jobs submitted through either
+/// replica throughout and jobs waiting across it (a paused user's, one behind a job
+/// that fills the cluster): nothing is lost. Every job runs with its secret; none is
+/// FAILED. A job sealed under the new key while the leader holds only the old one
+/// waits QUEUED, held back with a reason, until a replica that holds the key leads
+/// (it was FAILED "not sent to Ray"); a follower's start re-seals nothing (it did,
+/// under a key the leader lacked), the leader re-seals as it begins to lead.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_key_rotation_as_a_rolling_update_of_two_replicas_loses_nothing() {
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let url = db.url.clone();
+    let k1 = RuntimeEnvKey::parse(TEST_KEY).unwrap();
+    let k2 = RuntimeEnvKey::from_bytes([7; 32]);
+    let (server, ray) = fake_ray::start(4.0, |s| s.run_polls = 4).await;
+    let uri = server.uri();
+    let sealed_with = |text: Option<String>, k: &RuntimeEnvKey| {
+        text.is_some_and(|t| t.starts_with(&format!("\"fs1:{}:", k.id())))
+    };
+    let leader_of = |a: &Rotating, b: &Rotating| {
+        let (a, b) = (a.address.clone(), b.address.clone());
+        async move {
+            for addr in [a, b] {
+                let v: Value = reqwest::Client::new()
+                    .get(format!("{addr}/v1/scheduler"))
+                    .bearer_auth(ADMIN)
+                    .send()
+                    .await
+                    .ok()?
+                    .json()
+                    .await
+                    .ok()?;
+                if v["leadership"]["is_leader"] == json!(true) && v["ready"] == json!(true) {
+                    return v["leadership"]["leader"].as_str().map(str::to_string);
+                }
+            }
+            None
+        }
+    };
+    let mut all: Vec<(String, String)> = Vec::new(); // (tag, id)
+
+    // Both on K1; ra leads.
+    let ra = Rotating::start(&url, "ra", &[&k1], &uri).await;
+    until(15, "ra leads", || async { ra.leads().await.then_some(()) }).await;
+    let rb = Rotating::start(&url, "rb", &[&k1], &uri).await;
+    // J1: a paused user's job waits across the whole rotation.
+    let paused = reqwest::Client::new()
+        .put(format!("{}/v1/users/paused-u", ra.address))
+        .bearer_auth(ADMIN)
+        .json(&json!({"weight": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert!(paused.status().is_success(), "{:?}", paused.text().await);
+    assert!(ra
+        .post("/v1/users/paused-u/pause", json!({}))
+        .await
+        .status()
+        .is_success());
+    let j1 = ra.submit("paused-u", "j1", 1.0).await;
+    all.push(("j1".into(), j1.clone()));
+    // J4 waits behind a job that takes the whole cluster for a while.
+    let wide = ra.submit("wide-u", "wide", 4.0).await;
+    all.push(("wide".into(), wide.clone()));
+    until(15, "the wide job runs", || async {
+        (ra.get(&format!("/v1/jobs/{wide}")).await["status"] != json!("QUEUED")).then_some(())
+    })
+    .await;
+    let j4 = ra.submit("narrow-u", "j4", 1.0).await;
+    all.push(("j4".into(), j4.clone()));
+
+    // 1. rb restarts with K2 first. As a follower it re-seals nothing: J1 and J4 stay
+    // sealed under K1, which the leader ra holds.
+    rb.stop().await;
+    let rb = Rotating::start(&url, "rb", &[&k2, &k1], &uri).await;
+    until(15, "rb follows ra", || async {
+        let v = rb.get("/v1/scheduler").await;
+        (v["leadership"]["leader"] == json!("ra")).then_some(())
+    })
+    .await;
+    assert!(!rb.leads().await);
+    assert!(
+        sealed_with(stored(&url, &j1).await.0, &k1),
+        "a follower re-sealed J1"
+    );
+    // J2 through rb: sealed under K2, which the leader ra does not hold. It is not
+    // failed: it waits QUEUED with a reason.
+    let j2 = rb.submit("rolling-u", "j2", 1.0).await;
+    all.push(("j2".into(), j2.clone()));
+    let j3 = ra.submit("rolling-u", "j3", 1.0).await;
+    all.push(("j3".into(), j3.clone()));
+    until(20, "ra holds J2 back with a reason", || async {
+        let events = ra.get(&format!("/v1/jobs/{j2}/events")).await.to_string();
+        events
+            .contains("waits until a replica that holds the key leads")
+            .then_some(())
+    })
+    .await;
+    let v = ra.get(&format!("/v1/jobs/{j2}")).await;
+    assert_eq!(v["status"], "QUEUED", "{v}");
+    let why = v["pending_reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(k2.id()) && why.contains("waits until a replica"),
+        "{v}"
+    );
+
+    // 2. ra restarts with K2 first: rb (K2, K1) leads, re-seals every waiting job
+    // under K2 and sends J2.
+    ra.stop().await;
+    until(20, "rb takes over", || async {
+        rb.leads().await.then_some(())
+    })
+    .await;
+    let ra = Rotating::start(&url, "ra", &[&k2, &k1], &uri).await;
+    let led = until(20, "a leader after ra's restart", || leader_of(&ra, &rb)).await;
+    assert_eq!(led, "rb");
+    let j5 = ra.submit("rolling-u", "j5", 1.0).await;
+    all.push(("j5".into(), j5.clone()));
+    until(20, "J1 re-sealed under K2 by the new leader", || async {
+        sealed_with(stored(&url, &j1).await.0, &k2).then_some(())
+    })
+    .await;
+
+    // 3. Drop K1, rb first: ra (K2, K1) leads.
+    rb.stop().await;
+    until(20, "ra takes over", || async {
+        ra.leads().await.then_some(())
+    })
+    .await;
+    let rb = Rotating::start(&url, "rb", &[&k2], &uri).await;
+    let led = until(20, "a leader after rb's restart", || leader_of(&ra, &rb)).await;
+    assert_eq!(led, "ra");
+    let j6 = rb.submit("rolling-u", "j6", 1.0).await;
+    all.push(("j6".into(), j6.clone()));
+    // 4. Then ra: rb (K2 only) leads.
+    ra.stop().await;
+    until(20, "rb takes over again", || async {
+        rb.leads().await.then_some(())
+    })
+    .await;
+    let ra = Rotating::start(&url, "ra", &[&k2], &uri).await;
+    let led = until(20, "a leader after ra's second restart", || {
+        leader_of(&ra, &rb)
+    })
+    .await;
+    assert_eq!(led, "rb");
+    let j7 = ra.submit("rolling-u", "j7", 1.0).await;
+    all.push(("j7".into(), j7.clone()));
+    assert!(rb
+        .post("/v1/users/paused-u/resume", json!({}))
+        .await
+        .status()
+        .is_success());
+
+    // Every job ran, each with its own secret, and none failed.
+    for (tag, id) in &all {
+        let status = until(40, "every job ends", || async {
+            let v = rb.get(&format!("/v1/jobs/{id}")).await;
+            let s = v["status"].as_str().unwrap_or_default().to_string();
+            (!matches!(s.as_str(), "QUEUED" | "DISPATCHING" | "PENDING" | "RUNNING")).then_some(v)
+        })
+        .await;
+        assert_eq!(status["status"], "SUCCEEDED", "{tag}: {status}");
+        let sent = ray.lock().unwrap().runtime_envs.clone();
+        let got: Vec<&Value> = sent
+            .iter()
+            .filter(|(sid, _)| sid.starts_with(id.as_str()))
+            .map(|(_, env)| env)
+            .collect();
+        assert!(!got.is_empty(), "{tag}: never reached Ray");
+        for env in got {
+            assert_eq!(
+                env["env_vars"]["QISKIT_IBM_TOKEN"],
+                format!("tok-{tag}"),
+                "{tag}: sent without its secret"
+            );
+        }
+    }
+    ra.stop().await;
+    rb.stop().await;
+    drop(server);
+}

@@ -352,3 +352,86 @@ async fn the_scheduler_view_shows_rfc3339_times_and_whole_bytes() {
     }
     assert_eq!(cluster["capacity"]["memory_bytes"], 8_000_000_000u64);
 }
+
+/// A clean stop writes SQLite's WAL back into the database file (issue 43 §8: after
+/// SIGTERM `fairshare.db` was 4 KB and `fairshare.db-wal` 1 MB, and a copy of the
+/// file alone had no tables): a copy of `fairshare.db` alone, taken after the stop,
+/// holds the tables and every job submitted.
+#[actix_web::test]
+async fn after_a_clean_stop_the_sqlite_file_alone_holds_the_tables_and_jobs() {
+    use sea_orm::{ConnectionTrait, Statement};
+    crate::helpers::init_test_telemetry();
+    let db = crate::helpers::TestDb::new(Db::Sqlite).await.unwrap();
+    let file = std::path::PathBuf::from(
+        db.url
+            .trim_start_matches("sqlite://")
+            .split('?')
+            .next()
+            .unwrap(),
+    );
+    let app = fairshare::Application::build(crate::helpers::test_settings(&db.url))
+        .await
+        .unwrap();
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let handle = app.handle();
+    // What `fairshare serve` runs; SIGTERM stops the server as `stop(true)` does.
+    let serving = actix_web::rt::spawn(app.run_until_stopped());
+    let client = reqwest::Client::new();
+    crate::helpers::until(30, "ready", || async {
+        let r = client.get(format!("{address}/readyz")).send().await;
+        r.is_ok_and(|r| r.status() == 200).then_some(())
+    })
+    .await;
+    for i in 0..20 {
+        let r = client
+            .post(format!("{address}/v1/jobs"))
+            .bearer_auth(SUBMITTER)
+            .json(&json!({"user": "wal", "entrypoint": format!("echo {i}"),
+                "runtime_env": {"env_vars": {"PAD": "p".repeat(20_000)}}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    handle.stop(true).await;
+    serving.await.unwrap().unwrap();
+
+    let wal = file.with_file_name("fairshare.db-wal");
+    let wal_len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(
+        wal_len, 0,
+        "the WAL still holds {wal_len} bytes after a clean stop"
+    );
+    let copy_dir = tempfile::tempdir().unwrap();
+    let copy = copy_dir.path().join("copy.db");
+    std::fs::copy(&file, &copy).unwrap();
+    let conn = sea_orm::Database::connect(format!("sqlite://{}?mode=ro", copy.display()))
+        .await
+        .unwrap();
+    let count = |sql: &'static str| {
+        let conn = &conn;
+        async move {
+            let row = conn
+                .query_one(Statement::from_string(
+                    sea_orm::DatabaseBackend::Sqlite,
+                    sql,
+                ))
+                .await
+                .unwrap()
+                .unwrap();
+            row.try_get_by_index::<i64>(0).unwrap()
+        }
+    };
+    assert!(
+        count(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('jobs', 'users')"
+        )
+        .await
+            == 2,
+        "the copy has no tables"
+    );
+    assert_eq!(
+        count("SELECT count(*) FROM jobs WHERE user_id = 'wal'").await,
+        20
+    );
+}

@@ -350,9 +350,22 @@ both_databases!(usage_of_many_users_is_saved_in_few_statements);
 /// Fresh tester (round 7): every queued job of a paused user says "paused", beyond the
 /// arbiter's window too (they said how many jobs were ahead of them), and a paused
 /// user leaves `GET /v1/scheduler`'s `next_users`, which lists the users the next
-/// cycle could serve (it listed every user with queued jobs).
+/// cycle could serve (it listed every user with queued jobs). A healthy cluster whose
+/// cores another tenant holds keeps the jobs queued: with no healthy cluster nobody is
+/// next (issue 43 §8).
 async fn a_paused_users_jobs_all_say_so_and_it_leaves_the_next_users(db: Db) {
-    let Some(app) = crate::helpers::spawn_app_with(db, |s| s.scheduler.queue_window = 3).await
+    let (server, _ray) = crate::fake_ray::start(2.0, |s| s.foreign_cpu = 2.0).await;
+    let uri = server.uri();
+    let Some(app) = crate::helpers::spawn_app_with(db, move |s| {
+        s.scheduler.queue_window = 3;
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "busy".into(),
+            address: uri,
+            ..Default::default()
+        }];
+        s.monitor.poll_interval = std::time::Duration::from_millis(100);
+    })
+    .await
     else {
         return;
     };
@@ -390,5 +403,6 @@ async fn a_paused_users_jobs_all_say_so_and_it_leaves_the_next_users(db: Db) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    drop(server);
 }
 both_databases!(a_paused_users_jobs_all_say_so_and_it_leaves_the_next_users);

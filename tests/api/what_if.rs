@@ -402,3 +402,55 @@ async fn a_preview_while_recovery_loads_says_so() {
     locker.close().await.ok();
     app.stop().await;
 }
+
+/// With its only cluster unhealthy at capacity 0, `GET /v1/scheduler` lists no next
+/// user (no healthy cluster can serve one), and a preview that lists no grant says
+/// why, before and with the change (issue 43 §8: `"before": [], "after": []` said
+/// nothing, and `next_users` listed the user).
+#[actix_web::test]
+async fn with_no_cluster_to_serve_nobody_is_next_and_an_empty_preview_says_why() {
+    // Nothing listens on a port just released: the cluster never answers.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let app = crate::helpers::app_with_cluster("gone", uri, |_| {}).await;
+    app.submit("nx", json!({"entrypoint": "echo"})).await;
+    let view = until(
+        10,
+        "a cycle with the job queued and the cluster unhealthy",
+        || async {
+            let v = app.get_json("/v1/scheduler", ADMIN).await;
+            let unhealthy = v["clusters"][0]["healthy"] == json!(false);
+            (unhealthy && v["queued_jobs"] == json!(1) && v["cycles"].as_u64() > Some(0))
+                .then_some(v)
+        },
+    )
+    .await;
+    assert_eq!(view["next_users"], json!([]), "{view}");
+
+    let v = what_if(&app, json!({})).await;
+    assert_eq!(v["before"], json!([]), "{v}");
+    let why = v["before_reason"].as_str().unwrap_or_default();
+    assert!(why.contains("no cluster is healthy"), "{v}");
+    // Healthy but still of no capacity: said so.
+    let v = what_if(&app, json!({"clusters": {"gone": {"healthy": true}}})).await;
+    let why = v["after_reason"].as_str().unwrap_or_default();
+    assert!(why.contains("no capacity"), "{v}");
+    // Healthy with room: the job is granted, no reason.
+    let v = what_if(
+        &app,
+        json!({"clusters": {"gone": {"healthy": true, "capacity": {"cpu": 2}}}}),
+    )
+    .await;
+    assert_eq!(v["after"].as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v["after_reason"], json!(null), "{v}");
+    // Paused, it is held back: said so.
+    let v = what_if(
+        &app,
+        json!({"users": {"nx": {"paused": true}},
+               "clusters": {"gone": {"healthy": true, "capacity": {"cpu": 2}}}}),
+    )
+    .await;
+    let why = v["after_reason"].as_str().unwrap_or_default();
+    assert!(why.contains("paused"), "{v}");
+}

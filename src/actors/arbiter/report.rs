@@ -60,6 +60,11 @@ impl FairShareArbiter {
         let now = unix_now();
         let clusters = self.ledger.cluster_views();
         let frees = crate::policy::license_frees(&clusters, &self.config.licenses);
+        // Only users a healthy cluster can serve: none while no cluster is healthy
+        // with some capacity (the ledger keeps a head effective while no capacity is
+        // known, so that a job is not skipped before any cluster has answered; issue
+        // 43 §8: the only cluster unhealthy at capacity 0 still listed users).
+        let serving = clusters.iter().any(crate::actors::cluster_serves);
         SchedulerView {
             ready: self.ready,
             leadership: None,
@@ -101,6 +106,7 @@ impl FairShareArbiter {
                 .ledger
                 .next_users(now)
                 .into_iter()
+                .filter(|_| serving)
                 .map(|o| UserOrderView {
                     user: o.user,
                     key: o.key,

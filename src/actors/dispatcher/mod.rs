@@ -83,6 +83,10 @@ pub(crate) enum Landed {
     Submitted(Box<entity::job::Model>, Option<RayCall>),
     /// Back in the queue: the cluster was not ready.
     Requeued(Box<entity::job::Model>),
+    /// Back in the queue and held there: its runtime_env is sealed with a key this
+    /// leader does not hold. It waits until a replica that holds the key leads (that
+    /// leader's recovery queues it again), never failed for it (issue 43 §3).
+    Withheld(Box<entity::job::Model>),
     /// Ended (FAILED/STOPPED) or moved by someone else.
     Ended,
 }
@@ -410,6 +414,9 @@ pub(crate) fn after(cluster: &str, job_id: JobId, user: &str, landed: &Landed) -
             then.push(ended(Some(super::user_queue::summary(job)), held));
             then
         }
+        // Not the cluster's fault: no back-off; held, so this leader does not grant it
+        // again.
+        Landed::Withheld(job) => vec![ended(Some(super::user_queue::summary(job)), true)],
         Landed::Ended => vec![ended(None, false)],
     }
 }
@@ -560,7 +567,23 @@ async fn dispatch_granted(
         }
         _ => Ok(()),
     };
+    // Sealed with a key this leader lacks (a rolling key rotation under way): not a
+    // fault of the job's; it waits for a leader that holds the key.
+    let withheld = matches!(&runtime_env, Err(crate::secrets::OpenError::UnknownKey(_)));
     let event = match (client, packages) {
+        _ if withheld => {
+            let e = runtime_env
+                .as_ref()
+                .err()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            tracing::warn!(job_id = %id, error = %e, "not sent to Ray: the job waits (QUEUED) until a replica that holds its key leads");
+            Event::RayNotReady {
+                reason: format!(
+                    "not sent to Ray: {e}; it waits until a replica that holds the key leads"
+                ),
+            }
+        }
         _ if runtime_env.is_err() => {
             let e = runtime_env
                 .as_ref()
@@ -677,7 +700,10 @@ async fn dispatch_granted(
                 "could not record Ray's answer to the dispatch; retrying");
         })
         .await?;
-    let landed = recorded(applied);
+    let landed = match recorded(applied) {
+        Landed::Requeued(job) if withheld => Landed::Withheld(job),
+        landed => landed,
+    };
     if matches!(landed, Landed::Submitted(..)) {
         tracing::info!(job_id = %id, cluster = %msg.cluster, "dispatched");
     }
@@ -737,5 +763,35 @@ impl Handler<StopInRay> for Dispatcher {
             .into_actor(self)
             .map(|_, _, _| ()),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job its leader cannot open (key missing) goes back to its user's queue held,
+    /// with no back-off of the cluster (it is not the cluster's fault), unlike a job
+    /// the cluster did not take (issue 43 §3).
+    #[test]
+    fn a_withheld_job_is_requeued_held_and_the_cluster_is_not_backed_off() {
+        let row = crate::actors::model::initial_row();
+        let then = after("c", row.id, "u", &Landed::Withheld(Box::new(row.clone())));
+        assert!(matches!(
+            then.as_slice(),
+            [Then::Ended(DispatchEnded {
+                requeue: Some(_),
+                held: true,
+                ..
+            })]
+        ));
+        let then = after("c", row.id, "u", &Landed::Requeued(Box::new(row)));
+        assert!(matches!(
+            then.as_slice(),
+            [
+                Then::Unreachable(_),
+                Then::Ended(DispatchEnded { held: false, .. })
+            ]
+        ));
     }
 }

@@ -134,8 +134,86 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8], empty_ok: bool) -> Result<T
         } else {
             path
         };
-        ApiError::invalid(field, reason)
+        ApiError::invalid(field, plain_reason(&reason))
     })
+}
+
+/// serde's reason for a value of the wrong type or out of range, in the API's words
+/// (DESIGN §4, "Errors"): `invalid type: string "two", expected f64` becomes `must be
+/// a number, not the string "two"`, `invalid value: integer `-5`, expected u32` `must
+/// be a whole number from 0 to 4294967295, not -5`. No Rust type name reaches a
+/// client. Other reasons (missing or unknown fields, ours) pass as they are.
+pub fn plain_reason(reason: &str) -> String {
+    let rest = reason
+        .strip_prefix("invalid type: ")
+        .or_else(|| reason.strip_prefix("invalid value: "));
+    let Some((got, expected)) = rest.and_then(|r| r.rsplit_once(", expected ")) else {
+        return reason.to_string();
+    };
+    format!(
+        "must be {}, not {}",
+        plain_expected(expected),
+        plain_got(got)
+    )
+}
+
+/// What a visitor expected (its `expecting` text), in the API's words.
+fn plain_expected(expected: &str) -> String {
+    let whole = |lo: i128, hi: i128| whole_range(lo, hi);
+    match expected {
+        "f32" | "f64" => "a number".into(),
+        "i8" => whole(i8::MIN.into(), i8::MAX.into()),
+        "i16" => whole(i16::MIN.into(), i16::MAX.into()),
+        "i32" => whole(i32::MIN.into(), i32::MAX.into()),
+        "i64" | "i128" | "isize" => whole(i64::MIN.into(), i64::MAX.into()),
+        "u8" => whole(0, u8::MAX.into()),
+        "u16" => whole(0, u16::MAX.into()),
+        "u32" => whole(0, u32::MAX.into()),
+        "u64" | "u128" | "usize" => whole(0, u64::MAX.into()),
+        "a string" | "a borrowed string" | "a string or bytes" => "a string".into(),
+        "a boolean" => "true or false".into(),
+        "a sequence" => "a list".into(),
+        "a map" => "a JSON object".into(),
+        "unit" => "null".into(),
+        "a character" | "char" => "a single character".into(),
+        e if e.starts_with("struct ") => "a JSON object".into(),
+        e if e.starts_with("a tuple of size ") => {
+            format!("a list of {} items", &e["a tuple of size ".len()..])
+        }
+        e => e.to_string(),
+    }
+}
+
+/// `a whole number from LO to HI`, each bound held to ±[`numbers::MAX_WHOLE`] (2^53),
+/// the bound of every whole-number field.
+fn whole_range(lo: i128, hi: i128) -> String {
+    let max = i128::from(numbers::MAX_WHOLE);
+    format!("a whole number from {} to {}", lo.max(-max), hi.min(max))
+}
+
+/// What the client sent, as serde's `Unexpected` shows it, in the API's words.
+fn plain_got(got: &str) -> String {
+    let quoted = |prefix: &str| {
+        got.strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix('`'))
+            .and_then(|r| r.strip_suffix('`'))
+            .map(str::to_string)
+    };
+    if let Some(v) = quoted("integer ")
+        .or_else(|| quoted("floating point "))
+        .or_else(|| quoted("boolean "))
+    {
+        return v;
+    }
+    if let Some(s) = got.strip_prefix("string ") {
+        return format!("the string {s}");
+    }
+    match got {
+        "unit value" | "Option value" => "null".into(),
+        "map" => "an object".into(),
+        "sequence" => "a list".into(),
+        other => other.to_string(),
+    }
 }
 
 /// Parses `bytes` as one JSON value. Syntax errors are 400 `bad_json`; a number too
@@ -151,13 +229,10 @@ fn parse_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
             ApiError::invalid(path, "number out of range (larger than 1.8e308)")
         } else if reason.starts_with("recursion limit exceeded") {
             // Valid JSON, nested deeper than the parser goes (serde_json's limit of
-            // 128 levels): the field it is in, not the whole path down to it.
-            let field = path
-                .split(['.', '['])
-                .find(|f| !f.is_empty())
-                .unwrap_or("(body)")
-                .to_string();
-            ApiError::invalid(field, "JSON nested deeper than 127 levels")
+            // 128 levels): the field that holds the nesting (`resources.custom.QPU`
+            // for `{"resources": {"custom": {"QPU": [[[…]]]}}}`), not the whole path
+            // down to it nor only the top-level field (issue 43 §8).
+            ApiError::invalid(deep_field(&path), "JSON nested deeper than 127 levels")
         } else {
             ApiError::BadJson(reason)
         }
@@ -165,6 +240,29 @@ fn parse_value(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     de.end().map_err(|e| ApiError::BadJson(e.to_string()))?;
     Ok(value)
 }
+
+/// The field a nesting too deep is in, from the path down to where the parser gave
+/// up: the keys before the first list index, at most [`DEEP_FIELD_KEYS`] of them
+/// (an object nested in itself names its first levels, not 127 of them).
+fn deep_field(path: &str) -> String {
+    let keys: Vec<&str> = path
+        .split('[')
+        .next()
+        .unwrap_or("")
+        .split('.')
+        .filter(|k| !k.is_empty())
+        .take(DEEP_FIELD_KEYS)
+        .collect();
+    if keys.is_empty() {
+        "(body)".to_string()
+    } else {
+        keys.join(".")
+    }
+}
+
+/// Keys of a too-deep value's path named: the deepest fields the API declares are
+/// three keys down (`resources.custom.NAME`, `users.NAME.max_resources`).
+const DEEP_FIELD_KEYS: usize = 3;
 
 /// The dotted path of the first string or key in `v` that contains a NUL character,
 /// which no database text column accepts (PostgreSQL refuses it outright).
@@ -224,7 +322,7 @@ pub fn parse_query<T: DeserializeOwned>(query: &str) -> Result<T, ApiError> {
         } else {
             path
         };
-        ApiError::invalid(field, reason)
+        ApiError::invalid(field, plain_reason(&reason))
     })
 }
 
@@ -252,20 +350,39 @@ pub mod whole {
     /// A `T` that deserializes from an integer or a whole float.
     pub struct Whole<T>(pub T);
 
-    impl<'de, T: TryFrom<i128>> Deserialize<'de> for Whole<T> {
+    /// The range of an integer type, to say it when a number is outside it.
+    pub trait Bounds {
+        const MIN: i128;
+        const MAX: i128;
+    }
+
+    macro_rules! bounds {
+        ($($t:ty),*) => {$(
+            impl Bounds for $t {
+                const MIN: i128 = <$t>::MIN as i128;
+                const MAX: i128 = <$t>::MAX as i128;
+            }
+        )*};
+    }
+    bounds!(i8, i16, i32, i64, u8, u16, u32, u64, usize);
+
+    impl<'de, T: TryFrom<i128> + Bounds> Deserialize<'de> for Whole<T> {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
             struct V<T>(std::marker::PhantomData<T>);
-            impl<T: TryFrom<i128>> V<T> {
+            impl<T: TryFrom<i128> + Bounds> V<T> {
                 fn fit<E: de::Error>(n: i128) -> Result<Whole<T>, E> {
-                    T::try_from(n)
-                        .map(Whole)
-                        .map_err(|_| E::custom(format!("{n} is out of range for this field")))
+                    T::try_from(n).map(Whole).map_err(|_| {
+                        E::custom(format!(
+                            "must be {}, not {n}",
+                            super::whole_range(T::MIN, T::MAX)
+                        ))
+                    })
                 }
             }
-            impl<T: TryFrom<i128>> Visitor<'_> for V<T> {
+            impl<T: TryFrom<i128> + Bounds> Visitor<'_> for V<T> {
                 type Value = Whole<T>;
                 fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str("a whole number")
+                    f.write_str(&super::whole_range(T::MIN, T::MAX))
                 }
                 fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
                     Self::fit(i128::from(v))
@@ -292,12 +409,14 @@ pub mod whole {
     }
 
     /// For `Option<T>` fields.
-    pub fn opt<'de, D: Deserializer<'de>, T: TryFrom<i128>>(d: D) -> Result<Option<T>, D::Error> {
+    pub fn opt<'de, D: Deserializer<'de>, T: TryFrom<i128> + Bounds>(
+        d: D,
+    ) -> Result<Option<T>, D::Error> {
         Ok(Option::<Whole<T>>::deserialize(d)?.map(|w| w.0))
     }
 
     /// For `Option<Option<T>>` fields: absent = `None`, `null` = `Some(None)`.
-    pub fn double_opt<'de, D: Deserializer<'de>, T: TryFrom<i128>>(
+    pub fn double_opt<'de, D: Deserializer<'de>, T: TryFrom<i128> + Bounds>(
         d: D,
     ) -> Result<Option<Option<T>>, D::Error> {
         Ok(Some(Option::<Whole<T>>::deserialize(d)?.map(|w| w.0)))
