@@ -348,9 +348,11 @@ fn build() -> Result<Metrics, prometheus::Error> {
             Opts::new(
                 "fairshare_notifications_total",
                 "Attempts dispatched behind a watcher, per cluster, by whether the \
-                 watcher's notification reached this service (received) or the poll \
-                 found the attempt running or ended without one (missed). While a \
-                 cluster's last word is a miss it is polled at monitor.poll_interval."
+                 watcher's notification reached this service in time (received), the \
+                 poll found the attempt running for 500 ms or ended without one \
+                 (missed), or it arrived after that (late; each attempt counts once). \
+                 After a miss a cluster is polled at monitor.poll_interval until 3 \
+                 attempts in a row are received."
             ),
             &["cluster", "outcome"]
         )?),

@@ -110,14 +110,18 @@ pub struct ClusterStatusView {
 pub struct NotificationsView {
     /// `off` (`notify.enabled = false`, or no `notify.url` could be found),
     /// `unproven` (none has arrived yet: polled at `monitor.poll_interval` while jobs
-    /// run there), `arriving` (the last attempt's notification arrived) or `missing`
-    /// (the last attempt Ray ran or ended announced nothing: polled at
+    /// run there), `arriving` (notifications arrive: the first on a fresh path, or 3
+    /// attempts in a row after a miss) or `missing` (an attempt Ray ran or ended
+    /// announced nothing, and fewer than 3 were received in a row since: polled at
     /// `monitor.poll_interval`).
     pub state: String,
     /// Attempts whose notification arrived, since this replica started leading.
     pub received: u64,
     /// Attempts Ray ran for 500 ms, or ended, with no notification, since then.
     pub missed: u64,
+    /// Notifications that arrived for an attempt already counted missed (a slow
+    /// path: each attempt counts once).
+    pub late: u64,
     /// How often the monitor polls Ray for this cluster's jobs, in milliseconds:
     /// `monitor.poll_interval` while its notifications are not known to arrive
     /// (`unproven`, `missing`), else the interval in force now.

@@ -373,6 +373,7 @@ impl Edge {
                 // Only how often the poll comes.
                 Effect::Unannounced { .. }
                 | Effect::Announced { .. }
+                | Effect::Late { .. }
                 | Effect::NoticePathChanged { .. } => {}
                 Effect::RemoveQueued { .. } => s.arb.queued = false,
                 Effect::Hold { .. } => {

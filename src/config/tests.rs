@@ -607,3 +607,32 @@ fn allowed_hosts_take_names_and_wildcards_and_name_a_bad_entry() {
         assert!(err.contains("server.allowed_hosts[1]"), "{bad}: {err}");
     }
 }
+
+/// A fresh tester's findings on issue 49: a `notify.url` with a user and password (it
+/// never works and was shown to every job), with a quote (it went unescaped into every
+/// job's shell command: `'$(touch …)'` ran), or with spaces is refused naming the key.
+#[test]
+fn a_notify_url_that_cannot_work_or_would_break_the_shell_is_refused() {
+    for bad in [
+        "http://svc:hunter2pass@127.0.0.1:18999",
+        "http://svc@127.0.0.1:18999",
+        "http://127.0.0.1:18081/x'$(touch${IFS}/tmp/t49)'",
+        " http://127.0.0.1:18081 ",
+        "http://127.0.0.1:18081/a b",
+        "http://127.0.0.1:18081/\"x\"",
+    ] {
+        let err = Settings::load_with_env(None, env(&[("FAIRSHARE__NOTIFY__URL", bad)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("notify.url"), "{bad:?}: {err}");
+    }
+    for good in [
+        "http://fairshare.ns.svc.cluster.local:8080",
+        "https://fairshare.example.org/prefix",
+        "http://[::1]:8080",
+        "http://10.0.0.5:8080/a%20b",
+    ] {
+        let ok = Settings::load_with_env(None, env(&[("FAIRSHARE__NOTIFY__URL", good)]));
+        assert!(ok.is_ok(), "{good}: {:?}", ok.err());
+    }
+}

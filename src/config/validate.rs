@@ -348,6 +348,28 @@ impl Settings {
                     "must be an http:// or https:// URL without query or fragment, e.g. http://fairshare:8080",
                 );
             }
+            // The URL goes into every job's shell command (single-quoted) and to the
+            // watcher's urllib, which takes no credentials: only characters that need
+            // no quoting, and no user or password (they would be shown to every job
+            // and in GET /v1/scheduler, and never work).
+            if reqwest::Url::parse(&n.url)
+                .is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
+            {
+                return invalid(
+                    "notify.url",
+                    "must not carry a user or password (the watcher cannot send them, and every job's command would show them)",
+                );
+            }
+            if !n
+                .url
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b":/._-~%[]".contains(&b))
+            {
+                return invalid(
+                    "notify.url",
+                    "may hold only letters, digits and : / . _ - ~ % [ ] (it is put into every job's shell command); no spaces or quotes",
+                );
+            }
         }
         if !n.key.is_empty() && n.key.len() < 16 {
             return invalid(

@@ -32,11 +32,13 @@ pub(crate) enum NoticeState {
     /// start): attempts there are polled at `monitor.poll_interval` until one arrives.
     #[default]
     Unproven,
-    /// The last word on the path was a notification that arrived: attempts whose
-    /// watcher has spoken are left to it, the poll runs at the idle interval.
+    /// Notifications arrive: the first one on a fresh path, or [`NOTICE_RECOVERY`]
+    /// in a row after a miss. Attempts whose watcher has spoken are left to it, the
+    /// poll runs at the idle interval.
     Arriving,
-    /// The last word was a miss (an attempt Ray ran or ended with no notification):
-    /// attempts there are polled at `monitor.poll_interval` until one arrives again.
+    /// An attempt Ray ran or ended with no notification, and fewer than
+    /// [`NOTICE_RECOVERY`] received in a row since: attempts there are polled at
+    /// `monitor.poll_interval`.
     Missing,
 }
 
@@ -55,11 +57,21 @@ impl NoticeState {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct NoticePath {
     pub(crate) state: NoticeState,
-    /// Attempts whose watcher's notification arrived (each attempt once).
+    /// Attempts whose watcher's notification arrived in time (each attempt once).
     pub(crate) received: u64,
     /// Attempts Ray ran or ended with no notification (each attempt once).
     pub(crate) missed: u64,
+    /// Notifications that arrived for an attempt already counted missed.
+    pub(crate) late: u64,
+    /// Attempts received in a row since the last miss.
+    pub(crate) streak: u32,
 }
+
+/// How many attempts in a row must be received before a path that missed is trusted
+/// again: one would let a path that delivers for some nodes and not others flip
+/// state, and log, with every job (a fresh tester's finding); with three it stays
+/// `missing`, polled fast, with one warning.
+pub(crate) const NOTICE_RECOVERY: u32 = 3;
 
 /// What the actor sends once a poll (or a track) is absorbed.
 #[derive(Clone, Debug, PartialEq)]
@@ -93,6 +105,9 @@ pub(crate) enum Effect {
     Unannounced { job_id: JobId, cluster: String },
     /// Operator: an attempt's notification arrived; it counts for its cluster's path.
     Announced { cluster: String },
+    /// Operator: a notification arrived for an attempt already counted missed; it
+    /// moves nothing.
+    Late { cluster: String },
     /// Operator: a cluster's notification path changed state (logged once per change).
     NoticePathChanged {
         cluster: String,
@@ -206,6 +221,7 @@ impl Book {
                         stop_sent_at: None,
                         hinted: origin == Origin::Dispatched,
                         announced,
+                        missed: false,
                     },
                 );
             }
@@ -223,9 +239,15 @@ impl Book {
         {
             Some(t) => {
                 if !std::mem::replace(&mut t.announced, true) {
+                    let late = t.missed;
                     if let Some(cluster) = t.job.cluster.clone() {
                         let mut effects = std::mem::take(&mut self.notice_effects);
-                        self.notice(&cluster, true, &mut effects);
+                        if late {
+                            self.paths.entry(cluster.clone()).or_default().late += 1;
+                            effects.push(Effect::Late { cluster });
+                        } else {
+                            self.notice(&cluster, true, &mut effects);
+                        }
                         self.notice_effects = effects;
                     }
                 }
@@ -246,12 +268,16 @@ impl Book {
         let from = path.state;
         if arrived {
             path.received += 1;
-            path.state = NoticeState::Arriving;
+            path.streak = path.streak.saturating_add(1);
+            if path.state == NoticeState::Unproven || path.streak >= NOTICE_RECOVERY {
+                path.state = NoticeState::Arriving;
+            }
             effects.push(Effect::Announced {
                 cluster: cluster.to_string(),
             });
         } else {
             path.missed += 1;
+            path.streak = 0;
             path.state = NoticeState::Missing;
         }
         if from != path.state {
@@ -273,6 +299,7 @@ impl Book {
             return;
         }
         t.hinted = false;
+        t.missed = true;
         let Some(cluster) = t.job.cluster.clone() else {
             return;
         };
@@ -896,7 +923,9 @@ mod tests {
             NoticePath {
                 state: NoticeState::Missing,
                 received: 1,
-                missed: 1
+                missed: 1,
+                late: 0,
+                streak: 0,
             }
         );
 
@@ -996,8 +1025,24 @@ mod tests {
             .iter()
             .any(|e| matches!(e, Effect::Unannounced { .. })));
 
-        // Notices flow again.
+        // Notices flow again: trusted once NOTICE_RECOVERY attempts in a row arrive.
         book.announced(c.id, 1, t0);
+        assert_eq!(
+            book.take_notice_effects(),
+            vec![Effect::Announced {
+                cluster: "ray".into()
+            }]
+        );
+        assert_eq!(book.notice_path("ray").state, NoticeState::Missing);
+        for _ in 1..NOTICE_RECOVERY - 1 {
+            let e = another_running_row();
+            book.track(e.clone(), Origin::Dispatched, t0);
+            book.announced(e.id, 1, t0);
+            assert_eq!(book.take_notice_effects().len(), 1, "no change yet");
+        }
+        let e = another_running_row();
+        book.track(e.clone(), Origin::Dispatched, t0);
+        book.announced(e.id, 1, t0);
         assert_eq!(
             book.take_notice_effects(),
             vec![
@@ -1012,10 +1057,54 @@ mod tests {
             book.notice_path("ray"),
             NoticePath {
                 state: NoticeState::Arriving,
-                received: 2,
-                missed: 1
+                received: 1 + u64::from(NOTICE_RECOVERY),
+                missed: 1,
+                late: 0,
+                streak: NOTICE_RECOVERY,
             }
         );
+    }
+
+    /// A fresh tester's findings: a notification that arrives after its attempt was
+    /// counted missed (a slow path) counts as late, not received, and moves nothing;
+    /// a path that delivers for every other job stays missing, with one change.
+    #[test]
+    fn late_and_partial_notifications_do_not_make_the_path_flap() {
+        let t0 = Instant::now();
+        let mut book = proven_book(t0);
+        let mut changes = 0;
+        for i in 0..8 {
+            let row = another_running_row();
+            book.track(row.clone(), Origin::Dispatched, t0);
+            let late = t0 + UNANNOUNCED_GRACE;
+            let mut effects = seen_running(&mut book, row.id, t0);
+            effects.extend(seen_running(&mut book, row.id, late));
+            if i % 2 == 0 {
+                // Late: after the miss.
+                book.announced(row.id, 1, late);
+            }
+            effects.extend(book.take_notice_effects());
+            changes += effects
+                .iter()
+                .filter(|e| matches!(e, Effect::NoticePathChanged { .. }))
+                .count();
+            // Half the others: in time.
+            let ok = another_running_row();
+            book.track(ok.clone(), Origin::Dispatched, t0);
+            book.announced(ok.id, 1, t0);
+            changes += book
+                .take_notice_effects()
+                .iter()
+                .filter(|e| matches!(e, Effect::NoticePathChanged { .. }))
+                .count();
+        }
+        assert_eq!(
+            changes, 1,
+            "one change (arriving → missing), not one per job"
+        );
+        let path = book.notice_path("ray");
+        assert_eq!(path.state, NoticeState::Missing);
+        assert_eq!((path.missed, path.late, path.received), (8, 4, 1 + 8));
     }
 
     /// A poll between two State API readings: a job that ended since frees what it

@@ -25,6 +25,9 @@ pub(crate) struct Followed {
     pub(crate) hinted: bool,
     /// A notification from its watcher arrived: the watcher can reach this service.
     pub(crate) announced: bool,
+    /// Counted against its cluster's notification path already (each attempt counts
+    /// once: a notification that arrives after that is late, not received).
+    pub(crate) missed: bool,
 }
 
 /// An earlier attempt of a QUEUED job, followed until Ray confirms it ended.

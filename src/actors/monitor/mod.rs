@@ -119,6 +119,17 @@ impl RayCapacityMonitor {
             .keys()
             .map(|k| (k.clone(), Health::default()))
             .collect();
+        // Every series from the start, so that a ratio of received to missed has data
+        // on a path where nothing ever arrives.
+        let m = metrics::get();
+        for k in clients.keys() {
+            for outcome in ["received", "missed", "late"] {
+                m.notifications.with_label_values(&[k.as_str(), outcome]);
+            }
+            m.notifications_arriving
+                .with_label_values(&[k.as_str()])
+                .set(0);
+        }
         RayCapacityMonitor {
             db,
             fence,
@@ -216,6 +227,7 @@ impl RayCapacityMonitor {
             state: state.to_string(),
             received: path.received,
             missed: path.missed,
+            late: path.late,
             poll_interval_ms,
             message,
         }
@@ -314,6 +326,10 @@ impl RayCapacityMonitor {
                 Effect::Announced { cluster } => metrics::get()
                     .notifications
                     .with_label_values(&[cluster.as_str(), "received"])
+                    .inc(),
+                Effect::Late { cluster } => metrics::get()
+                    .notifications
+                    .with_label_values(&[cluster.as_str(), "late"])
                     .inc(),
                 Effect::NoticePathChanged { cluster, from, to } => {
                     metrics::get()
