@@ -636,3 +636,36 @@ fn a_notify_url_that_cannot_work_or_would_break_the_shell_is_refused() {
         assert!(ok.is_ok(), "{good}: {:?}", ok.err());
     }
 }
+
+#[test]
+fn a_clusters_ca_file_must_hold_a_certificate_and_is_named_when_it_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let bad = dir.path().join("bad.pem");
+    std::fs::write(&bad, "not a certificate").unwrap();
+    for (ca, named) in [
+        (bad.display().to_string(), "clusters[0].ca_file"),
+        ("/nonexistent/ca.pem".to_string(), "clusters[0].ca_file"),
+    ] {
+        std::fs::write(
+            &path,
+            format!("[[clusters]]\nname = \"r\"\naddress = \"https://ray.example.org\"\nca_file = \"{ca}\"\n"),
+        )
+        .unwrap();
+        let err = Settings::load_with_env(Some(path.as_path()), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(named), "{ca}: {err}");
+    }
+    std::fs::write(
+        &path,
+        "[[clusters]]\nname = \"r\"\naddress = \"http://127.0.0.1:8265\"\nauth_token_file = \"/var/run/ray-auth/token\"\n",
+    )
+    .unwrap();
+    let s = Settings::load_with_env(Some(path.as_path()), env(&[])).unwrap();
+    assert_eq!(
+        s.clusters[0].auth_token_file.as_deref(),
+        Some(std::path::Path::new("/var/run/ray-auth/token")),
+        "a token file need not exist at start (a Secret mounted later): the cluster is unhealthy until it does"
+    );
+}

@@ -132,6 +132,33 @@ impl Settings {
                     "must be an http:// or https:// URL of the Ray dashboard",
                 );
             }
+            if let Some(path) = &c.ca_file {
+                let certs = std::fs::read(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))
+                    .and_then(|pem| {
+                        reqwest::Certificate::from_pem_bundle(&pem)
+                            .map_err(|e| format!("{}: {e}", path.display()))
+                    });
+                match certs {
+                    Ok(certs) if !certs.is_empty() => {}
+                    Ok(_) => {
+                        return invalid(
+                            &format!("clusters[{i}].ca_file"),
+                            &format!("{} holds no PEM certificate", path.display()),
+                        )
+                    }
+                    Err(why) => return invalid(&format!("clusters[{i}].ca_file"), &why),
+                }
+            }
+            if c.auth_token_file
+                .as_ref()
+                .is_some_and(|p| p.as_os_str().is_empty())
+            {
+                return invalid(
+                    &format!("clusters[{i}].auth_token_file"),
+                    "must be a file's path (or left out)",
+                );
+            }
         }
         self.validate_events()?;
         self.validate_notify()?;

@@ -1127,3 +1127,143 @@ async fn the_token_goes_on_every_request_and_a_rotated_file_is_taken_after_a_401
     );
     assert_eq!(server.received_requests().await.unwrap().len(), before);
 }
+
+/// Issue 45 §2: an `https://` dashboard whose certificate a private CA signed (a
+/// KubeRay cluster behind an ingress). The test makes the CA and the server's
+/// certificate with the `openssl` command and serves Ray's job list over TLS from
+/// Python's standard library on loopback: with the cluster's `ca_file` the client
+/// trusts it; without, the TLS handshake fails (a transport error, retryable).
+#[tokio::test]
+async fn an_https_dashboard_is_trusted_through_the_clusters_ca_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output()
+            .expect("openssl");
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=fairshare test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]);
+    std::fs::write(
+        d.join("ext.cnf"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+        "-out",
+        "server.pem",
+    ]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"[]"
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("server.pem", "server.key")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+"#;
+    let _child = tokio::process::Command::new("python3")
+        .args(["-c", server, &port.to_string()])
+        .current_dir(d)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("python3");
+    let address = format!("https://127.0.0.1:{port}");
+    let trusted = crate::config::ClusterSettings {
+        name: "tls".into(),
+        address: address.clone(),
+        ca_file: Some(d.join("ca.pem")),
+        ..Default::default()
+    };
+    let client = RayClient::for_cluster(&trusted, TEST_TIMEOUT).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let listed = loop {
+        match client.list_jobs().await {
+            Ok(jobs) => break jobs,
+            Err(e) if std::time::Instant::now() < deadline => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("the HTTPS dashboard was not reached: {}", error_chain(&e)),
+        }
+    };
+    assert!(listed.is_empty());
+    let untrusted = crate::config::ClusterSettings {
+        name: "tls".into(),
+        address,
+        ..Default::default()
+    };
+    let client = RayClient::for_cluster(&untrusted, TEST_TIMEOUT).unwrap();
+    let err = client.list_jobs().await.unwrap_err();
+    assert!(
+        matches!(err, RayError::Transport { .. }),
+        "{}",
+        error_chain(&err)
+    );
+    assert!(err.is_retryable());
+    // A ca_file that holds no certificate is refused when the client is made.
+    std::fs::write(d.join("empty.pem"), "not a certificate\n").unwrap();
+    let bad = crate::config::ClusterSettings {
+        name: "tls".into(),
+        address: "https://127.0.0.1:1".into(),
+        ca_file: Some(d.join("empty.pem")),
+        ..Default::default()
+    };
+    let err = RayClient::for_cluster(&bad, TEST_TIMEOUT).unwrap_err();
+    assert!(err.to_string().contains("ca_file"), "{err}");
+}
