@@ -211,7 +211,7 @@ async fn a_declared_oversized_body_gets_413_without_waiting_for_it() {
     let addr = app.address.trim_start_matches("http://").to_string();
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMITTER}\r\n\
+        "POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {SUBMITTER}\r\n\
          Content-Type: application/json\r\nContent-Length: 99999999999\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -239,7 +239,7 @@ async fn a_stalled_body_gets_408_and_the_connection_is_closed() {
     };
     let head = |len: &str| {
         format!(
-            "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMITTER}\r\n\
+            "POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {SUBMITTER}\r\n\
              Content-Type: application/json\r\n{len}\r\n"
         )
     };
@@ -488,9 +488,9 @@ async fn malformed_client_headers_are_logged_below_error() {
     };
     let addr = app.address.trim_start_matches("http://").to_string();
     let requests: [&[u8]; 3] = [
-        b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
-        b"GET /healthz HTTP/1.1\r\nHost: x\r\nBad Header: v\r\n\r\n",
-        b"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \x01\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: abc\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nBad Header: v\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer \x01\r\n\r\n",
     ];
     for raw in requests {
         let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
@@ -562,7 +562,7 @@ async fn a_request_line_of_64_kib_or_more_gets_414_with_a_json_body() {
     let line = |len: usize| {
         // "GET /" + path + " HTTP/1.1" is `len` bytes.
         let path = "a".repeat(len - "GET / HTTP/1.1".len());
-        format!("GET /{path} HTTP/1.1\r\nHost: x\r\n\r\n")
+        format!("GET /{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     };
     for len in [65_536, 70_000, 200_000] {
         let answer = exchange(&app, line(len).as_bytes()).await;
@@ -582,11 +582,11 @@ async fn a_request_line_of_64_kib_or_more_gets_414_with_a_json_body() {
         "x".repeat(65_000)
     );
     let mut raw = format!(
-        "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {SUBMITTER}\r\n\
+        "POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {SUBMITTER}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    raw.push_str("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    raw.push_str("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     raw.push_str(&line(100_000));
     let answer = exchange(&app, raw.as_bytes()).await;
     let statuses: Vec<&str> = answer
@@ -616,7 +616,7 @@ async fn an_idle_connection_is_kept_for_server_keep_alive_longer_than_client_poo
     let addr = app.address.trim_start_matches("http://").to_string();
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     stream
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .await
         .unwrap();
     let mut buf = vec![0u8; 4096];

@@ -567,3 +567,51 @@ async fn a_running_job_whose_cluster_left_the_configuration_fails_with_a_reason(
         .unwrap();
     assert_eq!(u["running"], 0, "it holds nothing: {u}");
 }
+
+/// Issue 45 §1: a cluster that refuses this service's token (Ray's 401) is unhealthy
+/// with a reason naming authentication, its job waits QUEUED (never FAILED), and it is
+/// polled less and less often (each refusal doubles the wait, 1 s up to 30 s), not at
+/// every 100-ms poll.
+#[actix_web::test]
+async fn a_cluster_that_refuses_the_token_is_unhealthy_polled_less_and_its_job_waits() {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::any())
+        .respond_with(
+            ResponseTemplate::new(401)
+                .set_body_string("Unauthorized: Missing or invalid authentication token"),
+        )
+        .mount(&server)
+        .await;
+    let app = app_on(&server, |s| {
+        s.monitor.poll_interval = Duration::from_millis(100);
+        s.monitor.unhealthy_backoff = Duration::from_secs(1);
+    })
+    .await;
+    let job = app.submit("u", json!({})).await;
+    let id = job["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let cluster = loop {
+        let v: serde_json::Value = app.get_json("/v1/scheduler", SUBMITTER).await;
+        let c = v["clusters"][0].clone();
+        if c["healthy"] == false && c["unhealthy_reason"].is_string() {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "never unhealthy: {v}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let reason = cluster["unhealthy_reason"].as_str().unwrap();
+    assert!(reason.contains("authentication"), "{cluster}");
+    assert!(reason.contains("HTTP 401"), "{cluster}");
+    let seen = server.received_requests().await.unwrap().len();
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_secs(3) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let during = server.received_requests().await.unwrap().len() - seen;
+    // Without the backoff: 30 polls of 2 requests or more in 3 s.
+    assert!(during <= 12, "{during} requests in 3 s to a cluster refusing the token");
+    assert_eq!(
+        app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await["status"],
+        "QUEUED"
+    );
+}

@@ -34,7 +34,7 @@ use crate::lifecycle::Limits;
 use crate::metrics;
 use crate::policy::{JobId, Resources};
 use crate::ray::notify::HintKind;
-use crate::ray::{error_chain, RayClient};
+use crate::ray::{error_chain, RayClient, RayError};
 use crate::store::{Db, Fence};
 use crate::views::NotificationsView;
 use book::{Book, Effect, NoticeState, Retiring};
@@ -51,6 +51,11 @@ struct Health {
     last_warned: Option<Instant>,
     /// Why the last poll failed (shown while the cluster is unhealthy).
     last_error: Option<String>,
+    /// Not polled before then: Ray refused this service's authentication (issue 45
+    /// §1; each refused poll doubles the wait, `monitor.unhealthy_backoff` up to
+    /// `unhealthy_backoff_max`).
+    poll_hold_until: Option<Instant>,
+    poll_hold: Duration,
 }
 
 /// Run one poll of every cluster now (tests and the interval both use it).
@@ -253,9 +258,16 @@ impl RayCapacityMonitor {
         }
         self.polling = true;
         self.last_started = Some(Instant::now());
+        let now = Instant::now();
         let polls: Vec<_> = self
             .clients
             .iter()
+            .filter(|(name, _)| {
+                self.health
+                    .get(*name)
+                    .and_then(|h| h.poll_hold_until)
+                    .is_none_or(|t| now >= t)
+            })
             .map(|(name, client)| {
                 let jobs = self
                     .book
@@ -400,6 +412,8 @@ impl RayCapacityMonitor {
             (Ok(u), None) => {
                 health.failures = 0;
                 health.last_error = None;
+                health.poll_hold_until = None;
+                health.poll_hold = Duration::ZERO;
                 health.total = u.total;
                 health.healthy = health.hold_until.is_none_or(|t| Instant::now() >= t);
                 if health.healthy {
@@ -410,6 +424,14 @@ impl RayCapacityMonitor {
             (_, error) => {
                 health.failures = health.failures.saturating_add(1);
                 health.last_error = error.clone();
+                let refused = matches!(&r.usage, Err(RayError::Unauthorized { .. }))
+                    || matches!(&r.jobs, Err(RayError::Unauthorized { .. }));
+                if refused {
+                    let m = &self.settings.monitor;
+                    health.poll_hold =
+                        (health.poll_hold * 2).clamp(m.unhealthy_backoff, m.unhealthy_backoff_max);
+                    health.poll_hold_until = Some(Instant::now() + health.poll_hold);
+                }
                 if health.failures >= threshold {
                     health.healthy = false;
                 }
