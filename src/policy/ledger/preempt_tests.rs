@@ -865,13 +865,158 @@ fn fair_and_held(l: &Ledger) -> (Vec<f64>, Vec<f64>) {
     (fair, held)
 }
 
+/// The ledger of `case`: its groups, users, running jobs (1 core each, started
+/// while cores remain; ids from 1 in the case's order, queued jobs after each
+/// user's running ones) and queued jobs (1 core, preemptible, submitted at 0);
+/// the users are `u0`, `u1`, ….
+fn group_ledger(case: &GroupCase) -> Ledger {
+    let mut groups: Vec<crate::policy::GroupView> = Vec::new();
+    let mut depth: Vec<usize> = Vec::new();
+    for (i, &(pick, weight)) in case.groups.iter().enumerate() {
+        let parent = (pick < i && depth[pick] < 3).then_some(pick);
+        let path = match parent {
+            Some(p) => format!("{}/g{i}", groups[p].path),
+            None => format!("g{i}"),
+        };
+        depth.push(parent.map_or(1, |p| depth[p] + 1));
+        groups.push(crate::policy::GroupView {
+            weight: f64::from(weight),
+            ..crate::policy::GroupView::new(&path)
+        });
+    }
+    let cores = f64::from(case.cores);
+    let mut l = ledger(&[("c", cores)], &[]);
+    l.set_groups(&groups);
+    let names: Vec<String> = (0..case.users.len()).map(|u| format!("u{u}")).collect();
+    let mut used = 0.0;
+    let mut next = 1u128;
+    for (u, (pick, weight, running, queued_jobs)) in case.users.iter().enumerate() {
+        let settings = UserSettings {
+            weight: f64::from(*weight),
+            group: groups.get(*pick).map(|g| g.path.clone()),
+            ..UserSettings::default()
+        };
+        l.set_user(0.0, &names[u], settings);
+        for &(at, preemptible) in running {
+            if used < cores {
+                used += 1.0;
+                l.start(f64::from(at), id(next), &names[u], "c", cpu(1.0), None);
+                if preemptible {
+                    l.set_preemptible(id(next), f64::from(at), 0);
+                }
+            }
+            next += 1;
+        }
+        for _ in 0..*queued_jobs {
+            let mut j = queued(next, 1.0, 0.0);
+            j.preemptible = true;
+            l.push_queued(0.0, &names[u], j);
+            next += 1;
+        }
+    }
+    l
+}
+
+/// The case the grouped property shrank to (its regression seed), by hand. Six
+/// cores, full: group `g0` (weight 3) holds u1 (weight 1; job 5 running,
+/// preemptible; job 6 queued) and u3 (weight 1; job 10 queued); the root holds u0
+/// (weight 1; jobs 1–4 running, 3 and 4 preemptible) and u2 (weight 3; job 7
+/// running, not preemptible; jobs 8 and 9 queued). Demands: u0 4/6, u2 3/6 (capped
+/// by nothing), g0 3/6 (u1 2/6, u3 1/6). The root splits 1 by 3:1:3 among g0, u0,
+/// u2: 3/7, 1/7, 3/7, each under its demand; g0 splits 3/7 by 1:1, u3 capped at
+/// its demand 1/6, u1 the rest, 3/7 − 1/6 = 11/42.
+///
+/// Heads in the last cycle's order: g0 and u2 tie at the root (1/6 over 3), the
+/// group first, and in g0 u3 (nothing) before u1 (1/6). u3's head takes u0's
+/// youngest, job 4 (equal starts: the larger id); u1's takes job 3 (u0 at 3/6,
+/// then 2/6, above 1/7). u0 has nothing preemptible left; u1 now stands at 2/6
+/// with its head, above 11/42, and g0 at 3/6 with both heads: u2's head takes
+/// job 5, as u2 with it, 2/6 over 3, is at g0 without it, (3/6 − 1/6) over 3.
+/// u1 was above its fair share as the round counted it, its own head included.
+/// The property's oracle had counted the victims a round takes but not the heads
+/// it serves, so it saw u1 at 1/6 when job 5 was taken. u1 ends where it began:
+/// job 5 queues again at its old place, ahead of job 6, whose claim then goes (no
+/// longer u1's head), and the next cycle starts job 5 again on what job 3 freed.
+/// Then it is a standstill: u1 (1/6) and u2 (2/6) are below their shares, but
+/// only u1, u2 and u3 hold preemptible jobs, none of them above its share.
+#[test]
+fn preempting_a_head_s_user_counts_the_head_it_was_given() {
+    let case = GroupCase {
+        groups: vec![(0, 3)],
+        users: vec![
+            (1, 1, vec![(0, false), (0, false), (0, true), (0, true)], 0),
+            (0, 1, vec![(0, true)], 1),
+            (1, 3, vec![(0, false)], 2),
+            (0, 1, vec![], 1),
+        ],
+        cores: 6,
+    };
+    let mut l = group_ledger(&case);
+    let knobs = PreemptionConfig {
+        after: 1.0,
+        min_runtime: 0.0,
+        max_per_job: 1000,
+        budget: 1.0,
+        interval: 0.0,
+        shortfall: false,
+    };
+    l.cycle(10.0);
+    let (fair, held) = fair_and_held(&l);
+    let expected = [1.0 / 7.0, 11.0 / 42.0, 3.0 / 7.0, 1.0 / 6.0];
+    for (f, e) in fair.iter().zip(expected) {
+        assert!((f - e).abs() < 1e-12, "fair {fair:?}");
+    }
+    assert_eq!(held, [4.0 / 6.0, 1.0 / 6.0, 1.0 / 6.0, 0.0]);
+    let out = l.preempt(10.0, &knobs);
+    let got: Vec<(u128, &str, u128, &str)> = out
+        .iter()
+        .map(|p| {
+            (
+                p.job_id.as_u128(),
+                p.user.as_str(),
+                p.for_job.as_u128(),
+                p.for_user.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [(4, "u0", 10, "u3"), (3, "u0", 6, "u1"), (5, "u1", 8, "u2")]
+    );
+    for p in &out {
+        assert!(l.end(10.5, p.job_id));
+        let mut again = queued(p.job_id.as_u128(), 1.0, 0.0);
+        again.preemptible = true;
+        again.preemptions = p.preemptions + 1;
+        l.requeue(10.5, &p.user, again);
+    }
+    l.cycle(11.0);
+    let mut running: Vec<(u128, String)> = l
+        .jobs
+        .iter()
+        .map(|(j, job)| (j.as_u128(), l.accounts[job.uid as usize].name.to_string()))
+        .collect();
+    running.sort();
+    let want = [
+        (1, "u0"),
+        (2, "u0"),
+        (5, "u1"),
+        (7, "u2"),
+        (8, "u2"),
+        (10, "u3"),
+    ];
+    assert_eq!(running, want.map(|(j, u)| (j, u.to_owned())));
+    assert!(l.preempt(11.0, &knobs).is_empty());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     /// Issue 43 §2's kind, with groups: preemption (the share rule) reads the same
     /// hierarchical standing as the fair shares. Run to a standstill (cycle,
     /// preempt, the victims end and queue again, and again), on 1-core jobs:
-    /// - it never takes a job of a user at or below its hierarchical fair share;
+    /// - it never takes a job of a user at or below its hierarchical fair share
+    ///   (counting the heads the round gave it, as the rule does);
     /// - it never stops while a user below its fair share waits with a head that
     ///   a preemptible job of a user above its own could make room for, where that
     ///   leaves the waiting user's side of the tree (where the two users' paths
@@ -880,47 +1025,9 @@ proptest! {
     ///   fair share, and preemption must do it.
     #[test]
     fn with_groups_preemption_stops_only_at_hierarchical_fair_shares(case in group_case()) {
-        let mut groups: Vec<crate::policy::GroupView> = Vec::new();
-        let mut depth: Vec<usize> = Vec::new();
-        for (i, &(pick, weight)) in case.groups.iter().enumerate() {
-            let parent = (pick < i && depth[pick] < 3).then_some(pick);
-            let path = match parent {
-                Some(p) => format!("{}/g{i}", groups[p].path),
-                None => format!("g{i}"),
-            };
-            depth.push(parent.map_or(1, |p| depth[p] + 1));
-            groups.push(crate::policy::GroupView { weight: f64::from(weight), ..crate::policy::GroupView::new(&path) });
-        }
         let cores = f64::from(case.cores);
-        let mut l = ledger(&[("c", cores)], &[]);
-        l.set_groups(&groups);
+        let mut l = group_ledger(&case);
         let names: Vec<String> = (0..case.users.len()).map(|u| format!("u{u}")).collect();
-        let mut used = 0.0;
-        let mut next = 1u128;
-        for (u, (pick, weight, running, queued_jobs)) in case.users.iter().enumerate() {
-            let settings = UserSettings {
-                weight: f64::from(*weight),
-                group: groups.get(*pick).map(|g| g.path.clone()),
-                ..UserSettings::default()
-            };
-            l.set_user(0.0, &names[u], settings);
-            for &(at, preemptible) in running {
-                if used < cores {
-                    used += 1.0;
-                    l.start(f64::from(at), id(next), &names[u], "c", cpu(1.0), None);
-                    if preemptible {
-                        l.set_preemptible(id(next), f64::from(at), 0);
-                    }
-                }
-                next += 1;
-            }
-            for _ in 0..*queued_jobs {
-                let mut j = queued(next, 1.0, 0.0);
-                j.preemptible = true;
-                l.push_queued(0.0, &names[u], j);
-                next += 1;
-            }
-        }
         let knobs = PreemptionConfig {
             after: 1.0,
             min_runtime: 0.0,
@@ -971,10 +1078,22 @@ proptest! {
                 }
                 break;
             }
-            // Never a job of a user at or below its fair share (as its earlier
-            // victims of this round leave it).
+            // Never a job of a user at or below its fair share, as things will
+            // stand once the round's earlier heads start (each on what its victims
+            // free: its claim, granted first by the next cycle) and their victims
+            // have gone: the rule's standing, and the flat property's
+            // (`preemptions_follow_the_rules`' "as things will stand once earlier
+            // heads start"). A user whose head preempted may lose a job to a later
+            // head: `preempting_a_head_s_user_counts_the_head_it_was_given`.
             let mut after = held.clone();
+            let mut head: Option<(JobId, usize)> = None;
             for p in &out {
+                if let Some((h, u)) = head {
+                    if h != p.for_job {
+                        after[u] += 1.0 / cores;
+                    }
+                }
+                head = Some((p.for_job, uid(&l, &p.for_user)));
                 let v = uid(&l, &p.user);
                 prop_assert!(after[v] > fair[v] + 1e-9, "{} taken at {} with fair share {}", p.user, after[v], fair[v]);
                 after[v] -= 1.0 / cores;
