@@ -95,6 +95,31 @@ fn strip_port(host: &str) -> &str {
     }
 }
 
+/// `path` with every `%XX` decoded (bytes that are not UTF-8 replaced).
+fn percent_decoded(path: &str) -> String {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Lower case, no trailing dot, no brackets.
 fn normalize(host: &str) -> String {
     host.trim()
@@ -157,7 +182,9 @@ pub async fn middleware(
         let res = HttpResponse::build(StatusCode::MISDIRECTED_REQUEST).json(body);
         return Ok(req.into_response(res));
     }
-    let path = req.path();
+    // As the router sees it: `/%61pi/jobs/` is routed to `/api/jobs/` (a fresh
+    // tester's finding).
+    let path = percent_decoded(req.path());
     let ray_api = path == "/api" || path.starts_with("/api/");
     let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
     if ray_api && !safe && is_browser_request(req.request()) {
@@ -207,6 +234,13 @@ mod tests {
             assert!(!g.allows(refused), "{refused:?}");
         }
         assert!(HostGuard::new(&["*".into()], "").allows(Some("evil.example")));
+    }
+
+    #[test]
+    fn paths_are_compared_as_the_router_decodes_them() {
+        assert_eq!(percent_decoded("/%61pi/jobs/"), "/api/jobs/");
+        assert_eq!(percent_decoded("/a%70i/%6aobs/"), "/api/jobs/");
+        assert_eq!(percent_decoded("/api/%zz/%4"), "/api/%zz/%4");
     }
 
     #[test]

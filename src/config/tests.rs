@@ -592,8 +592,8 @@ fn allowed_hosts_take_names_and_wildcards_and_name_a_bad_entry() {
         std::fs::write(&path, format!("[server]\nallowed_hosts = {hosts}\n")).unwrap();
         Settings::load_with_env(Some(path.as_path()), env(&[]))
     };
-    let s = load(r#"["fairshare.example.org", "*.svc.cluster.local", "*"]"#).unwrap();
-    assert_eq!(s.server.allowed_hosts.len(), 3);
+    let s = load(r#"["fairshare.example.org", "*.svc.cluster.local"]"#).unwrap();
+    assert_eq!(s.server.allowed_hosts.len(), 2);
     for bad in [
         r#"["http://x"]"#,
         r#"["x:8080"]"#,
@@ -668,4 +668,37 @@ fn a_clusters_ca_file_must_hold_a_certificate_and_is_named_when_it_does_not() {
         Some(std::path::Path::new("/var/run/ray-auth/token")),
         "a token file need not exist at start (a Secret mounted later): the cluster is unhealthy until it does"
     );
+}
+
+/// Fresh testers' findings: "*" (or a wildcard over a top-level domain) would let DNS
+/// rebinding back into an open service; a cluster address with a user and password
+/// is logged in full. Both are refused naming the key.
+#[test]
+fn wide_allowed_hosts_without_tokens_and_credentials_in_a_cluster_address_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    let load = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        Settings::load_with_env(Some(path.as_path()), env(&[]))
+    };
+    for hosts in [r#"["*"]"#, r#"["*.com"]"#] {
+        let err = load(&format!("[server]\nallowed_hosts = {hosts}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.allowed_hosts[0]"), "{hosts}: {err}");
+    }
+    let tokens =
+        "[secrets]\nruntime_env_keys = [\"KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio=\"]\n\
+                  [[auth.tokens]]\nname = \"a\"\ntoken = \"admin-token-1\"\nrole = \"admin\"\n";
+    let ok = load(&format!("[server]\nallowed_hosts = [\"*\"]\n{tokens}"));
+    assert!(ok.is_ok(), "{:?}", ok.err());
+    let err = load(&format!("[server]\nallowed_hosts = [\"*.com\"]\n{tokens}"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("below the top level"), "{err}");
+    let err = load("[[clusters]]\nname = \"r\"\naddress = \"http://user:pw@127.0.0.1:1\"\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("clusters[0].address"), "{err}");
+    assert!(!err.contains("pw@"), "the password is not repeated: {err}");
 }

@@ -38,6 +38,23 @@ impl Settings {
                     && name
                         .bytes()
                         .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b)));
+            // A wildcard over a top-level domain (`*.com`) answers names anyone can
+            // register, as "*" answers every name: DNS rebinding is back. Neither is
+            // allowed without tokens (the API is then open to whatever reaches it).
+            let too_wide = h == "*" || (h.starts_with("*.") && !name.contains('.'));
+            if ok && too_wide && self.auth.tokens.is_empty() {
+                return invalid(
+                    &format!("server.allowed_hosts[{i}]"),
+                    "answers hosts anyone can name (DNS rebinding: any web page could use the open API); \
+                     list the names the service is reached by, or configure auth.tokens",
+                );
+            }
+            if ok && h.starts_with("*.") && !name.contains('.') {
+                return invalid(
+                    &format!("server.allowed_hosts[{i}]"),
+                    "a wildcard must name a domain below the top level, e.g. *.svc.cluster.local",
+                );
+            }
             if !ok {
                 return invalid(
                     &format!("server.allowed_hosts[{i}]"),
@@ -130,6 +147,14 @@ impl Settings {
                 return invalid(
                     &format!("clusters[{i}].address"),
                     "must be an http:// or https:// URL of the Ray dashboard",
+                );
+            }
+            if reqwest::Url::parse(&c.address)
+                .is_ok_and(|u| !u.username().is_empty() || u.password().is_some())
+            {
+                return invalid(
+                    &format!("clusters[{i}].address"),
+                    "must not carry a user or password (it is logged and shown); use auth_token_file for Ray's token",
                 );
             }
             if let Some(path) = &c.ca_file {

@@ -162,6 +162,9 @@ fn check(token: &str) -> Result<String, String> {
     if token.is_empty() {
         return Err("the token is empty".into());
     }
+    if token.split_whitespace().count() > 1 {
+        return Err("the token has spaces in it: the file must hold the token alone (no 'Bearer', no other words)".into());
+    }
     if !token.bytes().all(|b| b.is_ascii_graphic()) {
         return Err("the token has characters an HTTP header cannot carry".into());
     }
@@ -192,7 +195,9 @@ mod tests {
         assert!(err.contains("cannot read auth_token_file"), "{err}");
         std::fs::write(&path, "  \n").unwrap();
         assert!(t.current().unwrap_err().contains("empty"));
-        std::fs::write(&path, "a b").unwrap();
+        std::fs::write(&path, "Bearer abc").unwrap();
+        assert!(t.current().unwrap_err().contains("no 'Bearer'"));
+        std::fs::write(&path, "ab\u{7}c").unwrap();
         assert!(t.current().unwrap_err().contains("cannot carry"));
     }
 

@@ -76,7 +76,7 @@ pub enum RayError {
     /// token authentication), or the configured token cannot be read (`status` 0).
     /// About the cluster, never the job: the cluster is unhealthy, its jobs stay
     /// QUEUED. Retryable (the token may be rotated). Never carries the token.
-    #[error("Ray refused this service's authentication for {endpoint} (HTTP {status}): {detail}")]
+    #[error("{}", unauthorized(.endpoint, *.status, .detail))]
     Unauthorized {
         /// The request, e.g. `"GET /api/jobs/"`.
         endpoint: String,
@@ -125,6 +125,18 @@ impl RayError {
 }
 
 pub use crate::errors::chain as error_chain;
+
+/// [`RayError::Unauthorized`]'s text: Ray's refusal, or the token that could not be
+/// used (status 0, nothing sent).
+fn unauthorized(endpoint: &str, status: u16, detail: &str) -> String {
+    if status == 0 {
+        format!("no request sent for {endpoint}: this service's token for Ray's authentication cannot be used: {detail}")
+    } else {
+        format!(
+            "Ray refused this service's authentication for {endpoint} (HTTP {status}): {detail}"
+        )
+    }
+}
 
 /// Ray's error text reduced to its message: the exception line(s) at the end of a
 /// Python traceback, or the whole text; trimmed, at most [`MAX_MESSAGE_CHARS`].

@@ -169,6 +169,14 @@ async fn rays_api_refuses_browser_requests_to_mutating_routes_as_ray_does(db: Db
             .unwrap();
         assert_eq!(r.status(), 405, "{name}");
     }
+    // As the router decodes the path: `/%61pi/` is `/api/` (a fresh tester's finding).
+    for path in ["/%61pi/jobs/", "/a%70i/jobs/"] {
+        let r = from_page(&app, Method::POST, path, &host, Some(ray_job.clone()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 405, "{path}");
+    }
     assert_eq!(jobs_stored(&app).await, 0, "nothing stored");
     let r = from_page(&app, Method::GET, "/api/jobs/", &host, None)
         .send()
@@ -237,3 +245,38 @@ async fn the_console_works_from_an_allowed_host(db: Db) {
     assert_eq!(r.status(), 421);
 }
 both_databases!(the_console_works_from_an_allowed_host);
+
+/// A fresh tester's finding: with `auth.trusted_networks`, a request without a token
+/// from a trusted address is let in, so a browser page of another origin on such a
+/// machine could cancel jobs with a body-less POST (no preflight). It is refused as
+/// on an open service.
+async fn a_trusted_network_lets_no_page_of_another_origin_change_anything(db: Db) {
+    let app = crate::helpers::spawn_app_with(db, |s| {
+        s.auth.trusted_networks = vec!["127.0.0.0/8".into()];
+    })
+    .await
+    .expect("database available");
+    let job = app.submit("victim", json!({})).await;
+    let id = job["id"].as_str().unwrap().to_string();
+    let r = app
+        .client
+        .post(app.url(&format!("/v1/jobs/{id}/cancel")))
+        .header("origin", "http://evil.example")
+        .header("sec-fetch-site", "cross-site")
+        .header("user-agent", BROWSER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let shown: Value = app.get_json(&format!("/v1/jobs/{id}"), ADMIN).await;
+    assert_eq!(shown["status"], "QUEUED");
+    // A client of the trusted network that is no browser still may.
+    let r = app
+        .client
+        .post(app.url(&format!("/v1/jobs/{id}/cancel")))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{:?}", r.text().await);
+}
+both_databases!(a_trusted_network_lets_no_page_of_another_origin_change_anything);

@@ -609,7 +609,10 @@ async fn a_cluster_that_refuses_the_token_is_unhealthy_polled_less_and_its_job_w
     }
     let during = server.received_requests().await.unwrap().len() - seen;
     // Without the backoff: 30 polls of 2 requests or more in 3 s.
-    assert!(during <= 12, "{during} requests in 3 s to a cluster refusing the token");
+    assert!(
+        during <= 12,
+        "{during} requests in 3 s to a cluster refusing the token"
+    );
     assert_eq!(
         app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await["status"],
         "QUEUED"
