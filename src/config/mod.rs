@@ -480,8 +480,9 @@ pub struct ClusterSettings {
     /// `RAY_AUTH_TOKEN_PATH` (a file), when set; else no token. Never logged.
     #[serde(default)]
     pub auth_token_file: Option<std::path::PathBuf>,
-    /// A PEM file of CA certificates trusted for an `https://` address, besides the
-    /// system's roots (a cluster behind an ingress with a private CA).
+    /// A PEM file of CA certificates trusted for an `https://` address (a cluster
+    /// behind an ingress with a private CA), besides the Mozilla roots bundled with
+    /// rustls (webpki-roots).
     #[serde(default)]
     pub ca_file: Option<std::path::PathBuf>,
 }

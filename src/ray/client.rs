@@ -204,7 +204,8 @@ impl RayClient {
     /// The client of a `[[clusters]]` entry: its address, its token
     /// ([`super::auth::RayToken::for_cluster`]: `auth_token_file`, else Ray's
     /// `RAY_AUTH_TOKEN`/`RAY_AUTH_TOKEN_PATH`) sent on every request, and its
-    /// `ca_file` trusted for `https://` besides the system's roots.
+    /// `ca_file` trusted for `https://` besides the Mozilla roots bundled with rustls
+    /// (webpki-roots).
     ///
     /// Errors: as [`RayClient::new`]; and [`RayError::Client`] (status 0) when
     /// `ca_file` cannot be read or holds no PEM certificate.
