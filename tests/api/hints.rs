@@ -175,6 +175,18 @@ async fn a_watcher_told_to_stop_ends_its_attempt_at_once() {
 }
 
 async fn app(db: Db, server: &wiremock::MockServer, idle_poll: Duration) -> TestApp {
+    // No poll but the first, unless the test asks for the safety net.
+    app_polling(db, server, idle_poll, idle_poll).await
+}
+
+/// The service with notifications on (key [`KEY`]) against `server`, polling every
+/// `poll` while something awaits the poll and every `idle` otherwise.
+async fn app_polling(
+    db: Db,
+    server: &wiremock::MockServer,
+    poll: Duration,
+    idle: Duration,
+) -> TestApp {
     let uri = server.uri();
     crate::helpers::spawn_app_with(db, move |s| {
         s.clusters = vec![fairshare::config::ClusterSettings {
@@ -184,9 +196,8 @@ async fn app(db: Db, server: &wiremock::MockServer, idle_poll: Duration) -> Test
         }];
         s.notify.enabled = true;
         s.notify.key = KEY.into();
-        // No poll but the first, unless the test asks for the safety net.
-        s.monitor.poll_interval = idle_poll;
-        s.monitor.idle_poll_interval = idle_poll;
+        s.monitor.poll_interval = poll;
+        s.monitor.idle_poll_interval = idle;
         s.monitor.usage_report_lag = Duration::from_millis(0);
     })
     .await
@@ -447,21 +458,13 @@ both_databases!(a_lost_notification_is_made_up_for_by_the_poll);
 /// release (issue 32: as fast as Ray's own queue would start it).
 async fn a_job_waiting_on_another_tenant_starts_when_it_lets_go(db: Db) {
     let (server, state) = fake_ray::start(2.0, |s| s.foreign_cpu = 2.0).await;
-    let uri = server.uri();
-    let app = crate::helpers::spawn_app_with(db, move |s| {
-        s.clusters = vec![fairshare::config::ClusterSettings {
-            name: "fake".into(),
-            address: uri,
-            ..Default::default()
-        }];
-        s.notify.enabled = true;
-        s.notify.key = KEY.into();
-        s.monitor.poll_interval = Duration::from_millis(100);
-        s.monitor.idle_poll_interval = Duration::from_secs(600);
-        s.monitor.usage_report_lag = Duration::from_millis(0);
-    })
-    .await
-    .expect("database available");
+    let app = app_polling(
+        db,
+        &server,
+        Duration::from_millis(100),
+        Duration::from_secs(600),
+    )
+    .await;
     let id = app.submit("u", json!({"resources": {"cpu": 1}})).await["id"]
         .as_str()
         .unwrap()
@@ -534,21 +537,13 @@ both_databases!(an_end_announced_while_its_start_is_checked_is_not_lost);
 /// after capacity freed). `GET /v1/scheduler` and the metrics say so.
 async fn a_cluster_whose_notifications_never_arrive_is_polled_fast(db: Db) {
     let (server, state) = fake_ray::start(4.0, |s| s.run_polls = u32::MAX).await;
-    let uri = server.uri();
-    let app = crate::helpers::spawn_app_with(db, move |s| {
-        s.clusters = vec![fairshare::config::ClusterSettings {
-            name: "fake".into(),
-            address: uri,
-            ..Default::default()
-        }];
-        s.notify.enabled = true;
-        s.notify.key = KEY.into();
-        s.monitor.poll_interval = Duration::from_millis(200);
-        s.monitor.idle_poll_interval = Duration::from_secs(5);
-        s.monitor.usage_report_lag = Duration::from_millis(0);
-    })
-    .await
-    .expect("database available");
+    let app = app_polling(
+        db,
+        &server,
+        Duration::from_millis(200),
+        Duration::from_secs(5),
+    )
+    .await;
     let big = app.submit("a", json!({"resources": {"cpu": 4}})).await["id"]
         .as_str()
         .unwrap()
@@ -621,21 +616,13 @@ both_databases!(a_cluster_whose_notifications_never_arrive_is_polled_fast);
 /// interval; `GET /v1/scheduler` says `arriving` with no message.
 async fn a_cluster_whose_notifications_arrive_is_polled_at_the_idle_interval(db: Db) {
     let (server, state) = fake_ray::start(4.0, |s| s.run_polls = u32::MAX).await;
-    let uri = server.uri();
-    let app = crate::helpers::spawn_app_with(db, move |s| {
-        s.clusters = vec![fairshare::config::ClusterSettings {
-            name: "fake".into(),
-            address: uri,
-            ..Default::default()
-        }];
-        s.notify.enabled = true;
-        s.notify.key = KEY.into();
-        s.monitor.poll_interval = Duration::from_millis(100);
-        s.monitor.idle_poll_interval = Duration::from_secs(600);
-        s.monitor.usage_report_lag = Duration::from_millis(0);
-    })
-    .await
-    .expect("database available");
+    let app = app_polling(
+        db,
+        &server,
+        Duration::from_millis(100),
+        Duration::from_secs(600),
+    )
+    .await;
     let id = app.submit("u", json!({"resources": {"cpu": 1}})).await["id"]
         .as_str()
         .unwrap()
