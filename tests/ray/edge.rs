@@ -62,14 +62,7 @@ async fn the_end_of_a_job_is_known_within_milliseconds() {
             "round {round}: seen {late_ms} ms after Ray's end"
         );
     }
-    let m = http
-        .get(format!("{}/metrics", svc.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = svc.metrics().await;
     assert!(
         metric(
             &m,
@@ -240,14 +233,7 @@ async fn jobs_run_back_to_back_when_notifications_cannot_arrive() {
             .is_some_and(|m| m.contains("not arriving") && m.contains(&dead.to_string())),
         "{view}"
     );
-    let m = http
-        .get(format!("{}/metrics", svc.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let m = svc.metrics().await;
     assert!(
         metric(
             &m,

@@ -172,6 +172,18 @@ impl Service {
             .unwrap()
     }
 
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     pub async fn put(&self, path: &str, body: serde_json::Value) -> reqwest::Response {
         self.client
             .put(format!("{}{}", self.url, path))

@@ -107,6 +107,9 @@ struct StateReadings {
     last: Option<followed::UsageNow>,
 }
 
+/// Why a cluster is unhealthy when no poll failed: a dispatch found it not ready.
+const NOT_READY: &str = "a dispatch found it not ready; held back before the next try";
+
 /// The most of the dashboard's time the State API readings may take: a tenth.
 const STATE_COST_SHARE: f64 = 0.1;
 
@@ -511,9 +514,10 @@ impl RayCapacityMonitor {
         };
         let notifications = Some(self.notifications_view(&name));
         let unhealthy_reason = (!health.healthy).then(|| {
-            health.last_error.clone().unwrap_or_else(|| {
-                "a dispatch found it not ready; held back before the next try".to_string()
-            })
+            health
+                .last_error
+                .clone()
+                .unwrap_or_else(|| NOT_READY.to_string())
         });
         self.arbiter.capacity.do_send(CapacityChanged {
             cluster: name.clone(),
@@ -702,9 +706,7 @@ impl Handler<ClusterUnreachable> for RayCapacityMonitor {
                 "cluster marked unhealthy: a dispatch found it not ready");
             self.arbiter.capacity.do_send(CapacityChanged {
                 cluster: msg.cluster,
-                unhealthy_reason: Some(
-                    "a dispatch found it not ready; held back before the next try".into(),
-                ),
+                unhealthy_reason: Some(NOT_READY.into()),
                 healthy: false,
                 total: h.total,
                 used: Resources::default(),
