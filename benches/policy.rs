@@ -41,6 +41,7 @@ fn config() -> PolicyConfig {
     PolicyConfig {
         usage_half_life: 3600.0,
         starvation_guard: 300.0,
+        starvation_runs: 0.0,
         backfill: true,
         age_weight: 0.2,
         max_age: 86_400.0,
@@ -165,6 +166,7 @@ fn ledger_full_overdue(bencher: Bencher, n_users: usize) {
 fn ledger_one_freed(bencher: Bencher, n_users: usize) {
     let config = PolicyConfig {
         starvation_guard: f64::INFINITY,
+        starvation_runs: 0.0,
         ..config()
     };
     let mut ledger = Ledger::new(config, UserSettings::default());

@@ -146,6 +146,11 @@ struct SimulateCli {
     /// service's scheduler.starvation_guard).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::sim::run::parse_seconds_or_off)]
     starvation_guard: Option<f64>,
+    /// Typical run times (geometric mean of recent jobs' run times) a head may wait
+    /// before it gets the reservation, when shorter than the guard; 0 turns it off
+    /// (default: the service's scheduler.starvation_runs).
+    #[arg(long, allow_hyphen_values = true)]
+    starvation_runs: Option<f64>,
     /// Strict fair-share order: stop at the first head that does not fit.
     #[arg(long)]
     no_backfill: bool,
@@ -279,6 +284,9 @@ pub fn run() -> ExitCode {
             }
             if let Some(g) = a.starvation_guard {
                 args.starvation_guard_s = g;
+            }
+            if let Some(r) = a.starvation_runs {
+                args.starvation_runs = r;
             }
             args.backfill = !a.no_backfill;
             if let Some(w) = a.age_weight {

@@ -199,7 +199,18 @@ pub struct SchedulerView {
     pub queued_jobs: usize,
     pub outstanding_jobs: usize,
     pub usage_half_life_seconds: f64,
+    /// `scheduler.starvation_guard`, seconds.
     pub starvation_guard_seconds: f64,
+    /// `scheduler.starvation_runs`: typical run times a head may wait before it is
+    /// starved, when shorter than the guard (0: off).
+    pub starvation_runs: f64,
+    /// The typical run time of recently ended jobs (geometric mean, seconds); `null`
+    /// before any ended, and on a follower.
+    pub typical_runtime_seconds: Option<f64>,
+    /// The starvation guard in force, seconds: `starvation_guard_seconds`, or
+    /// `starvation_runs` typical run times when shorter (DESIGN §2). On a follower,
+    /// the configured guard.
+    pub guard_in_force_seconds: f64,
     pub backfill: bool,
 }
 

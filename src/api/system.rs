@@ -58,6 +58,9 @@ pub async fn scheduler(
                 outstanding_jobs: sum(|s| s.is_outstanding()),
                 usage_half_life_seconds: sched.usage_half_life.as_secs_f64(),
                 starvation_guard_seconds: sched.starvation_guard.as_secs_f64(),
+                starvation_runs: sched.starvation_runs,
+                typical_runtime_seconds: None,
+                guard_in_force_seconds: sched.starvation_guard.as_secs_f64(),
                 backfill: sched.backfill,
             }
         }

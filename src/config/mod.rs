@@ -426,6 +426,10 @@ pub struct SchedulerSettings {
     /// backfill around it; DESIGN §2).
     #[serde(with = "crate::config::duration")]
     pub starvation_guard: Duration,
+    /// How many typical run times (the geometric mean of recent jobs' run times) a
+    /// head that fits nowhere may wait before it gets the reservation, when that is
+    /// shorter than `starvation_guard`; 0 turns it off (DESIGN §2).
+    pub starvation_runs: f64,
     /// Weight of the age term in dominant-share units (0 turns it off).
     pub age_weight: f64,
     /// Age at which the age term saturates (Slurm's `PriorityMaxAge`).
@@ -572,6 +576,7 @@ impl SchedulerSettings {
         crate::policy::PolicyConfig {
             usage_half_life: self.usage_half_life.as_secs_f64(),
             starvation_guard: self.starvation_guard.as_secs_f64(),
+            starvation_runs: self.starvation_runs,
             backfill: self.backfill,
             age_weight: self.age_weight,
             max_age: self.max_age.as_secs_f64(),

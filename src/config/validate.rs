@@ -100,6 +100,10 @@ impl Settings {
         if !(1..=8).contains(&self.database.intake_pipeline) {
             return invalid("database.intake_pipeline", "must be between 1 and 8");
         }
+        let runs = self.scheduler.starvation_runs;
+        if !(runs.is_finite() && runs >= 0.0) {
+            return invalid("scheduler.starvation_runs", "must be a finite number ≥ 0");
+        }
         if !(self.scheduler.age_weight.is_finite() && self.scheduler.age_weight >= 0.0) {
             return invalid("scheduler.age_weight", "must be a finite number ≥ 0");
         }

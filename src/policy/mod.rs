@@ -192,6 +192,7 @@ pub mod preview;
 mod reservation;
 mod resources;
 mod share;
+pub mod starvation;
 
 #[cfg(test)]
 mod proptests;
@@ -302,6 +303,13 @@ pub struct PolicyConfig {
     /// this (seconds) gets the reservation when backfill is on (module doc).
     /// `f64::INFINITY` disables reservations.
     pub starvation_guard: Seconds,
+    /// How many typical run times a head may wait before it counts as starved,
+    /// when that is shorter than `starvation_guard` ([`starvation`]; the ledger
+    /// learns the typical run time from the jobs that end). `0` or not finite: the
+    /// wall-clock guard alone. The snapshot functions ([`run_cycle`]) take
+    /// `starvation_guard` as the guard in force and ignore this.
+    #[serde(default)]
+    pub starvation_runs: f64,
     /// On: skip a user whose head does not fit and go on (EASY backfill
     /// around the reservation, if any). Off: stop there.
     pub backfill: bool,

@@ -394,6 +394,7 @@ mod tests {
         PolicyConfig {
             usage_half_life: 0.0,
             starvation_guard: f64::INFINITY,
+            starvation_runs: 0.0,
             backfill: true,
             age_weight: 0.0,
             max_age: 86_400.0,

@@ -195,6 +195,7 @@ fn config() -> impl Strategy<Value = PolicyConfig> {
             move |(usage_half_life, starvation_guard, backfill, seats)| PolicyConfig {
                 usage_half_life,
                 starvation_guard,
+                starvation_runs: 0.0,
                 backfill,
                 age_weight: 0.0,
                 max_age: 86_400.0,

@@ -143,6 +143,7 @@ fn plain() -> PolicyConfig {
     PolicyConfig {
         usage_half_life: 0.0,
         starvation_guard: f64::INFINITY,
+        starvation_runs: 0.0,
         backfill: true,
         age_weight: 0.0,
         max_age: 86_400.0,
@@ -547,6 +548,7 @@ fn starvation_scenario(guard: Seconds, horizon: Seconds) -> Option<Seconds> {
     let config = PolicyConfig {
         usage_half_life: 0.0,
         starvation_guard: guard,
+        starvation_runs: 0.0,
         ..plain()
     };
     let one = cpus(1.0);
@@ -598,6 +600,7 @@ fn starvation_guard_reserves_and_tells_the_others_why() {
     let config = PolicyConfig {
         usage_half_life: 0.0,
         starvation_guard: 60.0,
+        starvation_runs: 0.0,
         ..plain()
     };
     let users = vec![
@@ -655,6 +658,7 @@ fn starvation_guard_reserves_and_tells_the_others_why() {
 fn s_l_scenario() -> (Option<Seconds>, Option<CycleOutcome>) {
     let config = PolicyConfig {
         starvation_guard: 4.0,
+        starvation_runs: 0.0,
         ..plain()
     };
     let s_jobs = (0..40).map(|i| job(100 + i, cpus(1.0), 0.0)).collect();
@@ -736,6 +740,7 @@ fn easy_cluster() -> ClusterView {
 fn easy_backfill_admits_jobs_that_end_before_the_shadow_or_fit_the_extra() {
     let config = PolicyConfig {
         starvation_guard: 30.0,
+        starvation_runs: 0.0,
         ..plain()
     };
     // W's 6-CPU job waited 50 s and X, which holds the 5 busy CPUs, comes
@@ -784,6 +789,7 @@ fn easy_backfill_admits_jobs_that_end_before_the_shadow_or_fit_the_extra() {
 fn the_reservation_sticks_to_its_job_whatever_the_keys_and_ages() {
     let config = PolicyConfig {
         starvation_guard: 30.0,
+        starvation_runs: 0.0,
         ..plain()
     };
     let held = Reservation {
@@ -842,6 +848,7 @@ fn the_reservation_sticks_to_its_job_whatever_the_keys_and_ages() {
 fn a_cancelled_reserved_job_releases_the_reservation() {
     let config = PolicyConfig {
         starvation_guard: 30.0,
+        starvation_runs: 0.0,
         ..plain()
     };
     let held = Reservation {

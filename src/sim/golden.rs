@@ -26,6 +26,7 @@ fn issue_10(capacity: u32) -> SimConfig {
     SimConfig {
         half_life_s: 3600.0,
         starvation_guard_s: 300.0,
+        starvation_runs: 0.0,
         backfill: true,
         age_weight: 0.2,
         max_age_s: 86_400.0,

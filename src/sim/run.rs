@@ -28,6 +28,9 @@ pub struct SimulateArgs {
     pub half_life_s: f64,
     /// Starvation guard, seconds; `f64::INFINITY` disables it.
     pub starvation_guard_s: f64,
+    /// Typical run times a head may wait before it is starved, when shorter than
+    /// the guard; 0 turns it off.
+    pub starvation_runs: f64,
     /// Backfill on (EASY around the reservation) or off (strict order).
     pub backfill: bool,
     /// Weight of the age term, dominant-share units.
@@ -70,6 +73,7 @@ impl SimulateArgs {
             policy: None,
             half_life_s: defaults.half_life_s,
             starvation_guard_s: defaults.starvation_guard_s,
+            starvation_runs: defaults.starvation_runs,
             backfill: defaults.backfill,
             age_weight: defaults.age_weight,
             max_age_s: defaults.max_age_s,
@@ -279,6 +283,12 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
             reason: format!("{} s; must be ≥ 0", args.starvation_guard_s),
         });
     }
+    if !(args.starvation_runs.is_finite() && args.starvation_runs >= 0.0) {
+        return Err(SimError::Invalid {
+            name: "starvation runs (--starvation-runs)",
+            reason: format!("{}; must be a finite number ≥ 0", args.starvation_runs),
+        });
+    }
     if !(args.age_weight.is_finite() && args.age_weight >= 0.0) {
         return Err(SimError::Invalid {
             name: "age weight (--age-weight)",
@@ -390,6 +400,7 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
     let mut config = SimConfig {
         half_life_s: args.half_life_s,
         starvation_guard_s: args.starvation_guard_s,
+        starvation_runs: args.starvation_runs,
         backfill: args.backfill,
         age_weight: args.age_weight,
         max_age_s: args.max_age_s,

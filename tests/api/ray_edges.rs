@@ -390,13 +390,19 @@ async fn the_time_from_a_finish_to_the_next_dispatch_is_measured() {
 
 #[actix_web::test]
 async fn a_wide_job_past_the_starvation_guard_starts_within_two_seconds() {
-    // Issue 10 §1: 4 CPUs; S keeps the cluster busy with 1-CPU jobs of 1.5 s, L asks
-    // for all 4. With the guard at 4 s, L gets the reservation and runs as soon as
-    // S's running jobs end, instead of S refilling the cluster one job at a time.
+    // Issue 10 §1 and issue 43 §5: 4 CPUs; S keeps the cluster busy with 1-CPU jobs,
+    // L asks for all 4. Until the guard (4 s) trips, S's jobs go on being dispatched
+    // (work-conserving: the cluster never idles while L cannot fit); when it trips, L
+    // gets the reservation at once (a cycle is scheduled for that instant, not left to
+    // the next finish or tick) and runs as soon as S's running jobs end.
     let (server, state) = fake_ray::start(4.0, |s| s.run_polls = 15).await;
     let app = app_on(&server, |s| {
         s.scheduler.starvation_guard = Duration::from_secs(4);
         s.scheduler.usage_half_life = Duration::ZERO;
+        // The guard alone (the one that follows run times has its own test).
+        s.scheduler.starvation_runs = 0.0;
+        // No tick to fall back on: the reservation must come from the guard's wake.
+        s.scheduler.tick = Duration::from_secs(60);
     })
     .await;
     until(10, "capacity known", || async {
@@ -420,7 +426,25 @@ async fn a_wide_job_past_the_starvation_guard_starts_within_two_seconds() {
         .await;
     let id = l["id"].as_str().unwrap().to_string();
     let submitted = std::time::Instant::now();
+    let posts_at_submit = state.lock().unwrap().posts;
     let guard = Duration::from_secs(4);
+    let reserved = until(20, "L reserved", || async {
+        let reason = job(&app, &id).await["pending_reason"].clone();
+        reason
+            .as_str()
+            .is_some_and(|r| r.contains("reserved for this job"))
+            .then(|| (submitted.elapsed(), state.lock().unwrap().posts))
+    })
+    .await;
+    assert!(
+        reserved.0 >= guard && reserved.0 <= guard + Duration::from_millis(900),
+        "L was reserved {:?} after its submit; the guard trips at {guard:?}",
+        reserved.0
+    );
+    assert!(
+        reserved.1 > posts_at_submit,
+        "no job of S was dispatched between L's submit and the guard tripping"
+    );
     until(20, "L running", || async {
         let status = job(&app, &id).await["status"].clone();
         (status == "RUNNING" || status == "SUCCEEDED").then_some(())

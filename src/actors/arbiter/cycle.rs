@@ -1,9 +1,9 @@
 //! The arbiter's scheduling cycle, what it publishes of the clusters, and saving
 //! decayed usage.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use actix::Context;
+use actix::{AsyncContext, Context};
 
 use super::FairShareArbiter;
 use crate::actors::messages::{Grant, OthersHold, Preempt};
@@ -34,10 +34,39 @@ impl FairShareArbiter {
             return;
         }
         self.cycle_requested = true;
-        crate::actors::after_mailbox(ctx, |act: &mut Self, _| {
+        crate::actors::after_mailbox(ctx, |act: &mut Self, ctx| {
             act.cycle_requested = false;
             act.run_cycle();
+            act.arm_guard_wake(ctx);
         });
+    }
+
+    /// Schedules a cycle for when the next waiting head passes the starvation guard
+    /// (DESIGN §2, "Reservation"), so that the reservation is made then and not at
+    /// the next finish or tick: the capacity that frees meanwhile would go to
+    /// backfill. One such wake is pending at a time; a new instant replaces it.
+    pub(super) fn arm_guard_wake(&mut self, ctx: &mut Context<Self>) {
+        let at = self.ledger.guard_trips_at();
+        if self.guard_wake.as_ref().map(|w| w.1) == at {
+            return;
+        }
+        if let Some((handle, _)) = self.guard_wake.take() {
+            ctx.cancel_future(handle);
+        }
+        let Some(at) = at else {
+            return;
+        };
+        // Just after the instant (the guard is "waited longer than"); a wake beyond
+        // the next tick is left to the tick.
+        let delay = (at - unix_now()).max(0.0) + 0.001;
+        if delay >= self.settings.scheduler.tick.as_secs_f64() {
+            return;
+        }
+        let handle = ctx.run_later(Duration::from_secs_f64(delay), |act, ctx| {
+            act.guard_wake = None;
+            act.request_cycle(ctx);
+        });
+        self.guard_wake = Some((handle, at));
     }
 
     /// One scheduling cycle: the ledger decides, the arbiter carries out the grants.

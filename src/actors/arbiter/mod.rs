@@ -189,6 +189,9 @@ pub struct FairShareArbiter {
     last: Option<CycleView>,
     cycles: u64,
     cycle_requested: bool,
+    /// A cycle scheduled for when the next waiting head passes the starvation guard
+    /// (`Ledger::guard_trips_at`), and that instant (Unix seconds).
+    guard_wake: Option<(actix::SpawnHandle, f64)>,
     ready: bool,
     /// Every QUEUED job the queues hold, with its user's index in `names`: a job
     /// reaches the arbiter from the API, from recovery and (on PostgreSQL) from another
@@ -261,6 +264,7 @@ impl FairShareArbiter {
             last: None,
             cycles: 0,
             cycle_requested: false,
+            guard_wake: None,
             ready: false,
             queued_ids: IdMap::default(),
             names: Vec::new(),
@@ -434,6 +438,7 @@ impl Actor for FairShareArbiter {
         ctx.run_interval(tick, |act, ctx| {
             if act.ready {
                 act.run_cycle();
+                act.arm_guard_wake(ctx);
                 ctx.spawn(
                     super::off_actor(act.save_usage())
                         .into_actor(act)

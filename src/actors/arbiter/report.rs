@@ -120,6 +120,9 @@ impl FairShareArbiter {
             outstanding_jobs: self.ledger.outstanding_count(),
             usage_half_life_seconds: self.config.usage_half_life,
             starvation_guard_seconds: self.config.starvation_guard,
+            starvation_runs: self.config.starvation_runs,
+            typical_runtime_seconds: self.ledger.typical_runtime(),
+            guard_in_force_seconds: self.ledger.guard(),
             backfill: self.config.backfill,
         }
     }

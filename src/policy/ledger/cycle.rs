@@ -258,7 +258,7 @@ impl Ledger {
         }
         let out = crate::policy::oracle::run_cycle_in(
             now,
-            &self.config,
+            &self.policy_config(),
             &self.tree,
             &users,
             &outside,

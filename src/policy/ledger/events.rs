@@ -222,6 +222,7 @@ impl Ledger {
             return false;
         };
         self.forget_preemptible(job, &j);
+        self.observe_runtime(now, now - j.started_at);
         self.touch_usage(j.uid, now);
         let capacity = self.capacity;
         let a = &mut self.accounts[j.uid as usize];
@@ -250,6 +251,34 @@ impl Ledger {
         }
         self.reindex(j.uid, now);
         true
+    }
+
+    /// Counts a job that ran `runtime` seconds in the typical run time, and moves the
+    /// guard in force with it. Heads that a longer guard no longer finds overdue are
+    /// indexed again (a shorter one takes effect as the next cycle advances the
+    /// waiting heads).
+    fn observe_runtime(&mut self, now: Seconds, runtime: Seconds) {
+        self.runtimes.observe(runtime);
+        let guard = crate::policy::starvation::guard(&self.config, &self.runtimes);
+        if guard.to_bits() == self.guard.to_bits() {
+            return;
+        }
+        let longer = guard > self.guard;
+        self.guard = guard;
+        if longer {
+            let early: Vec<Uid> = (0..self.accounts.len())
+                .filter(|&u| {
+                    let a = &self.accounts[u];
+                    a.overdue
+                        && a.head()
+                            .is_some_and(|h| !super::overdue(now, h.submitted_at, guard))
+                })
+                .map(|u| u as Uid)
+                .collect();
+            for uid in early {
+                self.reindex(uid, now);
+            }
+        }
     }
 
     /// Charges outstanding `job` `held` (cores, GPUs, bytes: what Ray's State API says

@@ -182,7 +182,7 @@ impl Ledger {
     /// Puts an eligible user in its shape's index and in `waiting` or `overdue`, with
     /// `bound`, a lower bound of its key from `now` on.
     pub(super) fn index_eligible(&mut self, uid: Uid, now: Seconds, bound: Bound) {
-        let guard = self.config.starvation_guard;
+        let guard = self.guard;
         let a = &mut self.accounts[uid as usize];
         let Some(head) = a.head() else {
             return;
@@ -205,7 +205,7 @@ impl Ledger {
     /// Moves users whose head has now waited past the guard from `waiting` into
     /// `overdue`.
     pub(super) fn advance_overdue(&mut self, now: Seconds) {
-        let guard = self.config.starvation_guard;
+        let guard = self.guard;
         while let Some(&(at, uid)) = self.waiting.first() {
             if !overdue(now, at.0, guard) {
                 break;

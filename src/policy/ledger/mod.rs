@@ -486,6 +486,11 @@ pub struct Ledger {
     last: Option<LastCycle>,
     /// Preemption's state between calls (`preempt.rs`).
     preempt: preempt::PreemptState,
+    /// The run times of the jobs that ended ([`Ledger::end`]), which the guard in
+    /// force follows.
+    runtimes: crate::policy::starvation::TypicalRuntime,
+    /// The starvation guard in force, seconds ([`crate::policy::starvation::guard`]).
+    guard: Seconds,
 }
 
 impl Ledger {
@@ -493,6 +498,8 @@ impl Ledger {
     /// a job get `defaults`.
     #[must_use]
     pub fn new(config: PolicyConfig, defaults: UserSettings) -> Ledger {
+        let runtimes = crate::policy::starvation::TypicalRuntime::default();
+        let guard = crate::policy::starvation::guard(&config, &runtimes);
         Ledger {
             config,
             defaults,
@@ -512,6 +519,8 @@ impl Ledger {
             holders: KeyIndex::default(),
             last: None,
             preempt: preempt::PreemptState::default(),
+            runtimes,
+            guard,
         }
     }
 

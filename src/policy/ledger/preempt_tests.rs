@@ -51,6 +51,7 @@ fn policy() -> PolicyConfig {
     PolicyConfig {
         usage_half_life: 0.0,
         starvation_guard: f64::INFINITY,
+        starvation_runs: 0.0,
         backfill: true,
         age_weight: 0.0,
         max_age: 0.0,

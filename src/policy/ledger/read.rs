@@ -14,6 +14,46 @@ impl Ledger {
         self.reservation.as_ref()
     }
 
+    /// The policy's knobs as the next cycle applies them: the configured ones with
+    /// `starvation_guard` the guard in force ([`Ledger::guard`]), what
+    /// [`crate::policy::run_cycle`] on this ledger's snapshot takes to decide the same.
+    #[must_use]
+    pub fn policy_config(&self) -> crate::policy::PolicyConfig {
+        crate::policy::PolicyConfig {
+            starvation_guard: self.guard,
+            ..self.config.clone()
+        }
+    }
+
+    /// The starvation guard in force, seconds: `starvation_guard`, or
+    /// `starvation_runs` typical run times of the jobs that ended when that is
+    /// shorter ([`crate::policy::starvation::guard`]).
+    #[must_use]
+    pub fn guard(&self) -> Seconds {
+        self.guard
+    }
+
+    /// When the next eligible head still within the guard passes it (its submit time
+    /// plus the guard in force, seconds), if no reservation is held and backfill is
+    /// on: a cycle then may make the reservation, which otherwise waits for the
+    /// next event (the simulator's `guard_wake`; issue 43 §5, where it waited for the
+    /// next finish). `None` when no head is waiting, or the guard is off.
+    #[must_use]
+    pub fn guard_trips_at(&self) -> Option<Seconds> {
+        if !self.config.backfill || self.reservation.is_some() || !self.guard.is_finite() {
+            return None;
+        }
+        self.waiting.first().map(|(at, _)| at.0 + self.guard)
+    }
+
+    /// The typical run time of the jobs that ended (a geometric mean of recent
+    /// ends, seconds; [`crate::policy::starvation::TypicalRuntime`]); `None` before
+    /// any ended.
+    #[must_use]
+    pub fn typical_runtime(&self) -> Option<Seconds> {
+        self.runtimes.get()
+    }
+
     /// Whether another tenant holds capacity (cores, GPUs or bytes) on a healthy
     /// cluster, by the last reports ([`ClusterView::foreign`]): its release is
     /// announced by no watcher, so the monitor must poll to learn of it.

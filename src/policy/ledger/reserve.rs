@@ -152,7 +152,7 @@ impl Ledger {
         let Some(head) = a.head() else {
             return false;
         };
-        if !super::overdue(now, head.submitted_at, self.config.starvation_guard)
+        if !super::overdue(now, head.submitted_at, self.guard)
             || a.ineligibility(head).is_some()
             || Self::best_fit_room(&run.rooms, &head.resources).is_some()
         {
@@ -244,7 +244,10 @@ impl Ledger {
         let (first, skipped) = index.pop_min(now, |uid| {
             let a = &self.accounts[uid as usize];
             match a.head() {
-                Some(h) if !Self::fits_some_room(&run.rooms, &h.resources) => {
+                Some(h)
+                    if super::overdue(now, h.submitted_at, self.guard)
+                        && !Self::fits_some_room(&run.rooms, &h.resources) =>
+                {
                     let (rank, bound) = self.rank_and_bound(uid, now);
                     Verdict::Rank(rank, bound)
                 }

@@ -93,9 +93,19 @@ fn config() -> impl Strategy<Value = PolicyConfig> {
         prop::sample::select(vec![200.0, 86_400.0]),
         // A quarter of the time QPU is a license of 1 to 3 seats for all clusters.
         prop::option::weighted(0.25, 1u32..=3),
+        // The guard in force follows the jobs that end (half the time).
+        prop::sample::select(vec![0.0, 0.0, 0.5, 2.0]),
     )
         .prop_map(
-            move |(usage_half_life, starvation_guard, backfill, age_weight, max_age, seats)| {
+            move |(
+                usage_half_life,
+                starvation_guard,
+                backfill,
+                age_weight,
+                max_age,
+                seats,
+                runs,
+            )| {
                 let mut licenses = crate::policy::Custom::EMPTY;
                 if let Some(n) = seats {
                     licenses.set(qpu, f64::from(n));
@@ -103,6 +113,7 @@ fn config() -> impl Strategy<Value = PolicyConfig> {
                 PolicyConfig {
                     usage_half_life,
                     starvation_guard,
+                    starvation_runs: runs,
                     backfill,
                     age_weight,
                     max_age,
@@ -255,9 +266,12 @@ fn replay_in(config: &PolicyConfig, groups: &[GroupView], ops: &[Op]) -> Result<
                 let outside = ledger.outside_views();
                 let clusters = ledger.cluster_views();
                 let held = ledger.reservation().cloned();
+                // The knobs as the ledger applies them (its guard in force).
+                let applied = ledger.policy_config();
+                prop_assert_eq!(applied.starvation_runs, config.starvation_runs);
                 let expected = oracle::run_cycle_in(
                     now,
-                    config,
+                    &applied,
                     ledger.tree(),
                     &users,
                     &outside,
@@ -440,6 +454,7 @@ fn service_config() -> PolicyConfig {
     PolicyConfig {
         usage_half_life: 3600.0,
         starvation_guard: 300.0,
+        starvation_runs: 0.0,
         backfill: true,
         age_weight: 0.2,
         max_age: 86_400.0,
@@ -476,6 +491,7 @@ fn a_cycle_on_a_full_cluster_reads_no_user_once_the_reservation_is_held() {
 fn a_cycle_that_frees_one_core_reads_a_few_users_not_all() {
     let config = PolicyConfig {
         starvation_guard: f64::INFINITY,
+        starvation_runs: 0.0,
         ..service_config()
     };
     let mut ledger = busy(5000, &config);

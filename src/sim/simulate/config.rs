@@ -84,6 +84,10 @@ pub struct SimConfig {
     pub half_life_s: Seconds,
     /// Starvation guard, seconds; `f64::INFINITY` disables it (fairshare only).
     pub starvation_guard_s: Seconds,
+    /// Typical run times a head may wait before it is starved, when shorter than
+    /// the guard (`scheduler.starvation_runs`); 0 turns it off (fairshare only).
+    #[serde(default)]
+    pub starvation_runs: f64,
     /// Backfill on (EASY around the reservation) or off (strict order)
     /// (fairshare only).
     pub backfill: bool,
@@ -130,6 +134,7 @@ impl SimConfig {
             capacity,
             half_life_s: defaults.usage_half_life,
             starvation_guard_s: defaults.starvation_guard,
+            starvation_runs: defaults.starvation_runs,
             backfill: defaults.backfill,
             age_weight: defaults.age_weight,
             max_age_s: defaults.max_age,

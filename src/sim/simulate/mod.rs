@@ -296,6 +296,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         let policy_config = PolicyConfig {
             usage_half_life: config.half_life_s,
             starvation_guard: config.starvation_guard_s,
+            starvation_runs: config.starvation_runs,
             backfill: config.backfill,
             age_weight: config.age_weight,
             max_age: config.max_age_s,

@@ -79,10 +79,10 @@ impl Sim<'_> {
     /// reservation; its grants start their jobs.
     fn fair_share_cycle(&mut self, now: Seconds) {
         let free = self.free_cores();
-        let guard = self.config.starvation_guard_s;
         let Some(ledger) = &mut self.ledger else {
             return;
         };
+        let guard = ledger.guard();
         // Without a head that fits, the cycle would grant nothing; it still runs
         // when it would make a reservation (none held and some head past the
         // guard), so that the reservation exists from the same instant as in the
@@ -115,7 +115,11 @@ impl Sim<'_> {
     /// periodic tick would, so that the reservation is made when the guard
     /// trips and not only at the next submit or finish.
     pub(super) fn guard_wake(&self, now: Seconds) -> Option<Seconds> {
-        let guard = self.config.starvation_guard_s;
+        // The guard in force (it follows the run times of the jobs that ended).
+        let guard = self
+            .ledger
+            .as_ref()
+            .map_or(self.config.starvation_guard_s, Ledger::guard);
         let held = self
             .ledger
             .as_ref()
