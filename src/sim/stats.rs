@@ -53,6 +53,10 @@ pub fn jain_index(values: &[f64]) -> f64 {
     }
 }
 
+/// Cores below which a user counts as holding nothing (sums of many starts and
+/// ends leave rounding noise, not a job).
+const HELD_NOTHING: f64 = 1e-9;
+
 /// One job for [`time_averaged_shares`]: its user (an index), cores, and when
 /// it was submitted, started holding its cores and ended, in seconds on any
 /// common clock. `start` or `end` `None`: not yet (until the horizon).
@@ -85,6 +89,9 @@ pub struct ShareSummary {
     /// replayed job holds (`1 − Σ_u actual_u`, floored at 0). The rest is what
     /// users hold beyond their fair share.
     pub fairness_error_idle: f64,
+    /// Per user: the share of contended time during which it had jobs queued and
+    /// held nothing (0 to 1): a user starved while others ran (issue 43 §6).
+    pub starved: Vec<f64>,
     /// Seconds of contended time (some user backlogged and the demands, each
     /// capped at the capacity, sum to more than the capacity).
     pub contended_s: f64,
@@ -109,6 +116,7 @@ pub fn time_averaged_shares(
     let mut summary = ShareSummary {
         actual: vec![0.0; users],
         fair: vec![0.0; users],
+        starved: vec![0.0; users],
         ..ShareSummary::default()
     };
     if capacity <= 0.0 || jobs.is_empty() {
@@ -169,6 +177,11 @@ pub fn time_averaged_shares(
             summary.contended_s += dt;
             error_integral += error * dt;
             idle_integral += (1.0 - used).max(0.0) * dt;
+            for u in 0..users {
+                if queued[u] > 0 && held[u] <= HELD_NOTHING {
+                    summary.starved[u] += dt;
+                }
+            }
         }
     }
     if summary.span_s > 0.0 {
@@ -180,6 +193,9 @@ pub fn time_averaged_shares(
     if summary.contended_s > 0.0 {
         summary.fairness_error = error_integral / summary.contended_s;
         summary.fairness_error_idle = idle_integral / summary.contended_s;
+        for s in &mut summary.starved {
+            *s /= summary.contended_s;
+        }
     }
     summary
 }

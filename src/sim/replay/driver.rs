@@ -411,6 +411,7 @@ pub(super) async fn replay_tuned(
     match api.share_context().await {
         Some(context) if context.capacity_cpu > 0.0 => {
             text.push_str(&render_share_table(&records, &context));
+            text.push_str(&render_alternatives(&records, &context));
         }
         _ => {
             let _ = writeln!(

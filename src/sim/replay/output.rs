@@ -177,17 +177,18 @@ pub fn render_share_table(jobs: &[JobRecord], context: &ShareContext) -> String 
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<12} {:>6} {:>9} {:>7}",
-        "user", "weight", "actual_%", "fair_%"
+        "{:<12} {:>6} {:>9} {:>7} {:>10}",
+        "user", "weight", "actual_%", "fair_%", "starved_%"
     );
     for (_, user) in counts {
         let u = index[user];
         let _ = writeln!(
             out,
-            "{user:<12} {:>6} {:>9.1} {:>7.1}",
+            "{user:<12} {:>6} {:>9.1} {:>7.1} {:>10.1}",
             weights[u],
             100.0 * summary.actual[u],
-            100.0 * summary.fair[u]
+            100.0 * summary.fair[u],
+            100.0 * summary.starved[u]
         );
     }
     let _ = writeln!(
@@ -201,6 +202,104 @@ pub fn render_share_table(jobs: &[JobRecord], context: &ShareContext) -> String 
         summary.span_s,
         context.capacity_cpu
     );
+    let _ = writeln!(
+        out,
+        "starved_%: share of the contended time a user had jobs queued and held nothing"
+    );
+    out
+}
+
+/// Milli-cores per core in [`render_alternatives`]' simulations (the simulator
+/// counts whole cores; the replay's jobs ask fractions such as 0.25).
+const MILLI: f64 = 1000.0;
+
+/// What the share table's fairness error means against the alternatives: the same
+/// jobs (submit times and the time each held its cores, as measured in this run)
+/// simulated under FIFO, the gateway's old loop and fairshare's policy (the service's
+/// defaults; capacity and weights as read from the service), each with its fairness
+/// error by [`time_averaged_shares`] (the share table's definition). Labelled as
+/// simulated: no Ray start-up between jobs there, so each figure compares policies,
+/// not this run's timing. Jobs that never started or ended are left out; empty when
+/// none is left or the capacity is unknown.
+#[must_use]
+pub fn render_alternatives(jobs: &[JobRecord], context: &ShareContext) -> String {
+    use crate::sim::simulate::{simulate, SimConfig, SimPolicy};
+    use crate::sim::swf::TraceJob;
+    let capacity = (context.capacity_cpu * MILLI).round();
+    if !(capacity >= 1.0 && capacity <= f64::from(u32::MAX)) {
+        return String::new();
+    }
+    let Some(origin) = jobs.iter().map(|j| j.submitted_at).min() else {
+        return String::new();
+    };
+    let secs = |t: DateTime<Utc>| (t - origin).num_microseconds().unwrap_or(i64::MAX) as f64 / 1e6;
+    let mut trace: Vec<TraceJob> = jobs
+        .iter()
+        .enumerate()
+        .filter_map(|(n, j)| {
+            let start = secs(j.dispatched_at.or(j.started_at)?);
+            let end = secs(j.finished_at?);
+            let cpus = (j.resources.map_or(0.0, |r| r.cpu) * MILLI)
+                .round()
+                .max(1.0);
+            Some(TraceJob::new(
+                n as u64 + 1,
+                secs(j.submitted_at),
+                (end - start).max(0.0),
+                cpus.min(capacity) as u32,
+                &j.user,
+            ))
+        })
+        .collect();
+    if trace.is_empty() {
+        return String::new();
+    }
+    trace.sort_by(|a, b| a.submit.total_cmp(&b.submit).then(a.number.cmp(&b.number)));
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "the same {} jobs simulated (as measured here: submit times, time each held its cores; \
+         {} cores, no Ray start-up between jobs):",
+        trace.len(),
+        context.capacity_cpu
+    );
+    for policy in [
+        SimPolicy::Fifo,
+        SimPolicy::GatewayLoop,
+        SimPolicy::FairShare,
+    ] {
+        let config = SimConfig {
+            weights: context.weights.clone(),
+            ..SimConfig::new(policy, capacity as u32)
+        };
+        let outcome = simulate(&trace, &config);
+        let weights: Vec<f64> = outcome
+            .users
+            .iter()
+            .map(|u| context.weights.get(u).copied().unwrap_or(1.0))
+            .collect();
+        let share_jobs: Vec<ShareJob> = outcome
+            .jobs
+            .iter()
+            .map(|j| ShareJob {
+                user: j.user,
+                cpu: f64::from(j.cpus) / MILLI,
+                submit: j.submit,
+                start: Some(j.start),
+                end: Some(j.start + j.run),
+            })
+            .collect();
+        let horizon = share_jobs.iter().filter_map(|j| j.end).fold(0.0, f64::max);
+        let s = time_averaged_shares(&share_jobs, &weights, context.capacity_cpu, horizon);
+        let worst = s.starved.iter().copied().fold(0.0, f64::max);
+        let _ = writeln!(
+            out,
+            "  {:<13} fairness error {:.4}; most starved user {:.1} % of contended time (simulated)",
+            policy.to_string(),
+            s.fairness_error,
+            100.0 * worst
+        );
+    }
     out
 }
 

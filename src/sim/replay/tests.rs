@@ -252,12 +252,13 @@ fn share_table_shows_actual_against_fair_share_and_the_fairness_error() {
     let lines: Vec<&str> = t.lines().collect();
     assert_eq!(
         lines[1].split_whitespace().collect::<Vec<_>>(),
-        ["u62", "1", "83.3", "45.8"],
+        ["u62", "1", "83.3", "45.8", "0.0"],
         "{t}"
     );
+    // u7 waited with nothing held over the whole contended time.
     assert_eq!(
         lines[2].split_whitespace().collect::<Vec<_>>(),
-        ["u7", "1", "16.7", "54.2"],
+        ["u7", "1", "16.7", "54.2", "100.0"],
         "{t}"
     );
     assert!(
@@ -294,14 +295,126 @@ fn share_table_counts_a_core_held_idle_for_a_wide_job_as_idle_capacity() {
         weights: BTreeMap::new(),
     };
     let t = render_share_table(&jobs, &context);
-    let last = t.lines().last().unwrap_or_default();
+    let error = t
+        .lines()
+        .find(|l| l.starts_with("fairness error"))
+        .unwrap_or_default();
     assert!(
-        last.starts_with(
+        error.starts_with(
             "fairness error 0.5000 (idle capacity 0.5000 + held beyond fair share 0.0000; \
              time average over 9.0 s contended of 12.0 s"
         ),
         "{t}"
     );
+}
+
+#[test]
+fn starved_share_counts_only_contended_time_with_jobs_queued_and_nothing_held() {
+    // Capacity 1 core. u62 holds it over [0, 4) and [6, 10); u7 submits at 1 and
+    // holds it over [4, 6), then has another job queued from 6 to 10 (it runs
+    // [10, 11)). Contended: [1, 10) (u7 backlogged from 1, u62 from 6... u62's
+    // second job was submitted at 0): 9 s. u7 starved over [1, 4) and [6, 10): 7 s
+    // of 9; u62 over [4, 6): 2 s of 9.
+    let jobs = vec![
+        record(
+            "u62",
+            "SUCCEEDED",
+            [Some(0.0), Some(0.0), Some(0.0), Some(4.0)],
+        ),
+        record(
+            "u62",
+            "SUCCEEDED",
+            [Some(0.0), Some(6.0), Some(6.0), Some(10.0)],
+        ),
+        record(
+            "u7",
+            "SUCCEEDED",
+            [Some(1.0), Some(4.0), Some(4.0), Some(6.0)],
+        ),
+        record(
+            "u7",
+            "SUCCEEDED",
+            [Some(1.0), Some(10.0), Some(10.0), Some(11.0)],
+        ),
+    ];
+    let context = ShareContext {
+        capacity_cpu: 1.0,
+        weights: BTreeMap::new(),
+    };
+    let t = render_share_table(&jobs, &context);
+    let row = |user: &str| -> Vec<String> {
+        t.lines()
+            .find(|l| l.starts_with(user))
+            .unwrap()
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(row("u62")[4], format!("{:.1}", 100.0 * 2.0 / 9.0), "{t}");
+    assert_eq!(row("u7")[4], format!("{:.1}", 100.0 * 7.0 / 9.0), "{t}");
+}
+
+#[test]
+fn alternatives_simulate_the_same_jobs_under_every_policy() {
+    // Capacity 2 cores. u62 submits eight 1-core jobs of 2 s at 0, u7 two at 1. As
+    // measured, u7 waited for all eight (u62 held both cores over [0, 8)), which is
+    // FIFO's schedule. fairshare gives u7 a core at 2, when u62's first two end.
+    let mut jobs: Vec<JobRecord> = (0..8)
+        .map(|i| {
+            let s = f64::from(i / 2) * 2.0;
+            record(
+                "u62",
+                "SUCCEEDED",
+                [Some(0.0), Some(s), Some(s), Some(s + 2.0)],
+            )
+        })
+        .collect();
+    for _ in 0..2 {
+        jobs.push(record(
+            "u7",
+            "SUCCEEDED",
+            [Some(1.0), Some(8.0), Some(8.0), Some(10.0)],
+        ));
+    }
+    let context = ShareContext {
+        capacity_cpu: 2.0,
+        weights: BTreeMap::new(),
+    };
+    let live = render_share_table(&jobs, &context);
+    let t = render_alternatives(&jobs, &context);
+    let lines: Vec<&str> = t.lines().collect();
+    assert!(lines[0].starts_with("the same 10 jobs simulated"), "{t}");
+    let error = |line: &str| -> f64 {
+        line.split("fairness error ").nth(1).unwrap()[..6]
+            .parse()
+            .unwrap()
+    };
+    let live_error: f64 = live
+        .lines()
+        .find(|l| l.starts_with("fairness error"))
+        .map(error)
+        .unwrap();
+    let fifo = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("fifo"))
+        .unwrap();
+    let fair = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("fairshare"))
+        .unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.trim_start().starts_with("gateway-loop")),
+        "{t}"
+    );
+    assert!(
+        fifo.ends_with("(simulated)") && fair.ends_with("(simulated)"),
+        "{t}"
+    );
+    // FIFO reproduces the measured schedule, so its error is the run's.
+    assert!((error(fifo) - live_error).abs() < 1e-4, "{live}\n{t}");
+    assert!(error(fair) < error(fifo), "{t}");
 }
 
 /// A fake service: POST creates (or finds) a job, 422 beyond 4 cores, one 429 for
