@@ -688,3 +688,38 @@ fn an_output_over_an_input_or_the_other_output_is_refused() {
     let text = run_simulate(&args).unwrap();
     assert!(text.contains("ignored: 1"), "{text}");
 }
+
+/// Issue 43 §6's kind on two cores: b floods 1-core jobs of 10 s at t = 0, a
+/// submits one 2-core job at 5. Every freed core goes to b (a's head never fits
+/// one core), so with the 5-minute guard alone a waits for b's whole queue.
+fn wide_behind_a_flood() -> Vec<TraceJob> {
+    let mut trace: Vec<TraceJob> = (1..=20).map(|n| job(n, 0.0, 10.0, 1, "b")).collect();
+    trace.push(job(21, 5.0, 10.0, 2, "a"));
+    trace
+}
+
+#[test]
+fn the_guard_in_force_follows_the_run_times_of_the_jobs_that_ended() {
+    let cfg = config(SimPolicy::FairShare, 2, 0.0);
+    // The guard alone (5 min): b's 20 jobs run two at a time until 100, a after.
+    let out = simulate(&wide_behind_a_flood(), &cfg);
+    assert_eq!(starts(&out)[&21], 100.0);
+    // Two typical run times: the first ends (10 s each) make the guard
+    // 2 × 10 = 20 s, quantized down to 2^(17/4) = 19.03 s. a (submitted at 5) is
+    // past it at 24.03: the simulator wakes then, a is starved (b holds both
+    // cores) and gets the reservation; b's jobs (no estimate) may not start in
+    // front of it, so a starts when b's two running jobs end, at 30.
+    let runs = SimConfig {
+        starvation_runs: 2.0,
+        ..cfg
+    };
+    let out = simulate(&wide_behind_a_flood(), &runs);
+    let s = starts(&out);
+    assert_eq!(s[&21], 30.0);
+    // b kept both cores busy until then: four jobs at 0, 10 and 20 (two each).
+    let before: Vec<f64> = (1..=20).map(|n| s[&n]).filter(|&t| t < 30.0).collect();
+    assert_eq!(before, vec![0.0, 0.0, 10.0, 10.0, 20.0, 20.0]);
+    // Nothing of b starts while a waits for its two cores: [20, 30) holds b's
+    // two jobs of 20, then a runs [30, 40), then b again.
+    assert!((1..=20).all(|n| s[&n] < 30.0 || s[&n] >= 40.0));
+}
