@@ -74,8 +74,9 @@ pub struct Shadow {
 ///
 /// Free at any time is `ceiling − (held − released)`, floored at 0, where
 /// `released` sums the jobs ended by then. Walks the jobs by expected end
-/// (unknown ends last), releasing each group that ends at the same instant,
-/// until the request fits. If it never fits, `start` is `None` and `extra` is
+/// (unknown ends last), releasing each group that ends at the same known instant
+/// (jobs without an estimate one at a time, in the given order), until the
+/// request fits. If it never fits, `start` is `None` and `extra` is
 /// zero. `O(n log n)` for `n` jobs.
 #[must_use]
 pub fn shadow(
@@ -116,8 +117,13 @@ pub(crate) fn shadow_sorted(
     let mut jobs = jobs.into_iter().map(|(end, r)| (clamp(end), r)).peekable();
     while let Some((end, r)) = jobs.next() {
         released += r;
+        // Jobs that end at one known instant are released together. Unknown ends
+        // are not one instant: each is released on its own (in arrival order), so
+        // that `E` is what is left beyond the request once just enough of them have
+        // ended, not everything they hold (which let every job in as "extra" in
+        // front of a reservation whose cluster ran only jobs without an estimate).
         while let Some(&(next, r)) = jobs.peek() {
-            if cmp_end(next, end) != Ordering::Equal {
+            if end.is_none() || cmp_end(next, end) != Ordering::Equal {
                 break;
             }
             released += r;

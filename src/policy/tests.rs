@@ -895,6 +895,30 @@ fn shadow_walks_expected_ends_and_unknown_ends_come_last() {
     );
 }
 
+#[test]
+fn jobs_without_an_estimate_are_released_one_at_a_time() {
+    // Issue 43 §6: the quickstart's 2-CPU head full of 0.25-CPU jobs with no
+    // estimate, a 0.352-CPU head reserved. Released one at a time (in the given
+    // order), two must end: then 0.5 is free and E = 0.5 − 0.352 = 0.148, too small
+    // for another 0.25 job. Released together, E was 2 − 0.352 = 1.648 and every
+    // 0.25 job passed the reservation as "extra".
+    let jobs = [OutstandingJob {
+        resources: cpus(0.25),
+        expected_end: None,
+    }; 8];
+    let s = shadow(10.0, &cpus(0.352), cpus(2.0), cpus(2.0), &jobs);
+    assert_eq!(s.start, None);
+    assert!((s.extra.cpu - 0.148).abs() < 1e-12, "{s:?}");
+    // Known ends at one instant are still released together.
+    let at_20 = [OutstandingJob {
+        resources: cpus(0.25),
+        expected_end: Some(20.0),
+    }; 8];
+    let s = shadow(10.0, &cpus(0.352), cpus(2.0), cpus(2.0), &at_20);
+    assert_eq!(s.start, Some(20.0));
+    assert!((s.extra.cpu - 1.648).abs() < 1e-12, "{s:?}");
+}
+
 // 8c. Age term.
 #[test]
 fn the_age_term_lets_a_long_waiting_heavy_user_go_first_and_saturates() {
