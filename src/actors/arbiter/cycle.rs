@@ -99,6 +99,15 @@ impl FairShareArbiter {
                 to.do_send(Preempt { preemption });
             }
         }
+        if outcome.reservation.as_ref().map(|r| r.job_id) != self.reserved {
+            match &outcome.reservation {
+                Some(r) => tracing::info!(job_id = %r.job_id, user = %r.user,
+                    cluster = %r.cluster,
+                    guard_in_force_s = self.ledger.guard(), "reservation made"),
+                None => tracing::info!(job_id = ?self.reserved, "reservation released"),
+            }
+            self.reserved = outcome.reservation.as_ref().map(|r| r.job_id);
+        }
         if !outcome.grants.is_empty() || self.queued_ids.is_empty() {
             // Granted; or nothing waits, so the freed capacity goes to no job, and a
             // later grant (a new submission's) is not the finish's latency.

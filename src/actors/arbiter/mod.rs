@@ -192,6 +192,8 @@ pub struct FairShareArbiter {
     /// A cycle scheduled for when the next waiting head passes the starvation guard
     /// (`Ledger::guard_trips_at`), and that instant (Unix seconds).
     guard_wake: Option<(actix::SpawnHandle, f64)>,
+    /// The job the last cycle left the reservation to (logged when it changes).
+    reserved: Option<crate::policy::JobId>,
     ready: bool,
     /// Every QUEUED job the queues hold, with its user's index in `names`: a job
     /// reaches the arbiter from the API, from recovery and (on PostgreSQL) from another
@@ -265,6 +267,7 @@ impl FairShareArbiter {
             cycles: 0,
             cycle_requested: false,
             guard_wake: None,
+            reserved: None,
             ready: false,
             queued_ids: IdMap::default(),
             names: Vec::new(),
