@@ -60,14 +60,7 @@ pub async fn view(head: &RayHead) -> View {
     let client = head.client();
     let get = |path: &str| {
         let req = client.get(format!("{}{path}", head.dashboard));
-        async move {
-            req.send()
-                .await
-                .ok()?
-                .json::<Value>()
-                .await
-                .ok()
-        }
+        async move { req.send().await.ok()?.json::<Value>().await.ok() }
     };
     let mut v = View::default();
     if let Some(nodes) = get("/api/v0/nodes").await {
@@ -110,14 +103,16 @@ async fn a_job_straight_into_ray_on_a_zero_cpu_autoscaling_head_brings_a_worker_
     let r = head
         .client()
         .post(format!("{}/api/jobs/", head.dashboard))
-        .json(&json!({"entrypoint": "sleep 2", "submission_id": "straight",
-                      "entrypoint_num_cpus": 1}))
+        .json(
+            &json!({"entrypoint": "sleep 2", "submission_id": "straight",
+                      "entrypoint_num_cpus": 1}),
+        )
         .send()
         .await
         .unwrap();
     assert!(r.status().is_success(), "{}", r.text().await.unwrap());
     // Ray sees the job as demand and asks for a node of the one type that fits.
-    eventually(30, "the job in resourceDemand and a cpu-2 launch", || async {
+    eventually(30, "a cpu-2 launch (or the worker already up)", || async {
         let v = view(&head).await;
         (v.pending_launches.get("cpu-2").is_some_and(|n| *n >= 1) || v.alive_workers == 1)
             .then_some(())
