@@ -19,7 +19,9 @@ timeline (when the autoscaler asked for a worker, when each was ALIVE, when each
 was removed after the queue emptied), when each job was seen RUNNING (polled every
 0.5 s) and Ray's end times, all in seconds from the first submit, then the ratio
 fairshare / ray. Modes are alternated between rounds; each mode gets its own cluster.
-BENCH_MODES=ray limits the modes; BENCH_JOBS / BENCH_SECS change the scenario.
+BENCH_MODES=ray limits the modes; BENCH_JOBS / BENCH_SECS change the scenario; a run
+not done after BENCH_TIMEOUT s (300) is reported with where each job is (Ray's status,
+fairshare's status and pending_reason), e.g. a 0-CPU head through fairshare today.
 
 `probe`: one cluster; records what Ray reports (GET /api/cluster_status, its ?format=1
 text = `ray status`, /api/v0/nodes, the jobs) at every change of the autoscaler's view
@@ -39,6 +41,7 @@ BIN = os.environ.get("FAIRSHARE_BIN") or os.path.join(
     ROOT, os.environ.get("CARGO_TARGET_DIR") or "target", "release", "fairshare")
 JOBS = int(os.environ.get("BENCH_JOBS", "4"))
 SECS = int(os.environ.get("BENCH_SECS", "20"))
+TIMEOUT = int(os.environ.get("BENCH_TIMEOUT", "300"))  # a run not done by then is reported
 WORKERS = {"cpu-2": {"resources": {"CPU": 2}, "min_workers": 0, "max_workers": 2}}
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
@@ -269,14 +272,24 @@ def run_mode(mode, head_cpus):
         w = Watcher(c, t0)
         w.start()
         ids = submit_fairshare(svc, JOBS, SECS) if svc else submit_ray(c, "direct", JOBS, SECS)
-        deadline = t0 + 600
+        deadline = t0 + TIMEOUT
         while time.time() < deadline:
             jobs = c.jobs()
             if all(i in jobs and jobs[i]["status"] in TERMINAL for i in ids):
                 break
             time.sleep(0.5)
         else:
-            raise SystemExit(f"{mode}: jobs not done in 600 s")
+            # Not done: say where each job is (e.g. QUEUED in fairshare, never sent).
+            w.stop()
+            where = []
+            for i in ids:
+                state = jobs[i]["status"] if i in jobs else "not in Ray"
+                if svc:
+                    fj = call(svc.url + f"/v1/jobs/{i}")
+                    state += f" / fairshare {fj.get('status')}: {fj.get('pending_reason')}"
+                where.append(state)
+            return {"mode": mode, "makespan": None, "timeout": TIMEOUT, "where": where,
+                    "changes": w.changes}
         bad = [i for i in ids if jobs[i]["status"] != "SUCCEEDED"]
         end = max(jobs[i]["end_time"] for i in ids) / 1000.0
         # The workers go after the idle timeout: wait (at most 60 s) to time it.
@@ -327,6 +340,13 @@ def node_timeline(changes):
 
 
 def show(r):
+    if r["makespan"] is None:
+        print(f"== {r['mode']}: NOT DONE after {r['timeout']} s")
+        for w in sorted(set(r["where"])):
+            print(f"   {r['where'].count(w)} x {w}")
+        nodes = node_timeline(r["changes"])
+        print("   nodes: " + ("; ".join(f"{t:.1f} s {what}" for t, what in nodes) or "none started"))
+        return
     print(f"== {r['mode']}: makespan {r['makespan']:.1f} s"
           + (f"  FAILED {r['failed']}" if r["failed"] else ""))
     print("   RUNNING at: " + ", ".join(f"{s:.1f}" for s in r["starts"])
@@ -356,11 +376,14 @@ def bench(rounds, head_cpus):
             show(res)
             results[m].append(res["makespan"])
     print("== summary")
+    fmt = lambda x: "not done" if x is None else f"{x:.1f} s"
     for m in modes:
-        print(f"   {m}: makespan " + ", ".join(f"{x:.1f}" for x in results[m]) + " s")
+        print(f"   {m}: makespan " + ", ".join(fmt(x) for x in results[m]))
     if "ray" in results and "fairshare" in results:
-        ratios = [f / r for f, r in zip(results["fairshare"], results["ray"])]
-        print("   ratio fairshare / ray: " + ", ".join(f"{x:.2f}" for x in ratios))
+        ratios = [None if f is None or r is None else f / r
+                  for f, r in zip(results["fairshare"], results["ray"])]
+        print("   ratio fairshare / ray: "
+              + ", ".join("n/a" if x is None else f"{x:.2f}" for x in ratios))
 
 
 def probe(out, head_cpus, v2):
