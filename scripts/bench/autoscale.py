@@ -352,7 +352,7 @@ def show(r):
     print("   RUNNING at: " + ", ".join(f"{s:.1f}" for s in r["starts"])
           + "   ends: " + ", ".join(f"{s:.1f}" for s in r["ends"]))
     nodes = node_timeline(r["changes"])
-    print("   nodes: " + "; ".join(f"{t:.1f} s {what}" for t, what in nodes))
+    print("   nodes: " + ("; ".join(f"{t:.1f} s {what}" for t, what in nodes) or "none started"))
     gone = [t for t, what in nodes if what.endswith("gone")]
     if gone:
         print(f"   last worker gone {max(gone) - r['last_end']:.1f} s after the last job ended")
