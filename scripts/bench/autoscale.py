@@ -4,6 +4,7 @@ multi-node provider (scripts/ray-autoscaling-head).
 
     python3 scripts/bench/autoscale.py bench [ROUNDS] [--head-cpus N]   (scripts/bench-autoscale)
     python3 scripts/bench/autoscale.py probe OUTDIR [--head-cpus N] [--v2]
+    python3 scripts/bench/autoscale.py probe-stop [--head-cpus N]
 
 The scenario: a head of --head-cpus CPUs (default 1), one worker type `cpu-2` of 2 CPUs,
 min 0, max 2, idle_timeout_minutes 0.2, AUTOSCALER_UPDATE_INTERVAL_S=1; JOBS (4) jobs
@@ -30,6 +31,9 @@ idle-terminated, then a job whose entrypoint resources no node type has (infeasi
 the head runs with RAY_JOB_START_TIMEOUT_SECONDS=30 to show how it ends), and at the
 end GET /api/v0/cluster_events into OUTDIR/cluster_events.json. --v2: Ray's autoscaler
 v2 (KubeRay's default) instead of v1 (`ray start`'s default).
+
+`probe-stop`: POST /api/jobs/{id}/stop to a job Ray holds PENDING while a node it
+needs is being added, and to one no node type can hold; prints what follows.
 
 Must run inside the loopback-only namespace (scripts/bench-autoscale does that).
 """
@@ -433,6 +437,35 @@ def probe(out, head_cpus, v2):
         c.stop()
 
 
+def probe_stop(head_cpus):
+    """A stop sent to jobs Ray holds PENDING: one waiting for a node the autoscaler is
+    adding, one no node type can hold. Prints what Ray says and whether the demand and
+    the launch go away."""
+    c = Cluster(head_cpus, job_start_timeout=120)
+    try:
+        t0 = time.time()
+        w = Watcher(c, t0)
+        w.start()
+        call(c.dashboard + "/api/jobs/", {"entrypoint": "sleep 30", "submission_id": "waits-for-node",
+                                           "entrypoint_num_cpus": head_cpus + 1})
+        call(c.dashboard + "/api/jobs/", {"entrypoint": "sleep 1", "submission_id": "infeasible",
+                                           "entrypoint_num_cpus": 8})
+        # Stop both once the autoscaler has asked for a node.
+        while not (view(c.status(), c.nodes())["pendingLaunches"] or {}):
+            time.sleep(0.2)
+        for sid in ("waits-for-node", "infeasible"):
+            t = time.time() - t0
+            print(f"{t:6.2f} stop {sid}: {call(c.dashboard + f'/api/jobs/{sid}/stop', {}, method='POST')}")
+        time.sleep(40)
+        w.stop()
+        for ch in w.changes:
+            print(f"{ch[0]:6.2f} " + " ".join(json.dumps(x) for x in ch[1:]))
+        for sid, j in c.jobs().items():
+            print(sid, j["status"], j.get("error_type"), j.get("message"))
+    finally:
+        c.stop()
+
+
 def main():
     args = sys.argv[1:]
     head_cpus = 1
@@ -443,6 +476,8 @@ def main():
     v2 = "--v2" in args
     if v2:
         args.remove("--v2")
+    if args and args[0] == "probe-stop":
+        return probe_stop(head_cpus)
     if not args or args[0] not in ("bench", "probe"):
         print(__doc__)
         sys.exit(2)
