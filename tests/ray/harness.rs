@@ -161,6 +161,47 @@ impl RayHead {
         }
     }
 
+    /// An *autoscaling* head (issue 44): Ray's own autoscaler with its fake multi-node
+    /// provider, through `scripts/ray-autoscaling-head` (which writes the cluster config
+    /// into this head's temp dir and puts head, autoscaler and every worker raylet it
+    /// starts in one process group, stopped on drop like any head). `head_cpus` 0 is
+    /// a head that takes no work; `worker_types` is Ray's `available_node_types` for
+    /// the workers, e.g. `{"cpu-2": {"resources": {"CPU": 2}, "min_workers": 0,
+    /// "max_workers": 2}}`; idle timeout 0.2 min (12 s), autoscaler update every 1 s.
+    /// See [`crate::autoscale`] for reading the autoscaler's view.
+    pub fn spawn_autoscaling(
+        ray: &PathBuf,
+        head_cpus: u32,
+        worker_types: &serde_json::Value,
+    ) -> RayHead {
+        let dir = tempfile::Builder::new()
+            .prefix("ray")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let dash = free_port();
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        // The venv's python runs the launcher; it execs `ray start` in a new session.
+        let child = Command::new(ray.parent().unwrap().join("python"))
+            .arg(root.join("scripts/ray-autoscaling-head"))
+            .arg(dir.path())
+            .arg(format!("--head-cpus={head_cpus}"))
+            .arg(format!("--worker-types={worker_types}"))
+            .arg("--idle-timeout-minutes=0.2")
+            .arg(format!("--dashboard-port={dash}"))
+            .arg("--job-start-timeout=60")
+            .env("FAIRSHARE_RAY_BIN", ray)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start scripts/ray-autoscaling-head");
+        RayHead {
+            child,
+            dashboard: format!("http://127.0.0.1:{dash}"),
+            token: None,
+            _dir: dir,
+        }
+    }
+
     /// A client that sends the head's token, if it has one.
     pub fn client(&self) -> reqwest::Client {
         let mut headers = reqwest::header::HeaderMap::new();
@@ -237,6 +278,11 @@ impl Drop for RayHead {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
+                // The rest of the group (an autoscaling head's worker raylets) ends
+                // on the same SIGTERM, a moment later.
+                while Instant::now() < deadline && group_alive(pid) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
                 return;
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -246,6 +292,15 @@ impl Drop for RayHead {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// Whether any process of process group `pgid` is still there (`kill -0`).
+fn group_alive(pgid: u32) -> bool {
+    Command::new("kill")
+        .args(["-0", "--", &format!("-{pgid}")])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Polls `check` every 200 ms until it returns `Some`, failing after `secs`.

@@ -5,6 +5,7 @@
 //! loopback-only network namespace (`scripts/test-runner`), and refuse to run outside
 //! one. One head at a time (they share the machine's 2 cores).
 
+mod autoscale;
 mod custom;
 mod edge;
 mod gateway;
