@@ -15,7 +15,7 @@ use actix::{Actor, Context, Handler};
 use entity::job;
 
 use super::messages::{
-    ArbiterHandle, Demand, Dispatch, DispatcherHandle, EnqueueBatch, Grant, GrantDeclined,
+    ArbiterHandle, Compact, Demand, Dispatch, DispatcherHandle, EnqueueBatch, Grant, GrantDeclined,
     Hold, QueueHandle, QueuePlace, Release, RemoveQueued,
 };
 use crate::policy::custom::Custom;
@@ -25,6 +25,16 @@ use crate::policy::{JobId, QueuedJob, Resources};
 /// Queue order: priority (higher first), submit time (microseconds since the epoch),
 /// id. 32 bytes.
 type QueueKey = (Reverse<i32>, i64, JobId);
+
+/// Jobs in a queue before it first rebuilds its B-tree ([`UserQueue::compact`]):
+/// below this a queue fills a few nodes, and most users' queues are short.
+const COMPACT_FROM: usize = 64;
+
+/// The longest queue that rebuilds itself as it grows: a rebuild holds every actor
+/// of the scheduler's thread for its length (1 to 2 ms at this size on the 2-core
+/// machine of BENCHMARKS.md), which a finish → dispatch path of a few milliseconds
+/// cannot afford more. Longer queues are rebuilt once recovery is done ([`Compact`]).
+const COMPACT_UP_TO: usize = 16_384;
 
 /// The policy's summary of a job row: resources in cores/GPUs/bytes, submit time in
 /// seconds since the Unix epoch.
@@ -165,6 +175,8 @@ pub struct UserQueue {
     pools: Vec<Arc<str>>,
     /// The custom amounts of the queued jobs that have some ([`Entry::CUSTOM`]).
     custom: JobMap<Custom>,
+    /// Jobs queued at which [`UserQueue::compact`] runs next.
+    compact_at: usize,
 }
 
 impl UserQueue {
@@ -186,6 +198,7 @@ impl UserQueue {
             last_sent: None,
             pools: Vec::new(),
             custom: JobMap::default(),
+            compact_at: COMPACT_FROM,
         }
     }
 
@@ -214,7 +227,8 @@ impl UserQueue {
             grant: addr.clone().recipient(),
             remove: addr.clone().recipient(),
             release: addr.clone().recipient(),
-            hold: addr.recipient(),
+            hold: addr.clone().recipient(),
+            compact: addr.recipient(),
         }
     }
 
@@ -306,6 +320,24 @@ impl UserQueue {
         self.jobs.keys().find(|k| k.2 == id).copied()
     }
 
+    /// Rebuilds the B-tree from its jobs in order, every node full, and sets the
+    /// next rebuild at half as many jobs again ([`COMPACT_FROM`] at least).
+    ///
+    /// Why: jobs mostly arrive in queue order (recovery reads them so, and a new
+    /// job of the same priority goes last), and a B-tree filled in order splits its
+    /// last node each time it fills, leaving the left half behind: every node stays
+    /// about half full, 137 bytes a queued job against 75 when full (BENCHMARKS.md,
+    /// "Intake and scale"). `BTreeMap::from_iter` fills every node (a sorted input
+    /// is sorted again in one pass). Rebuilding each time the queue has grown by
+    /// half keeps at most a third of it in half-full nodes, moves each job about
+    /// three times in all (about 60 ns a job each time), and hands the old nodes
+    /// back while the queue is still growing, so that they are used again rather
+    /// than left idle at the peak. Nothing the queue shows changes.
+    fn compact(&mut self) {
+        self.jobs = std::mem::take(&mut self.jobs).into_iter().collect();
+        self.compact_at = COMPACT_FROM.max(self.jobs.len() + self.jobs.len() / 2);
+    }
+
     fn remove(&mut self, key: &QueueKey) -> Option<QueuedJob> {
         let e = self.jobs.remove(key)?;
         if e.held() {
@@ -330,6 +362,9 @@ impl Handler<EnqueueBatch> for UserQueue {
         let mut changed = false;
         for (job, held) in &msg.jobs {
             changed |= self.insert(job, *held);
+        }
+        if self.jobs.len() >= self.compact_at && self.jobs.len() <= COMPACT_UP_TO {
+            self.compact();
         }
         if changed {
             self.announce();
@@ -388,6 +423,15 @@ impl Handler<Release> for UserQueue {
             e.set(Entry::HELD, false);
             self.announce();
         }
+    }
+}
+
+impl Handler<Compact> for UserQueue {
+    type Result = ();
+
+    /// [`UserQueue::compact`], whatever the queue's growth since the last one.
+    fn handle(&mut self, _: Compact, _: &mut Context<Self>) {
+        self.compact();
     }
 }
 
@@ -654,5 +698,26 @@ mod tests {
             2,
             "only jobs with custom amounts use the side table"
         );
+    }
+
+    #[actix_rt::test]
+    async fn compacting_a_queue_changes_nothing_it_shows() {
+        let (queue, sink, seen) = start(2).await;
+        let jobs = (1..=100).map(|n| (job(n, 0), false)).collect();
+        queue.send(EnqueueBatch { jobs }).await.unwrap();
+        queue.send(Compact).await.unwrap();
+        queue.send(grant(1)).await.unwrap();
+        let jobs = vec![(job(101, 5), false)];
+        queue.send(EnqueueBatch { jobs }).await.unwrap();
+        queue.send(Compact).await.unwrap();
+        queue.send(grant(100)).await.unwrap();
+        sink.send(Flush).await.unwrap();
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen.windows,
+            vec![ids(&[1, 2]), ids(&[2, 3]), ids(&[101, 2])],
+            "no window announced by a compaction; the queue's order kept"
+        );
+        assert_eq!(seen.dispatched, ids(&[1, 100]));
     }
 }
