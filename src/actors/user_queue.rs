@@ -8,7 +8,7 @@
 //! stopped) keeps its place but is left out of the window until [`Release`].
 
 use std::cmp::Reverse;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use actix::{Actor, Context, Handler};
@@ -19,7 +19,6 @@ use super::messages::{
     Hold, QueueHandle, QueuePlace, Release, RemoveQueued,
 };
 use crate::policy::custom::Custom;
-use crate::policy::ledger::JobMap;
 use crate::policy::{JobId, QueuedJob, Resources};
 
 /// Queue order: priority (higher first), submit time (microseconds since the epoch),
@@ -118,11 +117,16 @@ impl Entry {
     }
 
     /// The job again, its custom amounts (if flagged) taken from `custom`.
-    fn job(&self, key: &QueueKey, pools: &[Arc<str>], custom: &JobMap<Custom>) -> QueuedJob {
+    fn job(
+        &self,
+        key: &QueueKey,
+        pools: &[Arc<str>],
+        custom: &HashMap<QueueKey, Custom>,
+    ) -> QueuedJob {
         let [cpu, gpu, memory_bytes] = self.builtin;
         let mut resources = Resources::new(cpu, gpu, memory_bytes);
         if self.is(Entry::CUSTOM) {
-            if let Some(c) = custom.get(&key.2) {
+            if let Some(c) = custom.get(key) {
                 resources.custom = *c;
             }
         }
@@ -173,8 +177,9 @@ pub struct UserQueue {
     /// The names of the pools its jobs name, in the order first seen (an entry keeps
     /// an index into it, not the name).
     pools: Vec<Arc<str>>,
-    /// The custom amounts of the queued jobs that have some ([`Entry::CUSTOM`]).
-    custom: JobMap<Custom>,
+    /// The custom amounts of the queued jobs that have some ([`Entry::CUSTOM`]), by
+    /// the job's key (as `jobs`, so that the two never disagree).
+    custom: HashMap<QueueKey, Custom>,
     /// Jobs queued at which [`UserQueue::compact`] runs next.
     compact_at: usize,
 }
@@ -197,7 +202,7 @@ impl UserQueue {
             dispatcher,
             last_sent: None,
             pools: Vec::new(),
-            custom: JobMap::default(),
+            custom: HashMap::new(),
             compact_at: COMPACT_FROM,
         }
     }
@@ -288,7 +293,7 @@ impl UserQueue {
         let pool = self.pool_index(job.pool.as_deref());
         let entry = Entry::new(job, held, pool);
         if entry.is(Entry::CUSTOM) {
-            self.custom.insert(job.job_id, job.resources.custom);
+            self.custom.insert(key, job.resources.custom);
         }
         self.jobs.insert(key, entry);
         if held {
@@ -345,7 +350,7 @@ impl UserQueue {
         }
         let job = e.job(key, &self.pools, &self.custom);
         if e.is(Entry::CUSTOM) {
-            self.custom.remove(&key.2);
+            self.custom.remove(key);
         }
         Some(job)
     }
@@ -639,7 +644,7 @@ mod tests {
         let entry = Entry::new(job, held, pool);
         assert_eq!(entry.held(), held);
         if entry.is(Entry::CUSTOM) {
-            queue.custom.insert(job.job_id, job.resources.custom);
+            queue.custom.insert(key_of(job), job.resources.custom);
         }
         entry.job(&key_of(job), &queue.pools, &queue.custom)
     }
