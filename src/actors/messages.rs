@@ -343,6 +343,13 @@ pub struct MonitorHandle {
     pub unreachable: Recipient<ClusterUnreachable>,
 }
 
+/// Arbiter → every `UserQueue`, once recovery has loaded the queues: rebuild the
+/// queue's B-tree with every node full (`UserQueue::compact`; a queue also does so
+/// by itself as it grows, which leaves up to a third of it in half-full nodes).
+#[derive(Message, Clone, Copy, Debug)]
+#[rtype(result = "()")]
+pub struct Compact;
+
 /// How the arbiter reaches one user's queue.
 #[derive(Clone)]
 pub struct QueueHandle {
@@ -351,6 +358,7 @@ pub struct QueueHandle {
     pub remove: Recipient<RemoveQueued>,
     pub release: Recipient<Release>,
     pub hold: Recipient<Hold>,
+    pub compact: Recipient<Compact>,
 }
 
 /// Starts a `UserQueue` for a user (the arbiter calls it on a user's first job).

@@ -107,6 +107,12 @@ impl Handler<Recovered> for FairShareArbiter {
     fn handle(&mut self, _: Recovered, ctx: &mut Context<Self>) {
         self.loading = None;
         self.ready = true;
+        // The queues were filled in order, each leaving its B-tree half empty: each
+        // rebuilds it full once it has handled the jobs sent before (its mailbox is
+        // first in, first out).
+        for q in self.queues.values() {
+            q.compact.do_send(crate::actors::messages::Compact);
+        }
         self.request_cycle(ctx);
     }
 }
