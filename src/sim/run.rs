@@ -122,11 +122,11 @@ pub fn ineffective(args: &SimulateArgs, preempt_flags: &[&str]) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if let Some(policy) = args.policy.filter(|&p| p != SimPolicy::FairShare) {
+    if let Some(policy) = args.policy.filter(|&p| !p.preempts()) {
         if args.preemptible != Preemptible::None {
             notes.push(format!(
-                "only the fairshare policy preempts: --preemptible has no effect with \
-                 --policy {}",
+                "only fairshare, kueue-fair and armada preempt: --preemptible has no effect \
+                 with --policy {}",
                 policy.name()
             ));
         }

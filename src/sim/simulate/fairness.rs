@@ -93,6 +93,9 @@ impl Sim<'_> {
                 self.jain_s += dt;
                 self.jain_integral += jain * dt;
             }
+            for &u in &self.over_users {
+                self.over_share_s[u] += dt;
+            }
         }
         self.last_t = self.last_t.max(t);
     }
@@ -100,6 +103,7 @@ impl Sim<'_> {
     /// Computes the fairness metrics of the state after the step at `t`.
     pub(super) fn take_snapshot(&mut self, t: Seconds) {
         let queued = self.queued_jobs > 0;
+        self.over_users.clear();
         self.snapshot = Snapshot {
             idle_while_queued: if queued {
                 self.free_cores() as f64
@@ -167,6 +171,9 @@ impl Sim<'_> {
             let actual = user.running_cores as f64 / capacity;
             let fair = self.scratch_fair[k];
             error += (fair - actual).max(0.0);
+            if contended && self.scratch_demands[k] > fair + 1e-12 {
+                self.over_users.push(u);
+            }
             if !user.queue.is_empty() && fair > 0.0 {
                 self.scratch_ratios.push(actual / fair);
                 backlogged_hold |= user.running_cores > 0;
@@ -222,6 +229,7 @@ impl Sim<'_> {
             preemptions: self.preemptions,
             lost_core_s: self.lost_core_s,
             series: self.series.into_iter().map(|(_, s)| s).collect(),
+            above_share: self.over_share_s.iter().map(|&s| s > 0.0).collect(),
         };
         for job in self.jobs {
             match job.start {

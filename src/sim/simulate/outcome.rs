@@ -124,6 +124,11 @@ pub struct SimOutcome {
     pub lost_core_s: f64,
     /// Shares over time of [`SimConfig::record_shares_for`].
     pub series: Vec<ShareSeries>,
+    /// Per user (as [`SimOutcome::users`]): its demand (cores of its running and
+    /// queued jobs) exceeded its fair share at some contended instant. Users
+    /// for whom it is false stayed at or below their fair share over the run's
+    /// busy (contended) time (issue 47's "below-share" users).
+    pub above_share: Vec<bool>,
 }
 
 /// The users holding the most core-seconds (`cpus × run`) in `jobs`, counting
