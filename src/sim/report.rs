@@ -57,6 +57,12 @@
 //!   out, not scored 1; with no such time the index is not reported.
 //! - **Worst user's p95 wait**: the largest per-user p95 wait (over users that
 //!   ran jobs): how long the worst-treated user's unlucky jobs wait.
+//! - **Below-share and above-share users** (issue 47): a user is above its share
+//!   when, over the contended time in which it has demand, its demand averages
+//!   more than its fair share before the cap at demand (`λ·w_u`, `λ` the water
+//!   level); the others stayed at or below it over the run's busy time. The p95
+//!   wait of each group pools its users' jobs. In a comparison every policy is
+//!   scored on FIFO's groups, so each is judged on the same users.
 //!
 //! The time averages are exact: the simulator evaluates the metrics after
 //! every event (every state change) and integrates them, piecewise constant,

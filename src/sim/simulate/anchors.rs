@@ -110,6 +110,9 @@ pub const SLURM_MAX_AGE_S: Seconds = 7.0 * 86_400.0;
 pub const SLURM_WEIGHT_FAIRSHARE: f64 = 10_000.0;
 /// `PriorityWeightAge` of the same example.
 pub const SLURM_WEIGHT_AGE: f64 = 1_000.0;
+/// Slurm's `bf_max_job_test` default (slurm.conf `SchedulerParameters`: 500): the
+/// backfill pass tests at most this many jobs once a job holds the reservation.
+pub const SLURM_BF_MAX_JOB_TEST: usize = 500;
 /// Kueue's `usageHalfLifeTime` (168h, the example of its admission fair sharing
 /// page; the field has no default), seconds.
 pub const KUEUE_AFS_HALF_LIFE_S: Seconds = 168.0 * 3_600.0;
@@ -176,6 +179,35 @@ pub fn fair_tree_factors(level_fs: &[f64]) -> Vec<f64> {
             (n - above) as f64 / n as f64
         })
         .collect()
+}
+
+/// [`fair_tree_factors`] with the users' order kept between calls in `order`
+/// (Level Fairshare descending; insertion sort, so a nearly sorted order costs
+/// `O(n)`): the same factors.
+fn fair_tree_factors_kept(level_fs: &[f64], order: &mut Vec<usize>) -> Vec<f64> {
+    let n = level_fs.len();
+    if order.len() != n {
+        *order = (0..n).collect();
+    }
+    let before = |a: usize, b: usize| level_fs[a].total_cmp(&level_fs[b]) == Ordering::Greater;
+    for i in 1..n {
+        let u = order[i];
+        let mut j = i;
+        while j > 0 && before(u, order[j - 1]) {
+            order[j] = order[j - 1];
+            j -= 1;
+        }
+        order[j] = u;
+    }
+    let mut out = vec![0.0; n];
+    let mut above = 0;
+    for (i, &u) in order.iter().enumerate() {
+        if i > 0 && level_fs[order[i - 1]].total_cmp(&level_fs[u]) == Ordering::Greater {
+            above = i;
+        }
+        out[u] = (n - above) as f64 / n as f64;
+    }
+    out
 }
 
 /// A Slurm job priority: `floor(W_fs · F + W_age · min(wait / max_age, 1))`
@@ -251,6 +283,11 @@ pub(super) struct AnchorState {
     pub(super) running_pos: Vec<usize>,
     /// Cores → how many queued jobs ask for that many.
     pub(super) queued_sizes: std::collections::BTreeMap<u32, usize>,
+    /// Fair Tree: the users by Level Fairshare as last sorted (kept, so that
+    /// sorting again costs what changed).
+    fair_tree_order: Vec<usize>,
+    /// Running preemptible jobs.
+    pub(super) preemptible_running: usize,
 }
 
 impl AnchorState {
@@ -264,6 +301,8 @@ impl AnchorState {
             running: Vec::new(),
             running_pos: vec![usize::MAX; jobs],
             queued_sizes: std::collections::BTreeMap::new(),
+            fair_tree_order: (0..users).collect(),
+            preemptible_running: 0,
         }
     }
 }
@@ -291,11 +330,14 @@ impl Sim<'_> {
 
     /// Records job `j` as running (`true`) or not.
     pub(super) fn anchor_running(&mut self, j: usize, running: bool) {
+        let preemptible = self.jobs[j].preemptible;
         let a = &mut self.anchor;
         if running {
             a.running_pos[j] = a.running.len();
             a.running.push(j);
+            a.preemptible_running += usize::from(preemptible);
         } else if let Some(&p) = a.running_pos.get(j).filter(|&&p| p != usize::MAX) {
+            a.preemptible_running -= usize::from(preemptible);
             a.running.swap_remove(p);
             if let Some(&moved) = a.running.get(p) {
                 a.running_pos[moved] = p;
@@ -391,7 +433,7 @@ impl Sim<'_> {
                     }
                 })
                 .collect();
-            fair_tree_factors(&lf)
+            fair_tree_factors_kept(&lf, &mut self.anchor.fair_tree_order)
         } else {
             (0..users.len())
                 .map(|u| slurm_classic_factor(norm_usage(usage[u]), users[u].weight / wsum))
@@ -421,9 +463,16 @@ impl Sim<'_> {
             .queued_sizes
             .first_key_value()
             .map_or(u64::MAX, |(&c, _)| u64::from(c));
+        let mut tested_after_hold = 0usize;
         while let Some(Reverse((_, u, pos))) = heap.pop() {
             if self.free_cores() < min_queued {
                 break;
+            }
+            if hold.is_some() {
+                tested_after_hold += 1;
+                if tested_after_hold > SLURM_BF_MAX_JOB_TEST {
+                    break;
+                }
             }
             let j = self.users[u].queue[pos];
             let cpus = u64::from(self.jobs[j].cpus);
@@ -693,30 +742,44 @@ impl Sim<'_> {
     /// Kueue fair sharing: the first head (in admission order) that fits nowhere
     /// and finds targets preempts them and starts; whether one did.
     fn kueue_preempt_once(&mut self, now: Seconds) -> bool {
-        if self.queued_jobs == 0 {
+        if self.queued_jobs == 0 || self.anchor.preemptible_running == 0 {
             return false;
         }
         let capacity = f64::from(self.config.capacity);
         let share =
             |sim: &Sim<'_>, u: usize, cores: f64| kueue_share(cores, capacity, sim.users[u].weight);
-        // Candidates by user: preemptible jobs admitted before now, most recent first.
-        let mut by_user: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
-        let mut any = false;
-        for &j in &self.anchor.running {
-            let job = &self.jobs[j];
-            if job.preemptible && job.start.is_some_and(|s| s < now) {
-                by_user[job.user].push(j);
-                any = true;
-            }
-        }
-        if !any {
+        // A target's share must be at least the preemptor's with its head, so a
+        // head above every user's share cannot preempt: checked before anything is
+        // gathered (most steps stop here).
+        let shares: Vec<i64> = (0..self.users.len())
+            .map(|u| share(self, u, self.users[u].running_cores as f64))
+            .collect();
+        let max_share = shares.iter().copied().max().unwrap_or(i64::MIN);
+        let free = self.free_cores() as f64;
+        let mut heads: Vec<(Key, usize, i64)> = self
+            .heads
+            .iter()
+            .filter_map(|&(_, u)| {
+                let j = self.users[u].queue[0];
+                let c = f64::from(self.jobs[j].cpus);
+                let p_new = share(self, u, self.users[u].running_cores as f64 + c);
+                (c > free && p_new <= max_share).then(|| (self.greedy_key(now, u, j), u, p_new))
+            })
+            .collect();
+        if heads.is_empty() {
             return false;
         }
-        let max_share = (0..self.users.len())
-            .filter(|&u| !by_user[u].is_empty())
-            .map(|u| share(self, u, self.users[u].running_cores as f64))
-            .max()
-            .unwrap_or(i64::MIN);
+        heads.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        let floor = heads.iter().map(|h| h.2).min().unwrap_or(i64::MAX);
+        // Candidates of the users that can be targets: preemptible jobs admitted
+        // before now, most recent first.
+        let mut by_user: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
+        for &j in &self.anchor.running {
+            let job = &self.jobs[j];
+            if job.preemptible && shares[job.user] >= floor && job.start.is_some_and(|s| s < now) {
+                by_user[job.user].push(j);
+            }
+        }
         for list in &mut by_user {
             list.sort_by(|&a, &b| {
                 self.jobs[b]
@@ -726,30 +789,14 @@ impl Sim<'_> {
                     .then(b.cmp(&a))
             });
         }
-        let mut heads: Vec<(Key, usize)> = self
-            .heads
-            .iter()
-            .map(|&(_, u)| {
-                let j = self.users[u].queue[0];
-                (self.greedy_key(now, u, j), u)
-            })
-            .collect();
-        heads.sort();
-        for (_, p) in heads {
+        let held: Vec<f64> = self.users.iter().map(|u| u.running_cores as f64).collect();
+        for (_, p, p_new) in heads {
             let j = self.users[p].queue[0];
             let c = f64::from(self.jobs[j].cpus);
-            if c <= self.free_cores() as f64 {
-                continue;
-            }
-            let p_new = share(self, p, self.users[p].running_cores as f64 + c);
-            if p_new > max_share {
-                continue;
-            }
-            let held: Vec<f64> = self.users.iter().map(|u| u.running_cores as f64).collect();
             if let Some(targets) = kueue_targets(
                 p,
                 c,
-                self.free_cores() as f64,
+                free,
                 p_new,
                 &held,
                 &by_user,

@@ -93,8 +93,8 @@ impl Sim<'_> {
                 self.jain_s += dt;
                 self.jain_integral += jain * dt;
             }
-            for &u in &self.over_users {
-                self.over_share_s[u] += dt;
+            for &(u, excess) in &self.over_users {
+                self.over_share_s[u] += excess * dt;
             }
         }
         self.last_t = self.last_t.max(t);
@@ -165,14 +165,26 @@ impl Sim<'_> {
         }
         let mut error = 0.0;
         let mut backlogged_hold = false;
+        // The water level λ (fair / weight of the users it does not cap): each
+        // user's uncapped share is `λ · w`.
+        let level = if contended {
+            self.scratch_fair
+                .iter()
+                .zip(&self.scratch_weights)
+                .map(|(f, w)| f / w)
+                .fold(0.0, f64::max)
+        } else {
+            0.0
+        };
         self.scratch_ratios.clear();
         for (k, &u) in self.scratch_users.iter().enumerate() {
             let user = &self.users[u];
             let actual = user.running_cores as f64 / capacity;
             let fair = self.scratch_fair[k];
             error += (fair - actual).max(0.0);
-            if contended && self.scratch_demands[k] > fair + 1e-12 {
-                self.over_users.push(u);
+            if contended {
+                let excess = self.scratch_demands[k] - level * self.scratch_weights[k];
+                self.over_users.push((u, excess));
             }
             if !user.queue.is_empty() && fair > 0.0 {
                 self.scratch_ratios.push(actual / fair);

@@ -208,10 +208,11 @@ struct Sim<'c> {
     /// The groups (empty: none) and each user's path in the tree.
     tree: Tree,
     user_paths: Vec<Vec<usize>>,
-    /// Users whose demand exceeds their fair share in the current snapshot
-    /// (contended time only), and per user the contended seconds it did so.
-    over_users: Vec<usize>,
-    over_share_s: Vec<Seconds>,
+    /// In the current snapshot (contended time only), each user with demand and
+    /// its demand less its uncapped fair share `λ · w` (capacity fractions); per
+    /// user, that integrated over contended time (fraction-seconds).
+    over_users: Vec<(usize, f64)>,
+    over_share_s: Vec<f64>,
     /// The policy is an anchor ([`SimPolicy::is_anchor`]), whose state follows.
     anchored: bool,
     anchor: anchors::AnchorState,
