@@ -97,8 +97,8 @@
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-use super::{Sim, SimPolicy};
-use crate::policy::{shadow, OutstandingJob, Shadow};
+use super::{time_key, Sim, SimPolicy};
+use crate::policy::Shadow;
 use crate::policy::{Resources, Seconds};
 
 /// Slurm's `PriorityDecayHalfLife` default (slurm.conf: `7-0`), seconds.
@@ -288,6 +288,9 @@ pub(super) struct AnchorState {
     fair_tree_order: Vec<usize>,
     /// Running preemptible jobs.
     pub(super) preemptible_running: usize,
+    /// Slurm: running jobs by expected end (start + estimate as [`time_key`]
+    /// bits; `u64::MAX` without an estimate), then index.
+    by_end: std::collections::BTreeSet<(u64, usize)>,
 }
 
 impl AnchorState {
@@ -303,6 +306,7 @@ impl AnchorState {
             queued_sizes: std::collections::BTreeMap::new(),
             fair_tree_order: (0..users).collect(),
             preemptible_running: 0,
+            by_end: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -328,9 +332,26 @@ impl Sim<'_> {
         a.total_at = now;
     }
 
-    /// Records job `j` as running (`true`) or not.
-    pub(super) fn anchor_running(&mut self, j: usize, running: bool) {
-        let preemptible = self.jobs[j].preemptible;
+    /// Records job `j` as running (`true`, started at `now`) or not (still
+    /// holding its start).
+    pub(super) fn anchor_running(&mut self, j: usize, running: bool, now: Seconds) {
+        let job = &self.jobs[j];
+        let preemptible = job.preemptible;
+        if matches!(
+            self.config.policy,
+            SimPolicy::SlurmMultifactor | SimPolicy::SlurmFairTree
+        ) {
+            let start = if running { Some(now) } else { job.start };
+            let key = match (start, job.estimate) {
+                (Some(s), Some(e)) => time_key(s + e),
+                _ => u64::MAX,
+            };
+            if running {
+                self.anchor.by_end.insert((key, j));
+            } else {
+                self.anchor.by_end.remove(&(key, j));
+            }
+        }
         let a = &mut self.anchor;
         if running {
             a.running_pos[j] = a.running.len();
@@ -413,9 +434,34 @@ impl Sim<'_> {
     /// Slurm's fair-share factor of every user (classic or Fair Tree), from usage
     /// brought to `now`.
     fn slurm_factors(&mut self, now: Seconds) -> Vec<f64> {
+        // Every user's usage brought to now, as `anchor_touch` does; users last
+        // brought forward at the same instant (most: the previous pass) share one
+        // decay factor, so a pass computes few powers.
+        let half_life = SLURM_DECAY_HALF_LIFE_S;
+        let scale = half_life / std::f64::consts::LN_2;
+        let mut memo = (f64::NAN, 0.0);
         for u in 0..self.users.len() {
-            self.anchor_touch(u, now);
+            let dt = now - self.anchor.at[u];
+            if dt <= 0.0 {
+                continue;
+            }
+            let at = self.anchor.at[u];
+            let d = if at == memo.0 {
+                memo.1
+            } else {
+                let d = (-dt / half_life).exp2();
+                memo = (at, d);
+                d
+            };
+            let held = self.users[u].running_cores as f64;
+            let a = &mut self.anchor;
+            a.usage[u] = a.usage[u] * d + held * scale * (1.0 - d);
+            a.at[u] = now;
         }
+        let all = self.used_cores as f64;
+        let a = &mut self.anchor;
+        a.total = decay(a.total, all, now - a.total_at, half_life, scale);
+        a.total_at = now;
         let total = self.anchor.total;
         let wsum = self.anchor.weight_sum;
         let norm_usage = |x: f64| if total > 0.0 { x / total } else { 0.0 };
@@ -435,9 +481,12 @@ impl Sim<'_> {
                 .collect();
             fair_tree_factors_kept(&lf, &mut self.anchor.fair_tree_order)
         } else {
-            (0..users.len())
-                .map(|u| slurm_classic_factor(norm_usage(usage[u]), users[u].weight / wsum))
-                .collect()
+            // Only users with queued jobs need theirs.
+            let mut factors = vec![0.0; users.len()];
+            for &(_, u) in &self.heads {
+                factors[u] = slurm_classic_factor(norm_usage(usage[u]), users[u].weight / wsum);
+            }
+            factors
         }
     }
 
@@ -486,7 +535,7 @@ impl Sim<'_> {
                 }
                 None => {
                     let s = self.shadow_of(now, &request);
-                    if s.start.is_none() {
+                    if s.start.is_none() && s.extra.cpu <= 0.0 {
                         // No job can start without delaying it (unknown ends).
                         break;
                     }
@@ -510,26 +559,37 @@ impl Sim<'_> {
         }
     }
 
-    /// The EASY shadow of `request` against the running jobs' expected ends.
+    /// The EASY shadow of `request` against the running jobs' expected ends
+    /// (`crate::policy::shadow`'s walk, on the running jobs kept in end order):
+    /// ends already past count as `now`, jobs ending at one instant are released
+    /// together, jobs without an estimate last (`start: None` if only their end
+    /// lets it fit; `None` with no extra if nothing does).
     fn shadow_of(&self, now: Seconds, request: &Resources) -> Shadow {
-        let jobs: Vec<OutstandingJob> = self
-            .anchor
-            .running
-            .iter()
-            .map(|&k| {
-                let job = &self.jobs[k];
-                OutstandingJob {
-                    resources: Resources::new(f64::from(job.cpus), 0.0, 0.0),
-                    expected_end: job
-                        .estimate
-                        .zip(job.start)
-                        .map(|(estimate, start)| start + estimate),
+        let need = request.cpu;
+        let mut avail = self.free_cores() as f64;
+        let end_of = |key: u64| (key != u64::MAX).then(|| f64::from_bits(key).max(now));
+        let mut ends = self.anchor.by_end.iter().peekable();
+        while let Some(&(key, j)) = ends.next() {
+            let end = end_of(key);
+            avail += f64::from(self.jobs[j].cpus);
+            while let Some(&&(next, k)) = ends.peek() {
+                if end_of(next) != end {
+                    break;
                 }
-            })
-            .collect();
-        let capacity = Resources::new(f64::from(self.config.capacity), 0.0, 0.0);
-        let held = Resources::new(self.used_cores as f64, 0.0, 0.0);
-        shadow(now, request, capacity, held, &jobs)
+                avail += f64::from(self.jobs[k].cpus);
+                ends.next();
+            }
+            if need <= avail {
+                return Shadow {
+                    start: end,
+                    extra: Resources::new(avail - need, 0.0, 0.0),
+                };
+            }
+        }
+        Shadow {
+            start: None,
+            extra: Resources::ZERO,
+        }
     }
 
     /// Takes queued job `j` out of its queue and starts it.

@@ -514,7 +514,7 @@ impl Sim<'_> {
         if self.anchored {
             self.anchor_touch(self.jobs[j].user, now);
             self.anchor_queued(self.jobs[j].cpus, false);
-            self.anchor_running(j, true);
+            self.anchor_running(j, true, now);
         }
         let job = &mut self.jobs[j];
         job.start = Some(now);
@@ -539,7 +539,7 @@ impl Sim<'_> {
         if self.anchored {
             self.anchor_touch(self.jobs[j].user, now);
             self.anchor_queued(self.jobs[j].cpus, true);
-            self.anchor_running(j, false);
+            self.anchor_running(j, false, now);
         }
         let job = &mut self.jobs[j];
         let Some(start) = job.start.take() else {
@@ -574,7 +574,7 @@ impl Sim<'_> {
     fn finish(&mut self, j: usize, now: Seconds) {
         if self.anchored {
             self.anchor_touch(self.jobs[j].user, now);
-            self.anchor_running(j, false);
+            self.anchor_running(j, false, now);
         }
         let job = &self.jobs[j];
         let cpus = u64::from(job.cpus);
