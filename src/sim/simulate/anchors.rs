@@ -283,6 +283,8 @@ pub(super) struct AnchorState {
     pub(super) running_pos: Vec<usize>,
     /// Cores → how many queued jobs ask for that many.
     pub(super) queued_sizes: std::collections::BTreeMap<u32, usize>,
+    /// The same per user.
+    user_sizes: Vec<std::collections::BTreeMap<u32, usize>>,
     /// Fair Tree: the users by Level Fairshare as last sorted (kept, so that
     /// sorting again costs what changed).
     fair_tree_order: Vec<usize>,
@@ -304,6 +306,7 @@ impl AnchorState {
             running: Vec::new(),
             running_pos: vec![usize::MAX; jobs],
             queued_sizes: std::collections::BTreeMap::new(),
+            user_sizes: vec![std::collections::BTreeMap::new(); users],
             fair_tree_order: (0..users).collect(),
             preemptible_running: 0,
             by_end: std::collections::BTreeSet::new(),
@@ -368,16 +371,30 @@ impl Sim<'_> {
     }
 
     /// Counts a queued job of `cpus` cores in (`true`) or out.
-    pub(super) fn anchor_queued(&mut self, cpus: u32, queued: bool) {
-        let sizes = &mut self.anchor.queued_sizes;
-        if queued {
-            *sizes.entry(cpus).or_default() += 1;
-        } else if let Some(n) = sizes.get_mut(&cpus) {
-            *n -= 1;
-            if *n == 0 {
-                sizes.remove(&cpus);
+    pub(super) fn anchor_queued(&mut self, u: usize, cpus: u32, queued: bool) {
+        fn count(sizes: &mut std::collections::BTreeMap<u32, usize>, cpus: u32, queued: bool) {
+            if queued {
+                *sizes.entry(cpus).or_default() += 1;
+            } else if let Some(n) = sizes.get_mut(&cpus) {
+                *n -= 1;
+                if *n == 0 {
+                    sizes.remove(&cpus);
+                }
             }
         }
+        count(&mut self.anchor.queued_sizes, cpus, queued);
+        if let Some(sizes) = self.anchor.user_sizes.get_mut(u) {
+            count(sizes, cpus, queued);
+        }
+    }
+
+    /// The fewest cores any queued job of user `u` asks for (`u64::MAX`: none).
+    fn user_min_queued(&self, u: usize) -> u64 {
+        self.anchor
+            .user_sizes
+            .get(u)
+            .and_then(|sizes| sizes.first_key_value())
+            .map_or(u64::MAX, |(&c, _)| u64::from(c))
     }
 
     /// Whether some queued job fits the free cores.
@@ -616,7 +633,15 @@ impl Sim<'_> {
                 self.anchor_touch(u, now);
             }
         }
-        let has_evicted = evicted.iter().any(|l| !l.is_empty());
+        // Nothing can be placed once the free cores are fewer than any queued or
+        // evicted job asks for.
+        let min_evicted = evicted
+            .iter()
+            .flatten()
+            .map(|&j| u64::from(self.jobs[j].cpus))
+            .min()
+            .unwrap_or(u64::MAX);
+        let min_any = min_queued.min(min_evicted);
         for (u, list) in evicted.iter().enumerate() {
             if !list.is_empty() && !users.contains(&u) {
                 users.push(u);
@@ -651,7 +676,7 @@ impl Sim<'_> {
             } else {
                 self.anchor_start(j, now);
             }
-            if self.free_cores() < min_queued && !has_evicted {
+            if self.free_cores() < min_any {
                 break;
             }
             if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
@@ -681,7 +706,7 @@ impl Sim<'_> {
                 cursor.0 += 1;
             }
         }
-        if pick.is_none() {
+        if pick.is_none() && self.user_min_queued(u) <= free {
             let queue = &self.users[u].queue;
             while let Some(&j) = queue.get(cursor.1) {
                 if u64::from(self.jobs[j].cpus) <= free {
@@ -811,10 +836,15 @@ impl Sim<'_> {
         // A target's share must be at least the preemptor's with its head, so a
         // head above every user's share cannot preempt: checked before anything is
         // gathered (most steps stop here).
-        let shares: Vec<i64> = (0..self.users.len())
-            .map(|u| share(self, u, self.users[u].running_cores as f64))
-            .collect();
-        let max_share = shares.iter().copied().max().unwrap_or(i64::MIN);
+        // `floor` is monotone: the largest share is the share of the largest
+        // cores / weight.
+        let top = (0..self.users.len()).max_by(|&a, &b| {
+            let ratio = |u: usize| self.users[u].running_cores as f64 / self.users[u].weight;
+            ratio(a).total_cmp(&ratio(b))
+        });
+        let max_share = top.map_or(i64::MIN, |u| {
+            share(self, u, self.users[u].running_cores as f64)
+        });
         let free = self.free_cores() as f64;
         let mut heads: Vec<(Key, usize, i64)> = self
             .heads
@@ -836,7 +866,10 @@ impl Sim<'_> {
         let mut by_user: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
         for &j in &self.anchor.running {
             let job = &self.jobs[j];
-            if job.preemptible && shares[job.user] >= floor && job.start.is_some_and(|s| s < now) {
+            if job.preemptible
+                && job.start.is_some_and(|s| s < now)
+                && share(self, job.user, self.users[job.user].running_cores as f64) >= floor
+            {
                 by_user[job.user].push(j);
             }
         }

@@ -443,7 +443,7 @@ impl Sim<'_> {
         user.queued_cores += u64::from(cpus);
         self.queued_jobs += 1;
         if self.anchored {
-            self.anchor_queued(cpus, true);
+            self.anchor_queued(u, cpus, true);
         }
         if self.config.policy == SimPolicy::Fifo {
             self.fifo.push_back(j);
@@ -513,7 +513,7 @@ impl Sim<'_> {
     fn start(&mut self, j: usize, now: Seconds) {
         if self.anchored {
             self.anchor_touch(self.jobs[j].user, now);
-            self.anchor_queued(self.jobs[j].cpus, false);
+            self.anchor_queued(self.jobs[j].user, self.jobs[j].cpus, false);
             self.anchor_running(j, true, now);
         }
         let job = &mut self.jobs[j];
@@ -538,7 +538,7 @@ impl Sim<'_> {
         }
         if self.anchored {
             self.anchor_touch(self.jobs[j].user, now);
-            self.anchor_queued(self.jobs[j].cpus, true);
+            self.anchor_queued(self.jobs[j].user, self.jobs[j].cpus, true);
             self.anchor_running(j, false, now);
         }
         let job = &mut self.jobs[j];
