@@ -29,8 +29,9 @@
 //!   partition, QOS, TRES and nice are left at 0 (one partition, one QOS; a
 //!   job-size term would reorder a user's own jobs). Usage and priorities are
 //!   recomputed at every event instead of every `PriorityCalcPeriod` (5 min).
-//!   Slurm's backfill plans for every pending job it tests (`bf_max_job_test`);
-//!   the issue asks for EASY (one reservation), which this is.
+//!   Slurm's backfill plans for every pending job it tests; the issue asks for
+//!   EASY (one reservation), which this is; like Slurm's it tests at most
+//!   `bf_max_job_test` (500, its default) jobs once the reservation is made.
 //! - **slurm-fairtree** (`PriorityFlags=FAIR_TREE`, the default since 19.05):
 //!   <https://slurm.schedmd.com/fair_tree.html>. The same priority and backfill;
 //!   `F_u` is the user's rank: users sorted by Level Fairshare
