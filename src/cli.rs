@@ -135,7 +135,8 @@ struct SimulateCli {
     /// Capacity in cores, at least 1 (default: the trace header's MaxProcs).
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     cpus: Option<u32>,
-    /// fairshare, fifo or gateway-loop (default: compare all three).
+    /// fairshare, fifo, gateway-loop, or an anchor: slurm, slurm-fairtree, kueue-afs,
+    /// kueue-fair, armada, yunikorn (default: compare all nine).
     #[arg(long)]
     policy: Option<crate::sim::SimPolicy>,
     /// Half-life of decayed usage, e.g. "1h"; "0s" turns history off (default: the
@@ -176,8 +177,8 @@ struct SimulateCli {
     /// jobs.
     #[arg(long, allow_hyphen_values = true, default_value_t = 42)]
     seed: u64,
-    /// Which jobs may be preempted (fairshare policy): all, none, or a fraction such
-    /// as 0.5 (a seeded choice of jobs).
+    /// Which jobs may be preempted (fairshare, kueue-fair and armada): all, none, or
+    /// a fraction such as 0.5 (a seeded choice of jobs).
     #[arg(long, allow_hyphen_values = true, default_value = "none")]
     preemptible: crate::sim::simulate::Preemptible,
     /// Groups of users: none, or swf (the trace's group field, 13; each group

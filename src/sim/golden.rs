@@ -62,9 +62,11 @@ fn coare_at_its_1728_cores_gives_the_published_comparison() {
         "fifo           36.70      16286890         1714.1        2627.0        80033.0      44.29      0.20        0.2290  0.5386",
         "gateway-loop   10.46      57147007      3079394.2    16017025.0     40596803.0   64949.17     89.08        0.8804  0.7357",
     ];
+    // The three policies published then, unchanged; the anchors (issue 47) follow.
     let rows: Vec<Vec<String>> = table.lines().skip(2).map(cells).collect();
+    assert_eq!(rows.len(), SimPolicy::ALL.len(), "{table}");
     let published: Vec<Vec<String>> = published.iter().map(|r| cells(r)).collect();
-    assert_eq!(rows, published, "{table}");
+    assert_eq!(rows[..published.len()], published[..], "{table}");
 }
 
 #[test]

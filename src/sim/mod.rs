@@ -4,7 +4,8 @@
 //!
 //! - [`swf`]: reading SWF traces.
 //! - [`mod@simulate`]: the discrete-event simulator and the policies it replays
-//!   (fairshare, fifo, gateway-loop).
+//!   (fairshare, fifo, gateway-loop, and the anchors: Slurm, Kueue, Armada and
+//!   YuniKorn, [`simulate::anchors`]).
 //! - [`report`]: waits, bounded slowdown, utilization, fairness error and Jain's
 //!   index, per user and overall; the comparison of the policies.
 //! - [`stats`]: percentiles, means, bounded slowdown, fair shares and Jain's
@@ -24,6 +25,8 @@ pub mod stats;
 pub mod swf;
 pub mod synth;
 
+#[cfg(test)]
+mod anchor_tests;
 #[cfg(test)]
 mod golden;
 #[cfg(test)]

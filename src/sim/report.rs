@@ -57,6 +57,12 @@
 //!   out, not scored 1; with no such time the index is not reported.
 //! - **Worst user's p95 wait**: the largest per-user p95 wait (over users that
 //!   ran jobs): how long the worst-treated user's unlucky jobs wait.
+//! - **Below-share and above-share users** (issue 47): a user is above its share
+//!   when, over the contended time in which it has demand, its demand averages
+//!   more than its fair share before the cap at demand (`λ·w_u`, `λ` the water
+//!   level); the others stayed at or below it over the run's busy time. The p95
+//!   wait of each group pools its users' jobs. In a comparison every policy is
+//!   scored on FIFO's groups, so each is judged on the same users.
 //!
 //! The time averages are exact: the simulator evaluates the metrics after
 //! every event (every state change) and integrates them, piecewise constant,
@@ -107,6 +113,18 @@ pub struct Overall {
     pub worst_user_p95_queued_s: f64,
     /// The user with that p95 time queued.
     pub worst_queued_user: Option<String>,
+    /// Nearest-rank p95 wait of the jobs of the users whose demand stayed at or
+    /// below their fair share over the contended time ([`SimOutcome::above_share`]
+    /// false), seconds; `null` without such jobs. In a comparison the groups are
+    /// FIFO's run's ([`Overall::share_groups_from`]), so every policy is scored
+    /// on the same users.
+    pub p95_wait_below_share_s: Option<f64>,
+    /// The same over the users whose demand exceeded their fair share.
+    pub p95_wait_above_share_s: Option<f64>,
+    /// How many users were above their share.
+    pub users_above_share: usize,
+    /// The run whose demand decided the groups (the policy's own, or fifo).
+    pub share_groups_from: SimPolicy,
     /// Time average over contended time of `Σ_u max(0, fair_u − actual_u)`.
     pub fairness_error: f64,
     /// Time average of Jain's index of `actual_u / fair_u` over backlogged
@@ -165,6 +183,9 @@ pub struct UserReport {
     pub p95_queued_s: f64,
     /// Mean bounded slowdown (bound 10 s).
     pub mean_bounded_slowdown: f64,
+    /// Its demand exceeded its fair share at some contended instant (in the run
+    /// named by [`Overall::share_groups_from`]).
+    pub above_share: bool,
 }
 
 /// The report of one simulation run.
@@ -266,6 +287,10 @@ impl Report {
             worst_user: None,
             worst_user_p95_queued_s: 0.0,
             worst_queued_user: None,
+            p95_wait_below_share_s: None,
+            p95_wait_above_share_s: None,
+            users_above_share: 0,
+            share_groups_from: outcome.policy,
             fairness_error,
             fairness_error_idle: if outcome.contended_s > 0.0 {
                 outcome.contended_idle_integral / outcome.contended_s
@@ -330,6 +355,7 @@ impl Report {
                         list.iter()
                             .map(|&k| bounded_slowdown(jobs[k].wait(), jobs[k].run)),
                     ),
+                    above_share: false,
                 }
             })
             .collect();
@@ -344,7 +370,7 @@ impl Report {
             overall.worst_queued_user = Some(user);
         }
 
-        Report {
+        let mut report = Report {
             trace: trace.to_owned(),
             policy: outcome.policy,
             capacity_cores: outcome.capacity,
@@ -360,6 +386,33 @@ impl Report {
             preemption: config.preemption.clone(),
             overall,
             users,
+        };
+        report.group_by_share(outcome, &outcome.above_share, outcome.policy);
+        report
+    }
+
+    /// Sets the below-share and above-share figures of `outcome`'s report from
+    /// `above` (per user of the outcome: above its share), taken from the run of
+    /// `from`.
+    pub fn group_by_share(&mut self, outcome: &SimOutcome, above: &[bool], from: SimPolicy) {
+        let is_above = |u: usize| above.get(u).copied().unwrap_or(false);
+        let (mut below_waits, mut above_waits) = (Vec::new(), Vec::new());
+        for job in &outcome.jobs {
+            if is_above(job.user) {
+                above_waits.push(job.wait());
+            } else {
+                below_waits.push(job.wait());
+            }
+        }
+        let o = &mut self.overall;
+        o.p95_wait_below_share_s = (!below_waits.is_empty()).then(|| p95(&below_waits));
+        o.p95_wait_above_share_s = (!above_waits.is_empty()).then(|| p95(&above_waits));
+        o.users_above_share = (0..outcome.users.len()).filter(|&u| is_above(u)).count();
+        o.share_groups_from = from;
+        for user in &mut self.users {
+            if let Some(u) = outcome.users.iter().position(|n| *n == user.user) {
+                user.above_share = is_above(u);
+            }
         }
     }
 
@@ -387,6 +440,7 @@ impl Report {
             ),
             SimPolicy::GatewayLoop => format!(", seed {}", self.seed),
             SimPolicy::Fifo => String::new(),
+            anchor => format!(", {}", crate::sim::simulate::anchors::settings(anchor)),
         };
         let _ = writeln!(
             out,
@@ -438,6 +492,17 @@ impl Report {
                     "{:.1} s ({})",
                     o.worst_user_p95_wait_s,
                     o.worst_user.as_deref().unwrap_or("-")
+                ),
+            ],
+            vec![
+                "p95 wait, users at or below / above their share".to_owned(),
+                format!(
+                    "{} / {} ({} users above)",
+                    o.p95_wait_below_share_s
+                        .map_or_else(|| "-".to_owned(), |p| format!("{p:.1} s")),
+                    o.p95_wait_above_share_s
+                        .map_or_else(|| "-".to_owned(), |p| format!("{p:.1} s")),
+                    o.users_above_share
                 ),
             ],
             vec![
@@ -547,7 +612,7 @@ pub fn compare(
     trace: &[TraceJob],
     base: &SimConfig,
 ) -> Comparison {
-    let runs = SimPolicy::ALL
+    let mut runs: Vec<(Report, SimOutcome)> = SimPolicy::ALL
         .iter()
         .map(|&policy| {
             let config = SimConfig {
@@ -559,6 +624,16 @@ pub fn compare(
             (report, outcome)
         })
         .collect();
+    // Every policy is scored on FIFO's groups: the same users in each.
+    if let Some(above) = runs
+        .iter()
+        .find(|(r, _)| r.policy == SimPolicy::Fifo)
+        .map(|(_, o)| o.above_share.clone())
+    {
+        for (report, outcome) in &mut runs {
+            report.group_by_share(outcome, &above, SimPolicy::Fifo);
+        }
+    }
     Comparison { runs }
 }
 

@@ -22,7 +22,7 @@ pub struct SimulateArgs {
     pub trace: PathBuf,
     /// Cores of the simulated cluster; `None` = the trace's `MaxProcs`.
     pub cpus: Option<u32>,
-    /// The policy; `None` runs all three and compares them.
+    /// The policy; `None` runs all of [`SimPolicy::ALL`] and compares them.
     pub policy: Option<SimPolicy>,
     /// Half-life of decayed usage, seconds; 0 turns history off.
     pub half_life_s: f64,
@@ -56,7 +56,8 @@ pub struct SimulateArgs {
     /// Where to write the JSON report of every run, if anywhere.
     pub report: Option<PathBuf>,
     /// Where to write the SVG share plot (of the fairshare run, or of the
-    /// chosen policy), if anywhere.
+    /// chosen policy), if anywhere; without a policy, every other policy's plot
+    /// goes beside it as `STEM-POLICY.svg`.
     pub plot: Option<PathBuf>,
 }
 
@@ -126,11 +127,11 @@ pub fn ineffective(args: &SimulateArgs, preempt_flags: &[&str]) -> Vec<String> {
                 .to_owned(),
         );
     }
-    if let Some(policy) = args.policy.filter(|&p| p != SimPolicy::FairShare) {
+    if let Some(policy) = args.policy.filter(|&p| !p.preempts()) {
         if args.preemptible != Preemptible::None {
             notes.push(format!(
-                "only the fairshare policy preempts: --preemptible has no effect with \
-                 --policy {}",
+                "only fairshare, kueue-fair and armada preempt: --preemptible has no effect \
+                 with --policy {}",
                 policy.name()
             ));
         }
@@ -247,6 +248,19 @@ pub fn trace_name(path: &Path) -> String {
         }
     };
     strip(&strip(&name, ".gz"), ".swf")
+}
+
+/// Where `simulate --plot PATH` without `--policy` writes `policy`'s plot:
+/// `PATH` with `-POLICY` before its extension (`shares.svg` → `shares-fifo.svg`).
+#[must_use]
+pub fn policy_plot_path(path: &Path, policy: SimPolicy) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+    let ext = path
+        .extension()
+        .map_or_else(String::new, |e| format!(".{}", e.to_string_lossy()));
+    path.with_file_name(format!("{stem}-{}{ext}", policy.name()))
 }
 
 /// The JSON document `--report` writes.
@@ -460,6 +474,11 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
                 if report.policy == SimPolicy::FairShare {
                     text.push_str(&report.to_table());
                     plotted = Some(outcome);
+                } else if let Some(path) = &args.plot {
+                    // Every policy's plot, beside fairshare's.
+                    let other = policy_plot_path(path, report.policy);
+                    plot_shares(&other, &name, &outcome, PLOT_BUCKETS)?;
+                    text.push_str(&format!("plot written to {}\n", other.display()));
                 }
                 reports.push(report);
             }

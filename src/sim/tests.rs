@@ -453,7 +453,7 @@ fn run_simulate_writes_report_and_plot() {
     assert!(text.contains("fairshare") && text.contains("gateway-loop") && text.contains("fifo"));
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap()).unwrap();
-    assert_eq!(json["runs"].as_array().unwrap().len(), 3);
+    assert_eq!(json["runs"].as_array().unwrap().len(), SimPolicy::ALL.len());
     assert_eq!(json["capacity_cores"], 2);
     assert_eq!(json["runs"][0]["users"][1]["weight"], 3.0);
     let svg = std::fs::read_to_string(dir.join("plot.svg")).unwrap();

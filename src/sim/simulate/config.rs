@@ -24,25 +24,94 @@ pub enum SimPolicy {
     /// per user per pass, at most 2 running per user, random user order.
     #[serde(rename = "gateway-loop")]
     GatewayLoop,
+    /// Slurm's `priority/multifactor` with the classic fair-share factor
+    /// `F = 2^(-U/S)`, the age factor and EASY backfill (issue 47; see
+    /// [`super::anchors`]).
+    #[serde(rename = "slurm")]
+    SlurmMultifactor,
+    /// Slurm's multifactor priority with the Fair Tree fair-share factor (the
+    /// default since Slurm 19.05), EASY backfill.
+    #[serde(rename = "slurm-fairtree")]
+    SlurmFairTree,
+    /// Kueue's Admission Fair Sharing (KEP-4136): one LocalQueue per user in one
+    /// ClusterQueue, ordered by decayed usage, BestEffortFIFO; never preempts.
+    #[serde(rename = "kueue-afs")]
+    KueueAfs,
+    /// Kueue's fair sharing (KEP-1714): one ClusterQueue per user in a cohort,
+    /// admission by dominant resource share; with preemptible jobs, preemption
+    /// with `LessThanOrEqualToFinalShare` then `LessThanInitialShare`.
+    #[serde(rename = "kueue-fair")]
+    KueueFairSharing,
+    /// Armada: queues by DRF cost; with preemptible jobs, preemption to fair
+    /// share with `protectedFractionOfFairShare`.
+    #[serde(rename = "armada")]
+    Armada,
+    /// YuniKorn: the `fair` queue sort (allocated / guaranteed), `fifo`
+    /// application sort within a queue.
+    #[serde(rename = "yunikorn")]
+    YuniKorn,
 }
 
 impl SimPolicy {
     /// All policies, in the order the comparison prints them.
-    pub const ALL: [SimPolicy; 3] = [
+    pub const ALL: [SimPolicy; 9] = [
         SimPolicy::FairShare,
         SimPolicy::Fifo,
         SimPolicy::GatewayLoop,
+        SimPolicy::SlurmMultifactor,
+        SimPolicy::SlurmFairTree,
+        SimPolicy::KueueAfs,
+        SimPolicy::KueueFairSharing,
+        SimPolicy::Armada,
+        SimPolicy::YuniKorn,
+    ];
+
+    /// The anchors (issue 47): the other projects' policies, in
+    /// [`SimPolicy::ALL`] order.
+    pub const ANCHORS: [SimPolicy; 6] = [
+        SimPolicy::SlurmMultifactor,
+        SimPolicy::SlurmFairTree,
+        SimPolicy::KueueAfs,
+        SimPolicy::KueueFairSharing,
+        SimPolicy::Armada,
+        SimPolicy::YuniKorn,
     ];
 
     /// The policy's name on the command line and in reports: `fairshare`,
-    /// `fifo` or `gateway-loop`.
+    /// `fifo`, `gateway-loop`, `slurm`, `slurm-fairtree`, `kueue-afs`,
+    /// `kueue-fair`, `armada` or `yunikorn`.
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {
             SimPolicy::FairShare => "fairshare",
             SimPolicy::Fifo => "fifo",
             SimPolicy::GatewayLoop => "gateway-loop",
+            SimPolicy::SlurmMultifactor => "slurm",
+            SimPolicy::SlurmFairTree => "slurm-fairtree",
+            SimPolicy::KueueAfs => "kueue-afs",
+            SimPolicy::KueueFairSharing => "kueue-fair",
+            SimPolicy::Armada => "armada",
+            SimPolicy::YuniKorn => "yunikorn",
         }
+    }
+
+    /// Whether the policy stops preemptible jobs (`--preemptible`): fairshare,
+    /// kueue-fair and armada; the others never preempt.
+    #[must_use]
+    pub const fn preempts(self) -> bool {
+        matches!(
+            self,
+            SimPolicy::FairShare | SimPolicy::KueueFairSharing | SimPolicy::Armada
+        )
+    }
+
+    /// Whether the policy is one of the anchors ([`SimPolicy::ANCHORS`]).
+    #[must_use]
+    pub const fn is_anchor(self) -> bool {
+        !matches!(
+            self,
+            SimPolicy::FairShare | SimPolicy::Fifo | SimPolicy::GatewayLoop
+        )
     }
 }
 
@@ -52,22 +121,29 @@ impl fmt::Display for SimPolicy {
     }
 }
 
-/// A policy name that is not one of `fairshare`, `fifo`, `gateway-loop`.
+/// A policy name that is not one of [`SimPolicy::ALL`]'s.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown policy {0:?}: expected fairshare, fifo or gateway-loop")]
+#[error(
+    "unknown policy {0:?}: expected fairshare, fifo, gateway-loop, slurm, slurm-fairtree, \
+     kueue-afs, kueue-fair, armada or yunikorn"
+)]
 pub struct UnknownPolicy(pub String);
 
 impl FromStr for SimPolicy {
     type Err = UnknownPolicy;
 
     /// Parses `fairshare` (also `fair-share`, `fair_share`), `fifo`,
-    /// `gateway-loop` (also `gateway_loop`, `gateway`), ignoring ASCII case.
+    /// `gateway-loop` (also `gateway_loop`, `gateway`), and the anchors by their
+    /// [`SimPolicy::name`] (`_` for `-` too), ignoring ASCII case.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.trim().to_ascii_lowercase().as_str() {
             "fairshare" | "fair-share" | "fair_share" => Ok(SimPolicy::FairShare),
             "fifo" => Ok(SimPolicy::Fifo),
             "gateway-loop" | "gateway_loop" | "gateway" => Ok(SimPolicy::GatewayLoop),
-            _ => Err(UnknownPolicy(s.to_owned())),
+            other => SimPolicy::ANCHORS
+                .into_iter()
+                .find(|p| p.name() == other.replace('_', "-"))
+                .ok_or_else(|| UnknownPolicy(s.to_owned())),
         }
     }
 }

@@ -93,6 +93,9 @@ impl Sim<'_> {
                 self.jain_s += dt;
                 self.jain_integral += jain * dt;
             }
+            for &(u, excess) in &self.over_users {
+                self.over_share_s[u] += excess * dt;
+            }
         }
         self.last_t = self.last_t.max(t);
     }
@@ -100,6 +103,7 @@ impl Sim<'_> {
     /// Computes the fairness metrics of the state after the step at `t`.
     pub(super) fn take_snapshot(&mut self, t: Seconds) {
         let queued = self.queued_jobs > 0;
+        self.over_users.clear();
         self.snapshot = Snapshot {
             idle_while_queued: if queued {
                 self.free_cores() as f64
@@ -161,12 +165,27 @@ impl Sim<'_> {
         }
         let mut error = 0.0;
         let mut backlogged_hold = false;
+        // The water level λ (fair / weight of the users it does not cap): each
+        // user's uncapped share is `λ · w`.
+        let level = if contended {
+            self.scratch_fair
+                .iter()
+                .zip(&self.scratch_weights)
+                .map(|(f, w)| f / w)
+                .fold(0.0, f64::max)
+        } else {
+            0.0
+        };
         self.scratch_ratios.clear();
         for (k, &u) in self.scratch_users.iter().enumerate() {
             let user = &self.users[u];
             let actual = user.running_cores as f64 / capacity;
             let fair = self.scratch_fair[k];
             error += (fair - actual).max(0.0);
+            if contended {
+                let excess = self.scratch_demands[k] - level * self.scratch_weights[k];
+                self.over_users.push((u, excess));
+            }
             if !user.queue.is_empty() && fair > 0.0 {
                 self.scratch_ratios.push(actual / fair);
                 backlogged_hold |= user.running_cores > 0;
@@ -222,6 +241,7 @@ impl Sim<'_> {
             preemptions: self.preemptions,
             lost_core_s: self.lost_core_s,
             series: self.series.into_iter().map(|(_, s)| s).collect(),
+            above_share: self.over_share_s.iter().map(|&s| s > 0.0).collect(),
         };
         for job in self.jobs {
             match job.start {

@@ -55,6 +55,7 @@
 //! piecewise constant, up to the next event: the state only changes at events,
 //! so the time averages are exact, not sampled.
 
+pub mod anchors;
 mod config;
 mod fairness;
 mod outcome;
@@ -207,6 +208,14 @@ struct Sim<'c> {
     /// The groups (empty: none) and each user's path in the tree.
     tree: Tree,
     user_paths: Vec<Vec<usize>>,
+    /// In the current snapshot (contended time only), each user with demand and
+    /// its demand less its uncapped fair share `λ · w` (capacity fractions); per
+    /// user, that integrated over contended time (fraction-seconds).
+    over_users: Vec<(usize, f64)>,
+    over_share_s: Vec<f64>,
+    /// The policy is an anchor ([`SimPolicy::is_anchor`]), whose state follows.
+    anchored: bool,
+    anchor: anchors::AnchorState,
 }
 
 /// Replays `trace` (jobs in any order; they are taken in submit order, ties by
@@ -257,7 +266,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
             run: job.run,
             estimate: job.requested_time,
             start: None,
-            preemptible: config.policy == SimPolicy::FairShare && config.is_preemptible(job.number),
+            preemptible: config.policy.preempts() && config.is_preemptible(job.number),
             preemptions: 0,
             cut_s: 0.0,
         });
@@ -308,7 +317,19 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         ledger.report_cluster(t0, CLUSTER_NAME, true, capacity, Resources::ZERO, |_| false);
         ledger
     });
+    let anchored = config.policy.is_anchor();
+    let anchor = if anchored {
+        let weight_sum = users.iter().map(|u| u.weight).sum();
+        anchors::AnchorState::new(users.len(), jobs.len(), weight_sum)
+    } else {
+        anchors::AnchorState::default()
+    };
+    let user_count = users.len();
     let mut sim = Sim {
+        over_users: Vec::new(),
+        over_share_s: vec![0.0; user_count],
+        anchored,
+        anchor,
         config,
         ledger,
         jobs,
@@ -405,6 +426,7 @@ impl Sim<'_> {
                         wake = Some(wake.map_or(pass, |w| w.min(pass)));
                     }
                 }
+                _ => self.anchor_step(t),
             }
             self.take_snapshot(t);
         }
@@ -421,6 +443,9 @@ impl Sim<'_> {
         user.queue.push_back(j);
         user.queued_cores += u64::from(cpus);
         self.queued_jobs += 1;
+        if self.anchored {
+            self.anchor_queued(u, cpus, true);
+        }
         if self.config.policy == SimPolicy::Fifo {
             self.fifo.push_back(j);
         }
@@ -487,6 +512,11 @@ impl Sim<'_> {
 
     /// Starts job `j` (already removed from its user's queue) at `now`.
     fn start(&mut self, j: usize, now: Seconds) {
+        if self.anchored {
+            self.anchor_touch(self.jobs[j].user, now);
+            self.anchor_queued(self.jobs[j].user, self.jobs[j].cpus, false);
+            self.anchor_running(j, true, now);
+        }
         let job = &mut self.jobs[j];
         job.start = Some(now);
         let cpus = u64::from(job.cpus);
@@ -504,6 +534,14 @@ impl Sim<'_> {
     /// ledger and goes back to its user's queue at its place (submit order), and
     /// its pending finish becomes stale.
     fn preempt(&mut self, j: usize, now: Seconds) {
+        if self.jobs[j].start.is_none() {
+            return;
+        }
+        if self.anchored {
+            self.anchor_touch(self.jobs[j].user, now);
+            self.anchor_queued(self.jobs[j].user, self.jobs[j].cpus, true);
+            self.anchor_running(j, false, now);
+        }
         let job = &mut self.jobs[j];
         let Some(start) = job.start.take() else {
             return;
@@ -535,6 +573,10 @@ impl Sim<'_> {
     }
 
     fn finish(&mut self, j: usize, now: Seconds) {
+        if self.anchored {
+            self.anchor_touch(self.jobs[j].user, now);
+            self.anchor_running(j, false, now);
+        }
         let job = &self.jobs[j];
         let cpus = u64::from(job.cpus);
         let u = job.user;

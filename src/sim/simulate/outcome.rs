@@ -124,6 +124,15 @@ pub struct SimOutcome {
     pub lost_core_s: f64,
     /// Shares over time of [`SimConfig::record_shares_for`].
     pub series: Vec<ShareSeries>,
+    /// Per user (as [`SimOutcome::users`]): over the contended time in which it
+    /// had demand, its demand (cores of its running and queued jobs / capacity)
+    /// averaged more than its fair share before the cap at demand, `λ · w_u`
+    /// (`λ` the water level of the weighted max-min division). Users for whom it
+    /// is false stayed at or below their fair share over the run's busy time
+    /// (issue 47's "below-share" users). (Capped at demand, the fair share is
+    /// never below the demand, so the cap is left out; read instant by instant,
+    /// almost every user of a busy trace exceeds it at some moment.)
+    pub above_share: Vec<bool>,
 }
 
 /// The users holding the most core-seconds (`cpus × run`) in `jobs`, counting

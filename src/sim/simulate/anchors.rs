@@ -1,0 +1,1034 @@
+//! The anchors (issue 47): the policies of the schedulers an operator would pick
+//! instead of fairshare, each as its project documents it, on the simulator's
+//! capacity model (one pool of `capacity` cores), with the simulator's job order
+//! within a user (submit order, ties by job number) and its events.
+//!
+//! Every anchor treats a user as its own queue (Slurm: an association under
+//! `root` with `w_u` shares; Kueue: a LocalQueue, or a ClusterQueue in one cohort;
+//! Armada and YuniKorn: a queue). A job's runtime estimate is the SWF requested
+//! time, as for fairshare. What each does, and where a choice had to be made:
+//!
+//! - **slurm** (`priority/multifactor` with `PriorityFlags=NO_FAIR_TREE`,
+//!   `sched/backfill`): <https://slurm.schedmd.com/priority_multifactor.html>,
+//!   <https://slurm.schedmd.com/classic_fair_share.html>. Job priority
+//!   `P = floor(W_fs · F_u + W_age · A_j)` with the fair-share factor
+//!   `F_u = 2^(−U_u / S_u)`: `U_u` the user's decayed usage (core-seconds, each
+//!   second of use decayed by `2^(−age / PriorityDecayHalfLife)`) over all users'
+//!   (0 when nobody has usage), `S_u = w_u / Σ w` its normalized shares over
+//!   every user of the trace (all associations exist from the start); the age
+//!   factor `A_j = min(wait_j / PriorityMaxAge, 1)`. Jobs are taken by priority,
+//!   then submit time, then job number; the first that does not fit gets an EASY
+//!   reservation (shadow time and extra cores from the running jobs' expected
+//!   ends, [`crate::policy::shadow`]), and later jobs start only if
+//!   they fit now and end by the shadow time or fit in the extra cores.
+//!   Choices: `PriorityDecayHalfLife` and `PriorityMaxAge` at slurm.conf's
+//!   defaults (7 days each); the weights: slurm.conf's default for every
+//!   `PriorityWeight*` is 0, which would make the order plain FIFO, so the
+//!   ratio of the multifactor page's "Configuration Example" is used
+//!   (`PriorityWeightFairshare=10000`, `PriorityWeightAge=1000`); job size,
+//!   partition, QOS, TRES and nice are left at 0 (one partition, one QOS; a
+//!   job-size term would reorder a user's own jobs). Usage and priorities are
+//!   recomputed at every event instead of every `PriorityCalcPeriod` (5 min).
+//!   Slurm's backfill plans for every pending job it tests; the issue asks for
+//!   EASY (one reservation), which this is; like Slurm's it tests at most
+//!   `bf_max_job_test` (500, its default) jobs once the reservation is made.
+//! - **slurm-fairtree** (`PriorityFlags=FAIR_TREE`, the default since 19.05):
+//!   <https://slurm.schedmd.com/fair_tree.html>. The same priority and backfill;
+//!   `F_u` is the user's rank: users sorted by Level Fairshare
+//!   `LF_u = S_u / U_u` (∞ without usage) descending, `F_u = (N − k_u) / N`
+//!   with `k_u` the number of users with a strictly larger `LF` (so ties share a
+//!   rank and the first gets 1.0), `N` the number of users in the trace.
+//! - **kueue-afs** (Admission Fair Sharing, KEP-4136,
+//!   `keps/4136-admission-fair-sharing`; the admission fair sharing page): one
+//!   ClusterQueue with `admissionScope: UsageBasedAdmissionFairSharing`, one
+//!   LocalQueue per user; pending workloads sorted by their LocalQueue's usage,
+//!   then priority (all equal), then creation time; `BestEffortFIFO`: a workload
+//!   that does not fit does not block the ones after it. Usage is the decayed
+//!   average of the cores the LocalQueue's admitted workloads hold,
+//!   `h ← h·2^(−Δt/T) + cores·(1 − 2^(−Δt/T))`, with `usageHalfLifeTime`
+//!   `T = 168h` (it has no default; 168h is the example of Kueue's page and
+//!   configuration file). Choices: the usage is brought forward continuously
+//!   instead of every `usageSamplingInterval` (5 min), so the admission penalty
+//!   of the sampled implementation is not needed. AFS itself never preempts.
+//! - **kueue-fair** (fair sharing, KEP-1714, `keps/1714-fair-sharing`; Kueue's
+//!   `pkg/scheduler/preemption` `fairPreemptions`): one ClusterQueue per user, all
+//!   in one cohort that holds the capacity (nominal quotas 0: equal static quotas
+//!   for 100–200 users would be a few cores each and need every user known in
+//!   advance; with 0 every queue borrows, and the share is exactly the dominant
+//!   share). Share value `DRS_u = floor(1000 · cores_u / C / w_u)`. Admission:
+//!   the heads (first workload that fits, `BestEffortFIFO`) in order of the share
+//!   their queue would have with them admitted, then creation time. With
+//!   preemptible jobs, a head that fits nowhere may preempt, with the default
+//!   `preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]`:
+//!   target queues by current share, highest first; within one, candidates most
+//!   recently admitted first; strategy 1 takes the first candidate with
+//!   `DRS_p(with head) ≤ DRS_v(without it)` (the queue is then re-ranked), and a
+//!   queue with none is set aside; if the head still does not fit, strategy 2
+//!   takes, once per remaining queue in share order, its first candidate if
+//!   `DRS_p(with head) < DRS_v`; if it still does not fit nothing is preempted;
+//!   else targets not needed are given back (`fillBackWorkloads`, all but the
+//!   last). The preemptor starts at once (the simulator's stops take no time); a
+//!   job admitted at this very instant is not a candidate.
+//! - **armada** (`internal/scheduler`: `PreemptingQueueScheduler`, the DRF
+//!   `FairnessCostProvider`, `docs/scheduler.md`): queues ordered by the cost
+//!   they would have with their next job, `cores / C / w` (DRF, one resource),
+//!   then name; within a queue submit order, a job that does not fit skipped.
+//!   With preemptible jobs, each round first evicts every preemptible job of the
+//!   queues whose unweighted share exceeds `protectedFractionOfFairShare` (1.0,
+//!   Armada's default) times their fair share `max(adjusted, w / Σ w_active)`
+//!   (adjusted: the demand-capped water-filling share), then schedules evicted
+//!   jobs (first within their queue) and queued jobs in cost order; evicted jobs
+//!   not scheduled again are preempted (requeued, their run lost). Choices: a
+//!   round runs at every event rather than every `schedulePeriod`; the eviction
+//!   round runs only when some user with queued jobs holds less than its fair
+//!   share (otherwise nothing is evicted for anyone's benefit, and the plain
+//!   round is the same); `maxQueueLookback` is not applied.
+//! - **yunikorn** (`pkg/scheduler/objects/sorters.go`:
+//!   `sortQueuesByFairnessAndPriority`, `CompUsageRatioSeparately`): queue sort
+//!   policy `fair`, queues ordered by allocated / guaranteed (`guaranteed_u =
+//!   C · w_u / Σ w`), ties by more pending resources first, then user order;
+//!   application sort `fifo` (submit time) within a queue; each allocation
+//!   re-sorts; an ask that does not fit is skipped. Choices: YuniKorn's node
+//!   reservations for large asks need nodes, which the one-pool model has not;
+//!   its preemption (for guaranteed resources) is not modelled.
+//!
+//! Slurm and Kueue AFS keep decayed usage; Kueue fair sharing, Armada and
+//! YuniKorn order by what users hold now.
+
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+use super::{time_key, Sim, SimPolicy};
+use crate::policy::Shadow;
+use crate::policy::{Resources, Seconds};
+
+/// Slurm's `PriorityDecayHalfLife` default (slurm.conf: `7-0`), seconds.
+pub const SLURM_DECAY_HALF_LIFE_S: Seconds = 7.0 * 86_400.0;
+/// Slurm's `PriorityMaxAge` default (slurm.conf: `7-0`), seconds.
+pub const SLURM_MAX_AGE_S: Seconds = 7.0 * 86_400.0;
+/// `PriorityWeightFairshare` of the multifactor page's configuration example
+/// (slurm.conf's default, 0, would leave only submit order).
+pub const SLURM_WEIGHT_FAIRSHARE: f64 = 10_000.0;
+/// `PriorityWeightAge` of the same example.
+pub const SLURM_WEIGHT_AGE: f64 = 1_000.0;
+/// Slurm's `bf_max_job_test` default (slurm.conf `SchedulerParameters`: 500): the
+/// backfill pass tests at most this many jobs once a job holds the reservation.
+pub const SLURM_BF_MAX_JOB_TEST: usize = 500;
+/// Kueue's `usageHalfLifeTime` (168h, the example of its admission fair sharing
+/// page; the field has no default), seconds.
+pub const KUEUE_AFS_HALF_LIFE_S: Seconds = 168.0 * 3_600.0;
+/// Armada's `protectedFractionOfFairShare` default (1.0): queues at or below
+/// their fair share are not evicted.
+pub const ARMADA_PROTECTED_FRACTION: f64 = 1.0;
+
+/// The settings an anchor runs with, for a report's header.
+#[must_use]
+pub fn settings(policy: SimPolicy) -> String {
+    match policy {
+        SimPolicy::SlurmMultifactor | SimPolicy::SlurmFairTree => format!(
+            "{} fair share, PriorityDecayHalfLife {} s, PriorityMaxAge {} s, \
+             PriorityWeightFairshare {}, PriorityWeightAge {}, EASY backfill",
+            if policy == SimPolicy::SlurmFairTree {
+                "Fair Tree"
+            } else {
+                "classic"
+            },
+            SLURM_DECAY_HALF_LIFE_S,
+            SLURM_MAX_AGE_S,
+            SLURM_WEIGHT_FAIRSHARE,
+            SLURM_WEIGHT_AGE
+        ),
+        SimPolicy::KueueAfs => format!(
+            "admission fair sharing, usageHalfLifeTime {KUEUE_AFS_HALF_LIFE_S} s, BestEffortFIFO"
+        ),
+        SimPolicy::KueueFairSharing => {
+            "fair sharing (one ClusterQueue per user, nominal quota 0), \
+             preemptionStrategies LessThanOrEqualToFinalShare, LessThanInitialShare"
+                .to_owned()
+        }
+        SimPolicy::Armada => {
+            format!("DRF queue cost, protectedFractionOfFairShare {ARMADA_PROTECTED_FRACTION}")
+        }
+        SimPolicy::YuniKorn => {
+            "queue sort fair (allocated / guaranteed, guaranteed ∝ weight), application sort fifo"
+                .to_owned()
+        }
+        _ => String::new(),
+    }
+}
+
+/// Slurm's classic fair-share factor `2^(−U/S)` of a user with normalized usage
+/// `usage` (its decayed usage / everyone's, 0..1) and normalized shares `shares`
+/// (`w_u / Σ w`, > 0) (classic_fair_share.html).
+#[must_use]
+pub fn slurm_classic_factor(usage: f64, shares: f64) -> f64 {
+    (-usage / shares).exp2()
+}
+
+/// Slurm Fair Tree factors (fair_tree.html) of users with the given Level
+/// Fairshare values (`S / U`, `f64::INFINITY` without usage): `(N − k) / N`,
+/// `k` the number of users with a strictly larger value, in input order.
+#[must_use]
+pub fn fair_tree_factors(level_fs: &[f64]) -> Vec<f64> {
+    let n = level_fs.len();
+    let mut sorted: Vec<f64> = level_fs.to_vec();
+    sorted.sort_by(|a, b| b.total_cmp(a));
+    level_fs
+        .iter()
+        .map(|lf| {
+            let above = sorted.partition_point(|x| x.total_cmp(lf) == Ordering::Greater);
+            (n - above) as f64 / n as f64
+        })
+        .collect()
+}
+
+/// [`fair_tree_factors`] with the users' order kept between calls in `order`
+/// (Level Fairshare descending; insertion sort, so a nearly sorted order costs
+/// `O(n)`): the same factors.
+fn fair_tree_factors_kept(level_fs: &[f64], order: &mut Vec<usize>) -> Vec<f64> {
+    let n = level_fs.len();
+    if order.len() != n {
+        *order = (0..n).collect();
+    }
+    let before = |a: usize, b: usize| level_fs[a].total_cmp(&level_fs[b]) == Ordering::Greater;
+    for i in 1..n {
+        let u = order[i];
+        let mut j = i;
+        while j > 0 && before(u, order[j - 1]) {
+            order[j] = order[j - 1];
+            j -= 1;
+        }
+        order[j] = u;
+    }
+    let mut out = vec![0.0; n];
+    let mut above = 0;
+    for (i, &u) in order.iter().enumerate() {
+        if i > 0 && level_fs[order[i - 1]].total_cmp(&level_fs[u]) == Ordering::Greater {
+            above = i;
+        }
+        out[u] = (n - above) as f64 / n as f64;
+    }
+    out
+}
+
+/// A Slurm job priority: `floor(W_fs · F + W_age · min(wait / max_age, 1))`
+/// (priority_multifactor.html, "Job Priority Factors In General"; Slurm keeps it
+/// as a 32-bit integer).
+#[must_use]
+pub fn slurm_priority(fair_share_factor: f64, wait_s: Seconds) -> f64 {
+    let age = (wait_s / SLURM_MAX_AGE_S).clamp(0.0, 1.0);
+    (SLURM_WEIGHT_FAIRSHARE * fair_share_factor + SLURM_WEIGHT_AGE * age).floor()
+}
+
+/// Kueue's dominant resource share of a ClusterQueue holding `cores` of a cohort
+/// of `capacity` with nominal quota 0 and weight `weight`:
+/// `floor(1000 · cores / capacity / weight)` (KEP-1714, "Share value function").
+#[must_use]
+pub fn kueue_share(cores: f64, capacity: f64, weight: f64) -> i64 {
+    (1000.0 * cores / capacity / weight).floor() as i64
+}
+
+/// `x ← x·d + rate·scale·(1 − d)` with `d = 2^(−dt/half_life)`: exponential decay
+/// brought forward `dt` seconds while `rate` holds. With `scale = half_life / ln 2`
+/// this is decayed usage (Slurm); with `scale = 1` an exponential moving average
+/// (Kueue AFS). A half-life of 0 forgets at once.
+fn decay(x: f64, rate: f64, dt: Seconds, half_life: Seconds, scale: f64) -> f64 {
+    if dt <= 0.0 {
+        return x;
+    }
+    if half_life <= 0.0 {
+        return if scale.is_finite() { rate } else { 0.0 };
+    }
+    let d = (-dt / half_life).exp2();
+    x * d + rate * scale * (1.0 - d)
+}
+
+/// A heap key: compared lexicographically, the smallest first.
+#[derive(Clone, Copy, Debug)]
+struct Key(f64, f64, u64);
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Key {}
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Key {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0
+            .total_cmp(&other.0)
+            .then(self.1.total_cmp(&other.1))
+            .then(self.2.cmp(&other.2))
+    }
+}
+
+/// The anchors' state kept across the run.
+#[derive(Debug, Default)]
+pub(super) struct AnchorState {
+    /// Per user: decayed usage (Slurm, core-seconds) or usage average (Kueue AFS,
+    /// cores), as of `at[u]`.
+    usage: Vec<f64>,
+    at: Vec<Seconds>,
+    /// Everyone's decayed usage (Slurm), as of `total_at`.
+    total: f64,
+    total_at: Seconds,
+    /// Σ w over every user of the trace.
+    weight_sum: f64,
+    /// Running jobs (indices), and each job's place in it (`usize::MAX`: none).
+    pub(super) running: Vec<usize>,
+    pub(super) running_pos: Vec<usize>,
+    /// Cores → how many queued jobs ask for that many.
+    pub(super) queued_sizes: std::collections::BTreeMap<u32, usize>,
+    /// The same per user.
+    user_sizes: Vec<std::collections::BTreeMap<u32, usize>>,
+    /// Fair Tree: the users by Level Fairshare as last sorted (kept, so that
+    /// sorting again costs what changed).
+    fair_tree_order: Vec<usize>,
+    /// Running preemptible jobs.
+    pub(super) preemptible_running: usize,
+    /// Slurm: running jobs by expected end (start + estimate as [`time_key`]
+    /// bits; `u64::MAX` without an estimate), then index.
+    by_end: std::collections::BTreeSet<(u64, usize)>,
+}
+
+impl AnchorState {
+    pub(super) fn new(users: usize, jobs: usize, weight_sum: f64) -> AnchorState {
+        AnchorState {
+            usage: vec![0.0; users],
+            at: vec![0.0; users],
+            total: 0.0,
+            total_at: 0.0,
+            weight_sum,
+            running: Vec::new(),
+            running_pos: vec![usize::MAX; jobs],
+            queued_sizes: std::collections::BTreeMap::new(),
+            user_sizes: vec![std::collections::BTreeMap::new(); users],
+            fair_tree_order: (0..users).collect(),
+            preemptible_running: 0,
+            by_end: std::collections::BTreeSet::new(),
+        }
+    }
+}
+
+impl Sim<'_> {
+    /// Brings user `u`'s usage (and the total) to `now` with what it holds: called
+    /// before anything it holds changes.
+    pub(super) fn anchor_touch(&mut self, u: usize, now: Seconds) {
+        let (half_life, scale) = match self.config.policy {
+            SimPolicy::SlurmMultifactor | SimPolicy::SlurmFairTree => (
+                SLURM_DECAY_HALF_LIFE_S,
+                SLURM_DECAY_HALF_LIFE_S / std::f64::consts::LN_2,
+            ),
+            SimPolicy::KueueAfs => (KUEUE_AFS_HALF_LIFE_S, 1.0),
+            _ => return,
+        };
+        let held = self.users[u].running_cores as f64;
+        let a = &mut self.anchor;
+        a.usage[u] = decay(a.usage[u], held, now - a.at[u], half_life, scale);
+        a.at[u] = now;
+        let all = self.used_cores as f64;
+        a.total = decay(a.total, all, now - a.total_at, half_life, scale);
+        a.total_at = now;
+    }
+
+    /// Records job `j` as running (`true`, started at `now`) or not (still
+    /// holding its start).
+    pub(super) fn anchor_running(&mut self, j: usize, running: bool, now: Seconds) {
+        let job = &self.jobs[j];
+        let preemptible = job.preemptible;
+        if matches!(
+            self.config.policy,
+            SimPolicy::SlurmMultifactor | SimPolicy::SlurmFairTree
+        ) {
+            let start = if running { Some(now) } else { job.start };
+            let key = match (start, job.estimate) {
+                (Some(s), Some(e)) => time_key(s + e),
+                _ => u64::MAX,
+            };
+            if running {
+                self.anchor.by_end.insert((key, j));
+            } else {
+                self.anchor.by_end.remove(&(key, j));
+            }
+        }
+        let a = &mut self.anchor;
+        if running {
+            a.running_pos[j] = a.running.len();
+            a.running.push(j);
+            a.preemptible_running += usize::from(preemptible);
+        } else if let Some(&p) = a.running_pos.get(j).filter(|&&p| p != usize::MAX) {
+            a.preemptible_running -= usize::from(preemptible);
+            a.running.swap_remove(p);
+            if let Some(&moved) = a.running.get(p) {
+                a.running_pos[moved] = p;
+            }
+            a.running_pos[j] = usize::MAX;
+        }
+    }
+
+    /// Counts a queued job of `cpus` cores in (`true`) or out.
+    pub(super) fn anchor_queued(&mut self, u: usize, cpus: u32, queued: bool) {
+        fn count(sizes: &mut std::collections::BTreeMap<u32, usize>, cpus: u32, queued: bool) {
+            if queued {
+                *sizes.entry(cpus).or_default() += 1;
+            } else if let Some(n) = sizes.get_mut(&cpus) {
+                *n -= 1;
+                if *n == 0 {
+                    sizes.remove(&cpus);
+                }
+            }
+        }
+        count(&mut self.anchor.queued_sizes, cpus, queued);
+        if let Some(sizes) = self.anchor.user_sizes.get_mut(u) {
+            count(sizes, cpus, queued);
+        }
+    }
+
+    /// The fewest cores any queued job of user `u` asks for (`u64::MAX`: none).
+    fn user_min_queued(&self, u: usize) -> u64 {
+        self.anchor
+            .user_sizes
+            .get(u)
+            .and_then(|sizes| sizes.first_key_value())
+            .map_or(u64::MAX, |(&c, _)| u64::from(c))
+    }
+
+    /// Whether some queued job fits the free cores.
+    fn anchor_some_fits(&self) -> bool {
+        self.anchor
+            .queued_sizes
+            .first_key_value()
+            .is_some_and(|(&c, _)| u64::from(c) <= self.free_cores())
+    }
+
+    /// One step of an anchor at `now`.
+    pub(super) fn anchor_step(&mut self, now: Seconds) {
+        match self.config.policy {
+            SimPolicy::SlurmMultifactor | SimPolicy::SlurmFairTree => {
+                if self.anchor_some_fits() {
+                    self.cycles += 1;
+                    self.slurm_pass(now);
+                }
+            }
+            SimPolicy::Armada => {
+                if self.armada_wants_eviction() {
+                    self.cycles += 1;
+                    self.armada_round(now);
+                } else if self.anchor_some_fits() {
+                    self.cycles += 1;
+                    self.greedy_pass(now, &mut Vec::new());
+                }
+            }
+            SimPolicy::KueueFairSharing => loop {
+                if self.anchor_some_fits() {
+                    self.cycles += 1;
+                    self.greedy_pass(now, &mut Vec::new());
+                }
+                if !self.kueue_preempt_once(now) {
+                    break;
+                }
+            },
+            _ => {
+                if self.anchor_some_fits() {
+                    self.cycles += 1;
+                    self.greedy_pass(now, &mut Vec::new());
+                }
+            }
+        }
+    }
+
+    /// The users with queued jobs, in user order.
+    fn queued_users(&self) -> Vec<usize> {
+        let mut users: Vec<usize> = self.heads.iter().map(|&(_, u)| u).collect();
+        users.sort_unstable();
+        users
+    }
+
+    /// Slurm's fair-share factor of every user (classic or Fair Tree), from usage
+    /// brought to `now`.
+    fn slurm_factors(&mut self, now: Seconds) -> Vec<f64> {
+        // Every user's usage brought to now, as `anchor_touch` does; users last
+        // brought forward at the same instant (most: the previous pass) share one
+        // decay factor, so a pass computes few powers.
+        let half_life = SLURM_DECAY_HALF_LIFE_S;
+        let scale = half_life / std::f64::consts::LN_2;
+        let mut memo = (f64::NAN, 0.0);
+        for u in 0..self.users.len() {
+            let dt = now - self.anchor.at[u];
+            if dt <= 0.0 {
+                continue;
+            }
+            let at = self.anchor.at[u];
+            let d = if at == memo.0 {
+                memo.1
+            } else {
+                let d = (-dt / half_life).exp2();
+                memo = (at, d);
+                d
+            };
+            let held = self.users[u].running_cores as f64;
+            let a = &mut self.anchor;
+            a.usage[u] = a.usage[u] * d + held * scale * (1.0 - d);
+            a.at[u] = now;
+        }
+        let all = self.used_cores as f64;
+        let a = &mut self.anchor;
+        a.total = decay(a.total, all, now - a.total_at, half_life, scale);
+        a.total_at = now;
+        let total = self.anchor.total;
+        let wsum = self.anchor.weight_sum;
+        let norm_usage = |x: f64| if total > 0.0 { x / total } else { 0.0 };
+        let users = &self.users;
+        let usage = &self.anchor.usage;
+        if self.config.policy == SimPolicy::SlurmFairTree {
+            let lf: Vec<f64> = (0..users.len())
+                .map(|u| {
+                    let used = norm_usage(usage[u]);
+                    let shares = users[u].weight / wsum;
+                    if used > 0.0 {
+                        shares / used
+                    } else {
+                        f64::INFINITY
+                    }
+                })
+                .collect();
+            fair_tree_factors_kept(&lf, &mut self.anchor.fair_tree_order)
+        } else {
+            // Only users with queued jobs need theirs.
+            let mut factors = vec![0.0; users.len()];
+            for &(_, u) in &self.heads {
+                factors[u] = slurm_classic_factor(norm_usage(usage[u]), users[u].weight / wsum);
+            }
+            factors
+        }
+    }
+
+    /// One Slurm scheduling pass at `now`: jobs by priority; the first that does
+    /// not fit holds an EASY reservation; later ones start only if they fit and
+    /// do not delay it.
+    fn slurm_pass(&mut self, now: Seconds) {
+        let factors = self.slurm_factors(now);
+        let key = |sim: &Sim<'_>, u: usize, pos: usize| -> Option<Key> {
+            let &j = sim.users[u].queue.get(pos)?;
+            let job = &sim.jobs[j];
+            let p = slurm_priority(factors[u], now - job.submit);
+            Some(Key(-p, job.submit, j as u64))
+        };
+        let mut heap: BinaryHeap<Reverse<(Key, usize, usize)>> = self
+            .queued_users()
+            .into_iter()
+            .filter_map(|u| key(self, u, 0).map(|k| Reverse((k, u, 0))))
+            .collect();
+        let mut hold: Option<Shadow> = None;
+        let min_queued = self
+            .anchor
+            .queued_sizes
+            .first_key_value()
+            .map_or(u64::MAX, |(&c, _)| u64::from(c));
+        let mut tested_after_hold = 0usize;
+        while let Some(Reverse((_, u, pos))) = heap.pop() {
+            if self.free_cores() < min_queued {
+                break;
+            }
+            if hold.is_some() {
+                tested_after_hold += 1;
+                if tested_after_hold > SLURM_BF_MAX_JOB_TEST {
+                    break;
+                }
+            }
+            let j = self.users[u].queue[pos];
+            let cpus = u64::from(self.jobs[j].cpus);
+            let request = Resources::new(cpus as f64, 0.0, 0.0);
+            let fits = cpus <= self.free_cores();
+            let mut next = pos + 1;
+            match &mut hold {
+                None if fits => {
+                    self.anchor_start(j, now);
+                    next = pos;
+                }
+                None => {
+                    let s = self.shadow_of(now, &request);
+                    if s.start.is_none() && s.extra.cpu <= 0.0 {
+                        // No job can start without delaying it (unknown ends).
+                        break;
+                    }
+                    hold = Some(s);
+                }
+                Some(s) if fits => {
+                    let how = admits(s, now, &request, self.jobs[j].estimate);
+                    if how != Backfill::No {
+                        if how == Backfill::InExtra {
+                            s.extra = s.extra.saturating_sub(request);
+                        }
+                        self.anchor_start(j, now);
+                        next = pos;
+                    }
+                }
+                Some(_) => {}
+            }
+            if let Some(k) = key(self, u, next) {
+                heap.push(Reverse((k, u, next)));
+            }
+        }
+    }
+
+    /// The EASY shadow of `request` against the running jobs' expected ends
+    /// (`crate::policy::shadow`'s walk, on the running jobs kept in end order):
+    /// ends already past count as `now`, jobs ending at one instant are released
+    /// together, jobs without an estimate last (`start: None` if only their end
+    /// lets it fit; `None` with no extra if nothing does).
+    fn shadow_of(&self, now: Seconds, request: &Resources) -> Shadow {
+        let need = request.cpu;
+        let mut avail = self.free_cores() as f64;
+        let end_of = |key: u64| (key != u64::MAX).then(|| f64::from_bits(key).max(now));
+        let mut ends = self.anchor.by_end.iter().peekable();
+        while let Some(&(key, j)) = ends.next() {
+            let end = end_of(key);
+            avail += f64::from(self.jobs[j].cpus);
+            while let Some(&&(next, k)) = ends.peek() {
+                if end_of(next) != end {
+                    break;
+                }
+                avail += f64::from(self.jobs[k].cpus);
+                ends.next();
+            }
+            if need <= avail {
+                return Shadow {
+                    start: end,
+                    extra: Resources::new(avail - need, 0.0, 0.0),
+                };
+            }
+        }
+        Shadow {
+            start: None,
+            extra: Resources::ZERO,
+        }
+    }
+
+    /// Takes queued job `j` out of its queue and starts it.
+    fn anchor_start(&mut self, j: usize, now: Seconds) {
+        if self.dequeue(j) {
+            self.start(j, now);
+        }
+    }
+
+    /// The greedy pass of Kueue, Armada and YuniKorn at `now`: repeatedly the
+    /// queue first by the policy's key takes its first job that fits (its
+    /// `evicted` jobs, for Armada, before its queued ones). Returns the evicted
+    /// jobs scheduled again.
+    fn greedy_pass(&mut self, now: Seconds, evicted: &mut [Vec<usize>]) -> Vec<usize> {
+        let mut kept = Vec::new();
+        let min_queued = self
+            .anchor
+            .queued_sizes
+            .first_key_value()
+            .map_or(u64::MAX, |(&c, _)| u64::from(c));
+        let mut users = self.queued_users();
+        if self.config.policy == SimPolicy::KueueAfs {
+            for &u in &users {
+                self.anchor_touch(u, now);
+            }
+        }
+        // Nothing can be placed once the free cores are fewer than any queued or
+        // evicted job asks for.
+        let min_evicted = evicted
+            .iter()
+            .flatten()
+            .map(|&j| u64::from(self.jobs[j].cpus))
+            .min()
+            .unwrap_or(u64::MAX);
+        let min_any = min_queued.min(min_evicted);
+        for (u, list) in evicted.iter().enumerate() {
+            if !list.is_empty() && !users.contains(&u) {
+                users.push(u);
+            }
+        }
+        // Per user: next evicted index, next queue position.
+        let mut cursor: Vec<(usize, usize)> = vec![(0, 0); self.users.len()];
+        let mut heap: BinaryHeap<Reverse<(Key, usize)>> = BinaryHeap::new();
+        for u in users {
+            if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
+                heap.push(Reverse((k, u)));
+            }
+        }
+        while let Some(Reverse((popped, u))) = heap.pop() {
+            let Some((key, (from_evicted, j))) =
+                self.greedy_candidate(now, u, &mut cursor[u], evicted)
+            else {
+                continue;
+            };
+            // The key may have changed since it was pushed (a candidate that no
+            // longer fits was skipped): take it only if still first.
+            if key > popped {
+                heap.push(Reverse((key, u)));
+                continue;
+            }
+            if from_evicted {
+                let c = u64::from(self.jobs[j].cpus);
+                self.used_cores += c;
+                self.users[u].running_cores += c;
+                kept.push(j);
+                cursor[u].0 += 1;
+            } else {
+                self.anchor_start(j, now);
+            }
+            if self.free_cores() < min_any {
+                break;
+            }
+            if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
+                heap.push(Reverse((k, u)));
+            }
+        }
+        kept
+    }
+
+    /// User `u`'s next job that fits the free cores (evicted ones first), moving
+    /// its cursor past those that do not, and its key.
+    fn greedy_candidate(
+        &self,
+        now: Seconds,
+        u: usize,
+        cursor: &mut (usize, usize),
+        evicted: &[Vec<usize>],
+    ) -> Option<(Key, (bool, usize))> {
+        let free = self.free_cores();
+        let mut pick = None;
+        if let Some(list) = evicted.get(u) {
+            while let Some(&j) = list.get(cursor.0) {
+                if u64::from(self.jobs[j].cpus) <= free {
+                    pick = Some((true, j));
+                    break;
+                }
+                cursor.0 += 1;
+            }
+        }
+        if pick.is_none() && self.user_min_queued(u) <= free {
+            let queue = &self.users[u].queue;
+            while let Some(&j) = queue.get(cursor.1) {
+                if u64::from(self.jobs[j].cpus) <= free {
+                    pick = Some((false, j));
+                    break;
+                }
+                cursor.1 += 1;
+            }
+        }
+        let (from_evicted, j) = pick?;
+        Some((self.greedy_key(now, u, j), (from_evicted, j)))
+    }
+
+    /// The policy's key of user `u` with candidate job `j` (smallest first).
+    fn greedy_key(&self, _now: Seconds, u: usize, j: usize) -> Key {
+        let capacity = f64::from(self.config.capacity);
+        let user = &self.users[u];
+        let job = &self.jobs[j];
+        let held = user.running_cores as f64;
+        let with = held + f64::from(job.cpus);
+        match self.config.policy {
+            // LocalQueue usage, then creation time.
+            SimPolicy::KueueAfs => Key(self.anchor.usage[u], job.submit, j as u64),
+            // Share with the workload admitted, then creation time.
+            SimPolicy::KueueFairSharing => Key(
+                kueue_share(with, capacity, user.weight) as f64,
+                job.submit,
+                j as u64,
+            ),
+            // Cost with the job, then queue (user) order.
+            SimPolicy::Armada => Key(with / capacity / user.weight, u as f64, j as u64),
+            // Allocated / guaranteed, then more pending first, then user order.
+            _ => {
+                let guaranteed = capacity * user.weight / self.anchor.weight_sum;
+                Key(held / guaranteed, -(user.queued_cores as f64), u as u64)
+            }
+        }
+    }
+
+    /// Whether an Armada round should evict: some job may be preempted and some
+    /// user with queued jobs holds less than its fair share.
+    fn armada_wants_eviction(&self) -> bool {
+        if self.queued_jobs == 0
+            || !self
+                .anchor
+                .running
+                .iter()
+                .any(|&j| self.jobs[j].preemptible)
+        {
+            return false;
+        }
+        let shares = self.armada_fair_shares();
+        self.heads
+            .iter()
+            .any(|&(_, u)| (self.users[u].running_cores as f64) < shares[u] - 1e-9)
+    }
+
+    /// Each user's Armada fair share in cores: `max(adjusted, w / Σ w)` over the
+    /// users with demand (adjusted: water-filling capped at demand); 0 without.
+    fn armada_fair_shares(&self) -> Vec<f64> {
+        let capacity = f64::from(self.config.capacity);
+        let active: Vec<usize> = (0..self.users.len())
+            .filter(|&u| self.users[u].running_cores + self.users[u].queued_cores > 0)
+            .collect();
+        let weights: Vec<f64> = active.iter().map(|&u| self.users[u].weight).collect();
+        let demands: Vec<f64> = active
+            .iter()
+            .map(|&u| (self.users[u].running_cores + self.users[u].queued_cores) as f64 / capacity)
+            .collect();
+        let mut adjusted = Vec::new();
+        crate::sim::stats::fair_shares(&weights, &demands, &mut adjusted);
+        let wsum: f64 = weights.iter().sum();
+        let mut out = vec![0.0; self.users.len()];
+        for (k, &u) in active.iter().enumerate() {
+            out[u] = capacity * adjusted[k].max(weights[k] / wsum);
+        }
+        out
+    }
+
+    /// One Armada round with eviction at `now`: evicts the preemptible jobs of
+    /// users above `protectedFractionOfFairShare` of their fair share, schedules
+    /// evicted and queued jobs in cost order, preempts the evicted jobs not
+    /// scheduled again.
+    fn armada_round(&mut self, now: Seconds) {
+        let shares = self.armada_fair_shares();
+        let mut evicted: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
+        let mut all = Vec::new();
+        for &j in &self.anchor.running {
+            let job = &self.jobs[j];
+            let u = job.user;
+            let held = self.users[u].running_cores as f64;
+            if job.preemptible && shares[u] > 0.0 && held / shares[u] > ARMADA_PROTECTED_FRACTION {
+                all.push(j);
+            }
+        }
+        // Within a queue: submit order (Armada's scheduling order for equal
+        // priorities).
+        all.sort_unstable();
+        for &j in &all {
+            let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
+            evicted[u].push(j);
+            self.used_cores -= c;
+            self.users[u].running_cores -= c;
+        }
+        let kept = self.greedy_pass(now, &mut evicted);
+        let mut kept_set = kept;
+        kept_set.sort_unstable();
+        for &j in &all {
+            if kept_set.binary_search(&j).is_err() {
+                let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
+                self.used_cores += c;
+                self.users[u].running_cores += c;
+                self.preempt(j, now);
+            }
+        }
+    }
+
+    /// Kueue fair sharing: the first head (in admission order) that fits nowhere
+    /// and finds targets preempts them and starts; whether one did.
+    fn kueue_preempt_once(&mut self, now: Seconds) -> bool {
+        if self.queued_jobs == 0 || self.anchor.preemptible_running == 0 {
+            return false;
+        }
+        let capacity = f64::from(self.config.capacity);
+        let share =
+            |sim: &Sim<'_>, u: usize, cores: f64| kueue_share(cores, capacity, sim.users[u].weight);
+        // A target's share must be at least the preemptor's with its head, so a
+        // head above every user's share cannot preempt: checked before anything is
+        // gathered (most steps stop here).
+        // `floor` is monotone: the largest share is the share of the largest
+        // cores / weight.
+        let top = (0..self.users.len()).max_by(|&a, &b| {
+            let ratio = |u: usize| self.users[u].running_cores as f64 / self.users[u].weight;
+            ratio(a).total_cmp(&ratio(b))
+        });
+        let max_share = top.map_or(i64::MIN, |u| {
+            share(self, u, self.users[u].running_cores as f64)
+        });
+        let free = self.free_cores() as f64;
+        let mut heads: Vec<(Key, usize, i64)> = self
+            .heads
+            .iter()
+            .filter_map(|&(_, u)| {
+                let j = self.users[u].queue[0];
+                let c = f64::from(self.jobs[j].cpus);
+                let p_new = share(self, u, self.users[u].running_cores as f64 + c);
+                (c > free && p_new <= max_share).then(|| (self.greedy_key(now, u, j), u, p_new))
+            })
+            .collect();
+        if heads.is_empty() {
+            return false;
+        }
+        heads.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        let floor = heads.iter().map(|h| h.2).min().unwrap_or(i64::MAX);
+        // Candidates of the users that can be targets: preemptible jobs admitted
+        // before now, most recent first.
+        let mut by_user: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
+        for &j in &self.anchor.running {
+            let job = &self.jobs[j];
+            if job.preemptible
+                && job.start.is_some_and(|s| s < now)
+                && share(self, job.user, self.users[job.user].running_cores as f64) >= floor
+            {
+                by_user[job.user].push(j);
+            }
+        }
+        for list in &mut by_user {
+            list.sort_by(|&a, &b| {
+                self.jobs[b]
+                    .start
+                    .unwrap_or(0.0)
+                    .total_cmp(&self.jobs[a].start.unwrap_or(0.0))
+                    .then(b.cmp(&a))
+            });
+        }
+        let held: Vec<f64> = self.users.iter().map(|u| u.running_cores as f64).collect();
+        for (_, p, p_new) in heads {
+            let j = self.users[p].queue[0];
+            let c = f64::from(self.jobs[j].cpus);
+            if let Some(targets) = kueue_targets(
+                p,
+                c,
+                free,
+                p_new,
+                &held,
+                &by_user,
+                |u, cores| share(self, u, cores),
+                |k| f64::from(self.jobs[k].cpus),
+                |k| self.jobs[k].user,
+            ) {
+                for v in targets {
+                    self.preempt(v, now);
+                }
+                self.anchor_start(j, now);
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Kueue's `fairPreemptions` for a preemptor of user `p` needing `need` cores with
+/// `free` free, its share with the workload `p_new`: `held` cores per user,
+/// `candidates` per user (job indices, most recently admitted first), `share(u,
+/// cores)` (thousandths, [`kueue_share`]),
+/// `cpus(job)`, `user(job)`. The targets, or `None` if it cannot fit.
+#[allow(clippy::too_many_arguments)]
+pub fn kueue_targets(
+    p: usize,
+    need: f64,
+    free: f64,
+    p_new: i64,
+    held: &[f64],
+    candidates: &[Vec<usize>],
+    share: impl Fn(usize, f64) -> i64,
+    cpus: impl Fn(usize) -> f64,
+    user: impl Fn(usize) -> usize,
+) -> Option<Vec<usize>> {
+    let mut held = held.to_vec();
+    let mut free = free;
+    let mut targets = Vec::new();
+    let mut left: Vec<Vec<usize>> = candidates.to_vec();
+    left[p].clear();
+    let fits = |free: f64| need <= free + 1e-9;
+    // Strategy 1: LessThanOrEqualToFinalShare, target queues by share, highest
+    // first (ties: lower user index), re-ranked after each preemption.
+    let mut retry: Vec<usize> = Vec::new();
+    let mut active: Vec<usize> = (0..left.len()).filter(|&u| !left[u].is_empty()).collect();
+    while !fits(free) {
+        let Some((at, &v)) = active.iter().enumerate().max_by(|a, b| {
+            share(*a.1, held[*a.1])
+                .cmp(&share(*b.1, held[*b.1]))
+                .then(b.1.cmp(a.1))
+        }) else {
+            break;
+        };
+        let found = left[v]
+            .iter()
+            .position(|&z| p_new <= share(v, held[v] - cpus(z)));
+        match found {
+            Some(i) => {
+                // Those before it stay candidates for strategy 2.
+                retry.extend(left[v].drain(..i));
+                let z = left[v].remove(0);
+                held[v] -= cpus(z);
+                free += cpus(z);
+                targets.push(z);
+                if left[v].is_empty() {
+                    active.swap_remove(at);
+                }
+            }
+            None => {
+                retry.append(&mut left[v]);
+                active.swap_remove(at);
+            }
+        }
+    }
+    if !fits(free) {
+        // Strategy 2: LessThanInitialShare, once per queue, by share.
+        let mut queues: Vec<usize> = retry.iter().map(|&z| user(z)).collect();
+        queues.sort_unstable();
+        queues.dedup();
+        queues.sort_by(|&a, &b| share(b, held[b]).cmp(&share(a, held[a])).then(a.cmp(&b)));
+        for v in queues {
+            if fits(free) {
+                break;
+            }
+            if p_new < share(v, held[v]) {
+                if let Some(&z) = retry.iter().find(|&&z| user(z) == v) {
+                    held[v] -= cpus(z);
+                    free += cpus(z);
+                    targets.push(z);
+                }
+            }
+        }
+    }
+    if !fits(free) {
+        return None;
+    }
+    // fillBackWorkloads: give back targets not needed, all but the last, newest
+    // first.
+    let last = targets.len().saturating_sub(1);
+    let mut keep = vec![true; targets.len()];
+    for i in (0..last).rev() {
+        let c = cpus(targets[i]);
+        if need <= free - c + 1e-9 {
+            free -= c;
+            keep[i] = false;
+        }
+    }
+    Some(
+        targets
+            .into_iter()
+            .zip(keep)
+            .filter_map(|(z, k)| k.then_some(z))
+            .collect(),
+    )
+}
+
+/// How a job may start beside an EASY reservation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backfill {
+    /// It ends (by its estimate) no later than the shadow time.
+    EndsBefore,
+    /// It fits in the extra cores, which it then uses up.
+    InExtra,
+    /// It would delay the reservation.
+    No,
+}
+
+/// The EASY test of a job of `request` and `estimate` against shadow `s` (as
+/// `policy::reservation`'s, which is private to the policy).
+fn admits(s: &Shadow, now: Seconds, request: &Resources, estimate: Option<Seconds>) -> Backfill {
+    if let (Some(start), Some(est)) = (s.start, estimate) {
+        if est >= 0.0 && now + est <= start {
+            return Backfill::EndsBefore;
+        }
+    }
+    if request.fits_within(&s.extra) {
+        Backfill::InExtra
+    } else {
+        Backfill::No
+    }
+}
