@@ -201,6 +201,10 @@ pub struct Report {
     pub half_life_s: f64,
     /// Starvation guard, seconds (fairshare); `null` in JSON when disabled.
     pub starvation_guard_s: Option<f64>,
+    /// Typical run times a head may wait before it is starved, when shorter than
+    /// the guard (fairshare; 0: the guard alone).
+    #[serde(default)]
+    pub starvation_runs: f64,
     /// Backfill on (fairshare).
     pub backfill: bool,
     /// Weight of the age term (fairshare).
@@ -376,6 +380,7 @@ impl Report {
             capacity_cores: outcome.capacity,
             half_life_s: config.half_life_s,
             starvation_guard_s: Some(config.starvation_guard_s).filter(|g| g.is_finite()),
+            starvation_runs: config.starvation_runs,
             backfill: config.backfill,
             age_weight: config.age_weight,
             max_age_s: config.max_age_s,
@@ -429,10 +434,11 @@ impl Report {
         // seed (a tester took fairshare's knobs in a FIFO header for FIFO's).
         let knobs = match self.policy {
             SimPolicy::FairShare => format!(
-                ", half-life {} s, starvation guard {}, backfill {}, age weight {} \
-                 (max age {} s), seed {}",
+                ", half-life {} s, starvation guard {} (or {} typical run times), backfill {}, \
+                 age weight {} (max age {} s), seed {}",
                 self.half_life_s,
                 guard,
+                self.starvation_runs,
                 if self.backfill { "on" } else { "off" },
                 self.age_weight,
                 self.max_age_s,

@@ -104,7 +104,11 @@ impl FairShareArbiter {
                 Some(r) => tracing::info!(job_id = %r.job_id, user = %r.user,
                     cluster = %r.cluster,
                     guard_in_force_s = self.ledger.guard(), "reservation made"),
-                None => tracing::info!(job_id = ?self.reserved, "reservation released"),
+                None => {
+                    if let Some(job_id) = self.reserved {
+                        tracing::info!(%job_id, "reservation released");
+                    }
+                }
             }
             self.reserved = outcome.reservation.as_ref().map(|r| r.job_id);
         }

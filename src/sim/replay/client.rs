@@ -355,6 +355,10 @@ impl Api {
         #[derive(Deserialize)]
         struct Scheduler {
             clusters: Vec<Cluster>,
+            usage_half_life_seconds: Option<f64>,
+            starvation_guard_seconds: Option<f64>,
+            starvation_runs: Option<f64>,
+            backfill: Option<bool>,
         }
         #[derive(Deserialize)]
         struct User {
@@ -376,6 +380,22 @@ impl Api {
                 .map(|c| c.capacity.cpu)
                 .sum(),
             weights: users.into_iter().map(|u| (u.id, u.weight)).collect(),
+            // An older service without these fields: the simulator's defaults.
+            knobs: match (
+                scheduler.usage_half_life_seconds,
+                scheduler.starvation_runs,
+                scheduler.backfill,
+            ) {
+                (Some(usage_half_life_s), Some(starvation_runs), Some(backfill)) => {
+                    Some(ServiceKnobs {
+                        usage_half_life_s,
+                        starvation_guard_s: scheduler.starvation_guard_seconds,
+                        starvation_runs,
+                        backfill,
+                    })
+                }
+                _ => None,
+            },
         })
     }
 }

@@ -55,6 +55,23 @@ pub struct ShareContext {
     pub capacity_cpu: f64,
     /// Weight per user id.
     pub weights: BTreeMap<String, f64>,
+    /// The service's policy knobs as `GET /v1/scheduler` shows them (half-life,
+    /// guard, `starvation_runs`, backfill), for the simulated fairshare line of
+    /// [`render_alternatives`]; `None`: the defaults.
+    pub knobs: Option<ServiceKnobs>,
+}
+
+/// The policy knobs `GET /v1/scheduler` shows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ServiceKnobs {
+    /// `usage_half_life_seconds`.
+    pub usage_half_life_s: f64,
+    /// `starvation_guard_seconds` (`None`: off).
+    pub starvation_guard_s: Option<f64>,
+    /// `starvation_runs`.
+    pub starvation_runs: f64,
+    /// `backfill`.
+    pub backfill: bool,
 }
 
 impl JobRecord {
@@ -256,10 +273,15 @@ pub fn render_alternatives(jobs: &[JobRecord], context: &ShareContext) -> String
     }
     trace.sort_by(|a, b| a.submit.total_cmp(&b.submit).then(a.number.cmp(&b.number)));
     let mut out = String::new();
+    let knobs = if context.knobs.is_some() {
+        "fairshare with the service's half-life, guard, starvation_runs and backfill"
+    } else {
+        "fairshare with the default settings"
+    };
     let _ = writeln!(
         out,
         "the same {} jobs simulated (as measured here: submit times, time each held its cores; \
-         {} cores, no Ray start-up between jobs):",
+         {} cores, no Ray start-up between jobs; {knobs}):",
         trace.len(),
         context.capacity_cpu
     );
@@ -268,10 +290,16 @@ pub fn render_alternatives(jobs: &[JobRecord], context: &ShareContext) -> String
         SimPolicy::GatewayLoop,
         SimPolicy::FairShare,
     ] {
-        let config = SimConfig {
+        let mut config = SimConfig {
             weights: context.weights.clone(),
             ..SimConfig::new(policy, capacity as u32)
         };
+        if let Some(k) = context.knobs {
+            config.half_life_s = k.usage_half_life_s;
+            config.starvation_guard_s = k.starvation_guard_s.unwrap_or(f64::INFINITY);
+            config.starvation_runs = k.starvation_runs;
+            config.backfill = k.backfill;
+        }
         let outcome = simulate(&trace, &config);
         let weights: Vec<f64> = outcome
             .users

@@ -247,6 +247,7 @@ fn share_table_shows_actual_against_fair_share_and_the_fairness_error() {
     let context = ShareContext {
         capacity_cpu: 1.0,
         weights: BTreeMap::new(),
+        knobs: None,
     };
     let t = render_share_table(&jobs, &context);
     let lines: Vec<&str> = t.lines().collect();
@@ -293,6 +294,7 @@ fn share_table_counts_a_core_held_idle_for_a_wide_job_as_idle_capacity() {
     let context = ShareContext {
         capacity_cpu: 2.0,
         weights: BTreeMap::new(),
+        knobs: None,
     };
     let t = render_share_table(&jobs, &context);
     let error = t
@@ -340,6 +342,7 @@ fn starved_share_counts_only_contended_time_with_jobs_queued_and_nothing_held() 
     let context = ShareContext {
         capacity_cpu: 1.0,
         weights: BTreeMap::new(),
+        knobs: None,
     };
     let t = render_share_table(&jobs, &context);
     let row = |user: &str| -> Vec<String> {
@@ -379,6 +382,7 @@ fn alternatives_simulate_the_same_jobs_under_every_policy() {
     let context = ShareContext {
         capacity_cpu: 2.0,
         weights: BTreeMap::new(),
+        knobs: None,
     };
     let live = render_share_table(&jobs, &context);
     let t = render_alternatives(&jobs, &context);
@@ -411,6 +415,29 @@ fn alternatives_simulate_the_same_jobs_under_every_policy() {
     assert!(
         fifo.ends_with("(simulated)") && fair.ends_with("(simulated)"),
         "{t}"
+    );
+    assert!(
+        lines[0].contains("fairshare with the default settings"),
+        "{t}"
+    );
+    // With the service's knobs read, the simulated fairshare uses them and says so:
+    // the guard off and no backfill (strict order) is FIFO's schedule here.
+    let strict = ShareContext {
+        knobs: Some(ServiceKnobs {
+            usage_half_life_s: 0.0,
+            starvation_guard_s: None,
+            starvation_runs: 0.0,
+            backfill: false,
+        }),
+        ..context.clone()
+    };
+    let s = render_alternatives(&jobs, &strict);
+    assert!(
+        s.lines()
+            .next()
+            .unwrap()
+            .contains("the service's half-life"),
+        "{s}"
     );
     // FIFO reproduces the measured schedule, so its error is the run's.
     assert!((error(fifo) - live_error).abs() < 1e-4, "{live}\n{t}");
