@@ -434,7 +434,7 @@ impl Report {
         // seed (a tester took fairshare's knobs in a FIFO header for FIFO's).
         let knobs = match self.policy {
             SimPolicy::FairShare => format!(
-                ", half-life {} s, starvation guard {} (or {} typical run times), backfill {}, \
+                ", half-life {} s, starvation guard {} (or {} × the typical run time), backfill {}, \
                  age weight {} (max age {} s), seed {}",
                 self.half_life_s,
                 guard,
