@@ -490,10 +490,17 @@ impl fmt::Display for PendingReason {
                 expected_in,
                 waited,
             } => {
+                // Under 10 s, tenths: a guard that follows short run times can trip
+                // after half a second, and "waited 0 s, longer than the guard" read wrong.
+                let waited = if *waited < 10.0 {
+                    format!("{waited:.1}")
+                } else {
+                    format!("{waited:.0}")
+                };
                 write!(
                     f,
                     "capacity on cluster {cluster} is reserved for this job (it has waited \
-                     {waited:.0} s, longer than the starvation guard); "
+                     {waited} s, longer than the starvation guard); "
                 )?;
                 match expected_in {
                     Some(s) => write!(f, "expected to start in about {s:.0} s"),
