@@ -37,7 +37,8 @@ needs is being added, and to one no node type can hold; prints what follows.
 
 Must run inside the loopback-only namespace (scripts/bench-autoscale does that).
 """
-import json, os, shutil, socket, subprocess, sys, tempfile, threading, time, urllib.error, urllib.request
+import json, os, shutil, subprocess, sys, tempfile, threading, time, urllib.error, urllib.request
+from common import free_port, call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCHER = os.path.join(ROOT, "scripts", "ray-autoscaling-head")
@@ -48,23 +49,6 @@ SECS = int(os.environ.get("BENCH_SECS", "20"))
 TIMEOUT = int(os.environ.get("BENCH_TIMEOUT", "300"))  # a run not done by then is reported
 WORKERS = {"cpu-2": {"resources": {"CPU": 2}, "min_workers": 0, "max_workers": 2}}
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def call(url, body=None, method=None, timeout=30):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        raw = r.read().decode()
-        return json.loads(raw) if raw.startswith(("{", "[")) else raw
 
 
 class Cluster:

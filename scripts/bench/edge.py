@@ -18,30 +18,14 @@ dashboard requests per second each binary sends while nothing changes, over SECO
 Must run inside the loopback-only namespace (scripts/bench-edge does that). Everything
 listens on 127.0.0.1.
 """
-import json, os, re, shutil, socket, subprocess, sys, tempfile, threading, time, urllib.request
+import json, os, re, shutil, subprocess, sys, tempfile, threading, time, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from common import free_port, call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("FAIRSHARE_BIN") or os.path.join(
     ROOT, os.environ.get("CARGO_TARGET_DIR") or "target", "release", "fairshare")
 BASE = os.environ.get("FAIRSHARE_BASE")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-def call(url, body=None, method=None, timeout=30):
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        raw = r.read().decode()
-        return json.loads(raw) if raw.startswith(("{", "[")) else raw
 
 
 class Service:

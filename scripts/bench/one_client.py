@@ -15,21 +15,13 @@ N jobs). Everything listens on 127.0.0.1; the service is stopped however this en
 import http.client
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 import uuid
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+from common import free_port
 
 
 def metrics(port):

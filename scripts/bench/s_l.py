@@ -13,14 +13,12 @@ Everything listens on 127.0.0.1.
 """
 import importlib.machinery
 import importlib.util
-import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+from common import call, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 loader = importlib.machinery.SourceFileLoader("chaos", os.path.join(ROOT, "scripts", "chaos"))
@@ -28,14 +26,6 @@ spec = importlib.util.spec_from_loader("chaos", loader)
 chaos = importlib.util.module_from_spec(spec)
 loader.exec_module(chaos)
 chaos.RAY_CPUS = 4.0
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def main():
@@ -62,17 +52,11 @@ address = "http://127.0.0.1:{ray.port}"
     svc = subprocess.Popen([binary, "serve", "--config", cfg], stdout=open(os.path.join(d, "log"), "w"),
                            stderr=subprocess.STDOUT)
 
-    def call(method, path, body=None):
-        req = urllib.request.Request(base + path, method=method,
-                                     data=json.dumps(body).encode() if body else None,
-                                     headers={"content-type": "application/json"})
-        return json.load(urllib.request.urlopen(req, timeout=5))
-
     try:
         deadline = time.time() + 30
         while True:
             try:
-                v = call("GET", "/v1/scheduler")
+                v = call(base + "/v1/scheduler", timeout=5)
                 if v["clusters"] and v["clusters"][0]["healthy"]:
                     break
             except OSError:
@@ -81,15 +65,15 @@ address = "http://127.0.0.1:{ray.port}"
                 sys.exit(f"the service was not ready; see {d}/log")
             time.sleep(0.1)
         for _ in range(40):
-            call("POST", "/v1/jobs", {"user": "s", "entrypoint": "sleep 1.5", "resources": {"cpu": 1},
+            call(base + "/v1/jobs", {"user": "s", "entrypoint": "sleep 1.5", "resources": {"cpu": 1},
                                       "metadata": {"u": "s", "secs": "1.5"}})
         time.sleep(1)
         submitted = time.time()
-        lid = call("POST", "/v1/jobs", {"user": "l", "entrypoint": "sleep 1", "resources": {"cpu": 4},
+        lid = call(base + "/v1/jobs", {"user": "l", "entrypoint": "sleep 1", "resources": {"cpu": 4},
                                         "metadata": {"u": "l", "secs": "1"}})["id"]
         reserved = None
         while time.time() - submitted < 60:
-            j = call("GET", f"/v1/jobs/{lid}")
+            j = call(f"{base}/v1/jobs/{lid}", timeout=5)
             if j["status"] in ("RUNNING", "SUCCEEDED", "PENDING"):
                 break
             if reserved is None and "reserved for this job" in (j.get("pending_reason") or ""):
@@ -98,7 +82,7 @@ address = "http://127.0.0.1:{ray.port}"
         started = time.time() - submitted
         with ray.lock:
             after = sorted(t - submitted for t, _ in ray.accepted if t > submitted)
-        sch = call("GET", "/v1/scheduler")
+        sch = call(base + "/v1/scheduler", timeout=5)
         print(f"L reserved after {reserved:.2f} s, dispatched after {started:.2f} s (guard 4 s); "
               f"typical run time {sch.get('typical_runtime_seconds')}, guard in force "
               f"{sch.get('guard_in_force_seconds')} s")

@@ -14,9 +14,10 @@ ratio.
     scripts/bench-scale 1000000 1000            # SQLite (the default)
     scripts/bench-scale 1000000 1000 postgres   # PostgreSQL at 127.0.0.1:5432
 """
-import http.client, json, os, socket, sqlite3, statistics, subprocess, sys, tempfile, threading, time, urllib.request, uuid
+import http.client, json, os, sqlite3, statistics, subprocess, sys, tempfile, threading, time, urllib.request, uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from datetime import datetime, timedelta, timezone
+from common import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # cargo builds into $CARGO_TARGET_DIR when it is set (relative to the repository root,
@@ -58,10 +59,6 @@ def ray_port():
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server.server_address[1]
-
-
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
 
 
 def migrate(url, d):
