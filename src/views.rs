@@ -102,6 +102,51 @@ pub struct ClusterStatusView {
     /// never the token); absent while healthy.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unhealthy_reason: Option<String>,
+    /// An autoscaling cluster's growth (`[[clusters.node_types]]`, issue 44; DESIGN §2,
+    /// "Autoscaling clusters"): then `capacity` is what it can grow to, and this says
+    /// what is alive now; absent for a fixed cluster, a pool, and before the first poll.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub growth: Option<GrowthView>,
+}
+
+/// [`ClusterStatusView::growth`]: an autoscaling cluster as the leader's monitor last
+/// saw it.
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
+pub struct GrowthView {
+    /// What the nodes alive now offer, as Ray reports it
+    /// (`loadMetricsReport.usage` totals).
+    pub alive: Amounts,
+    /// What it can grow to: `head + Σ max_count × resources` of its node types, as
+    /// configured.
+    pub potential: Amounts,
+    /// Nodes Ray's autoscaler is adding now: launches asked for and nodes started but
+    /// not yet counted (`autoscalerReport.pendingLaunches`, `pendingNodes`).
+    pub nodes_starting: u32,
+    /// This service's jobs waiting in Ray there (DISPATCHING or PENDING): the demand it
+    /// placed for Ray's autoscaler to see.
+    pub jobs_waiting_in_ray: u32,
+    /// What those jobs ask, in all.
+    pub demand_in_ray: Amounts,
+    /// Seconds for which only the nodes alive count as its capacity (`capacity` is then
+    /// `alive`): a job waited `monitor.scale_up_timeout` for a node that did not come.
+    /// Absent while the cluster may grow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub growth_held_for_seconds: Option<f64>,
+    /// Its node types as configured, the head first (named `head`) when it takes work.
+    pub node_types: Vec<NodeTypeView>,
+}
+
+/// One node type of an autoscaling cluster ([`GrowthView::node_types`]).
+#[derive(Clone, Debug, Default, Serialize, ToSchema)]
+pub struct NodeTypeView {
+    /// The `[[clusters.node_types]]` name (`head` for the head).
+    pub name: String,
+    /// What one node offers.
+    pub resources: Amounts,
+    /// Nodes of this type kept at least (1 for the head).
+    pub min_count: u32,
+    /// Nodes of this type at most (1 for the head).
+    pub max_count: u32,
 }
 
 /// [`ClusterStatusView::notifications`]: what the leader's monitor knows of one Ray

@@ -532,18 +532,46 @@ function notificationsLine(n) {
 /** A Ray cluster: health and, per resource, capacity, this service's use, others' use
  * (as Ray reports it) and free; whether its jobs' notifications arrive. */
 function clusterCard(c) {
+  const g = c.growth;
+  const columns = [
+    [g ? "capacity (can grow to)" : "capacity", "capacity"],
+    ...(g ? [["alive now", "alive"]] : []),
+    ["used by this service", "outstanding"],
+    ["used by others", "used_by_others"],
+    ["free", "free"],
+  ];
   return el(
     "article",
     { class: "cluster", "data-cluster": c.name, "data-kind": "ray" },
-    el("h3", {}, c.name + " ", el("span", { class: "badge " + (c.healthy ? "ok" : "bad") }, c.healthy ? "healthy" : "unhealthy")),
-    capacityTable({ view: c, rows: resourceRows(c.capacity) }, [
-      ["capacity", "capacity"],
-      ["used by this service", "outstanding"],
-      ["used by others", "used_by_others"],
-      ["free", "free"],
-    ]),
+    el(
+      "h3",
+      {},
+      c.name + " ",
+      el("span", { class: "badge " + (c.healthy ? "ok" : "bad") }, c.healthy ? "healthy" : "unhealthy"),
+      ...(g ? [" ", el("span", { class: "badge autoscaling" }, "autoscaling")] : []),
+    ),
+    capacityTable({ view: g ? { ...c, alive: g.alive } : c, rows: resourceRows(c.capacity) }, columns),
+    growthLine(g),
     notificationsLine(c.notifications),
   );
+}
+
+/** An autoscaling cluster (issue 44): its node types, the nodes Ray is adding, the
+ * jobs this service placed in Ray for them, and whether its growth is held back after
+ * a scale-up that did not come. */
+function growthLine(g) {
+  if (!g) return null;
+  const types = g.node_types
+    .map((t) => `${t.name} ×${t.min_count === t.max_count ? t.max_count : `${t.min_count}–${t.max_count}`} (${t.resources.cpu} cpu${t.resources.gpu ? `, ${t.resources.gpu} gpu` : ""})`)
+    .join(", ");
+  const parts = [
+    `node types: ${types}`,
+    `${g.nodes_starting} node${g.nodes_starting === 1 ? "" : "s"} starting`,
+    `${g.jobs_waiting_in_ray} job${g.jobs_waiting_in_ray === 1 ? "" : "s"} waiting in Ray for capacity (${g.demand_in_ray.cpu} cpu)`,
+  ];
+  if (g.growth_held_for_seconds != null)
+    parts.push(`growth held back for ${Math.ceil(g.growth_held_for_seconds)} s: a job waited monitor.scale_up_timeout for a node that did not come`);
+  return el("p", { class: "growth " + (g.growth_held_for_seconds != null ? "warn" : "ok") }, parts.join(" · "));
 }
 
 /** A pool (kind "pool", DESIGN §3 "Admission"): capacity fairshare admits jobs to and

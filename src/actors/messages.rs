@@ -224,6 +224,10 @@ pub struct CapacityChanged {
     /// Why the cluster is unhealthy (the last poll's error with its causes, e.g. Ray
     /// refusing this service's authentication); `None` while healthy.
     pub unhealthy_reason: Option<String>,
+    /// An autoscaling cluster's growth (then `total` is the capacity the policy counts:
+    /// what it can grow to, or only what is alive while its growth is held back);
+    /// `None` for a fixed cluster and from a message that does not know.
+    pub growth: Option<crate::views::GrowthView>,
 }
 
 /// Monitor → arbiter: an outstanding job ended (the terminal status is committed).

@@ -17,7 +17,7 @@
 mod arbiter;
 mod dispatcher;
 pub mod messages;
-mod monitor;
+pub(crate) mod monitor;
 mod recovery;
 mod user_queue;
 

@@ -62,6 +62,7 @@ fn job_id() -> Uuid {
 fn limits() -> Limits {
     Limits {
         pending_timeout_s: 60.0,
+        scale_up: false,
         max_runtime_s: 150.0,
         lost_job_grace_s: 60.0,
         preemption_grace_s: 30.0,

@@ -188,6 +188,37 @@ pub(crate) enum Fresh {
     Created(Option<u64>),
 }
 
+/// Why a PENDING job waits in Ray: on an autoscaling cluster for a node of the type
+/// that would hold it, e.g. "waiting for Ray to add a node of type cpu-2 (requested 40 s
+/// ago; after monitor.scale_up_timeout, 600 s, it goes back to the queue)"; elsewhere
+/// for resources to free up.
+fn pending_in_ray(settings: &crate::config::Settings, j: &job::Model) -> String {
+    let cluster = j.cluster.as_deref().unwrap_or("?");
+    let autoscaling = settings
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster && c.autoscales());
+    let Some(c) = autoscaling else {
+        return format!(
+            "submitted; Ray holds it PENDING on cluster {cluster} until resources free up \
+             (after monitor.pending_timeout, {} s, it goes back to the queue)",
+            settings.monitor.pending_timeout.as_secs()
+        );
+    };
+    let ago = j
+        .dispatched_at
+        .map(|t| (chrono::Utc::now() - t).num_seconds().max(0))
+        .unwrap_or(0);
+    let node = crate::actors::monitor::growth::node_type_for(c, &store::resources_of(j))
+        .map_or_else(|| "a node".to_string(), |t| format!("a node of type {t}"));
+    format!(
+        "waiting for Ray to add {node} on cluster {cluster}, or for resources there to free \
+         up (requested {ago} s ago; after monitor.scale_up_timeout, {} s, it goes back to \
+         the queue)",
+        settings.monitor.scale_up_timeout.as_secs()
+    )
+}
+
 pub(crate) async fn view(
     state: &AppState,
     j: job::Model,
@@ -227,12 +258,7 @@ pub(crate) async fn view(
             "back in the queue at its place; waiting for Ray to confirm that attempt {old} \
              stopped before it is submitted again"
         )),
-        (JobStatus::Pending, _) => Some(format!(
-            "submitted; Ray holds it PENDING on cluster {} until resources free up (after \
-             monitor.pending_timeout, {} s, it goes back to the queue)",
-            j.cluster.as_deref().unwrap_or("?"),
-            state.settings.monitor.pending_timeout.as_secs()
-        )),
+        (JobStatus::Pending, _) => Some(pending_in_ray(&state.settings, &j)),
         _ => None,
     };
     let user_id = j.user_id.clone();

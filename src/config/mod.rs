@@ -103,20 +103,7 @@ impl PoolSettings {
     /// a name that is not, which [`Settings::load`] refuses, counts nothing).
     #[must_use]
     pub fn total(&self) -> crate::policy::Resources {
-        let mut r = crate::policy::Resources::ZERO;
-        for (name, &amount) in &self.capacity {
-            match name.as_str() {
-                "cpu" => r.cpu = amount,
-                "gpu" => r.gpu = amount,
-                "memory_bytes" => r.memory_bytes = amount,
-                other => {
-                    if let Ok(k) = crate::policy::custom::slot(other) {
-                        r.custom.set(k, amount);
-                    }
-                }
-            }
-        }
-        r
+        resource_map(&self.capacity)
     }
 }
 
@@ -489,6 +476,95 @@ pub struct ClusterSettings {
     /// rustls (webpki-roots).
     #[serde(default)]
     pub ca_file: Option<std::path::PathBuf>,
+    /// An autoscaling cluster's head node (issue 44): what it offers to jobs, by
+    /// resource as in [`NodeTypeSettings::resources`]. Unset or `{}`: it takes no work
+    /// (KubeRay's recommended `num-cpus: 0` head). Read only when `node_types` is set.
+    #[serde(default)]
+    pub head: std::collections::BTreeMap<String, f64>,
+    /// An autoscaling cluster's worker node types and their maximum counts (KubeRay's
+    /// `workerGroupSpecs`, `ray up`'s `available_node_types`; DESIGN §2, "Autoscaling
+    /// clusters"). Ray's dashboard does not report them (docs/ray.md). Empty: the
+    /// cluster is as large as Ray reports it now.
+    #[serde(default)]
+    pub node_types: Vec<NodeTypeSettings>,
+}
+
+/// One `[[clusters.node_types]]` entry: a kind of worker node Ray's autoscaler may add.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeTypeSettings {
+    /// The node type's name as Ray's autoscaler knows it (KubeRay's `groupName`), shown
+    /// in pending reasons ("waiting for Ray to add a node of type cpu-2").
+    pub name: String,
+    /// What one node offers, by resource: `cpu` (cores), `gpu`, `memory_bytes`, or a
+    /// custom resource name (KubeRay: the container's limits, or `rayStartParams`
+    /// `num-cpus`/`num-gpus`/`resources`); each amount above 0, at least one.
+    pub resources: std::collections::BTreeMap<String, f64>,
+    /// Nodes of this type the autoscaler keeps at least (`minReplicas`). Default 0.
+    #[serde(default)]
+    pub min_count: u32,
+    /// Nodes of this type the autoscaler may have at most (`maxReplicas`); at least
+    /// `min_count` and at least 1.
+    pub max_count: u32,
+}
+
+/// A resource map (`{ cpu = 2, memory_bytes = 8e9, QPU = 1 }`) as the policy counts it;
+/// custom names are registered (at load, [`Settings::load`] checks them).
+#[must_use]
+pub fn resource_map(map: &std::collections::BTreeMap<String, f64>) -> crate::policy::Resources {
+    let mut r = crate::policy::Resources::ZERO;
+    for (name, &amount) in map {
+        match name.as_str() {
+            "cpu" => r.cpu = amount,
+            "gpu" => r.gpu = amount,
+            "memory_bytes" => r.memory_bytes = amount,
+            other => {
+                if let Ok(k) = crate::policy::custom::slot(other) {
+                    r.custom.set(k, amount);
+                }
+            }
+        }
+    }
+    r
+}
+
+impl ClusterSettings {
+    /// Whether the cluster autoscales (has `node_types`).
+    #[must_use]
+    pub fn autoscales(&self) -> bool {
+        !self.node_types.is_empty()
+    }
+
+    /// What the cluster can grow to: `head + Σ max_count × node resources`, or `None`
+    /// for a cluster without `node_types`.
+    #[must_use]
+    pub fn potential(&self) -> Option<crate::policy::Resources> {
+        if !self.autoscales() {
+            return None;
+        }
+        let mut total = resource_map(&self.head);
+        for t in &self.node_types {
+            total += resource_map(&t.resources).scaled(f64::from(t.max_count));
+        }
+        Some(total)
+    }
+
+    /// One node's resources per node type, by name, with the head first (named
+    /// `head`) when it offers anything: the largest request a job may make is one
+    /// node's (Ray runs a job's entrypoint on one node).
+    #[must_use]
+    pub fn node_shapes(&self) -> Vec<(String, crate::policy::Resources)> {
+        let head = resource_map(&self.head);
+        (head != crate::policy::Resources::ZERO)
+            .then(|| ("head".to_string(), head))
+            .into_iter()
+            .chain(
+                self.node_types
+                    .iter()
+                    .map(|t| (t.name.clone(), resource_map(&t.resources))),
+            )
+            .collect()
+    }
 }
 
 /// Where a TOML text is wrong, if it is: the parser's own message (it gives line and
@@ -608,6 +684,13 @@ pub struct MonitorSettings {
     /// taken by another tenant) before it is stopped there and queued here again.
     #[serde(with = "crate::config::duration")]
     pub pending_timeout: Duration,
+    /// On an autoscaling cluster (`[[clusters.node_types]]`), the longest time Ray may
+    /// keep one of our jobs PENDING while it adds nodes, instead of `pending_timeout`;
+    /// past it the job goes back to the queue at its place and the cluster counts only
+    /// what is alive for as long again (DESIGN §2). Below Ray's own
+    /// `RAY_JOB_START_TIMEOUT_SECONDS` (900 s), which fails the job inside Ray.
+    #[serde(with = "crate::config::duration")]
+    pub scale_up_timeout: Duration,
     /// How long Ray's usage report (`/api/cluster_status`) may lag behind its job list:
     /// a job of ours counts as included in the reported usage only once Ray has listed
     /// it RUNNING for this long (docs/ray.md: about 5 s, about 1 s with

@@ -130,6 +130,9 @@ impl Settings {
         if self.monitor.idle_poll_interval.is_zero() {
             return invalid("monitor.idle_poll_interval", "must be longer than 0s");
         }
+        if self.monitor.scale_up_timeout.is_zero() {
+            return invalid("monitor.scale_up_timeout", "must be longer than 0s");
+        }
         if self.monitor.failure_threshold == 0 {
             return invalid("monitor.failure_threshold", "must be at least 1");
         }
@@ -179,6 +182,7 @@ impl Settings {
                     Err(why) => return invalid(&format!("clusters[{i}].ca_file"), &why),
                 }
             }
+            validate_growth(i, c)?;
             if c.auth_token_file
                 .as_ref()
                 .is_some_and(|p| p.as_os_str().is_empty())
@@ -578,4 +582,69 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// The checks of an autoscaling cluster's `head` and `node_types` (issue 44): resource
+/// names and amounts as a pool's (finite, above 0; custom names registered), a name per
+/// type, unique, `max_count ≥ max(min_count, 1)`.
+fn validate_growth(i: usize, c: &super::ClusterSettings) -> Result<(), ConfigError> {
+    let invalid = |key: String, reason: String| Err(ConfigError::Invalid { key, reason });
+    let check_map = |prefix: String,
+                     map: &std::collections::BTreeMap<String, f64>|
+     -> Result<(), ConfigError> {
+        for (name, &amount) in map {
+            let key = format!("{prefix}.{name}");
+            if !(amount.is_finite() && amount > 0.0) {
+                return invalid(
+                    key,
+                    format!("must be a finite number above 0, not {amount}"),
+                );
+            }
+            if matches!(name.as_str(), "cpu" | "gpu" | "memory_bytes") {
+                continue;
+            }
+            if let Err(e) = crate::policy::custom::slot(name) {
+                return invalid(key, e.to_string());
+            }
+        }
+        Ok(())
+    };
+    if !c.head.is_empty() && c.node_types.is_empty() {
+        return invalid(
+            format!("clusters[{i}].head"),
+            "is read only for an autoscaling cluster: set [[clusters.node_types]] too, or \
+             leave head out (a fixed cluster is as large as Ray reports it)"
+                .into(),
+        );
+    }
+    check_map(format!("clusters[{i}].head"), &c.head)?;
+    for (j, t) in c.node_types.iter().enumerate() {
+        let at = format!("clusters[{i}].node_types[{j}]");
+        if t.name.trim().is_empty() {
+            return invalid(format!("{at}.name"), "must not be empty".into());
+        }
+        if c.node_types[..j].iter().any(|o| o.name == t.name) {
+            return invalid(
+                format!("{at}.name"),
+                format!("duplicate node type {:?}", t.name),
+            );
+        }
+        if t.resources.is_empty() {
+            return invalid(
+                format!("{at}.resources"),
+                "must name at least one resource, e.g. { cpu = 4, memory_bytes = 16e9 }".into(),
+            );
+        }
+        check_map(format!("{at}.resources"), &t.resources)?;
+        if t.max_count == 0 {
+            return invalid(format!("{at}.max_count"), "must be at least 1".into());
+        }
+        if t.max_count < t.min_count {
+            return invalid(
+                format!("{at}.max_count"),
+                format!("must be at least min_count ({})", t.min_count),
+            );
+        }
+    }
+    Ok(())
 }

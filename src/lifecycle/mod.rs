@@ -180,10 +180,13 @@ pub enum Event {
         /// How long it has been missing, seconds.
         for_s: u64,
     },
-    /// Ray kept the current attempt PENDING longer than `monitor.pending_timeout`.
+    /// Ray kept the current attempt PENDING longer than `monitor.pending_timeout`, or
+    /// on an autoscaling cluster `monitor.scale_up_timeout` (`scale_up`).
     PendingTooLong {
         /// Seconds it has been PENDING.
         waited_s: u64,
+        /// Its cluster autoscales: it waited for Ray to add a node that never came.
+        scale_up: bool,
     },
     /// The job has RUNNING longer than its `max_runtime_s`.
     RuntimeExceeded {
@@ -469,7 +472,7 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
                  (the cluster may have restarted)"
             )),
         ),
-        (S::Pending, Event::PendingTooLong { waited_s }) if facts.stop_reason.is_some() => {
+        (S::Pending, Event::PendingTooLong { waited_s, .. }) if facts.stop_reason.is_some() => {
             // Cancelled while Ray held it: end it rather than queue it again.
             let mut s = step(
                 S::Stopped,
@@ -481,20 +484,33 @@ pub fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Decision {
             s.metric = Some(Metric::Finished(S::Stopped));
             Decision::Step(s)
         }
-        (S::Pending, Event::PendingTooLong { waited_s }) => {
+        (S::Pending, Event::PendingTooLong { waited_s, scale_up }) => {
             let old = facts.attempt;
+            let limit = if *scale_up {
+                "monitor.scale_up_timeout"
+            } else {
+                "monitor.pending_timeout"
+            };
             let mut s = step(
                 S::Queued,
                 format!(
-                    "Ray kept attempt {old} PENDING for {waited_s} s (monitor.pending_timeout); \
+                    "Ray kept attempt {old} PENDING for {waited_s} s ({limit}); \
                      stopping it and queueing attempt {}",
                     old + 1
                 ),
             );
-            s.changes.message = Some(format!(
-                "Ray kept the job PENDING for {waited_s} s (its cluster was busy, e.g. with \
-                 other tenants' work); it is back in the queue at its old place"
-            ));
+            s.changes.message = Some(if *scale_up {
+                format!(
+                    "Ray kept the job PENDING for {waited_s} s and added no node that holds \
+                     it (a scale-up that failed, or the cluster at its maximum); it is back \
+                     in the queue at its old place"
+                )
+            } else {
+                format!(
+                    "Ray kept the job PENDING for {waited_s} s (its cluster was busy, e.g. \
+                     with other tenants' work); it is back in the queue at its old place"
+                )
+            });
             // `cluster` keeps naming where the retiring attempt is until Ray confirms it.
             s.changes.dispatched_now = Some(false);
             s.changes.attempt = Some(old + 1);

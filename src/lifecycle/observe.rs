@@ -10,8 +10,11 @@ use crate::ray::{RayJob, RayJobStatus};
 /// The limits a poll checks, seconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
-    /// `monitor.pending_timeout`: longest time Ray may keep an attempt PENDING.
+    /// `monitor.pending_timeout` (or `monitor.scale_up_timeout` on an autoscaling
+    /// cluster, `scale_up`): longest time Ray may keep an attempt PENDING.
     pub pending_timeout_s: f64,
+    /// The job's cluster autoscales: `pending_timeout_s` is `monitor.scale_up_timeout`.
+    pub scale_up: bool,
     /// The job's `max_runtime_s`, else `scheduler.default_max_runtime`, counted from
     /// RUNNING.
     pub max_runtime_s: f64,
@@ -92,6 +95,7 @@ pub fn observe_current(
             let waited = since(j.dispatched_at);
             (waited > limits.pending_timeout_s).then_some(Event::PendingTooLong {
                 waited_s: waited as u64,
+                scale_up: limits.scale_up,
             })
         }
         _ => None,

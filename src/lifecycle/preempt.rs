@@ -147,16 +147,18 @@ pub(super) fn decide(job_id: Uuid, facts: &JobFacts, event: &Event) -> Option<De
             s.ray = stop_current(facts, job_id);
             Decision::Step(s)
         }
-        (S::Pending, Event::PendingTooLong { waited_s }) if facts.preempting => preempted_requeue(
-            job_id,
-            facts,
-            format!(
-                "Ray kept attempt {} PENDING for {waited_s} s while its preemption's stop was \
+        (S::Pending, Event::PendingTooLong { waited_s, .. }) if facts.preempting => {
+            preempted_requeue(
+                job_id,
+                facts,
+                format!(
+                    "Ray kept attempt {} PENDING for {waited_s} s while its preemption's stop was \
                  under way; back to the queue, held until Ray confirms it stopped",
-                facts.attempt
-            ),
-            true,
-        ),
+                    facts.attempt
+                ),
+                true,
+            )
+        }
         _ => return None,
     })
 }

@@ -79,7 +79,13 @@ fn events() -> Vec<(&'static str, Event)> {
                 for_s: 60,
             },
         ),
-        ("pending_too_long", Event::PendingTooLong { waited_s: 61 }),
+        (
+            "pending_too_long",
+            Event::PendingTooLong {
+                waited_s: 61,
+                scale_up: false,
+            },
+        ),
         ("runtime_exceeded", Event::RuntimeExceeded { limit_s: 5 }),
         ("cancel", Event::CancelRequested),
         ("withdraw", Event::WithdrawQueued),
@@ -212,7 +218,10 @@ fn pending_too_long_queues_a_new_attempt_and_stops_the_old_one() {
     let Decision::Step(s) = decide(
         id(),
         &facts(S::Pending),
-        &Event::PendingTooLong { waited_s: 61 },
+        &Event::PendingTooLong {
+            waited_s: 61,
+            scale_up: false,
+        },
     ) else {
         panic!("not a step")
     };
@@ -696,7 +705,10 @@ proptest! {
                 }
                 Action::PendingTimeout => {
                     if ray.get(&f.attempt) != Some(&RayState::Pending) { continue }
-                    Event::PendingTooLong { waited_s: 61 }
+                    Event::PendingTooLong {
+            waited_s: 61,
+            scale_up: false,
+        }
                 }
                 Action::Runtime => Event::RuntimeExceeded { limit_s: 1 },
                 Action::Cancel => Event::CancelRequested,
@@ -774,6 +786,7 @@ fn a_preemption_ray_still_runs_past_the_grace_is_observed_as_grace_over() {
     let t0 = chrono::Utc::now();
     let limits = Limits {
         pending_timeout_s: 60.0,
+        scale_up: false,
         max_runtime_s: 86_400.0,
         lost_job_grace_s: 60.0,
         preemption_grace_s: 30.0,

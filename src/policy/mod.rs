@@ -205,6 +205,7 @@ use serde::{Deserialize, Serialize};
 
 pub use custom::Custom;
 pub use cycle::{run_cycle, run_cycle_in};
+pub(crate) use fit::tightest;
 pub use fit::{admits, best_fit, fits_some_cluster, short_of};
 pub use groups::{GroupView, Tree};
 pub use ledger::{CycleResult, Ledger, UserSettings, UserState};

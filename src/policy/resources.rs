@@ -110,6 +110,12 @@ impl Resources {
         self.zip_with(other, |a, b| (a - b).max(0.0))
     }
 
+    /// Every component times `factor` (a node type's resources × its maximum count).
+    #[must_use]
+    pub fn scaled(self, factor: f64) -> Resources {
+        self.zip_with(self, |a, _| a * factor)
+    }
+
     /// The larger of `self` and `other` per component (`f64::max`, so a NaN
     /// component yields the other side's value).
     #[must_use]

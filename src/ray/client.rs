@@ -495,7 +495,22 @@ impl RayClient {
             total.custom.set(k, t);
             used.custom.set(k, u);
         }
-        Ok(ClusterUsage { total, used })
+        let report = answer.pointer("/data/clusterStatus/autoscalerReport");
+        let launches: u64 = report
+            .and_then(|r| r.get("pendingLaunches"))
+            .and_then(serde_json::Value::as_object)
+            .map(|m| m.values().filter_map(serde_json::Value::as_u64).sum())
+            .unwrap_or(0);
+        let started = report
+            .and_then(|r| r.get("pendingNodes"))
+            .and_then(serde_json::Value::as_array)
+            .map_or(0, Vec::len) as u64;
+        let nodes_starting = u32::try_from(launches + started).unwrap_or(u32::MAX);
+        Ok(ClusterUsage {
+            total,
+            used,
+            nodes_starting,
+        })
     }
 
     /// Learns how the nodes spell the resources `reported` names

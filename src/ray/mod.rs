@@ -81,6 +81,10 @@ pub struct ClusterUsage {
     /// Resources currently reserved by tasks, actors and job entrypoints (cores,
     /// devices, bytes). A resource Ray does not report is 0.
     pub used: RayResources,
+    /// Nodes Ray's autoscaler is adding: launches asked for and nodes started but not
+    /// yet counted (`autoscalerReport.pendingLaunches` counts plus `pendingNodes`
+    /// entries; docs/ray.md, "Autoscaling clusters"). 0 without an autoscaler.
+    pub nodes_starting: u32,
 }
 
 /// A job to submit with `POST /api/jobs/`.

@@ -814,8 +814,37 @@ async fn cluster_usage_reads_used_and_total_with_absent_resources_as_zero() {
         Some(ClusterUsage {
             total: RayResources::new(2.0, 0.0, 1e9),
             used: RayResources::new(1.0, 0.0, 0.0),
+            nodes_starting: 0,
         })
     );
+}
+
+/// An autoscaling cluster (issue 44): launches asked for and nodes started but not yet
+/// counted are the nodes starting; a 0-CPU head reports no `CPU` key (0 cores). The
+/// sample is the one measured in docs/ray.md ("One worker started, not yet counted").
+#[tokio::test]
+async fn cluster_usage_counts_nodes_starting_from_the_autoscaler_report() {
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/cluster_status"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "result": true,
+            "msg": "Got cluster status.",
+            "data": {"autoscalingStatus": "", "autoscalingError": null, "clusterStatus": {
+                "autoscalerReport": {"activeNodes": {"ray.head.default": 1},
+                    "pendingNodes": [["fff1", "cpu-2", "uninitialized"]],
+                    "pendingLaunches": {"cpu-2": 1}, "pendingResources": {"CPU": 4},
+                    "failedNodes": [], "legacy": true},
+                "loadMetricsReport": {"usage": {"memory": [0.0, 2e9]},
+                    "resourceDemand": [[{"CPU": 1.0}, 3]]}}}
+        })))
+        .mount(&server)
+        .await;
+
+    let usage = client(&server).cluster_usage().await.expect("a usage");
+
+    assert_eq!(usage.nodes_starting, 2);
+    assert_eq!(usage.total, RayResources::new(0.0, 0.0, 2e9));
 }
 
 /// A custom resource in Ray's report is capacity; a node's, an accelerator type's

@@ -96,7 +96,10 @@ fn event(i: usize) -> Event {
             started_at: None,
             finished_at: None,
         },
-        5 => Event::PendingTooLong { waited_s: 1 },
+        5 => Event::PendingTooLong {
+            waited_s: 1,
+            scale_up: false,
+        },
         6 => Event::CancelRequested,
         _ => Event::WithdrawQueued,
     }

@@ -16,15 +16,30 @@ impl FairShareArbiter {
     /// Publishes the healthy clusters' totals to the API (see
     /// [`super::ClusterSizes`]). Only a cluster that reported CPUs or GPUs counts: a
     /// head that has just started may report no resources yet.
+    ///
+    /// An autoscaling cluster counts by its nodes, not its total: Ray runs a job's
+    /// entrypoint on one node, so the largest job it can ever run is one node's (the
+    /// head's or a node type's; issue 44).
     pub(super) fn publish_sizes(&self) {
+        let shapes = |c: &crate::policy::ClusterView| -> Vec<crate::policy::Resources> {
+            match self
+                .settings
+                .clusters
+                .iter()
+                .find(|s| s.name == c.name && s.autoscales())
+            {
+                Some(s) => s.node_shapes().into_iter().map(|(_, r)| r).collect(),
+                None => vec![c.total],
+            }
+        };
         self.sizes.set(
             self.ledger
                 .cluster_views()
-                .into_iter()
+                .iter()
                 // Pools are not where a job without a pool may go: the API checks a
                 // pool job against its pool's configured capacity.
                 .filter(|c| !c.pool && c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
-                .map(|c| c.total)
+                .flat_map(shapes)
                 .collect(),
         );
     }

@@ -180,6 +180,8 @@ pub struct FairShareArbiter {
     notifications: HashMap<String, crate::views::NotificationsView>,
     /// Why each unhealthy cluster is so, as the monitor last reported it.
     unhealthy_reasons: HashMap<String, String>,
+    /// Per autoscaling cluster, its growth as the monitor last reported it (issue 44).
+    growth: HashMap<String, crate::views::GrowthView>,
     /// (cluster, custom slot) pairs already warned of: a cluster reporting a resource
     /// configured as a license.
     license_clash: HashSet<(String, usize)>,
@@ -261,6 +263,7 @@ impl FairShareArbiter {
             reports: HashMap::new(),
             notifications: HashMap::new(),
             unhealthy_reasons: HashMap::new(),
+            growth: HashMap::new(),
             license_clash: HashSet::new(),
             actual: HashMap::new(),
             last: None,
@@ -651,6 +654,9 @@ impl Handler<CapacityChanged> for FairShareArbiter {
             Some(why) => self.unhealthy_reasons.insert(msg.cluster.clone(), why),
             None => self.unhealthy_reasons.remove(&msg.cluster),
         };
+        if let Some(g) = msg.growth {
+            self.growth.insert(msg.cluster.clone(), g);
+        }
         let reported: HashSet<JobId> = msg.reported.into_iter().collect();
         // A cluster that reports a resource named like a license: the license's
         // count is what the policy goes by, and the dispatcher never sends it to Ray

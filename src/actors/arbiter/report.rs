@@ -99,6 +99,7 @@ impl FairShareArbiter {
                             .then(|| self.unhealthy_reasons.get(&name).cloned())
                             .flatten(),
                         running_jobs: None,
+                        growth: self.growth.get(&name).cloned(),
                     }
                 })
                 .collect(),

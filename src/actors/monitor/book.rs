@@ -171,6 +171,21 @@ pub(crate) struct Book {
 const EARLY_KEPT: Duration = Duration::from_secs(60);
 
 impl Book {
+    /// What this service's jobs waiting in Ray on `cluster` ask (DISPATCHING and
+    /// PENDING, by their declared resources): on an autoscaling cluster, the demand
+    /// placed for Ray's autoscaler (`GET /v1/scheduler`, issue 44).
+    pub(crate) fn waiting_in_ray(&self, cluster: &str) -> (u32, Resources) {
+        self.current
+            .values()
+            .filter(|t| {
+                t.job.cluster.as_deref() == Some(cluster)
+                    && matches!(t.job.status, JobStatus::Pending | JobStatus::Dispatching)
+            })
+            .fold((0, Resources::ZERO), |(n, sum), t| {
+                (n + 1, sum + resources_of(&t.job))
+            })
+    }
+
     /// Follow `job`'s current attempt, or take its newer row.
     ///
     /// A DISPATCHING job is followed only when it was recovered (`origin`

@@ -22,6 +22,7 @@ use futures_util::future::join_all;
 
 pub(crate) mod book;
 mod followed;
+pub(crate) mod growth;
 mod hint;
 pub(crate) mod poll;
 
@@ -94,6 +95,9 @@ pub struct RayCapacityMonitor {
     checking: HashMap<JobId, Option<HintKind>>,
     /// Per cluster: when Ray's State API is next read, and its last reading.
     state: BTreeMap<String, StateReadings>,
+    /// Per autoscaling cluster (`[[clusters.node_types]]`): nodes starting and whether
+    /// its growth is held back (see [`growth`]).
+    growth: BTreeMap<String, growth::Growth>,
 }
 
 /// Ray's State API costs the dashboard time in proportion to what is alive (measured:
@@ -155,6 +159,7 @@ impl RayCapacityMonitor {
             checking: HashMap::new(),
             last_started: None,
             state: BTreeMap::new(),
+            growth: BTreeMap::new(),
         }
     }
 
@@ -243,8 +248,18 @@ impl RayCapacityMonitor {
 
     fn limits(&self, j: &job::Model) -> Limits {
         let s = &self.settings;
+        let scale_up = j
+            .cluster
+            .as_deref()
+            .is_some_and(|name| s.clusters.iter().any(|c| c.name == name && c.autoscales()));
+        let pending = if scale_up {
+            s.monitor.scale_up_timeout
+        } else {
+            s.monitor.pending_timeout
+        };
         Limits {
-            pending_timeout_s: s.monitor.pending_timeout.as_secs_f64(),
+            pending_timeout_s: pending.as_secs_f64(),
+            scale_up,
             max_runtime_s: j
                 .max_runtime_s
                 .map(|v| v.max(0) as f64)
@@ -418,6 +433,9 @@ impl RayCapacityMonitor {
                 health.poll_hold_until = None;
                 health.poll_hold = Duration::ZERO;
                 health.total = u.total;
+                if let Some(g) = self.growth.get_mut(&r.name) {
+                    g.nodes_starting = u.nodes_starting;
+                }
                 health.healthy = health.hold_until.is_none_or(|t| Instant::now() >= t);
                 if health.healthy {
                     health.last_warned = None;
@@ -456,10 +474,33 @@ impl RayCapacityMonitor {
     }
 
     fn apply(&mut self, r: ClusterPoll) {
+        let settings = Arc::clone(&self.settings);
+        let autoscaling = settings
+            .clusters
+            .iter()
+            .find(|c| c.name == r.name && c.autoscales());
+        if autoscaling.is_some() {
+            self.growth.entry(r.name.clone()).or_default();
+        }
         let used = self.apply_health(&r);
         let lag = self.settings.monitor.usage_report_lag;
         let name = r.name.clone();
         let now = Instant::now();
+        // A job that waited `scale_up_timeout` for a node that did not come: only what
+        // is alive counts for as long again (issue 44).
+        let scale_up_failed = r.current.iter().any(|(_, o)| {
+            matches!(o, followed::Outcome::Applied(a) if matches!(&**a,
+                crate::store::Applied::Changed { step, .. }
+                    if step.metric == Some(crate::lifecycle::Metric::PendingTimeout)))
+        });
+        if let (true, Some(g)) = (scale_up_failed, self.growth.get_mut(&name)) {
+            if !g.held(now) {
+                tracing::warn!(cluster = %name, hold_s = settings.monitor.scale_up_timeout.as_secs(),
+                    "a job waited monitor.scale_up_timeout for Ray to add a node that holds it; \
+                     only the nodes alive count as this cluster's capacity for as long again");
+            }
+            g.hold(now, settings.monitor.scale_up_timeout);
+        }
         let state_cost = r.state_cost;
         let mut usage_now = r.usage_now.clone();
         let (effects, pending_in_ray) = self.book.absorb(r, now);
@@ -519,15 +560,33 @@ impl RayCapacityMonitor {
                 .clone()
                 .unwrap_or_else(|| NOT_READY.to_string())
         });
+        let alive = health.total;
+        let (total, growth) = match (autoscaling, self.growth.get_mut(&name)) {
+            (Some(c), Some(g)) => {
+                let potential = c.potential();
+                if let Some(p) = potential.filter(|p| growth::larger_than_declared(&alive, p)) {
+                    if !g.warned_small {
+                        g.warned_small = true;
+                        tracing::warn!(cluster = %name, alive = ?alive, potential = ?p,
+                            "the nodes alive offer more than [[clusters.node_types]] declares \
+                             the cluster can grow to; what is alive counts");
+                    }
+                }
+                let view = g.view(c, alive, self.book.waiting_in_ray(&name), now);
+                (growth::capacity(alive, potential, g.held(now)), Some(view))
+            }
+            _ => (alive, None),
+        };
         self.arbiter.capacity.do_send(CapacityChanged {
             cluster: name.clone(),
             unhealthy_reason,
             healthy: health.healthy,
-            total: health.total,
+            total,
             used,
             reported,
             actual,
             notifications,
+            growth,
         });
     }
 }
@@ -713,6 +772,7 @@ impl Handler<ClusterUnreachable> for RayCapacityMonitor {
                 reported: Vec::new(),
                 actual: Vec::new(),
                 notifications: None,
+                growth: None,
             });
         }
         self.hurry(ctx);
