@@ -702,3 +702,106 @@ fn wide_allowed_hosts_without_tokens_and_credentials_in_a_cluster_address_are_re
     assert!(err.contains("clusters[0].address"), "{err}");
     assert!(!err.contains("pw@"), "the password is not repeated: {err}");
 }
+
+/// Issue 44: an autoscaling cluster's node types load with their potential, and bad
+/// ones are a start-up error naming the key.
+#[test]
+fn node_types_load_with_their_potential_and_bad_ones_name_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("autoscaling.toml");
+    let cluster = |extra: &str| {
+        format!("[[clusters]]\nname = \"kuberay\"\naddress = \"http://127.0.0.1:8265\"\n{extra}")
+    };
+    let node = |name: &str, resources: &str, min: u32, max: u32| {
+        format!(
+            "[[clusters.node_types]]\nname = \"{name}\"\nresources = {{ {resources} }}\n\
+             min_count = {min}\nmax_count = {max}\n"
+        )
+    };
+    std::fs::write(
+        &path,
+        cluster(&format!(
+            "head = {{ cpu = 1 }}\n{}{}",
+            node("cpu-2", "cpu = 2, memory_bytes = 8e9", 0, 3),
+            node("gpu", "cpu = 8, gpu = 1", 1, 2)
+        )),
+    )
+    .unwrap();
+    let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+    let c = &s.clusters[0];
+    assert!(c.autoscales());
+    let p = c.potential().unwrap();
+    assert_eq!(
+        (p.cpu, p.gpu, p.memory_bytes),
+        (1.0 + 6.0 + 16.0, 2.0, 24e9)
+    );
+    let shapes: Vec<String> = c.node_shapes().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(shapes, ["head", "cpu-2", "gpu"]);
+    assert_eq!(s.monitor.scale_up_timeout, Duration::from_secs(600));
+    assert!(!Settings::defaults().clusters.iter().any(|c| c.autoscales()));
+    for (text, key, says) in [
+        (
+            cluster(&node("a", "cpu = 0", 0, 1)),
+            "clusters[0].node_types[0].resources.cpu",
+            "above 0",
+        ),
+        (
+            cluster(&node("a", "cpu = -2", 0, 1)),
+            "clusters[0].node_types[0].resources.cpu",
+            "above 0",
+        ),
+        (
+            cluster(&node("a", "", 0, 1)),
+            "clusters[0].node_types[0].resources",
+            "at least one",
+        ),
+        (
+            cluster(&node("a", "cpu = 2", 3, 2)),
+            "clusters[0].node_types[0].max_count",
+            "min_count",
+        ),
+        (
+            cluster(&node("a", "cpu = 2", 0, 0)),
+            "clusters[0].node_types[0].max_count",
+            "at least 1",
+        ),
+        (
+            cluster(&node("", "cpu = 2", 0, 1)),
+            "clusters[0].node_types[0].name",
+            "empty",
+        ),
+        (
+            cluster(&format!(
+                "{}{}",
+                node("a", "cpu = 2", 0, 1),
+                node("a", "cpu = 4", 0, 1)
+            )),
+            "clusters[0].node_types[1].name",
+            "duplicate",
+        ),
+        (
+            cluster("head = { cpu = 1 }\n"),
+            "clusters[0].head",
+            "node_types",
+        ),
+        (
+            cluster(&format!(
+                "head = {{ CPU = 1 }}\n{}",
+                node("a", "cpu = 2", 0, 1)
+            )),
+            "clusters[0].head.CPU",
+            "CPU",
+        ),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        let err = Settings::load_with_env(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+        assert!(err.contains(says), "{text}: {err}");
+    }
+    let err = Settings::load_with_env(None, env(&[("FAIRSHARE__MONITOR__SCALE_UP_TIMEOUT", "0s")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("monitor.scale_up_timeout"), "{err}");
+}

@@ -2,6 +2,7 @@
 //! on PostgreSQL.
 
 mod admission;
+mod autoscaling;
 mod browsers;
 mod burst;
 mod console;

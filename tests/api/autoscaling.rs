@@ -1,0 +1,245 @@
+//! Autoscaling clusters against the fake cluster (issue 44), for what Ray's own
+//! autoscaler cannot do on demand: a scale-up that never comes, a cluster at its
+//! maximum, a potential declared larger than Ray gives, a node lost while jobs wait.
+//! The fake's `total_cpu` is what is alive; the test adds or removes "nodes" by
+//! changing it. (The real autoscaler's cases are in tests/ray/autoscale.rs.)
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::fake_ray::{self, State};
+use crate::helpers::{until, TestApp, SUBMITTER};
+
+/// A service on the fake at `server` whose cluster declares one worker type `cpu-2`
+/// (2 cores) of at most `max` nodes and a head that takes no work.
+async fn app_on(server: &wiremock::MockServer, max: u32, scale_up_timeout: Duration) -> TestApp {
+    crate::helpers::app_with_cluster("fake", server.uri(), move |s| {
+        s.monitor.usage_report_lag = Duration::from_millis(300);
+        s.monitor.lost_job_grace = Duration::from_secs(3600);
+        s.monitor.scale_up_timeout = scale_up_timeout;
+        s.clusters[0].node_types = vec![fairshare::config::NodeTypeSettings {
+            name: "cpu-2".into(),
+            resources: [("cpu".to_string(), 2.0)].into_iter().collect(),
+            min_count: 0,
+            max_count: max,
+        }];
+    })
+    .await
+}
+
+async fn submit_id(app: &TestApp, user: &str) -> String {
+    app.submit(user, json!({"entrypoint": "sleep 1"})).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+async fn scheduler(app: &TestApp) -> Value {
+    app.get("/v1/scheduler", SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn job(app: &TestApp, id: &str) -> Value {
+    app.get(&format!("/v1/jobs/{id}"), SUBMITTER)
+        .await
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn status_is(app: &TestApp, id: &str, status: &str, secs: u64) -> Value {
+    until(secs, status, || async {
+        let v = job(app, id).await;
+        (v["status"] == status).then_some(v)
+    })
+    .await
+}
+
+/// Nothing is alive (a 0-core head), one cpu-2 node may come: both 1-core jobs go to
+/// Ray at once for the autoscaler to see, and say which node they wait for. No node
+/// comes: after `scale_up_timeout` they are back in the queue at their places, with the
+/// reason, and the cluster counts only what is alive (nothing is sent again); when a
+/// node does come, both run, once each.
+#[actix_web::test]
+async fn a_scale_up_that_never_comes_sends_the_jobs_back_to_their_places_and_holds_the_growth() {
+    let (server, state) = fake_ray::start(0.0, |_| {}).await;
+    let app = app_on(&server, 1, Duration::from_secs(2)).await;
+    until(10, "the cluster counted at its potential", || async {
+        let v = scheduler(&app).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 2.0).then_some(())
+    })
+    .await;
+    let a = submit_id(&app, "u").await;
+    let b = submit_id(&app, "u").await;
+    let pending = status_is(&app, &a, "PENDING", 10).await;
+    let reason = pending["pending_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("waiting for Ray to add a node of type cpu-2"),
+        "{pending}"
+    );
+    status_is(&app, &b, "PENDING", 10).await;
+    let v = scheduler(&app).await;
+    assert_eq!(v["clusters"][0]["growth"]["jobs_waiting_in_ray"], 2, "{v}");
+    assert_eq!(
+        v["clusters"][0]["growth"]["demand_in_ray"]["cpu"], 2.0,
+        "{v}"
+    );
+    assert_eq!(v["clusters"][0]["growth"]["alive"]["cpu"], 0.0, "{v}");
+    // No node comes.
+    let back = status_is(&app, &a, "QUEUED", 15).await;
+    assert!(
+        back["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("added no node that holds it")),
+        "{back}"
+    );
+    assert_eq!(back["queue_position"], 1, "back at its place: {back}");
+    let b_back = status_is(&app, &b, "QUEUED", 10).await;
+    assert_eq!(b_back["queue_position"], 2, "{b_back}");
+    let v = scheduler(&app).await;
+    let c = &v["clusters"][0];
+    assert_eq!(c["capacity"]["cpu"], 0.0, "only what is alive counts: {v}");
+    assert!(
+        c["growth"]["growth_held_for_seconds"].as_f64().is_some(),
+        "{v}"
+    );
+    assert_eq!(
+        state.lock().unwrap().posts,
+        2,
+        "nothing sent again while held"
+    );
+    // A node comes: Ray starts the first attempts (their stops take effect as they
+    // would start), then the second attempts run.
+    state.lock().unwrap().total_cpu = 2.0;
+    status_is(&app, &a, "SUCCEEDED", 30).await;
+    status_is(&app, &b, "SUCCEEDED", 30).await;
+    let s = state.lock().unwrap();
+    assert_eq!(
+        s.jobs[&a].status, "STOPPED",
+        "attempt 1 never ran: {:?}",
+        s.jobs
+    );
+    assert_eq!(s.jobs[&format!("{a}-2")].status, "SUCCEEDED");
+    assert!(s.max_running <= 2);
+}
+
+/// At its maximum (one cpu-2 node alive of one), the cluster is as large as it gets:
+/// two 1-core jobs run, the third waits in fairshare's queue for capacity, not in Ray.
+#[actix_web::test]
+async fn a_cluster_at_its_maximum_keeps_the_rest_in_the_queue() {
+    let (server, state) = fake_ray::start(2.0, |s| s.run_polls = 20).await;
+    let app = app_on(&server, 1, Duration::from_secs(600)).await;
+    until(10, "capacity known", || async {
+        let v = scheduler(&app).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 2.0 && v["clusters"][0]["healthy"] == true)
+            .then_some(())
+    })
+    .await;
+    let ids = [
+        submit_id(&app, "u").await,
+        submit_id(&app, "u").await,
+        submit_id(&app, "u").await,
+    ];
+    status_is(&app, &ids[0], "RUNNING", 10).await;
+    status_is(&app, &ids[1], "RUNNING", 10).await;
+    let third = job(&app, &ids[2]).await;
+    assert_eq!(third["status"], "QUEUED", "{third}");
+    assert!(
+        !state.lock().unwrap().submitted.contains(&ids[2]),
+        "the third never reached Ray while the cluster was full"
+    );
+    for id in &ids {
+        status_is(&app, id, "SUCCEEDED", 30).await;
+    }
+    assert!(state.lock().unwrap().max_running <= 2);
+}
+
+/// The operator declared two cpu-2 nodes, Ray gives one (a cloud quota): two jobs run
+/// on it, two wait in Ray for the second node until `scale_up_timeout`, then go back to
+/// the queue and run on the node there is, after the first two; nothing runs twice.
+#[actix_web::test]
+async fn a_potential_larger_than_ray_gives_falls_back_to_what_is_alive() {
+    let (server, state) = fake_ray::start(2.0, |s| s.run_polls = 8).await;
+    let app = app_on(&server, 2, Duration::from_secs(2)).await;
+    until(10, "the cluster counted at its potential", || async {
+        let v = scheduler(&app).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 4.0).then_some(())
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(submit_id(&app, "u").await);
+    }
+    until(10, "all four sent to Ray", || async {
+        (state.lock().unwrap().submitted.len() == 4).then_some(())
+    })
+    .await;
+    for id in &ids {
+        status_is(&app, id, "SUCCEEDED", 60).await;
+    }
+    let s = state.lock().unwrap();
+    assert!(s.max_running <= 2, "never more than the one node holds");
+    let ran: Vec<&String> = s
+        .jobs
+        .iter()
+        .filter(|(_, j)| j.status == "SUCCEEDED")
+        .map(|(k, _)| k)
+        .collect();
+    assert_eq!(ran.len(), 4, "each job ran once: {:?}", s.jobs);
+}
+
+/// A node is lost while jobs wait: the jobs running on it end as Ray says (FAILED), the
+/// ones waiting in Ray keep waiting for the autoscaler's replacement, and run on it.
+#[actix_web::test]
+async fn a_node_lost_while_jobs_wait_leaves_the_waiting_ones_waiting_for_its_replacement() {
+    let (server, state) = fake_ray::start(2.0, |s| s.run_polls = 1_000_000).await;
+    let app = app_on(&server, 1, Duration::from_secs(600)).await;
+    until(10, "capacity known", || async {
+        let v = scheduler(&app).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 2.0 && v["clusters"][0]["healthy"] == true)
+            .then_some(())
+    })
+    .await;
+    let running = [submit_id(&app, "u").await, submit_id(&app, "u").await];
+    for id in &running {
+        status_is(&app, id, "RUNNING", 10).await;
+    }
+    let waiting = submit_id(&app, "v").await;
+    // The node goes: its jobs fail, nothing is alive.
+    {
+        let mut s = state.lock().unwrap();
+        s.total_cpu = 0.0;
+        for id in &running {
+            if let Some(j) = s.jobs.get_mut(id) {
+                j.status = "FAILED";
+            }
+        }
+    }
+    for id in &running {
+        status_is(&app, id, "FAILED", 10).await;
+    }
+    // The waiting job goes to Ray (the cluster may grow back) and waits for a node.
+    let pending = status_is(&app, &waiting, "PENDING", 10).await;
+    assert!(
+        pending["pending_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("cpu-2")),
+        "{pending}"
+    );
+    // The replacement comes.
+    {
+        let mut s = state.lock().unwrap();
+        s.total_cpu = 2.0;
+        s.run_polls = 2;
+        if let Some(j) = s.jobs.get_mut(&waiting) {
+            j.runs_for = 2;
+        }
+    }
+    status_is(&app, &waiting, "SUCCEEDED", 30).await;
+    let _: &Arc<Mutex<State>> = &state;
+}
