@@ -207,8 +207,18 @@ def submit_ray(c, tag, n, secs):
 class Service:
     """The fairshare service pointed at the cluster (one user, no limits)."""
 
-    def __init__(self, dashboard, d):
+    def __init__(self, dashboard, d, head_cpus):
         self.port = free_port()
+        # The cluster's potential, declared as an operator would (docs/ray.md,
+        # "Pointing fairshare at an autoscaling cluster"): Ray does not report it.
+        head = f"head = {{ cpu = {head_cpus} }}\n" if head_cpus else ""
+        types = "".join(
+            f"""[[clusters.node_types]]
+name = "{name}"
+resources = {{ cpu = {t['resources']['CPU']} }}
+min_count = {t['min_workers']}
+max_count = {t['max_workers']}
+""" for name, t in WORKERS.items())
         self.url = f"http://127.0.0.1:{self.port}"
         cfg = os.path.join(d, "fairshare.toml")
         with open(cfg, "w") as f:
@@ -222,7 +232,7 @@ usage_half_life = "0s"
 [[clusters]]
 name = "ray"
 address = "{dashboard}"
-[telemetry]
+{head}{types}[telemetry]
 level = "warn"
 """)
         self.log = open(os.path.join(d, "fairshare.log"), "w")
@@ -255,7 +265,7 @@ def run_mode(mode, head_cpus):
     d = tempfile.mkdtemp(prefix="bench-as-")
     try:
         if mode == "fairshare":
-            svc = Service(c.dashboard, d)
+            svc = Service(c.dashboard, d, head_cpus)
         t0 = time.time()
         w = Watcher(c, t0)
         w.start()

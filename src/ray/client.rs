@@ -52,6 +52,86 @@ struct SubmitBody<'a> {
 /// A resource Ray reports that is never a custom one: `CPU`, `GPU`, `memory`, the
 /// object store under either spelling, a node's (`node:…`) or an accelerator type's
 /// (`accelerator_type:…`).
+/// Parses `ray status`'s text (Ray's autoscaler v2 report; formatted by Ray's
+/// `autoscaler/_private/util.py` `parse_usage`): under "Total Usage:", lines
+/// ` {used}/{total} {resource}` (memory as `format_memory`: `0B`, `1.50GiB`; custom
+/// resources under Ray's own names), and under "Pending:", ` {type}, {n} launching`
+/// and one line per node starting. `None` without a "Total Usage:" section or with an
+/// empty one (measured on Ray 2.60 while the head is starting).
+#[must_use]
+pub fn parse_status_text(text: &str) -> Option<ClusterUsage> {
+    fn section<'a>(text: &'a str, title: &str) -> Option<Vec<&'a str>> {
+        let mut lines = text.lines().skip_while(|l| l.trim_end() != title);
+        lines.next()?;
+        Some(
+            lines
+                .take_while(|l| l.starts_with(' ') && !l.trim().is_empty())
+                .map(str::trim)
+                .collect(),
+        )
+    }
+    fn amount(x: &str) -> Option<f64> {
+        const UNITS: [(&str, f64); 5] = [
+            ("TiB", 1_099_511_627_776.0),
+            ("GiB", 1_073_741_824.0),
+            ("MiB", 1_048_576.0),
+            ("KiB", 1024.0),
+            ("B", 1.0),
+        ];
+        for (suffix, factor) in UNITS {
+            if let Some(n) = x.strip_suffix(suffix) {
+                return n.parse::<f64>().ok().map(|n| n * factor);
+            }
+        }
+        x.parse().ok()
+    }
+    let mut total = RayResources::new(0.0, 0.0, 0.0);
+    let mut used = RayResources::new(0.0, 0.0, 0.0);
+    // Empty while the head itself is still starting (measured: the head listed under
+    // "Pending:", no usage line): capacity unknown, not 0.
+    let usage = section(text, "Total Usage:").filter(|lines| !lines.is_empty())?;
+    for line in usage {
+        let Some((pair, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let resource = rest.split(" (").next().unwrap_or(rest).trim();
+        let Some((u, t)) = pair.split_once('/') else {
+            continue;
+        };
+        let (Some(u), Some(t)) = (amount(u), amount(t)) else {
+            continue;
+        };
+        match resource {
+            "CPU" => (used.cpu, total.cpu) = (u, t),
+            "GPU" => (used.gpu, total.gpu) = (u, t),
+            "memory" => (used.memory_bytes, total.memory_bytes) = (u, t),
+            name if is_builtin(name) => {}
+            name => {
+                if let Some(k) = custom_slot(name) {
+                    used.custom.set(k, u);
+                    total.custom.set(k, t);
+                }
+            }
+        }
+    }
+    let nodes_starting = section(text, "Pending:")
+        .unwrap_or_default()
+        .iter()
+        .filter(|l| !l.starts_with('('))
+        .map(|l| {
+            l.strip_suffix(" launching")
+                .and_then(|l| l.rsplit(", ").next())
+                .and_then(|n| n.parse::<u32>().ok())
+                .unwrap_or(1)
+        })
+        .sum();
+    Some(ClusterUsage {
+        total,
+        used,
+        nodes_starting,
+    })
+}
+
 fn is_builtin(name: &str) -> bool {
     matches!(
         name,
@@ -427,6 +507,30 @@ impl RayClient {
         }
     }
 
+    /// Capacity and usage from the text report, `GET /api/cluster_status?format=1`
+    /// (`data.clusterStatus`, a string: `ray status`'s output), for Ray's autoscaler
+    /// v2, which writes no JSON report (docs/ray.md, "Autoscaler v2"). `None` when the
+    /// text has no "Total Usage:" section (no report written yet).
+    async fn cluster_usage_text(&self) -> Result<Option<ClusterUsage>, RayError> {
+        let endpoint = "GET /api/cluster_status?format=1";
+        let request = self
+            .http
+            .get(self.url(&["api", "cluster_status"]))
+            .query(&[("format", "1")]);
+        let (status, bytes) = self.execute(request, endpoint).await?;
+        if !status.is_success() {
+            return Err(status_error(status, &String::from_utf8_lossy(&bytes)));
+        }
+        let answer: serde_json::Value = decode(endpoint, &bytes)?;
+        let Some(text) = answer
+            .pointer("/data/clusterStatus")
+            .and_then(serde_json::Value::as_str)
+        else {
+            return Ok(None);
+        };
+        Ok(parse_status_text(text))
+    }
+
     /// Capacity and usage of the cluster (`GET /api/cluster_status`), from
     /// `data.clusterStatus.loadMetricsReport.usage` = `{"CPU": [used, total], "GPU":
     /// [..], "memory": [..], ...}` (cores, devices, bytes). A resource absent from the
@@ -443,6 +547,16 @@ impl RayClient {
             return Err(status_error(status, &String::from_utf8_lossy(&bytes)));
         }
         let answer: serde_json::Value = decode(endpoint, &bytes)?;
+        if answer
+            .pointer("/data/clusterStatus")
+            .is_some_and(serde_json::Value::is_null)
+        {
+            // Ray's autoscaler v2 (KubeRay's default) writes no JSON report at all;
+            // its text report (`?format=1`, what `ray status` prints) has the totals.
+            if let Some(usage) = self.cluster_usage_text().await? {
+                return Ok(usage);
+            }
+        }
         let usage = answer
             .pointer("/data/clusterStatus/loadMetricsReport/usage")
             .and_then(serde_json::Value::as_object)

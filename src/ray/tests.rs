@@ -847,6 +847,56 @@ async fn cluster_usage_counts_nodes_starting_from_the_autoscaler_report() {
     assert_eq!(usage.total, RayResources::new(0.0, 0.0, 2e9));
 }
 
+/// Ray's autoscaler v2 (KubeRay's default) answers `clusterStatus: null` in JSON; its
+/// text report (`?format=1`) has the totals and the nodes starting. The text is the one
+/// measured in docs/ray.md ("Autoscaler v2"), with memory and a custom resource lines
+/// as Ray's `parse_usage` formats them.
+#[tokio::test]
+async fn cluster_usage_reads_autoscaler_v2s_text_report_when_there_is_no_json() {
+    let text = "======== Autoscaler status: 2026-12-06 06:51:32 ========\nNode status\n\
+        ---------------------------------------------------------------\nActive:\n \
+        1 node_fff00000\n 1 cpu-2\nIdle:\n (no idle nodes)\nPending:\n cpu-2, 1 launching\n \
+        127.0.0.1: cpu-2, setting up\nRecent failures:\n (no failures)\n\nResources\n\
+        ---------------------------------------------------------------\nTotal Usage:\n \
+        1.0/3.0 CPU\n 0.0/2.0 v2qpu\n 0B/16.00GiB memory\n 0B/2.00GiB object_store_memory\n\n\
+        From request_resources:\n (none)\nPending Demands:\n {'CPU': 1.0}: 3+ pending tasks/actors";
+    let server = MockServer::start().await;
+    Mock::given(method("GET"))
+        .and(path("/api/cluster_status"))
+        .and(wiremock::matchers::query_param("format", "1"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "result": true, "msg": "Got formatted cluster status.",
+            "data": {"clusterStatus": text}
+        })))
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET"))
+        .and(path("/api/cluster_status"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "result": true, "msg": "Got cluster status.",
+            "data": {"autoscalingStatus": null, "autoscalingError": null, "clusterStatus": null}
+        })))
+        .with_priority(2)
+        .mount(&server)
+        .await;
+
+    let usage = client(&server).cluster_usage().await.expect("a usage");
+
+    let k = crate::policy::custom::lookup("v2qpu").expect("registered");
+    assert_eq!(usage.total.cpu, 3.0);
+    assert_eq!(usage.used.cpu, 1.0);
+    assert_eq!(usage.total.memory_bytes, 16.0 * 1_073_741_824.0);
+    assert_eq!(usage.total.custom.get(k), 2.0);
+    assert_eq!(usage.nodes_starting, 2, "one launching, one setting up");
+    // No text report either (the head has just started): capacity unknown, an error.
+    assert!(crate::ray::client::parse_status_text("No cluster status.").is_none());
+    // Measured on Ray 2.60's v2 while the head starts: the section is there, empty.
+    let starting = "Pending:\n abc: ray.head.default, allocated (head)\nRecent failures:\n \
+        (no failures)\n\nResources\n----\nTotal Usage:\n\nFrom request_resources:\n (none)";
+    assert!(crate::ray::client::parse_status_text(starting).is_none());
+}
+
 /// A custom resource in Ray's report is capacity; a node's, an accelerator type's
 /// and the object store are not.
 #[tokio::test]
