@@ -83,8 +83,12 @@ async fn a_scale_up_that_never_comes_sends_the_jobs_back_to_their_places_and_hol
         "{pending}"
     );
     status_is(&app, &b, "PENDING", 10).await;
-    let v = scheduler(&app).await;
-    assert_eq!(v["clusters"][0]["growth"]["jobs_waiting_in_ray"], 2, "{v}");
+    // The view is the last poll's: wait for one that saw both.
+    let v = until(10, "both jobs counted as waiting in Ray", || async {
+        let v = scheduler(&app).await;
+        (v["clusters"][0]["growth"]["jobs_waiting_in_ray"] == 2).then_some(v)
+    })
+    .await;
     assert_eq!(
         v["clusters"][0]["growth"]["demand_in_ray"]["cpu"], 2.0,
         "{v}"
