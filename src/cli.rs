@@ -42,7 +42,7 @@ enum Command {
         config: Option<PathBuf>,
     },
     /// Replay an SWF trace in virtual time through the fair-share policy and baselines.
-    Simulate(SimulateCli),
+    Simulate(Box<SimulateCli>),
     /// Post an SWF trace's jobs to a running service at their scaled times and report.
     Replay(ReplayCli),
     /// Write a seeded synthetic SWF trace of a chosen shape (for simulate and replay).
@@ -211,6 +211,32 @@ struct SimulateCli {
     /// preemption.shortfall).
     #[arg(long)]
     preempt_shortfall: Option<bool>,
+    /// Simulate an autoscaling Ray cluster instead of a fixed one (needs --node-type;
+    /// not with --cpus): every policy fits jobs against the cluster's potential (head +
+    /// each type's max × cores), a granted job starts only when a node that is up has
+    /// room for it, the autoscaler launches the smallest type that holds each job that
+    /// has none (up after --start-delay, up to the type's max), and a worker idle for
+    /// --idle-timeout is removed (never below its min). Utilization is then of the
+    /// cores alive.
+    #[arg(long, requires = "node_type", conflicts_with = "cpus")]
+    autoscale: bool,
+    /// A worker node type of the autoscaling cluster, repeatable: "cpus=N,max=M" with
+    /// optional "min=K" (default 0) and "name=TEXT" (default cpu-N), e.g.
+    /// "cpus=32,min=1,max=54,name=worker" (KubeRay: a workerGroupSpecs item's num-cpus,
+    /// minReplicas, maxReplicas).
+    #[arg(long = "node-type", value_name = "SPEC", requires = "autoscale")]
+    node_type: Vec<crate::sim::simulate::NodeType>,
+    /// Cores of the autoscaling cluster's head, always up (default 0: KubeRay's
+    /// recommended head that takes no work).
+    #[arg(long, allow_hyphen_values = true, requires = "autoscale")]
+    head_cpus: Option<u32>,
+    /// Time from a node's launch to its being usable, e.g. "5m" (default 60s).
+    #[arg(long, allow_hyphen_values = true, requires = "autoscale", value_parser = crate::config::parse_bounded)]
+    start_delay: Option<std::time::Duration>,
+    /// A worker with nothing on it this long is removed, never below its type's min,
+    /// e.g. "10m" (default 60s, KubeRay's idleTimeoutSeconds).
+    #[arg(long, allow_hyphen_values = true, requires = "autoscale", value_parser = crate::config::parse_bounded)]
+    idle_timeout: Option<std::time::Duration>,
     /// Write every run's report as JSON.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -333,6 +359,21 @@ pub fn run() -> ExitCode {
             .collect();
             for note in crate::sim::run::ineffective(&args, &preempt_flags) {
                 say!("fairshare simulate: note: {note}");
+            }
+            if a.autoscale {
+                use crate::sim::simulate::autoscale::{
+                    DEFAULT_IDLE_TIMEOUT_S, DEFAULT_START_DELAY_S,
+                };
+                args.autoscale = Some(crate::sim::simulate::Autoscale {
+                    head_cpus: a.head_cpus.unwrap_or(0),
+                    node_types: a.node_type,
+                    start_delay_s: a
+                        .start_delay
+                        .map_or(DEFAULT_START_DELAY_S, |d| d.as_secs_f64()),
+                    idle_timeout_s: a
+                        .idle_timeout
+                        .map_or(DEFAULT_IDLE_TIMEOUT_S, |d| d.as_secs_f64()),
+                });
             }
             args.report = a.report;
             args.plot = a.plot;
@@ -504,6 +545,60 @@ mod tests {
                 "{flag}: {error}"
             );
         }
+    }
+
+    /// `--autoscale` and its flags go together, not with `--cpus`, and a bad node type
+    /// is refused naming the flag and the key.
+    #[test]
+    fn autoscale_flags_are_checked_by_the_command_line() {
+        let ok = ["--autoscale", "--node-type", "cpus=2,max=2"];
+        assert_eq!(simulate_error(&ok), "");
+        let mut all = ok.to_vec();
+        all.extend([
+            "--node-type",
+            "cpus=8,min=1,max=3,name=big",
+            "--head-cpus",
+            "0",
+            "--start-delay",
+            "5m",
+            "--idle-timeout",
+            "1m",
+        ]);
+        assert_eq!(simulate_error(&all), "");
+        let needs = simulate_error(&["--autoscale"]);
+        assert!(needs.contains("--node-type"), "{needs}");
+        for flag in [
+            ["--node-type", "cpus=2,max=2"],
+            ["--head-cpus", "1"],
+            ["--start-delay", "1m"],
+            ["--idle-timeout", "1m"],
+        ] {
+            let error = simulate_error(&flag);
+            assert!(error.contains("--autoscale"), "{flag:?}: {error}");
+        }
+        let mut with_cpus = ok.to_vec();
+        with_cpus.extend(["--cpus", "8"]);
+        let error = simulate_error(&with_cpus);
+        assert!(
+            error.contains("--cpus") && error.contains("cannot be used"),
+            "{error}"
+        );
+        let error = simulate_error(&["--autoscale", "--node-type", "cpus=2,min=3,max=2"]);
+        assert!(
+            error.contains("--node-type") && error.contains("min 3 is above max 2"),
+            "{error}"
+        );
+        let error = simulate_error(&[
+            "--autoscale",
+            "--node-type",
+            "cpus=2,max=2",
+            "--start-delay",
+            "-1s",
+        ]);
+        assert!(
+            error.contains("--start-delay") && error.contains("negative"),
+            "{error}"
+        );
     }
 
     /// A duration flag given no value before the next flag names both (it said the

@@ -5,7 +5,8 @@
 //! - [`swf`]: reading SWF traces.
 //! - [`mod@simulate`]: the discrete-event simulator and the policies it replays
 //!   (fairshare, fifo, gateway-loop, and the anchors: Slurm, Kueue, Armada and
-//!   YuniKorn, [`simulate::anchors`]).
+//!   YuniKorn, [`simulate::anchors`]), on a fixed cluster or an autoscaling one
+//!   ([`simulate::autoscale`]).
 //! - [`report`]: waits, bounded slowdown, utilization, fairness error and Jain's
 //!   index, per user and overall; the comparison of the policies.
 //! - [`stats`]: percentiles, means, bounded slowdown, fair shares and Jain's
@@ -27,6 +28,8 @@ pub mod synth;
 
 #[cfg(test)]
 mod anchor_tests;
+#[cfg(test)]
+mod autoscale_tests;
 #[cfg(test)]
 mod golden;
 #[cfg(test)]

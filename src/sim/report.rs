@@ -15,7 +15,11 @@
 //!   the mean.
 //! - **Utilization**: busy core-seconds (`Σ cpus × run` over the jobs that ran)
 //!   / (capacity × makespan), where **makespan** = last finish − first submit,
-//!   seconds.
+//!   seconds. On an autoscaled cluster (`--autoscale`,
+//!   [`super::simulate::autoscale`]) the denominator is instead the core-seconds
+//!   *alive* (the head's cores and every worker's from up to removal) within the
+//!   makespan; the capacity elsewhere below is the cluster's potential (what the
+//!   policy divides), and a job's wait ends when a node holds it, not at its grant.
 //! - **Actual share** of user `u` at time `t`: `actual_u` = cores in use by `u`
 //!   / capacity.
 //! - **Fair share**: `demand_u` = cores of `u`'s running and queued jobs /
@@ -161,6 +165,37 @@ pub struct Overall {
     pub steps: u64,
     /// Scheduling cycles or passes that ran.
     pub cycles: u64,
+    /// The autoscaler's figures (autoscaled runs only; then `utilization` is of the
+    /// cores alive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<AutoscaleFigures>,
+}
+
+/// What an autoscaled cluster cost and did, within the makespan.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AutoscaleFigures {
+    /// The cluster: head, node types, start delay, idle timeout.
+    pub cluster: crate::sim::simulate::Autoscale,
+    /// Cores it can grow to (what the policy divides).
+    pub potential_cores: u64,
+    /// Core-seconds alive (head and workers up) within the makespan.
+    pub alive_core_s: f64,
+    /// Mean cores alive over the makespan.
+    pub mean_alive_cores: f64,
+    /// Worker node-seconds alive (up to removal) within the makespan.
+    pub worker_node_s: f64,
+    /// Busy core-seconds / (potential × makespan), 0..1: the fixed cluster's
+    /// utilization for a cluster of the maximum size.
+    pub utilization_of_potential: f64,
+    /// Worker nodes launched, the `min` nodes present from the start included.
+    pub workers_started: usize,
+    /// Of those, the `min` nodes.
+    pub workers_min: u64,
+    /// Mean seconds between a job's grant and its start on a node (0 when a node
+    /// had room).
+    pub mean_node_wait_s: f64,
+    /// Jobs that waited for a node after their grant.
+    pub jobs_waited_for_node: usize,
 }
 
 /// One user's numbers.
@@ -264,11 +299,50 @@ impl Report {
             last_finish - first_submit
         };
         let busy: f64 = jobs.iter().map(|j| f64::from(j.cpus) * j.run).sum();
-        let utilization = if makespan > 0.0 && outcome.capacity > 0 {
+        let mut utilization = if makespan > 0.0 && outcome.capacity > 0 {
             busy / (f64::from(outcome.capacity) * makespan)
         } else {
             0.0
         };
+        let autoscale = config
+            .autoscale
+            .as_ref()
+            .zip(outcome.autoscale.as_ref())
+            .map(|(cluster, nodes)| {
+                let (alive_core_s, worker_node_s) = if jobs.is_empty() {
+                    (0.0, 0.0)
+                } else {
+                    nodes.alive_within(first_submit, last_finish)
+                };
+                let node_waits: Vec<f64> = jobs
+                    .iter()
+                    .zip(&nodes.granted)
+                    .map(|(j, &g)| j.start - g)
+                    .collect();
+                AutoscaleFigures {
+                    cluster: cluster.clone(),
+                    potential_cores: cluster.potential(),
+                    alive_core_s,
+                    mean_alive_cores: if makespan > 0.0 {
+                        alive_core_s / makespan
+                    } else {
+                        0.0
+                    },
+                    worker_node_s,
+                    utilization_of_potential: utilization,
+                    workers_started: nodes.workers_started(),
+                    workers_min: cluster.node_types.iter().map(|t| u64::from(t.min)).sum(),
+                    mean_node_wait_s: mean(node_waits.iter().copied()),
+                    jobs_waited_for_node: node_waits.iter().filter(|&&w| w > 0.0).count(),
+                }
+            });
+        if let Some(a) = &autoscale {
+            utilization = if a.alive_core_s > 0.0 {
+                busy / a.alive_core_s
+            } else {
+                0.0
+            };
+        }
         let fairness_error = if outcome.contended_s > 0.0 {
             outcome.fairness_error_integral / outcome.contended_s
         } else {
@@ -329,6 +403,7 @@ impl Report {
             },
             steps: outcome.steps,
             cycles: outcome.cycles,
+            autoscale,
         };
 
         let mut per_user: Vec<Vec<usize>> = vec![Vec::new(); outcome.users.len()];
@@ -459,6 +534,13 @@ impl Report {
                 crate::sim::simulate::SimGroups::Swf => ", groups from the trace (SWF field 13)",
             }
         );
+        if let Some(a) = &o.autoscale {
+            let _ = writeln!(
+                out,
+                "{} (the capacity is the potential; utilization is of the cores alive)",
+                a.cluster.describe()
+            );
+        }
         let skipped = if o.skipped_job_numbers.is_empty() {
             o.skipped_too_large.to_string()
         } else {
@@ -477,7 +559,14 @@ impl Report {
         };
         let mut rows = vec![
             vec!["jobs run".to_owned(), o.jobs.to_string()],
-            vec!["skipped, larger than capacity".to_owned(), skipped],
+            vec![
+                if o.autoscale.is_some() {
+                    "skipped, wider than any node".to_owned()
+                } else {
+                    "skipped, larger than capacity".to_owned()
+                },
+                skipped,
+            ],
             vec![
                 "unparsed trace lines".to_owned(),
                 o.unparsed_lines.to_string(),
@@ -548,10 +637,48 @@ impl Report {
                 ),
             ],
         ];
+        if let Some(a) = &o.autoscale {
+            rows[3][0] = "utilization (of the cores alive)".to_owned();
+            let extra = [
+                vec![
+                    "utilization of the potential".to_owned(),
+                    format!(
+                        "{:.2} % ({} cores × makespan)",
+                        100.0 * a.utilization_of_potential,
+                        a.potential_cores
+                    ),
+                ],
+                vec![
+                    "cores alive".to_owned(),
+                    format!(
+                        "{:.1} on average ({:.0} core-seconds)",
+                        a.mean_alive_cores, a.alive_core_s
+                    ),
+                ],
+                vec![
+                    "worker nodes".to_owned(),
+                    format!(
+                        "{} started ({} of them the minimum, up from the start), \
+                         {:.0} node-seconds alive",
+                        a.workers_started, a.workers_min, a.worker_node_s
+                    ),
+                ],
+                vec![
+                    "wait for a node after the grant".to_owned(),
+                    format!(
+                        "{:.1} s on average ({} jobs waited)",
+                        a.mean_node_wait_s, a.jobs_waited_for_node
+                    ),
+                ],
+            ];
+            for (k, row) in extra.into_iter().enumerate() {
+                rows.insert(4 + k, row);
+            }
+        }
         if o.preemptions > 0 {
             // After the wait's row: the same less the runs preemption cut short.
             rows.insert(
-                8,
+                if o.autoscale.is_some() { 12 } else { 8 },
                 vec![
                     "worst user's p95 time queued".to_owned(),
                     format!(

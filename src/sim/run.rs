@@ -53,6 +53,10 @@ pub struct SimulateArgs {
     pub groups: crate::sim::simulate::SimGroups,
     /// Preemption's knobs (fairshare).
     pub preemption: PreemptionConfig,
+    /// An autoscaling cluster (`--autoscale`) instead of a fixed one of `cpus`
+    /// cores: the policy divides its potential, jobs run on nodes that are up
+    /// ([`crate::sim::simulate::autoscale`]).
+    pub autoscale: Option<crate::sim::simulate::Autoscale>,
     /// Where to write the JSON report of every run, if anywhere.
     pub report: Option<PathBuf>,
     /// Where to write the SVG share plot (of the fairshare run, or of the
@@ -85,6 +89,7 @@ impl SimulateArgs {
             preemptible: defaults.preemptible,
             groups: defaults.groups,
             preemption: defaults.preemption.clone(),
+            autoscale: None,
             report: None,
             plot: None,
         }
@@ -368,13 +373,35 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
             reason: "0; must be at least 1".to_owned(),
         });
     }
+    if let Some(a) = &args.autoscale {
+        if args.cpus.is_some() {
+            return Err(SimError::Invalid {
+                name: "capacity (--cpus)",
+                reason: "an autoscaled cluster's capacity is its potential (head and node \
+                         types at their maximum): give --cpus or --autoscale, not both"
+                    .to_owned(),
+            });
+        }
+        a.validate().map_err(|reason| SimError::Invalid {
+            name: "autoscaling cluster (--autoscale)",
+            reason,
+        })?;
+    }
     let mut trace = read_trace(&args.trace)?;
     let name = trace_name(&args.trace);
-    let capacity = args
-        .cpus
-        .or(trace.max_procs)
-        .filter(|&c| c > 0)
-        .ok_or_else(|| SimError::NoCapacity(args.trace.display().to_string()))?;
+    let capacity = match &args.autoscale {
+        Some(a) => u32::try_from(a.potential()).unwrap_or(u32::MAX),
+        None => args
+            .cpus
+            .or(trace.max_procs)
+            .filter(|&c| c > 0)
+            .ok_or_else(|| SimError::NoCapacity(args.trace.display().to_string()))?,
+    };
+    // A job runs on one node of an autoscaled cluster.
+    let widest = args
+        .autoscale
+        .as_ref()
+        .map_or(capacity, |a| a.widest_node());
     if let Some(limit) = args.limit {
         trace.jobs.truncate(limit);
     }
@@ -393,16 +420,23 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
             ),
         });
     }
-    if trace.jobs.iter().all(|j| j.cpus > capacity) {
+    if trace.jobs.iter().all(|j| j.cpus > widest) {
         let narrowest = trace.jobs.iter().map(|j| j.cpus).min().unwrap_or(0);
         return Err(SimError::Invalid {
-            name: if args.cpus.is_some() {
+            name: if args.autoscale.is_some() {
+                "node types (--node-type, --head-cpus)"
+            } else if args.cpus.is_some() {
                 "capacity (--cpus)"
             } else {
                 "capacity (the trace's MaxProcs header; give --cpus)"
             },
             reason: format!(
-                "{capacity} cores: no job of {} fits (the narrowest asks for {narrowest})",
+                "{widest} cores{}: no job of {} fits (the narrowest asks for {narrowest})",
+                if args.autoscale.is_some() {
+                    " on the widest node"
+                } else {
+                    ""
+                },
                 args.trace.display()
             ),
         });
@@ -426,8 +460,11 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
         preemption: args.preemption.clone(),
         ..SimConfig::new(args.policy.unwrap_or(SimPolicy::FairShare), capacity)
     };
+    if let Some(a) = &args.autoscale {
+        config = config.autoscaled(a.clone());
+    }
     if args.plot.is_some() {
-        config.record_shares_for = top_users_by_core_seconds(&trace.jobs, capacity, PLOT_USERS);
+        config.record_shares_for = top_users_by_core_seconds(&trace.jobs, widest, PLOT_USERS);
     }
 
     let mut text = String::new();
@@ -466,6 +503,12 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
                 "{name}: {} jobs on {capacity} cores, all policies\n",
                 trace.jobs.len()
             ));
+            if let Some(a) = &args.autoscale {
+                text.push_str(&format!(
+                    "{} (util % is of the cores alive)\n",
+                    a.describe()
+                ));
+            }
             text.push_str(&comparison.to_table());
             text.push('\n');
             let mut plotted = None;

@@ -191,6 +191,12 @@ pub struct SimConfig {
     /// When a head may preempt (fairshare only; see
     /// [`crate::policy::PreemptionConfig`]).
     pub preemption: PreemptionConfig,
+    /// An autoscaling cluster (`--autoscale`), or `None` for a fixed one of
+    /// `capacity` cores. With one, `capacity` is its potential
+    /// ([`super::Autoscale::potential`]; [`SimConfig::autoscaled`] sets both): what
+    /// every policy fits jobs against ([`super::autoscale`] has the model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<super::Autoscale>,
     /// Users whose actual and fair share over time are recorded in
     /// [`SimOutcome::series`] (for plots).
     #[serde(skip)]
@@ -220,7 +226,20 @@ impl SimConfig {
             preemptible: Preemptible::None,
             groups: SimGroups::None,
             preemption: PreemptionConfig::default(),
+            autoscale: None,
             record_shares_for: Vec::new(),
+        }
+    }
+
+    /// This configuration on the autoscaling cluster `autoscale`: its capacity becomes
+    /// the cluster's potential (at most `u32::MAX` cores: [`super::Autoscale::validate`]
+    /// checks it).
+    #[must_use]
+    pub fn autoscaled(self, autoscale: super::Autoscale) -> SimConfig {
+        SimConfig {
+            capacity: u32::try_from(autoscale.potential()).unwrap_or(u32::MAX),
+            autoscale: Some(autoscale),
+            ..self
         }
     }
 

@@ -242,22 +242,28 @@ impl Sim<'_> {
             lost_core_s: self.lost_core_s,
             series: self.series.into_iter().map(|(_, s)| s).collect(),
             above_share: self.over_share_s.iter().map(|&s| s > 0.0).collect(),
+            autoscale: None,
         };
-        for job in self.jobs {
-            match job.start {
-                Some(start) => outcome.jobs.push(JobOutcome {
-                    number: job.number,
-                    user: job.user,
-                    cpus: job.cpus,
-                    submit: job.submit,
-                    start,
-                    run: job.run,
-                    preemptions: job.preemptions,
-                    preempted_run_s: job.cut_s,
-                }),
+        let mut ran = Vec::new();
+        for (j, job) in self.jobs.into_iter().enumerate() {
+            match job.run_start {
+                Some(start) => {
+                    ran.push(j);
+                    outcome.jobs.push(JobOutcome {
+                        number: job.number,
+                        user: job.user,
+                        cpus: job.cpus,
+                        submit: job.submit,
+                        start,
+                        run: job.run,
+                        preemptions: job.preemptions,
+                        preempted_run_s: job.cut_s,
+                    });
+                }
                 None => outcome.never_started.push(job.number),
             }
         }
+        outcome.autoscale = self.scaler.map(|s| s.into_outcome(&ran));
         outcome
     }
 }

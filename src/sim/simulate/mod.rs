@@ -8,6 +8,9 @@
 //! one job of `cpus` cores that runs `run` seconds for its user once started.
 //! Jobs larger than the capacity are skipped and listed
 //! ([`SimOutcome::too_large`]). Time is the trace's: seconds since its start.
+//! With [`SimConfig::autoscale`] the cluster autoscales instead ([`autoscale`]: the
+//! capacity is its potential, a granted job starts when a node that is up holds it,
+//! nodes start after a delay and go when idle; node ups and removals are events too).
 //!
 //! Events are submits and finishes (and, for the gateway loop, its passes).
 //! All events at one instant are processed as a batch (finishes first, then
@@ -56,11 +59,13 @@
 //! so the time averages are exact, not sampled.
 
 pub mod anchors;
+pub mod autoscale;
 mod config;
 mod fairness;
 mod outcome;
 mod steps;
 
+pub use autoscale::{Autoscale, AutoscaleOutcome, NodeLife, NodeType};
 pub use config::{Preemptible, SimConfig, SimGroups, SimPolicy, UnknownPolicy};
 pub use outcome::{
     job_id, top_users_by_core_seconds, JobOutcome, SharePoint, ShareSeries, SimOutcome,
@@ -97,7 +102,11 @@ struct SimJob {
     run: Seconds,
     /// Runtime estimate (the SWF requested time), seconds.
     estimate: Option<Seconds>,
+    /// When the policy granted its current run (the policy's "running").
     start: Option<Seconds>,
+    /// When its current run started on a node: `start` on a fixed cluster; on an
+    /// autoscaled one when a node that is up held it ([`autoscale`]).
+    run_start: Option<Seconds>,
     /// It may be preempted.
     preemptible: bool,
     /// How many times it was preempted.
@@ -216,13 +225,15 @@ struct Sim<'c> {
     /// The policy is an anchor ([`SimPolicy::is_anchor`]), whose state follows.
     anchored: bool,
     anchor: anchors::AnchorState,
+    /// The nodes of an autoscaled cluster ([`SimConfig::autoscale`]).
+    scaler: Option<autoscale::Scaler>,
 }
 
 /// Replays `trace` (jobs in any order; they are taken in submit order, ties by
 /// job number) under `config` and returns what happened.
 ///
-/// Jobs requesting more than `config.capacity` cores are skipped and listed in
-/// [`SimOutcome::too_large`]. Deterministic: the same inputs give the same
+/// Jobs requesting more than `config.capacity` cores (autoscaled: than the widest
+/// node) are skipped and listed in [`SimOutcome::too_large`]. Deterministic: the same inputs give the same
 /// outcome (the gateway loop's randomness comes from `config.seed`).
 #[must_use]
 pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
@@ -233,8 +244,13 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
     let mut user_index: HashMap<String, usize> = HashMap::new();
     let mut jobs = Vec::with_capacity(order.len());
     let mut too_large = Vec::new();
+    // On an autoscaled cluster a job runs on one node: no wider than the widest.
+    let widest = config
+        .autoscale
+        .as_ref()
+        .map_or(config.capacity, |a| a.widest_node().min(config.capacity));
     for job in order {
-        if job.cpus > config.capacity {
+        if job.cpus > widest {
             too_large.push(job.number);
             continue;
         }
@@ -266,6 +282,7 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
             run: job.run,
             estimate: job.requested_time,
             start: None,
+            run_start: None,
             preemptible: config.policy.preempts() && config.is_preemptible(job.number),
             preemptions: 0,
             cut_s: 0.0,
@@ -325,7 +342,12 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         anchors::AnchorState::default()
     };
     let user_count = users.len();
+    let scaler = config.autoscale.as_ref().map(|a| {
+        let t0 = jobs.first().map_or(0.0, |j: &SimJob| j.submit);
+        autoscale::Scaler::new(a, t0, jobs.len())
+    });
     let mut sim = Sim {
+        scaler,
         over_users: Vec::new(),
         over_share_s: vec![0.0; user_count],
         anchored,
@@ -387,6 +409,9 @@ impl Sim<'_> {
             if let Some(w) = wake {
                 t = t.min(w);
             }
+            if let Some(at) = self.scaler.as_ref().and_then(|s| s.next_event(self.last_t)) {
+                t = t.min(at);
+            }
             if !t.is_finite() {
                 break;
             }
@@ -428,6 +453,7 @@ impl Sim<'_> {
                 }
                 _ => self.anchor_step(t),
             }
+            self.autoscale_step(t);
             self.take_snapshot(t);
         }
     }
@@ -526,8 +552,16 @@ impl Sim<'_> {
         user.running_jobs += 1;
         self.used_cores += cpus;
         self.queued_jobs -= 1;
-        self.finishes
-            .push(Reverse(Finish(now + job.run, j, job.preemptions)));
+        match &mut self.scaler {
+            // It runs when a node holds it (`autoscale_step`, at this instant if one has
+            // room).
+            Some(scaler) => scaler.grant(j, now),
+            None => {
+                job.run_start = Some(now);
+                self.finishes
+                    .push(Reverse(Finish(now + job.run, j, job.preemptions)));
+            }
+        }
     }
 
     /// Preempts running job `j` at `now`: its run so far is lost, it leaves the
@@ -543,13 +577,18 @@ impl Sim<'_> {
             self.anchor_running(j, false, now);
         }
         let job = &mut self.jobs[j];
-        let Some(start) = job.start.take() else {
+        if job.start.take().is_none() {
             return;
-        };
+        }
+        // A run granted on an autoscaled cluster that no node held yet lost nothing.
+        let ran_from = job.run_start.take().unwrap_or(now);
         job.preemptions += 1;
         let (u, cpus) = (job.user, job.cpus);
-        self.lost_core_s += f64::from(cpus) * (now - start);
-        job.cut_s += now - start;
+        self.lost_core_s += f64::from(cpus) * (now - ran_from);
+        job.cut_s += now - ran_from;
+        if let Some(scaler) = &mut self.scaler {
+            scaler.release(j, cpus);
+        }
         self.preemptions += 1;
         let user = &mut self.users[u];
         user.running_cores -= u64::from(cpus);
@@ -584,6 +623,9 @@ impl Sim<'_> {
             // What it held is free again; h_u is brought to now with the share held
             // so far.
             ledger.end(now, ledger_id(j));
+        }
+        if let Some(scaler) = &mut self.scaler {
+            scaler.release(j, job.cpus);
         }
         let user = &mut self.users[u];
         user.running_cores -= cpus;

@@ -86,7 +86,8 @@ pub struct SimOutcome {
     pub weights: Vec<f64>,
     /// Every job that ran, in trace (submit) order.
     pub jobs: Vec<JobOutcome>,
-    /// Job numbers skipped because they request more cores than the capacity.
+    /// Job numbers skipped because they request more cores than the capacity (on an
+    /// autoscaled cluster: than the widest node, head or worker type).
     pub too_large: Vec<u64>,
     /// Job numbers still queued when no event was left (always empty unless a
     /// policy can leave a fitting job queued forever).
@@ -133,6 +134,10 @@ pub struct SimOutcome {
     /// never below the demand, so the cap is left out; read instant by instant,
     /// almost every user of a busy trace exceeds it at some moment.)
     pub above_share: Vec<bool>,
+    /// What the autoscaler did (autoscaled runs only, [`super::SimConfig::autoscale`]):
+    /// the nodes' lives, each job's node and grant time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<super::AutoscaleOutcome>,
 }
 
 /// The users holding the most core-seconds (`cpus × run`) in `jobs`, counting
