@@ -113,6 +113,16 @@ impl Application {
         let sealer = Arc::new(crate::secrets::Sealer::new(
             &settings.secrets.runtime_env_keys,
         ));
+        if settings.clusters.iter().any(|c| c.autoscales())
+            && settings.monitor.scale_up_timeout > std::time::Duration::from_secs(900)
+        {
+            tracing::warn!(
+                scale_up_timeout_s = settings.monitor.scale_up_timeout.as_secs(),
+                "monitor.scale_up_timeout is longer than Ray's own job start timeout \
+                 (RAY_JOB_START_TIMEOUT_SECONDS, 900 s by default): Ray fails a job that waits \
+                 that long for a node before fairshare sends it back to the queue"
+            );
+        }
         if !sealer.seals() {
             tracing::warn!("secrets.runtime_env_keys is empty: runtime_envs are stored unsealed (allowed only without auth.tokens)");
         }

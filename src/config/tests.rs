@@ -738,6 +738,22 @@ fn node_types_load_with_their_potential_and_bad_ones_name_their_key() {
     let shapes: Vec<String> = c.node_shapes().into_iter().map(|(n, _)| n).collect();
     assert_eq!(shapes, ["head", "cpu-2", "gpu"]);
     assert_eq!(s.monitor.scale_up_timeout, Duration::from_secs(600));
+    // docs/ray.md's KubeRay example: a head that offers 0 cores, said explicitly.
+    std::fs::write(
+        &path,
+        cluster(&format!(
+            "head = {{ cpu = 0, gpu = 0 }}\n{}",
+            node("a", "cpu = 2", 0, 1)
+        )),
+    )
+    .unwrap();
+    let zero = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+    assert_eq!(zero.clusters[0].potential().unwrap().cpu, 2.0);
+    assert_eq!(
+        zero.clusters[0].node_shapes().len(),
+        1,
+        "a head of nothing holds no job"
+    );
     assert!(!Settings::defaults().clusters.iter().any(|c| c.autoscales()));
     for (text, key, says) in [
         (
@@ -783,6 +799,40 @@ fn node_types_load_with_their_potential_and_bad_ones_name_their_key() {
             cluster("head = { cpu = 1 }\n"),
             "clusters[0].head",
             "node_types",
+        ),
+        // A fresh tester's findings: numbers no node has, and the head's name.
+        (
+            cluster(&node("a", "cpu = 1e308", 0, 2)),
+            "clusters[0].node_types[0].resources.cpu",
+            "at most",
+        ),
+        (
+            cluster(&node("a", "cpu = 1, memory_bytes = 5e18", 0, 2)),
+            "clusters[0].node_types[0].resources.memory_bytes",
+            "2^53",
+        ),
+        (
+            cluster(&node("a", "cpu = 1, memory_bytes = 1.5", 0, 2)),
+            "clusters[0].node_types[0].resources.memory_bytes",
+            "whole",
+        ),
+        (
+            cluster(&node("a", "cpu = 1", 0, 4294967295)),
+            "clusters[0].node_types[0].max_count",
+            "at most",
+        ),
+        (
+            cluster(&node("head", "cpu = 1", 0, 1)),
+            "clusters[0].node_types[0].name",
+            "head",
+        ),
+        (
+            cluster(&format!(
+                "head = {{ cpu = -1 }}\n{}",
+                node("a", "cpu = 2", 0, 1)
+            )),
+            "clusters[0].head.cpu",
+            "0 or more",
         ),
         (
             cluster(&format!(

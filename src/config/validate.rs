@@ -589,18 +589,39 @@ impl Settings {
 /// type, unique, `max_count ≥ max(min_count, 1)`.
 fn validate_growth(i: usize, c: &super::ClusterSettings) -> Result<(), ConfigError> {
     let invalid = |key: String, reason: String| Err(ConfigError::Invalid { key, reason });
+    // Per node: at most a million cores, GPUs or units of a custom resource (what a job
+    // may ask on the API) and 2^53 bytes (exact in the f64 the policy counts in; 8 PiB),
+    // bytes whole. The head may offer 0 of something (`{ cpu = 0 }`: it takes no work).
     let check_map = |prefix: String,
-                     map: &std::collections::BTreeMap<String, f64>|
+                     map: &std::collections::BTreeMap<String, f64>,
+                     zero_ok: bool|
      -> Result<(), ConfigError> {
         for (name, &amount) in map {
             let key = format!("{prefix}.{name}");
-            if !(amount.is_finite() && amount > 0.0) {
+            let floor_ok = if zero_ok { amount >= 0.0 } else { amount > 0.0 };
+            if !(amount.is_finite() && floor_ok) {
+                let least = if zero_ok { "0 or more" } else { "above 0" };
                 return invalid(
                     key,
-                    format!("must be a finite number above 0, not {amount}"),
+                    format!("must be a finite number {least}, not {amount}"),
                 );
             }
-            if matches!(name.as_str(), "cpu" | "gpu" | "memory_bytes") {
+            if name == "memory_bytes" {
+                if amount > 9_007_199_254_740_992.0 || amount.fract() != 0.0 {
+                    return invalid(
+                        key,
+                        format!("must be a whole number of bytes up to 2^53, not {amount}"),
+                    );
+                }
+                continue;
+            }
+            if amount > 1e6 {
+                return invalid(
+                    key,
+                    format!("must be at most 1000000 per node, not {amount}"),
+                );
+            }
+            if matches!(name.as_str(), "cpu" | "gpu") {
                 continue;
             }
             if let Err(e) = crate::policy::custom::slot(name) {
@@ -617,11 +638,23 @@ fn validate_growth(i: usize, c: &super::ClusterSettings) -> Result<(), ConfigErr
                 .into(),
         );
     }
-    check_map(format!("clusters[{i}].head"), &c.head)?;
+    check_map(format!("clusters[{i}].head"), &c.head, true)?;
     for (j, t) in c.node_types.iter().enumerate() {
         let at = format!("clusters[{i}].node_types[{j}]");
         if t.name.trim().is_empty() {
             return invalid(format!("{at}.name"), "must not be empty".into());
+        }
+        if t.name == "head" {
+            return invalid(
+                format!("{at}.name"),
+                "\"head\" names the head node (clusters.head); give the type another name".into(),
+            );
+        }
+        if t.max_count > 100_000 {
+            return invalid(
+                format!("{at}.max_count"),
+                format!("must be at most 100000, not {}", t.max_count),
+            );
         }
         if c.node_types[..j].iter().any(|o| o.name == t.name) {
             return invalid(
@@ -635,7 +668,7 @@ fn validate_growth(i: usize, c: &super::ClusterSettings) -> Result<(), ConfigErr
                 "must name at least one resource, e.g. { cpu = 4, memory_bytes = 16e9 }".into(),
             );
         }
-        check_map(format!("{at}.resources"), &t.resources)?;
+        check_map(format!("{at}.resources"), &t.resources, false)?;
         if t.max_count == 0 {
             return invalid(format!("{at}.max_count"), "must be at least 1".into());
         }

@@ -248,3 +248,41 @@ async fn a_node_lost_while_jobs_wait_leaves_the_waiting_ones_waiting_for_its_rep
     status_is(&app, &waiting, "SUCCEEDED", 30).await;
     let _: &Arc<Mutex<State>> = &state;
 }
+
+/// At its maximum a cluster cannot grow: a job Ray holds PENDING there (another tenant
+/// took the node) waits `monitor.pending_timeout`, as on a fixed cluster, not the
+/// scale-up's limit, and its message says the cluster was busy (a fresh tester's
+/// finding: it waited the scale-up's 90 s with a reason naming a node that could not
+/// come).
+#[actix_web::test]
+async fn a_cluster_at_its_maximum_holds_a_pending_job_only_for_the_pending_timeout() {
+    let (server, _state) = fake_ray::start(2.0, |s| s.foreign_on_first_submit = Some(2.0)).await;
+    let app = crate::helpers::app_with_cluster("fake", server.uri(), |s| {
+        s.monitor.usage_report_lag = Duration::from_millis(300);
+        s.monitor.lost_job_grace = Duration::from_secs(3600);
+        s.monitor.pending_timeout = Duration::from_secs(1);
+        s.monitor.scale_up_timeout = Duration::from_secs(600);
+        s.clusters[0].node_types = vec![fairshare::config::NodeTypeSettings {
+            name: "cpu-2".into(),
+            resources: [("cpu".to_string(), 2.0)].into_iter().collect(),
+            min_count: 0,
+            max_count: 1,
+        }];
+    })
+    .await;
+    until(10, "capacity known", || async {
+        let v = scheduler(&app).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 2.0 && v["clusters"][0]["healthy"] == true)
+            .then_some(())
+    })
+    .await;
+    let j = submit_id(&app, "u").await;
+    status_is(&app, &j, "PENDING", 10).await;
+    let back = status_is(&app, &j, "QUEUED", 15).await;
+    assert!(
+        back["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("its cluster was busy")),
+        "{back}"
+    );
+}

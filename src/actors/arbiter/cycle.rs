@@ -21,13 +21,16 @@ impl FairShareArbiter {
     /// entrypoint on one node, so the largest job it can ever run is one node's (the
     /// head's or a node type's; issue 44).
     pub(super) fn publish_sizes(&self) {
-        let shapes = |c: &crate::policy::ClusterView| -> Vec<crate::policy::Resources> {
-            match self
-                .settings
+        // An autoscaling cluster's nodes are configured: known even while it is
+        // unreachable (a fresh tester's finding: a job no node type holds was accepted).
+        let autoscaling = |name: &str| {
+            self.settings
                 .clusters
                 .iter()
-                .find(|s| s.name == c.name && s.autoscales())
-            {
+                .find(|s| s.name == name && s.autoscales())
+        };
+        let shapes = |c: &crate::policy::ClusterView| -> Vec<crate::policy::Resources> {
+            match autoscaling(&c.name) {
                 Some(s) => s.node_shapes().into_iter().map(|(_, r)| r).collect(),
                 None => vec![c.total],
             }
@@ -38,7 +41,11 @@ impl FairShareArbiter {
                 .iter()
                 // Pools are not where a job without a pool may go: the API checks a
                 // pool job against its pool's configured capacity.
-                .filter(|c| !c.pool && c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0))
+                .filter(|c| {
+                    !c.pool
+                        && (autoscaling(&c.name).is_some()
+                            || (c.healthy && (c.total.cpu > 0.0 || c.total.gpu > 0.0)))
+                })
                 .flat_map(shapes)
                 .collect(),
         );

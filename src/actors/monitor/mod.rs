@@ -246,12 +246,33 @@ impl RayCapacityMonitor {
         }
     }
 
+    /// Whether cluster `name` can still grow: it autoscales, its growth is not held
+    /// back, and either a node is starting or what is alive is less than it can grow
+    /// to (cores, GPUs, custom resources). A job Ray holds PENDING there waits for a
+    /// node (`monitor.scale_up_timeout`); on a cluster at its maximum it waits for
+    /// resources to free up, as on a fixed one (`monitor.pending_timeout`).
+    fn can_grow(&self, name: &str) -> bool {
+        let Some(c) = self
+            .settings
+            .clusters
+            .iter()
+            .find(|c| c.name == name && c.autoscales())
+        else {
+            return false;
+        };
+        let g = self.growth.get(name).cloned().unwrap_or_default();
+        if g.held(Instant::now()) {
+            return false;
+        }
+        let alive = self.health.get(name).map(|h| h.total).unwrap_or_default();
+        g.nodes_starting > 0
+            || c.potential()
+                .is_some_and(|p| growth::larger_than_declared(&p, &alive))
+    }
+
     fn limits(&self, j: &job::Model) -> Limits {
         let s = &self.settings;
-        let scale_up = j
-            .cluster
-            .as_deref()
-            .is_some_and(|name| s.clusters.iter().any(|c| c.name == name && c.autoscales()));
+        let scale_up = j.cluster.as_deref().is_some_and(|name| self.can_grow(name));
         let pending = if scale_up {
             s.monitor.scale_up_timeout
         } else {
@@ -482,6 +503,8 @@ impl RayCapacityMonitor {
         if autoscaling.is_some() {
             self.growth.entry(r.name.clone()).or_default();
         }
+        // Whether the poll's PENDING limits were the scale-up's (see `limits`).
+        let growing = self.can_grow(&r.name);
         let used = self.apply_health(&r);
         let lag = self.settings.monitor.usage_report_lag;
         let name = r.name.clone();
@@ -493,7 +516,7 @@ impl RayCapacityMonitor {
                 crate::store::Applied::Changed { step, .. }
                     if step.metric == Some(crate::lifecycle::Metric::PendingTimeout)))
         });
-        if let (true, Some(g)) = (scale_up_failed, self.growth.get_mut(&name)) {
+        if let (true, true, Some(g)) = (scale_up_failed, growing, self.growth.get_mut(&name)) {
             if !g.held(now) {
                 tracing::warn!(cluster = %name, hold_s = settings.monitor.scale_up_timeout.as_secs(),
                     "a job waited monitor.scale_up_timeout for Ray to add a node that holds it; \
