@@ -1,5 +1,5 @@
 //! SeaORM entities of fairshare: `users`, `groups` (DESIGN §2 "Groups"), `jobs`, `job_events`, `leases` (DESIGN §6, §10),
-//! `webhook_cursors` (§4), `ray_packages` (README "Ray's Jobs API").
+//! `webhook_cursors` (§4), `ray_packages` (docs/ray-jobs-api.md).
 //!
 //! Timestamps are UTC (`DateTime<Utc>`); resources are in cores (`cpu`, `gpu`) and
 //! bytes (`memory_bytes`).

@@ -1,4 +1,4 @@
-//! Ray's Jobs API (README "Ray's Jobs API"): `working_dir` / `py_modules` packages
+//! Ray's Jobs API (docs/ray-jobs-api.md): `working_dir` / `py_modules` packages
 //! uploaded through `PUT /api/packages/{protocol}/{name}`, kept here until the cluster
 //! a job is granted has them. The key is Ray's package URI (`gcs://_ray_pkg_<hash>.zip`,
 //! content-addressed by Ray's client), so the same package is stored once.

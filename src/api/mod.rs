@@ -138,7 +138,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     )
     // The browser console's static files (not API routes: not in ROUTES or OpenAPI).
     .configure(ui::routes)
-    // Ray's Jobs REST API for Ray's own clients (README "Ray's Jobs API").
+    // Ray's Jobs REST API for Ray's own clients (docs/ray-jobs-api.md).
     .configure(ray_compat::routes)
     // What a request line over 64 KiB becomes (line_limit): every method, 414.
     .service(web::resource(line_limit::URI_TOO_LONG_PATH).to(uri_too_long))

@@ -209,7 +209,7 @@ impl std::fmt::Debug for NotifySettings {
     }
 }
 
-/// `[ray_compat]`: Ray's Jobs REST API served under `/api/` (README "Ray's Jobs API").
+/// `[ray_compat]`: Ray's Jobs REST API served under `/api/` (docs/ray-jobs-api.md).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RayCompatSettings {

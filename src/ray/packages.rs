@@ -1,5 +1,5 @@
-//! `working_dir` / `py_modules` packages (Ray's Jobs API served by fairshare, README
-//! "Ray's Jobs API"): Ray's client zips a local directory, names it by a hash of its
+//! `working_dir` / `py_modules` packages (Ray's Jobs API served by fairshare,
+//! docs/ray-jobs-api.md): Ray's client zips a local directory, names it by a hash of its
 //! content (`gcs://_ray_pkg_<hash>.zip`), uploads it with `PUT /api/packages/gcs/
 //! <name>` and puts the URI into the job's `runtime_env`. fairshare keeps the upload
 //! and, when the job is granted a cluster, sends it there before the submit unless

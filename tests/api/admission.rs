@@ -1044,7 +1044,7 @@ async fn a_pool_jobs_message_and_repeated_reports_say_what_is_so_now(which: Db) 
 crate::both_databases!(a_pool_jobs_message_and_repeated_reports_say_what_is_so_now);
 
 /// A pool job may hold a `[[licenses]]` seat: a license counts across every cluster
-/// and pool (README, DESIGN §2 "Licenses"), not as a resource of the pool's capacity
+/// and pool (docs/operating.md, DESIGN §2 "Licenses"), not as a resource of the pool's capacity
 /// (issue 43, "Also check": it was refused, 422 "pool is not large enough"). With one
 /// seat and two slots, one job is admitted and the other waits for the seat, which
 /// it takes once the first finishes; more seats than the count is refused naming the

@@ -133,8 +133,8 @@ pub fn test_settings(db_url: &str) -> Settings {
     s
 }
 
-/// Adds a submitter token `token` that acts only for `user` (README, tokens with a
-/// user).
+/// Adds a submitter token `token` that acts only for `user` (docs/security.md,
+/// tokens with a user).
 pub fn add_user_token(s: &mut Settings, token: &str, user: &str) {
     s.auth.tokens.push(TokenSettings {
         name: user.into(),

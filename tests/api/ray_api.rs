@@ -1,4 +1,4 @@
-//! Ray's Jobs REST API under `/api/` (README "Ray's Jobs API"): who the user is,
+//! Ray's Jobs REST API under `/api/` (docs/ray-jobs-api.md): who the user is,
 //! idempotency by `submission_id`, what a queued job reads as, stop and delete,
 //! packages. Ray's own Python client and CLI drive it in `tests/ray/ray_api.rs`.
 

@@ -392,7 +392,7 @@ impl Rotating {
     }
 }
 
-/// Issue 43 §3: a key rotation done as the README says, as a rolling update of two
+/// Issue 43 §3: a key rotation done as docs/security.md says, as a rolling update of two
 /// replicas on PostgreSQL (put the new key first and restart each replica in turn,
 /// then drop the old key and restart each again), with jobs submitted through either
 /// replica throughout and jobs waiting across it (a paused user's, one behind a job

@@ -657,7 +657,7 @@ both_databases!(runtime_env_and_metadata_read_back_the_same_on_both_databases);
 /// F4 (a fresh tester): `docs/gateway.md` said "a retry returns the stored job even if
 /// its body differs"; the service answers 422 `idempotency_key_reused` (test
 /// `jobs::the_same_external_id_with_another_payload_is_422_naming_the_existing_job`),
-/// as the README and DESIGN §4 say. The guide now says so in its retry section, and
+/// as docs/api.md and DESIGN §4 say. The guide now says so in its retry section, and
 /// its error table has a row for every code the API answers.
 #[test]
 fn the_gateway_guide_says_what_a_reused_key_answers_and_lists_every_error_code() {

@@ -1,6 +1,6 @@
-//! Ray's own clients in front of a real Ray head, through fairshare's `/api/` (README
-//! "Ray's Jobs API"): Python's `JobSubmissionClient` and the `ray job` CLI from the
-//! Ray in `.venv`, pointed at the service instead of the dashboard.
+//! Ray's own clients in front of a real Ray head, through fairshare's `/api/`
+//! (docs/ray-jobs-api.md): Python's `JobSubmissionClient` and the `ray job` CLI from
+//! the Ray in `.venv`, pointed at the service instead of the dashboard.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,4 +1,4 @@
-// Writes the README's screenshots of the console (docs/console.png, the users table,
+// Writes docs/console.md's screenshots of the console (docs/console.png, the users table,
 // and docs/console-shares.png, shares over time) with the quickstart's data: the
 // service and a fake Ray with 2 CPUs (the quickstart's head), fed by `fairshare
 // replay` with the quickstart's settings (first 120 jobs of the COARE trace), captured

@@ -1,5 +1,5 @@
-//! Ray's Jobs REST API, served by fairshare under `/api/` beside `/v1` (README "Ray's
-//! Jobs API", DESIGN §4): what Ray 2.x's `JobSubmissionClient` and the `ray job` CLI
+//! Ray's Jobs REST API, served by fairshare under `/api/` beside `/v1` (docs/ray-jobs-api.md,
+//! DESIGN §4): what Ray 2.x's `JobSubmissionClient` and the `ray job` CLI
 //! call, so a platform that submits with Ray's own client adopts fair share by
 //! changing one address.
 //!
