@@ -33,6 +33,7 @@ impl Modify for BearerAuth {
         super::events::stream,
         system::scheduler, what_if::what_if, system::metrics, system::healthz, system::readyz, document,
         console::job_events, console::shares, console::whoami, super::hints::hint,
+        super::usage::usage,
     ),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, crate::views::Amounts,
@@ -42,6 +43,8 @@ impl Modify for BearerAuth {
         console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
         super::hints::HintAnswer,
         super::admission::ReportBody, super::admission::FinishedBody, super::admission::RunnerOutcome,
+        super::usage::UsageReport, super::usage::UsageRowView, super::usage::EndedJobs, super::usage::Waits,
+        super::usage::UsageByName, super::usage::UsageStepName,
     )),
     modifiers(&BearerAuth),
 )]
@@ -152,9 +155,11 @@ pub fn document_json() -> serde_json::Value {
     }
     // Every query parameter of the job list is optional (utoipa marks a parameter
     // with an explicit `value_type` required).
-    if let Some(params) = doc["paths"]["/v1/jobs"]["get"]["parameters"].as_array_mut() {
-        for p in params {
-            p["required"] = json!(false);
+    for path in ["/v1/jobs", "/v1/usage"] {
+        if let Some(params) = doc["paths"][path]["get"]["parameters"].as_array_mut() {
+            for p in params {
+                p["required"] = json!(false);
+            }
         }
     }
     // Optional bodies: nothing, or the object (not JSON `null`, which is refused).
