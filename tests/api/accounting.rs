@@ -428,3 +428,106 @@ async fn usage_of_real_jobs_survives_a_restart(which: Db) {
     assert_eq!(empty["rows"], json!([]), "{empty}");
 }
 both_databases!(usage_of_real_jobs_survives_a_restart);
+
+/// Named sizes (issue 48 part 4): a job that names one asks for its resources, on
+/// `/v1` (`size`) and on Ray's Jobs API (metadata `fairshare.size`); an unknown size,
+/// or a size with explicit resources, is 422 naming the field; the OpenAPI document
+/// lists the sizes; usage is reported per size.
+async fn sizes_stand_for_resources_and_are_reported(which: Db) {
+    let Some(db) = TestDb::new(which).await else {
+        return;
+    };
+    let mut settings = test_settings(&db.url);
+    with_pool(&mut settings);
+    settings.pools[0]
+        .capacity
+        .insert("memory_bytes".into(), 64.0 * 1024.0 * 1024.0 * 1024.0);
+    settings.sizes = vec![fairshare::config::SizeSettings {
+        name: "m".into(),
+        cpu: 2.0,
+        gpu: 0.0,
+        memory_bytes: 1 << 30,
+        custom: BTreeMap::from([("clusters".to_string(), 1.0)]),
+    }];
+    let app = start_on(db, settings).await;
+    let v = app.submit("sam", json!({"pool": "gw", "size": "m"})).await;
+    assert_eq!(v["resources"]["cpu"], 2.0, "{v}");
+    assert_eq!(v["resources"]["memory_bytes"], 1u64 << 30, "{v}");
+    assert_eq!(v["resources"]["custom"]["clusters"], 1.0, "{v}");
+    assert_eq!(v["metadata"]["fairshare.size"], "m", "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    for (body, field) in [
+        (
+            json!({"user": "sam", "entrypoint": "x", "pool": "gw", "size": "xl"}),
+            "size",
+        ),
+        (
+            json!({"user": "sam", "entrypoint": "x", "pool": "gw", "size": "m", "resources": {"cpu": 1}}),
+            "size",
+        ),
+        (
+            json!({"user": "sam", "entrypoint": "x", "pool": "gw", "size": "m", "metadata": {"fairshare.size": "s"}}),
+            "size",
+        ),
+    ] {
+        let r = app.post("/v1/jobs", SUBMITTER, body).await;
+        assert_error(r, 422, "invalid_field", Some(field)).await;
+    }
+    // Ray's Jobs API: the metadata key, not with entrypoint resources.
+    let resp = app
+        .post(
+            "/api/jobs/",
+            SUBMITTER,
+            json!({"entrypoint": "x", "metadata": {"fairshare.user": "ray-sam",
+                   "fairshare.pool": "gw", "fairshare.size": "m"}}),
+        )
+        .await;
+    assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+    let page = app.get_json("/v1/jobs?user=ray-sam", SUBMITTER).await;
+    assert_eq!(page["jobs"][0]["resources"]["cpu"], 2.0, "{page}");
+    for (body, text) in [
+        (
+            json!({"entrypoint": "x", "entrypoint_num_cpus": 1, "metadata": {"fairshare.user": "ray-sam",
+                   "fairshare.pool": "gw", "fairshare.size": "m"}}),
+            "metadata.fairshare.size",
+        ),
+        (
+            json!({"entrypoint": "x", "metadata": {"fairshare.user": "ray-sam",
+                   "fairshare.pool": "gw", "fairshare.size": "nope"}}),
+            "metadata.fairshare.size",
+        ),
+    ] {
+        let resp = app.post("/api/jobs/", SUBMITTER, body).await;
+        assert!(resp.status().is_client_error(), "{}", resp.status());
+        let t = resp.text().await.unwrap();
+        assert!(t.contains(text), "{t}");
+    }
+    // The document lists the sizes.
+    let doc = app.get_json("/openapi.json", SUBMITTER).await;
+    assert_eq!(
+        doc["components"]["schemas"]["SubmitRequest"]["properties"]["size"]["enum"],
+        json!(["m"])
+    );
+    // Usage per size.
+    let j = until_status(&app, &id, "ADMITTED").await;
+    past(secs(&j["dispatched_at"])).await;
+    report_ok(&app, &id, "finished", json!({"status": "SUCCEEDED"})).await;
+    let held = held_seconds(&app, &id).await;
+    assert!(held >= 1);
+    let r = app
+        .get_json("/v1/usage?by=size&step=hour&user=sam", SUBMITTER)
+        .await;
+    let rows = r["rows"].as_array().unwrap();
+    let core: f64 = rows
+        .iter()
+        .inspect(|x| assert_eq!(x["key"], "m", "{x}"))
+        .map(|x| x["core_seconds"].as_f64().unwrap())
+        .sum();
+    assert_eq!(core, 2.0 * held as f64, "{r}");
+    let mem: f64 = rows
+        .iter()
+        .map(|x| x["memory_byte_seconds"].as_f64().unwrap())
+        .sum();
+    assert_eq!(mem, (1u64 << 30) as f64 * held as f64);
+}
+both_databases!(sizes_stand_for_resources_and_are_reported);
