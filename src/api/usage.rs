@@ -114,7 +114,11 @@ pub struct EndedJobs {
     pub stopped: u64,
 }
 
-/// Nearest-rank percentiles of waits, whole seconds; null when `count` is 0.
+/// Percentiles of waits, whole seconds, from a histogram (bins below 1, 5, 10, 30,
+/// 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400 s and above): the
+/// nearest-rank percentile's bin's upper bound (the bound less 1 s), or the longest
+/// wait when that is less; null when `count` is 0. An upper bound, never an
+/// understatement.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct Waits {
     pub count: u64,
@@ -124,7 +128,7 @@ pub struct Waits {
 }
 
 fn row_view(r: UsageRow) -> UsageRowView {
-    let p = |q| store::percentile(&r.waits, q);
+    let p = |q| r.sums.wait_percentile(q);
     UsageRowView {
         start: ts(r.start),
         key: r.key.clone(),
@@ -143,7 +147,7 @@ fn row_view(r: UsageRow) -> UsageRowView {
             stopped: r.sums.stopped,
         },
         wait_seconds: Waits {
-            count: r.waits.len() as u64,
+            count: r.sums.wait_count(),
             p50: p(50.0),
             p90: p(90.0),
             p99: p(99.0),

@@ -398,7 +398,15 @@ async fn apply_in(
             }
         }
         if step.to.is_terminal() {
-            deltas.ended(&usage::key_of(&current, &group), step.to, end.timestamp());
+            let wait = current
+                .dispatched_at
+                .map(|d| d.timestamp() - current.submitted_at.timestamp());
+            deltas.ended(
+                &usage::key_of(&current, &group),
+                step.to,
+                end.timestamp(),
+                wait,
+            );
         }
     }
     let job = job::Entity::find_by_id(id)

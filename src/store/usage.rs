@@ -81,6 +81,55 @@ pub struct Sums {
     pub failed: u64,
     /// Jobs that ended STOPPED.
     pub stopped: u64,
+    /// Waits of the jobs that ended (and were granted): counts per bin of
+    /// [`WAIT_BOUNDS`].
+    pub waits: [u64; WAIT_BINS],
+    /// The longest of those waits, seconds.
+    pub wait_max: i64,
+}
+
+/// Bins of the wait histogram: bin `k < 15` holds waits below `WAIT_BOUNDS[k]`
+/// seconds (and at or above the bound before it), bin 15 those of a day or more.
+pub const WAIT_BOUNDS: [i64; WAIT_BINS - 1] = [
+    1, 5, 10, 30, 60, 120, 300, 600, 1_200, 1_800, 3_600, 7_200, 14_400, 43_200, 86_400,
+];
+
+/// Number of bins of the wait histogram.
+pub const WAIT_BINS: usize = 16;
+
+/// The bin of a wait of `secs` seconds.
+pub fn wait_bin(secs: i64) -> usize {
+    WAIT_BOUNDS
+        .iter()
+        .position(|b| secs < *b)
+        .unwrap_or(WAIT_BINS - 1)
+}
+
+impl Sums {
+    /// Jobs whose waits are in the histogram.
+    pub fn wait_count(&self) -> u64 {
+        self.waits.iter().sum()
+    }
+
+    /// The nearest-rank `p`-th percentile (0 < p ≤ 100) of the waits as the histogram
+    /// tells it: the upper bound of the bin that holds it (`WAIT_BOUNDS[k] - 1`), or the
+    /// longest wait when that is smaller (always in the last bin); `None` without waits.
+    pub fn wait_percentile(&self, p: f64) -> Option<i64> {
+        let n = self.wait_count();
+        if n == 0 {
+            return None;
+        }
+        let rank = (((p / 100.0) * n as f64).ceil() as u64).clamp(1, n);
+        let mut seen = 0;
+        for (k, c) in self.waits.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                let upper = WAIT_BOUNDS.get(k).map_or(self.wait_max, |b| b - 1);
+                return Some(upper.min(self.wait_max));
+            }
+        }
+        Some(self.wait_max)
+    }
 }
 
 impl Sums {
@@ -95,6 +144,10 @@ impl Sums {
         self.succeeded += o.succeeded;
         self.failed += o.failed;
         self.stopped += o.stopped;
+        for (a, b) in self.waits.iter_mut().zip(o.waits) {
+            *a += b;
+        }
+        self.wait_max = self.wait_max.max(o.wait_max);
     }
 
     /// `hold`'s resources held for `secs` seconds.
@@ -113,9 +166,15 @@ impl Sums {
         }
     }
 
-    /// One job that ended in `status`.
-    pub fn ended(status: JobStatus) -> Sums {
+    /// One job that ended in `status`, after a wait of `wait` seconds from submit to
+    /// its last grant (`None`: never granted).
+    pub fn ended(status: JobStatus, wait: Option<i64>) -> Sums {
         let mut s = Sums::default();
+        if let Some(w) = wait {
+            let w = w.max(0);
+            s.waits[wait_bin(w)] = 1;
+            s.wait_max = w;
+        }
         match status {
             JobStatus::Succeeded => s.succeeded = 1,
             JobStatus::Failed => s.failed = 1,
@@ -165,14 +224,15 @@ impl Deltas {
         }
     }
 
-    /// Adds a job that ended in `status` at `at` (Unix seconds).
-    pub(crate) fn ended(&mut self, key: &Key, status: JobStatus, at: i64) {
+    /// Adds a job that ended in `status` at `at` (Unix seconds) after waiting `wait`
+    /// seconds for its last grant (`None`: never granted).
+    pub(crate) fn ended(&mut self, key: &Key, status: JobStatus, at: i64, wait: Option<i64>) {
         for span in [HOUR, DAY] {
             let bucket = at.div_euclid(span) * span;
             self.0
                 .entry((span, bucket, key.clone()))
                 .or_default()
-                .add(&Sums::ended(status));
+                .add(&Sums::ended(status, wait));
         }
     }
 
@@ -192,6 +252,9 @@ impl Deltas {
 /// Rows per upsert statement.
 const ROWS_PER_STATEMENT: usize = 64;
 
+/// Columns of a `usage_rollup` row.
+const ROLLUP_COLUMNS: usize = 12 + WAIT_BINS + 1;
+
 fn clamp(v: i128) -> i64 {
     v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
 }
@@ -203,7 +266,7 @@ pub(crate) async fn record<C: ConnectionTrait>(conn: &C, deltas: &Deltas) -> Res
     let backend = conn.get_database_backend();
     let rows: Vec<_> = deltas.0.iter().filter(|(_, s)| !s.is_zero()).collect();
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 12);
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * ROLLUP_COLUMNS);
         let mut tuples = Vec::with_capacity(chunk.len());
         for ((span, bucket, key), s) in chunk {
             let first = values.len();
@@ -221,19 +284,33 @@ pub(crate) async fn record<C: ConnectionTrait>(conn: &C, deltas: &Deltas) -> Res
                 Value::from(s.failed as i64),
                 Value::from(s.stopped as i64),
             ]);
-            tuples.push(placeholders(backend, first, 12));
+            values.extend(s.waits.iter().map(|c| Value::from(*c as i32)));
+            values.push(Value::from(s.wait_max));
+            tuples.push(placeholders(backend, first, ROLLUP_COLUMNS));
         }
+        let bins: Vec<String> = (0..WAIT_BINS).map(|k| format!("w{k}")).collect();
+        let add_bins: Vec<String> = bins
+            .iter()
+            .map(|w| format!("{w} = usage_rollup.{w} + excluded.{w}"))
+            .collect();
+        let greatest = match backend {
+            DatabaseBackend::Sqlite => "MAX",
+            _ => "GREATEST",
+        };
         let sql = format!(
             "INSERT INTO usage_rollup (span, bucket, user_id, group_path, place, size, \
-             cpu_ms, gpu_ms, memory_bs, succeeded, failed, stopped) VALUES {} \
+             cpu_ms, gpu_ms, memory_bs, succeeded, failed, stopped, {}, wait_max) VALUES {} \
              ON CONFLICT (span, bucket, user_id, group_path, place, size) DO UPDATE SET \
              cpu_ms = usage_rollup.cpu_ms + excluded.cpu_ms, \
              gpu_ms = usage_rollup.gpu_ms + excluded.gpu_ms, \
              memory_bs = usage_rollup.memory_bs + excluded.memory_bs, \
              succeeded = usage_rollup.succeeded + excluded.succeeded, \
              failed = usage_rollup.failed + excluded.failed, \
-             stopped = usage_rollup.stopped + excluded.stopped",
-            tuples.join(", ")
+             stopped = usage_rollup.stopped + excluded.stopped, {}, \
+             wait_max = {greatest}(usage_rollup.wait_max, excluded.wait_max)",
+            bins.join(", "),
+            tuples.join(", "),
+            add_bins.join(", "),
         );
         conn.execute(Statement::from_sql_and_values(backend, sql, values))
             .await?;
@@ -277,20 +354,21 @@ pub(crate) async fn record<C: ConnectionTrait>(conn: &C, deltas: &Deltas) -> Res
     Ok(())
 }
 
-/// Writes `holds` and `ended` jobs (key, final status, Unix seconds) into the rollup
+/// Writes `holds` and `ended` jobs (key, final status, Unix seconds, wait in seconds)
+/// into the rollup
 /// in one transaction, as [`super::apply`] does for the steps it writes: for tools
 /// that load history (`scripts/bench-usage`) and tests.
 pub async fn record_usage(
     db: &Db,
     holds: &[Hold],
-    ended: &[(Key, JobStatus, i64)],
+    ended: &[(Key, JobStatus, i64, Option<i64>)],
 ) -> Result<(), DbErr> {
     let mut d = Deltas::default();
     for h in holds {
         d.hold(h);
     }
-    for (k, status, at) in ended {
-        d.ended(k, *status, *at);
+    for (k, status, at, wait) in ended {
+        d.ended(k, *status, *at, *wait);
     }
     let txn = db.begin().await?;
     record(&txn, &d).await?;
@@ -519,15 +597,12 @@ pub struct UsageRow {
     pub start: i64,
     /// The key (`""`: none, e.g. the root group).
     pub key: String,
-    /// Held in the step, and the jobs that ended in it.
+    /// Held in the step, and the jobs that ended in it (with their waits).
     pub sums: Sums,
-    /// Seconds from submit to the last grant of each job that ended in the step
-    /// (and was ever granted), ascending.
-    pub waits: Vec<i64>,
 }
 
-/// The report: the rollup's sums in `[q.from, q.to)` plus what jobs still holding
-/// resources have held up to `now` (Unix seconds), and the ended jobs' waits; rows in
+/// The report: the rollup's sums in `[q.from, q.to)` (with the ended jobs' waits)
+/// plus what jobs still holding resources have held up to `now` (Unix seconds); rows in
 /// (start, key) order, only those with something in them. Read in one snapshot
 /// (a repeatable-read, read-only transaction), so a job that ends while it runs is
 /// counted once.
@@ -555,7 +630,6 @@ pub async fn report(db: &Db, q: &UsageQuery, now: i64) -> Result<Vec<UsageRow>, 
                 start,
                 key,
                 sums: Sums::default(),
-                waits: Vec::new(),
             })
     }
     let col = q.by.column();
@@ -569,11 +643,16 @@ pub async fn report(db: &Db, q: &UsageQuery, now: i64) -> Result<Vec<UsageRow>, 
         params.push(Value::from(u.clone()));
         user_filter = format!(" AND user_id = {}", param(backend, 4));
     }
+    let bins: Vec<String> = (0..WAIT_BINS)
+        .map(|k| format!("CAST(SUM(w{k}) AS BIGINT)"))
+        .collect();
     let sql = format!(
         "SELECT bucket, {col}, CAST(SUM(cpu_ms) AS BIGINT), CAST(SUM(gpu_ms) AS BIGINT), \
          CAST(SUM(memory_bs) AS BIGINT), CAST(SUM(succeeded) AS BIGINT), \
-         CAST(SUM(failed) AS BIGINT), CAST(SUM(stopped) AS BIGINT) FROM usage_rollup \
+         CAST(SUM(failed) AS BIGINT), CAST(SUM(stopped) AS BIGINT), {}, \
+         CAST(MAX(wait_max) AS BIGINT) FROM usage_rollup \
          WHERE span = {} AND bucket >= {} AND bucket < {}{user_filter} GROUP BY bucket, {col}",
+        bins.join(", "),
         param(backend, 1),
         param(backend, 2),
         param(backend, 3),
@@ -591,6 +670,10 @@ pub async fn report(db: &Db, q: &UsageQuery, now: i64) -> Result<Vec<UsageRow>, 
         s.succeeded += r.try_get_by_index::<i64>(5)?.max(0) as u64;
         s.failed += r.try_get_by_index::<i64>(6)?.max(0) as u64;
         s.stopped += r.try_get_by_index::<i64>(7)?.max(0) as u64;
+        for k in 0..WAIT_BINS {
+            s.waits[k] += r.try_get_by_index::<i64>(8 + k)?.max(0) as u64;
+        }
+        s.wait_max = s.wait_max.max(r.try_get_by_index::<i64>(8 + WAIT_BINS)?);
     }
     let sql = format!(
         "SELECT bucket, {col}, resource, CAST(SUM(amount_ms) AS BIGINT) FROM usage_custom \
@@ -654,60 +737,9 @@ pub async fn report(db: &Db, q: &UsageQuery, now: i64) -> Result<Vec<UsageRow>, 
                 .add(&Sums::held(&hold, secs));
         }
     }
-    // Waits of the jobs that ended in the range.
-    let from_t = Utc.timestamp_opt(q.from, 0).single().unwrap_or_default();
-    let to_t = Utc.timestamp_opt(q.to, 0).single().unwrap_or_default();
-    let mut ended = job::Entity::find()
-        .select_only()
-        .column(job::Column::UserId)
-        .column(job::Column::Cluster)
-        .column(job::Column::Metadata)
-        .column(job::Column::SubmittedAt)
-        .column(job::Column::DispatchedAt)
-        .column(job::Column::FinishedAt)
-        .filter(job::Column::FinishedAt.gte(from_t))
-        .filter(job::Column::FinishedAt.lt(to_t))
-        .filter(job::Column::DispatchedAt.is_not_null());
-    if let Some(u) = &q.user {
-        ended = ended.filter(job::Column::UserId.eq(u.clone()));
-    }
-    type EndedRow = (
-        String,
-        Option<String>,
-        Option<serde_json::Value>,
-        DateTime<Utc>,
-        Option<DateTime<Utc>>,
-        Option<DateTime<Utc>>,
-    );
-    for (user_id, cluster, metadata, submitted, dispatched, finished) in
-        ended.into_tuple::<EndedRow>().all(&txn).await?
-    {
-        let (Some(dispatched), Some(finished)) = (dispatched, finished) else {
-            continue;
-        };
-        let key = match q.by {
-            By::User => user_id,
-            By::Group => group(&user_id),
-            By::Cluster => cluster.unwrap_or_default(),
-            By::Size => metadata
-                .as_ref()
-                .and_then(|m| m.get(SIZE_KEY))
-                .and_then(|v| v.as_str())
-                .unwrap_or_default()
-                .to_string(),
-        };
-        let wait = (dispatched.timestamp() - submitted.timestamp()).max(0);
-        entry(&mut rows, step, finished.timestamp(), key)
-            .waits
-            .push(wait);
-    }
     txn.commit().await?;
-    let mut out: Vec<UsageRow> = rows
-        .into_values()
-        .filter(|r| !r.sums.is_zero() || !r.waits.is_empty())
-        .collect();
+    let mut out: Vec<UsageRow> = rows.into_values().filter(|r| !r.sums.is_zero()).collect();
     for r in &mut out {
-        r.waits.sort_unstable();
         r.sums.custom.retain(|_, v| *v != 0);
     }
     Ok(out)
@@ -801,6 +833,27 @@ mod tests {
             .unwrap()
             .timestamp();
         assert_eq!(Step::Month.next(dec), jan);
+    }
+
+    #[test]
+    fn wait_percentiles_are_the_upper_bounds_of_their_bins() {
+        let mut s = Sums::default();
+        for w in [0, 3, 3, 40, 100_000] {
+            s.add(&Sums::ended(JobStatus::Succeeded, Some(w)));
+        }
+        assert_eq!(s.wait_count(), 5);
+        assert_eq!(s.wait_percentile(20.0), Some(0));
+        assert_eq!(s.wait_percentile(50.0), Some(4));
+        assert_eq!(s.wait_percentile(80.0), Some(59));
+        assert_eq!(s.wait_percentile(99.0), Some(100_000));
+        let mut one = Sums::default();
+        one.add(&Sums::ended(JobStatus::Failed, Some(42)));
+        assert_eq!(
+            one.wait_percentile(50.0),
+            Some(42),
+            "the longest wait bounds it"
+        );
+        assert_eq!(Sums::default().wait_percentile(50.0), None);
     }
 
     #[test]

@@ -85,7 +85,15 @@ fn per_step(rows: &[UsageRow]) -> BTreeMap<i64, UsageSums> {
 fn sums_agree_whichever_way_they_are_grouped(which: Db) {
     let input = (
         proptest::collection::vec(hold(), 0..25),
-        proptest::collection::vec((0usize..4, 0usize..3, 0i64..5 * 86_400), 0..10),
+        proptest::collection::vec(
+            (
+                0usize..4,
+                0usize..3,
+                0i64..5 * 86_400,
+                proptest::option::of(0i64..200_000),
+            ),
+            0..10,
+        ),
         0i64..4 * 86_400,
         1i64..4 * 86_400,
         step(),
@@ -103,9 +111,9 @@ fn sums_agree_whichever_way_they_are_grouped(which: Db) {
                 entity::JobStatus::Failed,
                 entity::JobStatus::Stopped,
             ];
-            let ended: Vec<(UsageKey, entity::JobStatus, i64)> = ended
+            let ended: Vec<(UsageKey, entity::JobStatus, i64, Option<i64>)> = ended
                 .into_iter()
-                .map(|(u, st, at)| {
+                .map(|(u, st, at, wait)| {
                     (
                         UsageKey {
                             user: format!("u{u}"),
@@ -114,6 +122,7 @@ fn sums_agree_whichever_way_they_are_grouped(which: Db) {
                         },
                         statuses[st],
                         T0 + at,
+                        wait,
                     )
                 })
                 .collect();
@@ -153,9 +162,9 @@ fn sums_agree_whichever_way_they_are_grouped(which: Db) {
             while t < to {
                 let next = step.next(t);
                 let mut want = by_hand(&holds, t, next);
-                for (_, st, at) in &ended {
+                for (_, st, at, wait) in &ended {
                     if (t..next).contains(at) {
-                        want.add(&UsageSums::ended(*st));
+                        want.add(&UsageSums::ended(*st, *wait));
                     }
                 }
                 let got = by_user.get(&t).cloned().unwrap_or_default();
