@@ -1,7 +1,8 @@
 //! The usage report's latency and the rollup's size (issue 48 part 3): a fresh
 //! database filled with N finished jobs of U users over D days (the `jobs` rows, and
 //! their rollup written by `store::record_usage`, the function `store::apply`'s
-//! writes share), pruned to the default retention, then `store::usage_report` timed
+//! writes share, in time order by chunks of 20,000 jobs as the service writes it when
+//! holds end), pruned to the default retention, then `store::usage_report` timed
 //! for the queries a console and a chargeback export make. Run by `scripts/bench-usage`.
 //!
 //!     cargo run --example bench_usage -- postgres://postgres@127.0.0.1:5432 1000000 1000 365
@@ -84,7 +85,13 @@ async fn main() {
             };
             let run = rng.gen_range(60..4 * 3_600);
             let wait = rng.gen_range(0..600);
-            let submitted = rng.gen_range(start..now - run - wait);
+            // In time order, chunk by chunk, as the service writes the rollup (each
+            // hold when it ends): chunk `c` of `n / CHUNK` covers its slice of the range.
+            let chunks = n.div_ceil(CHUNK) as i64;
+            let c = (done / CHUNK) as i64;
+            let slice = (now - start - 5 * 3_600) / chunks;
+            let lo = start + c * slice;
+            let submitted = rng.gen_range(lo..lo + slice);
             let dispatched = submitted + wait;
             let finished = dispatched + run;
             let status = match rng.gen_range(0..20) {
@@ -163,9 +170,16 @@ async fn main() {
         .await
         .expect("pruned");
     if pg.is_some() {
-        db.execute_unprepared("VACUUM ANALYZE")
-            .await
-            .expect("vacuum");
+        // BENCH_USAGE_VACUUM_FULL: the heap compacted (the pruned hourly rows' space
+        // given back), as after `VACUUM FULL`; else what autovacuum leaves.
+        let full = std::env::var_os("BENCH_USAGE_VACUUM_FULL").is_some();
+        db.execute_unprepared(if full {
+            "VACUUM FULL ANALYZE"
+        } else {
+            "VACUUM ANALYZE"
+        })
+        .await
+        .expect("vacuum");
     }
     let count = |sql: &'static str| {
         let db = db.clone();
@@ -231,7 +245,9 @@ async fn main() {
             UsageBy::User,
         ),
     ];
-    for (what, from, step, by) in cases {
+    // BENCH_USAGE_QUICK: the two month reports only.
+    let quick = std::env::var_os("BENCH_USAGE_QUICK").is_some();
+    for (what, from, step, by) in cases.into_iter().take(if quick { 2 } else { 4 }) {
         let q = UsageQuery {
             from: step.floor(from),
             to: step.ceil(now),
@@ -257,6 +273,10 @@ async fn main() {
         );
     }
     db.close().await.ok();
+    if std::env::var_os("BENCH_USAGE_KEEP").is_some() {
+        eprintln!("kept: {url}");
+        return;
+    }
     if let Some((admin, name)) = pg {
         admin
             .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
