@@ -110,6 +110,8 @@ impl Application {
         store::migrate(&db)
             .await
             .context("database migration failed")?;
+        crate::metrics::set_usage_label_cap(settings.telemetry.per_user_metrics_max);
+        start_usage_prune(db.clone(), settings.usage.clone());
         let sealer = Arc::new(crate::secrets::Sealer::new(
             &settings.secrets.runtime_env_keys,
         ));
@@ -254,4 +256,30 @@ impl Application {
         drop(self.sqlite_lock);
         result
     }
+}
+
+/// Deletes usage rows past `[usage]` retention every `prune_interval` (DESIGN §6,
+/// "Usage rollup"), on every replica (the deletes are idempotent); the first pass at
+/// start. A failure is logged and tried again next time.
+fn start_usage_prune(db: store::Db, usage: crate::config::UsageSettings) {
+    actix_web::rt::spawn(async move {
+        let mut tick = tokio::time::interval(usage.prune_interval);
+        loop {
+            tick.tick().await;
+            let now = chrono::Utc::now().timestamp();
+            let keep = |d: Duration| i64::try_from(d.as_secs()).unwrap_or(i64::MAX);
+            match store::prune_usage(
+                &db,
+                now,
+                keep(usage.hourly_retention),
+                keep(usage.retention),
+            )
+            .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(rows = n, "usage rows past retention deleted"),
+                Err(e) => tracing::warn!(error = %e, "cannot delete usage rows past retention"),
+            }
+        }
+    });
 }

@@ -1,5 +1,5 @@
 //! The command line of the `fairshare` binary: `serve`, `migrate`, `simulate`, `replay`,
-//! `trace`.
+//! `trace`, `usage`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +47,42 @@ enum Command {
     Replay(ReplayCli),
     /// Write a seeded synthetic SWF trace of a chosen shape (for simulate and replay).
     Trace(TraceCli),
+    /// Ask a running service what was held per user, group, cluster or size
+    /// (`GET /v1/usage`) and print it as a table, CSV or JSON.
+    Usage(UsageCli),
+}
+
+/// `fairshare usage`.
+#[derive(clap::Args)]
+struct UsageCli {
+    /// Base URL of the service, e.g. http://127.0.0.1:8080.
+    #[arg(
+        long,
+        env = "FAIRSHARE_SERVER",
+        default_value = "http://127.0.0.1:8080"
+    )]
+    server: String,
+    /// Bearer token (or FAIRSHARE_TOKEN).
+    #[arg(long, env = "FAIRSHARE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Start of the range, RFC 3339 (default: 30 days before --to).
+    #[arg(long)]
+    from: Option<String>,
+    /// End of the range, RFC 3339, exclusive (default: now).
+    #[arg(long)]
+    to: Option<String>,
+    /// user, group, cluster or size.
+    #[arg(long, default_value = "user")]
+    by: String,
+    /// hour, day or month.
+    #[arg(long, default_value = "day")]
+    step: String,
+    /// Only this user.
+    #[arg(long)]
+    user: Option<String>,
+    /// table, csv or json.
+    #[arg(long, default_value = "table")]
+    format: String,
 }
 
 /// `fairshare trace`.
@@ -268,6 +304,108 @@ fn load(config: Option<&PathBuf>) -> Result<Settings, ExitCode> {
     })
 }
 
+/// `fairshare usage`: the report from the service, printed as asked; exit 1 when the
+/// service refuses or cannot be reached (its message on standard error), 2 for a bad
+/// `--format`.
+fn usage_command(a: UsageCli) -> ExitCode {
+    use std::io::Write as _;
+    if !["table", "csv", "json"].contains(&a.format.as_str()) {
+        say!("usage: --format must be table, csv or json");
+        return ExitCode::from(2);
+    }
+    let Some(rt) = runtime("usage") else {
+        return ExitCode::FAILURE;
+    };
+    let result: Result<String, String> = rt.block_on(async {
+        let mut q: Vec<(&str, String)> = vec![("by", a.by.clone()), ("step", a.step.clone())];
+        for (k, v) in [("from", &a.from), ("to", &a.to), ("user", &a.user)] {
+            if let Some(v) = v {
+                q.push((k, v.clone()));
+            }
+        }
+        let url = format!("{}/v1/usage", a.server.trim_end_matches('/'));
+        let mut req = reqwest::Client::new().get(&url).query(&q).header(
+            "accept",
+            if a.format == "csv" {
+                "text/csv"
+            } else {
+                "application/json"
+            },
+        );
+        if let Some(t) = &a.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.map_err(|e| format!("{url}: {e}"))?;
+        let status = resp.status();
+        let body = resp.text().await.map_err(|e| format!("{url}: {e}"))?;
+        if !status.is_success() {
+            return Err(format!("{url}: {status}: {body}"));
+        }
+        if a.format != "table" {
+            return Ok(body);
+        }
+        let report: crate::api::usage::UsageReport =
+            serde_json::from_str(&body).map_err(|e| format!("{url}: not a usage report: {e}"))?;
+        Ok(usage_table(&report))
+    });
+    match result {
+        Ok(text) => {
+            let mut out = std::io::stdout();
+            if out.write_all(text.as_bytes()).is_err() {
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            say!("usage: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A report as an aligned text table: core-hours, GPU-hours, GiB-hours, jobs ended
+/// (succeeded/failed/stopped) and the median and p90 wait.
+fn usage_table(r: &crate::api::usage::UsageReport) -> String {
+    let mut lines = vec![format!(
+        "# {} to {}, by {} per {}",
+        r.from.to_rfc3339(),
+        r.to.to_rfc3339(),
+        r.by,
+        r.step
+    )];
+    lines.push(format!(
+        "{:<20} {:<24} {:>12} {:>10} {:>12} {:>14} {:>9} {:>9}",
+        "start",
+        r.by,
+        "core_hours",
+        "gpu_hours",
+        "GiB_hours",
+        "ok/failed/stop",
+        "wait_p50",
+        "wait_p90"
+    ));
+    let opt = |v: Option<i64>| v.map(|x| format!("{x}s")).unwrap_or_else(|| "-".into());
+    for x in &r.rows {
+        let key = if x.key.is_empty() {
+            "(none)"
+        } else {
+            x.key.as_str()
+        };
+        lines.push(format!(
+            "{:<20} {:<24} {:>12.3} {:>10.3} {:>12.3} {:>14} {:>9} {:>9}",
+            x.start.format("%Y-%m-%dT%H:%MZ"),
+            key,
+            x.core_seconds / 3600.0,
+            x.gpu_seconds / 3600.0,
+            x.memory_byte_seconds / 3600.0 / 1_073_741_824.0,
+            format!("{}/{}/{}", x.jobs.succeeded, x.jobs.failed, x.jobs.stopped),
+            opt(x.wait_seconds.p50),
+            opt(x.wait_seconds.p90),
+        ));
+    }
+    lines.join("\n") + "\n"
+}
+
 /// A single-threaded tokio runtime for the commands that need no actix System.
 fn runtime(command: &str) -> Option<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
@@ -420,6 +558,7 @@ pub fn run() -> ExitCode {
                 }
             }
         }
+        Command::Usage(a) => usage_command(a),
         Command::Trace(a) => match write_trace(&a) {
             Ok(text) => {
                 say!("{text}");

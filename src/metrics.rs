@@ -116,6 +116,13 @@ pub struct Metrics {
     /// Core-seconds the preempted jobs had run (cores × seconds since they started:
     /// the work lost), per user as `preemptions`.
     pub preempted_core_seconds: prometheus::CounterVec,
+    /// Usage (issue 48): what jobs held, declared, counted when each hold ends (the
+    /// job ends or goes back to the queue), per user (`resource` = `cpu` core-seconds,
+    /// `gpu` GPU-seconds, `memory` byte-seconds, or a custom resource's name), users
+    /// past `telemetry.per_user_metrics_max` as `_other`.
+    pub user_usage: prometheus::CounterVec,
+    /// The same per group path (`""` the root), under the same cap.
+    pub group_usage: prometheus::CounterVec,
     /// Our jobs that Ray lists as PENDING now, per cluster.
     pub ray_pending_jobs: IntGaugeVec,
     /// Submissions committed per intake transaction (group commit).
@@ -402,6 +409,20 @@ fn build() -> Result<Metrics, prometheus::Error> {
             ),
             &["user"]
         )?),
+        user_usage: reg!(prometheus::CounterVec::new(
+            Opts::new(
+                "fairshare_user_usage_total",
+                "Resource-seconds the user's jobs held as declared (resource: cpu core-seconds, gpu GPU-seconds, memory byte-seconds, or a custom resource's name), counted when each hold ends (the job ends or goes back to the queue); users past telemetry.per_user_metrics_max as _other. GET /v1/usage has every range."
+            ),
+            &["user", "resource"]
+        )?),
+        group_usage: reg!(prometheus::CounterVec::new(
+            Opts::new(
+                "fairshare_group_usage_total",
+                "fairshare_user_usage_total per group path (\"\" the root), groups past telemetry.per_user_metrics_max as _other."
+            ),
+            &["group", "resource"]
+        )?),
         pending_timeouts: reg!(IntCounter::new(
             "fairshare_pending_timeouts_total",
             "Jobs Ray kept PENDING longer than monitor.pending_timeout; stopped there and queued again."
@@ -584,6 +605,58 @@ impl Metrics {
             tracing::error!(error = %e, "cannot encode metrics");
         }
         String::from_utf8(buf).unwrap_or_default()
+    }
+}
+
+/// How many distinct users (and groups) get a label of their own on the usage
+/// counters: `telemetry.per_user_metrics_max`, set at start ([`set_usage_label_cap`]).
+static USAGE_LABEL_CAP: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(100);
+
+/// The users and groups that have a label of their own, first come first served.
+static USAGE_LABELS: LazyLock<
+    std::sync::Mutex<(
+        std::collections::HashSet<String>,
+        std::collections::HashSet<String>,
+    )>,
+> = LazyLock::new(Default::default);
+
+/// Sets how many users and groups get their own label on the usage counters.
+pub fn set_usage_label_cap(cap: usize) {
+    USAGE_LABEL_CAP.store(cap, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn bounded(set: &mut std::collections::HashSet<String>, id: &str) -> String {
+    if set.contains(id) || set.len() < USAGE_LABEL_CAP.load(std::sync::atomic::Ordering::Relaxed) {
+        set.insert(id.to_string());
+        id.to_string()
+    } else {
+        OTHER_USERS.to_string()
+    }
+}
+
+/// Counts committed usage (`fairshare_user_usage_total`, `fairshare_group_usage_total`).
+pub(crate) fn usage(deltas: &crate::store::UsageDeltas) {
+    let m = get();
+    let Ok(mut labels) = USAGE_LABELS.lock() else {
+        return;
+    };
+    for (key, sums) in deltas.hourly() {
+        let user = bounded(&mut labels.0, &key.user);
+        let group = bounded(&mut labels.1, &key.group);
+        let add = |resource: &str, v: f64| {
+            if v > 0.0 {
+                m.user_usage.with_label_values(&[&user, resource]).inc_by(v);
+                m.group_usage
+                    .with_label_values(&[&group, resource])
+                    .inc_by(v);
+            }
+        };
+        add("cpu", sums.cpu_ms as f64 / 1000.0);
+        add("gpu", sums.gpu_ms as f64 / 1000.0);
+        add("memory", sums.memory_bs as f64);
+        for (name, v) in &sums.custom {
+            add(name, *v as f64 / 1000.0);
+        }
     }
 }
 

@@ -832,17 +832,119 @@ async function refreshShares() {
   box.replaceChildren(...ranked.map((r) => sharesPanel(r.user, r.pts, t0, t1)));
 }
 
+// ------------------------------------------------------------------ usage
+
+const USAGE_COLORS = ["#4269d0", "#efb118", "#ff725c", "#6cc5b0", "#3ca951", "#ff8ab7", "#a463f2", "#97bbf5", "#9c6b4e", "#9498a0"];
+
+/** The group's label: the root for "". */
+function groupLabel(g) {
+  return g === "" ? "(root)" : g;
+}
+
+/** A stacked bar per day: each group's core-hours, in the order of `groups`. */
+function usageChart(report, groups) {
+  const days = [];
+  for (let t = Date.parse(report.from); t < Date.parse(report.to); t += 86400000) days.push(t);
+  const perDay = new Map(days.map((d) => [d, new Map()]));
+  for (const r of report.rows) {
+    const d = perDay.get(Date.parse(r.start));
+    if (d) d.set(r.key, (d.get(r.key) || 0) + r.core_seconds / 3600);
+  }
+  const totals = days.map((d) => [...perDay.get(d).values()].reduce((a, b) => a + b, 0));
+  const max = Math.max(1e-9, ...totals);
+  const w = 640;
+  const h = 180;
+  const pad = { l: 48, r: 8, t: 12, b: 20 };
+  const bw = (w - pad.l - pad.r) / Math.max(1, days.length);
+  const y = (v) => h - pad.b - (v / max) * (h - pad.t - pad.b);
+  const s = svg("svg", { viewBox: `0 0 ${w} ${h}`, width: w, height: h, role: "img", class: "panel usage" });
+  s.setAttribute("aria-label", `core-hours per day by group, at most ${num(max)} in a day`);
+  for (const v of [0, max]) {
+    s.append(svg("line", { x1: pad.l, x2: w - pad.r, y1: y(v), y2: y(v), class: "axis" }));
+    const t = svg("text", { x: pad.l - 4, y: y(v) + 4, class: "tick", "text-anchor": "end" });
+    t.textContent = num(v);
+    s.append(t);
+  }
+  days.forEach((d, i) => {
+    let base = 0;
+    groups.forEach((g, k) => {
+      const v = perDay.get(d).get(g) || 0;
+      if (v <= 0) return;
+      const rect = svg("rect", {
+        x: (pad.l + i * bw + 1).toFixed(1),
+        y: y(base + v).toFixed(1),
+        width: Math.max(1, bw - 2).toFixed(1),
+        height: Math.max(0.5, y(base) - y(base + v)).toFixed(1),
+        fill: USAGE_COLORS[k % USAGE_COLORS.length],
+        "data-group": g,
+        "data-day": new Date(d).toISOString().slice(0, 10),
+        "data-core-hours": String(v),
+      });
+      const tip = svg("title", {});
+      tip.textContent = `${groupLabel(g)}, ${new Date(d).toISOString().slice(0, 10)}: ${num(v)} core-hours`;
+      rect.append(tip);
+      s.append(rect);
+      base += v;
+    });
+  });
+  for (const [label, at] of [[new Date(days[0]).toISOString().slice(0, 10), 0], ["today", days.length - 1]]) {
+    const t = svg("text", { x: pad.l + at * bw + (at ? bw : 0), y: h - 4, class: "tick", "text-anchor": at ? "end" : "start" });
+    t.textContent = label;
+    s.append(t);
+  }
+  return s;
+}
+
+async function refreshUsage() {
+  const report = await api("GET", "/v1/usage?by=group&step=day");
+  const sums = new Map();
+  for (const r of report.rows) {
+    const g = sums.get(r.key) || { core: 0, gpu: 0, mem: 0, ok: 0, failed: 0, stopped: 0, p90: null };
+    g.core += r.core_seconds / 3600;
+    g.gpu += r.gpu_seconds / 3600;
+    g.mem += r.memory_byte_seconds / 3600 / 1073741824;
+    g.ok += r.jobs.succeeded;
+    g.failed += r.jobs.failed;
+    g.stopped += r.jobs.stopped;
+    // The largest daily p90: an upper bound for the 30 days.
+    if (r.wait_seconds.p90 !== null) g.p90 = Math.max(g.p90 ?? 0, r.wait_seconds.p90);
+    sums.set(r.key, g);
+  }
+  // Heaviest first; the colors follow this order.
+  const groups = [...sums.keys()].sort((a, b) => sums.get(b).core - sums.get(a).core || (a < b ? -1 : 1));
+  const box = $("usage-chart");
+  if (groups.length === 0) box.replaceChildren(el("p", {}, "No usage in the last 30 days."));
+  else box.replaceChildren(usageChart(report, groups));
+  $("usage-table").tBodies[0].replaceChildren(
+    ...groups.map((g, k) => {
+      const x = sums.get(g);
+      const swatch = svg("svg", { width: 10, height: 10, class: "swatch" });
+      swatch.append(svg("rect", { width: 10, height: 10, fill: USAGE_COLORS[k % USAGE_COLORS.length] }));
+      return el(
+        "tr",
+        { "data-group": g },
+        el("th", { scope: "row" }, swatch, " " + groupLabel(g)),
+        el("td", { class: "core-hours" }, num(x.core)),
+        el("td", {}, num(x.gpu)),
+        el("td", {}, num(x.mem)),
+        el("td", { class: "ended" }, `${x.ok} / ${x.failed} / ${x.stopped}`),
+        el("td", {}, x.p90 === null ? "—" : `≤ ${x.p90} s`),
+      );
+    }),
+  );
+}
+
 // ------------------------------------------------------------------ routing and polling
 
 function route() {
   const h = location.hash.replace(/^#/, "") || "users";
   if (h.startsWith("job/")) return { view: "job", id: h.slice(4) };
   const [view, q] = h.split("?");
-  return { view: ["users", "groups", "clusters", "jobs", "shares"].includes(view) ? view : "users", q };
+  return { view: ["users", "groups", "clusters", "jobs", "shares", "usage"].includes(view) ? view : "users", q };
 }
 
 function show(view) {
-  for (const v of ["users", "groups", "clusters", "jobs", "job", "shares"]) $("view-" + v).hidden = v !== view;
+  for (const v of ["users", "groups", "clusters", "jobs", "job", "shares", "usage"]) $("view-" + v).hidden = v !== view;
   for (const a of document.querySelectorAll("nav a")) {
     const on = a.id === "nav-" + (view === "job" ? "jobs" : view);
     if (on) a.setAttribute("aria-current", "page");
@@ -873,6 +975,12 @@ async function refresh() {
       if (Date.now() - state.lastShares >= SHARES_POLL_MS) {
         state.lastShares = Date.now();
         await refreshShares();
+      }
+    } else if (r.view === "usage") {
+      // The report changes as holds end: every 5 s is plenty.
+      if (Date.now() - state.lastShares >= SHARES_POLL_MS) {
+        state.lastShares = Date.now();
+        await refreshUsage();
       }
     }
     setStatus("Updated " + new Date().toLocaleTimeString(undefined, { hour12: false }), false);

@@ -19,6 +19,7 @@ mod m20261211_000012_preemption;
 mod m20261212_000013_custom_resources;
 mod m20261213_000014_groups;
 mod m20261214_000015_pools;
+mod m20261215_000016_usage;
 
 pub use m20261210_000011_runtime_env_sealed::{
     runtime_env_digest, runtime_env_digest_text, unkeyed_digest_of_text,
@@ -46,6 +47,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261212_000013_custom_resources::Migration),
             Box::new(m20261213_000014_groups::Migration),
             Box::new(m20261214_000015_pools::Migration),
+            Box::new(m20261215_000016_usage::Migration),
         ]
     }
 }

@@ -332,7 +332,7 @@ async fn follower_reason(
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 403, body = ErrorBody, description = "no token is configured and a browser page of another origin asked (cross-site request forgery)"),
               (status = 408, body = ErrorBody, description = "the body stalled: no bytes for server.body_idle_timeout (10 s); the connection is closed"), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody, description = "a body without `Content-Type: application/json` (unsupported_media_type, details.field = Content-Type)"),
-              (status = 422, body = ErrorBody, description = "a field is invalid (invalid_field), or the (user, external_id) was used with another payload (idempotency_key_reused; details.job_id is the existing job)"),
+              (status = 422, body = ErrorBody, description = "a field is invalid (invalid_field; `size` for a size not configured or given with `resources`), or the (user, external_id) was used with another payload (idempotency_key_reused; details.job_id is the existing job)"),
               (status = 429, body = ErrorBody, description = "the user's queue is full (max_queued_jobs); Retry-After"),
               (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
     security(("bearer" = [])))]
@@ -361,7 +361,7 @@ pub async fn submit(
             "a token confined to one user cannot choose its group",
         ));
     }
-    let mut new = request.into_new_job()?;
+    let mut new = request.with_size(&state.settings.sizes)?.into_new_job()?;
     who.check_pool(new.pool.as_deref())?;
     // Uploaded packages are the submitter's own (Ray's Jobs API, issue 31).
     super::ray_compat::packages::pin(&state, &who, &mut new.runtime_env).await?;

@@ -20,6 +20,7 @@ pub mod request_id;
 pub mod submit;
 pub mod system;
 pub mod ui;
+pub mod usage;
 pub mod user_id;
 pub mod users;
 pub mod what_if;
@@ -121,6 +122,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .default_service(web::to(groups::other_method)),
     )
     .service(resource("/v1/events", "GET").get(events::stream))
+    .service(resource("/v1/usage", "GET").get(usage::usage))
     .service(resource("/v1/scheduler", "GET").get(system::scheduler))
     .service(resource("/v1/scheduler/what-if", "POST").post(what_if::what_if))
     .service(resource("/openapi.json", "GET").get(openapi::document))
@@ -172,6 +174,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/groups/{path}/pause"),
     ("post", "/v1/groups/{path}/resume"),
     ("get", "/v1/events"),
+    ("get", "/v1/usage"),
     ("get", "/v1/scheduler"),
     ("post", "/v1/scheduler/what-if"),
     ("get", "/openapi.json"),

@@ -33,6 +33,7 @@ impl Modify for BearerAuth {
         super::events::stream,
         system::scheduler, what_if::what_if, system::metrics, system::healthz, system::readyz, document,
         console::job_events, console::shares, console::whoami, super::hints::hint,
+        super::usage::usage,
     ),
     components(schemas(
         error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, crate::views::Amounts,
@@ -42,6 +43,8 @@ impl Modify for BearerAuth {
         console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
         super::hints::HintAnswer,
         super::admission::ReportBody, super::admission::FinishedBody, super::admission::RunnerOutcome,
+        super::usage::UsageReport, super::usage::UsageRowView, super::usage::EndedJobs, super::usage::Waits,
+        super::usage::UsageByName, super::usage::UsageStepName,
     )),
     modifiers(&BearerAuth),
 )]
@@ -51,7 +54,10 @@ pub struct ApiDoc;
 /// state (a rule across two fields, map keys), so that every request the document
 /// calls valid is accepted and every one it calls invalid is refused (schemathesis
 /// checks both in CI).
-pub fn document_json() -> serde_json::Value {
+///
+/// `sizes`: the configured `[[sizes]]`: `size` on a submission takes exactly their
+/// names (none configured: no value is valid), and never with `resources`.
+pub fn document_json_for(sizes: &[crate::config::SizeSettings]) -> serde_json::Value {
     let mut doc = serde_json::to_value(ApiDoc::openapi()).unwrap_or_default();
     let schemas = &mut doc["components"]["schemas"];
     // A job needs cpu > 0, gpu > 0 or a custom resource; an absent or null cpu means 1.
@@ -109,6 +115,16 @@ pub fn document_json() -> serde_json::Value {
         "propertyNames": {"type": "string", "pattern": NO_NUL},
         "additionalProperties": {"type": "string", "pattern": NO_NUL}}});
     schemas["SubmitRequest"]["properties"]["user"]["pattern"] = json!(user_id_pattern());
+    // A named size: one of the configured names (none configured: no value is
+    // valid), and not together with `resources` (`api::submit::SubmitRequest::with_size`).
+    let names: Vec<&str> = sizes.iter().map(|z| z.name.as_str()).collect();
+    let size = &mut schemas["SubmitRequest"]["properties"]["size"];
+    if names.is_empty() {
+        size["not"] = json!({});
+    } else {
+        size["enum"] = json!(names);
+    }
+    schemas["SubmitRequest"]["not"] = json!({"required": ["size", "resources"]});
     schemas["UserUpdate"]["properties"]["display_name"]["pattern"] =
         json!(super::user_id::display_name_pattern());
     schemas["UserUpdate"]["properties"]["group"]["pattern"] = json!(GROUP_PATH_PATTERN);
@@ -152,9 +168,11 @@ pub fn document_json() -> serde_json::Value {
     }
     // Every query parameter of the job list is optional (utoipa marks a parameter
     // with an explicit `value_type` required).
-    if let Some(params) = doc["paths"]["/v1/jobs"]["get"]["parameters"].as_array_mut() {
-        for p in params {
-            p["required"] = json!(false);
+    for path in ["/v1/jobs", "/v1/usage"] {
+        if let Some(params) = doc["paths"][path]["get"]["parameters"].as_array_mut() {
+            for p in params {
+                p["required"] = json!(false);
+            }
         }
     }
     // Optional bodies: nothing, or the object (not JSON `null`, which is refused).
@@ -202,6 +220,6 @@ fn is_user_id_parameter(path: &str, p: &serde_json::Value) -> bool {
 /// `GET /openapi.json`.
 #[utoipa::path(get, path = "/openapi.json", tag = "system", operation_id = "openapi",
     responses((status = 200, description = "this document", content_type = "application/json")))]
-pub async fn document() -> HttpResponse {
-    HttpResponse::Ok().json(document_json())
+pub async fn document(state: actix_web::web::Data<super::AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(document_json_for(&state.settings.sizes))
 }

@@ -141,6 +141,12 @@ pub struct SubmitRequest {
     /// `cpu: 0`). Absent: a Ray cluster of the policy's choosing.
     #[schema(min_length = 1, max_length = 64)]
     pub pool: Option<String>,
+    /// A named size (`[[sizes]]` in the configuration, issue 48): the job asks for the
+    /// size's resources, and its usage is reported under the size
+    /// (`metadata["fairshare.size"]` is set to it). Not with `resources` (422 naming
+    /// `size`); an unknown size is 422 naming `size`.
+    #[schema(min_length = 1, max_length = 64)]
+    pub size: Option<String>,
 }
 
 /// Checks a user id (also used by the users API): the rule of [`crate::user_id`], which
@@ -232,6 +238,57 @@ pub fn check_memory_bytes(field: &str, bytes: u64) -> Result<i64, ApiError> {
 }
 
 impl SubmitRequest {
+    /// Resolves a named size (`size`, or `metadata["fairshare.size"]` as Ray's Jobs
+    /// API gives it) into the request's resources, and records it in the metadata
+    /// (where usage finds it). Errors (422 naming `size`): a size not in `sizes`, a
+    /// size together with `resources` (one or the other: a size is a contract of
+    /// resources and of what is reported, and a job that changed them would be
+    /// reported under a size it does not have), or `size` and the metadata key
+    /// naming two different sizes.
+    pub fn with_size(mut self, sizes: &[crate::config::SizeSettings]) -> Result<Self, ApiError> {
+        let key = crate::store::SIZE_KEY;
+        let in_metadata = self.metadata.as_ref().and_then(|m| m.get(key)).cloned();
+        let name = match (self.size.take(), in_metadata) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ApiError::invalid(
+                    "size",
+                    format!("differs from metadata.{key} ({b:?})"),
+                ))
+            }
+            (a, b) => match a.or(b) {
+                Some(n) => n,
+                None => return Ok(self),
+            },
+        };
+        let Some(size) = sizes.iter().find(|z| z.name == name) else {
+            let known: Vec<&str> = sizes.iter().map(|z| z.name.as_str()).collect();
+            return Err(ApiError::invalid(
+                "size",
+                if known.is_empty() {
+                    format!("no size {name:?}: none is configured ([[sizes]])")
+                } else {
+                    format!("no size {name:?}; the sizes are {}", known.join(", "))
+                },
+            ));
+        };
+        if self.resources.is_some() {
+            return Err(ApiError::invalid(
+                "size",
+                "give either size or resources, not both",
+            ));
+        }
+        self.resources = Some(ResourcesIn {
+            cpu: Some(size.cpu),
+            gpu: Some(size.gpu),
+            memory_bytes: Some(size.memory_bytes),
+            custom: (!size.custom.is_empty()).then(|| size.custom.clone()),
+        });
+        self.metadata
+            .get_or_insert_with(Default::default)
+            .insert(key.to_string(), name);
+        Ok(self)
+    }
+
     /// Parses a `POST /v1/jobs` body: the typed parse ([`parse_json`]), then its
     /// numbers as written ([`SUBMIT_NUMBERS`]). Errors: 400 not JSON, 422 naming the
     /// field.

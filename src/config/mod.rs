@@ -79,6 +79,102 @@ pub struct Settings {
     pub pools: Vec<PoolSettings>,
     /// `[admission]`: the runners' leases on admitted pool jobs (DESIGN §3).
     pub admission: AdmissionSettings,
+    /// `[usage]`: how long usage accounting keeps its rollup (issue 48, DESIGN §6
+    /// "Usage rollup").
+    pub usage: UsageSettings,
+    /// `[[sizes]]`: named job sizes (issue 48 part 4; none by default).
+    #[serde(default)]
+    pub sizes: Vec<SizeSettings>,
+}
+
+/// `[usage]`: retention of the usage rollup (DESIGN §6, "Usage rollup").
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageSettings {
+    /// How long hourly rows are kept (what `step=hour` reads); at least 1 day, at most
+    /// `retention`.
+    #[serde(with = "crate::config::duration")]
+    pub hourly_retention: Duration,
+    /// How long daily rows are kept (what `step=day` and `step=month` read); at least
+    /// 1 day.
+    #[serde(with = "crate::config::duration")]
+    pub retention: Duration,
+    /// How often rows past retention are deleted; at least 1 s.
+    #[serde(with = "crate::config::duration")]
+    pub prune_interval: Duration,
+}
+
+/// One `[[sizes]]` entry: a named set of resources a job may ask for by name
+/// (`size` on `/v1/jobs`, metadata `fairshare.size` on Ray's Jobs API).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SizeSettings {
+    /// 1–64 characters `A-Z a-z 0-9 _ . -`, unique.
+    pub name: String,
+    /// Cores (at most 4 decimal places).
+    #[serde(default)]
+    pub cpu: f64,
+    /// GPUs.
+    #[serde(default)]
+    pub gpu: f64,
+    /// Bytes: an integer, or a string with a unit (`"16 GiB"`, `"512 MB"`).
+    #[serde(default, deserialize_with = "crate::config::deserialize_bytes")]
+    pub memory_bytes: u64,
+    /// Custom resources by name (Ray's names, amounts > 0).
+    #[serde(default)]
+    pub custom: std::collections::BTreeMap<String, f64>,
+}
+
+/// Bytes as an integer or a string with a unit: `B`, `KB`/`MB`/`GB`/`TB` (powers of
+/// 1000) or `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024), e.g. `"16 GiB"`.
+pub fn deserialize_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::de::Error as _;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        N(u64),
+        S(String),
+    }
+    match Either::deserialize(d)? {
+        Either::N(n) => Ok(n),
+        Either::S(s) => parse_bytes(&s).map_err(D::Error::custom),
+    }
+}
+
+/// Parses `"16 GiB"`, `"512MB"`, `"1024"` into bytes.
+///
+/// # Errors
+/// Not a number with a known unit, or too large: the message says what was expected.
+pub fn parse_bytes(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size such as \"16 GiB\""))?;
+    let mult: f64 = match unit.trim() {
+        "" | "B" => 1.0,
+        "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        "KiB" => 1024.0,
+        "MiB" => 1024.0 * 1024.0,
+        "GiB" => 1024.0 * 1024.0 * 1024.0,
+        "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        u => {
+            return Err(format!(
+                "{u:?} is not a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+            ))
+        }
+    };
+    let bytes = (n * mult).round();
+    if !bytes.is_finite() || bytes < 0.0 || bytes > i64::MAX as f64 {
+        return Err(format!("{text:?} is too large"));
+    }
+    Ok(bytes as u64)
 }
 
 /// One `[[pools]]` entry: capacity a runner outside this service drives (such as a

@@ -842,6 +842,60 @@ fn node_types_load_with_their_potential_and_bad_ones_name_their_key() {
             "clusters[0].head.CPU",
             "CPU",
         ),
+/// `[usage]` and `[[sizes]]` (issue 48): the defaults, a size with memory written
+/// with a unit, and every bad value refused naming its key.
+#[test]
+fn usage_retention_and_sizes_load_and_bad_ones_name_their_key() {
+    let s = Settings::defaults();
+    assert_eq!(s.usage.hourly_retention, Duration::from_secs(35 * 86_400));
+    assert_eq!(s.usage.retention, Duration::from_secs(400 * 86_400));
+    assert!(s.sizes.is_empty());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sizes.toml");
+    let size = |body: &str| format!("[[sizes]]\n{body}\n");
+    std::fs::write(
+        &path,
+        size("name = \"m\"\ncpu = 4\nmemory_bytes = \"16 GiB\"\ncustom = { QPU = 1 }")
+            + &size("name = \"s\"\ncpu = 1\nmemory_bytes = 1000"),
+    )
+    .unwrap();
+    let s = Settings::load_with_env(Some(&path), env(&[])).unwrap();
+    assert_eq!(s.sizes[0].memory_bytes, 16 << 30);
+    assert_eq!(s.sizes[0].custom["QPU"], 1.0);
+    assert_eq!(s.sizes[1].memory_bytes, 1000);
+    for (text, key, says) in [
+        (
+            size("name = \"a b\"\ncpu = 1"),
+            "sizes[0].name",
+            "characters",
+        ),
+        (
+            size("name = \"m\"\ncpu = 1") + &size("name = \"m\"\ncpu = 2"),
+            "sizes[1].name",
+            "duplicate",
+        ),
+        (size("name = \"m\"\ncpu = -1"), "sizes[0].cpu", "0 or more"),
+        (size("name = \"m\""), "sizes[0]", "cpu > 0"),
+        (
+            size("name = \"m\"\ncpu = 1\nmemory_bytes = \"16 GB2\""),
+            "sizes",
+            "unit",
+        ),
+        (
+            size("name = \"m\"\ncpu = 1\ncustom = { CPU = 1 }"),
+            "sizes[0].custom.CPU",
+            "CPU",
+        ),
+        (
+            "[usage]\nhourly_retention = \"500days\"\n".to_string(),
+            "usage.hourly_retention",
+            "retention",
+        ),
+        (
+            "[usage]\nretention = \"1h\"\n".to_string(),
+            "usage.retention",
+            "1day",
+        ),
     ] {
         std::fs::write(&path, &text).unwrap();
         let err = Settings::load_with_env(Some(&path), env(&[]))
@@ -854,4 +908,7 @@ fn node_types_load_with_their_potential_and_bad_ones_name_their_key() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("monitor.scale_up_timeout"), "{err}");
+    assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
+    assert_eq!(parse_bytes("2TB"), Ok(2_000_000_000_000));
+    assert!(parse_bytes("lots").is_err());
 }

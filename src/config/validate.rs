@@ -17,6 +17,7 @@ impl Settings {
         self.preemption.validate()?;
         self.validate_licenses()?;
         self.validate_pools()?;
+        self.validate_usage()?;
         if self.server.body_idle_timeout.is_zero() {
             return invalid("server.body_idle_timeout", "must be more than 0");
         }
@@ -517,6 +518,79 @@ impl Settings {
                 if let Err(e) = crate::policy::custom::slot(name) {
                     return invalid(key, e.to_string());
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The checks of `[usage]` and `[[sizes]]` (issue 48): retentions of at least a
+    /// day (hourly rows no longer than daily ones); sizes named as pools are, unique,
+    /// asking for something (cpu > 0, gpu > 0 or a custom resource), amounts finite
+    /// and not negative, custom names registrable.
+    fn validate_usage(&self) -> Result<(), ConfigError> {
+        let invalid = |key: String, reason: String| Err(ConfigError::Invalid { key, reason });
+        let u = &self.usage;
+        let day = std::time::Duration::from_secs(86_400);
+        if u.retention < day {
+            return invalid("usage.retention".into(), "must be at least 1day".into());
+        }
+        if u.hourly_retention < day {
+            return invalid(
+                "usage.hourly_retention".into(),
+                "must be at least 1day".into(),
+            );
+        }
+        if u.hourly_retention > u.retention {
+            return invalid(
+                "usage.hourly_retention".into(),
+                "must not be longer than usage.retention".into(),
+            );
+        }
+        if u.prune_interval < std::time::Duration::from_secs(1) {
+            return invalid("usage.prune_interval".into(), "must be at least 1s".into());
+        }
+        if self.sizes.len() > 1000 {
+            return invalid("sizes".into(), "at most 1000 sizes".into());
+        }
+        for (i, z) in self.sizes.iter().enumerate() {
+            let ok_char = |c: char| c.is_ascii_alphanumeric() || "_.-".contains(c);
+            if z.name.is_empty() || z.name.len() > 64 || !z.name.chars().all(ok_char) {
+                return invalid(
+                    format!("sizes[{i}].name"),
+                    "must be 1 to 64 characters from A-Z a-z 0-9 _ . -".into(),
+                );
+            }
+            if self.sizes[..i].iter().any(|o| o.name == z.name) {
+                return invalid(format!("sizes[{i}].name"), "duplicate size name".into());
+            }
+            for (key, v) in [("cpu", z.cpu), ("gpu", z.gpu)] {
+                if !(v.is_finite() && v >= 0.0) {
+                    return invalid(
+                        format!("sizes[{i}].{key}"),
+                        format!("must be a finite number of 0 or more, not {v}"),
+                    );
+                }
+            }
+            if z.memory_bytes > i64::MAX as u64 {
+                return invalid(format!("sizes[{i}].memory_bytes"), "is too large".into());
+            }
+            for (name, &amount) in &z.custom {
+                let key = format!("sizes[{i}].custom.{name}");
+                if !(amount.is_finite() && amount > 0.0) {
+                    return invalid(
+                        key,
+                        format!("must be a finite number above 0, not {amount}"),
+                    );
+                }
+                if let Err(e) = crate::policy::custom::slot(name) {
+                    return invalid(key, e.to_string());
+                }
+            }
+            if z.cpu <= 0.0 && z.gpu <= 0.0 && z.custom.is_empty() {
+                return invalid(
+                    format!("sizes[{i}]"),
+                    "must ask for cpu > 0, gpu > 0 or a custom resource".into(),
+                );
             }
         }
         Ok(())

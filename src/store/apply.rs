@@ -15,7 +15,7 @@ use sea_orm::{
 use uuid::Uuid;
 
 use super::lease::check_fence;
-use super::{events, now, Db};
+use super::{events, now, usage, Db};
 use crate::lifecycle;
 
 /// What [`apply`] did.
@@ -244,9 +244,15 @@ async fn write_many(
     }
     let mut results: Vec<Option<(Applied, Option<StepMetric>)>> =
         (0..steps.len()).map(|_| None).collect();
+    let mut deltas = usage::Deltas::default();
     for i in order {
         let (id, event) = steps[i];
-        results[i] = Some(apply_in(txn, id, event).await?);
+        results[i] = Some(apply_in(txn, id, event, &mut deltas).await?);
+    }
+    // Usage (DESIGN §6, "Usage rollup"): after every job row, in key order.
+    if !deltas.is_empty() {
+        usage::record(txn, &deltas).await?;
+        crate::metrics::usage(&deltas);
     }
     Ok(results)
 }
@@ -269,6 +275,7 @@ async fn apply_in(
     txn: &sea_orm::DatabaseTransaction,
     id: Uuid,
     event: &lifecycle::Event,
+    deltas: &mut usage::Deltas,
 ) -> Result<(Applied, Option<StepMetric>), DbErr> {
     let at = now();
     let mut q = job::Entity::find_by_id(id);
@@ -379,6 +386,29 @@ async fn apply_in(
         Some(step.detail.clone()),
     )
     .await?;
+    // Usage: a hold ends when the job stops being outstanding (it ends, or goes back
+    // to the queue); an ended job is counted by status where it ended.
+    let ends_hold = current.status.is_outstanding() && !step.to.is_outstanding();
+    if ends_hold || step.to.is_terminal() {
+        let group = usage::group_path(txn, &current.user_id).await?;
+        let end = finished.unwrap_or(at);
+        if ends_hold {
+            if let Some(hold) = usage::hold_of(&current, &group, end) {
+                deltas.hold(&hold);
+            }
+        }
+        if step.to.is_terminal() {
+            let wait = current
+                .dispatched_at
+                .map(|d| d.timestamp() - current.submitted_at.timestamp());
+            deltas.ended(
+                &usage::key_of(&current, &group),
+                step.to,
+                end.timestamp(),
+                wait,
+            );
+        }
+    }
     let job = job::Entity::find_by_id(id)
         .one(txn)
         .await?

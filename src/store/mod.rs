@@ -31,6 +31,7 @@ mod jobs;
 mod lease;
 mod ray_api;
 mod sealed;
+mod usage;
 mod users;
 
 pub use apply::{apply, apply_many, apply_with, is_fenced, Applied, Fence, Flush, FENCED};
@@ -48,6 +49,11 @@ pub use lease::{
     Reclaim, NOTIFY_CHANNEL,
 };
 pub use sealed::{seal_stored, Resealed};
+pub use usage::{
+    percentile, prune as prune_usage, record_usage, report as usage_report, By as UsageBy,
+    Deltas as UsageDeltas, Hold, Key as UsageKey, Step as UsageStep, Sums as UsageSums, UsageQuery,
+    UsageRow, SIZE_KEY,
+};
 pub use users::{
     get_user, group_of, list_users, save_usages, upsert_user, users_updated_since, UserPatch,
     DEFAULT_WEIGHT, USAGE_ROWS_PER_STATEMENT,

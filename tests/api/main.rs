@@ -1,6 +1,7 @@
 //! HTTP integration tests: the real server, a fresh database per test, on SQLite and
 //! on PostgreSQL.
 
+mod accounting;
 mod admission;
 mod autoscaling;
 mod browsers;

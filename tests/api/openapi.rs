@@ -198,8 +198,9 @@ async fn the_documented_limits_are_the_ones_the_service_enforces() {
             }
         }
     }
-    // /v1/jobs and /v1/events filters; get, put, pause, resume of /v1/users/{id}.
-    assert_eq!(ids, 6);
+    // /v1/jobs, /v1/events and /v1/usage filters; get, put, pause, resume of
+    // /v1/users/{id}.
+    assert_eq!(ids, 7);
 }
 
 #[actix_web::test]

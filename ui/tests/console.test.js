@@ -331,6 +331,36 @@ test("shares over time are drawn from the service's samples", async () => {
   await page.context().close();
 });
 
+test("usage is drawn as core-hours per day stacked by group, as GET /v1/usage says", async () => {
+  // Earlier tests left jobs running on the fake cluster: they count up to now.
+  const sum = (report) => {
+    const m = new Map();
+    for (const r of report.rows) m.set(r.key, (m.get(r.key) || 0) + r.core_seconds / 3600);
+    return m;
+  };
+  const before = await until("some core-seconds held", async () => {
+    const m = sum(await svc.json("GET", "/v1/usage?by=group&step=day"));
+    return [...m.values()].some((v) => v > 0) && m;
+  }, 20000, 500);
+  const page = await consoleAs(SUBMITTER, "#usage");
+  await page.locator("#usage-chart svg.usage rect").first().waitFor();
+  const rows = await page.$$eval("#usage-table tbody tr[data-group]", (trs) =>
+    trs.map((tr) => ({ group: tr.dataset.group, core: Number(tr.querySelector(".core-hours").textContent), ended: tr.querySelector(".ended").textContent })),
+  );
+  const after = sum(await svc.json("GET", "/v1/usage?by=group&step=day"));
+  assert.deepEqual(rows.map((r) => r.group).sort(), [...after.keys()].sort());
+  for (const r of rows) {
+    // Held time only grows: what the page shows lies between the two readings (shown
+    // to 3 significant digits: within 0.5 %).
+    assert.ok(r.core >= (before.get(r.group) || 0) * 0.995 - 1e-9, `${r.group}: ${r.core} < ${before.get(r.group)}`);
+    assert.ok(r.core <= after.get(r.group) * 1.005 + 1e-9, `${r.group}: ${r.core} > ${after.get(r.group)}`);
+    assert.match(r.ended, /^\d+ \/ \d+ \/ \d+$/);
+    if (r.core > 0) assert.ok((await page.locator(`#usage-chart rect[data-group="${r.group}"]`).count()) > 0, r.group);
+  }
+  assert.match(await page.locator("#usage-chart svg.usage").getAttribute("aria-label"), /core-hours per day by group/);
+  await page.context().close();
+});
+
 test("the console works from the keyboard", async () => {
   const page = await consoleAs(ADMIN);
   await page.locator('tr[data-user="alice"]').waitFor();

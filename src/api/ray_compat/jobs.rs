@@ -317,7 +317,8 @@ pub async fn submit(
     };
     let mut new = request
         .into_submit(user, &rules.default_resources)?
-        .into_new_job()
+        .with_size(&state.settings.sizes)
+        .and_then(crate::api::submit::SubmitRequest::into_new_job)
         .map_err(rename)?;
     who.check_pool(new.pool.as_deref()).map_err(rename)?;
     // The packages the runtime_env names are the submitter's own uploads.

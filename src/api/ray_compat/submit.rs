@@ -88,6 +88,7 @@ pub(super) fn ray_name(field: &str) -> &str {
         "resources.custom" => "entrypoint_resources",
         "preemptible" => "metadata.fairshare.preemptible",
         "pool" => "metadata.fairshare.pool",
+        "size" => "metadata.fairshare.size",
         other => other,
     }
 }
@@ -151,7 +152,18 @@ impl RaySubmitRequest {
         if cpu.is_none() && gpu.is_some_and(|g| g > 0.0) {
             cpu = Some(0.0);
         }
-        if !declared {
+        // A named size (issue 48) stands for the resources: `with_size` fills them.
+        let sized = self
+            .metadata
+            .as_ref()
+            .is_some_and(|m| m.contains_key(crate::store::SIZE_KEY));
+        if sized && declared {
+            return Err(ApiError::invalid(
+                format!("metadata.{}", crate::store::SIZE_KEY),
+                "give either a size or entrypoint resources, not both",
+            ));
+        }
+        if !declared && !sized {
             cpu = Some(defaults.cpu);
             gpu = Some(defaults.gpu);
             memory = Some(defaults.memory_bytes);
@@ -199,12 +211,13 @@ impl RaySubmitRequest {
             user,
             entrypoint: self.entrypoint,
             runtime_env: self.runtime_env,
-            resources: Some(ResourcesIn {
+            resources: (!sized).then_some(ResourcesIn {
                 cpu,
                 gpu,
                 memory_bytes: memory,
                 custom: (!custom.is_empty()).then_some(custom),
             }),
+            size: None,
             priority: None,
             metadata: self.metadata,
             external_id: submission_id,

@@ -1,0 +1,389 @@
+//! `GET /v1/usage` (issue 48, DESIGN §4 "Usage"): what users, groups, clusters or sizes
+//! held over a range, step by step, from the database (`store::usage_report`), as
+//! JSON or, with `Accept: text/csv`, CSV.
+
+use std::collections::BTreeMap;
+
+use actix_web::{web, HttpRequest, HttpResponse};
+use chrono::{DateTime, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::body::parse_query;
+use super::error::{ApiError, ErrorBody};
+use super::submit::validate_user_id;
+use super::AppState;
+use crate::config::Role;
+use crate::store::{self, UsageBy, UsageQuery, UsageRow, UsageStep};
+
+/// The default range: this long before now.
+pub const DEFAULT_DAYS: i64 = 30;
+
+/// Query of `GET /v1/usage`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct UsageParams {
+    /// Start of the range (RFC 3339, e.g. `2026-12-01T00:00:00Z`), rounded down to its
+    /// step; default: 30 days before `to`. A range that ends at or before its start
+    /// is empty.
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub from: Option<String>,
+    /// End of the range, exclusive (RFC 3339), rounded up to its step; default: now.
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub to: Option<String>,
+    /// What each row is keyed by: `user` (default), `group` (the user's group path,
+    /// `""` the root), `cluster` (the Ray cluster or pool) or `size` (the job's named
+    /// size, `""` none).
+    #[param(value_type = Option<UsageByName>)]
+    pub by: Option<String>,
+    /// The rows' time step: `hour`, `day` (default) or `month` (UTC).
+    #[param(value_type = Option<UsageStepName>)]
+    pub step: Option<String>,
+    /// Only this user's usage (a token with a user sees only its own).
+    #[param(value_type = Option<String>, min_length = 1, max_length = 128)]
+    pub user: Option<String>,
+}
+
+/// A `by=` value (schema only).
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum UsageByName {
+    User,
+    Group,
+    Cluster,
+    Size,
+}
+
+/// A `step=` value (schema only).
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum UsageStepName {
+    Hour,
+    Day,
+    Month,
+}
+
+/// The report.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UsageReport {
+    /// Start of the range as answered (rounded down to the step).
+    pub from: DateTime<Utc>,
+    /// End of the range, exclusive, as answered (rounded up to the step).
+    pub to: DateTime<Utc>,
+    /// `hour`, `day` or `month`.
+    pub step: String,
+    /// `user`, `group`, `cluster` or `size`.
+    pub by: String,
+    /// When the report was read: jobs still holding resources count up to this moment.
+    pub now: DateTime<Utc>,
+    /// One row per step and key with anything in it, by start then key.
+    pub rows: Vec<UsageRowView>,
+}
+
+/// One step and one key of a report.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UsageRowView {
+    /// The step's start.
+    pub start: DateTime<Utc>,
+    /// The user id, group path, cluster or size (`""`: the root group, no cluster, no
+    /// size).
+    pub key: String,
+    /// Core-seconds held (declared cores × seconds held).
+    pub core_seconds: f64,
+    /// GPU-seconds held.
+    pub gpu_seconds: f64,
+    /// Byte-seconds of memory held.
+    pub memory_byte_seconds: f64,
+    /// Custom resources: name → unit-seconds held.
+    pub custom_seconds: BTreeMap<String, f64>,
+    /// Jobs that ended in the step, by final status.
+    pub jobs: EndedJobs,
+    /// Waits (seconds from submit to the job's last grant) of the jobs that ended in
+    /// the step and were granted.
+    pub wait_seconds: Waits,
+}
+
+/// Jobs that ended, by final status.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct EndedJobs {
+    pub succeeded: u64,
+    pub failed: u64,
+    pub stopped: u64,
+}
+
+/// Percentiles of waits, whole seconds, from a histogram (bins below 1, 5, 10, 30,
+/// 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 43200, 86400 s and above): the
+/// nearest-rank percentile's bin's upper bound (the bound less 1 s), or the longest
+/// wait when that is less; null when `count` is 0. An upper bound, never an
+/// understatement.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Waits {
+    pub count: u64,
+    pub p50: Option<i64>,
+    pub p90: Option<i64>,
+    pub p99: Option<i64>,
+}
+
+fn row_view(r: UsageRow) -> UsageRowView {
+    let p = |q| r.sums.wait_percentile(q);
+    UsageRowView {
+        start: ts(r.start),
+        key: r.key.clone(),
+        core_seconds: r.sums.cpu_ms as f64 / 1000.0,
+        gpu_seconds: r.sums.gpu_ms as f64 / 1000.0,
+        memory_byte_seconds: r.sums.memory_bs as f64,
+        custom_seconds: r
+            .sums
+            .custom
+            .iter()
+            .map(|(k, v)| (k.clone(), *v as f64 / 1000.0))
+            .collect(),
+        jobs: EndedJobs {
+            succeeded: r.sums.succeeded,
+            failed: r.sums.failed,
+            stopped: r.sums.stopped,
+        },
+        wait_seconds: Waits {
+            count: r.sums.wait_count(),
+            p50: p(50.0),
+            p90: p(90.0),
+            p99: p(99.0),
+        },
+    }
+}
+
+fn ts(t: i64) -> DateTime<Utc> {
+    Utc.timestamp_opt(t, 0).single().unwrap_or_default()
+}
+
+fn parse_time(field: &str, s: &str) -> Result<i64, ApiError> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.timestamp())
+        .map_err(|_| {
+            ApiError::invalid(
+                field,
+                "must be an RFC 3339 time such as 2026-12-01T00:00:00Z",
+            )
+        })
+}
+
+/// The query a request asks for, checked: 422 names the parameter at fault.
+pub fn query_of(p: UsageParams, now: i64) -> Result<UsageQuery, ApiError> {
+    let by = match p.by.as_deref() {
+        None => UsageBy::User,
+        Some(s) => UsageBy::parse(s)
+            .ok_or_else(|| ApiError::invalid("by", "must be one of user, group, cluster, size"))?,
+    };
+    let step = match p.step.as_deref() {
+        None => UsageStep::Day,
+        Some(s) => UsageStep::parse(s)
+            .ok_or_else(|| ApiError::invalid("step", "must be one of hour, day, month"))?,
+    };
+    let to = match p.to.as_deref() {
+        None => now,
+        Some(s) => parse_time("to", s)?,
+    };
+    let from = match p.from.as_deref() {
+        None => to - DEFAULT_DAYS * 86_400,
+        Some(s) => parse_time("from", s)?,
+    };
+    // A range that ends at or before its start is empty (not an error: the rule spans
+    // two parameters, which the OpenAPI document cannot state).
+    let (from, to) = if from < to {
+        (step.floor(from), step.ceil(to))
+    } else {
+        (step.floor(from), step.floor(from))
+    };
+    if let Some(u) = &p.user {
+        validate_user_id("user", u)?;
+    }
+    Ok(UsageQuery {
+        from,
+        to,
+        step,
+        by,
+        user: p.user,
+    })
+}
+
+/// `GET /v1/usage?from=&to=&by=&step=&user=`: resources held per step and key
+/// (declared cores, GPUs, bytes and custom resources × seconds held), jobs ended by
+/// status and their waits. From the database: the rollup written as holds end, plus
+/// the jobs holding resources now (DESIGN §6, "Usage rollup"). `Accept: text/csv`
+/// gives CSV (one line per row, a header first).
+#[utoipa::path(get, path = "/v1/usage", tag = "usage", params(UsageParams), operation_id = "usage",
+    responses((status = 200, description = "the report; CSV with `Accept: text/csv` (columns start, key, core_seconds, gpu_seconds, memory_byte_seconds, succeeded, failed, stopped, waits, wait_p50_s, wait_p90_s, wait_p99_s, then custom:<name> per custom resource)",
+                content((UsageReport = "application/json"), (String = "text/csv"))),
+              (status = 401, body = ErrorBody),
+              (status = 422, body = ErrorBody, description = "a parameter is invalid (details.field): a time that is not RFC 3339, an unknown by or step, a parameter not listed, or a user the token may not read"),
+              (status = 503, body = ErrorBody, description = "the database is unavailable; Retry-After")),
+    security(("bearer" = [])))]
+pub async fn usage(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, ApiError> {
+    let who = state.auth.identify(&req, Role::Submitter, "read usage")?;
+    let mut p: UsageParams = parse_query(req.query_string())?;
+    if let Some(u) = &p.user {
+        validate_user_id("user", u)?;
+    }
+    p.user = who.user_filter("user", p.user)?;
+    let now = Utc::now().timestamp();
+    let q = query_of(p, now)?;
+    let rows = store::usage_report(&state.db, &q, now).await?;
+    let report = UsageReport {
+        from: ts(q.from),
+        to: ts(q.to),
+        step: q.step.as_str().into(),
+        by: q.by.as_str().into(),
+        now: ts(now),
+        rows: rows.into_iter().map(row_view).collect(),
+    };
+    if wants_csv(&req) {
+        return Ok(HttpResponse::Ok()
+            .content_type("text/csv; charset=utf-8")
+            .body(to_csv(&report)));
+    }
+    Ok(HttpResponse::Ok().json(report))
+}
+
+/// Whether the request's `Accept` prefers CSV (`text/csv` listed before any JSON).
+fn wants_csv(req: &HttpRequest) -> bool {
+    let Some(a) = req
+        .headers()
+        .get(actix_web::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let a = a.to_ascii_lowercase();
+    match (a.find("text/csv"), a.find("application/json")) {
+        (Some(c), Some(j)) => c < j,
+        (Some(_), None) => true,
+        _ => false,
+    }
+}
+
+/// A CSV field: quoted when it holds a comma, quote or line break; a leading `=`, `+`,
+/// `-` or `@` gets a `'` first (a spreadsheet would take it for a formula).
+fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@']) {
+        format!("'{s}")
+    } else {
+        s.to_string()
+    };
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s
+    }
+}
+
+/// The report as CSV: a header, then one line per row.
+pub fn to_csv(r: &UsageReport) -> String {
+    let custom: std::collections::BTreeSet<&String> = r
+        .rows
+        .iter()
+        .flat_map(|x| x.custom_seconds.keys())
+        .collect();
+    let mut out = String::from(
+        "start,key,core_seconds,gpu_seconds,memory_byte_seconds,succeeded,failed,stopped,waits,wait_p50_s,wait_p90_s,wait_p99_s",
+    );
+    for c in &custom {
+        out.push(',');
+        out.push_str(&csv_field(&format!("custom:{c}")));
+    }
+    out.push('\n');
+    let opt = |v: Option<i64>| v.map(|x| x.to_string()).unwrap_or_default();
+    for x in &r.rows {
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            x.start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            csv_field(&x.key),
+            x.core_seconds,
+            x.gpu_seconds,
+            x.memory_byte_seconds,
+            x.jobs.succeeded,
+            x.jobs.failed,
+            x.jobs.stopped,
+            x.wait_seconds.count,
+            opt(x.wait_seconds.p50),
+            opt(x.wait_seconds.p90),
+            opt(x.wait_seconds.p99),
+        ));
+        for c in &custom {
+            out.push(',');
+            out.push_str(&x.custom_seconds.get(*c).copied().unwrap_or(0.0).to_string());
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(from: Option<&str>, to: Option<&str>, step: Option<&str>) -> UsageParams {
+        UsageParams {
+            from: from.map(Into::into),
+            to: to.map(Into::into),
+            by: None,
+            step: step.map(Into::into),
+            user: None,
+        }
+    }
+
+    #[test]
+    fn the_range_defaults_to_the_last_30_days_and_is_rounded_to_its_step() {
+        let now = 1_765_000_000; // not on a day boundary
+        let q = query_of(params(None, None, None), now).unwrap();
+        assert_eq!(q.to, (now / 86_400 + 1) * 86_400);
+        assert_eq!(q.from, (now - 30 * 86_400) / 86_400 * 86_400);
+        let q = query_of(
+            params(
+                Some("2026-12-01T10:30:00Z"),
+                Some("2026-12-01T12:00:00Z"),
+                Some("hour"),
+            ),
+            now,
+        )
+        .unwrap();
+        assert_eq!(q.to - q.from, 2 * 3_600);
+    }
+
+    #[test]
+    fn bad_parameters_name_their_field() {
+        let field = |p: UsageParams| match query_of(p, 1_765_000_000) {
+            Err(ApiError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(params(Some("yesterday"), None, None)), "from");
+        assert_eq!(
+            field(params(None, Some("2026-13-01T00:00:00Z"), None)),
+            "to"
+        );
+        assert_eq!(field(params(None, None, Some("week"))), "step");
+    }
+
+    #[test]
+    fn a_range_that_ends_before_it_starts_is_empty() {
+        let q = query_of(
+            params(
+                Some("2026-12-02T10:00:00Z"),
+                Some("2026-12-01T00:00:00Z"),
+                None,
+            ),
+            1_765_000_000,
+        )
+        .unwrap();
+        assert_eq!(q.from, q.to);
+    }
+
+    #[test]
+    fn csv_quotes_and_defuses_fields() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("=cmd"), "'=cmd");
+        assert_eq!(csv_field("plain"), "plain");
+    }
+}
