@@ -86,6 +86,30 @@ impl Ledger {
         by
     }
 
+    /// Every outstanding job as the forward run of estimates takes it
+    /// ([`crate::policy::estimate::Outstanding`]), in id order: its user, cluster,
+    /// what it is charged and the ledger's expected end; `end` is `run_time(job id,
+    /// started_at)` (seconds): when the caller expects it to end.
+    pub fn outstanding_jobs(
+        &self,
+        run_time: impl Fn(&JobId, Seconds, Option<Seconds>) -> Seconds,
+    ) -> Vec<crate::policy::estimate::Outstanding> {
+        let mut out: Vec<crate::policy::estimate::Outstanding> = self
+            .jobs
+            .iter()
+            .map(|(id, j)| crate::policy::estimate::Outstanding {
+                job_id: *id,
+                user: self.accounts[j.uid as usize].name.to_string(),
+                cluster: self.clusters[j.cluster].name.clone(),
+                resources: j.resources,
+                expected_end: j.end_key.end,
+                end: run_time(id, j.started_at, j.end_key.end),
+            })
+            .collect();
+        out.sort_by_key(|o| o.job_id);
+        out
+    }
+
     /// Whether `job` is outstanding.
     pub fn is_outstanding(&self, job: &JobId) -> bool {
         self.jobs.contains_key(job)
