@@ -74,22 +74,24 @@ pub struct Outstanding {
     /// When the ledger expects it to end (its grant plus its policy run-time
     /// estimate), seconds, if known: what the reservation's shadow reads.
     pub expected_end: Option<Seconds>,
+    /// When it started (was granted), seconds.
+    pub started_at: Seconds,
     /// When the forward run takes it to end, seconds (its start plus its expected run
     /// time); before the snapshot's `now`: at `now`.
     pub end: Seconds,
 }
 
 /// The forward run's budget.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Limits {
     /// Stop after this many ledger cycles (each at one instant).
     pub max_cycles: usize,
     /// Stop once virtual time passes `now + horizon` seconds (jobs not started by
     /// then get no estimate).
     pub horizon: Seconds,
-    /// Stop as soon as this job has started (the simulator's estimate at submit
-    /// needs no more).
-    pub until: Option<JobId>,
+    /// Stop as soon as every one of these jobs has started (the simulator's
+    /// estimates at submit need no more); empty: run on.
+    pub until: Vec<JobId>,
 }
 
 impl Default for Limits {
@@ -97,7 +99,7 @@ impl Default for Limits {
         Limits {
             max_cycles: usize::MAX,
             horizon: f64::INFINITY,
-            until: None,
+            until: Vec::new(),
         }
     }
 }
@@ -257,7 +259,8 @@ pub fn forward(
     let mut out = Forward::default();
     let mut started: Vec<(Seconds, String, JobId, String)> = Vec::new();
     let mut t = now;
-    let mut done = false;
+    let mut left: std::collections::HashSet<JobId> = limits.until.iter().copied().collect();
+    let until = !left.is_empty();
     loop {
         let grants = ledger.cycle(t).grants;
         out.cycles += 1;
@@ -265,12 +268,10 @@ pub fn forward(
             let run = runs.get(&g.job_id).copied().unwrap_or(0.0);
             ends.push(Reverse((OrdSeconds(t + run), seq, g.job_id)));
             seq += 1;
-            if limits.until == Some(g.job_id) {
-                done = true;
-            }
+            left.remove(&g.job_id);
             started.push((t, g.user, g.job_id, g.cluster));
         }
-        if done || started.len() >= waiting {
+        if (until && left.is_empty()) || started.len() >= waiting {
             break;
         }
         if out.cycles >= limits.max_cycles {
@@ -324,6 +325,129 @@ pub fn forward(
         })
         .collect();
     out
+}
+
+/// Where a job's expected run time comes from (`estimate_basis` in the API).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// The job's own `max_runtime_s`.
+    MaxRuntime,
+    /// What the service learned of its user's and entrypoint's past runs
+    /// ([`RunTimes`]).
+    Learned,
+    /// The configured default (`estimates.default_runtime`).
+    Default,
+}
+
+impl Basis {
+    /// The name the API shows: `max_runtime`, `learned` or `default`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Basis::MaxRuntime => "max_runtime",
+            Basis::Learned => "learned",
+            Basis::Default => "default",
+        }
+    }
+}
+
+/// A job's expected run time, seconds, and where it comes from: `max_runtime` (its
+/// `max_runtime_s`) where given, else `learned` (its user's and entrypoint's decayed
+/// median), else `default`.
+#[must_use]
+pub fn expected_run(
+    max_runtime: Option<Seconds>,
+    learned: Option<Seconds>,
+    default: Seconds,
+) -> (Seconds, Basis) {
+    match (max_runtime, learned) {
+        (Some(m), _) if m.is_finite() && m >= 0.0 => (m, Basis::MaxRuntime),
+        (_, Some(l)) if l.is_finite() && l >= 0.0 => (l, Basis::Learned),
+        _ => (default, Basis::Default),
+    }
+}
+
+/// Run times kept per (user, entrypoint): the most recent ones.
+pub const LEARNED_RUNS: usize = 32;
+
+/// Half-life of a run's weight in the decayed median, in runs: the run `i` runs
+/// before the latest weighs `2^(−i / LEARNED_HALF_LIFE)`.
+pub const LEARNED_HALF_LIFE: f64 = 8.0;
+
+/// What the service has learned of how long jobs run, per user and entrypoint: the
+/// **decayed median** of the last [`LEARNED_RUNS`] run times (from start to end) of
+/// each pair, the run `i` runs back weighing `2^(−i/8)`: the smallest run time whose
+/// weight, with every shorter one's, is at least half the total. A median, because run
+/// times are heavy-tailed (one 3-day run must not move the estimate of a
+/// 30-second entrypoint far); decayed, so that a changed workload shows within a few
+/// runs.
+#[derive(Clone, Debug, Default)]
+pub struct RunTimes {
+    by: HashMap<(String, String), std::collections::VecDeque<Seconds>>,
+}
+
+impl RunTimes {
+    /// Counts a run of `entrypoint` by `user` that lasted `run` seconds (not a
+    /// number, or below 0: ignored).
+    pub fn observe(&mut self, user: &str, entrypoint: &str, run: Seconds) {
+        if !(run.is_finite() && run >= 0.0) {
+            return;
+        }
+        let runs = self
+            .by
+            .entry((user.to_owned(), entrypoint.to_owned()))
+            .or_default();
+        if runs.len() == LEARNED_RUNS {
+            runs.pop_front();
+        }
+        runs.push_back(run);
+    }
+
+    /// The decayed median run time of `entrypoint` by `user`, seconds; `None` before
+    /// any run of it ended.
+    #[must_use]
+    pub fn median(&self, user: &str, entrypoint: &str) -> Option<Seconds> {
+        let runs = self.by.get(&(user.to_owned(), entrypoint.to_owned()))?;
+        decayed_median(runs.iter().copied())
+    }
+
+    /// Pairs known.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.by.len()
+    }
+
+    /// Whether no run was counted.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.by.is_empty()
+    }
+}
+
+/// The weighted median of `runs`, oldest first, the latest weighing 1 and each earlier
+/// one `2^(−1/LEARNED_HALF_LIFE)` times the next ([`RunTimes`]).
+fn decayed_median(runs: impl DoubleEndedIterator<Item = Seconds>) -> Option<Seconds> {
+    let step = (-1.0 / LEARNED_HALF_LIFE).exp2();
+    let mut weighted: Vec<(Seconds, f64)> = Vec::new();
+    let mut w = 1.0;
+    for r in runs.rev() {
+        weighted.push((r, w));
+        w *= step;
+    }
+    if weighted.is_empty() {
+        return None;
+    }
+    weighted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let total: f64 = weighted.iter().map(|x| x.1).sum();
+    let mut sum = 0.0;
+    for (r, w) in &weighted {
+        sum += w;
+        if sum >= total / 2.0 {
+            return Some(*r);
+        }
+    }
+    weighted.last().map(|x| x.0)
 }
 
 #[cfg(test)]

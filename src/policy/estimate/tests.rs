@@ -87,6 +87,7 @@ fn running(n: u128, user: &str, cluster: &str, r: Resources, end: Seconds) -> Ou
         cluster: cluster.to_owned(),
         resources: r,
         expected_end: Some(end),
+        started_at: 0.0,
         end,
     }
 }
@@ -313,7 +314,7 @@ fn the_budget_stops_the_run() {
         vec![cluster("k", cpus(4.0))],
     );
     let until = Limits {
-        until: Some(id(2)),
+        until: vec![id(2)],
         ..Limits::default()
     };
     let f = forward(&s, &[], policy_run, until);
@@ -325,4 +326,47 @@ fn the_budget_stops_the_run() {
     let f = forward(&s, &[], policy_run, horizon);
     assert_eq!(starts(&f), [(0, 0.0, 1), (1, 60.0, 2)]);
     assert!(f.cut);
+}
+
+/// The decayed median: recent runs weigh more, one outlier moves it little.
+#[test]
+fn the_learned_run_time_is_a_decayed_median_per_user_and_entrypoint() {
+    let mut t = RunTimes::default();
+    assert_eq!(t.median("a", "python x.py"), None);
+    for r in [10.0, 10.0, 10.0, 100_000.0] {
+        t.observe("a", "python x.py", r);
+    }
+    // Weights (latest first) 1, 0.917, 0.841, 0.771: sorted 10 (0.771 + 0.841 +
+    // 0.917 = 2.53) already reaches half of 3.53.
+    assert_eq!(t.median("a", "python x.py"), Some(10.0));
+    assert_eq!(t.median("a", "python y.py"), None);
+    assert_eq!(t.median("b", "python x.py"), None);
+    // Two runs: 10 (weight 0.917) and 50 (weight 1): half of 1.917 is 0.96, past 10.
+    let mut two = RunTimes::default();
+    two.observe("a", "e", 10.0);
+    two.observe("a", "e", 50.0);
+    assert_eq!(two.median("a", "e"), Some(50.0));
+    // The workload changed: after 8 runs of 60 s, the older 32 of 10 s are outvoted
+    // (the 8 newest weigh 6.0 in all, the 24 before them 5.3).
+    let mut shift = RunTimes::default();
+    for _ in 0..32 {
+        shift.observe("a", "e", 10.0);
+    }
+    for _ in 0..8 {
+        shift.observe("a", "e", 60.0);
+    }
+    assert_eq!(shift.median("a", "e"), Some(60.0));
+    t.observe("a", "python x.py", f64::NAN);
+    assert_eq!(t.len(), 1);
+}
+
+#[test]
+fn the_basis_is_max_runtime_then_learned_then_the_default() {
+    assert_eq!(
+        expected_run(Some(60.0), Some(5.0), 3600.0),
+        (60.0, Basis::MaxRuntime)
+    );
+    assert_eq!(expected_run(None, Some(5.0), 3600.0), (5.0, Basis::Learned));
+    assert_eq!(expected_run(None, None, 3600.0), (3600.0, Basis::Default));
+    assert_eq!(Basis::MaxRuntime.as_str(), "max_runtime");
 }

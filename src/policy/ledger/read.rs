@@ -88,12 +88,9 @@ impl Ledger {
 
     /// Every outstanding job as the forward run of estimates takes it
     /// ([`crate::policy::estimate::Outstanding`]), in id order: its user, cluster,
-    /// what it is charged and the ledger's expected end; `end` is `run_time(job id,
-    /// started_at)` (seconds): when the caller expects it to end.
-    pub fn outstanding_jobs(
-        &self,
-        run_time: impl Fn(&JobId, Seconds, Option<Seconds>) -> Seconds,
-    ) -> Vec<crate::policy::estimate::Outstanding> {
+    /// what it is charged, the ledger's expected end and its start; `end` is the
+    /// ledger's expected end (`+∞` if unknown) until the caller sets its own.
+    pub fn outstanding_jobs(&self) -> Vec<crate::policy::estimate::Outstanding> {
         let mut out: Vec<crate::policy::estimate::Outstanding> = self
             .jobs
             .iter()
@@ -103,7 +100,8 @@ impl Ledger {
                 cluster: self.clusters[j.cluster].name.clone(),
                 resources: j.resources,
                 expected_end: j.end_key.end,
-                end: run_time(id, j.started_at, j.end_key.end),
+                started_at: j.started_at,
+                end: j.end_key.end.unwrap_or(f64::INFINITY),
             })
             .collect();
         out.sort_by_key(|o| o.job_id);
@@ -179,7 +177,18 @@ impl Ledger {
         self.views_where(|a| !a.listed() && (a.outstanding > 0 || a.holds() || a.usage > 0.0))
     }
 
+    /// [`Ledger::all_user_views`] without their windows (`queue` empty): what the
+    /// estimates' forward run needs from the arbiter, which takes the queues from the
+    /// database instead (copying every window would hold the arbiter up).
+    pub fn all_user_settings(&self) -> Vec<UserView> {
+        self.views_where_with(|_| true, false)
+    }
+
     fn views_where(&self, keep: impl Fn(&Account) -> bool) -> Vec<UserView> {
+        self.views_where_with(keep, true)
+    }
+
+    fn views_where_with(&self, keep: impl Fn(&Account) -> bool, windows: bool) -> Vec<UserView> {
         let mut names: Vec<(&Arc<str>, Uid)> = self.by_name.iter().map(|(n, &u)| (n, u)).collect();
         names.sort();
         names
@@ -197,7 +206,11 @@ impl Ledger {
                 usage: a.usage,
                 usage_at: a.usage_at,
                 group: a.settings.group.clone(),
-                queue: a.window.iter().cloned().collect(),
+                queue: if windows {
+                    a.window.iter().cloned().collect()
+                } else {
+                    Vec::new()
+                },
             })
             .collect()
     }
