@@ -35,6 +35,9 @@
 //! decides as it will, the jobs end when they are expected to. An outstanding job
 //! expected to have ended already ([`Outstanding::end`] before `now`) ends at `now`.
 //!
+//! Other tenants' load on a cluster stays as Ray last reported it, less this
+//! service's outstanding jobs (all taken as counted by the report).
+//!
 //! A job that never starts in the forward run (its user or group paused, at a limit
 //! that only its own running jobs ending would lift when none are, a job larger than
 //! every cluster, no healthy cluster, or past the budget) gets no estimate.
@@ -211,12 +214,15 @@ pub fn forward(
             }
         })
         .collect();
-    // Clusters keep other tenants' load; this service's jobs are added back.
+    // Clusters keep other tenants' load; this service's jobs are added back. Other
+    // tenants' load is what Ray reports in use less every job of ours, counted or not
+    // by the report yet (the policy, more careful, counts a job the report may not
+    // show yet on top of it; here that would hold its capacity for ever).
     let clusters: Vec<super::ClusterView> = snapshot
         .clusters
         .iter()
         .map(|c| super::ClusterView {
-            used_reported: c.foreign(),
+            used_reported: c.used_reported.saturating_sub(c.outstanding),
             outstanding: Resources::ZERO,
             unreported: Resources::ZERO,
             jobs: Vec::new(),
