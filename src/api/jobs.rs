@@ -112,9 +112,11 @@ impl JobView {
         let Some(e) = state.scheduler().and_then(|s| s.estimates().get(&self.id)) else {
             return self;
         };
-        self.estimated_start = e.start;
-        self.position = e.position;
-        self.estimate_basis = Some(e.basis.as_str().to_owned());
+        if e.start.is_some() {
+            self.estimated_start = e.start;
+            self.position = e.position;
+            self.estimate_basis = Some(e.basis.as_str().to_owned());
+        }
         self
     }
 
