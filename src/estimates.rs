@@ -19,7 +19,8 @@
 //! 4. replaces the table the API reads ([`Estimates`]).
 //!
 //! Changes within one interval are thus taken together by one forward run, and the
-//! API never waits for one. A follower has no table (estimates are null there).
+//! API never waits for one. The next refresh waits at least ten times as long as the
+//! last took, so refreshing costs at most a tenth of one core at any queue length. A follower has no table (estimates are null there).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
@@ -76,6 +77,15 @@ impl Estimates {
     }
 }
 
+/// Most ledger cycles one forward run makes (one per instant a job is expected to
+/// end): jobs that would start later have no estimate. At 100 users × 100 queued a
+/// cycle of the forward run costs about 55 µs here; at 10,000 users far more
+/// (BENCHMARKS.md, "Estimated starts"), so this bounds a refresh.
+pub const MAX_CYCLES: usize = 20_000;
+
+/// A refresh waits at least this many times as long as the last one took.
+const BUSY_SHARE: u32 = 10;
+
 /// How many succeeded runs one read learns from at most (the rest the next time).
 const LEARN_BATCH: u64 = 10_000;
 
@@ -120,8 +130,13 @@ where
     // What the last run saw: QUEUED and outstanding ids with their statuses, and the
     // run times learned (unchanged: no new run is needed).
     let mut last_seen: Option<(u64, usize)> = None;
+    // How long the last refresh took (reads and forward run): the next waits at least
+    // ten times that, so refreshes take at most a tenth of one core however much is
+    // queued.
+    let mut took = std::time::Duration::ZERO;
     loop {
-        tokio::time::sleep(cfg.refresh).await;
+        tokio::time::sleep(cfg.refresh.max(took * BUSY_SHARE)).await;
+        let began = std::time::Instant::now();
         // Learn the runs that ended since the last read.
         let mut learned_now = 0usize;
         loop {
@@ -183,6 +198,7 @@ where
                     "estimates refreshed"
                 );
                 table.replace(at, jobs);
+                took = began.elapsed();
             }
             Err(e) => tracing::error!(error = %e, "estimates: the forward run failed"),
         }
@@ -289,6 +305,7 @@ pub fn compute(
         |j| runs.get(&j.job_id).map_or(default_runtime, |r| r.0),
         Limits {
             horizon: params.horizon,
+            max_cycles: MAX_CYCLES,
             ..Limits::default()
         },
     );
