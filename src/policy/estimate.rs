@@ -182,15 +182,7 @@ pub fn forward(
         ..snapshot.config.clone()
     };
     // Capacity as the ledger will measure shares against it.
-    let capacity = {
-        let healthy = snapshot.clusters.iter().filter(|c| c.healthy);
-        let sum = healthy.clone().fold(Resources::ZERO, |a, c| a + c.total);
-        if healthy.count() == 0 {
-            sum
-        } else {
-            super::licenses::with_counts(sum, &ledger_config.licenses)
-        }
-    };
+    let capacity = snapshot.capacity();
     // Users bring their usage to `now` with the share they hold, then hold nothing:
     // their outstanding jobs are added back one by one, so that ending one frees it.
     let users: Vec<super::UserView> = snapshot
