@@ -49,6 +49,7 @@ mod app;
 pub mod cli;
 pub mod config;
 mod errors;
+pub mod estimates;
 mod events;
 #[cfg(feature = "fault-injection")]
 pub mod faults;

@@ -657,6 +657,9 @@ function jobRow(j) {
     el("td", {}, time(j.submitted_at)),
     el("td", { class: "pool" }, j.pool ? el("a", { href: "#jobs?pool=" + encodeURIComponent(j.pool), class: "id", title: j.pool }, j.pool) : "–"),
     el("td", {}, j.cluster || "–"),
+    // DESIGN §2 "Estimates": a QUEUED job's estimated start and its place among all
+    // waiting jobs for the same capacity.
+    el("td", { class: "estimate" }, j.estimated_start ? `${time(j.estimated_start)} (#${j.position})` : "–"),
   );
 }
 
@@ -670,7 +673,7 @@ async function refreshJobs(append) {
   else
     keepFocus(() => {
       tbody.replaceChildren(...rows);
-      if (rows.length === 0) tbody.append(el("tr", {}, el("td", { colspan: 8, class: "empty" }, "No jobs match.")));
+      if (rows.length === 0) tbody.append(el("tr", {}, el("td", { colspan: 9, class: "empty" }, "No jobs match.")));
     });
   state.jobsNext = page.next_after;
   $("jobs-more").hidden = !page.next_after;
@@ -699,6 +702,13 @@ async function refreshJob(id) {
     ["External id", j.external_id || "–"],
     ["Pending reason", j.pending_reason || "–"],
     ["Queue position", j.queue_position || "–"],
+    ...(j.status === "QUEUED"
+      ? [
+          ["Expected start", el("span", { id: "job-estimate" }, j.estimated_start ? time(j.estimated_start) : "– (not estimated: it cannot start as things stand)")],
+          ["Position among waiting jobs", j.position || "–"],
+          ["Run time expected from", j.estimate_basis ? { max_runtime: "its max_runtime_s", learned: "its user's past runs of this entrypoint", default: "the configured default" }[j.estimate_basis] : "–"],
+        ]
+      : []),
     ["Resources", resources(j.resources)],
     ["Priority", j.priority],
     ["Max runtime", j.max_runtime_s ? j.max_runtime_s + " s" : "default"],
@@ -730,6 +740,19 @@ async function refreshJob(id) {
         e.detail ? el("span", { class: "detail" }, " — " + e.detail) : null,
       ),
     ),
+    // The timeline goes on with what is expected: the estimated start.
+    ...(j.status === "QUEUED" && j.estimated_start
+      ? [
+          el(
+            "li",
+            { "data-to": "expected", class: "expected", id: "job-expected" },
+            el("time", { datetime: j.estimated_start }, time(j.estimated_start)),
+            " ",
+            el("strong", {}, "expected to start"),
+            el("span", { class: "detail" }, ` — position ${j.position} among the waiting jobs`),
+          ),
+        ]
+      : []),
   );
   const finished = ["SUCCEEDED", "FAILED", "STOPPED"].includes(j.status);
   const cancel = $("job-cancel");

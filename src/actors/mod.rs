@@ -258,6 +258,8 @@ pub struct Scheduler {
     sizes: arbiter::ClusterSizes,
     /// What signs attempts' notifications (`[notify]`); `None` when they are off.
     hints: Option<crate::ray::notify::Hints>,
+    /// Every QUEUED job's estimated start, refreshed off the arbiter's cycle.
+    estimates: crate::estimates::Estimates,
 }
 
 impl Scheduler {
@@ -348,7 +350,28 @@ impl Scheduler {
             fence,
             sizes,
             hints: crate::ray::notify::Hints::of(&settings.notify),
+            estimates: crate::estimates::Estimates::default(),
         };
+        // The estimates' refresh (issue 48), off the arbiter's cycle; it holds the
+        // arbiter weakly and ends when the arbiter does.
+        let weak = scheduler.arbiter.downgrade();
+        tokio::spawn(crate::estimates::run(
+            settings.clone(),
+            db.clone(),
+            move || {
+                let weak = weak.clone();
+                async move {
+                    let Some(arbiter) = weak.upgrade() else {
+                        return Err(());
+                    };
+                    arbiter
+                        .send(arbiter::GetEstimateInput)
+                        .await
+                        .map_err(|_| ())
+                }
+            },
+            scheduler.estimates.clone(),
+        ));
         // Recovery runs beside the HTTP server, which answers /healthz at once and
         // /readyz 503 (with the progress) until it is done.
         let recovering = scheduler.clone();
@@ -635,6 +658,12 @@ impl Scheduler {
             .send(arbiter::GetSnapshot)
             .await
             .map_err(|e| SchedulerUnavailable(e.to_string()))
+    }
+
+    /// Every QUEUED job's estimated start at the last forward run (DESIGN §2,
+    /// "Estimates").
+    pub fn estimates(&self) -> &crate::estimates::Estimates {
+        &self.estimates
     }
 
     /// Whether recovery is done.

@@ -58,6 +58,23 @@ pub struct JobView {
     pub pending_reason: Option<String>,
     /// For a QUEUED job: 1-based position within its user's queue.
     pub queue_position: Option<u64>,
+    /// For a QUEUED job: when it is expected to start (RFC 3339), by the policy run
+    /// forward in virtual time from the live state (DESIGN §2, "Estimates"): running
+    /// jobs ending as expected, nothing new submitted. Null when that run does not start
+    /// it (its user or group is paused, a limit nothing running will lift, larger than
+    /// every cluster, beyond `estimates.horizon`), before the first run, on a replica
+    /// that does not lead, or when estimates are off. Refreshed every
+    /// `estimates.refresh` at most, so it may lag a change by that long.
+    pub estimated_start: Option<DateTime<Utc>>,
+    /// For a QUEUED job with an `estimated_start`: its 1-based place, in order of
+    /// estimated start, among all waiting jobs that could use the same capacity (every
+    /// job for the Ray clusters, or those of its pool), whoever submitted them.
+    pub position: Option<u64>,
+    /// For a QUEUED job with an estimate: where its expected run time comes from,
+    /// `max_runtime` (its `max_runtime_s`), `learned` (the decayed median of its user's
+    /// past runs of the same entrypoint) or `default` (`estimates.default_runtime`).
+    #[schema(pattern = "^(max_runtime|learned|default)$")]
+    pub estimate_basis: Option<String>,
     /// For a job Ray runs: what it holds there now (its entrypoint's reservation, and
     /// the tasks and actors it started), by Ray's State API at the last poll; null
     /// when unknown (not running, or on a replica that does not lead). `resources`
@@ -86,6 +103,23 @@ pub struct JobView {
 }
 
 impl JobView {
+    /// Adds a QUEUED job's estimate from the last forward run, if there is one (a
+    /// read of the shared table, no message).
+    pub fn with_estimate(mut self, state: &AppState) -> Self {
+        if self.status != JobStatus::Queued {
+            return self;
+        }
+        let Some(e) = state.scheduler().and_then(|s| s.estimates().get(&self.id)) else {
+            return self;
+        };
+        if e.start.is_some() {
+            self.estimated_start = e.start;
+            self.position = e.position;
+            self.estimate_basis = Some(e.basis.as_str().to_owned());
+        }
+        self
+    }
+
     /// The view of `j` without the queue fields.
     pub fn from_model(j: job::Model) -> Self {
         // From the row itself: `memory_bytes` exactly as stored (the policy's f64
@@ -125,6 +159,9 @@ impl JobView {
             pending_reason: None,
             actual_resources: None,
             queue_position: None,
+            estimated_start: None,
+            position: None,
+            estimate_basis: None,
             attempt: j.attempt,
             preemptible: j.preemptible,
             preemptions: j.preemptions,
@@ -263,7 +300,7 @@ pub(crate) async fn view(
     };
     let user_id = j.user_id.clone();
     let outstanding = j.status.is_outstanding();
-    let mut v = JobView::from_model(j);
+    let mut v = JobView::from_model(j).with_estimate(state);
     v.queue_position = position;
     v.pending_reason = lifecycle_reason;
     if let (true, Some(s)) = (outstanding, state.scheduler()) {
@@ -507,7 +544,10 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         None
     };
     Ok(HttpResponse::Ok().json(JobPage {
-        jobs: jobs.into_iter().map(JobView::from_model).collect(),
+        jobs: jobs
+            .into_iter()
+            .map(|j| JobView::from_model(j).with_estimate(&state))
+            .collect(),
         next_after,
     }))
 }

@@ -85,6 +85,30 @@ pub struct Settings {
     /// `[[sizes]]`: named job sizes (issue 48 part 4; none by default).
     #[serde(default)]
     pub sizes: Vec<SizeSettings>,
+    /// `[estimates]`: the estimated start of every waiting job (DESIGN §2,
+    /// "Estimates").
+    pub estimates: EstimateSettings,
+}
+
+/// `[estimates]`: the forward run that gives every QUEUED job an estimated start
+/// (DESIGN §2, "Estimates"; issue 48).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EstimateSettings {
+    /// Compute estimates at all (false: `estimated_start` is always null).
+    pub enabled: bool,
+    /// How often the estimates are refreshed at most: changes within one interval
+    /// are taken together by one forward run, off the arbiter's cycle. At least 1 s.
+    #[serde(with = "crate::config::duration")]
+    pub refresh: Duration,
+    /// Expected run time of a job with no `max_runtime_s` whose user has not yet run
+    /// its entrypoint to completion (`estimate_basis = "default"`). At least 1 s.
+    #[serde(with = "crate::config::duration")]
+    pub default_runtime: Duration,
+    /// How far ahead the forward run looks; a job not started by then has no
+    /// estimate. At least 1 s.
+    #[serde(with = "crate::config::duration")]
+    pub horizon: Duration,
 }
 
 /// `[usage]`: retention of the usage rollup (DESIGN §6, "Usage rollup").

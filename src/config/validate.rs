@@ -15,6 +15,15 @@ impl Settings {
             })
         };
         self.preemption.validate()?;
+        for (key, d) in [
+            ("estimates.refresh", self.estimates.refresh),
+            ("estimates.default_runtime", self.estimates.default_runtime),
+            ("estimates.horizon", self.estimates.horizon),
+        ] {
+            if d < std::time::Duration::from_secs(1) {
+                return invalid(key, "must be at least 1s");
+            }
+        }
         self.validate_licenses()?;
         self.validate_pools()?;
         self.validate_usage()?;

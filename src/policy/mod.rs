@@ -182,6 +182,7 @@
 
 pub mod custom;
 mod cycle;
+pub mod estimate;
 mod fit;
 pub mod groups;
 pub mod ledger;

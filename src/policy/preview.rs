@@ -228,7 +228,7 @@ impl Snapshot {
 
     /// Sum of the healthy clusters' totals, each license counted once: the capacity
     /// shares are measured against (as the ledger's).
-    fn capacity(&self) -> Resources {
+    pub(crate) fn capacity(&self) -> Resources {
         let healthy = self.clusters.iter().filter(|c| c.healthy);
         let sum = healthy
             .clone()

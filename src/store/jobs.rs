@@ -512,3 +512,123 @@ pub async fn status_counts(
         .all(db)
         .await
 }
+
+/// The QUEUED and outstanding jobs (ADMITTED, DISPATCHING, PENDING, RUNNING), with what
+/// the estimates' forward run needs (issue 48): id, user, status, priority, submit,
+/// dispatch and start times, resources, runtime limit, entrypoint, preemptibility and
+/// pool; runtime_env and metadata left empty. QUEUED ones in queue order per user
+/// (user, priority descending, submit time, id). Reads the `status` index.
+pub async fn waiting_and_outstanding(db: &Db) -> Result<Vec<job::Model>, DbErr> {
+    #[derive(sea_orm::FromQueryResult)]
+    struct Row {
+        id: Uuid,
+        user_id: String,
+        status: JobStatus,
+        priority: i32,
+        entrypoint: String,
+        submitted_at: DateTime<Utc>,
+        dispatched_at: Option<DateTime<Utc>>,
+        started_at: Option<DateTime<Utc>>,
+        cpu: f64,
+        gpu: f64,
+        memory_bytes: i64,
+        max_runtime_s: Option<i64>,
+        attempt: i32,
+        preemptible: bool,
+        preemptions: i32,
+        custom_resources: Option<String>,
+        pool: Option<String>,
+        cluster: Option<String>,
+    }
+    let mut statuses = vec![JobStatus::Queued];
+    statuses.extend(JobStatus::ALL.into_iter().filter(|s| s.is_outstanding()));
+    let rows = job::Entity::find()
+        .select_only()
+        .columns([
+            job::Column::Id,
+            job::Column::UserId,
+            job::Column::Status,
+            job::Column::Priority,
+            job::Column::Entrypoint,
+            job::Column::SubmittedAt,
+            job::Column::DispatchedAt,
+            job::Column::StartedAt,
+            job::Column::Cpu,
+            job::Column::Gpu,
+            job::Column::MemoryBytes,
+            job::Column::MaxRuntimeS,
+            job::Column::Attempt,
+            job::Column::Preemptible,
+            job::Column::Preemptions,
+            job::Column::CustomResources,
+            job::Column::Pool,
+            job::Column::Cluster,
+        ])
+        .filter(job::Column::Status.is_in(statuses))
+        .order_by_asc(job::Column::UserId)
+        .order_by_desc(job::Column::Priority)
+        .order_by_asc(job::Column::SubmittedAt)
+        .order_by_asc(job::Column::Id)
+        .into_model::<Row>()
+        .all(db)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| job::Model {
+            id: r.id,
+            user_id: r.user_id,
+            external_id: None,
+            status: r.status,
+            priority: r.priority,
+            entrypoint: r.entrypoint,
+            runtime_env: None,
+            metadata: None,
+            cpu: r.cpu,
+            gpu: r.gpu,
+            memory_bytes: r.memory_bytes,
+            cluster: r.cluster,
+            message: None,
+            max_runtime_s: r.max_runtime_s,
+            submitted_at: r.submitted_at,
+            dispatched_at: r.dispatched_at,
+            started_at: r.started_at,
+            finished_at: None,
+            attempt: r.attempt,
+            retiring_attempt: None,
+            stop_reason: None,
+            runtime_env_digest: None,
+            preemptible: r.preemptible,
+            preemptions: r.preemptions,
+            preempted_at: None,
+            custom_resources: r.custom_resources,
+            pool: r.pool,
+            lease_expires_at: None,
+        })
+        .collect())
+}
+
+/// The SUCCEEDED jobs that finished after `after`, oldest finish first, at most
+/// `limit`: `(user, entrypoint, started_at, finished_at)`, what the estimates learn
+/// run times from (issue 48).
+pub async fn succeeded_since(
+    db: &Db,
+    after: DateTime<Utc>,
+    limit: u64,
+) -> Result<Vec<(String, String, DateTime<Utc>, DateTime<Utc>)>, DbErr> {
+    job::Entity::find()
+        .select_only()
+        .columns([
+            job::Column::UserId,
+            job::Column::Entrypoint,
+            job::Column::StartedAt,
+            job::Column::FinishedAt,
+        ])
+        .filter(job::Column::Status.eq(JobStatus::Succeeded))
+        .filter(job::Column::FinishedAt.gt(after))
+        .filter(job::Column::StartedAt.is_not_null())
+        .order_by_asc(job::Column::FinishedAt)
+        .limit(limit)
+        .into_tuple()
+        .all(db)
+        .await
+}

@@ -42,7 +42,7 @@ pub use jobs::{
     custom_column, custom_of, get_job, job_events, jobs_with_ids, jobs_with_status, lapsed_leases,
     list_jobs, outstanding_with_stop, overdue_pool_preemptions, pool_status_counts, queue_position,
     queued_page_sqlite, resources_of, status_counts, stream_queued, stream_queued_pages_sqlite,
-    JobFilter,
+    succeeded_since, waiting_and_outstanding, JobFilter,
 };
 pub use lease::{
     fence_holds, lease_acquire, lease_release, lease_renew, lease_state, notify, LeaseState,

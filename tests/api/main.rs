@@ -9,6 +9,7 @@ mod burst;
 mod console;
 mod custom;
 mod edge_races;
+mod estimates;
 mod events;
 mod fake_ray;
 mod groups;

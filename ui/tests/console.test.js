@@ -209,6 +209,39 @@ test("a job's page shows its status timeline, resources, cluster and logs", asyn
   await page.context().close();
 });
 
+test("a waiting job's expected start shows in the jobs table and ends its timeline", async () => {
+  for (const status of ["RUNNING", "PENDING", "QUEUED"]) {
+    const { jobs } = await svc.json("GET", `/v1/jobs?status=${status}`);
+    for (const j of jobs) await svc.json("POST", `/v1/jobs/${j.id}/cancel`);
+  }
+  // The 4 cores full for an hour, then one more job waits for one of them.
+  const running = [];
+  for (let i = 0; i < 4; i++) running.push(await svc.submit("hana", { cpu: 1, secs: 3600 }));
+  await until("hana's jobs running", async () => {
+    for (const r of running) if ((await svc.json("GET", `/v1/jobs/${r.id}`)).status !== "RUNNING") return false;
+    return true;
+  });
+  const job = await svc.submit("ivan", { cpu: 1 });
+  const v = await until("an estimate", async () => {
+    const v = await svc.json("GET", `/v1/jobs/${job.id}`);
+    return v.estimated_start ? v : null;
+  });
+  assert.equal(v.status, "QUEUED");
+  assert.equal(v.position, 1);
+  assert.equal(v.estimate_basis, "default");
+  const page = await consoleAs(SUBMITTER, "#jobs?user=ivan");
+  const cell = page.locator(`#jobs-table tr[data-job="${job.id}"] td.estimate`);
+  await cell.filter({ hasText: "(#1)" }).waitFor();
+  await page.click(`#jobs-table tr[data-job="${job.id}"] a`);
+  await page.locator("#job-expected").waitFor();
+  const last = await page.$$eval("#job-timeline li", (lis) => lis.map((li) => li.dataset.to));
+  assert.deepEqual(last, ["QUEUED", "expected"]);
+  assert.match(await page.textContent("#job-expected"), /expected to start.*position 1 among the waiting jobs/);
+  assert.match(await page.textContent("#job-fields"), /the configured default/);
+  await page.context().close();
+  for (const j of [...running, job]) await svc.json("POST", `/v1/jobs/${j.id}/cancel`);
+});
+
 test("a queued job is cancelled from its page with a confirmation", async () => {
   await svc.json("PUT", "/v1/users/hana", {});
   await svc.json("POST", "/v1/users/hana/pause");

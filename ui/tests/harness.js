@@ -201,6 +201,9 @@ name = "gw"
 capacity = { clusters = 2 }
 [admission]
 lease = "600s"
+# Estimated starts refreshed every second (DESIGN §2 "Estimates").
+[estimates]
+refresh = "1s"
 [telemetry]
 log_format = "json"
 [[auth.tokens]]

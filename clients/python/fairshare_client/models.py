@@ -74,6 +74,13 @@ class Job:
     pending_reason: Optional[str]
     queue_position: Optional[int]
     actual_resources: Optional[Resources]
+    #: QUEUED job: when it is expected to start (the policy run forward from the
+    #: live state; DESIGN §2 "Estimates"); None when not estimated.
+    estimated_start: Optional[datetime] = None
+    #: Its place among all waiting jobs for the same capacity, by estimated start.
+    position: Optional[int] = None
+    #: Where its expected run time comes from: "max_runtime", "learned", "default".
+    estimate_basis: Optional[str] = None
     attempt: Optional[int] = None
     preemptible: Optional[bool] = None
     preemptions: Optional[int] = None
@@ -106,6 +113,7 @@ class Job:
             started_at=_time(d.get("started_at")),
             finished_at=_time(d.get("finished_at")),
             lease_expires_at=_time(d.get("lease_expires_at")),
+            estimated_start=_time(d.get("estimated_start")),
         )
 
 

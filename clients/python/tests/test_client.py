@@ -40,6 +40,8 @@ def test_submit_is_idempotent_by_external_id_and_get_shows_the_job(fs, admin):
     got = fs.get(job.id)
     assert (got.user, got.status, got.external_id, got.resources.cpu) == ("alice", "QUEUED", "order-1", 2.0)
     assert got.queue_position == 1 and not got.finished
+    # No cluster: nothing can start, so no estimate (the fields are there, null).
+    assert (got.estimated_start, got.position) == (None, None)
     with pytest.raises(FairshareError) as e:
         fs.submit("alice", "python other.py", external_id="order-1")
     assert (e.value.status, e.value.code) == (422, "idempotency_key_reused")

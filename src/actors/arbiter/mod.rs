@@ -24,7 +24,7 @@ mod what_if;
 pub use groups::GetGroupState;
 pub use recovery::{EnqueueMany, Recovered, RecoveredOutstanding};
 pub use report::{GetActual, GetPendingReason, GetUserState, GetView, IsReady, Loaded};
-pub use what_if::GetSnapshot;
+pub use what_if::{GetEstimateInput, GetSnapshot};
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, RwLock};

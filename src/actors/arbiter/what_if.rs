@@ -34,3 +34,33 @@ impl Handler<GetSnapshot> for FairShareArbiter {
         }))
     }
 }
+
+/// Ask for what the estimates' forward run needs from the arbiter (issue 48): every
+/// user's settings, allocation and decayed usage **without** its window (the queues
+/// come from the database: copying every window would hold a cycle up), every
+/// cluster, the reservation, the knobs with the guard in force, and every outstanding
+/// job. O(users + outstanding jobs); `None` until recovery has loaded the queues.
+#[derive(Message)]
+#[rtype(result = "Option<(Snapshot, Vec<crate::policy::estimate::Outstanding>)>")]
+pub struct GetEstimateInput;
+
+impl Handler<GetEstimateInput> for FairShareArbiter {
+    type Result = MessageResult<GetEstimateInput>;
+
+    fn handle(&mut self, _: GetEstimateInput, _: &mut Context<Self>) -> Self::Result {
+        if self.loading.is_some() || !self.ready {
+            return MessageResult(None);
+        }
+        MessageResult(Some((
+            Snapshot {
+                now: unix_now(),
+                config: self.ledger.policy_config(),
+                users: self.ledger.all_user_settings(),
+                clusters: self.ledger.cluster_views(),
+                reservation: self.ledger.reservation().cloned(),
+                groups: self.ledger.tree().groups().to_vec(),
+            },
+            self.ledger.outstanding_jobs(),
+        )))
+    }
+}

@@ -53,15 +53,52 @@ fn ms(t: DateTime<Utc>) -> i64 {
     t.timestamp_millis()
 }
 
-/// Ray's `JobDetails` of a row. `pending_reason` and `queue_position` fill the
-/// message of a waiting job.
-pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Option<u64>) -> Value {
+/// A waiting job's estimated start (DESIGN §2, "Estimates"), as `/v1` shows it.
+#[derive(Clone, Debug, Default)]
+pub struct Estimated {
+    /// `estimated_start`.
+    pub start: Option<DateTime<Utc>>,
+    /// `position`.
+    pub position: Option<u64>,
+    /// `estimate_basis`.
+    pub basis: Option<String>,
+}
+
+impl Estimated {
+    /// The estimate fields of a `/v1` view.
+    pub fn of(v: &crate::api::jobs::JobView) -> Estimated {
+        Estimated {
+            start: v.estimated_start,
+            position: v.position,
+            basis: v.estimate_basis.clone(),
+        }
+    }
+}
+
+/// Ray's `JobDetails` of a row. `pending_reason`, `queue_position` and the estimate
+/// fill the message of a waiting job (Ray's `message` is the only free text Ray's
+/// clients show): "…; expected to start at about <RFC 3339> (position N among the
+/// waiting jobs; run times by <basis>)".
+pub fn details(
+    j: &job::Model,
+    pending_reason: Option<&str>,
+    queue_position: Option<u64>,
+    estimated: &Estimated,
+) -> Value {
     let message = match j.status {
         JobStatus::Queued => {
-            let waiting = match pending_reason {
+            let mut waiting = match pending_reason {
                 Some(r) => format!("queued in fairshare: {r}"),
                 None => "queued in fairshare, waiting for its fair-share turn".to_string(),
             };
+            if let (Some(t), Some(p)) = (estimated.start, estimated.position) {
+                waiting.push_str(&format!(
+                    "; expected to start at about {} (position {p} among the waiting jobs; \
+                     run times by {})",
+                    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                    estimated.basis.as_deref().unwrap_or("default")
+                ));
+            }
             // A preempted job says why it is waiting again (its message, DESIGN §3).
             Some(match (&j.message, j.preemptions > 0) {
                 (Some(m), true) => format!("{waiting} ({m})"),
@@ -112,6 +149,9 @@ pub fn details(j: &job::Model, pending_reason: Option<&str>, queue_position: Opt
             "preemptions": j.preemptions,
             "pending_reason": pending_reason,
             "queue_position": queue_position,
+            "estimated_start": estimated.start,
+            "position": estimated.position,
+            "estimate_basis": estimated.basis,
         },
     })
 }
@@ -162,7 +202,12 @@ async fn details_with_ray(state: &AppState, j: job::Model) -> Result<Value, ApiE
         j
     };
     let v = view(state, j.clone(), Fresh::No).await?;
-    let mut out = details(&j, v.pending_reason.as_deref(), v.queue_position);
+    let mut out = details(
+        &j,
+        v.pending_reason.as_deref(),
+        v.queue_position,
+        &Estimated::of(&v),
+    );
     let Some(ray) = ray else {
         return Ok(out);
     };
@@ -349,7 +394,10 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     .await?;
     let out: Vec<JobDetails> = jobs
         .iter()
-        .map(|j| JobDetails::from_value(details(j, None, None)))
+        .map(|j| {
+            let v = crate::api::jobs::JobView::from_model(j.clone()).with_estimate(&state);
+            JobDetails::from_value(details(j, None, None, &Estimated::of(&v)))
+        })
         .collect();
     Ok(pyjson::ok(&out))
 }
@@ -551,10 +599,31 @@ mod tests {
             pool: None,
             lease_expires_at: None,
         };
-        let d = details(&j, Some("user alice is paused"), Some(1));
+        let d = details(
+            &j,
+            Some("user alice is paused"),
+            Some(1),
+            &Estimated::default(),
+        );
         assert_eq!(d["status"], "PENDING");
         assert_eq!(d["submission_id"], "my-job");
         assert_eq!(d["message"], "queued in fairshare: user alice is paused");
+        let at = chrono::DateTime::parse_from_rfc3339("2026-12-06T10:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let estimated = Estimated {
+            start: Some(at),
+            position: Some(7),
+            basis: Some("learned".into()),
+        };
+        let d = details(&j, Some("waiting for capacity"), Some(2), &estimated);
+        assert_eq!(
+            d["message"],
+            "queued in fairshare: waiting for capacity; expected to start at about \
+             2026-12-06T10:00:00Z (position 7 among the waiting jobs; run times by learned)"
+        );
+        assert_eq!(d["fairshare"]["position"], 7);
+        assert_eq!(d["fairshare"]["estimate_basis"], "learned");
         assert_eq!(d["start_time"], now.timestamp_millis());
         assert_eq!(d["fairshare"]["status"], "QUEUED");
     }

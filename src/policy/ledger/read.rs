@@ -86,6 +86,28 @@ impl Ledger {
         by
     }
 
+    /// Every outstanding job as the forward run of estimates takes it
+    /// ([`crate::policy::estimate::Outstanding`]), in id order: its user, cluster,
+    /// what it is charged, the ledger's expected end and its start; `end` is the
+    /// ledger's expected end (`+∞` if unknown) until the caller sets its own.
+    pub fn outstanding_jobs(&self) -> Vec<crate::policy::estimate::Outstanding> {
+        let mut out: Vec<crate::policy::estimate::Outstanding> = self
+            .jobs
+            .iter()
+            .map(|(id, j)| crate::policy::estimate::Outstanding {
+                job_id: *id,
+                user: self.accounts[j.uid as usize].name.to_string(),
+                cluster: self.clusters[j.cluster].name.clone(),
+                resources: j.resources,
+                expected_end: j.end_key.end,
+                started_at: j.started_at,
+                end: j.end_key.end.unwrap_or(f64::INFINITY),
+            })
+            .collect();
+        out.sort_by_key(|o| o.job_id);
+        out
+    }
+
     /// Whether `job` is outstanding.
     pub fn is_outstanding(&self, job: &JobId) -> bool {
         self.jobs.contains_key(job)
@@ -155,7 +177,18 @@ impl Ledger {
         self.views_where(|a| !a.listed() && (a.outstanding > 0 || a.holds() || a.usage > 0.0))
     }
 
+    /// [`Ledger::all_user_views`] without their windows (`queue` empty): what the
+    /// estimates' forward run needs from the arbiter, which takes the queues from the
+    /// database instead (copying every window would hold the arbiter up).
+    pub fn all_user_settings(&self) -> Vec<UserView> {
+        self.views_where_with(|_| true, false)
+    }
+
     fn views_where(&self, keep: impl Fn(&Account) -> bool) -> Vec<UserView> {
+        self.views_where_with(keep, true)
+    }
+
+    fn views_where_with(&self, keep: impl Fn(&Account) -> bool, windows: bool) -> Vec<UserView> {
         let mut names: Vec<(&Arc<str>, Uid)> = self.by_name.iter().map(|(n, &u)| (n, u)).collect();
         names.sort();
         names
@@ -173,7 +206,11 @@ impl Ledger {
                 usage: a.usage,
                 usage_at: a.usage_at,
                 group: a.settings.group.clone(),
-                queue: a.window.iter().cloned().collect(),
+                queue: if windows {
+                    a.window.iter().cloned().collect()
+                } else {
+                    Vec::new()
+                },
             })
             .collect()
     }

@@ -61,6 +61,7 @@
 pub mod anchors;
 pub mod autoscale;
 mod config;
+pub mod estimates;
 mod fairness;
 mod outcome;
 mod steps;
@@ -227,6 +228,8 @@ struct Sim<'c> {
     anchor: anchors::AnchorState,
     /// The nodes of an autoscaled cluster ([`SimConfig::autoscale`]).
     scaler: Option<autoscale::Scaler>,
+    /// Estimated starts being recorded (`simulate_with_estimates`, fairshare only).
+    estimating: Option<estimates::EstimateState>,
 }
 
 /// Replays `trace` (jobs in any order; they are taken in submit order, ties by
@@ -237,6 +240,26 @@ struct Sim<'c> {
 /// outcome (the gateway loop's randomness comes from `config.seed`).
 #[must_use]
 pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
+    run_sim(trace, config, None).0
+}
+
+/// [`simulate`], recording each job's estimated start at submit and comparing it with
+/// its real start ([`estimates`]; issue 48 §2). Estimates are made for the fairshare
+/// policy only (others give an empty report).
+#[must_use]
+pub fn simulate_with_estimates(
+    trace: &[TraceJob],
+    config: &SimConfig,
+    options: estimates::EstimateOptions,
+) -> (SimOutcome, estimates::EstimateReport) {
+    run_sim(trace, config, Some(options))
+}
+
+fn run_sim(
+    trace: &[TraceJob],
+    config: &SimConfig,
+    estimating: Option<estimates::EstimateOptions>,
+) -> (SimOutcome, estimates::EstimateReport) {
     let mut order: Vec<&TraceJob> = trace.iter().collect();
     order.sort_by(|a, b| a.submit.total_cmp(&b.submit).then(a.number.cmp(&b.number)));
 
@@ -386,9 +409,13 @@ pub fn simulate(trace: &[TraceJob], config: &SimConfig) -> SimOutcome {
         share_order: fairness::ShareOrder::default(),
         tree,
         user_paths,
+        estimating: estimating
+            .filter(|_| config.policy == SimPolicy::FairShare)
+            .map(estimates::EstimateState::new),
     };
     sim.run();
-    sim.into_outcome(too_large)
+    let report = sim.estimate_report();
+    (sim.into_outcome(too_large), report)
 }
 
 impl Sim<'_> {
@@ -427,6 +454,7 @@ impl Sim<'_> {
                     self.finish(j, t);
                 }
             }
+            let first_new = next;
             while self.jobs.get(next).is_some_and(|job| job.submit <= t) {
                 self.submit(next);
                 next += 1;
@@ -436,6 +464,9 @@ impl Sim<'_> {
                 SimPolicy::FairShare => {
                     self.fair_share_step(t);
                     wake = steps::earliest(self.guard_wake(t), self.preempt_wake(t));
+                    if self.estimating.is_some() {
+                        self.record_estimates(t, first_new..next);
+                    }
                 }
                 SimPolicy::Fifo => self.fifo_step(t),
                 SimPolicy::GatewayLoop => {
@@ -615,6 +646,11 @@ impl Sim<'_> {
         if self.anchored {
             self.anchor_touch(self.jobs[j].user, now);
             self.anchor_running(j, false, now);
+        }
+        if self.estimating.is_some() {
+            if let Some(start) = self.jobs[j].start {
+                self.learn_run(j, now - start);
+            }
         }
         let job = &self.jobs[j];
         let cpus = u64::from(job.cpus);

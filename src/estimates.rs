@@ -1,0 +1,329 @@
+//! The estimated start of every waiting job, kept fresh off the arbiter's cycle
+//! (issue 48 §1, DESIGN §2 "Estimates").
+//!
+//! A task beside the leader's actors wakes every `estimates.refresh` (5 s by default),
+//! and, when the queues or the outstanding jobs changed since its last run:
+//!
+//! 1. asks the arbiter for a copy of what the policy holds **without the windows**
+//!    ([`crate::actors::arbiter::GetEstimateInput`]: users' settings, allocations and
+//!    decayed usage, clusters, reservation, groups, the knobs with the guard in force,
+//!    the outstanding jobs): O(users + outstanding), the only part that runs on the
+//!    arbiter;
+//! 2. reads every QUEUED and outstanding job from the database (the queues whole, not
+//!    only the windows the arbiter holds; entrypoints; start times), and the runs that
+//!    SUCCEEDED since its last read, which it learns run times from
+//!    ([`RunTimes`]: per user and entrypoint);
+//! 3. runs the policy forward ([`crate::policy::estimate::forward`]) on a blocking
+//!    thread, each job expected to run its `max_runtime_s`, else its user's and
+//!    entrypoint's decayed median, else `estimates.default_runtime`;
+//! 4. replaces the table the API reads ([`Estimates`]).
+//!
+//! Changes within one interval are thus taken together by one forward run, and the
+//! API never waits for one. The next refresh waits at least ten times as long as the
+//! last took, so refreshing costs at most a tenth of one core at any queue length. A follower has no table (estimates are null there).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use chrono::{DateTime, TimeZone, Utc};
+use entity::JobStatus;
+
+use crate::config::Settings;
+use crate::policy::estimate::{self, expected_run, Basis, Limits, RunTimes};
+use crate::policy::{JobId, QueuedJob, Seconds, UserView};
+use crate::store::Db;
+
+/// One QUEUED job's estimate, as the API shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobEstimate {
+    /// When it is expected to start; `None` when the forward run does not start it
+    /// (paused user or group, a limit nothing running will lift, larger than every
+    /// cluster, beyond the horizon).
+    pub start: Option<DateTime<Utc>>,
+    /// 1-based place among the waiting jobs that could use the same capacity (a
+    /// pool's, or the Ray clusters'), in order of estimated start; `None` with `start`.
+    pub position: Option<u64>,
+    /// Where its expected run time comes from.
+    pub basis: Basis,
+}
+
+/// The table the API reads: every QUEUED job's estimate at the last forward run.
+#[derive(Clone, Default)]
+pub struct Estimates(Arc<RwLock<Table>>);
+
+#[derive(Default)]
+struct Table {
+    at: Option<DateTime<Utc>>,
+    jobs: HashMap<JobId, JobEstimate>,
+}
+
+impl Estimates {
+    /// The estimate of `job` at the last forward run, if it was QUEUED then.
+    #[must_use]
+    pub fn get(&self, job: &JobId) -> Option<JobEstimate> {
+        self.0.read().ok()?.jobs.get(job).cloned()
+    }
+
+    /// When the last forward run's state was taken; `None` before the first.
+    #[must_use]
+    pub fn computed_at(&self) -> Option<DateTime<Utc>> {
+        self.0.read().ok()?.at
+    }
+
+    fn replace(&self, at: DateTime<Utc>, jobs: HashMap<JobId, JobEstimate>) {
+        if let Ok(mut t) = self.0.write() {
+            *t = Table { at: Some(at), jobs };
+        }
+    }
+}
+
+/// Most ledger cycles one forward run makes (one per instant a job is expected to
+/// end): jobs that would start later have no estimate. At 100 users × 100 queued a
+/// cycle of the forward run costs about 55 µs here; at 10,000 users far more
+/// (BENCHMARKS.md, "Estimated starts"), so this bounds a refresh.
+pub const MAX_CYCLES: usize = 20_000;
+
+/// A refresh waits at least this many times as long as the last one took.
+const BUSY_SHARE: u32 = 10;
+
+/// How many succeeded runs one read learns from at most (the rest the next time).
+const LEARN_BATCH: u64 = 10_000;
+
+/// How far back run times are learned from at start-up.
+const LEARN_FROM_DAYS: i64 = 30;
+
+/// Seconds since the epoch of a time.
+fn secs(t: DateTime<Utc>) -> Seconds {
+    t.timestamp_micros() as f64 / 1e6
+}
+
+/// The time of seconds since the epoch.
+fn time(s: Seconds) -> Option<DateTime<Utc>> {
+    if !s.is_finite() {
+        return None;
+    }
+    Utc.timestamp_micros((s * 1e6).round() as i64).single()
+}
+
+/// What the arbiter hands the forward run; `Err(())`: the arbiter has stopped.
+pub(crate) type Input = Result<
+    Option<(
+        crate::policy::preview::Snapshot,
+        Vec<crate::policy::estimate::Outstanding>,
+    )>,
+    (),
+>;
+
+/// Runs the refresh loop until `input` says the arbiter has stopped (this replica no
+/// longer leads). `input` asks the arbiter ([`crate::actors::arbiter::GetEstimateInput`]).
+pub(crate) async fn run<F, Fut>(settings: Arc<Settings>, db: Db, input: F, table: Estimates)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Input>,
+{
+    let cfg = settings.estimates.clone();
+    if !cfg.enabled {
+        return;
+    }
+    let mut learned = RunTimes::default();
+    let mut learned_to = Utc::now() - chrono::Duration::days(LEARN_FROM_DAYS);
+    // What the last run saw: QUEUED and outstanding ids with their statuses, and the
+    // run times learned (unchanged: no new run is needed).
+    let mut last_seen: Option<(u64, usize)> = None;
+    // How long the last refresh took (reads and forward run): the next waits at least
+    // ten times that, so refreshes take at most a tenth of one core however much is
+    // queued.
+    let mut took = std::time::Duration::ZERO;
+    loop {
+        tokio::time::sleep(cfg.refresh.max(took * BUSY_SHARE)).await;
+        let began = std::time::Instant::now();
+        // Learn the runs that ended since the last read.
+        let mut learned_now = 0usize;
+        loop {
+            match crate::store::succeeded_since(&db, learned_to, LEARN_BATCH).await {
+                Ok(rows) => {
+                    let n = rows.len();
+                    for (user, entrypoint, started, finished) in rows {
+                        learned.observe(&user, &entrypoint, secs(finished) - secs(started));
+                        learned_to = learned_to.max(finished);
+                    }
+                    learned_now += n;
+                    if (n as u64) < LEARN_BATCH {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "estimates: cannot read finished jobs");
+                    break;
+                }
+            }
+        }
+        let (snapshot, outstanding) = match input().await {
+            Err(()) => return,
+            Ok(None) => continue,
+            Ok(Some(x)) => x,
+        };
+        let rows = match crate::store::waiting_and_outstanding(&db).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "estimates: cannot read the queues");
+                continue;
+            }
+        };
+        // Unchanged since the last run (same jobs in the same states, nothing learned,
+        // same allocations): nothing to do.
+        let fingerprint = fingerprint(&rows, &outstanding);
+        if learned_now == 0 && last_seen == Some((fingerprint, rows.len())) {
+            continue;
+        }
+        last_seen = Some((fingerprint, rows.len()));
+        let params = Params {
+            default_runtime: cfg.default_runtime.as_secs_f64(),
+            horizon: cfg.horizon.as_secs_f64(),
+            default_max_running: settings.scheduler.default_max_running_jobs,
+            default_max_runtime: settings.scheduler.default_max_runtime.as_secs_f64(),
+        };
+        let at = time(snapshot.now).unwrap_or_else(Utc::now);
+        let snapshot_learned = learned.clone();
+        let started = std::time::Instant::now();
+        let result = tokio::task::spawn_blocking(move || {
+            compute(snapshot, outstanding, &rows, &snapshot_learned, &params)
+        })
+        .await;
+        match result {
+            Ok(jobs) => {
+                tracing::debug!(
+                    jobs = jobs.len(),
+                    seconds = started.elapsed().as_secs_f64(),
+                    "estimates refreshed"
+                );
+                table.replace(at, jobs);
+                took = began.elapsed();
+            }
+            Err(e) => tracing::error!(error = %e, "estimates: the forward run failed"),
+        }
+    }
+}
+
+/// A cheap digest of the jobs' ids and states and the outstanding jobs' charges.
+fn fingerprint(rows: &[entity::job::Model], outstanding: &[estimate::Outstanding]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for r in rows {
+        r.id.hash(&mut h);
+        r.status.as_str().hash(&mut h);
+    }
+    for o in outstanding {
+        o.job_id.hash(&mut h);
+        for x in o.resources.components() {
+            x.to_bits().hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// What [`compute`] takes from the configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// `estimates.default_runtime`, seconds.
+    pub default_runtime: Seconds,
+    /// `estimates.horizon`, seconds.
+    pub horizon: Seconds,
+    /// `scheduler.default_max_running_jobs` (a user the arbiter does not know yet).
+    pub default_max_running: u32,
+    /// `scheduler.default_max_runtime`, seconds: the policy's run-time estimate of a
+    /// job without `max_runtime_s`, as the arbiter fills it in.
+    pub default_max_runtime: Seconds,
+}
+
+/// The forward run on the arbiter's copy and the database's queues: every QUEUED job's
+/// estimate (pure; module doc).
+#[must_use]
+pub fn compute(
+    mut snapshot: crate::policy::preview::Snapshot,
+    mut outstanding: Vec<estimate::Outstanding>,
+    rows: &[entity::job::Model],
+    learned: &RunTimes,
+    params: &Params,
+) -> HashMap<JobId, JobEstimate> {
+    let default_runtime = params.default_runtime;
+    let granted: HashSet<JobId> = outstanding.iter().map(|o| o.job_id).collect();
+    // Each job's expected run time and its basis.
+    let mut runs: HashMap<JobId, (Seconds, Basis)> = HashMap::with_capacity(rows.len());
+    let mut queues: BTreeMap<&str, Vec<QueuedJob>> = BTreeMap::new();
+    let mut started_at: HashMap<JobId, Seconds> = HashMap::new();
+    for r in rows {
+        let run = expected_run(
+            r.max_runtime_s.map(|s| s as f64),
+            learned.median(&r.user_id, &r.entrypoint),
+            default_runtime,
+        );
+        runs.insert(r.id, run);
+        if r.status == JobStatus::Queued {
+            // Granted since the database was read: outstanding in the copy.
+            if !granted.contains(&r.id) {
+                let mut q = crate::actors::summary(r);
+                q.runtime_estimate.get_or_insert(params.default_max_runtime);
+                queues.entry(&r.user_id).or_default().push(q);
+            }
+        } else if let Some(t) = r.started_at.or(r.dispatched_at) {
+            started_at.insert(r.id, secs(t));
+        }
+    }
+    // Outstanding jobs end at their start (as the database has it) plus their
+    // expected run time.
+    for o in &mut outstanding {
+        let run = runs.get(&o.job_id).map_or(default_runtime, |r| r.0);
+        let from = started_at.get(&o.job_id).copied().unwrap_or(o.started_at);
+        o.end = from + run;
+    }
+    let mut by_user: HashMap<String, usize> = HashMap::new();
+    for (i, u) in snapshot.users.iter().enumerate() {
+        by_user.insert(u.user.clone(), i);
+    }
+    for (user, queue) in queues {
+        match by_user.get(user) {
+            Some(&i) => snapshot.users[i].queue = queue,
+            None => snapshot.users.push(UserView {
+                user: user.to_owned(),
+                weight: crate::store::DEFAULT_WEIGHT,
+                paused: false,
+                max_running_jobs: params.default_max_running,
+                max_resources: None,
+                outstanding_jobs: 0,
+                allocation: crate::policy::Resources::ZERO,
+                usage: 0.0,
+                usage_at: snapshot.now,
+                group: None,
+                queue,
+            }),
+        }
+    }
+    let forward = estimate::forward(
+        &snapshot,
+        &outstanding,
+        |j| runs.get(&j.job_id).map_or(default_runtime, |r| r.0),
+        Limits {
+            horizon: params.horizon,
+            max_cycles: MAX_CYCLES,
+            ..Limits::default()
+        },
+    );
+    let by_job = forward.by_job();
+    let mut out = HashMap::with_capacity(runs.len());
+    for u in &snapshot.users {
+        for j in &u.queue {
+            let basis = runs.get(&j.job_id).map_or(Basis::Default, |r| r.1);
+            let e = by_job.get(&j.job_id);
+            out.insert(
+                j.job_id,
+                JobEstimate {
+                    start: e.and_then(|e| time(e.start)),
+                    position: e.map(|e| e.position as u64),
+                    basis,
+                },
+            );
+        }
+    }
+    out
+}
