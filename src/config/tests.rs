@@ -842,6 +842,20 @@ fn node_types_load_with_their_potential_and_bad_ones_name_their_key() {
             "clusters[0].head.CPU",
             "CPU",
         ),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        let err = Settings::load_with_env(Some(&path), env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(key), "{text}: {err}");
+        assert!(err.contains(says), "{text}: {err}");
+    }
+    let err = Settings::load_with_env(None, env(&[("FAIRSHARE__MONITOR__SCALE_UP_TIMEOUT", "0s")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("monitor.scale_up_timeout"), "{err}");
+}
+
 /// `[usage]` and `[[sizes]]` (issue 48): the defaults, a size with memory written
 /// with a unit, and every bad value refused naming its key.
 #[test]
@@ -904,10 +918,6 @@ fn usage_retention_and_sizes_load_and_bad_ones_name_their_key() {
         assert!(err.contains(key), "{text}: {err}");
         assert!(err.contains(says), "{text}: {err}");
     }
-    let err = Settings::load_with_env(None, env(&[("FAIRSHARE__MONITOR__SCALE_UP_TIMEOUT", "0s")]))
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("monitor.scale_up_timeout"), "{err}");
     assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
     assert_eq!(parse_bytes("2TB"), Ok(2_000_000_000_000));
     assert!(parse_bytes("lots").is_err());
