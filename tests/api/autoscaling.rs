@@ -10,11 +10,22 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::fake_ray::{self, State};
-use crate::helpers::{until, TestApp, SUBMITTER};
+use crate::helpers::{until, TestApp};
+use crate::ray_edges::{job, scheduler};
 
 /// A service on the fake at `server` whose cluster declares one worker type `cpu-2`
 /// (2 cores) of at most `max` nodes and a head that takes no work.
 async fn app_on(server: &wiremock::MockServer, max: u32, scale_up_timeout: Duration) -> TestApp {
+    app_with(server, max, scale_up_timeout, |_| {}).await
+}
+
+/// [`app_on`], with `tweak` applied last.
+async fn app_with(
+    server: &wiremock::MockServer,
+    max: u32,
+    scale_up_timeout: Duration,
+    tweak: impl FnOnce(&mut fairshare::Settings),
+) -> TestApp {
     crate::helpers::app_with_cluster("fake", server.uri(), move |s| {
         s.monitor.usage_report_lag = Duration::from_millis(300);
         s.monitor.lost_job_grace = Duration::from_secs(3600);
@@ -25,31 +36,14 @@ async fn app_on(server: &wiremock::MockServer, max: u32, scale_up_timeout: Durat
             min_count: 0,
             max_count: max,
         }];
+        tweak(s);
     })
     .await
 }
 
+/// A 1-CPU `sleep 1` job of `user` (see [`crate::ray_edges::submit_id`]).
 async fn submit_id(app: &TestApp, user: &str) -> String {
-    app.submit(user, json!({"entrypoint": "sleep 1"})).await["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-async fn scheduler(app: &TestApp) -> Value {
-    app.get("/v1/scheduler", SUBMITTER)
-        .await
-        .json()
-        .await
-        .unwrap()
-}
-
-async fn job(app: &TestApp, id: &str) -> Value {
-    app.get(&format!("/v1/jobs/{id}"), SUBMITTER)
-        .await
-        .json()
-        .await
-        .unwrap()
+    crate::ray_edges::submit_id(app, user, json!({"entrypoint": "sleep 1"})).await
 }
 
 async fn status_is(app: &TestApp, id: &str, status: &str, secs: u64) -> Value {
@@ -257,17 +251,8 @@ async fn a_node_lost_while_jobs_wait_leaves_the_waiting_ones_waiting_for_its_rep
 #[actix_web::test]
 async fn a_cluster_at_its_maximum_holds_a_pending_job_only_for_the_pending_timeout() {
     let (server, _state) = fake_ray::start(2.0, |s| s.foreign_on_first_submit = Some(2.0)).await;
-    let app = crate::helpers::app_with_cluster("fake", server.uri(), |s| {
-        s.monitor.usage_report_lag = Duration::from_millis(300);
-        s.monitor.lost_job_grace = Duration::from_secs(3600);
+    let app = app_with(&server, 1, Duration::from_secs(600), |s| {
         s.monitor.pending_timeout = Duration::from_secs(1);
-        s.monitor.scale_up_timeout = Duration::from_secs(600);
-        s.clusters[0].node_types = vec![fairshare::config::NodeTypeSettings {
-            name: "cpu-2".into(),
-            resources: [("cpu".to_string(), 2.0)].into_iter().collect(),
-            min_count: 0,
-            max_count: 1,
-        }];
     })
     .await;
     until(10, "capacity known", || async {

@@ -23,14 +23,14 @@ async fn app_on(
 }
 
 /// Submits a job (see [`TestApp::submit`]) and returns its id.
-async fn submit_id(app: &TestApp, user: &str, extra: Value) -> String {
+pub(crate) async fn submit_id(app: &TestApp, user: &str, extra: Value) -> String {
     app.submit(user, extra).await["id"]
         .as_str()
         .unwrap()
         .to_string()
 }
 
-async fn scheduler(app: &TestApp) -> Value {
+pub(crate) async fn scheduler(app: &TestApp) -> Value {
     app.get("/v1/scheduler", SUBMITTER)
         .await
         .json()
@@ -38,7 +38,7 @@ async fn scheduler(app: &TestApp) -> Value {
         .unwrap()
 }
 
-async fn job(app: &TestApp, id: &str) -> Value {
+pub(crate) async fn job(app: &TestApp, id: &str) -> Value {
     app.get(&format!("/v1/jobs/{id}"), SUBMITTER)
         .await
         .json()

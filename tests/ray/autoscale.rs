@@ -155,17 +155,8 @@ fn declared(head_cpus: u32, max: u32) -> String {
 
 /// Ray's own record of its jobs: (submission_id, status, end_time in ms since the epoch).
 async fn ray_jobs(head: &RayHead) -> Vec<(String, String, Option<u64>)> {
-    let list: Value = head
-        .client()
-        .get(format!("{}/api/jobs/", head.dashboard))
-        .send()
+    head.job_list()
         .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    list.as_array()
-        .unwrap()
         .iter()
         .filter_map(|j| {
             Some((

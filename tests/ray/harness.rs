@@ -245,8 +245,8 @@ impl RayHead {
         }
     }
 
-    /// Ray's own job list: (submission_id, status).
-    pub async fn jobs(&self) -> Vec<(String, String)> {
+    /// Ray's own job list, as `GET /api/jobs/` answers it (one object per job).
+    pub async fn job_list(&self) -> Vec<serde_json::Value> {
         let list: serde_json::Value = self
             .client()
             .get(format!("{}/api/jobs/", self.dashboard))
@@ -256,8 +256,13 @@ impl RayHead {
             .json()
             .await
             .unwrap();
-        list.as_array()
-            .unwrap()
+        list.as_array().unwrap().clone()
+    }
+
+    /// Ray's own job list: (submission_id, status).
+    pub async fn jobs(&self) -> Vec<(String, String)> {
+        self.job_list()
+            .await
             .iter()
             .filter_map(|j| {
                 Some((
