@@ -127,9 +127,9 @@ pub struct GrowthView {
     pub jobs_waiting_in_ray: u32,
     /// What those jobs ask, in all.
     pub demand_in_ray: Amounts,
-    /// Seconds for which only the nodes alive count as its capacity (`capacity` is then
-    /// `alive`): a job waited `monitor.scale_up_timeout` for a node that did not come.
-    /// Absent while the cluster may grow.
+    /// The longest hold of any of its node types (`node_types[].held_for_seconds`):
+    /// seconds for which a node type a job waited `monitor.scale_up_timeout` for is left
+    /// out of `capacity`. Absent while no node type is held back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub growth_held_for_seconds: Option<f64>,
     /// Its node types as configured, the head first (named `head`) when it takes work.
@@ -147,6 +147,14 @@ pub struct NodeTypeView {
     pub min_count: u32,
     /// Nodes of this type at most (1 for the head).
     pub max_count: u32,
+    /// Seconds for which this type is left out of the cluster's capacity: a job
+    /// waited `monitor.scale_up_timeout` for a node of it that did not come. The hold
+    /// doubles with each such failure in a row, up to 8 × `scale_up_timeout`; absent
+    /// while the type may grow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_for_seconds: Option<f64>,
+    /// Scale-ups of this type in a row that did not come (0 once a node came up).
+    pub failed_scale_ups: u32,
 }
 
 /// [`ClusterStatusView::notifications`]: what the leader's monitor knows of one Ray

@@ -228,6 +228,11 @@ pub struct CapacityChanged {
     /// what it can grow to, or only what is alive while its growth is held back);
     /// `None` for a fixed cluster and from a message that does not know.
     pub growth: Option<crate::views::GrowthView>,
+    /// The part of `total` not alive yet: what an autoscaling cluster can still grow
+    /// by (`total − alive` per resource); zero for a fixed cluster. The arbiter
+    /// withholds it from fitting between two scale-up batches
+    /// (`monitor.scale_up_batch`).
+    pub growth_room: Resources,
 }
 
 /// Monitor → arbiter: an outstanding job ended (the terminal status is committed).

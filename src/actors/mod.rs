@@ -616,6 +616,17 @@ impl Scheduler {
             .flatten()
     }
 
+    /// The node types of autoscaling cluster `cluster` held back now (a scale-up of
+    /// theirs did not come); empty when none is, or the arbiter cannot answer.
+    pub async fn held_node_types(&self, cluster: &str) -> Vec<String> {
+        self.arbiter
+            .send(arbiter::GetHeldNodeTypes {
+                cluster: cluster.to_string(),
+            })
+            .await
+            .unwrap_or_default()
+    }
+
     /// Why a queued job is not running, from the last cycle.
     pub async fn pending_reason(&self, job_id: Uuid) -> Option<String> {
         self.arbiter

@@ -228,8 +228,8 @@ pub(crate) enum Fresh {
 /// Why a PENDING job waits in Ray: on an autoscaling cluster for a node of the type
 /// that would hold it, e.g. "waiting for Ray to add a node of type cpu-2 (requested 40 s
 /// ago; after monitor.scale_up_timeout, 600 s, it goes back to the queue)"; elsewhere
-/// for resources to free up.
-fn pending_in_ray(settings: &crate::config::Settings, j: &job::Model) -> String {
+/// for resources to free up. `held`: the cluster's node types held back now (left out).
+fn pending_in_ray(settings: &crate::config::Settings, j: &job::Model, held: &[String]) -> String {
     let cluster = j.cluster.as_deref().unwrap_or("?");
     let autoscaling = settings
         .clusters
@@ -246,7 +246,10 @@ fn pending_in_ray(settings: &crate::config::Settings, j: &job::Model) -> String 
         .dispatched_at
         .map(|t| (chrono::Utc::now() - t).num_seconds().max(0))
         .unwrap_or(0);
-    let node = crate::actors::monitor::growth::node_type_for(c, &store::resources_of(j))
+    let node =
+        crate::actors::monitor::growth::node_type_for_unless(c, &store::resources_of(j), |t| {
+            held.iter().any(|h| h == t)
+        })
         .map_or_else(|| "a node".to_string(), |t| format!("a node of type {t}"));
     format!(
         "waiting for Ray to add {node} on cluster {cluster}, or for resources there to free \
@@ -295,7 +298,13 @@ pub(crate) async fn view(
             "back in the queue at its place; waiting for Ray to confirm that attempt {old} \
              stopped before it is submitted again"
         )),
-        (JobStatus::Pending, _) => Some(pending_in_ray(&state.settings, &j)),
+        (JobStatus::Pending, _) => {
+            let held = match (state.scheduler(), j.cluster.as_deref()) {
+                (Some(s), Some(c)) => s.held_node_types(c).await,
+                _ => Vec::new(),
+            };
+            Some(pending_in_ray(&state.settings, &j, &held))
+        }
         _ => None,
     };
     let user_id = j.user_id.clone();

@@ -811,6 +811,14 @@ pub struct MonitorSettings {
     /// `RAY_JOB_START_TIMEOUT_SECONDS` (900 s), which fails the job inside Ray.
     #[serde(with = "crate::config::duration")]
     pub scale_up_timeout: Duration,
+    /// On an autoscaling cluster, jobs that must wait for Ray to add a node are granted
+    /// in batches at most this often (default 1 s, `0s` for at once): the first such
+    /// job waits this long, so that every job queued meanwhile competes for the new
+    /// nodes in fair-share order, not in the order the jobs arrived (issue 44; DESIGN §2,
+    /// "Autoscaling clusters"). Jobs that fit what is alive are never delayed. Ray's own
+    /// autoscaler reads demand every `AUTOSCALER_UPDATE_INTERVAL_S` (5 s by default).
+    #[serde(with = "crate::config::duration")]
+    pub scale_up_batch: Duration,
     /// How long Ray's usage report (`/api/cluster_status`) may lag behind its job list:
     /// a job of ours counts as included in the reported usage only once Ray has listed
     /// it RUNNING for this long (docs/ray.md: about 5 s, about 1 s with

@@ -143,6 +143,12 @@ impl Settings {
         if self.monitor.scale_up_timeout.is_zero() {
             return invalid("monitor.scale_up_timeout", "must be longer than 0s");
         }
+        if self.monitor.scale_up_batch > std::time::Duration::from_secs(60) {
+            return invalid(
+                "monitor.scale_up_batch",
+                "must be at most 60s (every job that waits for a node waits this long first)",
+            );
+        }
         if self.monitor.failure_threshold == 0 {
             return invalid("monitor.failure_threshold", "must be at least 1");
         }

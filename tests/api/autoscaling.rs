@@ -271,3 +271,111 @@ async fn a_cluster_at_its_maximum_holds_a_pending_job_only_for_the_pending_timeo
         "{back}"
     );
 }
+
+/// Issue 44 §4 as an operator submits (a fresh tester's finding): alice posts 6 jobs,
+/// then bob 2, one after another, on a 0-core head that can grow by two cpu-2 nodes.
+/// Jobs that must wait for a node are granted in one scale-up batch
+/// (`monitor.scale_up_batch`), so the four sent to Ray for the new nodes are the fair
+/// order's, bob's two among them, not the first four to arrive.
+#[actix_web::test]
+async fn jobs_waiting_for_growth_are_sent_in_fair_order_not_in_arrival_order() {
+    let (server, state) = fake_ray::start(0.0, |s| s.run_polls = 1_000_000).await;
+    let app = app_with(&server, 2, Duration::from_secs(600), |s| {
+        s.monitor.scale_up_batch = Duration::from_secs(1);
+    })
+    .await;
+    until(10, "the cluster counted at its potential", || async {
+        let v = scheduler(&app).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 4.0).then_some(())
+    })
+    .await;
+    let mut alice = Vec::new();
+    for _ in 0..6 {
+        alice.push(submit_id(&app, "alice").await);
+    }
+    let mut bob = Vec::new();
+    for _ in 0..2 {
+        bob.push(submit_id(&app, "bob").await);
+    }
+    let sent = until(10, "four jobs sent to Ray for the new nodes", || async {
+        let s = state.lock().unwrap();
+        (s.submitted.len() >= 4).then(|| s.submitted.clone())
+    })
+    .await;
+    assert_eq!(sent.len(), 4, "no more than the growth holds: {sent:?}");
+    for b in &bob {
+        assert!(sent.contains(b), "bob's {b} among the four: {sent:?}");
+    }
+    assert!(
+        sent.contains(&alice[0]) && sent.contains(&alice[1]),
+        "{sent:?}"
+    );
+    let waiting = job(&app, &alice[2]).await;
+    assert_eq!(waiting["status"], "QUEUED", "{waiting}");
+}
+
+/// Two node types; a scale-up of one (cpu-2) does not come. Only that type is held
+/// back: a job it would hold now waits for the other type (cpu-4), which still grows,
+/// and the view says which type is held, for how long and how many times it failed.
+#[actix_web::test]
+async fn a_failed_scale_up_holds_back_only_its_node_type() {
+    let (server, state) = fake_ray::start(0.0, |s| s.run_polls = 2).await;
+    let app = app_with(&server, 1, Duration::from_secs(2), |s| {
+        s.monitor.scale_up_batch = Duration::ZERO;
+        s.clusters[0]
+            .node_types
+            .push(fairshare::config::NodeTypeSettings {
+                name: "cpu-4".into(),
+                resources: [("cpu".to_string(), 4.0)].into_iter().collect(),
+                min_count: 0,
+                max_count: 1,
+            });
+    })
+    .await;
+    until(10, "the cluster counted at its potential", || async {
+        let v = scheduler(&app).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 6.0).then_some(())
+    })
+    .await;
+    let a = submit_id(&app, "u").await;
+    let pending = status_is(&app, &a, "PENDING", 10).await;
+    assert!(
+        pending["pending_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("node of type cpu-2")),
+        "{pending}"
+    );
+    // No node comes: a is back, cpu-2 is held, cpu-4 still counts.
+    status_is(&app, &a, "QUEUED", 15).await;
+    let v = until(10, "cpu-2 held back, cpu-4 not", || async {
+        let v = scheduler(&app).await;
+        let c = &v["clusters"][0];
+        (c["capacity"]["cpu"] == 4.0
+            && c["growth"]["node_types"][0]["held_for_seconds"]
+                .as_f64()
+                .is_some())
+        .then_some(v)
+    })
+    .await;
+    let types = &v["clusters"][0]["growth"]["node_types"];
+    assert_eq!(types[0]["name"], "cpu-2", "{v}");
+    assert_eq!(types[0]["failed_scale_ups"], 1, "{v}");
+    assert!(types[1]["held_for_seconds"].is_null(), "{v}");
+    // Ray's own start timeout (RAY_JOB_START_TIMEOUT_SECONDS) fails the stopped
+    // attempt, which never started; only then may a be sent again (never twice at once).
+    state.lock().unwrap().jobs.get_mut(&a).unwrap().status = "FAILED";
+    // a is sent again, now for a cpu-4 node; one comes (4 cores alive) and a runs.
+    let again = until(15, "a sent again for a cpu-4 node", || async {
+        let v = job(&app, &a).await;
+        (v["status"] == "PENDING").then_some(v)
+    })
+    .await;
+    assert!(
+        again["pending_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("node of type cpu-4")),
+        "{again}"
+    );
+    state.lock().unwrap().total_cpu = 4.0;
+    status_is(&app, &a, "SUCCEEDED", 30).await;
+}

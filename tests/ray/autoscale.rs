@@ -310,18 +310,9 @@ async fn a_zero_cpu_head_grows_for_every_job_in_fair_order_and_shrinks_when_idle
         },
     )
     .await;
-    // Held so that bob's jobs are queued before the first cycle grants any.
-    assert_eq!(
-        svc.put("/v1/users/alice", json!({"weight": 1.0}))
-            .await
-            .status(),
-        200
-    );
-    assert!(svc
-        .post("/v1/users/alice/pause")
-        .await
-        .status()
-        .is_success());
+    // As an operator submits: alice's six, then bob's two, one after another. The
+    // jobs that must wait for a node are granted in one scale-up batch
+    // (`monitor.scale_up_batch`, 1 s), in fair order over all eight.
     let mut ids = Vec::new();
     for _ in 0..6 {
         ids.push(svc.submit("alice", "sleep 6", 1.0, json!({})).await["id"].clone());
@@ -331,11 +322,6 @@ async fn a_zero_cpu_head_grows_for_every_job_in_fair_order_and_shrinks_when_idle
     }
     let big = svc.submit("carol", "sleep 2", 2.0, json!({})).await;
     assert_eq!(big["status"], "QUEUED", "a 2-CPU job is accepted: {big}");
-    assert!(svc
-        .post("/v1/users/alice/resume")
-        .await
-        .status()
-        .is_success());
     // Demand reaches Ray and the autoscaler adds nodes for it.
     eventually(60, "a worker added for fairshare's demand", || async {
         (view(&head).await.alive_workers >= 1).then_some(())

@@ -60,6 +60,35 @@ impl FairShareArbiter {
             act.cycle_requested = false;
             act.run_cycle();
             act.arm_guard_wake(ctx);
+            act.arm_growth_batch(ctx);
+        });
+    }
+
+    /// Whether this cycle is a scale-up batch's: it may grant into what autoscaling
+    /// clusters can still grow by (`monitor.scale_up_batch`; always when that is 0).
+    fn growth_open(&self, now: f64) -> bool {
+        self.settings.monitor.scale_up_batch.is_zero()
+            || self.growth_batch.is_some_and(|at| now >= at)
+    }
+
+    /// Arms the next scale-up batch (issue 44; DESIGN §2, "Autoscaling clusters"):
+    /// while jobs are queued and a cluster can still grow, a cycle that may grant into
+    /// the growth runs `monitor.scale_up_batch` from now, so that every job queued by
+    /// then competes for the new nodes in fair-share order. Cycles between batches
+    /// grant only what fits the nodes alive.
+    pub(super) fn arm_growth_batch(&mut self, ctx: &mut Context<Self>) {
+        let batch = self.settings.monitor.scale_up_batch;
+        if batch.is_zero()
+            || self.growth_batch.is_some()
+            || self.queued_ids.is_empty()
+            || self.growth_room.is_empty()
+        {
+            return;
+        }
+        self.growth_batch = Some(unix_now() + batch.as_secs_f64());
+        // Just after the instant, as the guard's wake.
+        ctx.run_later(batch + Duration::from_millis(1), |act, ctx| {
+            act.request_cycle(ctx);
         });
     }
 
@@ -96,6 +125,18 @@ impl FairShareArbiter {
     pub(super) fn run_cycle(&mut self) {
         let started = Instant::now();
         let now = unix_now();
+        // Growth is withheld from fitting except in a scale-up batch's cycle.
+        let open = self.growth_open(now);
+        for name in self.growth.keys() {
+            let room = match self.growth_room.get(name) {
+                Some(room) if !open => *room,
+                _ => crate::policy::Resources::ZERO,
+            };
+            self.ledger.withhold(name, room);
+        }
+        if open {
+            self.growth_batch = None;
+        }
         let outcome = self.ledger.cycle(now);
         let m = metrics::get();
         for (g, waited) in outcome.grants.iter().zip(&outcome.waited) {

@@ -23,7 +23,9 @@ mod what_if;
 
 pub use groups::GetGroupState;
 pub use recovery::{EnqueueMany, Recovered, RecoveredOutstanding};
-pub use report::{GetActual, GetPendingReason, GetUserState, GetView, IsReady, Loaded};
+pub use report::{
+    GetActual, GetHeldNodeTypes, GetPendingReason, GetUserState, GetView, IsReady, Loaded,
+};
 pub use what_if::{GetEstimateInput, GetSnapshot};
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -182,6 +184,12 @@ pub struct FairShareArbiter {
     unhealthy_reasons: HashMap<String, String>,
     /// Per autoscaling cluster, its growth as the monitor last reported it (issue 44).
     growth: HashMap<String, crate::views::GrowthView>,
+    /// Per autoscaling cluster, what it can still grow by (`CapacityChanged::growth_room`):
+    /// withheld from fitting except in a scale-up batch's cycle.
+    growth_room: HashMap<String, Resources>,
+    /// When the next scale-up batch opens (seconds, `unix_now`'s clock; a wake is
+    /// armed for it); `None` while no job waits for growth (`monitor.scale_up_batch`).
+    growth_batch: Option<f64>,
     /// (cluster, custom slot) pairs already warned of: a cluster reporting a resource
     /// configured as a license.
     license_clash: HashSet<(String, usize)>,
@@ -264,6 +272,8 @@ impl FairShareArbiter {
             notifications: HashMap::new(),
             unhealthy_reasons: HashMap::new(),
             growth: HashMap::new(),
+            growth_room: HashMap::new(),
+            growth_batch: None,
             license_clash: HashSet::new(),
             actual: HashMap::new(),
             last: None,
@@ -445,6 +455,7 @@ impl Actor for FairShareArbiter {
             if act.ready {
                 act.run_cycle();
                 act.arm_guard_wake(ctx);
+                act.arm_growth_batch(ctx);
                 ctx.spawn(
                     super::off_actor(act.save_usage())
                         .into_actor(act)
@@ -656,6 +667,12 @@ impl Handler<CapacityChanged> for FairShareArbiter {
         };
         if let Some(g) = msg.growth {
             self.growth.insert(msg.cluster.clone(), g);
+        }
+        if msg.growth_room == Resources::ZERO {
+            self.growth_room.remove(&msg.cluster);
+        } else {
+            self.growth_room
+                .insert(msg.cluster.clone(), msg.growth_room);
         }
         let reported: HashSet<JobId> = msg.reported.into_iter().collect();
         // A cluster that reports a resource named like a license: the license's

@@ -29,6 +29,14 @@ pub struct GetPendingReason {
     pub job_id: JobId,
 }
 
+/// Ask which node types of autoscaling cluster `cluster` are held back now (a
+/// scale-up of theirs did not come; issue 44), as the monitor last reported.
+#[derive(Message)]
+#[rtype(result = "Vec<String>")]
+pub struct GetHeldNodeTypes {
+    pub cluster: String,
+}
+
 /// Ask what an outstanding job holds on Ray now (cores, GPUs, bytes), by the last
 /// State API reading that showed it; `None` when unknown.
 #[derive(Message)]
@@ -334,9 +342,50 @@ impl Handler<GetPendingReason> for FairShareArbiter {
         let user = self
             .names
             .get(*self.queued_ids.get(&msg.job_id)? as usize)?;
-        self.ledger
-            .reason(user, msg.job_id)
-            .map(|reason| reason.to_string())
+        let reason = self.ledger.reason(user, msg.job_id)?;
+        let mut text = reason.to_string();
+        // While node types are held back after scale-ups that did not come, a job only
+        // they could hold reads "no cluster large enough": say why (issue 44).
+        if matches!(reason, crate::policy::PendingReason::NoClusterLargeEnough) {
+            let mut held: Vec<String> = self
+                .growth
+                .iter()
+                .flat_map(|(cluster, g)| {
+                    g.node_types.iter().filter_map(move |t| {
+                        t.held_for_seconds.map(|s| {
+                            format!(
+                                "node type {} of cluster {cluster} (counted again in {:.0} s)",
+                                t.name,
+                                s.ceil()
+                            )
+                        })
+                    })
+                })
+                .collect();
+            held.sort();
+            if !held.is_empty() {
+                text = format!(
+                    "no cluster can hold this job now: Ray did not add a node within \
+                     monitor.scale_up_timeout, so these node types are left out until then: {}",
+                    held.join(", ")
+                );
+            }
+        }
+        Some(text)
+    }
+}
+
+impl Handler<GetHeldNodeTypes> for FairShareArbiter {
+    type Result = Vec<String>;
+
+    fn handle(&mut self, msg: GetHeldNodeTypes, _: &mut Context<Self>) -> Vec<String> {
+        self.growth.get(&msg.cluster).map_or_else(Vec::new, |g| {
+            g.node_types
+                .iter()
+                .filter(|t| t.held_for_seconds.is_some())
+                .map(|t| t.name.clone())
+                .collect()
+        })
     }
 }
 

@@ -246,12 +246,11 @@ impl RayCapacityMonitor {
         }
     }
 
-    /// Whether cluster `name` can still grow: it autoscales, its growth is not held
-    /// back, and either a node is starting or what is alive is less than it can grow
-    /// to (cores, GPUs, custom resources). A job Ray holds PENDING there waits for a
-    /// node (`monitor.scale_up_timeout`); on a cluster at its maximum it waits for
-    /// resources to free up, as on a fixed one (`monitor.pending_timeout`).
-    fn can_grow(&self, name: &str) -> bool {
+    /// Whether a job of cluster `name` asking `request` that Ray holds PENDING waits
+    /// for a node (`monitor.scale_up_timeout`) rather than for resources to free up
+    /// (`monitor.pending_timeout`): see [`growth::Growth::can_grow_for`]. False for a
+    /// fixed cluster.
+    fn can_grow_for(&self, name: &str, request: &crate::policy::Resources) -> bool {
         let Some(c) = self
             .settings
             .clusters
@@ -260,19 +259,20 @@ impl RayCapacityMonitor {
         else {
             return false;
         };
-        let g = self.growth.get(name).cloned().unwrap_or_default();
-        if g.held(Instant::now()) {
-            return false;
-        }
         let alive = self.health.get(name).map(|h| h.total).unwrap_or_default();
-        g.nodes_starting > 0
-            || c.potential()
-                .is_some_and(|p| growth::larger_than_declared(&p, &alive))
+        self.growth
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+            .can_grow_for(c, request, &alive, Instant::now())
     }
 
     fn limits(&self, j: &job::Model) -> Limits {
         let s = &self.settings;
-        let scale_up = j.cluster.as_deref().is_some_and(|name| self.can_grow(name));
+        let scale_up = j
+            .cluster
+            .as_deref()
+            .is_some_and(|name| self.can_grow_for(name, &crate::store::resources_of(j)));
         let pending = if scale_up {
             s.monitor.scale_up_timeout
         } else {
@@ -503,26 +503,42 @@ impl RayCapacityMonitor {
         if autoscaling.is_some() {
             self.growth.entry(r.name.clone()).or_default();
         }
-        // Whether the poll's PENDING limits were the scale-up's (see `limits`).
-        let growing = self.can_grow(&r.name);
-        let used = self.apply_health(&r);
-        let lag = self.settings.monitor.usage_report_lag;
         let name = r.name.clone();
         let now = Instant::now();
-        // A job that waited `scale_up_timeout` for a node that did not come: only what
-        // is alive counts for as long again (issue 44).
-        let scale_up_failed = r.current.iter().any(|(_, o)| {
-            matches!(o, followed::Outcome::Applied(a) if matches!(&**a,
-                crate::store::Applied::Changed { step, .. }
-                    if step.metric == Some(crate::lifecycle::Metric::PendingTimeout)))
-        });
-        if let (true, true, Some(g)) = (scale_up_failed, growing, self.growth.get_mut(&name)) {
-            if !g.held(now) {
-                tracing::warn!(cluster = %name, hold_s = settings.monitor.scale_up_timeout.as_secs(),
-                    "a job waited monitor.scale_up_timeout for Ray to add a node that holds it; \
-                     only the nodes alive count as this cluster's capacity for as long again");
+        // Jobs that waited `scale_up_timeout` for a node that did not come (the poll's
+        // PENDING limits were the scale-up's, see `limits`): the node type each waited
+        // for is left out of the potential for a while (issue 44).
+        let timed_out: Vec<crate::policy::Resources> = r
+            .current
+            .iter()
+            .filter_map(|(_, o)| match o {
+                followed::Outcome::Applied(a) => match &**a {
+                    crate::store::Applied::Changed { job, step }
+                        if step.metric == Some(crate::lifecycle::Metric::PendingTimeout) =>
+                    {
+                        Some(crate::store::resources_of(job))
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+            .filter(|req| self.can_grow_for(&name, req))
+            .collect();
+        let used = self.apply_health(&r);
+        let lag = self.settings.monitor.usage_report_lag;
+        if let (Some(c), Some(g)) = (autoscaling, self.growth.get_mut(&name)) {
+            for req in &timed_out {
+                let Some(t) = g.node_type_for(c, req, now) else {
+                    continue;
+                };
+                let t = t.to_string();
+                let hold = g.hold(&t, now, settings.monitor.scale_up_timeout);
+                tracing::warn!(cluster = %name, node_type = %t, hold_s = hold.as_secs(),
+                    failed_scale_ups = g.holds.get(&t).map_or(0, |h| h.failures),
+                    "a job waited monitor.scale_up_timeout for Ray to add a node of this type \
+                     and none came; the type is left out of the cluster's capacity for hold_s \
+                     (doubling with each failure in a row)");
             }
-            g.hold(now, settings.monitor.scale_up_timeout);
         }
         let state_cost = r.state_cost;
         let mut usage_now = r.usage_now.clone();
@@ -586,8 +602,10 @@ impl RayCapacityMonitor {
         let alive = health.total;
         let (total, growth) = match (autoscaling, self.growth.get_mut(&name)) {
             (Some(c), Some(g)) => {
-                let potential = c.potential();
-                if let Some(p) = potential.filter(|p| growth::larger_than_declared(&alive, p)) {
+                g.saw_alive(alive);
+                let potential = g.potential(c, now);
+                let declared = c.potential();
+                if let Some(p) = declared.filter(|p| growth::larger_than_declared(&alive, p)) {
                     if !g.warned_small {
                         g.warned_small = true;
                         tracing::warn!(cluster = %name, alive = ?alive, potential = ?p,
@@ -596,10 +614,11 @@ impl RayCapacityMonitor {
                     }
                 }
                 let view = g.view(c, alive, self.book.waiting_in_ray(&name), now);
-                (growth::capacity(alive, potential, g.held(now)), Some(view))
+                (growth::capacity(alive, potential), Some(view))
             }
             _ => (alive, None),
         };
+        let growth_room = total.saturating_sub(alive);
         self.arbiter.capacity.do_send(CapacityChanged {
             cluster: name.clone(),
             unhealthy_reason,
@@ -610,6 +629,7 @@ impl RayCapacityMonitor {
             actual,
             notifications,
             growth,
+            growth_room,
         });
     }
 }
@@ -796,6 +816,7 @@ impl Handler<ClusterUnreachable> for RayCapacityMonitor {
                 actual: Vec::new(),
                 notifications: None,
                 growth: None,
+                growth_room: Resources::ZERO,
             });
         }
         self.hurry(ctx);

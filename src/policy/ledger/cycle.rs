@@ -160,7 +160,11 @@ impl Ledger {
                 Room {
                     cluster: k,
                     total: c.total,
-                    free: licenses::with_free(view.free(), licenses, &pooled),
+                    free: licenses::with_free(
+                        view.free().saturating_sub(c.withheld),
+                        licenses,
+                        &pooled,
+                    ),
                     ceiling: licenses::with_counts(
                         c.total.saturating_sub(view.foreign()),
                         licenses,

@@ -319,6 +319,22 @@ impl Ledger {
         true
     }
 
+    /// Withholds `amount` of cluster `name`'s capacity from fitting until the next
+    /// call (`Resources::ZERO` to release it): the arbiter withholds an autoscaling
+    /// cluster's growth (potential less what is alive) between two scale-up batches, so
+    /// that jobs which must wait for Ray to add a node are granted together, in fair
+    /// order over every job queued by then, and not in the order they arrived (DESIGN
+    /// §2, "Autoscaling clusters"; issue 44). Shares, the reservation's ceiling and
+    /// preemption still count the whole capacity. Returns whether it changed; an
+    /// unknown cluster is created unhealthy, as a report would.
+    pub fn withhold(&mut self, name: &str, amount: Resources) -> bool {
+        let k = self.cluster(name);
+        let c = &mut self.clusters[k];
+        let changed = c.withheld != amount;
+        c.withheld = amount;
+        changed
+    }
+
     /// Takes a report of cluster `name`: whether it answers (`healthy`), its capacity
     /// `total` and what Ray reports in use (`used`, every tenant), of which
     /// `reported(job)` tells which of this service's jobs the report already counts.

@@ -233,6 +233,11 @@ struct ClusterState {
     next_seq: u64,
     /// A pool (issue 30; [`ClusterView::pool`]).
     pool: bool,
+    /// Capacity counted in `total` that no grant may take in the next cycle: an
+    /// autoscaling cluster's growth (its potential less what is alive) between two
+    /// scale-up batches ([`Ledger::withhold`]). Shares, reservations and preemption
+    /// still count it; only fitting leaves it out.
+    withheld: Resources,
 }
 
 impl ClusterState {
@@ -247,6 +252,7 @@ impl ClusterState {
             ends: BTreeMap::new(),
             next_seq: 0,
             pool: false,
+            withheld: Resources::ZERO,
         }
     }
 

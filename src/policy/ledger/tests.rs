@@ -519,3 +519,67 @@ thread_local! {
     /// Keys evaluated (tests count what a cycle reads).
     pub(super) static KEYS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
+
+/// Issue 44 §4: capacity withheld from fitting (an autoscaling cluster's growth between
+/// two scale-up batches) grants nothing beyond what is left; released, the batch's cycle
+/// grants in fair order over every job queued by then, not in arrival order.
+#[test]
+fn withheld_growth_is_granted_in_fair_order_over_every_job_queued_meanwhile() {
+    let config = service_config();
+    let mut ledger = Ledger::new(config, UserSettings::default());
+    let t0 = 1000.0;
+    // A 0-CPU head that can grow to 4 cores: all 4 withheld until the batch.
+    ledger.report_cluster(
+        t0,
+        "c",
+        true,
+        Resources::new(4.0, 0.0, 0.0),
+        Resources::ZERO,
+        |_| false,
+    );
+    assert!(ledger.withhold("c", Resources::new(4.0, 0.0, 0.0)));
+    assert!(
+        !ledger.withhold("c", Resources::new(4.0, 0.0, 0.0)),
+        "unchanged"
+    );
+    let jobs = |user: u128, n: u128, at: f64| -> Vec<QueuedJob> {
+        (0..n)
+            .map(|i| QueuedJob {
+                job_id: JobId::from_u128(user << 32 | i),
+                resources: Resources::new(1.0, 0.0, 0.0),
+                priority: 0,
+                submitted_at: at + i as f64 * 0.01,
+                runtime_estimate: None,
+                preemptible: false,
+                preemptions: 0,
+                pool: None,
+            })
+            .collect()
+    };
+    ledger.set_window(t0, "alice", jobs(1, 6, t0));
+    assert!(ledger.cycle(t0).grants.is_empty(), "growth withheld");
+    ledger.set_window(t0 + 0.1, "bob", jobs(2, 2, t0 + 0.1));
+    assert!(ledger.cycle(t0 + 0.1).grants.is_empty(), "growth withheld");
+    // One core alive now: a job that fits it is granted at once, in fair order.
+    ledger.withhold("c", Resources::new(3.0, 0.0, 0.0));
+    let g = ledger.cycle(t0 + 0.5).grants;
+    assert_eq!(
+        g.iter()
+            .map(|g| (g.user.as_str(), g.job_id))
+            .collect::<Vec<_>>(),
+        [("alice", JobId::from_u128(1 << 32))]
+    );
+    // The batch: the other three cores go bob, bob, alice (bob's share 0 < alice's).
+    ledger.withhold("c", Resources::ZERO);
+    let g = ledger.cycle(t0 + 1.0).grants;
+    assert_eq!(
+        g.iter()
+            .map(|g| (g.user.as_str(), g.job_id))
+            .collect::<Vec<_>>(),
+        [
+            ("bob", JobId::from_u128(2 << 32)),
+            ("bob", JobId::from_u128(2 << 32 | 1)),
+            ("alice", JobId::from_u128(1 << 32 | 1)),
+        ]
+    );
+}
