@@ -557,8 +557,8 @@ function clusterCard(c) {
 }
 
 /** An autoscaling cluster (issue 44): its node types, the nodes Ray is adding, the
- * jobs this service placed in Ray for them, and whether its growth is held back after
- * a scale-up that did not come. */
+ * jobs this service placed in Ray for them, and which node types are held back after
+ * scale-ups that did not come. */
 function growthLine(g) {
   if (!g) return null;
   const types = g.node_types
@@ -569,8 +569,8 @@ function growthLine(g) {
     `${g.nodes_starting} node${g.nodes_starting === 1 ? "" : "s"} starting`,
     `${g.jobs_waiting_in_ray} job${g.jobs_waiting_in_ray === 1 ? "" : "s"} waiting in Ray for capacity (${g.demand_in_ray.cpu} cpu)`,
   ];
-  if (g.growth_held_for_seconds != null)
-    parts.push(`growth held back for ${Math.ceil(g.growth_held_for_seconds)} s: a job waited monitor.scale_up_timeout for a node that did not come`);
+  for (const t of g.node_types.filter((t) => t.held_for_seconds != null))
+    parts.push(`${t.name} held back for ${Math.ceil(t.held_for_seconds)} s: ${t.failed_scale_ups} scale-up${t.failed_scale_ups === 1 ? "" : "s"} in a row did not come within monitor.scale_up_timeout`);
   return el("p", { class: "growth " + (g.growth_held_for_seconds != null ? "warn" : "ok") }, parts.join(" · "));
 }
 
