@@ -202,36 +202,62 @@ pub async fn stream_queued(
         .await?;
     Ok(rows.map(|r| {
         r.map(|r| job::Model {
-            id: r.id,
-            user_id: r.user_id,
-            external_id: None,
-            status: JobStatus::Queued,
             priority: r.priority,
-            entrypoint: String::new(),
-            runtime_env: None,
-            metadata: None,
             cpu: r.cpu,
             gpu: r.gpu,
             memory_bytes: r.memory_bytes,
             cluster: r.cluster,
-            message: None,
             max_runtime_s: r.max_runtime_s,
-            submitted_at: r.submitted_at,
-            dispatched_at: None,
-            started_at: None,
-            finished_at: None,
             attempt: r.attempt,
             retiring_attempt: r.retiring_attempt,
-            stop_reason: None,
-            runtime_env_digest: None,
             preemptible: r.preemptible,
             preemptions: r.preemptions,
-            preempted_at: None,
             custom_resources: r.custom_resources,
             pool: r.pool,
-            lease_expires_at: None,
+            ..partial(r.id, r.user_id, JobStatus::Queued, r.submitted_at)
         })
     }))
+}
+
+/// A job row read in part (recovery, the estimates): `id`, `user_id`, `status` and
+/// `submitted_at` as given, every other column empty (`None`, 0, `""`, `false`); the
+/// reader fills in the columns it selected with struct-update syntax.
+fn partial(
+    id: Uuid,
+    user_id: String,
+    status: JobStatus,
+    submitted_at: DateTime<Utc>,
+) -> job::Model {
+    job::Model {
+        id,
+        user_id,
+        external_id: None,
+        status,
+        priority: 0,
+        entrypoint: String::new(),
+        runtime_env: None,
+        metadata: None,
+        cpu: 0.0,
+        gpu: 0.0,
+        memory_bytes: 0,
+        cluster: None,
+        message: None,
+        max_runtime_s: None,
+        submitted_at,
+        dispatched_at: None,
+        started_at: None,
+        finished_at: None,
+        attempt: 0,
+        retiring_attempt: None,
+        stop_reason: None,
+        runtime_env_digest: None,
+        preemptible: false,
+        preemptions: 0,
+        preempted_at: None,
+        custom_resources: None,
+        pool: None,
+        lease_expires_at: None,
+    }
 }
 
 /// One page of QUEUED jobs on SQLite, for recovery: up to `limit` jobs whose rowid is
@@ -575,34 +601,21 @@ pub async fn waiting_and_outstanding(db: &Db) -> Result<Vec<job::Model>, DbErr> 
     Ok(rows
         .into_iter()
         .map(|r| job::Model {
-            id: r.id,
-            user_id: r.user_id,
-            external_id: None,
-            status: r.status,
             priority: r.priority,
             entrypoint: r.entrypoint,
-            runtime_env: None,
-            metadata: None,
             cpu: r.cpu,
             gpu: r.gpu,
             memory_bytes: r.memory_bytes,
             cluster: r.cluster,
-            message: None,
             max_runtime_s: r.max_runtime_s,
-            submitted_at: r.submitted_at,
             dispatched_at: r.dispatched_at,
             started_at: r.started_at,
-            finished_at: None,
             attempt: r.attempt,
-            retiring_attempt: None,
-            stop_reason: None,
-            runtime_env_digest: None,
             preemptible: r.preemptible,
             preemptions: r.preemptions,
-            preempted_at: None,
             custom_resources: r.custom_resources,
             pool: r.pool,
-            lease_expires_at: None,
+            ..partial(r.id, r.user_id, r.status, r.submitted_at)
         })
         .collect())
 }
