@@ -7,6 +7,11 @@
 //!
 //!     cargo run --example bench_usage -- postgres://postgres@127.0.0.1:5432 1000000 1000 365
 //!     cargo run --example bench_usage -- sqlite 100000 1000 365
+//!
+//! `BENCH_USAGE_URL` (with `BENCH_USAGE_NOW`) times a kept database again without
+//! loading it; with `BENCH_USAGE_APPLY=N` too it times the write path instead (N
+//! RUNNING jobs ended one by one through `store::apply`). Both print the reports'
+//! times with and without the JSON answer built.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -32,6 +37,34 @@ async fn main() {
     let days: i64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(365);
 
     let dir = tempfile::tempdir().expect("a temp dir");
+    // BENCH_USAGE_URL: a database a run kept (BENCH_USAGE_KEEP), migrated and timed
+    // again without loading anything (e.g. two copies of one database, timed with the
+    // code before and after a change).
+    if let Ok(url) = std::env::var("BENCH_USAGE_URL") {
+        let db = store::connect(&DatabaseSettings {
+            url,
+            max_connections: 4,
+            acquire_timeout: Duration::from_secs(30),
+            idle_in_transaction_timeout: Duration::from_secs(600),
+            intake_pipeline: 1,
+        })
+        .await
+        .expect("the database opens");
+        store::migrate(&db).await.expect("migrations apply");
+        let now: i64 = std::env::var("BENCH_USAGE_NOW")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| Utc::now().timestamp());
+        if let Some(n) = std::env::var("BENCH_USAGE_APPLY")
+            .ok()
+            .and_then(|s| s.parse::<usize>().ok())
+        {
+            time_ends(&db, n).await;
+        } else {
+            time_reports(&db, now).await;
+        }
+        return;
+    }
     let (url, pg) = if target.starts_with("postgres") {
         let name = format!("fs_bench_usage_{}", std::process::id());
         let admin = Database::connect(format!("{}/postgres", target.trim_end_matches('/')))
@@ -116,6 +149,7 @@ async fn main() {
                 custom: BTreeMap::new(),
                 from: dispatched,
                 to: finished,
+                actual: None,
             });
             ended.push((key, status, finished, Some(wait)));
             rows.push(
@@ -195,10 +229,11 @@ async fn main() {
             r.try_get_by_index::<i64>(0).expect("a number")
         }
     };
-    let hourly = count("SELECT COUNT(*) FROM usage_rollup WHERE span = 3600").await;
+    let hourly = count("SELECT COUNT(*) FROM usage_rollup_hourly").await;
     let daily = count("SELECT COUNT(*) FROM usage_rollup WHERE span = 86400").await;
     let bytes = if pg.is_some() {
-        count("SELECT CAST(pg_total_relation_size('usage_rollup') + pg_total_relation_size('usage_custom') AS BIGINT)")
+        count("SELECT CAST(pg_total_relation_size('usage_rollup') + pg_total_relation_size('usage_custom') \
+               + pg_total_relation_size('usage_rollup_hourly') + pg_total_relation_size('usage_custom_hourly') AS BIGINT)")
             .await
     } else {
         -1
@@ -218,6 +253,24 @@ async fn main() {
         bytes as f64 / 1_048_576.0,
         jobs_bytes as f64 / 1_048_576.0
     );
+    println!("now: {now} (BENCH_USAGE_NOW to time this database again as of then)");
+    time_reports(&db, now).await;
+    db.close().await.ok();
+    if std::env::var_os("BENCH_USAGE_KEEP").is_some() {
+        eprintln!("kept: {url}");
+        return;
+    }
+    if let Some((admin, name)) = pg {
+        admin
+            .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+            .await
+            .ok();
+    }
+}
+
+/// Times the reports a console and a chargeback export make, as of `now`: 7 runs of
+/// each, `store::usage_report` and then the JSON `GET /v1/usage` answers.
+async fn time_reports(db: &store::Db, now: i64) {
     let month_ago = UsageStep::Day.floor(now - 30 * 86_400);
     let cases = [
         (
@@ -257,30 +310,105 @@ async fn main() {
         };
         let mut times = Vec::new();
         let mut rows = 0;
+        let mut bytes = 0;
         for _ in 0..7 {
             let t = Instant::now();
-            rows = store::usage_report(&db, &q, now)
-                .await
-                .expect("report")
+            let report = store::usage_report(db, &q, now).await.expect("report");
+            let read = t.elapsed().as_secs_f64() * 1000.0;
+            rows = report.len();
+            // What the handler adds: the percentiles, the view, the JSON.
+            bytes = serde_json::to_vec(&fairshare::usage_report_view(&q, now, report))
+                .expect("JSON")
                 .len();
-            times.push(t.elapsed().as_secs_f64() * 1000.0);
+            times.push((t.elapsed().as_secs_f64() * 1000.0, read));
         }
-        times.sort_by(f64::total_cmp);
+        times.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut reads: Vec<f64> = times.iter().map(|t| t.1).collect();
+        reads.sort_by(f64::total_cmp);
         println!(
-            "{what}: {rows} rows, median {:.0} ms, max {:.0} ms (7 runs)",
-            times[times.len() / 2],
-            times[times.len() - 1]
+            "{what}: {rows} rows ({} KiB of JSON), median {:.0} ms, max {:.0} ms with the JSON; \
+             the read alone median {:.0} ms (7 runs)",
+            bytes / 1024,
+            times[times.len() / 2].0,
+            times[times.len() - 1].0,
+            reads[reads.len() / 2],
         );
     }
-    db.close().await.ok();
-    if std::env::var_os("BENCH_USAGE_KEEP").is_some() {
-        eprintln!("kept: {url}");
-        return;
+}
+
+/// The write path the rollup rides on: `n` RUNNING jobs (granted an hour ago, on 4
+/// places, 100 users) ended one by one through `store::apply` (each its own
+/// transaction, the rollup written in it); the median and 99th percentile per step.
+async fn time_ends(db: &store::Db, n: usize) {
+    let now = Utc::now().timestamp();
+    let ts = |s: i64| Utc.timestamp_opt(s, 0).single().expect("a time");
+    let mut ids = Vec::with_capacity(n);
+    let mut rows = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = uuid::Uuid::now_v7();
+        ids.push(id);
+        rows.push(
+            job::Model {
+                id,
+                user_id: format!("user{:04}", i % 100),
+                external_id: None,
+                status: JobStatus::Running,
+                priority: 0,
+                entrypoint: "python train.py".into(),
+                runtime_env: None,
+                metadata: None,
+                cpu: 2.0,
+                gpu: 0.0,
+                memory_bytes: 1 << 30,
+                cluster: Some(format!("c{}", i % 4)),
+                message: None,
+                max_runtime_s: None,
+                submitted_at: ts(now - 3_700 - i as i64),
+                dispatched_at: Some(ts(now - 3_600 - i as i64)),
+                started_at: Some(ts(now - 3_600 - i as i64)),
+                finished_at: None,
+                attempt: 1,
+                retiring_attempt: None,
+                stop_reason: None,
+                runtime_env_digest: None,
+                preemptible: false,
+                preemptions: 0,
+                preempted_at: None,
+                custom_resources: None,
+                pool: None,
+                lease_expires_at: None,
+            }
+            .into_active_model(),
+        );
     }
-    if let Some((admin, name)) = pg {
-        admin
-            .execute_unprepared(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    for part in rows.chunks(1_000) {
+        job::Entity::insert_many(part.to_vec())
+            .exec_without_returning(db)
             .await
-            .ok();
+            .expect("jobs inserted");
     }
+    let mut times = Vec::with_capacity(n);
+    for id in ids {
+        let t = Instant::now();
+        store::apply(
+            db,
+            &store::Fence::Unfenced,
+            id,
+            &fairshare::lifecycle::Event::SeenFinished {
+                status: JobStatus::Succeeded,
+                message: None,
+                started_at: None,
+                finished_at: None,
+            },
+        )
+        .await
+        .expect("ended");
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "{n} jobs ended one by one through store::apply: median {:.2} ms, p99 {:.2} ms per step",
+        times[n / 2],
+        times[(n * 99 / 100).min(n - 1)]
+    );
 }

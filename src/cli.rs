@@ -363,7 +363,8 @@ fn usage_command(a: UsageCli) -> ExitCode {
     }
 }
 
-/// A report as an aligned text table: core-hours, GPU-hours, GiB-hours, jobs ended
+/// A report as an aligned text table: core-hours, GPU-hours, GiB-hours held as
+/// declared, core-hours actually held (Ray's State API), jobs ended
 /// (succeeded/failed/stopped) and the median and p90 wait.
 fn usage_table(r: &crate::api::usage::UsageReport) -> String {
     let mut lines = vec![format!(
@@ -374,12 +375,13 @@ fn usage_table(r: &crate::api::usage::UsageReport) -> String {
         r.step
     )];
     lines.push(format!(
-        "{:<20} {:<24} {:>12} {:>10} {:>12} {:>14} {:>9} {:>9}",
+        "{:<20} {:<24} {:>12} {:>10} {:>12} {:>12} {:>14} {:>9} {:>9}",
         "start",
         r.by,
         "core_hours",
         "gpu_hours",
         "GiB_hours",
+        "actual_core_h",
         "ok/failed/stop",
         "wait_p50",
         "wait_p90"
@@ -392,12 +394,13 @@ fn usage_table(r: &crate::api::usage::UsageReport) -> String {
             x.key.as_str()
         };
         lines.push(format!(
-            "{:<20} {:<24} {:>12.3} {:>10.3} {:>12.3} {:>14} {:>9} {:>9}",
+            "{:<20} {:<24} {:>12.3} {:>10.3} {:>12.3} {:>12.3} {:>14} {:>9} {:>9}",
             x.start.format("%Y-%m-%dT%H:%MZ"),
             key,
             x.core_seconds / 3600.0,
             x.gpu_seconds / 3600.0,
             x.memory_byte_seconds / 3600.0 / 1_073_741_824.0,
+            x.actual.core_seconds / 3600.0,
             format!("{}/{}/{}", x.jobs.succeeded, x.jobs.failed, x.jobs.stopped),
             opt(x.wait_seconds.p50),
             opt(x.wait_seconds.p90),

@@ -73,6 +73,9 @@ pub use api::error::ERROR_CODES;
 pub use api::ray_compat::pyjson as ray_json;
 /// The `/api/` routes of Ray's Jobs REST API, as `(method, path)`.
 pub use api::ray_compat::ROUTES as RAY_API_ROUTES;
+/// The answer of `GET /v1/usage` made of `store::usage_report`'s rows (what
+/// `scripts/bench-usage` times after the read).
+pub use api::usage::report_of as usage_report_view;
 pub use api::ROUTES;
 pub use app::Application;
 pub use config::Settings;

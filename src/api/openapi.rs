@@ -43,7 +43,7 @@ impl Modify for BearerAuth {
         console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
         super::hints::HintAnswer,
         super::admission::ReportBody, super::admission::FinishedBody, super::admission::RunnerOutcome,
-        super::usage::UsageReport, super::usage::UsageRowView, super::usage::EndedJobs, super::usage::Waits,
+        super::usage::UsageReport, super::usage::UsageRowView, super::usage::ActualUse, super::usage::EndedJobs, super::usage::Waits,
         super::usage::UsageByName, super::usage::UsageStepName,
     )),
     modifiers(&BearerAuth),

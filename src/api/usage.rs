@@ -99,11 +99,27 @@ pub struct UsageRowView {
     pub memory_byte_seconds: f64,
     /// Custom resources: name → unit-seconds held.
     pub custom_seconds: BTreeMap<String, f64>,
+    /// What the jobs actually held by Ray's State API (what `scheduler.charge =
+    /// "actual"` charges); a stretch with no reading (a pool's job, a cluster without
+    /// the State API, the seconds before a job's first reading) counts as declared.
+    #[serde(default)]
+    pub actual: ActualUse,
     /// Jobs that ended in the step, by final status.
     pub jobs: EndedJobs,
     /// Waits (seconds from submit to the job's last grant) of the jobs that ended in
     /// the step and were granted.
     pub wait_seconds: Waits,
+}
+
+/// Resources actually held, by Ray's State API (declared where it had no reading).
+#[derive(Debug, Default, Serialize, Deserialize, ToSchema)]
+pub struct ActualUse {
+    /// Core-seconds.
+    pub core_seconds: f64,
+    /// GPU-seconds.
+    pub gpu_seconds: f64,
+    /// Byte-seconds of memory.
+    pub memory_byte_seconds: f64,
 }
 
 /// Jobs that ended, by final status.
@@ -141,6 +157,11 @@ fn row_view(r: UsageRow) -> UsageRowView {
             .iter()
             .map(|(k, v)| (k.clone(), *v as f64 / 1000.0))
             .collect(),
+        actual: ActualUse {
+            core_seconds: r.sums.actual_cpu_ms as f64 / 1000.0,
+            gpu_seconds: r.sums.actual_gpu_ms as f64 / 1000.0,
+            memory_byte_seconds: r.sums.actual_memory_bs as f64,
+        },
         jobs: EndedJobs {
             succeeded: r.sums.succeeded,
             failed: r.sums.failed,
@@ -210,12 +231,13 @@ pub fn query_of(p: UsageParams, now: i64) -> Result<UsageQuery, ApiError> {
 }
 
 /// `GET /v1/usage?from=&to=&by=&step=&user=`: resources held per step and key
-/// (declared cores, GPUs, bytes and custom resources × seconds held), jobs ended by
+/// (declared cores, GPUs, bytes and custom resources × seconds held, and the cores,
+/// GPUs and bytes actually held by Ray's State API), jobs ended by
 /// status and their waits. From the database: the rollup written as holds end, plus
 /// the jobs holding resources now (DESIGN §6, "Usage rollup"). `Accept: text/csv`
 /// gives CSV (one line per row, a header first).
 #[utoipa::path(get, path = "/v1/usage", tag = "usage", params(UsageParams), operation_id = "usage",
-    responses((status = 200, description = "the report; CSV with `Accept: text/csv` (columns start, key, core_seconds, gpu_seconds, memory_byte_seconds, succeeded, failed, stopped, waits, wait_p50_s, wait_p90_s, wait_p99_s, then custom:<name> per custom resource)",
+    responses((status = 200, description = "the report; CSV with `Accept: text/csv` (columns start, key, core_seconds, gpu_seconds, memory_byte_seconds, succeeded, failed, stopped, waits, wait_p50_s, wait_p90_s, wait_p99_s, actual_core_seconds, actual_gpu_seconds, actual_memory_byte_seconds, then custom:<name> per custom resource)",
                 content((UsageReport = "application/json"), (String = "text/csv"))),
               (status = 401, body = ErrorBody),
               (status = 422, body = ErrorBody, description = "a parameter is invalid (details.field): a time that is not RFC 3339, an unknown by or step, a parameter not listed, or a user the token may not read"),
@@ -231,20 +253,26 @@ pub async fn usage(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpR
     let now = Utc::now().timestamp();
     let q = query_of(p, now)?;
     let rows = store::usage_report(&state.db, &q, now).await?;
-    let report = UsageReport {
-        from: ts(q.from),
-        to: ts(q.to),
-        step: q.step.as_str().into(),
-        by: q.by.as_str().into(),
-        now: ts(now),
-        rows: rows.into_iter().map(row_view).collect(),
-    };
+    let report = report_of(&q, now, rows);
     if wants_csv(&req) {
         return Ok(HttpResponse::Ok()
             .content_type("text/csv; charset=utf-8")
             .body(to_csv(&report)));
     }
     Ok(HttpResponse::Ok().json(report))
+}
+
+/// The answer of `GET /v1/usage` for `q` read at `now` (Unix seconds) from `rows`
+/// (`store::usage_report`'s): percentiles of the waits, units in seconds.
+pub fn report_of(q: &UsageQuery, now: i64, rows: Vec<UsageRow>) -> UsageReport {
+    UsageReport {
+        from: ts(q.from),
+        to: ts(q.to),
+        step: q.step.as_str().into(),
+        by: q.by.as_str().into(),
+        now: ts(now),
+        rows: rows.into_iter().map(row_view).collect(),
+    }
 }
 
 /// Whether the request's `Accept` prefers CSV (`text/csv` listed before any JSON).
@@ -287,7 +315,7 @@ pub fn to_csv(r: &UsageReport) -> String {
         .flat_map(|x| x.custom_seconds.keys())
         .collect();
     let mut out = String::from(
-        "start,key,core_seconds,gpu_seconds,memory_byte_seconds,succeeded,failed,stopped,waits,wait_p50_s,wait_p90_s,wait_p99_s",
+        "start,key,core_seconds,gpu_seconds,memory_byte_seconds,succeeded,failed,stopped,waits,wait_p50_s,wait_p90_s,wait_p99_s,actual_core_seconds,actual_gpu_seconds,actual_memory_byte_seconds",
     );
     for c in &custom {
         out.push(',');
@@ -297,7 +325,7 @@ pub fn to_csv(r: &UsageReport) -> String {
     let opt = |v: Option<i64>| v.map(|x| x.to_string()).unwrap_or_default();
     for x in &r.rows {
         out.push_str(&format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             x.start.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             csv_field(&x.key),
             x.core_seconds,
@@ -310,6 +338,9 @@ pub fn to_csv(r: &UsageReport) -> String {
             opt(x.wait_seconds.p50),
             opt(x.wait_seconds.p90),
             opt(x.wait_seconds.p99),
+            x.actual.core_seconds,
+            x.actual.gpu_seconds,
+            x.actual.memory_byte_seconds,
         ));
         for c in &custom {
             out.push(',');

@@ -393,9 +393,13 @@ async fn apply_in(
         let group = usage::group_path(txn, &current.user_id).await?;
         let end = finished.unwrap_or(at);
         if ends_hold {
-            if let Some(hold) = usage::hold_of(&current, &group, end) {
-                deltas.hold(&hold);
+            let hold = usage::hold_of(&current, &group, end);
+            if let Some(hold) = &hold {
+                deltas.declared(hold);
             }
+            // What it actually held: since its last reading of Ray's State API, or
+            // (none) as declared.
+            usage::end_actual(txn, id, hold.as_ref(), deltas).await?;
         }
         if step.to.is_terminal() {
             let wait = current

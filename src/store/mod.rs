@@ -50,9 +50,9 @@ pub use lease::{
 };
 pub use sealed::{seal_stored, Resealed};
 pub use usage::{
-    percentile, prune as prune_usage, record_usage, report as usage_report, By as UsageBy,
-    Deltas as UsageDeltas, Hold, Key as UsageKey, Step as UsageStep, Sums as UsageSums, UsageQuery,
-    UsageRow, SIZE_KEY,
+    percentile, prune as prune_usage, record_actual, record_usage, report as usage_report,
+    By as UsageBy, Deltas as UsageDeltas, Hold, Key as UsageKey, Rate as UsageRate,
+    Step as UsageStep, Sums as UsageSums, UsageQuery, UsageRow, SIZE_KEY,
 };
 pub use users::{
     get_user, group_of, list_users, save_usages, upsert_user, users_updated_since, UserPatch,

@@ -1,8 +1,18 @@
 //! Usage accounting (issue 48, DESIGN §4 "Usage" and §6 "Usage rollup"): what each
-//! job held on a cluster or pool, summed per hour and per day into `usage_rollup`
-//! and `usage_custom` in the transaction of the step that ends the hold
-//! ([`super::apply`]), and the report over any range read back from those sums,
-//! the jobs still holding resources, and the ended jobs' waits.
+//! job held on a cluster or pool, summed per hour into `usage_rollup_hourly` and
+//! `usage_custom_hourly` and per day into `usage_rollup` and `usage_custom`, in the
+//! transaction of the step that ends the hold ([`super::apply`]), and the report over
+//! any range read back from those sums, the jobs still holding resources, and the
+//! ended jobs' waits.
+//!
+//! Two measures of what a job held: what it **declared** (`cpu_ms`, `gpu_ms`,
+//! `memory_bs`, custom resources), and what it **actually** held by Ray's State API
+//! (`actual_cpu_ms`, `actual_gpu_ms`, `actual_memory_bs`): each reading that
+//! changes what a job holds closes the stretch before it into the rollup
+//! ([`record_actual`], the row in `job_actual` says since when the current reading
+//! holds), and the end of the hold closes the last one. A stretch with no reading (a
+//! pool's job, a cluster without the State API, the seconds before the first
+//! reading) counts what the job declared.
 //!
 //! Units are whole seconds (a hold runs from `floor(dispatched_at)` to
 //! `floor(end)`); cores and GPUs are counted in thousandths (`cpu_ms` =
@@ -16,10 +26,11 @@ use chrono::{DateTime, Datelike, TimeZone, Utc};
 use entity::{job, user, JobStatus};
 use sea_orm::{
     AccessMode, ColumnTrait, ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, IsolationLevel,
-    QueryFilter, QuerySelect, Statement, TransactionTrait, Value,
+    QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait, Value,
 };
+use uuid::Uuid;
 
-use super::Db;
+use super::{Db, Fence};
 
 /// Seconds in an hour: the span of the hourly rows.
 pub const HOUR: i64 = 3_600;
@@ -30,8 +41,35 @@ pub const DAY: i64 = 86_400;
 /// on Ray's Jobs API); usage is reported per size by it.
 pub const SIZE_KEY: &str = "fairshare.size";
 
-/// What one job held, as declared, on one place from `from` to `to` (Unix seconds,
-/// `from <= to`).
+/// What a job holds at a time: thousandths of cores and GPUs, bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rate {
+    /// Thousandths of a core.
+    pub cpu_milli: i64,
+    /// Thousandths of a GPU.
+    pub gpu_milli: i64,
+    /// Bytes.
+    pub memory_bytes: i64,
+}
+
+impl Rate {
+    /// `cpu` cores, `gpu` GPUs and `memory_bytes` bytes (negative or not finite: 0),
+    /// rounded to thousandths and whole bytes.
+    pub fn of(cpu: f64, gpu: f64, memory_bytes: f64) -> Rate {
+        Rate {
+            cpu_milli: milli(cpu),
+            gpu_milli: milli(gpu),
+            memory_bytes: if memory_bytes.is_finite() && memory_bytes > 0.0 {
+                memory_bytes.round() as i64
+            } else {
+                0
+            },
+        }
+    }
+}
+
+/// What one job held on one place from `from` to `to` (Unix seconds, `from <= to`):
+/// declared, and actually when known.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hold {
     /// Who it is charged to.
@@ -48,6 +86,20 @@ pub struct Hold {
     pub from: i64,
     /// Unix seconds.
     pub to: i64,
+    /// What it actually held over the whole hold by Ray's State API; `None`: no
+    /// reading, counted as declared.
+    pub actual: Option<Rate>,
+}
+
+impl Hold {
+    /// What it declared, as a rate.
+    pub fn declared(&self) -> Rate {
+        Rate {
+            cpu_milli: self.cpu_milli,
+            gpu_milli: self.gpu_milli,
+            memory_bytes: self.memory_bytes,
+        }
+    }
 }
 
 /// Whom a hold or an ended job is counted for: `""` for none (the root group, no
@@ -73,6 +125,12 @@ pub struct Sums {
     pub gpu_ms: i128,
     /// Byte-seconds.
     pub memory_bs: i128,
+    /// Milli-core-seconds actually held (declared where no reading said).
+    pub actual_cpu_ms: i128,
+    /// Milli-GPU-seconds actually held.
+    pub actual_gpu_ms: i128,
+    /// Byte-seconds actually held.
+    pub actual_memory_bs: i128,
     /// Custom resource name → milli-unit-seconds.
     pub custom: BTreeMap<String, i128>,
     /// Jobs that ended SUCCEEDED.
@@ -138,6 +196,9 @@ impl Sums {
         self.cpu_ms += o.cpu_ms;
         self.gpu_ms += o.gpu_ms;
         self.memory_bs += o.memory_bs;
+        self.actual_cpu_ms += o.actual_cpu_ms;
+        self.actual_gpu_ms += o.actual_gpu_ms;
+        self.actual_memory_bs += o.actual_memory_bs;
         for (k, v) in &o.custom {
             *self.custom.entry(k.clone()).or_default() += v;
         }
@@ -150,8 +211,19 @@ impl Sums {
         self.wait_max = self.wait_max.max(o.wait_max);
     }
 
-    /// `hold`'s resources held for `secs` seconds.
+    /// `hold`'s resources held for `secs` seconds: declared, and actually (its
+    /// reading, else declared).
     pub fn held(hold: &Hold, secs: i64) -> Sums {
+        let mut s = Sums::declared(hold, secs);
+        s.add(&Sums::actually(
+            hold.actual.unwrap_or(hold.declared()),
+            secs,
+        ));
+        s
+    }
+
+    /// `hold`'s declared resources held for `secs` seconds (no actual use).
+    pub fn declared(hold: &Hold, secs: i64) -> Sums {
         let s = secs as i128;
         Sums {
             cpu_ms: hold.cpu_milli as i128 * s,
@@ -162,6 +234,17 @@ impl Sums {
                 .iter()
                 .map(|(k, v)| (k.clone(), *v as i128 * s))
                 .collect(),
+            ..Sums::default()
+        }
+    }
+
+    /// `rate` actually held for `secs` seconds (nothing declared).
+    pub fn actually(rate: Rate, secs: i64) -> Sums {
+        let s = secs as i128;
+        Sums {
+            actual_cpu_ms: rate.cpu_milli as i128 * s,
+            actual_gpu_ms: rate.gpu_milli as i128 * s,
+            actual_memory_bs: rate.memory_bytes as i128 * s,
             ..Sums::default()
         }
     }
@@ -212,14 +295,32 @@ pub fn split(from: i64, to: i64, span: i64) -> Vec<(i64, i64)> {
 pub struct Deltas(BTreeMap<(i64, i64, Key), Sums>);
 
 impl Deltas {
-    /// Adds a hold, cut into hours and days.
+    /// Adds a hold, declared and actually (its reading, else declared), cut into
+    /// hours and days.
     pub(crate) fn hold(&mut self, hold: &Hold) {
+        self.cut(&hold.key, hold.from, hold.to, |secs| Sums::held(hold, secs));
+    }
+
+    /// Adds a hold's declared resources only, cut into hours and days.
+    pub(crate) fn declared(&mut self, hold: &Hold) {
+        self.cut(&hold.key, hold.from, hold.to, |secs| {
+            Sums::declared(hold, secs)
+        });
+    }
+
+    /// Adds `rate` actually held by `key` from `from` to `to` (Unix seconds), cut
+    /// into hours and days.
+    pub(crate) fn actual(&mut self, key: &Key, rate: Rate, from: i64, to: i64) {
+        self.cut(key, from, to, |secs| Sums::actually(rate, secs));
+    }
+
+    fn cut(&mut self, key: &Key, from: i64, to: i64, sums: impl Fn(i64) -> Sums) {
         for span in [HOUR, DAY] {
-            for (bucket, secs) in split(hold.from, hold.to, span) {
+            for (bucket, secs) in split(from, to, span) {
                 self.0
-                    .entry((span, bucket, hold.key.clone()))
+                    .entry((span, bucket, key.clone()))
                     .or_default()
-                    .add(&Sums::held(hold, secs));
+                    .add(&sums(secs));
             }
         }
     }
@@ -252,8 +353,14 @@ impl Deltas {
 /// Rows per upsert statement.
 const ROWS_PER_STATEMENT: usize = 64;
 
-/// Columns of a `usage_rollup` row.
-const ROLLUP_COLUMNS: usize = 12 + WAIT_BINS + 1;
+/// The rollup's tables for rows of `span`: sums, custom resources.
+fn tables(span: i64) -> (&'static str, &'static str) {
+    if span == HOUR {
+        ("usage_rollup_hourly", "usage_custom_hourly")
+    } else {
+        ("usage_rollup", "usage_custom")
+    }
+}
 
 fn clamp(v: i128) -> i64 {
     v.clamp(i64::MIN as i128, i64::MAX as i128) as i64
@@ -263,61 +370,168 @@ fn clamp(v: i128) -> i64 {
 /// the rows, in key order (every writer takes the rows' locks in that order on
 /// PostgreSQL, after its job rows, so two cannot deadlock on them).
 pub(crate) async fn record<C: ConnectionTrait>(conn: &C, deltas: &Deltas) -> Result<(), DbErr> {
-    let backend = conn.get_database_backend();
-    let rows: Vec<_> = deltas.0.iter().filter(|(_, s)| !s.is_zero()).collect();
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * ROLLUP_COLUMNS);
-        let mut tuples = Vec::with_capacity(chunk.len());
-        for ((span, bucket, key), s) in chunk {
-            let first = values.len();
-            values.extend([
-                Value::from(*span as i32),
-                Value::from(*bucket),
-                Value::from(key.user.clone()),
-                Value::from(key.group.clone()),
-                Value::from(key.place.clone()),
-                Value::from(key.size.clone()),
-                Value::from(clamp(s.cpu_ms)),
-                Value::from(clamp(s.gpu_ms)),
-                Value::from(clamp(s.memory_bs)),
-                Value::from(s.succeeded as i64),
-                Value::from(s.failed as i64),
-                Value::from(s.stopped as i64),
-            ]);
-            values.extend(s.waits.iter().map(|c| Value::from(*c as i32)));
-            values.push(Value::from(s.wait_max));
-            tuples.push(placeholders(backend, first, ROLLUP_COLUMNS));
-        }
-        let bins: Vec<String> = (0..WAIT_BINS).map(|k| format!("w{k}")).collect();
-        let add_bins: Vec<String> = bins
+    // Hourly rows, then daily ones (each in key order).
+    for span in [HOUR, DAY] {
+        let rows: Vec<_> = deltas
+            .0
             .iter()
-            .map(|w| format!("{w} = usage_rollup.{w} + excluded.{w}"))
+            .filter(|((s, _, _), sums)| *s == span && !sums.is_zero())
             .collect();
-        let greatest = match backend {
-            DatabaseBackend::Sqlite => "MAX",
-            _ => "GREATEST",
-        };
+        record_rows(conn, span, &rows).await?;
+    }
+    Ok(())
+}
+
+type DeltaRow<'a> = (&'a (i64, i64, Key), &'a Sums);
+
+/// The key of `usage_rollup` and `usage_rollup_hourly`.
+const ROLLUP_KEY: [&str; 6] = ["span", "bucket", "user_id", "group_path", "place", "size"];
+
+/// The daily sums per user and group, without place or size (migration 17): what
+/// `by=user` and `by=group` read by day and by month, a row per user-day where the
+/// wide table has one per user, place and size.
+const USER_DAILY: &str = "usage_user_daily";
+
+/// The key of [`USER_DAILY`].
+const USER_DAILY_KEY: [&str; 3] = ["bucket", "user_id", "group_path"];
+
+/// The sums' columns, in the order [`sum_values`] gives them.
+fn sum_columns() -> Vec<String> {
+    let mut c: Vec<String> = [
+        "cpu_ms",
+        "gpu_ms",
+        "memory_bs",
+        "actual_cpu_ms",
+        "actual_gpu_ms",
+        "actual_memory_bs",
+        "succeeded",
+        "failed",
+        "stopped",
+    ]
+    .map(String::from)
+    .to_vec();
+    c.extend((0..WAIT_BINS).map(|k| format!("w{k}")));
+    c.push("wait_max".into());
+    c
+}
+
+fn sum_values(s: &Sums) -> impl Iterator<Item = Value> + '_ {
+    [
+        Value::from(clamp(s.cpu_ms)),
+        Value::from(clamp(s.gpu_ms)),
+        Value::from(clamp(s.memory_bs)),
+        Value::from(clamp(s.actual_cpu_ms)),
+        Value::from(clamp(s.actual_gpu_ms)),
+        Value::from(clamp(s.actual_memory_bs)),
+        Value::from(s.succeeded as i64),
+        Value::from(s.failed as i64),
+        Value::from(s.stopped as i64),
+    ]
+    .into_iter()
+    .chain(s.waits.iter().map(|c| Value::from(*c as i32)))
+    .chain(std::iter::once(Value::from(s.wait_max)))
+}
+
+/// Adds `rows` (each its key's values, in `key`'s order, and its sums) to `table`:
+/// `INSERT … ON CONFLICT (key) DO UPDATE SET x = x + excluded.x` (the longest wait:
+/// the larger), in statements of [`ROWS_PER_STATEMENT`] rows, in the order given.
+async fn upsert_sums<C: ConnectionTrait>(
+    conn: &C,
+    table: &str,
+    key: &[&str],
+    rows: &[(Vec<Value>, &Sums)],
+) -> Result<(), DbErr> {
+    let backend = conn.get_database_backend();
+    let sums = sum_columns();
+    let greatest = match backend {
+        DatabaseBackend::Sqlite => "MAX",
+        _ => "GREATEST",
+    };
+    let set: Vec<String> = sums
+        .iter()
+        .map(|c| {
+            if c == "wait_max" {
+                format!("{c} = {greatest}({table}.{c}, excluded.{c})")
+            } else {
+                format!("{c} = {table}.{c} + excluded.{c}")
+            }
+        })
+        .collect();
+    let width = key.len() + sums.len();
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * width);
+        let mut tuples = Vec::with_capacity(chunk.len());
+        for (k, s) in chunk {
+            let first = values.len();
+            values.extend(k.iter().cloned());
+            values.extend(sum_values(s));
+            tuples.push(placeholders(backend, first, width));
+        }
         let sql = format!(
-            "INSERT INTO usage_rollup (span, bucket, user_id, group_path, place, size, \
-             cpu_ms, gpu_ms, memory_bs, succeeded, failed, stopped, {}, wait_max) VALUES {} \
-             ON CONFLICT (span, bucket, user_id, group_path, place, size) DO UPDATE SET \
-             cpu_ms = usage_rollup.cpu_ms + excluded.cpu_ms, \
-             gpu_ms = usage_rollup.gpu_ms + excluded.gpu_ms, \
-             memory_bs = usage_rollup.memory_bs + excluded.memory_bs, \
-             succeeded = usage_rollup.succeeded + excluded.succeeded, \
-             failed = usage_rollup.failed + excluded.failed, \
-             stopped = usage_rollup.stopped + excluded.stopped, {}, \
-             wait_max = {greatest}(usage_rollup.wait_max, excluded.wait_max)",
-            bins.join(", "),
+            "INSERT INTO {table} ({}, {}) VALUES {} ON CONFLICT ({}) DO UPDATE SET {}",
+            key.join(", "),
+            sums.join(", "),
             tuples.join(", "),
-            add_bins.join(", "),
+            key.join(", "),
+            set.join(", "),
         );
         conn.execute(Statement::from_sql_and_values(backend, sql, values))
             .await?;
     }
+    Ok(())
+}
+
+async fn record_rows<C: ConnectionTrait>(
+    conn: &C,
+    span: i64,
+    rows: &[DeltaRow<'_>],
+) -> Result<(), DbErr> {
+    let backend = conn.get_database_backend();
+    let (rollup, custom_table) = tables(span);
+    let keyed: Vec<(Vec<Value>, &Sums)> = rows
+        .iter()
+        .map(|&((span, bucket, key), s)| {
+            (
+                vec![
+                    Value::from(*span as i32),
+                    Value::from(*bucket),
+                    Value::from(key.user.clone()),
+                    Value::from(key.group.clone()),
+                    Value::from(key.place.clone()),
+                    Value::from(key.size.clone()),
+                ],
+                s,
+            )
+        })
+        .collect();
+    upsert_sums(conn, rollup, &ROLLUP_KEY, &keyed).await?;
+    if span == DAY {
+        // The same days per user and group (what `by=user` and `by=group` read).
+        let mut narrow: BTreeMap<(i64, &str, &str), Sums> = BTreeMap::new();
+        for &((_, bucket, key), s) in rows {
+            narrow
+                .entry((*bucket, key.user.as_str(), key.group.as_str()))
+                .or_default()
+                .add(s);
+        }
+        let keyed: Vec<(Vec<Value>, &Sums)> = narrow
+            .iter()
+            .map(|((bucket, user, group), s)| {
+                (
+                    vec![
+                        Value::from(*bucket),
+                        Value::from(user.to_string()),
+                        Value::from(group.to_string()),
+                    ],
+                    s,
+                )
+            })
+            .collect();
+        upsert_sums(conn, USER_DAILY, &USER_DAILY_KEY, &keyed).await?;
+    }
     let custom: Vec<_> = rows
         .iter()
-        .flat_map(|((span, bucket, key), s)| {
+        .flat_map(|&((span, bucket, key), s)| {
             s.custom
                 .iter()
                 .filter(|(_, v)| **v != 0)
@@ -342,10 +556,10 @@ pub(crate) async fn record<C: ConnectionTrait>(conn: &C, deltas: &Deltas) -> Res
             tuples.push(placeholders(backend, first, 8));
         }
         let sql = format!(
-            "INSERT INTO usage_custom (span, bucket, user_id, group_path, place, size, \
+            "INSERT INTO {custom_table} (span, bucket, user_id, group_path, place, size, \
              resource, amount_ms) VALUES {} \
              ON CONFLICT (span, bucket, user_id, group_path, place, size, resource) \
-             DO UPDATE SET amount_ms = usage_custom.amount_ms + excluded.amount_ms",
+             DO UPDATE SET amount_ms = {custom_table}.amount_ms + excluded.amount_ms",
             tuples.join(", ")
         );
         conn.execute(Statement::from_sql_and_values(backend, sql, values))
@@ -402,7 +616,184 @@ pub fn hold_of(j: &job::Model, group: &str, end: DateTime<Utc>) -> Option<Hold> 
             .collect(),
         from,
         to,
+        actual: None,
     })
+}
+
+/// A row of `job_actual`: since when (`since`, Unix seconds) the job's hold that
+/// began at `dispatched` (Unix seconds) has held `rate` by Ray's State API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Reading {
+    dispatched: i64,
+    since: i64,
+    rate: Rate,
+}
+
+const READING_COLUMNS: &str = "job_id, dispatched, since, cpu_milli, gpu_milli, memory_bytes";
+
+fn reading_of(r: &sea_orm::QueryResult) -> Result<(Uuid, Reading), DbErr> {
+    Ok((
+        r.try_get_by_index(0)?,
+        Reading {
+            dispatched: r.try_get_by_index(1)?,
+            since: r.try_get_by_index(2)?,
+            rate: Rate {
+                cpu_milli: r.try_get_by_index(3)?,
+                gpu_milli: r.try_get_by_index(4)?,
+                memory_bytes: r.try_get_by_index(5)?,
+            },
+        },
+    ))
+}
+
+/// Every row of `job_actual` (one per job holding resources that Ray's State API
+/// read differently from what it declared).
+async fn readings<C: ConnectionTrait>(conn: &C) -> Result<HashMap<Uuid, Reading>, DbErr> {
+    conn.query_all(Statement::from_string(
+        conn.get_database_backend(),
+        format!("SELECT {READING_COLUMNS} FROM job_actual"),
+    ))
+    .await?
+    .iter()
+    .map(reading_of)
+    .collect()
+}
+
+/// What a hold actually held from `since` on, and since when: the reading of its
+/// own hold, else (none, or one of an earlier hold) its declared resources from the
+/// start of the hold.
+fn actual_since(hold: &Hold, reading: Option<&Reading>) -> (i64, Rate) {
+    match reading {
+        Some(r) if r.dispatched == hold.from => (r.since.clamp(hold.from, hold.to), r.rate),
+        _ => (hold.from, hold.declared()),
+    }
+}
+
+/// The end of a job's hold, for what it actually held (in [`super::apply`]'s
+/// transaction, after its job row): its `job_actual` row goes, and the stretch since
+/// its last reading, at that reading (or its whole hold as declared, without one),
+/// is added to `deltas`. `hold`: the hold that ends (`None`: it held nothing).
+pub(crate) async fn end_actual<C: ConnectionTrait>(
+    conn: &C,
+    job_id: Uuid,
+    hold: Option<&Hold>,
+    deltas: &mut Deltas,
+) -> Result<(), DbErr> {
+    let backend = conn.get_database_backend();
+    let row = conn
+        .query_one(Statement::from_sql_and_values(
+            backend,
+            format!(
+                "DELETE FROM job_actual WHERE job_id = {} RETURNING {READING_COLUMNS}",
+                param(backend, 1)
+            ),
+            [Value::from(job_id)],
+        ))
+        .await?;
+    let reading = row.as_ref().map(reading_of).transpose()?.map(|(_, r)| r);
+    if let Some(hold) = hold {
+        let (since, rate) = actual_since(hold, reading.as_ref());
+        deltas.actual(&hold.key, rate, since, hold.to);
+    }
+    Ok(())
+}
+
+/// Records what jobs actually hold by a reading of Ray's State API taken at `at`
+/// (Unix seconds): `readings` are job ids and what each holds. For each job still
+/// holding resources whose reading differs from what it held until now (its last
+/// reading, else what it declared), the stretch since then is added to the rollup's
+/// actual columns and `job_actual` says the new reading holds from `at`. One
+/// transaction, fenced like [`super::apply`] (a stale leader writes nothing); jobs
+/// locked in (user, id) order, as [`super::apply_many`] locks them. Returns how many
+/// jobs' readings changed.
+pub async fn record_actual(
+    db: &Db,
+    fence: &Fence,
+    at: i64,
+    readings_now: &[(Uuid, Rate)],
+) -> Result<usize, DbErr> {
+    if readings_now.is_empty() {
+        return Ok(0);
+    }
+    let txn = db.begin().await?;
+    let backend = txn.get_database_backend();
+    if let Fence::Term { holder, term } = fence {
+        super::lease::check_fence(&txn, holder, *term).await?;
+    }
+    let now: HashMap<Uuid, Rate> = readings_now.iter().copied().collect();
+    let mut jobs = Vec::with_capacity(now.len());
+    let ids: Vec<Uuid> = now.keys().copied().collect();
+    for chunk in ids.chunks(500) {
+        let mut q = job::Entity::find()
+            .filter(job::Column::Id.is_in(chunk.iter().copied()))
+            .order_by_asc(job::Column::UserId)
+            .order_by_asc(job::Column::Id);
+        if backend == DatabaseBackend::Postgres {
+            q = q.lock_exclusive();
+        }
+        jobs.extend(q.all(&txn).await?);
+    }
+    let held = readings(&txn).await?;
+    let mut groups: HashMap<String, String> = HashMap::new();
+    let mut deltas = Deltas::default();
+    let mut rows = Vec::new();
+    for j in jobs {
+        let (Some(rate), Some(dispatched)) = (now.get(&j.id), j.dispatched_at) else {
+            continue;
+        };
+        if !j.status.is_outstanding() {
+            continue;
+        }
+        let group = match groups.get(&j.user_id) {
+            Some(g) => g.clone(),
+            None => {
+                let g = group_path(&txn, &j.user_id).await?;
+                groups.insert(j.user_id.clone(), g.clone());
+                g
+            }
+        };
+        let end = Utc
+            .timestamp_opt(at.max(dispatched.timestamp()), 0)
+            .single()
+            .unwrap_or(dispatched);
+        let Some(hold) = hold_of(&j, &group, end) else {
+            continue;
+        };
+        let (since, before) = actual_since(&hold, held.get(&j.id));
+        if before == *rate {
+            continue;
+        }
+        deltas.actual(&hold.key, before, since, hold.to);
+        rows.push((j.id, hold.from, since.max(hold.to), *rate));
+    }
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let mut values = Vec::with_capacity(chunk.len() * 6);
+        let mut tuples = Vec::with_capacity(chunk.len());
+        for (id, dispatched, since, rate) in chunk {
+            let first = values.len();
+            values.extend([
+                Value::from(*id),
+                Value::from(*dispatched),
+                Value::from(*since),
+                Value::from(rate.cpu_milli),
+                Value::from(rate.gpu_milli),
+                Value::from(rate.memory_bytes),
+            ]);
+            tuples.push(placeholders(backend, first, 6));
+        }
+        let sql = format!(
+            "INSERT INTO job_actual ({READING_COLUMNS}) VALUES {} ON CONFLICT (job_id) DO UPDATE \
+             SET dispatched = excluded.dispatched, since = excluded.since, \
+             cpu_milli = excluded.cpu_milli, gpu_milli = excluded.gpu_milli, \
+             memory_bytes = excluded.memory_bytes",
+            tuples.join(", ")
+        );
+        txn.execute(Statement::from_sql_and_values(backend, sql, values))
+            .await?;
+    }
+    record(&txn, &deltas).await?;
+    txn.commit().await?;
+    Ok(rows.len())
 }
 
 /// The key a job is counted under: its user, `group`, its cluster or pool, its size.
@@ -616,6 +1007,11 @@ pub async fn report(db: &Db, q: &UsageQuery, now: i64) -> Result<Vec<UsageRow>, 
         )
         .await?;
     let backend = txn.get_database_backend();
+    if backend == DatabaseBackend::Postgres {
+        // PostgreSQL's JIT would spend some 50 ms compiling the aggregate of a month
+        // by day for a query that runs in less (BENCHMARKS.md, "Usage accounting").
+        txn.execute_unprepared("SET LOCAL jit = off").await?;
+    }
     let mut rows: BTreeMap<(i64, String), UsageRow> = BTreeMap::new();
     let step = q.step;
     fn entry(
@@ -643,40 +1039,102 @@ pub async fn report(db: &Db, q: &UsageQuery, now: i64) -> Result<Vec<UsageRow>, 
         params.push(Value::from(u.clone()));
         user_filter = format!(" AND user_id = {}", param(backend, 4));
     }
-    let bins: Vec<String> = (0..WAIT_BINS)
-        .map(|k| format!("CAST(SUM(w{k}) AS BIGINT)"))
+    // By user or group by day or month: the narrow daily rows (one per user-day, not
+    // one per user, place and size), read as they are by user (each row one user's
+    // day, two only for a user whose group changed that day, added up below).
+    let narrow = q.step != Step::Hour && matches!(q.by, By::User | By::Group);
+    let (rollup, custom_table) = tables(q.step.span());
+    // Without the span: [from, to, user].
+    let narrow_params: Vec<Value> = params.iter().skip(1).cloned().collect();
+    let (table, filter, sums_params) = if narrow {
+        let user = if q.user.is_some() {
+            format!(" AND user_id = {}", param(backend, 3))
+        } else {
+            String::new()
+        };
+        (
+            USER_DAILY,
+            format!(
+                "bucket >= {} AND bucket < {}{user}",
+                param(backend, 1),
+                param(backend, 2)
+            ),
+            narrow_params,
+        )
+    } else {
+        (
+            rollup,
+            format!(
+                "span = {} AND bucket >= {} AND bucket < {}{user_filter}",
+                param(backend, 1),
+                param(backend, 2),
+                param(backend, 3)
+            ),
+            params.clone(),
+        )
+    };
+    let plain = narrow && q.by == By::User;
+    let agg = |f: &str, c: &str| {
+        if plain {
+            c.to_string()
+        } else {
+            format!("CAST({f}({c}) AS BIGINT)")
+        }
+    };
+    // Every sum in one text column ("120,0,3,…", in `sum_columns` order): a month
+    // by user answers some 30,000 rows, and decoding 26 columns of each took longer
+    // than reading them (BENCHMARKS.md, "Usage accounting").
+    let columns: Vec<String> = sum_columns()
+        .iter()
+        .map(|c| {
+            format!(
+                "CAST({} AS TEXT)",
+                agg(if c == "wait_max" { "MAX" } else { "SUM" }, c)
+            )
+        })
         .collect();
+    let group_by = if plain {
+        String::new()
+    } else {
+        format!(" GROUP BY bucket, {col}")
+    };
     let sql = format!(
-        "SELECT bucket, {col}, CAST(SUM(cpu_ms) AS BIGINT), CAST(SUM(gpu_ms) AS BIGINT), \
-         CAST(SUM(memory_bs) AS BIGINT), CAST(SUM(succeeded) AS BIGINT), \
-         CAST(SUM(failed) AS BIGINT), CAST(SUM(stopped) AS BIGINT), {}, \
-         CAST(MAX(wait_max) AS BIGINT) FROM usage_rollup \
-         WHERE span = {} AND bucket >= {} AND bucket < {}{user_filter} GROUP BY bucket, {col}",
-        bins.join(", "),
-        param(backend, 1),
-        param(backend, 2),
-        param(backend, 3),
+        "SELECT bucket, {col}, {} FROM {table} WHERE {filter}{group_by}",
+        columns.join(" || ',' || "),
     );
     for r in txn
-        .query_all(Statement::from_sql_and_values(backend, sql, params.clone()))
+        .query_all(Statement::from_sql_and_values(backend, sql, sums_params))
         .await?
     {
         let bucket: i64 = r.try_get_by_index(0)?;
         let key: String = r.try_get_by_index(1)?;
-        let s = &mut entry(&mut rows, step, bucket, key).sums;
-        s.cpu_ms += r.try_get_by_index::<i64>(2)? as i128;
-        s.gpu_ms += r.try_get_by_index::<i64>(3)? as i128;
-        s.memory_bs += r.try_get_by_index::<i64>(4)? as i128;
-        s.succeeded += r.try_get_by_index::<i64>(5)?.max(0) as u64;
-        s.failed += r.try_get_by_index::<i64>(6)?.max(0) as u64;
-        s.stopped += r.try_get_by_index::<i64>(7)?.max(0) as u64;
-        for k in 0..WAIT_BINS {
-            s.waits[k] += r.try_get_by_index::<i64>(8 + k)?.max(0) as u64;
+        let packed: String = r.try_get_by_index(2)?;
+        let mut v = [0i64; 9 + WAIT_BINS + 1];
+        let mut fields = packed.split(',');
+        for x in v.iter_mut() {
+            let f = fields.next().unwrap_or("");
+            *x = f
+                .trim()
+                .parse()
+                .map_err(|e| DbErr::Custom(format!("{table}: a sum {f:?} in {packed:?}: {e}")))?;
         }
-        s.wait_max = s.wait_max.max(r.try_get_by_index::<i64>(8 + WAIT_BINS)?);
+        let s = &mut entry(&mut rows, step, bucket, key).sums;
+        s.cpu_ms += v[0] as i128;
+        s.gpu_ms += v[1] as i128;
+        s.memory_bs += v[2] as i128;
+        s.actual_cpu_ms += v[3] as i128;
+        s.actual_gpu_ms += v[4] as i128;
+        s.actual_memory_bs += v[5] as i128;
+        s.succeeded += v[6].max(0) as u64;
+        s.failed += v[7].max(0) as u64;
+        s.stopped += v[8].max(0) as u64;
+        for (w, c) in s.waits.iter_mut().zip(&v[9..9 + WAIT_BINS]) {
+            *w += (*c).max(0) as u64;
+        }
+        s.wait_max = s.wait_max.max(v[9 + WAIT_BINS]);
     }
     let sql = format!(
-        "SELECT bucket, {col}, resource, CAST(SUM(amount_ms) AS BIGINT) FROM usage_custom \
+        "SELECT bucket, {col}, resource, CAST(SUM(amount_ms) AS BIGINT) FROM {custom_table} \
          WHERE span = {} AND bucket >= {} AND bucket < {}{user_filter} \
          GROUP BY bucket, {col}, resource",
         param(backend, 1),
@@ -722,19 +1180,31 @@ pub async fn report(db: &Db, q: &UsageQuery, now: i64) -> Result<Vec<UsageRow>, 
     if let Some(u) = &q.user {
         live = live.filter(job::Column::UserId.eq(u.clone()));
     }
-    for j in live.all(&txn).await? {
+    let live = live.all(&txn).await?;
+    // Their readings: the stretch since the last one is not in the rollup yet.
+    let readings = if live.is_empty() {
+        HashMap::new()
+    } else {
+        readings(&txn).await?
+    };
+    for j in live {
         let g = group(&j.user_id);
         let end = Utc.timestamp_opt(now, 0).single().unwrap_or_default();
-        let Some(mut hold) = hold_of(&j, &g, end) else {
+        let Some(hold) = hold_of(&j, &g, end) else {
             continue;
         };
-        hold.from = hold.from.max(q.from);
-        hold.to = hold.to.min(q.to);
         let key = q.by.of(&hold.key);
-        for (bucket, secs) in split(hold.from, hold.to, q.step.span()) {
+        let (from, to) = (hold.from.max(q.from), hold.to.min(q.to));
+        for (bucket, secs) in split(from, to, q.step.span()) {
             entry(&mut rows, step, bucket, key.clone())
                 .sums
-                .add(&Sums::held(&hold, secs));
+                .add(&Sums::declared(&hold, secs));
+        }
+        let (since, rate) = actual_since(&hold, readings.get(&j.id));
+        for (bucket, secs) in split(since.max(q.from), to, q.step.span()) {
+            entry(&mut rows, step, bucket, key.clone())
+                .sums
+                .add(&Sums::actually(rate, secs));
         }
     }
     txn.commit().await?;
@@ -763,7 +1233,8 @@ pub fn percentile(sorted: &[i64], p: f64) -> Option<i64> {
 }
 
 /// Deletes hourly rows older than `hourly_keep` seconds before `now` and daily rows
-/// older than `daily_keep` (Unix seconds; 0 keeps forever). Returns the rows deleted.
+/// (the wide ones and the per-user ones) older than `daily_keep` (Unix seconds; 0
+/// keeps forever). Returns the rows deleted.
 pub async fn prune(db: &Db, now: i64, hourly_keep: i64, daily_keep: i64) -> Result<u64, DbErr> {
     let backend = db.get_database_backend();
     let mut n = 0;
@@ -772,7 +1243,8 @@ pub async fn prune(db: &Db, now: i64, hourly_keep: i64, daily_keep: i64) -> Resu
             continue;
         }
         let before = Step::Day.floor(now - keep);
-        for table in ["usage_rollup", "usage_custom"] {
+        let (rollup, custom) = tables(span);
+        for table in [rollup, custom] {
             let sql = format!(
                 "DELETE FROM {table} WHERE span = {} AND bucket < {}",
                 param(backend, 1),
@@ -783,6 +1255,19 @@ pub async fn prune(db: &Db, now: i64, hourly_keep: i64, daily_keep: i64) -> Resu
                     backend,
                     sql,
                     [Value::from(span as i32), Value::from(before)],
+                ))
+                .await?
+                .rows_affected();
+        }
+        if span == DAY {
+            n += db
+                .execute(Statement::from_sql_and_values(
+                    backend,
+                    format!(
+                        "DELETE FROM {USER_DAILY} WHERE bucket < {}",
+                        param(backend, 1)
+                    ),
+                    [Value::from(before)],
                 ))
                 .await?
                 .rows_affected();

@@ -5,12 +5,15 @@
 //! across a restart, in JSON and CSV.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use fairshare::config::{PoolSettings, Settings};
-use fairshare::store::{self, Hold, UsageBy, UsageKey, UsageQuery, UsageRow, UsageStep, UsageSums};
+use fairshare::store::{
+    self, Hold, UsageBy, UsageKey, UsageQuery, UsageRate, UsageRow, UsageStep, UsageSums,
+};
 use proptest::prelude::*;
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, EntityTrait};
 use serde_json::{json, Value};
 
 use crate::both_databases;
@@ -28,23 +31,31 @@ fn hold() -> impl Strategy<Value = Hold> {
         0i64..2 * 86_400,
         (0i64..8_000, 0i64..4_000, 0i64..(1 << 36)),
         proptest::option::of(1i64..5_000),
+        proptest::option::of((0i64..16_000, 0i64..4_000, 0i64..(1 << 36))),
     )
-        .prop_map(|((u, g, p, z), start, len, (cpu, gpu, mem), qpu)| Hold {
-            key: UsageKey {
-                user: format!("u{u}"),
-                group: ["", "a", "a/b"][g].into(),
-                place: ["c1", "c2"][p].into(),
-                size: ["", "s", "m"][z].into(),
+        .prop_map(
+            |((u, g, p, z), start, len, (cpu, gpu, mem), qpu, actual)| Hold {
+                key: UsageKey {
+                    user: format!("u{u}"),
+                    group: ["", "a", "a/b"][g].into(),
+                    place: ["c1", "c2"][p].into(),
+                    size: ["", "s", "m"][z].into(),
+                },
+                cpu_milli: cpu,
+                gpu_milli: gpu,
+                memory_bytes: mem,
+                custom: qpu
+                    .map(|q| BTreeMap::from([("QPU".to_string(), q)]))
+                    .unwrap_or_default(),
+                from: T0 + start,
+                to: T0 + start + len,
+                actual: actual.map(|(cpu_milli, gpu_milli, memory_bytes)| UsageRate {
+                    cpu_milli,
+                    gpu_milli,
+                    memory_bytes,
+                }),
             },
-            cpu_milli: cpu,
-            gpu_milli: gpu,
-            memory_bytes: mem,
-            custom: qpu
-                .map(|q| BTreeMap::from([("QPU".to_string(), q)]))
-                .unwrap_or_default(),
-            from: T0 + start,
-            to: T0 + start + len,
-        })
+        )
 }
 
 fn step() -> impl Strategy<Value = UsageStep> {
@@ -55,12 +66,26 @@ fn step() -> impl Strategy<Value = UsageStep> {
     ]
 }
 
-/// What the rollup should say for `[from, to)`: each hold's overlap with it, by hand.
+/// What the rollup should say for `[from, to)`: each hold's overlap with it, by hand,
+/// declared and actually (its reading, else declared).
 fn by_hand(holds: &[Hold], from: i64, to: i64) -> UsageSums {
     let mut s = UsageSums::default();
     for h in holds {
-        let secs = (h.to.min(to) - h.from.max(from)).max(0);
-        s.add(&UsageSums::held(h, secs));
+        let secs = (h.to.min(to) - h.from.max(from)).max(0) as i128;
+        s.cpu_ms += h.cpu_milli as i128 * secs;
+        s.gpu_ms += h.gpu_milli as i128 * secs;
+        s.memory_bs += h.memory_bytes as i128 * secs;
+        let a = h.actual.unwrap_or(UsageRate {
+            cpu_milli: h.cpu_milli,
+            gpu_milli: h.gpu_milli,
+            memory_bytes: h.memory_bytes,
+        });
+        s.actual_cpu_ms += a.cpu_milli as i128 * secs;
+        s.actual_gpu_ms += a.gpu_milli as i128 * secs;
+        s.actual_memory_bs += a.memory_bytes as i128 * secs;
+        for (k, v) in &h.custom {
+            *s.custom.entry(k.clone()).or_default() += *v as i128 * secs;
+        }
     }
     s.custom.retain(|_, v| *v != 0);
     s
@@ -103,9 +128,13 @@ fn sums_agree_whichever_way_they_are_grouped(which: Db) {
         24,
         input,
         |db, (holds, ended, off, len, step)| async move {
-            db.execute_unprepared("DELETE FROM usage_rollup; DELETE FROM usage_custom")
-                .await
-                .unwrap();
+            db.execute_unprepared(
+                "DELETE FROM usage_rollup; DELETE FROM usage_custom; \
+                 DELETE FROM usage_rollup_hourly; DELETE FROM usage_custom_hourly; \
+                 DELETE FROM usage_user_daily",
+            )
+            .await
+            .unwrap();
             let statuses = [
                 entity::JobStatus::Succeeded,
                 entity::JobStatus::Failed,
@@ -203,6 +232,229 @@ fn sums_agree_whichever_way_they_are_grouped_sqlite() {
 )]
 fn sums_agree_whichever_way_they_are_grouped_postgres() {
     sums_agree_whichever_way_they_are_grouped(Db::Postgres);
+}
+
+/// The resources of one step: declared cores, GPUs, bytes, then the same actually.
+type Held = [i128; 6];
+
+fn held_of(s: &UsageSums) -> Held {
+    [
+        s.cpu_ms,
+        s.gpu_ms,
+        s.memory_bs,
+        s.actual_cpu_ms,
+        s.actual_gpu_ms,
+        s.actual_memory_bs,
+    ]
+}
+
+/// Each step's resources in a report of `step` over `[from, to)` as of `now`.
+async fn held_per_step(
+    db: &sea_orm::DatabaseConnection,
+    step: UsageStep,
+    from: i64,
+    to: i64,
+    now: i64,
+) -> BTreeMap<i64, Held> {
+    let q = UsageQuery {
+        from,
+        to,
+        step,
+        by: UsageBy::User,
+        user: None,
+    };
+    let rows = store::usage_report(db, &q, now).await.unwrap();
+    per_step(&rows)
+        .into_iter()
+        .map(|(t, s)| (t, held_of(&s)))
+        .filter(|(_, h)| h.iter().any(|v| *v != 0))
+        .collect()
+}
+
+/// By hand: each step's declared resources over `[d, end)` and actual ones over each
+/// of `pieces` (from, to, rate).
+fn pieces_per_step(
+    step: UsageStep,
+    from: i64,
+    to: i64,
+    declared: UsageRate,
+    (d, end): (i64, i64),
+    pieces: &[(i64, i64, UsageRate)],
+) -> BTreeMap<i64, Held> {
+    let overlap = |a: i64, b: i64, s: i64, n: i64| (b.min(n) - a.max(s)).max(0) as i128;
+    let mut out = BTreeMap::new();
+    let mut t = from;
+    while t < to {
+        let next = step.next(t);
+        let secs = overlap(d, end, t, next);
+        let mut h: Held = [
+            declared.cpu_milli as i128 * secs,
+            declared.gpu_milli as i128 * secs,
+            declared.memory_bytes as i128 * secs,
+            0,
+            0,
+            0,
+        ];
+        for (a, b, r) in pieces {
+            let secs = overlap(*a, *b, t, next);
+            h[3] += r.cpu_milli as i128 * secs;
+            h[4] += r.gpu_milli as i128 * secs;
+            h[5] += r.memory_bytes as i128 * secs;
+        }
+        if h.iter().any(|v| *v != 0) {
+            out.insert(t, h);
+        }
+        t = next;
+    }
+    out
+}
+
+/// What a job actually held, written as the monitor writes it: readings of Ray's
+/// State API (`store::record_actual`) at random times between the job's grant and its
+/// end (`store::apply`), some the same as the one before it or as what it declared.
+/// Every step of the report, while the job runs and after it ended, is exactly the
+/// stretches by hand: declared until the first reading, then each reading until the
+/// next; the declared columns the whole hold as declared. Nothing is left in
+/// `job_actual` once the hold ended.
+fn actual_use_is_each_readings_stretch(which: Db) {
+    let input = (
+        0i64..2 * 86_400,
+        proptest::collection::vec((1i64..40_000, 0usize..3), 0..6),
+        1i64..40_000,
+        step(),
+    );
+    property_on_db(
+        which,
+        16,
+        input,
+        |db, (d, readings, tail, step)| async move {
+            db.execute_unprepared(
+                "DELETE FROM usage_rollup; DELETE FROM usage_custom; \
+                 DELETE FROM usage_rollup_hourly; DELETE FROM usage_custom_hourly; \
+                 DELETE FROM usage_user_daily; \
+                 DELETE FROM job_actual",
+            )
+            .await
+            .unwrap();
+            let declared = UsageRate {
+                cpu_milli: 1_000,
+                gpu_milli: 0,
+                memory_bytes: 1 << 30,
+            };
+            let rates = [
+                declared,
+                UsageRate {
+                    cpu_milli: 7_000,
+                    gpu_milli: 500,
+                    memory_bytes: 3 << 30,
+                },
+                UsageRate {
+                    cpu_milli: 250,
+                    gpu_milli: 0,
+                    memory_bytes: 1 << 20,
+                },
+            ];
+            let d = T0 + d;
+            let ts = |t: i64| DateTime::<Utc>::from_timestamp(t, 0).unwrap();
+            let id = uuid::Uuid::now_v7();
+            let row = entity::job::Model {
+                id,
+                user_id: "u1".into(),
+                external_id: None,
+                status: entity::JobStatus::Running,
+                priority: 0,
+                entrypoint: "python train.py".into(),
+                runtime_env: None,
+                metadata: None,
+                cpu: 1.0,
+                gpu: 0.0,
+                memory_bytes: 1 << 30,
+                cluster: Some("c1".into()),
+                message: None,
+                max_runtime_s: None,
+                submitted_at: ts(d - 10),
+                dispatched_at: Some(ts(d)),
+                started_at: Some(ts(d)),
+                finished_at: None,
+                attempt: 1,
+                retiring_attempt: None,
+                stop_reason: None,
+                runtime_env_digest: None,
+                preemptible: false,
+                preemptions: 0,
+                preempted_at: None,
+                custom_resources: None,
+                pool: None,
+                lease_expires_at: None,
+            };
+            entity::job::Entity::insert(sea_orm::IntoActiveModel::into_active_model(row))
+                .exec_without_returning(&db)
+                .await
+                .unwrap();
+            let (mut t, mut current, mut pieces) = (d, declared, Vec::new());
+            for (gap, r) in readings {
+                let at = t + gap;
+                store::record_actual(&db, &store::Fence::Unfenced, at, &[(id, rates[r])])
+                    .await
+                    .unwrap();
+                pieces.push((t, at, current));
+                (t, current) = (at, rates[r]);
+            }
+            let end = t + tail;
+            pieces.push((t, end, current));
+            let (from, to) = (step.floor(d), step.ceil(end + 1));
+            let want = pieces_per_step(step, from, to, declared, (d, end), &pieces);
+            // While it runs (as of `end`), then once it ended at `end`.
+            let live = held_per_step(&db, step, from, to, end).await;
+            prop_assert_eq!(&live, &want, "while it runs");
+            let ended = store::apply(
+                &db,
+                &store::Fence::Unfenced,
+                id,
+                &fairshare::lifecycle::Event::SeenFinished {
+                    status: entity::JobStatus::Succeeded,
+                    message: None,
+                    started_at: None,
+                    finished_at: Some(ts(end)),
+                },
+            )
+            .await
+            .unwrap();
+            prop_assert!(
+                matches!(ended, store::Applied::Changed { .. }),
+                "{:?}",
+                ended
+            );
+            let after = held_per_step(&db, step, from, to, end + 5_000).await;
+            prop_assert_eq!(&after, &want, "after it ended");
+            let left = db
+                .query_one(sea_orm::Statement::from_string(
+                    db.get_database_backend(),
+                    "SELECT COUNT(*) FROM job_actual",
+                ))
+                .await
+                .unwrap()
+                .unwrap()
+                .try_get_by_index::<i64>(0)
+                .unwrap();
+            prop_assert_eq!(left, 0);
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn actual_use_is_each_readings_stretch_sqlite() {
+    actual_use_is_each_readings_stretch(Db::Sqlite);
+}
+
+#[test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+fn actual_use_is_each_readings_stretch_postgres() {
+    actual_use_is_each_readings_stretch(Db::Postgres);
 }
 
 /// A pool `gw` of 8 cores and 4 cluster slots.
@@ -540,3 +792,156 @@ async fn sizes_stand_for_resources_and_are_reported(which: Db) {
     assert_eq!(mem, (1u64 << 30) as f64 * held as f64);
 }
 both_databases!(sizes_stand_for_resources_and_are_reported);
+
+/// Submits a pool job of 2 cores and one cluster slot for `user`; its id.
+async fn pool_job(app: &TestApp, user: &str) -> String {
+    app.submit(
+        user,
+        json!({"pool": "gw", "resources": {"cpu": 2, "custom": {"clusters": 1}}}),
+    )
+    .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Each of `users`' core-seconds in `app`'s report for the last 30 days by day,
+/// declared and actually, summed over the steps.
+async fn core_seconds(app: &TestApp, users: &[&str]) -> Vec<(f64, f64)> {
+    let v = app.get_json("/v1/usage?by=user&step=day", SUBMITTER).await;
+    let rows = v["rows"].as_array().unwrap();
+    users
+        .iter()
+        .map(|u| {
+            rows.iter()
+                .filter(|r| r["key"] == *u)
+                .fold((0.0, 0.0), |(d, a), r| {
+                    (
+                        d + r["core_seconds"].as_f64().unwrap(),
+                        a + r["actual"]["core_seconds"].as_f64().unwrap(),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Starts a job granted by `app` (ADMITTED, then the runner's `started`); returns it
+/// once it has held for a whole second.
+async fn started(app: &TestApp, id: &str) {
+    let j = until_status(app, id, "ADMITTED").await;
+    report_ok(app, id, "started", json!({})).await;
+    past(secs(&j["dispatched_at"])).await;
+}
+
+/// Issue 48, "a restart … in the middle of a range loses nothing": pool jobs held
+/// across a restart of the service, one ending before it and one after it, and a job
+/// granted after it; the report after equals what their timelines say they held (2
+/// cores each: pools have no State API, so actual = declared).
+async fn usage_of_jobs_running_across_a_restart_is_kept(which: Db) {
+    let Some(db) = TestDb::new(which).await else {
+        return;
+    };
+    let mut settings = test_settings(&db.url);
+    with_pool(&mut settings);
+    let app = start_on(db, settings.clone()).await;
+    let users = ["r-early", "r-across", "r-after"].map(|u| format!("{u}-{which:?}"));
+    let early = pool_job(&app, &users[0]).await;
+    let across = pool_job(&app, &users[1]).await;
+    started(&app, &early).await;
+    started(&app, &across).await;
+    report_ok(&app, &early, "finished", json!({"status": "SUCCEEDED"})).await;
+    let db = app.stop().await;
+    let app = start_on(db, settings).await;
+    let after = pool_job(&app, &users[2]).await;
+    started(&app, &after).await;
+    report_ok(&app, &across, "finished", json!({"status": "SUCCEEDED"})).await;
+    report_ok(&app, &after, "finished", json!({"status": "FAILED"})).await;
+    let mut want = Vec::new();
+    for id in [&early, &across, &after] {
+        let held = held_seconds(&app, id).await as f64;
+        assert!(held >= 1.0);
+        want.push((2.0 * held, 2.0 * held));
+    }
+    let names: Vec<&str> = users.iter().map(String::as_str).collect();
+    assert_eq!(core_seconds(&app, &names).await, want);
+}
+both_databases!(usage_of_jobs_running_across_a_restart_is_kept);
+
+/// Whether `app` leads.
+async fn leads(app: &TestApp) -> bool {
+    app.get_json("/v1/scheduler", SUBMITTER).await["leadership"]["is_leader"] == true
+}
+
+/// Issue 48, "a failover in the middle of a range loses nothing": two replicas on one
+/// PostgreSQL database. The first leader grants pool jobs; one ends while it leads,
+/// one runs across the failover and ends under the second leader, which also grants
+/// and ends a third. Both replicas' reports, while the first leads and after the
+/// second took over, equal what the jobs' timelines say they held.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn usage_of_jobs_running_across_a_failover_is_kept() {
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let replica = |id: &str| {
+        let mut s = test_settings(&db.url);
+        with_pool(&mut s);
+        s.leadership.replica_id = id.into();
+        s.leadership.lease = Duration::from_secs(2);
+        s.leadership.renew_every = Duration::from_millis(500);
+        s
+    };
+    let (sa, sb) = (replica("usage-a"), replica("usage-b"));
+    let alias = db.alias();
+    let a = start_on(db, sa).await;
+    let b = start_on(alias, sb).await;
+    assert!(leads(&a).await, "the first replica leads");
+    assert!(!leads(&b).await, "the second follows");
+    let users = ["f-early", "f-across", "f-after"];
+    let early = pool_job(&a, users[0]).await;
+    let across = pool_job(&b, users[1]).await;
+    started(&a, &early).await;
+    started(&a, &across).await;
+    report_ok(&a, &early, "finished", json!({"status": "SUCCEEDED"})).await;
+    // Mid-range, on the follower: the ended job, and the running one up to now.
+    let mid = core_seconds(&b, &users).await;
+    let held_early = held_seconds(&a, &early).await as f64;
+    assert_eq!(mid[0], (2.0 * held_early, 2.0 * held_early));
+    assert!(mid[1].0 >= 2.0, "{mid:?}");
+    // The leader goes; the follower takes over.
+    let db = a.stop().await;
+    until(15, "the second replica leads", || async {
+        leads(&b).await.then_some(())
+    })
+    .await;
+    let after = pool_job(&b, users[2]).await;
+    started(&b, &after).await;
+    report_ok(&b, &across, "finished", json!({"status": "SUCCEEDED"})).await;
+    report_ok(&b, &after, "finished", json!({"status": "SUCCEEDED"})).await;
+    let mut want = Vec::new();
+    for id in [&early, &across, &after] {
+        let held = held_seconds(&b, id).await as f64;
+        assert!(held >= 1.0);
+        want.push((2.0 * held, 2.0 * held));
+    }
+    assert_eq!(core_seconds(&b, &users).await, want);
+    // The slots (a custom resource) add up too, by cluster.
+    let v = b
+        .get_json(
+            "/v1/usage?by=cluster&step=hour&from=2026-01-01T00:00:00Z",
+            SUBMITTER,
+        )
+        .await;
+    let slots: f64 = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["custom_seconds"]["clusters"].as_f64().unwrap_or(0.0))
+        .sum();
+    assert_eq!(slots, want.iter().map(|w| w.0 / 2.0).sum::<f64>());
+    b.stop().await;
+    drop(db);
+}

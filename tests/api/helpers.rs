@@ -73,6 +73,18 @@ impl TestDb {
     }
 }
 
+impl TestDb {
+    /// The same database for a second replica: dropping it leaves the database to
+    /// `self`.
+    pub fn alias(&self) -> TestDb {
+        TestDb {
+            url: self.url.clone(),
+            _dir: None,
+            pg: None,
+        }
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         if let Some((admin, name)) = self.pg.take() {

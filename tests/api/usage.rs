@@ -245,3 +245,61 @@ async fn an_ended_jobs_lingering_supervisor_does_not_hold_back_the_next_job(db: 
     .await;
 }
 both_databases!(an_ended_jobs_lingering_supervisor_does_not_hold_back_the_next_job);
+
+/// Issue 48: the usage report says what a job actually held by Ray's State API beside
+/// what it declared. A job that declared 1 CPU and whose driver holds 6 more is charged
+/// 1 core until the first reading and 7 from then on: its actual core-seconds are
+/// `1·a + 7·b` over its `a + b` seconds held, with `b ≥ 2` (it runs two seconds after
+/// the arbiter charged 7); its declared core-seconds are 1 per second held.
+async fn usage_reports_what_a_job_actually_held(db: Db) {
+    let (server, state) = fake_ray::start(8.0, |s| {
+        s.state_api = true;
+        s.run_polls = 1_000_000;
+        s.tasks_cpu = 6.0;
+    })
+    .await;
+    let app = app(db, &server).await;
+    let id = app
+        .submit("actual-a", json!({"resources": {"cpu": 1}}))
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    until(10, "the job charged 7 CPU", || async {
+        let u = app.get_json("/v1/users/actual-a", SUBMITTER).await;
+        (u["allocation"]["cpu"] == 7.0).then_some(())
+    })
+    .await;
+    let seen = chrono::Utc::now().timestamp();
+    until(10, "two more seconds", || async {
+        (chrono::Utc::now().timestamp() >= seen + 2).then_some(())
+    })
+    .await;
+    state.lock().unwrap().jobs.get_mut(&id).unwrap().status = "SUCCEEDED";
+    let j = until(30, "the job SUCCEEDED", || async {
+        let j = app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await;
+        (j["status"] == "SUCCEEDED").then_some(j)
+    })
+    .await;
+    let secs = |v: &Value| {
+        chrono::DateTime::parse_from_rfc3339(v.as_str().unwrap())
+            .unwrap()
+            .timestamp()
+    };
+    let held = (secs(&j["finished_at"]) - secs(&j["dispatched_at"])) as f64;
+    let r = app
+        .get_json("/v1/usage?by=user&step=day&user=actual-a", SUBMITTER)
+        .await;
+    let rows = r["rows"].as_array().unwrap();
+    let sum = |f: &dyn Fn(&Value) -> f64| rows.iter().map(f).sum::<f64>();
+    let declared = sum(&|x| x["core_seconds"].as_f64().unwrap());
+    let actual = sum(&|x| x["actual"]["core_seconds"].as_f64().unwrap());
+    assert_eq!(declared, held, "{r}");
+    let b = (actual - held) / 6.0;
+    assert_eq!(b.fract(), 0.0, "1·a + 7·b: {r}");
+    assert!(b >= 2.0 && b <= held, "{b} of {held} s at 7 cores: {r}");
+    // No reading left behind for the ended job.
+    let gpu = sum(&|x| x["actual"]["gpu_seconds"].as_f64().unwrap());
+    assert_eq!(gpu, 0.0);
+}
+both_databases!(usage_reports_what_a_job_actually_held);

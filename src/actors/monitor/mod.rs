@@ -98,6 +98,9 @@ pub struct RayCapacityMonitor {
     /// Per autoscaling cluster (`[[clusters.node_types]]`): nodes starting and whether
     /// its growth is held back (see [`growth`]).
     growth: BTreeMap<String, growth::Growth>,
+    /// Per cluster: what each job held by the last State API reading written to the
+    /// usage rollup (`store::record_actual`); only changes are written.
+    actual_written: BTreeMap<String, HashMap<JobId, crate::store::UsageRate>>,
 }
 
 /// Ray's State API costs the dashboard time in proportion to what is alive (measured:
@@ -157,6 +160,7 @@ impl RayCapacityMonitor {
             again: false,
             next: None,
             checking: HashMap::new(),
+            actual_written: BTreeMap::new(),
             last_started: None,
             state: BTreeMap::new(),
             growth: BTreeMap::new(),
@@ -342,7 +346,7 @@ impl RayCapacityMonitor {
                 .map(|results, act, ctx| {
                     act.polling = false;
                     for r in results.unwrap_or_default() {
-                        act.apply(r);
+                        act.apply(r, ctx);
                     }
                     if std::mem::take(&mut act.again) {
                         act.poll(ctx);
@@ -494,7 +498,7 @@ impl RayCapacityMonitor {
         used
     }
 
-    fn apply(&mut self, r: ClusterPoll) {
+    fn apply(&mut self, r: ClusterPoll, ctx: &mut Context<Self>) {
         let settings = Arc::clone(&self.settings);
         let autoscaling = settings
             .clusters
@@ -600,6 +604,10 @@ impl RayCapacityMonitor {
                 .unwrap_or_else(|| NOT_READY.to_string())
         });
         let alive = health.total;
+        let healthy = health.healthy;
+        if state_cost.is_some() && !actual.is_empty() {
+            self.write_actual(&name, &actual, ctx);
+        }
         let (total, growth) = match (autoscaling, self.growth.get_mut(&name)) {
             (Some(c), Some(g)) => {
                 g.saw_alive(alive);
@@ -622,7 +630,7 @@ impl RayCapacityMonitor {
         self.arbiter.capacity.do_send(CapacityChanged {
             cluster: name.clone(),
             unhealthy_reason,
-            healthy: health.healthy,
+            healthy,
             total,
             used,
             reported,
@@ -631,6 +639,57 @@ impl RayCapacityMonitor {
             growth,
             growth_room,
         });
+    }
+}
+
+impl RayCapacityMonitor {
+    /// Writes a fresh State API reading of what `cluster`'s jobs hold into the usage
+    /// rollup (DESIGN §6, "Usage rollup"): the jobs whose reading changed since the
+    /// last one written. A failed write is logged and the next reading writes them all
+    /// again (the database keeps only changes).
+    fn write_actual(
+        &mut self,
+        cluster: &str,
+        actual: &[(JobId, crate::policy::Resources)],
+        ctx: &mut Context<Self>,
+    ) {
+        let now: HashMap<JobId, crate::store::UsageRate> = actual
+            .iter()
+            .map(|(id, r)| {
+                (
+                    *id,
+                    crate::store::UsageRate::of(r.cpu, r.gpu, r.memory_bytes),
+                )
+            })
+            .collect();
+        let before = self
+            .actual_written
+            .insert(cluster.to_string(), now.clone())
+            .unwrap_or_default();
+        let changed: Vec<_> = now
+            .into_iter()
+            .filter(|(id, rate)| before.get(id) != Some(rate))
+            .collect();
+        if changed.is_empty() {
+            return;
+        }
+        let (db, fence, cluster) = (self.db.clone(), self.fence.clone(), cluster.to_string());
+        let at = chrono::Utc::now().timestamp();
+        ctx.spawn(
+            super::off_actor(async move {
+                crate::store::record_actual(&db, &fence, at, &changed).await
+            })
+            .into_actor(self)
+            .map(move |res, act, _| {
+                if let Some(Err(e)) = res {
+                    if !crate::store::is_fenced(&e) {
+                        tracing::warn!(cluster = %cluster, error = %e,
+                            "cannot write what jobs actually held into the usage rollup; the next reading tries again");
+                    }
+                    act.actual_written.remove(&cluster);
+                }
+            }),
+        );
     }
 }
 
