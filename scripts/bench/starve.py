@@ -37,7 +37,8 @@ FAMILY = [
 REAL = {"coare": TRACES / "coare-saliksik-2020.swf.gz",
         "nasa-32": TRACES / "NASA-iPSC-1993-3.1-cln.swf.gz"}
 COLUMNS = [("before", BEFORE, []), ("before, runs 1", BEFORE, ["--starvation-runs", "1"]),
-           ("after", AFTER, []), ("fifo", AFTER, None)]
+           ("after", AFTER, []), ("after, runs 0", AFTER, ["--starvation-runs", "0"]),
+           ("fifo", AFTER, None)]
 
 
 def trace_files(name, shape, cores, load, seed):
