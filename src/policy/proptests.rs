@@ -439,7 +439,8 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
 /// then the cycle ends with a reservation held, made this cycle (for H or for a
 /// starved head before it in order). With licenses off, whose seats are not
 /// reserved.
-fn passed_over_heads_are_reserved_for(
+pub(crate) fn passed_over_heads_are_reserved_for(
+    now: Seconds,
     config: &PolicyConfig,
     users: &[UserView],
     clusters: &[ClusterView],
@@ -454,12 +455,12 @@ fn passed_over_heads_are_reserved_for(
         .fold(Resources::ZERO, |sum, c| sum + c.total);
     let key = |u: &UserView| {
         let share = dominant_share(&u.allocation, &capacity);
-        let usage = decay_usage(u.usage, u.usage_at, share, NOW, config.usage_half_life);
+        let usage = decay_usage(u.usage, u.usage_at, share, now, config.usage_half_life);
         let age = u
             .queue
             .iter()
             .find(|j| !unrunnable(j, u, clusters))
-            .map_or(0.0, |j| NOW - j.submitted_at);
+            .map_or(0.0, |j| now - j.submitted_at);
         quantize_key(
             fair_share_key(share, usage, u.weight)
                 - age_term(age, config.age_weight, config.max_age),
@@ -482,14 +483,14 @@ fn passed_over_heads_are_reserved_for(
         let within = h
             .max_resources
             .is_none_or(|m| (h.allocation + head.resources).fits_cap(&m));
-        if !within || NOW - head.submitted_at <= config.starvation_guard {
+        if !within || now - head.submitted_at <= config.starvation_guard {
             continue;
         }
         let kh = key(h);
         if let Some(v) = granted_users.iter().find(|v| key(v) > kh) {
             let r = out.reservation.as_ref();
             assert!(
-                r.is_some_and(|r| r.since == NOW),
+                r.is_some_and(|r| r.since == now),
                 "{} passed over by {}'s grant past the guard, no reservation: {out:?}",
                 h.user,
                 v.user
@@ -598,7 +599,7 @@ proptest! {
     ) {
         let out = run_cycle(NOW, &config, &users, &clusters, None);
         check(&config, &users, &clusters, &out);
-        passed_over_heads_are_reserved_for(&config, &users, &clusters, &out);
+        passed_over_heads_are_reserved_for(NOW, &config, &users, &clusters, &out);
     }
 
     /// The same with the age term on, on the oracle's decision too.
@@ -609,9 +610,9 @@ proptest! {
         clusters in clusters(),
     ) {
         let out = run_cycle(NOW, &config, &users, &clusters, None);
-        passed_over_heads_are_reserved_for(&config, &users, &clusters, &out);
+        passed_over_heads_are_reserved_for(NOW, &config, &users, &clusters, &out);
         let oracle = super::oracle::run_cycle(NOW, &config, &users, &clusters, None);
-        passed_over_heads_are_reserved_for(&config, &users, &clusters, &oracle);
+        passed_over_heads_are_reserved_for(NOW, &config, &users, &clusters, &oracle);
     }
 
     #[test]

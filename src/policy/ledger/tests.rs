@@ -278,6 +278,13 @@ fn replay_in(config: &PolicyConfig, groups: &[GroupView], ops: &[Op]) -> Result<
                     &clusters,
                     held.as_ref(),
                 );
+                if held.is_none() && ledger.tree().is_empty() {
+                    // Issue 43 §5-§6 over event sequences: no head past the guard in
+                    // force is passed over by backfill without a reservation.
+                    crate::policy::proptests::passed_over_heads_are_reserved_for(
+                        now, &applied, &users, &clusters, &expected,
+                    );
+                }
                 let got = ledger.cycle(now);
                 prop_assert_eq!(&got.grants, &expected.grants);
                 prop_assert_eq!(&got.reservation, &expected.reservation);
