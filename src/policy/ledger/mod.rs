@@ -26,8 +26,8 @@
 //! - A held reservation is checked by name; its shadow walks the reserved cluster's
 //!   outstanding jobs kept sorted by expected end.
 //!
-//! A cycle on a full cluster with a reservation held (or no head past the guard)
-//! thus reads one fit test per head shape and nothing per user.
+//! A cycle on a full cluster thus reads one fit test per head shape and nothing per
+//! user (nothing can be granted, so nobody is passed over).
 //!
 //! # Pending reasons and the order
 //!
