@@ -437,8 +437,11 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
 /// the cycle is strictly larger than H's (V came after H in fair-share order at
 /// each of its grants, since a grant only raises a key: the grant passed H over),
 /// then the cycle ends with a reservation held, made this cycle (for H or for a
-/// starved head before it in order). With licenses off, whose seats are not
-/// reserved.
+/// starved head before it in order). Conversely, a reservation made this cycle
+/// was made for a pass-over: some other user whose key at the start of the cycle
+/// is no smaller than the reserved user's was granted a job, or some head was
+/// kept out by the reservation (`BlockedByReservation`); a head waiting only for
+/// a full cluster gets none. With licenses off, whose seats are not reserved.
 pub(crate) fn passed_over_heads_are_reserved_for(
     now: Seconds,
     config: &PolicyConfig,
@@ -446,7 +449,7 @@ pub(crate) fn passed_over_heads_are_reserved_for(
     clusters: &[ClusterView],
     out: &CycleOutcome,
 ) {
-    if !config.backfill || licenses::any(&config.licenses) || out.grants.is_empty() {
+    if !config.backfill || licenses::any(&config.licenses) {
         return;
     }
     let capacity = clusters
@@ -466,6 +469,21 @@ pub(crate) fn passed_over_heads_are_reserved_for(
                 - age_term(age, config.age_weight, config.max_age),
         )
     };
+    if let Some(r) = out.reservation.as_ref().filter(|r| r.since == now) {
+        let reserved = users.iter().find(|u| u.user == r.user).expect("a user");
+        let kr = key(reserved);
+        let passed = users.iter().any(|v| {
+            v.user != r.user && key(v) >= kr && out.grants.iter().any(|g| g.user == v.user)
+        }) || out
+            .pending
+            .iter()
+            .any(|(_, why)| matches!(why, PendingReason::BlockedByReservation { .. }));
+        assert!(
+            passed,
+            "{} reserved for with nobody passing it over: {out:?}",
+            r.user
+        );
+    }
     let granted_users: Vec<&UserView> = users
         .iter()
         .filter(|u| out.grants.iter().any(|g| g.user == u.user))
