@@ -438,8 +438,8 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
 /// each of its grants, since a grant only raises a key: the grant passed H over),
 /// then the cycle ends with a reservation held, made this cycle (for H or for a
 /// starved head before it in order). Conversely, a reservation made this cycle
-/// was made for a pass-over: some other user whose key at the start of the cycle
-/// is no smaller than the reserved user's was granted a job, or some head was
+/// was made for a pass-over: some other user whose key after the cycle is no
+/// smaller than the reserved user's was granted a job, or some head was
 /// kept out by the reservation (`BlockedByReservation`); a head waiting only for
 /// a full cluster gets none. With licenses off, whose seats are not reserved.
 pub(crate) fn passed_over_heads_are_reserved_for(
@@ -472,12 +472,23 @@ pub(crate) fn passed_over_heads_are_reserved_for(
     if let Some(r) = out.reservation.as_ref().filter(|r| r.since == now) {
         let reserved = users.iter().find(|u| u.user == r.user).expect("a user");
         let kr = key(reserved);
-        let passed = users.iter().any(|v| {
-            v.user != r.user && key(v) >= kr && out.grants.iter().any(|g| g.user == v.user)
-        }) || out
-            .pending
+        // A granted user's key after the cycle is no smaller than at any of its
+        // grants (a grant only raises a key); one below the reserved user's then
+        // was below it at every grant: none of them passed it over.
+        let after = |v: &str| {
+            out.order
+                .iter()
+                .find(|o| o.user == v)
+                .map_or(f64::NEG_INFINITY, |o| quantize_key(o.key))
+        };
+        let passed = out
+            .grants
             .iter()
-            .any(|(_, why)| matches!(why, PendingReason::BlockedByReservation { .. }));
+            .any(|g| g.user != r.user && after(&g.user) >= kr)
+            || out
+                .pending
+                .iter()
+                .any(|(_, why)| matches!(why, PendingReason::BlockedByReservation { .. }));
         assert!(
             passed,
             "{} reserved for with nobody passing it over: {out:?}",
