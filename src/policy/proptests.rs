@@ -438,8 +438,8 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
 /// each of its grants, since a grant only raises a key: the grant passed H over),
 /// then the cycle ends with a reservation held, made this cycle (for H or for a
 /// starved head before it in order). Conversely, a reservation made this cycle
-/// was made for a pass-over: some other user whose key after the cycle is no
-/// smaller than the reserved user's was granted a job, or some head was
+/// was made for a pass-over: some other user was granted a job at a key no
+/// smaller than the reserved user's, or some head was
 /// kept out by the reservation (`BlockedByReservation`); a head waiting only for
 /// a full cluster gets none. With licenses off, whose seats are not reserved.
 pub(crate) fn passed_over_heads_are_reserved_for(
@@ -472,19 +472,32 @@ pub(crate) fn passed_over_heads_are_reserved_for(
     if let Some(r) = out.reservation.as_ref().filter(|r| r.since == now) {
         let reserved = users.iter().find(|u| u.user == r.user).expect("a user");
         let kr = key(reserved);
-        // A granted user's key after the cycle is no smaller than at any of its
-        // grants (a grant only raises a key); one below the reserved user's then
-        // was below it at every grant: none of them passed it over.
-        let after = |v: &str| {
-            out.order
-                .iter()
-                .find(|o| o.user == v)
-                .map_or(f64::NEG_INFINITY, |o| quantize_key(o.key))
+        // Each grant's key: the user's allocation before it (its earlier grants
+        // of the cycle added), the granted job's age; usage as at the start.
+        let at_grants = |v: &UserView| -> Vec<f64> {
+            let share0 = dominant_share(&v.allocation, &capacity);
+            let usage = decay_usage(v.usage, v.usage_at, share0, now, config.usage_half_life);
+            let mut allocation = v.allocation;
+            let mut keys = Vec::new();
+            for g in out.grants.iter().filter(|g| g.user == v.user) {
+                let job = v
+                    .queue
+                    .iter()
+                    .find(|j| j.job_id == g.job_id)
+                    .expect("queued");
+                let share = dominant_share(&allocation, &capacity);
+                keys.push(quantize_key(
+                    fair_share_key(share, usage, v.weight)
+                        - age_term(now - job.submitted_at, config.age_weight, config.max_age),
+                ));
+                allocation += g.resources;
+            }
+            keys
         };
-        let passed = out
-            .grants
+        let passed = users
             .iter()
-            .any(|g| g.user != r.user && after(&g.user) >= kr)
+            .filter(|v| v.user != r.user)
+            .any(|v| at_grants(v).iter().any(|&k| k >= kr))
             || out
                 .pending
                 .iter()
