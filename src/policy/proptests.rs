@@ -435,7 +435,7 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
 /// and `max_resources`), its effective head has waited longer than the guard and
 /// was not granted, and a job was granted to a user V whose key at the start of
 /// the cycle is strictly larger than H's (V came after H in fair-share order at
-/// each of its grants, since a grant only raises a key: the grant passed H over),
+/// its first grant, made at that key: that grant passed H over),
 /// then the cycle ends with a reservation held, made this cycle (for H or for a
 /// starved head before it in order). Conversely, a reservation made this cycle
 /// was made for a pass-over: some other user was granted a job at a key no
