@@ -332,23 +332,6 @@ impl Path {
         }
     }
 
-    /// Compares keys only, where the two paths part: through the groups they share,
-    /// then the first level where they differ, by key (ties are equal). Without
-    /// groups: the users' quantized keys. What "comes after in fair-share order"
-    /// means for starvation (a holder with a larger key passes a head over).
-    pub(crate) fn cmp_keys(&self, other: &Path) -> std::cmp::Ordering {
-        let n = usize::from(self.len.min(other.len));
-        for i in 0..n {
-            let (a, b) = (&self.levels[i], &other.levels[i]);
-            let same_group =
-                a.tie == f64::NEG_INFINITY && b.tie == f64::NEG_INFINITY && a.id == b.id;
-            if !same_group {
-                return super::share::cmp_f64(a.key, b.key);
-            }
-        }
-        std::cmp::Ordering::Equal
-    }
-
     /// The user's index (its own level's id).
     pub(crate) fn user(&self) -> usize {
         self.levels[usize::from(self.len) - 1].id

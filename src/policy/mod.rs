@@ -94,14 +94,18 @@
 //! - **Starved head**: an effective head whose user is eligible, that has
 //!   waited longer than the **starvation guard**
 //!   (`now − submitted_at > starvation_guard`), fits no healthy cluster's
-//!   free capacity, and is **passed over**: some user holding capacity has a
-//!   larger quantized key. (A head that waits only behind its own user's
-//!   running jobs is queued, not starved; reserving for it protects nothing,
-//!   and it would keep the reservation from the job that needs it, as in
-//!   issue 10's S/L scenario.)
-//! - **Making one**: with none held, before filling, the starved head that
-//!   comes **first in fair-share order** (key, older head, user) gets it;
-//!   failing that, the first starved head met during filling (in key order).
+//!   free capacity, and is **passed over by backfill**: with no reservation
+//!   held, a job of a user after it in fair-share order is about to be granted
+//!   in this cycle (issue 43 §5–§6). A head that waits only because the
+//!   cluster is full, served in order, is never starved: nothing jumps it, and
+//!   a reservation would only put it before users that fall below it meanwhile
+//!   (the two real-Ray fair-order tests); nor is one that waits only behind
+//!   its own user's running jobs (issue 10's S/L scenario).
+//! - **Making one**: with none held, the first head met in fair-share order
+//!   (key, older head, user) that is past the guard and fits no free capacity
+//!   gets it as soon as a later user's job is about to be granted, before that
+//!   grant, which then goes ahead only if it does not delay the reservation.
+//!   No grant, no reservation.
 //!   (Issue 10 suggested the oldest starved head; on COARE that gave a
 //!   fairness error of 0.142 against 0.108 for key order, at the same
 //!   utilization and better under overload: BENCHMARKS.md.) It is placed on the cluster where
@@ -301,8 +305,9 @@ pub struct UserView {
 pub struct PolicyConfig {
     /// Half-life `T` of decayed usage, seconds; 0 turns history off.
     pub usage_half_life: Seconds,
-    /// A head that fits nowhere, is passed over and has waited longer than
-    /// this (seconds) gets the reservation when backfill is on (module doc).
+    /// A head that fits nowhere, is passed over by backfill and has waited
+    /// longer than this (seconds) gets the reservation when backfill is on
+    /// (module doc).
     /// `f64::INFINITY` disables reservations.
     pub starvation_guard: Seconds,
     /// How many typical run times a head may wait before it counts as starved,
@@ -588,7 +593,7 @@ pub struct CycleOutcome {
     /// not fit (the cycle stopped there).
     pub stopped_for: Option<JobId>,
     /// The reservation after this cycle: pass it to the next cycle. `None`
-    /// when no job has waited past the starvation guard without fitting, or
-    /// the reserved job was granted this cycle.
+    /// when none was held and no head past the starvation guard was passed over
+    /// by backfill, or the reserved job was granted this cycle.
     pub reservation: Option<Reservation>,
 }

@@ -191,7 +191,6 @@ impl<'a> UserState<'a> {
             None => order.push(
                 groups.path(self, user, now, config),
                 best_fit_slot(head, slots).is_some(),
-                now - head.submitted_at > config.starvation_guard,
             ),
             Some(why @ (PendingReason::Paused | PendingReason::GroupPaused { .. })) => {
                 self.mark_paused(&why);
@@ -202,14 +201,13 @@ impl<'a> UserState<'a> {
 }
 
 /// The eligible users in fair-share order (a binary heap of their [`Path`]s),
-/// counting those that may still lead to a grant or a reservation, so that
-/// a cycle stops visiting users once none can (see [`Order::settled`]).
+/// counting those that may still lead to a grant (and so to a reservation: one
+/// is made only when a grant would pass a starved head over), so that a cycle
+/// stops visiting users once none can (see [`Order::settled`]).
 struct Order {
-    heap: BinaryHeap<Reverse<(Path, Flags)>>,
+    heap: BinaryHeap<Reverse<(Path, bool)>>,
     /// Entries whose head fitted some cluster's free capacity when pushed.
     fitting: usize,
-    /// Entries whose head had waited past the starvation guard when pushed.
-    overdue: usize,
 }
 
 #[cfg(test)]
@@ -219,52 +217,41 @@ thread_local! {
     pub(super) static NO_SHORTCUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// What an [`Order`] entry counts in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Flags {
-    fits: bool,
-    overdue: bool,
-}
-
 impl Order {
     fn new() -> Order {
         Order {
             heap: BinaryHeap::new(),
             fitting: 0,
-            overdue: 0,
         }
     }
 
-    fn push(&mut self, candidate: Path, fits: bool, overdue: bool) {
+    fn push(&mut self, candidate: Path, fits: bool) {
         self.fitting += usize::from(fits);
-        self.overdue += usize::from(overdue);
-        self.heap
-            .push(Reverse((candidate, Flags { fits, overdue })));
+        self.heap.push(Reverse((candidate, fits)));
     }
 
     fn pop(&mut self) -> Option<Path> {
-        let Reverse((candidate, flags)) = self.heap.pop()?;
-        self.fitting -= usize::from(flags.fits);
-        self.overdue -= usize::from(flags.overdue);
+        let Reverse((candidate, fits)) = self.heap.pop()?;
+        self.fitting -= usize::from(fits);
         Some(candidate)
     }
 
-    /// Whether no entry left can be granted nor take a reservation: none fitted
-    /// free capacity when pushed (free capacity only shrinks during a cycle),
-    /// and a reservation is held or none has waited past the starvation guard.
-    /// Each of them would then only be told [`PendingReason::WaitingForCapacity { short: Vec::new() }`].
-    fn settled(&self, holding: bool) -> bool {
+    /// Whether no entry left can be granted: none fitted free capacity when
+    /// pushed (free capacity only shrinks during a cycle). Then no entry can
+    /// take a reservation either (one is made only before a grant that would
+    /// pass a starved head over), and each would only be told
+    /// [`PendingReason::WaitingForCapacity`].
+    fn settled(&self) -> bool {
         #[cfg(test)]
         if NO_SHORTCUT.with(std::cell::Cell::get) {
             return false;
         }
-        self.fitting == 0 && (holding || self.overdue == 0)
+        self.fitting == 0
     }
 
     /// Takes every entry out, in no particular order.
     fn drain(&mut self) -> impl Iterator<Item = Path> + '_ {
         self.fitting = 0;
-        self.overdue = 0;
         self.heap.drain().map(|Reverse((candidate, _))| candidate)
     }
 }
@@ -389,7 +376,6 @@ pub fn run_cycle_in(
             capacity,
         },
         grants: Vec::new(),
-        holders_max: std::cell::Cell::new(None),
     };
     let (stopped_for, reservation) = if slots.is_empty() {
         explain_no_healthy_cluster(&mut states, &cycle.groups);
@@ -463,10 +449,6 @@ struct Cycle<'c> {
     config: &'c PolicyConfig,
     capacity: Resources,
     grants: Vec<Grant>,
-    /// The largest quantized key among users holding capacity, once computed;
-    /// forgotten at every grant (keys and allocations change). Spares
-    /// [`Cycle::starved`] a pass over every user per overdue head.
-    holders_max: std::cell::Cell<Option<f64>>,
     /// The groups and what they hold.
     groups: Groups<'c>,
 }
@@ -512,7 +494,6 @@ impl Cycle<'_> {
             t.allocation += job.resources;
             t.outstanding = t.outstanding.saturating_add(1);
         }
-        self.holders_max.set(None);
     }
 
     /// Grants `state`'s head (user index `user`) on `slots[k]` and puts the user
@@ -558,11 +539,7 @@ impl Cycle<'_> {
         if now == *popped {
             return false;
         }
-        order.push(
-            now,
-            best_fit_slot(head, slots).is_some(),
-            self.now - head.submitted_at > self.config.starvation_guard,
-        );
+        order.push(now, best_fit_slot(head, slots).is_some());
         true
     }
 
@@ -607,8 +584,9 @@ impl Cycle<'_> {
     }
 
     /// Settles the reservation before the cycle's filling: keeps the held one
-    /// if it is still valid, grants its job if it fits now, and otherwise (or
-    /// then) makes one for the starved head first in fair-share order.
+    /// if it is still valid, and grants its job if it fits now (then none is
+    /// held: a new one is made only when the filling would pass a starved head
+    /// over, [`Cycle::backfill`]).
     fn reserve(
         &mut self,
         slots: &mut [Slot<'_>],
@@ -625,7 +603,7 @@ impl Cycle<'_> {
                 None => return Some(hold),
             }
         }
-        self.new_reservation(slots, states)
+        None
     }
 
     /// The held reservation, if its job is still its user's effective head,
@@ -707,53 +685,6 @@ impl Cycle<'_> {
         best.map(|(k, _)| k)
     }
 
-    /// Whether the effective head of `states[user]` is **starved**: its user
-    /// is eligible for it, it has waited longer than the starvation guard,
-    /// it fits no cluster's free capacity, and it is **passed over**: some
-    /// user holding capacity comes after its user in fair-share order (a
-    /// larger quantized key). A head that waits only behind its own user's
-    /// running jobs is queued, not starved.
-    fn starved(&self, slots: &[Slot<'_>], states: &[UserState<'_>], user: usize) -> bool {
-        let Some(state) = states.get(user) else {
-            return false;
-        };
-        let Some(head) = state.head() else {
-            return false;
-        };
-        let waited_long = self.now - head.submitted_at > self.config.starvation_guard;
-        if !waited_long
-            || state.ineligibility(head, &self.groups).is_some()
-            || best_fit_slot(head, slots).is_some()
-        {
-            return false;
-        }
-        if !self.groups.tree.is_empty() {
-            // Passed over in hierarchical order: some holder's path has a larger key
-            // where the two part.
-            let path = self.groups.path(state, user, self.now, self.config);
-            return states.iter().enumerate().any(|(other, s)| {
-                s.allocation.components().any(|x| x > 0.0)
-                    && self
-                        .groups
-                        .path(s, other, self.now, self.config)
-                        .cmp_keys(&path)
-                        == Ordering::Greater
-            });
-        }
-        let key = quantize_key(state.key(self.now, self.config));
-        let max = self.holders_max.get().unwrap_or_else(|| {
-            let max = states
-                .iter()
-                .filter(|other| other.allocation.components().any(|x| x > 0.0))
-                .map(|other| quantize_key(other.key(self.now, self.config)))
-                .max_by(|a, b| cmp_f64(*a, *b))
-                .unwrap_or(f64::NEG_INFINITY);
-            self.holders_max.set(Some(max));
-            max
-        });
-        cmp_f64(max, key) == Ordering::Greater
-    }
-
     /// A reservation for the effective head of `states[user]` on the cluster
     /// where it can start soonest, made at `now`.
     fn reserve_for(
@@ -767,21 +698,15 @@ impl Cycle<'_> {
         self.hold(slots, &states[user], user, slot, self.now)
     }
 
-    /// A new reservation, before the cycle's filling, for the starved
-    /// effective head that comes first in fair-share order (key, older head,
-    /// user): the user the order owes most.
-    fn new_reservation(&self, slots: &[Slot<'_>], states: &[UserState<'_>]) -> Option<Hold> {
-        let first = (0..states.len())
-            .filter(|&user| self.starved(slots, states, user))
-            .map(|user| self.groups.path(&states[user], user, self.now, self.config))
-            .min()?;
-        self.reserve_for(slots, states, first.user())
-    }
-
     /// Backfill on: progressive filling in key order, skipping users whose
     /// head fits nowhere, and starting a job on the reserved cluster only if
-    /// it does not delay the reservation. Returns the reserved job and the
-    /// reservation for the next cycle.
+    /// it does not delay the reservation. With none held, a head is **starved**
+    /// when it has waited past the starvation guard, fits no cluster's free
+    /// capacity, and a job of a user after it in fair-share order is about to
+    /// be granted (it is **passed over by backfill**); the first starved head
+    /// in fair-share order then gets the reservation before that grant, which
+    /// is granted only if it does not delay it. Returns the reserved job and
+    /// the reservation for the next cycle.
     fn backfill(
         &mut self,
         slots: &mut [Slot<'_>],
@@ -789,11 +714,15 @@ impl Cycle<'_> {
         mut hold: Option<Hold>,
     ) -> (Option<JobId>, Option<Reservation>) {
         let mut order = self.order(slots, states);
+        // The first head met in order (no reservation held) that waited past the
+        // guard and fitted no free capacity: starved as soon as a later user's
+        // job would be granted.
+        let mut waiting: Option<usize> = None;
         loop {
-            if order.settled(hold.is_some()) {
-                // Nobody left can start or take the reservation: the rest wait for
-                // capacity, whatever their order (the reserved job's reason is set
-                // below).
+            if order.settled() {
+                // Nobody left can start, so nobody is passed over: the rest wait
+                // for capacity, whatever their order (the reserved job's reason is
+                // set below).
                 for other in order.drain() {
                     states[other.user()]
                         .set_head_reason(PendingReason::WaitingForCapacity { short: Vec::new() });
@@ -813,24 +742,30 @@ impl Cycle<'_> {
             let Some(job) = states.get(user).and_then(UserState::head) else {
                 continue;
             };
-            match self.admissible_slot(slots, job, hold.as_ref()) {
+            let mut admitted = self.admissible_slot(slots, job, hold.as_ref());
+            if admitted.is_some() && hold.is_none() {
+                if let Some(starved) = waiting.take() {
+                    // This grant would pass the starved head over: it gets the
+                    // reservation first (its reason is set below).
+                    hold = self.reserve_for(slots, states, starved);
+                    admitted = self.admissible_slot(slots, job, hold.as_ref());
+                }
+            }
+            match admitted {
                 Some((k, how)) => {
                     if let Some(h) = hold.as_mut().filter(|h| h.slot == k) {
                         h.take(&job.resources, how);
                     }
                     self.grant_and_requeue(slots, k, &mut states[user], user, &mut order);
                 }
-                None if hold.is_none() && self.starved(slots, states, user) => {
-                    // No reservation yet: the first starved head met in
-                    // fair-share order gets it (its reason is set below).
-                    hold = self.reserve_for(slots, states, user);
-                    if hold.is_none() {
-                        states[user].set_head_reason(PendingReason::WaitingForCapacity {
-                            short: Vec::new(),
-                        });
-                    }
-                }
                 None => {
+                    if hold.is_none()
+                        && waiting.is_none()
+                        && self.now - job.submitted_at > self.config.starvation_guard
+                        && self.soonest_slot(slots, job).is_some()
+                    {
+                        waiting = Some(user);
+                    }
                     let state = &mut states[user];
                     let reason = match &hold {
                         Some(h) if best_fit_slot(job, slots).is_some() => {

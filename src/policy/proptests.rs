@@ -429,6 +429,118 @@ fn check(config: &PolicyConfig, users: &[UserView], clusters: &[ClusterView], ou
         .all(|w| quantize_key(w[0].key) <= quantize_key(w[1].key)));
 }
 
+/// Issue 43 §5-§6: no head is passed over by backfill past the guard without a
+/// reservation. Precisely, for a cycle with backfill on and no reservation held
+/// before it: if some user H is eligible (not paused, under `max_running_jobs`
+/// and `max_resources`), its effective head has waited longer than the guard and
+/// was not granted, and a job was granted to a user V whose key at the start of
+/// the cycle is strictly larger than H's (V came after H in fair-share order at
+/// its first grant, made at that key: that grant passed H over),
+/// then the cycle ends with a reservation held, made this cycle (for H or for a
+/// starved head before it in order). Conversely, a reservation made this cycle
+/// was made for a pass-over: some other user was granted a job at a key no
+/// smaller than the reserved user's, or some head was
+/// kept out by the reservation (`BlockedByReservation`); a head waiting only for
+/// a full cluster gets none. With licenses off, whose seats are not reserved.
+pub(crate) fn passed_over_heads_are_reserved_for(
+    now: Seconds,
+    config: &PolicyConfig,
+    users: &[UserView],
+    clusters: &[ClusterView],
+    out: &CycleOutcome,
+) {
+    if !config.backfill || licenses::any(&config.licenses) {
+        return;
+    }
+    let capacity = clusters
+        .iter()
+        .filter(|c| c.healthy)
+        .fold(Resources::ZERO, |sum, c| sum + c.total);
+    let key = |u: &UserView| {
+        let share = dominant_share(&u.allocation, &capacity);
+        let usage = decay_usage(u.usage, u.usage_at, share, now, config.usage_half_life);
+        let age = u
+            .queue
+            .iter()
+            .find(|j| !unrunnable(j, u, clusters))
+            .map_or(0.0, |j| now - j.submitted_at);
+        quantize_key(
+            fair_share_key(share, usage, u.weight)
+                - age_term(age, config.age_weight, config.max_age),
+        )
+    };
+    if let Some(r) = out.reservation.as_ref().filter(|r| r.since == now) {
+        let reserved = users.iter().find(|u| u.user == r.user).expect("a user");
+        let kr = key(reserved);
+        // Each grant's key: the user's allocation before it (its earlier grants
+        // of the cycle added), the granted job's age; usage as at the start.
+        let at_grants = |v: &UserView| -> Vec<f64> {
+            let share0 = dominant_share(&v.allocation, &capacity);
+            let usage = decay_usage(v.usage, v.usage_at, share0, now, config.usage_half_life);
+            let mut allocation = v.allocation;
+            let mut keys = Vec::new();
+            for g in out.grants.iter().filter(|g| g.user == v.user) {
+                let job = v
+                    .queue
+                    .iter()
+                    .find(|j| j.job_id == g.job_id)
+                    .expect("queued");
+                let share = dominant_share(&allocation, &capacity);
+                keys.push(quantize_key(
+                    fair_share_key(share, usage, v.weight)
+                        - age_term(now - job.submitted_at, config.age_weight, config.max_age),
+                ));
+                allocation += g.resources;
+            }
+            keys
+        };
+        let passed = users
+            .iter()
+            .filter(|v| v.user != r.user)
+            .any(|v| at_grants(v).iter().any(|&k| k >= kr))
+            || out
+                .pending
+                .iter()
+                .any(|(_, why)| matches!(why, PendingReason::BlockedByReservation { .. }));
+        assert!(
+            passed,
+            "{} reserved for with nobody passing it over: {out:?}",
+            r.user
+        );
+    }
+    let granted_users: Vec<&UserView> = users
+        .iter()
+        .filter(|u| out.grants.iter().any(|g| g.user == u.user))
+        .collect();
+    for h in users {
+        if h.paused
+            || h.outstanding_jobs >= h.max_running_jobs
+            || out.grants.iter().any(|g| g.user == h.user)
+        {
+            continue;
+        }
+        let Some(head) = h.queue.iter().find(|j| !unrunnable(j, h, clusters)) else {
+            continue;
+        };
+        let within = h
+            .max_resources
+            .is_none_or(|m| (h.allocation + head.resources).fits_cap(&m));
+        if !within || now - head.submitted_at <= config.starvation_guard {
+            continue;
+        }
+        let kh = key(h);
+        if let Some(v) = granted_users.iter().find(|v| key(v) > kh) {
+            let r = out.reservation.as_ref();
+            assert!(
+                r.is_some_and(|r| r.since == now),
+                "{} passed over by {}'s grant past the guard, no reservation: {out:?}",
+                h.user,
+                v.user
+            );
+        }
+    }
+}
+
 fn reason_of(out: &CycleOutcome, job: JobId) -> Option<&PendingReason> {
     out.pending
         .iter()
@@ -529,6 +641,20 @@ proptest! {
     ) {
         let out = run_cycle(NOW, &config, &users, &clusters, None);
         check(&config, &users, &clusters, &out);
+        passed_over_heads_are_reserved_for(NOW, &config, &users, &clusters, &out);
+    }
+
+    /// The same with the age term on, on the oracle's decision too.
+    #[test]
+    fn no_head_is_passed_over_by_backfill_past_the_guard_without_a_reservation(
+        config in config_with_age(),
+        users in users(),
+        clusters in clusters(),
+    ) {
+        let out = run_cycle(NOW, &config, &users, &clusters, None);
+        passed_over_heads_are_reserved_for(NOW, &config, &users, &clusters, &out);
+        let oracle = super::oracle::run_cycle(NOW, &config, &users, &clusters, None);
+        passed_over_heads_are_reserved_for(NOW, &config, &users, &clusters, &oracle);
     }
 
     #[test]

@@ -14,7 +14,9 @@
 //! heavy-tailed (seconds to days on the same trace): one 3-day job must not stretch
 //! the guard for a flood of 30-second ones. A head has waited as long as the
 //! capacity it needs would take to free up about `starvation_runs` times over; if
-//! it still does not fit, backfill has been taking it.
+//! it still does not fit and a later user's job is about to take capacity, backfill
+//! is taking it (passed over by backfill: the cycle then reserves for it, module
+//! doc of [`crate::policy`]). `starvation_runs` is 1 by default (issue 43 §5–§6).
 //!
 //! The guard in force is quantized down to a power of `2^(1/4)` (steps of 19 %), so
 //! that it changes rarely: each change re-sorts the heads past it.

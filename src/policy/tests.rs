@@ -654,7 +654,7 @@ fn starvation_guard_reserves_and_tells_the_others_why() {
 /// The issue-10 S/L scenario: one 4-CPU cluster, guard 4 s, history off; S
 /// queues 40 one-CPU jobs at t = 0 (no estimate, 1.5 s each), L one 4-CPU job
 /// at t = 1. Cycles every 0.25 s. Returns when L was granted and the outcome
-/// of the cycle at which the guard tripped.
+/// of the first cycle that held a reservation.
 fn s_l_scenario() -> (Option<Seconds>, Option<CycleOutcome>) {
     let config = PolicyConfig {
         starvation_guard: 4.0,
@@ -677,7 +677,7 @@ fn s_l_scenario() -> (Option<Seconds>, Option<CycleOutcome>) {
         if outcome.grants.iter().any(|g| g.job_id == id(1)) {
             return (Some(t), tripped);
         }
-        if t > 5.0 {
+        if t > 6.0 {
             assert!(
                 outcome.grants.is_empty(),
                 "granted past the reservation at {t}: {outcome:?}"
@@ -688,13 +688,18 @@ fn s_l_scenario() -> (Option<Seconds>, Option<CycleOutcome>) {
 }
 
 #[test]
-fn s_l_wide_job_starts_within_two_seconds_of_the_guard_tripping() {
+fn s_l_wide_job_is_reserved_for_once_backfill_passes_it_over_past_the_guard() {
     let (at, tripped) = s_l_scenario();
-    // S takes all 4 CPUs at 0, 1.5, 3 and 4.5 (its head is older, keys tie);
-    // the guard trips at 5.25 (L waited 4.25 s > 4 s); S's jobs end at 6.
-    assert_eq!(at, Some(6.0));
-    let tripped = tripped.expect("the guard tripped");
-    assert!(tripped.grants.is_empty());
+    // S takes all 4 CPUs at 0, 1.5, 3 and 4.5 (its head is older, keys tie).
+    // L is past the guard from 5.25 but nothing can start until S's jobs end at
+    // 6: nobody passes it over, so no reservation yet (until issue 43 §5-§6 it
+    // was reserved at 5.25 because S, holding capacity, came after it). At 6 S
+    // goes first (the tie) and takes one CPU; its next job would take another
+    // while L fits nowhere: L is passed over by backfill and reserved for, and
+    // S's jobs (no estimate) wait. L starts when S's one job ends, at 7.5.
+    assert_eq!(at, Some(7.5));
+    let tripped = tripped.expect("L was reserved for");
+    assert_eq!(granted(&tripped), vec![("S", id(116))]);
     assert_eq!(
         tripped.reservation,
         Some(Reservation {
@@ -702,22 +707,143 @@ fn s_l_wide_job_starts_within_two_seconds_of_the_guard_tripping() {
             user: "L".to_owned(),
             cluster: "ray".to_owned(),
             resources: cpus(4.0),
-            expected_start: Some(6.0),
-            since: 5.25,
+            expected_start: None,
+            since: 6.0,
         })
     );
     assert_eq!(
         reason(&tripped, id(1)),
         Some(&PendingReason::Reserved {
             cluster: "ray".to_owned(),
-            expected_in: Some(0.75),
-            waited: 4.25,
+            expected_in: None,
+            waited: 5.0,
         })
     );
-    // S's head (S started 4 jobs at each of 0, 1.5, 3 and 4.5, so job 116)
-    // waits behind its own running jobs: it is queued, not starved, and gets
-    // no reservation although it is older.
-    assert_eq!(reason(&tripped, id(116)), Some(&waiting(&["cpu"])));
+    // S's head would delay L: it fits the 3 free CPUs but has no estimate.
+    assert_eq!(
+        reason(&tripped, id(117)),
+        Some(&PendingReason::BlockedByReservation {
+            job_id: id(1),
+            until_in: None
+        })
+    );
+}
+
+// 8c. Starved means passed over by backfill (issue 43 §5-§6).
+
+/// Two CPUs held by `holder`'s jobs (each `each` CPUs, ending at `ends`), the
+/// rest free.
+fn held_by(holder: &str, each: f64, ends: &[Seconds]) -> (UserView, ClusterView) {
+    let n = ends.len();
+    let u = user(holder).running(n as u32, cpus(each));
+    let mut c = with_outstanding(cluster("ray", cpus(2.0)), cpus(each * n as f64));
+    c.jobs = ends
+        .iter()
+        .map(|&end| OutstandingJob {
+            resources: cpus(each),
+            expected_end: Some(end),
+        })
+        .collect();
+    (u, c)
+}
+
+#[test]
+fn a_head_that_waits_only_for_a_full_cluster_is_not_reserved_for() {
+    // The two real-Ray fair-order tests' kind: alice holds both CPUs with
+    // one-CPU jobs, bob's one-CPU head has waited 100 s past a 30 s guard. Nothing
+    // can start, so nobody passes bob over: no reservation (until issue 43 §5-§6
+    // bob was "passed over" because alice, holding capacity, came after him, and
+    // the sticky reservation then put him before a user that fell below him).
+    let config = PolicyConfig {
+        starvation_guard: 30.0,
+        starvation_runs: 0.0,
+        ..plain()
+    };
+    let (alice, full) = held_by("alice", 1.0, &[150.0, 160.0]);
+    let users = vec![
+        alice.queue(vec![job(10, cpus(1.0), 0.0)]),
+        user("bob").queue(vec![job(20, cpus(1.0), 0.0)]),
+    ];
+    let outcome = run_cycle(100.0, &config, &users, std::slice::from_ref(&full), None);
+    assert!(outcome.grants.is_empty());
+    assert_eq!(outcome.reservation, None);
+    assert_eq!(outcome.stopped_for, None);
+    assert_eq!(reason(&outcome, id(20)), Some(&waiting(&["cpu"])));
+    // A CPU frees: bob, first in order, takes it; still no reservation.
+    let (alice, half) = held_by("alice", 1.0, &[160.0]);
+    let users = vec![
+        alice.queue(vec![job(10, cpus(1.0), 0.0)]),
+        user("bob").queue(vec![job(20, cpus(1.0), 0.0)]),
+    ];
+    let outcome = run_cycle(150.0, &config, &users, &[half], None);
+    assert_eq!(granted(&outcome), vec![("bob", id(20))]);
+    assert_eq!(outcome.reservation, None);
+}
+
+/// Issue 43 §6's kind (the quickstart's 2-CPU head): u41 holds seven 0.25-CPU
+/// jobs (ending at 410, 420, …, 470), 0.25 CPU is free, u62's 0.352-CPU head has
+/// waited since 0, u41's next 0.25-CPU job (estimate `estimate`) is queued.
+fn quickstart_kind(estimate: Option<Seconds>) -> (Vec<UserView>, ClusterView) {
+    let ends: Vec<Seconds> = (1..=7).map(|i| 400.0 + 10.0 * f64::from(i)).collect();
+    let (u41, c) = held_by("u41", 0.25, &ends);
+    let mut next = job(41, cpus(0.25), 1.0);
+    next.runtime_estimate = estimate;
+    let users = vec![
+        u41.queue(vec![next]),
+        user("u62").queue(vec![job(62, cpus(0.352), 0.0)]),
+    ];
+    (users, c)
+}
+
+#[test]
+fn a_smaller_job_passing_a_starved_head_over_makes_the_reservation_first() {
+    let config = PolicyConfig {
+        starvation_guard: 300.0,
+        starvation_runs: 0.0,
+        ..plain()
+    };
+    // Before the guard, backfill passes u62 over: u41 takes the free 0.25 CPU.
+    let (users, c) = quickstart_kind(None);
+    let outcome = run_cycle(200.0, &config, &users, std::slice::from_ref(&c), None);
+    assert_eq!(granted(&outcome), vec![("u41", id(41))]);
+    assert_eq!(outcome.reservation, None);
+    // Past the guard the same grant would pass u62 over: u62 is reserved for
+    // first. Its 0.352 CPU fits once u41's first job ends (0.5 free at 410), with
+    // 0.148 to spare then. u41's job has no estimate, so it may only use that
+    // extra, which it does not fit: blocked, and the 0.25 CPU waits 10 s for u62.
+    let outcome = run_cycle(400.0, &config, &users, std::slice::from_ref(&c), None);
+    let expected = Reservation {
+        job_id: id(62),
+        user: "u62".to_owned(),
+        cluster: "ray".to_owned(),
+        resources: cpus(0.352),
+        expected_start: Some(410.0),
+        since: 400.0,
+    };
+    assert_eq!(outcome.reservation.as_ref(), Some(&expected));
+    assert!(outcome.grants.is_empty(), "{:?}", outcome.grants);
+    assert_eq!(outcome.stopped_for, Some(id(62)));
+    assert_eq!(
+        reason(&outcome, id(62)),
+        Some(&PendingReason::Reserved {
+            cluster: "ray".to_owned(),
+            expected_in: Some(10.0),
+            waited: 400.0,
+        })
+    );
+    assert_eq!(
+        reason(&outcome, id(41)),
+        Some(&PendingReason::BlockedByReservation {
+            job_id: id(62),
+            until_in: Some(10.0)
+        })
+    );
+    // Work-conserving: a job that ends by 410 does not delay u62 and starts in
+    // the free 0.25 CPU beside the reservation.
+    let (users, c) = quickstart_kind(Some(5.0));
+    let outcome = run_cycle(400.0, &config, &users, &[c], None);
+    assert_eq!(granted(&outcome), vec![("u41", id(41))]);
+    assert_eq!(outcome.reservation, Some(expected));
 }
 
 /// Cluster "ray" of 8 CPUs: 4 CPUs end at 100, 1 CPU at 200; 3 free.

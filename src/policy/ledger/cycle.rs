@@ -5,10 +5,11 @@
 //! With backfill on, users are merged in exact rank order from a few **streams**:
 //! each head shape that fits some cluster's free capacity (a shape that does not fit
 //! now cannot fit later in the cycle: free capacity only shrinks), the users granted
-//! during the cycle with their next head, and, once a grant has happened while no
-//! reservation is held, the overdue heads (a grant can raise the largest key among
-//! holders, so a head past the guard may become passed over). Every other user would
-//! only be told why it waits, which [`super::Ledger::reason`] derives when asked.
+//! during the cycle with their next head, and, while no reservation is held, the
+//! overdue heads (one that fits no free capacity is starved when a later user's job
+//! is about to be granted: passed over by backfill), read only until one of them is
+//! found or nothing else is left to grant. Every other user would only be told why
+//! it waits, which [`super::Ledger::reason`] derives when asked.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet};
@@ -75,14 +76,9 @@ pub(super) struct Run {
     /// Users taken out of the indexes (served, or read by a stream): each is read at
     /// most once per cycle, and indexed again at its end.
     pub(super) taken: HashSet<Uid, FastHash>,
-    /// Users granted since the holders' index last saw them (it is brought up to date
-    /// when the holders' maximum is needed).
-    pub(super) stale_holders: Vec<Uid>,
     /// Users set aside by a query (to index again at the end).
     pub(super) aside: Vec<Uid>,
     pub(super) emptied: Vec<Uid>,
-    /// The largest quantized key among holders, until the next grant.
-    pub(super) holders_max: Option<f64>,
 }
 
 impl Run {
@@ -96,10 +92,8 @@ impl Run {
             granted: Vec::new(),
             preemptible: Vec::new(),
             taken: HashSet::default(),
-            stale_holders: Vec::new(),
             aside: Vec::new(),
             emptied: Vec::new(),
-            holders_max: None,
         }
     }
 }
@@ -372,9 +366,6 @@ impl Ledger {
             run.emptied.push(uid);
         }
         self.skip_unrunnable(uid, at);
-        // It holds capacity now, with a new key: the holders' maximum must see it.
-        run.stale_holders.push(uid);
-        run.holders_max = None;
         run.taken.insert(uid);
     }
 
@@ -404,8 +395,8 @@ impl Ledger {
         Some((rank, uid))
     }
 
-    /// The next overdue user ranked after `floor`, not taken yet, taken out.
-    fn pull_overdue(&mut self, run: &mut Run, floor: &Rank) -> Option<(Rank, Uid)> {
+    /// The next overdue user in rank order not taken yet, taken out.
+    fn pull_overdue(&mut self, run: &mut Run) -> Option<(Rank, Uid)> {
         let now = run.now;
         let mut index = std::mem::take(&mut self.overdue);
         let (got, skipped) = index.pop_min(now, |uid| {
@@ -413,11 +404,7 @@ impl Ledger {
                 return Verdict::Skip;
             }
             let (rank, bound) = self.rank_and_bound(uid, now);
-            if rank <= *floor {
-                Verdict::Skip
-            } else {
-                Verdict::Rank(rank, bound)
-            }
+            Verdict::Rank(rank, bound)
         });
         self.overdue = index;
         for uid in skipped {
@@ -432,9 +419,8 @@ impl Ledger {
         Some((rank, uid))
     }
 
-    /// Pushes the next entry of `source` (a shape only while it fits some room, the
-    /// overdue heads only while no reservation is held).
-    fn refill(&mut self, run: &mut Run, merge: &mut Merge, source: Source, floor: Option<&Rank>) {
+    /// Pushes the next entry of `source` (a shape only while it fits some room).
+    fn refill(&mut self, run: &mut Run, merge: &mut Merge, source: Source) {
         let next = match source {
             Source::Shape(shape) => {
                 if !self.config.backfill || Self::fits_some_room(&run.rooms, &shape.resources()) {
@@ -443,10 +429,7 @@ impl Ledger {
                     None
                 }
             }
-            Source::Overdue => match floor {
-                Some(floor) => self.pull_overdue(run, floor),
-                None => None,
-            },
+            Source::Overdue => self.pull_overdue(run),
             Source::Granted => None,
         };
         if let Some((rank, uid)) = next {
@@ -460,7 +443,7 @@ impl Ledger {
         let mut shapes: Vec<Shape> = self.shapes.keys().copied().collect();
         shapes.sort_unstable_by_key(|s| s.0);
         for shape in shapes {
-            self.refill(run, merge, Source::Shape(shape), None);
+            self.refill(run, merge, Source::Shape(shape));
         }
     }
 
@@ -470,7 +453,7 @@ impl Ledger {
         let mut merge = Merge::new();
         self.open_streams(run, &mut merge);
         while let Some(Reverse((_, uid, source))) = merge.pop() {
-            self.refill(run, &mut merge, source, None);
+            self.refill(run, &mut merge, source);
             let Some(head) = self.accounts[uid as usize].head().cloned() else {
                 continue;
             };
@@ -490,50 +473,86 @@ impl Ledger {
 
     /// Backfill on: progressive filling in fair-share order over the streams,
     /// skipping users whose head fits nowhere and starting a job on the reserved
-    /// cluster only if it does not delay the reservation. Returns the reserved job
-    /// and the reservation.
+    /// cluster only if it does not delay the reservation. With none held, the
+    /// overdue heads are read in rank order too, while a grant may still follow
+    /// them: the first that fits no free capacity is starved once a later user's
+    /// job is about to be granted (passed over by backfill), and gets the
+    /// reservation before that grant. Returns the reserved job and the
+    /// reservation.
     fn fill(&mut self, run: &mut Run, mut hold: Option<Hold>) -> (Option<JobId>, Option<Hold>) {
         let mut merge = Merge::new();
         self.open_streams(run, &mut merge);
-        // Overdue heads ranked after this are read once a grant has happened with no
-        // reservation held (before it, none of them is passed over: see
-        // `new_reservation`).
-        let mut overdue_floor: Option<Rank> = None;
-        while let Some(Reverse((rank, uid, source))) = merge.pop() {
-            if source == Source::Overdue && hold.is_some() {
-                overdue_floor = None;
+        // With nothing to grant, nobody can be passed over: the overdue heads are not
+        // read (a full cluster costs a fit test per shape).
+        if hold.is_none() && !merge.is_empty() {
+            self.refill(run, &mut merge, Source::Overdue);
+        }
+        // The first head met (no reservation held) that waited past the guard and
+        // fitted no free capacity.
+        let mut waiting: Option<Uid> = None;
+        while let Some(Reverse((_, uid, source))) = merge.pop() {
+            if source != Source::Overdue {
+                self.refill(run, &mut merge, source);
             }
-            self.refill(run, &mut merge, source, overdue_floor.as_ref());
-            if hold.as_ref().is_some_and(|h| h.user == uid as usize) {
-                continue;
-            }
-            let Some(head) = self.accounts[uid as usize].head().cloned() else {
-                continue;
-            };
-            match Self::admissible_room(run, &head, hold.as_ref()) {
-                Some((k, how)) => {
-                    if let Some(h) = hold.as_mut().filter(|h| h.slot == k) {
-                        h.take(&head.resources, how);
-                    }
-                    self.grant(run, k, uid);
-                    if self.accounts[uid as usize].eligible() {
-                        let next = self.rank(uid, run.now);
-                        merge.push(Reverse((next, uid, Source::Granted)));
-                    }
-                    if hold.is_none() && overdue_floor.is_none() && !self.overdue.is_empty() {
-                        overdue_floor = Some(rank.clone());
-                        self.refill(run, &mut merge, Source::Overdue, Some(&rank));
-                    }
-                }
-                None if hold.is_none() && self.starved(run, uid) => {
-                    let now = run.now;
-                    hold = self
-                        .soonest_room(run, &head.resources)
-                        .and_then(|k| self.hold_for(run, uid, k, now));
-                }
-                None => {}
+            self.fill_one(run, &mut merge, &mut hold, &mut waiting, uid);
+            // The next overdue head matters only while none is starved yet, no
+            // reservation is held and something may still be granted after it.
+            if source == Source::Overdue && hold.is_none() && waiting.is_none() && !merge.is_empty()
+            {
+                self.refill(run, &mut merge, Source::Overdue);
             }
         }
         (hold.as_ref().map(|h| h.reservation.job_id), hold)
+    }
+
+    /// One user's turn in [`Ledger::fill`].
+    fn fill_one(
+        &mut self,
+        run: &mut Run,
+        merge: &mut Merge,
+        hold: &mut Option<Hold>,
+        waiting: &mut Option<Uid>,
+        uid: Uid,
+    ) {
+        if hold.as_ref().is_some_and(|h| h.user == uid as usize) {
+            return;
+        }
+        let Some(head) = self.accounts[uid as usize].head().cloned() else {
+            return;
+        };
+        let mut admitted = Self::admissible_room(run, &head, hold.as_ref());
+        if admitted.is_some() && hold.is_none() {
+            if let Some(starved) = waiting.take() {
+                // This grant would pass the starved head over: it gets the
+                // reservation first.
+                let job = self.accounts[starved as usize].head().map(|j| j.resources);
+                let now = run.now;
+                *hold = job
+                    .and_then(|job| self.soonest_room(run, &job))
+                    .and_then(|k| self.hold_for(run, starved, k, now));
+                admitted = Self::admissible_room(run, &head, hold.as_ref());
+            }
+        }
+        match admitted {
+            Some((k, how)) => {
+                if let Some(h) = hold.as_mut().filter(|h| h.slot == k) {
+                    h.take(&head.resources, how);
+                }
+                self.grant(run, k, uid);
+                if self.accounts[uid as usize].eligible() {
+                    let next = self.rank(uid, run.now);
+                    merge.push(Reverse((next, uid, Source::Granted)));
+                }
+            }
+            None => {
+                if hold.is_none()
+                    && waiting.is_none()
+                    && super::overdue(run.now, head.submitted_at, self.guard)
+                    && self.soonest_room(run, &head.resources).is_some()
+                {
+                    *waiting = Some(uid);
+                }
+            }
+        }
     }
 }

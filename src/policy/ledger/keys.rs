@@ -41,7 +41,7 @@ impl Ledger {
     /// The user's exact rank at `now` and a fresh lower bound of it.
     pub(super) fn rank_and_bound(&self, uid: Uid, now: Seconds) -> (Rank, Bound) {
         let (key, h) = self.key_parts(uid, now);
-        (self.rank_of(uid, key), self.bound(uid, now, key, h, true))
+        (self.rank_of(uid, key), self.bound(uid, now, key, h))
     }
 
     /// Whether the user's key is the same at every instant from `now` on, bit for
@@ -64,19 +64,16 @@ impl Ledger {
         usage_still && age_still
     }
 
-    /// A bound of the user's quantized key from `now` on, given its key `key` and
-    /// decayed usage `h` at `now`: with `falling`, a lower bound falling at the
-    /// fastest rate the key can fall (usage drifting down to the share at
-    /// `λ (h − s) / w`, the age term at `a / M` until it saturates); else the lower
-    /// bound of the *negated* key (an upper bound of the key, rising at `λ (s − h) /
-    /// w`), for the holders' maximum. A key that cannot move is exact. The margin
-    /// covers the rounding of a key's evaluation and its quantization, relative to
-    /// the magnitudes that enter it.
-    pub(super) fn bound(&self, uid: Uid, now: Seconds, key: f64, h: f64, falling: bool) -> Bound {
-        let sign = if falling { 1.0 } else { -1.0 };
+    /// A lower bound of the user's quantized key from `now` on, given its key `key`
+    /// and decayed usage `h` at `now`, falling at the fastest rate the key can fall
+    /// (usage drifting down to the share at `λ (h − s) / w`, the age term at `a / M`
+    /// until it saturates). A key that cannot move is exact. The margin covers the
+    /// rounding of a key's evaluation and its quantization, relative to the
+    /// magnitudes that enter it.
+    pub(super) fn bound(&self, uid: Uid, now: Seconds, key: f64, h: f64) -> Bound {
         if self.constant_key(uid, now) {
             return Bound {
-                value: sign * quantize_key(key),
+                value: quantize_key(key),
                 slope: 0.0,
                 exact: true,
                 at: now,
@@ -88,7 +85,7 @@ impl Ledger {
         let hl = c.usage_half_life;
         let mut slope = 0.0;
         if hl.is_finite() && hl > 0.0 {
-            let gap = sign * (h - a.share);
+            let gap = h - a.share;
             if gap > 0.0 {
                 slope += std::f64::consts::LN_2 / hl * gap / w;
             } else if gap.is_nan() {
@@ -96,7 +93,7 @@ impl Ledger {
             }
         }
         let valid = |x: f64| x.is_finite() && x > 0.0;
-        if falling && valid(c.age_weight) && valid(c.max_age) {
+        if valid(c.age_weight) && valid(c.max_age) {
             let unsaturated = a
                 .head()
                 .is_some_and(|j| !saturated(now - j.submitted_at, c.max_age));
@@ -107,7 +104,7 @@ impl Ledger {
         let scale = (a.share.abs() + h.abs() + a.usage.abs()) / w + c.age_weight.abs();
         let margin = scale * f64::powi(2.0, -36) + f64::MIN_POSITIVE;
         Bound {
-            value: sign * key - margin,
+            value: key - margin,
             // Rounding of the slope itself.
             slope: slope * (1.0 + 1e-9),
             exact: false,
@@ -147,9 +144,6 @@ impl Ledger {
         if std::mem::take(&mut a.overdue) {
             self.overdue.remove(uid);
         }
-        if std::mem::take(&mut a.holder) {
-            self.holders.remove(uid);
-        }
     }
 
     /// Recomputes a user's effective head and puts it in the indexes it belongs to
@@ -158,25 +152,12 @@ impl Ledger {
         self.unindex(uid);
         self.skip_unrunnable(uid, 0);
         let a = &self.accounts[uid as usize];
-        let (holds, eligible) = (a.listed() && a.holds(), a.listed() && a.eligible());
-        if !holds && !eligible {
+        if !(a.listed() && a.eligible()) {
             return;
         }
         let (key, h) = self.key_parts(uid, now);
-        if holds {
-            let bound = self.bound(uid, now, key, h, false);
-            self.index_holder(uid, bound);
-        }
-        if eligible {
-            let bound = self.bound(uid, now, key, h, true);
-            self.index_eligible(uid, now, bound);
-        }
-    }
-
-    pub(super) fn index_holder(&mut self, uid: Uid, bound: Bound) {
-        let a = &mut self.accounts[uid as usize];
-        a.holder = true;
-        self.holders.insert(uid, 0.0, &a.name, bound);
+        let bound = self.bound(uid, now, key, h);
+        self.index_eligible(uid, now, bound);
     }
 
     /// Puts an eligible user in its shape's index and in `waiting` or `overdue`, with

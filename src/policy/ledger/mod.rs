@@ -18,14 +18,16 @@
 //!   (lower bounds of their keys that stay valid as keys drift with time), so the
 //!   next user to serve is found by evaluating a few keys, not all.
 //! - **Overdue heads.** Eligible users whose head has waited past the starvation
-//!   guard sit in their own index; a reservation is made for the first of them in
-//!   fair-share order when it is passed over: a user holding capacity has a larger
-//!   key (the **holders** index gives the largest key, from upper bounds).
+//!   guard sit in their own index; with no reservation held, a cycle reads them in
+//!   fair-share order beside the shapes, and the first that fits no free capacity
+//!   gets the reservation when a later user's job is about to be granted: it is
+//!   **passed over by backfill** (read until one is found or nothing is left to
+//!   grant).
 //! - A held reservation is checked by name; its shadow walks the reserved cluster's
 //!   outstanding jobs kept sorted by expected end.
 //!
-//! A cycle on a full cluster with a reservation held (or no head past the guard)
-//! thus reads one fit test per head shape and nothing per user.
+//! A cycle on a full cluster thus reads one fit test per head shape and nothing per
+//! user (nothing can be granted, so nobody is passed over).
 //!
 //! # Pending reasons and the order
 //!
@@ -364,7 +366,6 @@ struct Account {
     shape: Option<Shape>,
     waiting: Option<Ordered>,
     overdue: bool,
-    holder: bool,
     /// The current cycle's grants emptied its window: it still takes part in it.
     emptied: bool,
     /// Its (usage, usage_at) changed since [`Ledger::take_usage_changes`].
@@ -388,7 +389,6 @@ impl Account {
             shape: None,
             waiting: None,
             overdue: false,
-            holder: false,
             emptied: false,
             usage_dirty: false,
         }
@@ -487,8 +487,6 @@ pub struct Ledger {
     waiting: BTreeSet<(Ordered, Uid)>,
     /// Eligible users whose head has waited past the guard.
     overdue: KeyIndex,
-    /// Listed users holding capacity, by upper bounds of their keys (negated).
-    holders: KeyIndex,
     last: Option<LastCycle>,
     /// Preemption's state between calls (`preempt.rs`).
     preempt: preempt::PreemptState,
@@ -522,7 +520,6 @@ impl Ledger {
             shapes: HashMap::default(),
             waiting: BTreeSet::new(),
             overdue: KeyIndex::default(),
-            holders: KeyIndex::default(),
             last: None,
             preempt: preempt::PreemptState::default(),
             runtimes,

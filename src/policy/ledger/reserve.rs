@@ -1,11 +1,9 @@
-//! Fitting, the holders' largest key, starvation and the sticky reservation, during
-//! a cycle.
+//! Fitting and the sticky reservation, during a cycle.
 
 use std::cmp::Ordering;
 
 use super::cycle::{Room, Run};
-use super::index::Verdict;
-use super::{Ledger, Rank, Uid};
+use super::{Ledger, Uid};
 use crate::policy::fit::tightest;
 use crate::policy::reservation::{cmp_raw_end, shadow_sorted, Backfill, Hold, Shadow};
 use crate::policy::share::cmp_f64;
@@ -94,75 +92,6 @@ impl Ledger {
         best.map(|(k, _)| k)
     }
 
-    /// The largest quantized key among listed users holding capacity (`−∞` if none).
-    pub(super) fn holders_max(&mut self, run: &mut Run) -> f64 {
-        if let Some(max) = run.holders_max {
-            return max;
-        }
-        let now = run.now;
-        for uid in std::mem::take(&mut run.stale_holders) {
-            // A participant of this cycle (its window may be empty now).
-            self.holders.remove(uid);
-            self.accounts[uid as usize].holder = false;
-            if self.accounts[uid as usize].holds() {
-                let (key, h) = self.key_parts(uid, now);
-                let bound = self.bound(uid, now, key, h, false);
-                self.index_holder(uid, bound);
-            }
-        }
-        let mut index = std::mem::take(&mut self.holders);
-        let max = if index.is_empty() {
-            f64::NEG_INFINITY
-        } else {
-            let (top, skipped) = index.pop_min(now, |uid| {
-                let (key, h) = self.key_parts(uid, now);
-                let bound = self.bound(uid, now, key, h, false);
-                let rank = self.rank_of(uid, key);
-                Verdict::Rank(
-                    Rank {
-                        key: -rank.key,
-                        head_at: 0.0,
-                        name: rank.name,
-                    },
-                    bound,
-                )
-            });
-            debug_assert!(skipped.is_empty());
-            match top {
-                Some((rank, uid)) => {
-                    let (key, h) = self.key_parts(uid, now);
-                    let bound = self.bound(uid, now, key, h, false);
-                    index.insert(uid, 0.0, &rank.name, bound);
-                    -rank.key
-                }
-                None => f64::NEG_INFINITY,
-            }
-        };
-        self.holders = index;
-        run.holders_max = Some(max);
-        max
-    }
-
-    /// Whether the effective head of `uid` is starved: waited past the guard,
-    /// eligible, fits no room's free capacity, and passed over (some holder has a
-    /// larger quantized key).
-    pub(super) fn starved(&mut self, run: &mut Run, uid: Uid) -> bool {
-        let now = run.now;
-        let a = &self.accounts[uid as usize];
-        let Some(head) = a.head() else {
-            return false;
-        };
-        if !super::overdue(now, head.submitted_at, self.guard)
-            || a.ineligibility(head).is_some()
-            || Self::best_fit_room(&run.rooms, &head.resources).is_some()
-        {
-            return false;
-        }
-        let key = self.rank(uid, now).key;
-        let max = self.holders_max(run);
-        cmp_f64(max, key) == Ordering::Greater
-    }
-
     // ----- the reservation ----------------------------------------------------
 
     /// A reservation of `run.rooms[k]` for the effective head of `uid`, made at
@@ -211,8 +140,8 @@ impl Ledger {
     }
 
     /// Settles the reservation before filling: keeps the held one if still valid,
-    /// grants its job if it fits now, and otherwise (or then) makes one for the
-    /// starved head first in fair-share order.
+    /// and grants its job if it fits now (then none is held: a new one is made only
+    /// when the filling would pass a starved head over, [`Ledger::fill`]).
     pub(super) fn reserve(&mut self, run: &mut Run) -> Option<Hold> {
         if let Some(held) = self.reservation.clone() {
             if let Some(hold) = self.still_held(run, &held) {
@@ -228,44 +157,6 @@ impl Ledger {
                 }
             }
         }
-        self.new_reservation(run)
-    }
-
-    /// A reservation for the starved head first in fair-share order, if any: the
-    /// first overdue head that fits no room's free capacity, if its user is passed
-    /// over (if it is not, no later one is: their keys are no smaller).
-    pub(super) fn new_reservation(&mut self, run: &mut Run) -> Option<Hold> {
-        if self.overdue.is_empty() {
-            return None;
-        }
-        let max = self.holders_max(run);
-        let now = run.now;
-        let mut index = std::mem::take(&mut self.overdue);
-        let (first, skipped) = index.pop_min(now, |uid| {
-            let a = &self.accounts[uid as usize];
-            match a.head() {
-                Some(h)
-                    if super::overdue(now, h.submitted_at, self.guard)
-                        && !Self::fits_some_room(&run.rooms, &h.resources) =>
-                {
-                    let (rank, bound) = self.rank_and_bound(uid, now);
-                    Verdict::Rank(rank, bound)
-                }
-                _ => Verdict::Skip,
-            }
-        });
-        for uid in skipped.into_iter().chain(first.as_ref().map(|f| f.1)) {
-            let a = &self.accounts[uid as usize];
-            let at = a.head().map_or(f64::INFINITY, |h| h.submitted_at);
-            index.insert(uid, at, &a.name, self.rank_and_bound(uid, now).1);
-        }
-        self.overdue = index;
-        let (rank, uid) = first?;
-        if cmp_f64(max, rank.key) != Ordering::Greater {
-            return None;
-        }
-        let job = self.accounts[uid as usize].head()?.resources;
-        let k = self.soonest_room(run, &job)?;
-        self.hold_for(run, uid, k, now)
+        None
     }
 }
