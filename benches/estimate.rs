@@ -128,7 +128,21 @@ fn median(mut xs: Vec<f64>) -> f64 {
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` runs it once with little.
     let quick = std::env::args().any(|a| a == "--test");
-    let users_n = if quick { 100 } else { USERS };
+    // ESTIMATE_USERS / ESTIMATE_MAX_CYCLES: another size or a cycle cap, to see how
+    // the cost grows (BENCHMARKS.md, issue 48).
+    let users_n = std::env::var("ESTIMATE_USERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 100 } else { USERS });
+    let max_cycles = std::env::var("ESTIMATE_MAX_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(usize::MAX);
+    let runs = if std::env::var("ESTIMATE_RUNS").is_ok_and(|v| v == "1") {
+        1
+    } else {
+        RUNS
+    };
     let snapshot = Snapshot {
         now: NOW,
         config: config(),
@@ -141,20 +155,23 @@ fn main() {
     let mut times = Vec::new();
     let mut started = 0;
     let mut cycles = 0;
-    for _ in 0..RUNS {
+    for _ in 0..runs {
         let t = Instant::now();
         let f = forward(
             &snapshot,
             &out,
             |j| j.runtime_estimate.unwrap_or(3600.0),
-            Limits::default(),
+            Limits {
+                max_cycles,
+                ..Limits::default()
+            },
         );
         times.push(t.elapsed().as_secs_f64());
         started = f.estimates.len();
         cycles = f.cycles;
     }
     println!(
-        "forward: {} users × {} queued, {} outstanding: {:.2} s (median of {RUNS}; {} jobs estimated, {} cycles)",
+        "forward: {} users × {} queued, {} outstanding: {:.2} s (median of {runs}; {} jobs estimated, {} cycles)",
         users_n,
         PER_USER,
         out.len(),
