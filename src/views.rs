@@ -132,6 +132,11 @@ pub struct GrowthView {
     /// out of `capacity`. Absent while no node type is held back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub growth_held_for_seconds: Option<f64>,
+    /// Whether Ray can still add a node: one is starting, or the node types not held
+    /// back can grow it beyond what is alive. When false (at its maximum) a job Ray
+    /// holds PENDING waits for resources to free up (`monitor.pending_timeout`), not for
+    /// a node (`monitor.scale_up_timeout`).
+    pub can_grow: bool,
     /// Its node types as configured, the head first (named `head`) when it takes work.
     pub node_types: Vec<NodeTypeView>,
 }

@@ -616,15 +616,17 @@ impl Scheduler {
             .flatten()
     }
 
-    /// The node types of autoscaling cluster `cluster` held back now (a scale-up of
-    /// theirs did not come); empty when none is, or the arbiter cannot answer.
-    pub async fn held_node_types(&self, cluster: &str) -> Vec<String> {
+    /// Of autoscaling cluster `cluster`: the node types held back now (a scale-up of
+    /// theirs did not come) and whether Ray can still add a node; `None` when it does
+    /// not autoscale, has not been polled, or the arbiter cannot answer.
+    pub async fn growth_now(&self, cluster: &str) -> Option<(Vec<String>, bool)> {
         self.arbiter
             .send(arbiter::GetHeldNodeTypes {
                 cluster: cluster.to_string(),
             })
             .await
-            .unwrap_or_default()
+            .ok()
+            .flatten()
     }
 
     /// Why a queued job is not running, from the last cycle.

@@ -228,17 +228,29 @@ pub(crate) enum Fresh {
 /// Why a PENDING job waits in Ray: on an autoscaling cluster for a node of the type
 /// that would hold it, e.g. "waiting for Ray to add a node of type cpu-2 (requested 40 s
 /// ago; after monitor.scale_up_timeout, 600 s, it goes back to the queue)"; elsewhere
-/// for resources to free up. `held`: the cluster's node types held back now (left out).
-fn pending_in_ray(settings: &crate::config::Settings, j: &job::Model, held: &[String]) -> String {
+/// for resources to free up, as on an autoscaling cluster that cannot grow any more.
+/// `growth`: the cluster's node types held back now (left out) and whether Ray can
+/// still add a node, as the leader's monitor last saw it (`None`: not known).
+fn pending_in_ray(
+    settings: &crate::config::Settings,
+    j: &job::Model,
+    growth: Option<(Vec<String>, bool)>,
+) -> String {
     let cluster = j.cluster.as_deref().unwrap_or("?");
     let autoscaling = settings
         .clusters
         .iter()
         .find(|c| c.name == cluster && c.autoscales());
-    let Some(c) = autoscaling else {
+    let (held, can_grow) = growth.unwrap_or((Vec::new(), true));
+    let Some(c) = autoscaling.filter(|_| can_grow) else {
+        let at_max = if autoscaling.is_some() {
+            " (it is at its maximum: no node can be added)"
+        } else {
+            ""
+        };
         return format!(
-            "submitted; Ray holds it PENDING on cluster {cluster} until resources free up \
-             (after monitor.pending_timeout, {} s, it goes back to the queue)",
+            "submitted; Ray holds it PENDING on cluster {cluster}{at_max} until resources \
+             free up (after monitor.pending_timeout, {} s, it goes back to the queue)",
             settings.monitor.pending_timeout.as_secs()
         );
     };
@@ -299,11 +311,11 @@ pub(crate) async fn view(
              stopped before it is submitted again"
         )),
         (JobStatus::Pending, _) => {
-            let held = match (state.scheduler(), j.cluster.as_deref()) {
-                (Some(s), Some(c)) => s.held_node_types(c).await,
-                _ => Vec::new(),
+            let growth = match (state.scheduler(), j.cluster.as_deref()) {
+                (Some(s), Some(c)) => s.growth_now(c).await,
+                _ => None,
             };
-            Some(pending_in_ray(&state.settings, &j, &held))
+            Some(pending_in_ray(&state.settings, &j, growth))
         }
         _ => None,
     };

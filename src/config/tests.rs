@@ -771,6 +771,13 @@ fn node_types_load_with_their_potential_and_bad_ones_name_their_key() {
             "clusters[0].node_types[0].resources",
             "at least one",
         ),
+        // `memory` is Ray's name; the key is memory_bytes, and the error says so
+        // whatever the amount (a fresh tester's finding).
+        (
+            cluster(&node("a", "cpu = 2, memory = 8e9", 0, 1)),
+            "clusters[0].node_types[0].resources.memory",
+            "use cpu, gpu or memory_bytes",
+        ),
         (
             cluster(&node("a", "cpu = 2", 3, 2)),
             "clusters[0].node_types[0].max_count",

@@ -687,6 +687,13 @@ fn validate_growth(i: usize, c: &super::ClusterSettings) -> Result<(), ConfigErr
      -> Result<(), ConfigError> {
         for (name, &amount) in map {
             let key = format!("{prefix}.{name}");
+            // The name first: `memory = 8e9` is a misspelt memory_bytes, not too many
+            // units of a custom resource (a fresh tester's finding).
+            if !matches!(name.as_str(), "cpu" | "gpu" | "memory_bytes") {
+                if let Err(e) = crate::policy::custom::slot(name) {
+                    return invalid(key, e.to_string());
+                }
+            }
             let floor_ok = if zero_ok { amount >= 0.0 } else { amount > 0.0 };
             if !(amount.is_finite() && floor_ok) {
                 let least = if zero_ok { "0 or more" } else { "above 0" };
@@ -709,12 +716,6 @@ fn validate_growth(i: usize, c: &super::ClusterSettings) -> Result<(), ConfigErr
                     key,
                     format!("must be at most 1000000 per node, not {amount}"),
                 );
-            }
-            if matches!(name.as_str(), "cpu" | "gpu") {
-                continue;
-            }
-            if let Err(e) = crate::policy::custom::slot(name) {
-                return invalid(key, e.to_string());
             }
         }
         Ok(())

@@ -44,7 +44,7 @@ pub enum NameError {
     Invalid(String),
     /// One of Ray's built-in names (`CPU`, `GPU`, `memory`, `object_store_memory`)
     /// or a `node:` resource, which names a node rather than capacity.
-    #[error("{0:?} is a built-in Ray resource, not a custom one (use cpu, gpu or memory)")]
+    #[error("{0:?} is a built-in Ray resource, not a custom one (use cpu, gpu or memory_bytes)")]
     Reserved(String),
     /// The registry already holds [`MAX_CUSTOM`] names.
     #[error("{0:?} would be custom resource number {n}; at most {MAX_CUSTOM} are supported", n = MAX_CUSTOM + 1)]

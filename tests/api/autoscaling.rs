@@ -252,7 +252,7 @@ async fn a_node_lost_while_jobs_wait_leaves_the_waiting_ones_waiting_for_its_rep
 async fn a_cluster_at_its_maximum_holds_a_pending_job_only_for_the_pending_timeout() {
     let (server, _state) = fake_ray::start(2.0, |s| s.foreign_on_first_submit = Some(2.0)).await;
     let app = app_with(&server, 1, Duration::from_secs(600), |s| {
-        s.monitor.pending_timeout = Duration::from_secs(1);
+        s.monitor.pending_timeout = Duration::from_secs(3);
     })
     .await;
     until(10, "capacity known", || async {
@@ -262,7 +262,16 @@ async fn a_cluster_at_its_maximum_holds_a_pending_job_only_for_the_pending_timeo
     })
     .await;
     let j = submit_id(&app, "u").await;
-    status_is(&app, &j, "PENDING", 10).await;
+    let pending = status_is(&app, &j, "PENDING", 10).await;
+    // Its reason names the limit that applies (a fresh tester's finding: it promised
+    // scale_up_timeout and a node that could not come).
+    let reason = pending["pending_reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("at its maximum") && reason.contains("monitor.pending_timeout, 3 s"),
+        "{pending}"
+    );
+    let v = scheduler(&app).await;
+    assert_eq!(v["clusters"][0]["growth"]["can_grow"], false, "{v}");
     let back = status_is(&app, &j, "QUEUED", 15).await;
     assert!(
         back["message"]

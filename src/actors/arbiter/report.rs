@@ -29,10 +29,12 @@ pub struct GetPendingReason {
     pub job_id: JobId,
 }
 
-/// Ask which node types of autoscaling cluster `cluster` are held back now (a
-/// scale-up of theirs did not come; issue 44), as the monitor last reported.
+/// Ask, of autoscaling cluster `cluster` as the monitor last reported it, which node
+/// types are held back now (a scale-up of theirs did not come; issue 44) and whether
+/// Ray can still add a node ([`crate::views::GrowthView::can_grow`]); `None` for a
+/// cluster that does not autoscale or has not been polled.
 #[derive(Message)]
-#[rtype(result = "Vec<String>")]
+#[rtype(result = "Option<(Vec<String>, bool)>")]
 pub struct GetHeldNodeTypes {
     pub cluster: String,
 }
@@ -376,15 +378,21 @@ impl Handler<GetPendingReason> for FairShareArbiter {
 }
 
 impl Handler<GetHeldNodeTypes> for FairShareArbiter {
-    type Result = Vec<String>;
+    type Result = Option<(Vec<String>, bool)>;
 
-    fn handle(&mut self, msg: GetHeldNodeTypes, _: &mut Context<Self>) -> Vec<String> {
-        self.growth.get(&msg.cluster).map_or_else(Vec::new, |g| {
-            g.node_types
+    fn handle(
+        &mut self,
+        msg: GetHeldNodeTypes,
+        _: &mut Context<Self>,
+    ) -> Option<(Vec<String>, bool)> {
+        self.growth.get(&msg.cluster).map(|g| {
+            let held = g
+                .node_types
                 .iter()
                 .filter(|t| t.held_for_seconds.is_some())
                 .map(|t| t.name.clone())
-                .collect()
+                .collect();
+            (held, g.can_grow)
         })
     }
 }

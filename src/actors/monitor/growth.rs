@@ -156,13 +156,22 @@ impl Growth {
         length
     }
 
-    /// Takes a poll's nodes alive: more than at the last poll (cores, GPUs or custom
-    /// resources) means a node came up, which ends every type's doubling (holds
-    /// running now still run out).
-    pub(crate) fn saw_alive(&mut self, alive: Resources) {
-        if larger_than_declared(&alive, &self.last_alive) {
-            for h in self.holds.values_mut() {
-                h.failures = 0;
+    /// Takes a poll's nodes alive on cluster `c`: what grew since the last poll is a
+    /// node (or more) that came up, which ends the doubling of each node type whose
+    /// node fits in that growth (cores, GPUs, custom resources; a GPU type's failures
+    /// are not forgotten because a CPU node came). Holds running now still run out.
+    pub(crate) fn saw_alive(&mut self, c: &ClusterSettings, alive: Resources) {
+        let mut grown = alive.saturating_sub(self.last_alive);
+        grown.memory_bytes = 0.0;
+        if grown != Resources::ZERO {
+            for t in &c.node_types {
+                let mut shape = crate::config::resource_map(&t.resources);
+                shape.memory_bytes = 0.0;
+                if shape.fits_within(&grown) {
+                    if let Some(h) = self.holds.get_mut(&t.name) {
+                        h.failures = 0;
+                    }
+                }
             }
         }
         self.last_alive = alive;
@@ -202,6 +211,10 @@ impl Growth {
                 .iter()
                 .filter_map(|t| held_for(&t.name))
                 .reduce(f64::max),
+            can_grow: self.nodes_starting > 0
+                || self
+                    .potential(c, now)
+                    .is_some_and(|p| larger_than_declared(&p, &alive)),
             node_types: head_view
                 .into_iter()
                 .chain(c.node_types.iter().map(|t| NodeTypeView {
@@ -352,7 +365,7 @@ mod tests {
         let t = Duration::from_secs(60);
         let mut now = Instant::now();
         let mut g = Growth::default();
-        g.saw_alive(cpu(1.0));
+        g.saw_alive(&cluster(Some(1.0), &[("cpu-2", 2.0, 2)]), cpu(1.0));
         let mut lengths = Vec::new();
         for _ in 0..6 {
             let h = g.hold("cpu-2", now, t);
@@ -365,10 +378,27 @@ mod tests {
             now += h;
         }
         assert_eq!(lengths, [1, 2, 4, 8, 8, 8]);
-        // The same alive: still doubling. A node came up: the next hold is one timeout.
-        g.saw_alive(cpu(1.0));
+        // The same alive: still doubling. A node of another type came up (a fresh
+        // tester's finding): still doubling. A cpu-2 node came up: one timeout again.
+        let c = cluster(Some(1.0), &[("cpu-2", 2.0, 2)]);
+        let mut with_gpu = c.clone();
+        with_gpu.node_types.push(crate::config::NodeTypeSettings {
+            name: "gpu-1".into(),
+            resources: [("cpu".to_string(), 1.0), ("gpu".to_string(), 1.0)]
+                .into_iter()
+                .collect(),
+            min_count: 0,
+            max_count: 1,
+        });
+        g.hold("gpu-1", now, t);
+        g.saw_alive(&with_gpu, cpu(1.0));
         assert_eq!(g.holds["cpu-2"].failures, 6);
-        g.saw_alive(cpu(3.0));
+        g.saw_alive(&with_gpu, cpu(3.0));
+        assert_eq!(
+            g.holds["gpu-1"].failures, 1,
+            "a CPU node does not end a GPU type's doubling"
+        );
+        assert_eq!(g.holds["cpu-2"].failures, 0);
         assert_eq!(g.hold("cpu-2", now, t), t);
     }
 }

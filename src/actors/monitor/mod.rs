@@ -610,7 +610,7 @@ impl RayCapacityMonitor {
         }
         let (total, growth) = match (autoscaling, self.growth.get_mut(&name)) {
             (Some(c), Some(g)) => {
-                g.saw_alive(alive);
+                g.saw_alive(c, alive);
                 let potential = g.potential(c, now);
                 let declared = c.potential();
                 if let Some(p) = declared.filter(|p| growth::larger_than_declared(&alive, p)) {
