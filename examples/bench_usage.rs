@@ -154,35 +154,18 @@ async fn main() {
             ended.push((key, status, finished, Some(wait)));
             rows.push(
                 job::Model {
-                    id: uuid::Uuid::now_v7(),
-                    user_id: user,
                     external_id: Some(format!("e{}", done + i)),
-                    status,
-                    priority: 0,
                     entrypoint: "python train.py".into(),
-                    runtime_env: None,
                     metadata: (!size.is_empty())
                         .then(|| serde_json::json!({ store::SIZE_KEY: size })),
                     cpu,
-                    gpu: 0.0,
                     memory_bytes: memory,
                     cluster: Some(place.into()),
-                    message: None,
-                    max_runtime_s: None,
-                    submitted_at: ts(submitted),
                     dispatched_at: Some(ts(dispatched)),
                     started_at: Some(ts(dispatched)),
                     finished_at: Some(ts(finished)),
                     attempt: 1,
-                    retiring_attempt: None,
-                    stop_reason: None,
-                    runtime_env_digest: None,
-                    preemptible: false,
-                    preemptions: 0,
-                    preempted_at: None,
-                    custom_resources: None,
-                    pool: None,
-                    lease_expires_at: None,
+                    ..store::job_row(uuid::Uuid::now_v7(), user, status, ts(submitted))
                 }
                 .into_active_model(),
             );
@@ -349,34 +332,19 @@ async fn time_ends(db: &store::Db, n: usize) {
         ids.push(id);
         rows.push(
             job::Model {
-                id,
-                user_id: format!("user{:04}", i % 100),
-                external_id: None,
-                status: JobStatus::Running,
-                priority: 0,
                 entrypoint: "python train.py".into(),
-                runtime_env: None,
-                metadata: None,
                 cpu: 2.0,
-                gpu: 0.0,
                 memory_bytes: 1 << 30,
                 cluster: Some(format!("c{}", i % 4)),
-                message: None,
-                max_runtime_s: None,
-                submitted_at: ts(now - 3_700 - i as i64),
                 dispatched_at: Some(ts(now - 3_600 - i as i64)),
                 started_at: Some(ts(now - 3_600 - i as i64)),
-                finished_at: None,
                 attempt: 1,
-                retiring_attempt: None,
-                stop_reason: None,
-                runtime_env_digest: None,
-                preemptible: false,
-                preemptions: 0,
-                preempted_at: None,
-                custom_resources: None,
-                pool: None,
-                lease_expires_at: None,
+                ..store::job_row(
+                    id,
+                    format!("user{:04}", i % 100),
+                    JobStatus::Running,
+                    ts(now - 3_700 - i as i64),
+                )
             }
             .into_active_model(),
         );

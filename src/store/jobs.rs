@@ -219,10 +219,12 @@ pub async fn stream_queued(
     }))
 }
 
-/// A job row read in part (recovery, the estimates): `id`, `user_id`, `status` and
-/// `submitted_at` as given, every other column empty (`None`, 0, `""`, `false`); the
-/// reader fills in the columns it selected with struct-update syntax.
-fn partial(
+/// A job row with `id`, `user_id`, `status` and `submitted_at` as given and every other
+/// column empty (`None`, 0, `""`, `false`): the base of a row read in part (recovery,
+/// the estimates) or built by hand (benches, tests), whose caller fills in the columns
+/// it has with struct-update syntax.
+#[must_use]
+pub fn partial(
     id: Uuid,
     user_id: String,
     status: JobStatus,

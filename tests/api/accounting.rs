@@ -358,34 +358,14 @@ fn actual_use_is_each_readings_stretch(which: Db) {
             let ts = |t: i64| DateTime::<Utc>::from_timestamp(t, 0).unwrap();
             let id = uuid::Uuid::now_v7();
             let row = entity::job::Model {
-                id,
-                user_id: "u1".into(),
-                external_id: None,
-                status: entity::JobStatus::Running,
-                priority: 0,
                 entrypoint: "python train.py".into(),
-                runtime_env: None,
-                metadata: None,
                 cpu: 1.0,
-                gpu: 0.0,
                 memory_bytes: 1 << 30,
                 cluster: Some("c1".into()),
-                message: None,
-                max_runtime_s: None,
-                submitted_at: ts(d - 10),
                 dispatched_at: Some(ts(d)),
                 started_at: Some(ts(d)),
-                finished_at: None,
                 attempt: 1,
-                retiring_attempt: None,
-                stop_reason: None,
-                runtime_env_digest: None,
-                preemptible: false,
-                preemptions: 0,
-                preempted_at: None,
-                custom_resources: None,
-                pool: None,
-                lease_expires_at: None,
+                ..fairshare::store::job_row(id, "u1".into(), entity::JobStatus::Running, ts(d - 10))
             };
             entity::job::Entity::insert(sea_orm::IntoActiveModel::into_active_model(row))
                 .exec_without_returning(&db)
