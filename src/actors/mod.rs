@@ -320,16 +320,6 @@ impl Scheduler {
             arbiter_handle,
             monitor_handle,
         ));
-        // Waiting jobs' runtime_envs sealed under this leader's newest key, beside
-        // recovery (the dispatcher opens any key it holds meanwhile). Only the leader
-        // re-seals (DESIGN §6, "Secrets": rotating a key).
-        tokio::spawn(reseal_waiting(
-            db.clone(),
-            Arc::new(crate::secrets::Sealer::new(
-                &settings.secrets.runtime_env_keys,
-            )),
-            fence.clone(),
-        ));
         let window = settings.scheduler.queue_window;
         let queues_dispatcher = dispatcher_handle.clone();
         let spawn_queue: QueueFactory = Box::new(move |user, arbiter| {
@@ -375,6 +365,10 @@ impl Scheduler {
         // Recovery runs beside the HTTP server, which answers /healthz at once and
         // /readyz 503 (with the progress) until it is done.
         let recovering = scheduler.clone();
+        let reseal_fence = scheduler.fence.clone();
+        let sealer = Arc::new(crate::secrets::Sealer::new(
+            &settings.secrets.runtime_env_keys,
+        ));
         tokio::spawn(async move {
             let started = std::time::Instant::now();
             // Recovery is idempotent (reservations and queue entries are keyed by job
@@ -384,6 +378,12 @@ impl Scheduler {
                 match recovering.recover(&db).await {
                     Ok(()) => {
                         tracing::info!(seconds = started.elapsed().as_secs_f64(), "ready");
+                        // Waiting jobs' runtime_envs sealed under this leader's newest
+                        // key, once recovery is done: the scan reads every waiting row,
+                        // and on SQLite's one connection it would delay readiness
+                        // (issue 43 §7); the dispatcher opens any key it holds
+                        // meanwhile. Only the leader re-seals (DESIGN §6, "Secrets").
+                        reseal_waiting(db.clone(), sealer, reseal_fence).await;
                         break;
                     }
                     Err(e)

@@ -830,3 +830,31 @@ fn the_quickstarts_jobs_simulated_leave_u62_starved_no_longer() {
     assert!(after.0 / after.1 > 0.95 && before.0 / before.1 < 0.8);
     assert!(after.3 < before.3);
 }
+
+#[test]
+fn the_quickstarts_half_life_is_the_default_at_the_replays_time_scale() {
+    // scripts/quickstart replays 10,000 trace seconds per real second and sets
+    // usage_half_life = "9s": the default day (86,400 s) at that scale. A user whose
+    // burst ran alone at the start (u62, 1.76 of 2 cores) pays it back for as long
+    // as its usage outweighs the others'; with the whole run's history (10 min, the
+    // quickstart's half-life before) that was half a minute of a 2.5-minute run on a
+    // real head (u62 starved 22.5 % of the contended time; 11.9 % with 9 s).
+    let jobs = quickstart_jobs();
+    let at = |half_life_s: f64| {
+        u62_shares(&simulate(
+            &jobs,
+            &SimConfig {
+                half_life_s,
+                ..SimConfig::new(SimPolicy::FairShare, 2000)
+            },
+        ))
+    };
+    let scaled = at(86_400.0 / 10_000.0);
+    let whole_run = at(600.0);
+    eprintln!(
+        "u62 actual / fair / starved / FE / most starved: 8.64 s {scaled:?}, 600 s {whole_run:?}"
+    );
+    assert!(scaled.2 < 0.15, "u62 starved {:.3}", scaled.2);
+    assert!(scaled.4 < 0.15, "the most starved user {:.3}", scaled.4);
+    assert!(scaled.2 <= whole_run.2 && scaled.3 <= whole_run.3);
+}
