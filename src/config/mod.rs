@@ -808,7 +808,8 @@ pub struct MonitorSettings {
     /// keep one of our jobs PENDING while it adds nodes, instead of `pending_timeout`;
     /// past it the job goes back to the queue at its place and the cluster counts only
     /// what is alive for as long again (DESIGN §2). Below Ray's own
-    /// `RAY_JOB_START_TIMEOUT_SECONDS` (900 s), which fails the job inside Ray.
+    /// `RAY_JOB_START_TIMEOUT_SECONDS` (900 s), which fails the job inside Ray; at
+    /// least 1 s (a start-up error naming the key otherwise).
     #[serde(with = "crate::config::duration")]
     pub scale_up_timeout: Duration,
     /// On an autoscaling cluster, jobs that must wait for Ray to add a node are granted

@@ -847,7 +847,23 @@ fn node_types_load_with_their_potential_and_bad_ones_name_their_key() {
                 node("a", "cpu = 2", 0, 1)
             )),
             "clusters[0].head.CPU",
-            "CPU",
+            "misspelt cpu",
+        ),
+        // A typo of a built-in name is not a custom resource (a fresh tester's finding).
+        (
+            cluster(&node("a", "cpus = 2", 0, 1)),
+            "clusters[0].node_types[0].resources.cpus",
+            "misspelt cpu",
+        ),
+        (
+            cluster(&node("a", "cpu = 2, num_gpus = 1", 0, 1)),
+            "clusters[0].node_types[0].resources.num_gpus",
+            "misspelt gpu",
+        ),
+        (
+            cluster(&node("a", "cpu = 2, mem = 8e9", 0, 1)),
+            "clusters[0].node_types[0].resources.mem",
+            "misspelt memory_bytes",
         ),
     ] {
         std::fs::write(&path, &text).unwrap();
@@ -857,10 +873,19 @@ fn node_types_load_with_their_potential_and_bad_ones_name_their_key() {
         assert!(err.contains(key), "{text}: {err}");
         assert!(err.contains(says), "{text}: {err}");
     }
-    let err = Settings::load_with_env(None, env(&[("FAIRSHARE__MONITOR__SCALE_UP_TIMEOUT", "0s")]))
+    for short in ["0s", "1ms", "999ms"] {
+        let err = Settings::load_with_env(
+            None,
+            env(&[("FAIRSHARE__MONITOR__SCALE_UP_TIMEOUT", short)]),
+        )
         .unwrap_err()
         .to_string();
-    assert!(err.contains("monitor.scale_up_timeout"), "{err}");
+        assert!(err.contains("monitor.scale_up_timeout"), "{short}: {err}");
+        assert!(err.contains("at least 1s"), "{short}: {err}");
+    }
+    let s = Settings::load_with_env(None, env(&[("FAIRSHARE__MONITOR__SCALE_UP_TIMEOUT", "1s")]))
+        .unwrap();
+    assert_eq!(s.monitor.scale_up_timeout, Duration::from_secs(1));
 }
 
 /// `[usage]` and `[[sizes]]` (issue 48): the defaults, a size with memory written

@@ -140,8 +140,12 @@ impl Settings {
         if self.monitor.idle_poll_interval.is_zero() {
             return invalid("monitor.idle_poll_interval", "must be longer than 0s");
         }
-        if self.monitor.scale_up_timeout.is_zero() {
-            return invalid("monitor.scale_up_timeout", "must be longer than 0s");
+        if self.monitor.scale_up_timeout < std::time::Duration::from_secs(1) {
+            return invalid(
+                "monitor.scale_up_timeout",
+                "must be at least 1s (Ray adds a node in tens of seconds: a shorter wait sends \
+                 every job that waits for one back to the queue)",
+            );
         }
         if self.monitor.scale_up_batch > std::time::Duration::from_secs(60) {
             return invalid(
@@ -690,6 +694,14 @@ fn validate_growth(i: usize, c: &super::ClusterSettings) -> Result<(), ConfigErr
             // The name first: `memory = 8e9` is a misspelt memory_bytes, not too many
             // units of a custom resource (a fresh tester's finding).
             if !matches!(name.as_str(), "cpu" | "gpu" | "memory_bytes") {
+                // A near miss of a built-in name (`cpus`, `num_gpus`, `mem`) is a typo,
+                // not a custom resource no job asks for (a fresh tester's finding).
+                if let Some(meant) = built_in_meant(name) {
+                    return invalid(
+                        key,
+                        format!("is a misspelt {meant}: use cpu, gpu or memory_bytes (cores, GPUs, bytes)"),
+                    );
+                }
                 if let Err(e) = crate::policy::custom::slot(name) {
                     return invalid(key, e.to_string());
                 }
@@ -770,4 +782,19 @@ fn validate_growth(i: usize, c: &super::ClusterSettings) -> Result<(), ConfigErr
         }
     }
     Ok(())
+}
+
+/// The built-in resource a node type's resource name misspells, if it does: `cpus`,
+/// `CPU`, `num_cpus`, `num-cpus` → `cpu`; the same for GPUs; `mem`, `memory` →
+/// `memory_bytes` (Ray's `memory` is a custom-looking name for bytes). `None` for any
+/// other name (a custom resource).
+fn built_in_meant(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase().replace('-', "_");
+    let bare = lower.strip_prefix("num_").unwrap_or(&lower);
+    match bare {
+        "cpu" | "cpus" | "cores" => Some("cpu"),
+        "gpu" | "gpus" => Some("gpu"),
+        "mem" | "memory" | "memory_byte" | "memorybytes" => Some("memory_bytes"),
+        _ => None,
+    }
 }
