@@ -160,6 +160,12 @@ pub(crate) struct Book {
     /// start a job before its submit's answer is recorded), and when; kept
     /// [`EARLY_KEPT`].
     early: HashMap<(JobId, u32), Instant>,
+    /// Attempts that ended with nothing heard from their watcher yet, with their
+    /// cluster and when the end was learned: judged [`UNANNOUNCED_GRACE`] later, for a
+    /// poll (one a client's read of Ray's status asks for, above all) can learn the
+    /// end milliseconds before the watcher's notices arrive (a fresh tester's finding:
+    /// reading `/api/jobs/{id}` every 100 ms made a working path "missing").
+    ended_unheard: HashMap<(JobId, u32), (String, Instant)>,
     /// Per cluster, whether notifications arrive (issue 49).
     paths: HashMap<String, NoticePath>,
     /// What was counted for the paths since the actor last took it
@@ -268,6 +274,13 @@ impl Book {
                 }
             }
             None => {
+                if let Some((cluster, _)) = self.ended_unheard.remove(&(job_id, attempt)) {
+                    // Its end was learned first; the notice counts as it would have.
+                    let mut effects = std::mem::take(&mut self.notice_effects);
+                    self.notice(&cluster, true, &mut effects);
+                    self.notice_effects = effects;
+                    return;
+                }
                 self.early
                     .retain(|_, at| now.saturating_duration_since(*at) < EARLY_KEPT);
                 self.early.insert((job_id, attempt), now);
@@ -323,6 +336,27 @@ impl Book {
             cluster: cluster.clone(),
         });
         self.notice(&cluster, false, effects);
+    }
+
+    /// Counts as missed, against `cluster`, the attempts that ended unheard at least
+    /// [`UNANNOUNCED_GRACE`] before `now` and still are.
+    fn judge_ended_unheard(&mut self, cluster: &str, now: Instant, effects: &mut Vec<Effect>) {
+        let due: Vec<(JobId, u32)> = self
+            .ended_unheard
+            .iter()
+            .filter(|(_, (c, at))| {
+                c == cluster && now.saturating_duration_since(*at) >= UNANNOUNCED_GRACE
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        for key in due {
+            self.ended_unheard.remove(&key);
+            effects.push(Effect::Unannounced {
+                job_id: key.0,
+                cluster: cluster.to_string(),
+            });
+            self.notice(cluster, false, effects);
+        }
     }
 
     /// What [`Book::announced`] and [`Book::track`] counted for the paths since the
@@ -569,6 +603,7 @@ impl Book {
         let mut effects = Vec::new();
         let mut pending_in_ray = 0i64;
         let cluster = poll.name;
+        self.judge_ended_unheard(&cluster, now, &mut effects);
         for (id, outcome) in poll.current {
             match outcome {
                 Outcome::Seen { running, pending } => {
@@ -756,7 +791,13 @@ impl Book {
                         || (job.status == JobStatus::Failed && t.running_seen.is_some()))
             });
             if driver_ran {
-                self.unannounced(id, effects);
+                // Judged after the grace: its notices may be on their way.
+                if let Some(t) = self.current.get(&id).filter(|t| t.hinted && !t.announced) {
+                    if let Some(c) = t.job.cluster.clone() {
+                        let attempt = t.job.attempt.max(1) as u32;
+                        self.ended_unheard.insert((id, attempt), (c, now));
+                    }
+                }
             }
             self.current.remove(&id);
             if let Some(attempt) = stopped {
@@ -977,6 +1018,73 @@ mod tests {
     /// to announce anything: its attempts are polled at the fast interval until their
     /// watcher speaks. A short job that ends before the poll sees it RUNNING, with no
     /// notification, counts against the path; the next notification that arrives
+    /// A fresh tester's finding: a client reading `/api/jobs/{id}` every 100 ms makes
+    /// the monitor poll at once, and the poll learns a short job's end milliseconds
+    /// before its watcher's notices arrive. Those notices still count as arrived, and
+    /// the path stays [`NoticeState::Arriving`]; an end that nothing follows within
+    /// [`UNANNOUNCED_GRACE`] is a miss at the cluster's next poll.
+    #[test]
+    fn notices_that_arrive_just_after_the_end_was_polled_count_as_arrived() {
+        let t0 = Instant::now();
+        let mut book = proven_book(t0);
+        let _ = book.take_notice_effects();
+        for k in 0..5u32 {
+            let row = another_running_row();
+            book.track(row.clone(), Origin::Dispatched, t0);
+            let at = t0 + Duration::from_millis(u64::from(k) * 10);
+            assert!(ended(&mut book, row.id, JobStatus::Succeeded, at)
+                .iter()
+                .all(|e| !matches!(
+                    e,
+                    Effect::Unannounced { .. } | Effect::NoticePathChanged { .. }
+                )));
+            // "started", then "ended", 8 ms after the poll.
+            book.announced(row.id, 1, at + Duration::from_millis(8));
+            book.announced(row.id, 1, at + Duration::from_millis(9));
+            assert_eq!(
+                book.take_notice_effects(),
+                vec![Effect::Announced {
+                    cluster: "ray".into()
+                }]
+            );
+        }
+        assert_eq!(book.notice_path("ray").state, NoticeState::Arriving);
+        assert_eq!(book.notice_path("ray").missed, 0);
+        // Nothing heard past the grace: missed at the next poll, once.
+        let quiet = another_running_row();
+        book.track(quiet.clone(), Origin::Dispatched, t0);
+        let _ = ended(&mut book, quiet.id, JobStatus::Succeeded, t0);
+        let before = ended(
+            &mut book,
+            another_running_row().id,
+            JobStatus::Succeeded,
+            t0 + UNANNOUNCED_GRACE - Duration::from_millis(1),
+        );
+        assert!(!before
+            .iter()
+            .any(|e| matches!(e, Effect::Unannounced { .. })));
+        let after = seen_running(&mut book, another_running_row().id, t0 + UNANNOUNCED_GRACE);
+        assert_eq!(
+            after,
+            vec![
+                Effect::Unannounced {
+                    job_id: quiet.id,
+                    cluster: "ray".into()
+                },
+                changed(NoticeState::Arriving, NoticeState::Missing),
+            ]
+        );
+        assert!(seen_running(
+            &mut book,
+            another_running_row().id,
+            t0 + UNANNOUNCED_GRACE * 4
+        )
+        .is_empty());
+        // Its notice after all: late, not a second count.
+        book.announced(quiet.id, 1, t0 + UNANNOUNCED_GRACE * 5);
+        assert!(book.take_notice_effects().is_empty());
+    }
+
     /// brings the idle interval back.
     #[test]
     fn a_cluster_is_polled_fast_until_its_notifications_are_known_to_arrive() {
@@ -1005,7 +1113,8 @@ mod tests {
         assert!(ended(&mut book, a.id, JobStatus::Succeeded, t0)
             .contains(&Effect::Finished { job_id: a.id }));
 
-        // A short job ends unannounced, never seen RUNNING: a miss.
+        // A short job ends unannounced, never seen RUNNING: a miss, once its notices
+        // have had the grace to arrive.
         let b = another_running_row();
         book.track(b.clone(), Origin::Dispatched, t0);
         assert!(
@@ -1013,6 +1122,15 @@ mod tests {
             "arriving path: left to the watcher"
         );
         let effects = ended(&mut book, b.id, JobStatus::Succeeded, t0);
+        assert!(!effects
+            .iter()
+            .any(|e| matches!(e, Effect::Unannounced { .. })));
+        let effects = ended(
+            &mut book,
+            another_running_row().id,
+            JobStatus::Succeeded,
+            t0 + UNANNOUNCED_GRACE,
+        );
         assert_eq!(
             effects[..2],
             [
