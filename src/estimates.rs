@@ -163,16 +163,31 @@ where
             Ok(None) => continue,
             Ok(Some(x)) => x,
         };
-        let rows = match crate::store::waiting_and_outstanding(&db).await {
+        // The queues' lengths first: past `max_jobs` each user's queue is cut to its
+        // first `k` jobs (config doc), so a refresh holds at most that many.
+        let counts = match crate::store::queued_per_user(&db).await {
+            Ok(counts) => counts,
+            Err(e) => {
+                tracing::warn!(error = %e, "estimates: cannot read the queues' lengths");
+                continue;
+            }
+        };
+        let cut = per_user_cap(counts.iter().map(|c| c.1), cfg.max_jobs);
+        let rows = match crate::store::waiting_and_outstanding(&db, cut).await {
             Ok(rows) => rows,
             Err(e) => {
                 tracing::warn!(error = %e, "estimates: cannot read the queues");
                 continue;
             }
         };
-        // Unchanged since the last run (same jobs in the same states, nothing learned,
-        // same allocations): nothing to do.
-        let fingerprint = fingerprint(&rows, &outstanding);
+        // Unchanged since the last run (same jobs in the same states, the same queue
+        // lengths, nothing learned, same allocations): nothing to do.
+        let fingerprint = fingerprint(&rows, &outstanding) ^ {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            counts.hash(&mut h);
+            h.finish()
+        };
         if learned_now == 0 && last_seen == Some((fingerprint, rows.len())) {
             continue;
         }
@@ -203,6 +218,36 @@ where
             Err(e) => tracing::error!(error = %e, "estimates: the forward run failed"),
         }
     }
+}
+
+/// The first-`k` cut of every user's queue that keeps the jobs a forward run reads
+/// within `max_jobs`: `None` when every queued job fits (`Σ queued ≤ max_jobs`), else
+/// `Some(k)`, the largest `k` with `Σ_u min(queued_u, k) ≤ max_jobs`, at least 1 (so
+/// each user's head is estimated however many users there are). `queued`: each
+/// user's QUEUED count.
+#[must_use]
+pub fn per_user_cap(queued: impl Iterator<Item = u64> + Clone, max_jobs: u64) -> Option<u64> {
+    let total: u64 = queued.clone().fold(0, u64::saturating_add);
+    if total <= max_jobs {
+        return None;
+    }
+    let held = |k: u64| {
+        queued
+            .clone()
+            .map(|n| n.min(k))
+            .fold(0, u64::saturating_add)
+    };
+    // The largest k in [1, longest] with held(k) ≤ max_jobs; held grows with k.
+    let (mut lo, mut hi) = (1u64, queued.clone().max().unwrap_or(1));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if held(mid) <= max_jobs {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    Some(lo)
 }
 
 /// A cheap digest of the jobs' ids and states and the outstanding jobs' charges.
@@ -326,4 +371,63 @@ pub fn compute(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod cap_tests {
+    use super::per_user_cap;
+
+    #[test]
+    fn every_job_is_read_while_they_fit_the_cap() {
+        assert_eq!(per_user_cap([3u64, 5, 2].into_iter(), 10), None);
+        assert_eq!(per_user_cap([3u64, 5, 2].into_iter(), 11), None);
+        assert_eq!(per_user_cap(std::iter::empty::<u64>(), 1), None);
+    }
+
+    #[test]
+    fn past_the_cap_each_queue_is_cut_to_the_same_largest_length() {
+        // 3 + 5 + 2 = 10 > 9: k = 4 reads 3 + 4 + 2 = 9.
+        assert_eq!(per_user_cap([3u64, 5, 2].into_iter(), 9), Some(4));
+        // k = 3 reads 3 + 3 + 2 = 8 ≤ 8; k = 4 would read 9.
+        assert_eq!(per_user_cap([3u64, 5, 2].into_iter(), 8), Some(3));
+        // 1,000 users × 1,000 queued under 100,000: 100 each.
+        assert_eq!(
+            per_user_cap(std::iter::repeat_n(1000u64, 1000), 100_000),
+            Some(100)
+        );
+        // 10,000 × 100: 10 each.
+        assert_eq!(
+            per_user_cap(std::iter::repeat_n(100u64, 10_000), 100_000),
+            Some(10)
+        );
+        // More users than the cap: every head still.
+        assert_eq!(per_user_cap(std::iter::repeat_n(2u64, 50), 10), Some(1));
+    }
+
+    #[test]
+    fn the_cut_is_the_largest_that_fits_for_any_queues() {
+        // Exhaustive over small cases: held(k) ≤ max and held(k + 1) > max.
+        let held = |q: &[u64], k: u64| q.iter().map(|&n| n.min(k)).sum::<u64>();
+        for a in 0..6u64 {
+            for b in 0..6u64 {
+                for c in 0..6u64 {
+                    let q = [a, b, c];
+                    for max in 1..16u64 {
+                        match per_user_cap(q.iter().copied(), max) {
+                            None => assert!(a + b + c <= max),
+                            Some(k) => {
+                                assert!(a + b + c > max);
+                                assert!(k >= 1);
+                                assert!(k == 1 || held(&q, k) <= max, "{q:?} {max} {k}");
+                                assert!(
+                                    held(&q, k + 1) > max || k + 1 > a.max(b).max(c),
+                                    "{q:?} {max} {k}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

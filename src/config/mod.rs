@@ -109,6 +109,13 @@ pub struct EstimateSettings {
     /// estimate. At least 1 s.
     #[serde(with = "crate::config::duration")]
     pub horizon: Duration,
+    /// Most QUEUED jobs one forward run reads (default 20,000, at least 1): past it,
+    /// each user's queue is cut to its first `k` jobs, `k` the largest with
+    /// `Σ_users min(queued_u, k) ≤ max_jobs` (at least 1), and the jobs cut get no
+    /// estimate (null, as past the horizon). The forward run makes at most 20,000
+    /// cycles, so it starts few more jobs than that; the cap bounds the memory and the
+    /// reads of a refresh at a million queued (issue 43 §7).
+    pub max_jobs: u64,
 }
 
 /// `[usage]`: retention of the usage rollup (DESIGN §6, "Usage rollup").

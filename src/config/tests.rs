@@ -954,3 +954,13 @@ fn usage_retention_and_sizes_load_and_bad_ones_name_their_key() {
     assert_eq!(parse_bytes("2TB"), Ok(2_000_000_000_000));
     assert!(parse_bytes("lots").is_err());
 }
+
+/// `estimates.max_jobs` (issue 43 §7): 20,000 by default, 0 refused naming it.
+#[test]
+fn estimates_max_jobs_defaults_and_zero_is_refused() {
+    assert_eq!(Settings::defaults().estimates.max_jobs, 20_000);
+    let err = Settings::load_with_env(None, env(&[("FAIRSHARE__ESTIMATES__MAX_JOBS", "0")]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("estimates.max_jobs"), "{err}");
+}

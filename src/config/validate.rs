@@ -24,6 +24,9 @@ impl Settings {
                 return invalid(key, "must be at least 1s");
             }
         }
+        if self.estimates.max_jobs == 0 {
+            return invalid("estimates.max_jobs", "must be at least 1");
+        }
         self.validate_licenses()?;
         self.validate_pools()?;
         self.validate_usage()?;

@@ -541,36 +541,79 @@ pub async fn status_counts(
         .await
 }
 
+/// What the estimates' forward run reads of a waiting or outstanding job.
+#[derive(sea_orm::FromQueryResult)]
+struct EstimateRow {
+    id: Uuid,
+    user_id: String,
+    status: JobStatus,
+    priority: i32,
+    entrypoint: String,
+    submitted_at: DateTime<Utc>,
+    dispatched_at: Option<DateTime<Utc>>,
+    started_at: Option<DateTime<Utc>>,
+    cpu: f64,
+    gpu: f64,
+    memory_bytes: i64,
+    max_runtime_s: Option<i64>,
+    attempt: i32,
+    preemptible: bool,
+    preemptions: i32,
+    custom_resources: Option<String>,
+    pool: Option<String>,
+    cluster: Option<String>,
+}
+
+impl EstimateRow {
+    fn into_model(self) -> job::Model {
+        job::Model {
+            priority: self.priority,
+            entrypoint: self.entrypoint,
+            cpu: self.cpu,
+            gpu: self.gpu,
+            memory_bytes: self.memory_bytes,
+            cluster: self.cluster,
+            max_runtime_s: self.max_runtime_s,
+            dispatched_at: self.dispatched_at,
+            started_at: self.started_at,
+            attempt: self.attempt,
+            preemptible: self.preemptible,
+            preemptions: self.preemptions,
+            custom_resources: self.custom_resources,
+            pool: self.pool,
+            ..partial(self.id, self.user_id, self.status, self.submitted_at)
+        }
+    }
+}
+
+/// The columns of [`EstimateRow`], in SQL.
+const ESTIMATE_COLUMNS: &str = "id, user_id, status, priority, entrypoint, submitted_at, \
+     dispatched_at, started_at, cpu, gpu, memory_bytes, max_runtime_s, attempt, preemptible, \
+     preemptions, custom_resources, pool, cluster";
+
 /// The QUEUED and outstanding jobs (ADMITTED, DISPATCHING, PENDING, RUNNING), with what
 /// the estimates' forward run needs (issue 48): id, user, status, priority, submit,
 /// dispatch and start times, resources, runtime limit, entrypoint, preemptibility and
 /// pool; runtime_env and metadata left empty. QUEUED ones in queue order per user
-/// (user, priority descending, submit time, id). Reads the `status` index.
-pub async fn waiting_and_outstanding(db: &Db) -> Result<Vec<job::Model>, DbErr> {
-    #[derive(sea_orm::FromQueryResult)]
-    struct Row {
-        id: Uuid,
-        user_id: String,
-        status: JobStatus,
-        priority: i32,
-        entrypoint: String,
-        submitted_at: DateTime<Utc>,
-        dispatched_at: Option<DateTime<Utc>>,
-        started_at: Option<DateTime<Utc>>,
-        cpu: f64,
-        gpu: f64,
-        memory_bytes: i64,
-        max_runtime_s: Option<i64>,
-        attempt: i32,
-        preemptible: bool,
-        preemptions: i32,
-        custom_resources: Option<String>,
-        pool: Option<String>,
-        cluster: Option<String>,
-    }
-    let mut statuses = vec![JobStatus::Queued];
-    statuses.extend(JobStatus::ALL.into_iter().filter(|s| s.is_outstanding()));
-    let rows = job::Entity::find()
+/// (user, priority descending, submit time, id), and with `per_user = Some(k)` only
+/// the first `k` of each user's queue (a window function, `ROW_NUMBER() OVER
+/// (PARTITION BY user_id …)`, on both databases): what the process holds is bounded
+/// by the cap, not by what is queued (issue 43 §7). Errors: the database's.
+pub async fn waiting_and_outstanding(
+    db: &Db,
+    per_user: Option<u64>,
+) -> Result<Vec<job::Model>, DbErr> {
+    let outstanding: Vec<JobStatus> = JobStatus::ALL
+        .into_iter()
+        .filter(|s| s.is_outstanding())
+        .collect();
+    let statuses = match per_user {
+        None => std::iter::once(JobStatus::Queued)
+            .chain(outstanding.iter().copied())
+            .collect(),
+        Some(_) => outstanding,
+    };
+    let mut rows = job::Entity::find()
         .select_only()
         .columns([
             job::Column::Id,
@@ -597,29 +640,50 @@ pub async fn waiting_and_outstanding(db: &Db) -> Result<Vec<job::Model>, DbErr> 
         .order_by_desc(job::Column::Priority)
         .order_by_asc(job::Column::SubmittedAt)
         .order_by_asc(job::Column::Id)
-        .into_model::<Row>()
+        .into_model::<EstimateRow>()
         .all(db)
         .await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| job::Model {
-            priority: r.priority,
-            entrypoint: r.entrypoint,
-            cpu: r.cpu,
-            gpu: r.gpu,
-            memory_bytes: r.memory_bytes,
-            cluster: r.cluster,
-            max_runtime_s: r.max_runtime_s,
-            dispatched_at: r.dispatched_at,
-            started_at: r.started_at,
-            attempt: r.attempt,
-            preemptible: r.preemptible,
-            preemptions: r.preemptions,
-            custom_resources: r.custom_resources,
-            pool: r.pool,
-            ..partial(r.id, r.user_id, r.status, r.submitted_at)
-        })
-        .collect())
+    if let Some(k) = per_user {
+        use sea_orm::FromQueryResult;
+        // `k` is a number this process computed, written into the statement.
+        let sql = format!(
+            "SELECT {ESTIMATE_COLUMNS} FROM (SELECT {ESTIMATE_COLUMNS}, ROW_NUMBER() OVER \
+             (PARTITION BY user_id ORDER BY priority DESC, submitted_at, id) AS place \
+             FROM jobs WHERE status = 'QUEUED') AS q WHERE place <= {k} \
+             ORDER BY user_id, priority DESC, submitted_at, id"
+        );
+        let mut queued = EstimateRow::find_by_statement(sea_orm::Statement::from_string(
+            db.get_database_backend(),
+            sql,
+        ))
+        .all(db)
+        .await?;
+        queued.append(&mut rows);
+        rows = queued;
+    }
+    Ok(rows.into_iter().map(EstimateRow::into_model).collect())
+}
+
+/// How many jobs each user has QUEUED, from the `queue_counts` table the intake keeps
+/// (summed over priorities; users with none left out). Errors: the database's.
+pub async fn queued_per_user(db: &Db) -> Result<Vec<(String, u64)>, DbErr> {
+    let rows = db
+        .query_all(sea_orm::Statement::from_string(
+            db.get_database_backend(),
+            "SELECT user_id, CAST(SUM(queued) AS BIGINT) AS n FROM queue_counts \
+             GROUP BY user_id"
+                .to_owned(),
+        ))
+        .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        let user: String = r.try_get("", "user_id")?;
+        let n: i64 = r.try_get("", "n")?;
+        if n > 0 {
+            out.push((user, u64::try_from(n).unwrap_or(0)));
+        }
+    }
+    Ok(out)
 }
 
 /// The SUCCEEDED jobs that finished after `after`, oldest finish first, at most

@@ -41,8 +41,9 @@ pub use groups::{
 pub use jobs::{
     custom_column, custom_of, get_job, job_events, jobs_with_ids, jobs_with_status, lapsed_leases,
     list_jobs, outstanding_with_stop, overdue_pool_preemptions, partial as job_row,
-    pool_status_counts, queue_position, queued_page_sqlite, resources_of, status_counts,
-    stream_queued, stream_queued_pages_sqlite, succeeded_since, waiting_and_outstanding, JobFilter,
+    pool_status_counts, queue_position, queued_page_sqlite, queued_per_user, resources_of,
+    status_counts, stream_queued, stream_queued_pages_sqlite, succeeded_since,
+    waiting_and_outstanding, JobFilter,
 };
 pub use lease::{
     fence_holds, lease_acquire, lease_release, lease_renew, lease_state, notify, LeaseState,

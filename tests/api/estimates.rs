@@ -108,3 +108,129 @@ async fn every_waiting_job_gets_an_estimated_start_position_and_basis() {
     );
     assert_eq!(ray["fairshare"]["estimate_basis"], "default");
 }
+
+/// Inserts QUEUED jobs `(user, priority, submit second)` and one RUNNING job of
+/// `carol`; the intake's triggers keep `queue_counts`.
+async fn insert_queued(db: &sea_orm::DatabaseConnection, jobs: &[(String, i32, i64)]) {
+    use sea_orm::EntityTrait;
+    let ts = |t: i64| DateTime::<Utc>::from_timestamp(1_800_000_000 + t, 0).unwrap();
+    let mut rows = Vec::new();
+    for (user, priority, at) in jobs {
+        rows.push(entity::job::Model {
+            entrypoint: "sleep 1".into(),
+            cpu: 1.0,
+            priority: *priority,
+            ..fairshare::store::job_row(
+                uuid::Uuid::now_v7(),
+                user.clone(),
+                entity::JobStatus::Queued,
+                ts(*at),
+            )
+        });
+    }
+    rows.push(entity::job::Model {
+        entrypoint: "sleep 1".into(),
+        cpu: 1.0,
+        cluster: Some("c1".into()),
+        dispatched_at: Some(ts(0)),
+        started_at: Some(ts(0)),
+        ..fairshare::store::job_row(
+            uuid::Uuid::now_v7(),
+            "carol".into(),
+            entity::JobStatus::Running,
+            ts(0),
+        )
+    });
+    for row in rows {
+        entity::job::Entity::insert(sea_orm::IntoActiveModel::into_active_model(row))
+            .exec_without_returning(db)
+            .await
+            .unwrap();
+    }
+}
+
+/// The forward run's read past `estimates.max_jobs` (issue 43 §7): each user's first
+/// `k` QUEUED jobs in queue order (priority descending, then submit time, then id),
+/// every outstanding job, and the queues' lengths from `queue_counts`; on both
+/// databases (a window function), against the order computed here, for random queues.
+fn the_estimates_read_is_each_users_first_k_jobs_in_queue_order(which: crate::helpers::Db) {
+    use proptest::prelude::*;
+    let strategy = (
+        proptest::collection::vec((0usize..4, -2i32..3, 0i64..50), 0..40),
+        1u64..6,
+    );
+    crate::helpers::property_on_db(which, 24, strategy, |db, (jobs, k)| async move {
+        use sea_orm::ConnectionTrait;
+        db.execute_unprepared("DELETE FROM jobs").await.unwrap();
+        let jobs: Vec<(String, i32, i64)> = jobs
+            .into_iter()
+            .map(|(u, p, t)| (["alice", "bob", "dave", "eve"][u].to_owned(), p, t))
+            .collect();
+        insert_queued(&db, &jobs).await;
+        let mut counts = fairshare::store::queued_per_user(&db).await.unwrap();
+        counts.sort();
+        let mut want_counts: std::collections::BTreeMap<String, u64> = Default::default();
+        for (u, _, _) in &jobs {
+            *want_counts.entry(u.clone()).or_default() += 1;
+        }
+        prop_assert_eq!(counts, want_counts.into_iter().collect::<Vec<_>>());
+
+        let all = fairshare::store::waiting_and_outstanding(&db, None)
+            .await
+            .unwrap();
+        let cut = fairshare::store::waiting_and_outstanding(&db, Some(k))
+            .await
+            .unwrap();
+        // The uncut read's QUEUED jobs are in queue order per user (its own contract);
+        // the cut keeps each user's first k of them, in that order.
+        let queued = |rows: &[entity::job::Model]| -> Vec<(String, uuid::Uuid)> {
+            rows.iter()
+                .filter(|r| r.status == entity::JobStatus::Queued)
+                .map(|r| (r.user_id.clone(), r.id))
+                .collect()
+        };
+        let mut taken: std::collections::HashMap<String, u64> = Default::default();
+        let want: Vec<(String, uuid::Uuid)> = queued(&all)
+            .into_iter()
+            .filter(|(u, _)| {
+                let n = taken.entry(u.clone()).or_default();
+                *n += 1;
+                *n <= k
+            })
+            .collect();
+        prop_assert_eq!(queued(&cut), want);
+        // Queue order checked from scratch on the uncut read.
+        let order: Vec<(String, i32, DateTime<Utc>, uuid::Uuid)> = all
+            .iter()
+            .filter(|r| r.status == entity::JobStatus::Queued)
+            .map(|r| (r.user_id.clone(), -r.priority, r.submitted_at, r.id))
+            .collect();
+        let mut sorted = order.clone();
+        sorted.sort();
+        prop_assert_eq!(order, sorted);
+        // The running job is read either way.
+        for rows in [&all, &cut] {
+            prop_assert_eq!(
+                rows.iter()
+                    .filter(|r| r.status == entity::JobStatus::Running)
+                    .count(),
+                1
+            );
+        }
+        Ok(())
+    });
+}
+
+#[test]
+fn the_estimates_read_is_each_users_first_k_jobs_in_queue_order_sqlite() {
+    the_estimates_read_is_each_users_first_k_jobs_in_queue_order(crate::helpers::Db::Sqlite);
+}
+
+#[test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+fn the_estimates_read_is_each_users_first_k_jobs_in_queue_order_postgres() {
+    the_estimates_read_is_each_users_first_k_jobs_in_queue_order(crate::helpers::Db::Postgres);
+}
