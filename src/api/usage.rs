@@ -26,10 +26,12 @@ pub const DEFAULT_DAYS: i64 = 30;
 pub struct UsageParams {
     /// Start of the range (RFC 3339, e.g. `2026-12-01T00:00:00Z`), rounded down to its
     /// step; default: 30 days before `to`. A range that ends at or before its start
-    /// is empty.
+    /// is empty. From 1970-01-01T00:00:00Z to 9999-01-01T00:00:00Z (422 otherwise),
+    /// as `to`.
     #[param(value_type = Option<String>, format = DateTime)]
     pub from: Option<String>,
     /// End of the range, exclusive (RFC 3339), rounded up to its step; default: now.
+    /// From 1970-01-01T00:00:00Z to 9999-01-01T00:00:00Z (422 otherwise).
     #[param(value_type = Option<String>, format = DateTime)]
     pub to: Option<String>,
     /// What each row is keyed by: `user` (default), `group` (the user's group path,
@@ -180,15 +182,30 @@ fn ts(t: i64) -> DateTime<Utc> {
     Utc.timestamp_opt(t, 0).single().unwrap_or_default()
 }
 
+/// The latest `from` or `to` taken, seconds: 9999-01-01T00:00:00Z, so that a range
+/// rounded up to whole steps still ends in a four-digit year (RFC 3339's; a fresh
+/// tester's finding: `to=9999-12-31T23:59:59Z` answered `+10000-01-01T00:00:00Z`).
+const LATEST: i64 = 253_370_764_800;
+
+/// An RFC 3339 time from 1970-01-01T00:00:00Z to [`LATEST`], in seconds since the
+/// epoch; 422 naming `field` otherwise.
 fn parse_time(field: &str, s: &str) -> Result<i64, ApiError> {
-    DateTime::parse_from_rfc3339(s)
+    let t = DateTime::parse_from_rfc3339(s)
         .map(|t| t.timestamp())
         .map_err(|_| {
             ApiError::invalid(
                 field,
                 "must be an RFC 3339 time such as 2026-12-01T00:00:00Z",
             )
-        })
+        })?;
+    if (0..=LATEST).contains(&t) {
+        Ok(t)
+    } else {
+        Err(ApiError::invalid(
+            field,
+            "must be from 1970-01-01T00:00:00Z to 9999-01-01T00:00:00Z",
+        ))
+    }
 }
 
 /// The query a request asks for, checked: 422 names the parameter at fault.
@@ -395,6 +412,26 @@ mod tests {
             "to"
         );
         assert_eq!(field(params(None, None, Some("week"))), "step");
+        // Out of the four-digit years RFC 3339 writes, once rounded to a step.
+        assert_eq!(
+            field(params(None, Some("9999-12-31T23:59:59Z"), None)),
+            "to"
+        );
+        assert_eq!(
+            field(params(Some("1969-12-31T23:59:59Z"), None, None)),
+            "from"
+        );
+        let last = query_of(
+            params(
+                Some("9998-12-01T00:00:00Z"),
+                Some("9999-01-01T00:00:00Z"),
+                Some("month"),
+            ),
+            1_765_000_000,
+        )
+        .unwrap();
+        assert_eq!(last.to, LATEST);
+        assert_eq!(ts(last.to).to_rfc3339(), "9999-01-01T00:00:00+00:00");
     }
 
     #[test]
