@@ -35,6 +35,11 @@ pub(crate) async fn accept(
     new: crate::store::NewJob,
 ) -> Result<Accepted, ApiError> {
     tracing::Span::current().record("user", new.user.as_str());
+    // A license's seats are configured, not polled: checked on every replica, for a
+    // pool's job and a cluster's alike (a fresh tester's finding: above its count a
+    // cluster job was taken and waited for ever while no cluster was healthy, and
+    // refused naming clusters, not the license, while one was).
+    refuse_if_beyond_license(&state.settings, &new)?;
     if let Some(pool) = &new.pool {
         // A pool's capacity is configured, not polled: checked on every replica.
         refuse_if_not_for_pool(&state.settings, pool, &new)?;
@@ -133,6 +138,30 @@ async fn join_group(state: &AppState, j: &job::Model) {
     }
 }
 
+/// Refuses (422, naming `resources.custom.<name>`) a job that asks more seats of a
+/// `[[licenses]]` license than its count: a license counts across every cluster and
+/// pool alike (DESIGN §2, "Licenses"), so no cluster or pool could ever run it.
+fn refuse_if_beyond_license(
+    settings: &crate::config::Settings,
+    new: &crate::store::NewJob,
+) -> Result<(), ApiError> {
+    for (name, &amount) in &new.custom {
+        if let Some(l) = settings.licenses.iter().find(|l| &l.name == name) {
+            if amount > l.count {
+                return Err(ApiError::invalid(
+                    format!("resources.custom.{name}"),
+                    format!(
+                        "asks {amount} seats of the license {name:?}, which has {} \
+                         ([[licenses]] count, shared by every cluster and pool)",
+                        l.count
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Refuses (422) a job naming a pool that is not configured (`pool`), or one the pool
 /// could not hold even when empty (the one resource short, or `resources`), like a job
 /// too large for every cluster. A `[[licenses]]` seat is no resource of the pool's: a
@@ -176,23 +205,11 @@ fn refuse_if_not_for_pool(
         }
     }
     for (name, &amount) in &new.custom {
-        let license = settings.licenses.iter().find(|l| &l.name == name);
-        let have = match license {
-            Some(l) => l.count,
-            None => custom::lookup(name).map_or(0.0, |k| total.custom.get(k)),
-        };
-        if license.is_some() {
-            if amount > have {
-                return Err(ApiError::invalid(
-                    format!("resources.custom.{name}"),
-                    format!(
-                        "asks {amount} seats of the license {name:?}, which has {have} \
-                         ([[licenses]] count, shared by every cluster and pool)"
-                    ),
-                ));
-            }
+        if settings.licenses.iter().any(|l| &l.name == name) {
+            // Held to its count ([`refuse_if_beyond_license`]), not to the pool's.
             continue;
         }
+        let have = custom::lookup(name).map_or(0.0, |k| total.custom.get(k));
         if amount > have {
             short.push((
                 format!("resources.custom.{name}"),

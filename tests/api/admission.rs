@@ -1112,5 +1112,26 @@ async fn a_pool_job_may_hold_a_license_seat_shared_with_the_clusters(which: Db) 
         Some("resources.custom.qpu_session"),
     )
     .await;
+    // The same ask for a Ray cluster (none healthy here): refused alike, naming the
+    // license's count, not taken to wait for ever (a fresh tester's finding).
+    let resp = app
+        .post(
+            "/v1/jobs",
+            SUBMITTER,
+            json!({"user": "lic-c", "entrypoint": "run",
+                   "resources": {"cpu": 1, "custom": {"qpu_session": 2}}}),
+        )
+        .await;
+    assert_eq!(resp.status(), 422);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["error"]["details"]["field"], "resources.custom.qpu_session",
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("2 seats of the license") && message.contains("which has 1"),
+        "{message}"
+    );
 }
 crate::both_databases!(a_pool_job_may_hold_a_license_seat_shared_with_the_clusters);
