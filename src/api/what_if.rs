@@ -362,10 +362,28 @@ fn why_no_grant(s: &preview::Snapshot) -> String {
     if !s.clusters.iter().any(crate::actors::cluster_serves) {
         return "the healthy clusters report no capacity".into();
     }
-    "every user with queued jobs is paused, at a limit (its own or a group's), or \
-     asks for more than any healthy cluster holds (GET /v1/jobs/{id} gives each \
-     job's pending_reason)"
-        .into()
+    let mut why = String::from(
+        "every user with queued jobs is paused, at a limit (its own or a group's), or \
+         asks for more than any healthy cluster holds (GET /v1/jobs/{id} gives each \
+         job's pending_reason)",
+    );
+    // A cluster that is not healthy is granted nothing, a capacity given for it in
+    // the change included (a fresh tester's finding: the override seemed to do
+    // nothing, and nothing said why).
+    let unhealthy: Vec<&str> = s
+        .clusters
+        .iter()
+        .filter(|c| !c.healthy)
+        .map(|c| c.name.as_str())
+        .collect();
+    if !unhealthy.is_empty() {
+        why.push_str(&format!(
+            "; not healthy, so granted nothing whatever their capacity (add \
+             \"healthy\": true to the change to preview them up): {}",
+            unhealthy.join(", ")
+        ));
+    }
+    why
 }
 
 fn grant_views(grants: &[preview::PreviewGrant]) -> Vec<PreviewGrantView> {
@@ -558,5 +576,68 @@ mod tests {
         assert_eq!(body["error"]["details"]["leader"], serde_json::Value::Null);
         let m = body["error"]["message"].as_str().unwrap();
         assert!(m.contains("no replica leads right now"), "{m}");
+    }
+
+    /// A fresh tester's finding: with a healthy pool and its only Ray cluster down, a
+    /// preview that gave the cluster capacity listed nothing, for a generic reason.
+    #[test]
+    fn an_empty_preview_names_the_clusters_that_are_not_healthy() {
+        use crate::policy::{ClusterView, PolicyConfig, QueuedJob, Resources, UserView};
+        let cluster = |name: &str, healthy: bool, pool: bool| ClusterView {
+            name: name.into(),
+            healthy,
+            total: Resources::new(64.0, 0.0, 0.0),
+            used_reported: Resources::ZERO,
+            outstanding: Resources::ZERO,
+            unreported: Resources::ZERO,
+            jobs: Vec::new(),
+            pool,
+        };
+        let s = crate::policy::preview::Snapshot {
+            now: 0.0,
+            config: PolicyConfig {
+                usage_half_life: 0.0,
+                starvation_guard: 300.0,
+                starvation_runs: 1.0,
+                backfill: true,
+                age_weight: 0.0,
+                max_age: 0.0,
+                licenses: crate::policy::Custom::EMPTY,
+            },
+            users: vec![UserView {
+                user: "alice".into(),
+                weight: 1.0,
+                paused: false,
+                max_running_jobs: 10,
+                max_resources: None,
+                outstanding_jobs: 0,
+                allocation: Resources::ZERO,
+                usage: 0.0,
+                usage_at: 0.0,
+                group: None,
+                queue: vec![QueuedJob {
+                    job_id: uuid::Uuid::nil(),
+                    resources: Resources::new(1.0, 0.0, 0.0),
+                    priority: 0,
+                    submitted_at: 0.0,
+                    runtime_estimate: None,
+                    preemptible: false,
+                    preemptions: 0,
+                    pool: None,
+                }],
+            }],
+            clusters: vec![cluster("local", false, false), cluster("gw", true, true)],
+            reservation: None,
+            groups: Vec::new(),
+        };
+        let why = super::why_no_grant(&s);
+        assert!(
+            why.ends_with("(add \"healthy\": true to the change to preview them up): local"),
+            "{why}"
+        );
+        // All healthy: the reason names none.
+        let mut up = s.clone();
+        up.clusters[0].healthy = true;
+        assert!(!super::why_no_grant(&up).contains("not healthy"));
     }
 }
