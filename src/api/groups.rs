@@ -40,7 +40,7 @@ pub struct GroupUpdate {
     pub weight: Option<Option<f64>>,
     /// Cap on the outstanding jobs of all users under the group (0 to 1000000), or
     /// null for none.
-    #[serde(default, deserialize_with = "whole::double_opt")]
+    #[serde(default, deserialize_with = "whole::group_max_running_double")]
     #[schema(value_type = Option<i32>, minimum = 0, maximum = 1000000)]
     pub max_running_jobs: Option<Option<i32>>,
     /// Cap on the summed allocation of all users under the group, or null for none.

@@ -110,7 +110,7 @@ pub struct SubmitRequest {
     #[serde(default, deserialize_with = "object::opt")]
     pub resources: Option<ResourcesIn>,
     /// -1000..=1000, default 0; higher runs first within the user's queue.
-    #[serde(default, deserialize_with = "whole::opt")]
+    #[serde(default, deserialize_with = "whole::priority")]
     #[schema(minimum = -1000, maximum = 1000)]
     pub priority: Option<i32>,
     /// String to string, passed to Ray as job metadata: at most 64 entries, keys
@@ -124,7 +124,7 @@ pub struct SubmitRequest {
     pub external_id: Option<String>,
     /// Seconds, 1 to 31536000 (a year); the job is stopped when it runs longer
     /// (default: scheduler.default_max_runtime).
-    #[serde(default, deserialize_with = "whole::opt")]
+    #[serde(default, deserialize_with = "whole::max_runtime")]
     #[schema(minimum = 1, maximum = 31536000)]
     pub max_runtime_s: Option<i64>,
     /// Whether the job may be stopped while it runs and queued again at its old place

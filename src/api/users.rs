@@ -56,12 +56,12 @@ pub struct UserUpdate {
     #[schema(value_type = Option<f64>, minimum = 0.000001, maximum = 1000000.0)]
     pub weight: Option<Option<f64>>,
     /// 1..=1000000, or null for the default.
-    #[serde(default, deserialize_with = "whole::double_opt")]
+    #[serde(default, deserialize_with = "whole::user_limit_double")]
     #[schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)]
     pub max_running_jobs: Option<Option<i32>>,
     /// 1..=1000000, or null for the default. (0 would answer every submit with a
     /// 429 whose `Retry-After` can never come true; to stop a user's jobs, pause it.)
-    #[serde(default, deserialize_with = "whole::double_opt")]
+    #[serde(default, deserialize_with = "whole::user_limit_double")]
     #[schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)]
     pub max_queued_jobs: Option<Option<i32>>,
     /// Cap on the user's allocation, or null for none.

@@ -41,7 +41,7 @@ pub struct UserChangeIn {
     /// `true` pauses the user, `false` resumes it.
     pub paused: Option<bool>,
     /// 1..=1000000, or null for the configured default.
-    #[serde(default, deserialize_with = "whole::double_opt")]
+    #[serde(default, deserialize_with = "whole::user_limit_double")]
     #[schema(value_type = Option<i32>, minimum = 1, maximum = 1000000)]
     pub max_running_jobs: Option<Option<i32>>,
     /// Cap on the user's allocation, or null for none.
@@ -65,7 +65,7 @@ pub struct GroupChangeIn {
     /// `true` pauses the group, `false` resumes it.
     pub paused: Option<bool>,
     /// Cap on its users' outstanding jobs, 0 to 1000000, or null for none.
-    #[serde(default, deserialize_with = "whole::double_opt")]
+    #[serde(default, deserialize_with = "whole::group_max_running_double")]
     #[schema(value_type = Option<i32>, minimum = 0, maximum = 1000000)]
     pub max_running_jobs: Option<Option<i32>>,
 }
@@ -113,7 +113,7 @@ pub struct WhatIfRequest {
     #[serde(default, deserialize_with = "object::map")]
     pub groups: BTreeMap<String, GroupChangeIn>,
     /// How many grants to list, 1..=1000 (default 20).
-    #[serde(default, deserialize_with = "whole::opt")]
+    #[serde(default, deserialize_with = "whole::preview_limit")]
     #[schema(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }

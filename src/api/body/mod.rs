@@ -347,10 +347,14 @@ pub mod whole {
     use serde::de::{self, Deserializer, Visitor};
     use serde::Deserialize;
 
-    /// A `T` that deserializes from an integer or a whole float.
-    pub struct Whole<T>(pub T);
+    /// A `T` that deserializes from an integer or a whole float within `B`'s range
+    /// (the type's own by default; a field's documented range with a marker such as
+    /// [`Priority`]), and says that range when the value is outside it or not a whole
+    /// number.
+    pub struct Whole<T, B = T>(pub T, std::marker::PhantomData<B>);
 
-    /// The range of an integer type, to say it when a number is outside it.
+    /// The range of an integer type, or of a field as documented, to say it when a
+    /// number is outside it.
     pub trait Bounds {
         const MIN: i128;
         const MAX: i128;
@@ -366,23 +370,52 @@ pub mod whole {
     }
     bounds!(i8, i16, i32, i64, u8, u16, u32, u64, usize);
 
-    impl<'de, T: TryFrom<i128> + Bounds> Deserialize<'de> for Whole<T> {
+    macro_rules! documented {
+        ($($(#[$doc:meta])* $name:ident = $lo:expr, $hi:expr;)*) => {$(
+            $(#[$doc])*
+            pub struct $name;
+            impl Bounds for $name {
+                const MIN: i128 = $lo;
+                const MAX: i128 = $hi;
+            }
+        )*};
+    }
+    documented! {
+        /// A job's `priority`: -1000 to 1000.
+        Priority = -1000, 1000;
+        /// A job's `max_runtime_s`: 1 s to a year.
+        MaxRuntime = 1, 31_536_000;
+        /// A user's `max_running_jobs` and `max_queued_jobs`: 1 to 1,000,000.
+        UserJobLimit = 1, 1_000_000;
+        /// A group's `max_running_jobs`: 0 to 1,000,000.
+        GroupMaxRunning = 0, 1_000_000;
+        /// The what-if preview's `limit`: 1 to 1000.
+        PreviewLimit = 1, 1000;
+    }
+
+    impl<'de, T: TryFrom<i128>, B: Bounds> Deserialize<'de> for Whole<T, B> {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            struct V<T>(std::marker::PhantomData<T>);
-            impl<T: TryFrom<i128> + Bounds> V<T> {
-                fn fit<E: de::Error>(n: i128) -> Result<Whole<T>, E> {
-                    T::try_from(n).map(Whole).map_err(|_| {
+            struct V<T, B>(std::marker::PhantomData<(T, B)>);
+            impl<T: TryFrom<i128>, B: Bounds> V<T, B> {
+                fn fit<E: de::Error>(n: i128) -> Result<Whole<T, B>, E> {
+                    let out = || {
                         E::custom(format!(
                             "must be {}, not {n}",
-                            super::whole_range(T::MIN, T::MAX)
+                            super::whole_range(B::MIN, B::MAX)
                         ))
-                    })
+                    };
+                    if !(B::MIN..=B::MAX).contains(&n) {
+                        return Err(out());
+                    }
+                    T::try_from(n)
+                        .map(|t| Whole(t, std::marker::PhantomData))
+                        .map_err(|_| out())
                 }
             }
-            impl<T: TryFrom<i128> + Bounds> Visitor<'_> for V<T> {
-                type Value = Whole<T>;
+            impl<T: TryFrom<i128>, B: Bounds> Visitor<'_> for V<T, B> {
+                type Value = Whole<T, B>;
                 fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                    f.write_str(&super::whole_range(T::MIN, T::MAX))
+                    f.write_str(&super::whole_range(B::MIN, B::MAX))
                 }
                 fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
                     Self::fit(i128::from(v))
@@ -408,18 +441,44 @@ pub mod whole {
         }
     }
 
+    macro_rules! ranged {
+        () => {};
+        ($(#[$doc:meta])* opt $name:ident: $t:ty, $b:ty; $($rest:tt)*) => {
+            $(#[$doc])*
+            pub fn $name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<$t>, D::Error> {
+                Ok(Option::<Whole<$t, $b>>::deserialize(d)?.map(|w| w.0))
+            }
+            ranged! { $($rest)* }
+        };
+        ($(#[$doc:meta])* double $name:ident: $t:ty, $b:ty; $($rest:tt)*) => {
+            $(#[$doc])*
+            /// Absent = `None`, `null` = `Some(None)`.
+            pub fn $name<'de, D: Deserializer<'de>>(
+                d: D,
+            ) -> Result<Option<Option<$t>>, D::Error> {
+                Ok(Some(Option::<Whole<$t, $b>>::deserialize(d)?.map(|w| w.0)))
+            }
+            ranged! { $($rest)* }
+        };
+    }
+    ranged! {
+        /// `priority`, within [`Priority`].
+        opt priority: i32, Priority;
+        /// `max_runtime_s`, within [`MaxRuntime`].
+        opt max_runtime: i64, MaxRuntime;
+        /// A user's `max_running_jobs` or `max_queued_jobs`, within [`UserJobLimit`].
+        double user_limit_double: i32, UserJobLimit;
+        /// A group's `max_running_jobs`, within [`GroupMaxRunning`].
+        double group_max_running_double: i32, GroupMaxRunning;
+        /// The what-if preview's `limit`, within [`PreviewLimit`].
+        opt preview_limit: u32, PreviewLimit;
+    }
+
     /// For `Option<T>` fields.
     pub fn opt<'de, D: Deserializer<'de>, T: TryFrom<i128> + Bounds>(
         d: D,
     ) -> Result<Option<T>, D::Error> {
         Ok(Option::<Whole<T>>::deserialize(d)?.map(|w| w.0))
-    }
-
-    /// For `Option<Option<T>>` fields: absent = `None`, `null` = `Some(None)`.
-    pub fn double_opt<'de, D: Deserializer<'de>, T: TryFrom<i128> + Bounds>(
-        d: D,
-    ) -> Result<Option<Option<T>>, D::Error> {
-        Ok(Some(Option::<Whole<T>>::deserialize(d)?.map(|w| w.0)))
     }
 }
 
@@ -481,5 +540,96 @@ pub mod object {
             .into_iter()
             .map(|(k, v)| (k, v.0))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_json;
+    use crate::api::error::ApiError;
+
+    /// A fresh tester's finding: a whole-number field said its Rust type's range
+    /// ("from -2147483648 to 2147483647") where the documented one is narrower.
+    /// Each field with a documented range now says that range, for a value out of it
+    /// and for one that is not a whole number, and takes its bounds.
+    #[test]
+    fn whole_number_fields_say_their_documented_range() {
+        let reason = |body: &str| match parse_json::<crate::api::submit::SubmitRequest>(
+            body.as_bytes(),
+            false,
+        ) {
+            Err(ApiError::Invalid { field, reason }) => (field, reason),
+            other => panic!("{body}: {other:?}"),
+        };
+        let base = r#""user": "u", "entrypoint": "run""#;
+        for (extra, field, says) in [
+            (
+                r#""priority": "high""#,
+                "priority",
+                "a whole number from -1000 to 1000, not the string \"high\"",
+            ),
+            (
+                r#""priority": 1.5"#,
+                "priority",
+                "a whole number from -1000 to 1000, not 1.5",
+            ),
+            (
+                r#""priority": 1001"#,
+                "priority",
+                "a whole number from -1000 to 1000, not 1001",
+            ),
+            (
+                r#""priority": 3000000000"#,
+                "priority",
+                "from -1000 to 1000, not 3000000000",
+            ),
+            (
+                r#""max_runtime_s": 0"#,
+                "max_runtime_s",
+                "a whole number from 1 to 31536000, not 0",
+            ),
+        ] {
+            let (f, r) = reason(&format!("{{{base}, {extra}}}"));
+            assert_eq!(f, field, "{extra}");
+            assert!(r.contains(says), "{extra}: {r}");
+        }
+        for ok in [
+            r#""priority": -1000"#,
+            r#""priority": 1000.0"#,
+            r#""max_runtime_s": 31536000"#,
+        ] {
+            parse_json::<crate::api::submit::SubmitRequest>(
+                format!("{{{base}, {ok}}}").as_bytes(),
+                false,
+            )
+            .unwrap_or_else(|e| panic!("{ok}: {e:?}"));
+        }
+        let user = |body: &str| match parse_json::<crate::api::users::UserUpdate>(
+            body.as_bytes(),
+            false,
+        ) {
+            Err(ApiError::Invalid { field, reason }) => (field, reason),
+            other => panic!("{body}: {other:?}"),
+        };
+        let (f, r) = user(r#"{"max_running_jobs": 3000000000}"#);
+        assert_eq!(f, "max_running_jobs");
+        assert!(r.contains("from 1 to 1000000, not 3000000000"), "{r}");
+        let (f, r) = user(r#"{"max_queued_jobs": 1.5}"#);
+        assert_eq!(f, "max_queued_jobs");
+        assert!(r.contains("from 1 to 1000000"), "{r}");
+        match parse_json::<crate::api::groups::GroupUpdate>(br#"{"max_running_jobs": -1}"#, false) {
+            Err(ApiError::Invalid { field, reason }) => {
+                assert_eq!(field, "max_running_jobs");
+                assert!(reason.contains("from 0 to 1000000, not -1"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_json::<crate::api::what_if::WhatIfRequest>(br#"{"limit": "5"}"#, false) {
+            Err(ApiError::Invalid { field, reason }) => {
+                assert_eq!(field, "limit");
+                assert!(reason.contains("from 1 to 1000"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }
