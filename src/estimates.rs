@@ -16,17 +16,27 @@
 //! 3. runs the policy forward ([`crate::policy::estimate::forward`]) on a blocking
 //!    thread, each job expected to run its `max_runtime_s`, else its user's and
 //!    entrypoint's decayed median, else `estimates.default_runtime`;
-//! 4. replaces the table the API reads ([`Estimates`]).
+//! 4. replaces the table the API reads ([`Estimates`]);
+//! 5. on PostgreSQL (where other replicas can follow), writes the first [`PERSISTED`]
+//!    estimates, in order of estimated start, to `job_estimates` in one transaction,
+//!    fenced by the leader's term ([`crate::store::save_estimates`]).
 //!
 //! Changes within one interval are thus taken together by one forward run, and the
 //! API never waits for one. The next refresh waits at least ten times as long as the
-//! last took, so refreshing costs at most a tenth of one core at any queue length. A follower has no table (estimates are null there).
+//! last took (the write included), so refreshing costs at most a tenth of one core at
+//! any queue length.
+//!
+//! A follower keeps its own table ([`Estimates::follow`]): every `estimates.refresh` it
+//! reads the instant of the run `job_estimates` holds and, when it moved, every row;
+//! so a follower answers as the leader did at its last refresh, a refresh (and the
+//! read) later, and has no estimate for the jobs past the first [`PERSISTED`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use chrono::{DateTime, TimeZone, Utc};
 use entity::JobStatus;
+use sea_orm::ConnectionTrait;
 
 use crate::config::Settings;
 use crate::policy::estimate::{self, expected_run, Basis, Limits, RunTimes};
@@ -70,11 +80,110 @@ impl Estimates {
         self.0.read().ok()?.at
     }
 
-    fn replace(&self, at: DateTime<Utc>, jobs: HashMap<JobId, JobEstimate>) {
+    fn replace(&self, at: Option<DateTime<Utc>>, jobs: HashMap<JobId, JobEstimate>) {
         if let Ok(mut t) = self.0.write() {
-            *t = Table { at: Some(at), jobs };
+            *t = Table { at, jobs };
         }
     }
+
+    /// A table a follower keeps from `job_estimates` (module doc): a task on the
+    /// current runtime reads it every `estimates.refresh` while this replica does not
+    /// lead, and stops once every copy of the table is dropped. Estimates off: an
+    /// empty table, no task.
+    pub fn follow(db: Db, settings: &Settings, leadership: crate::leadership::Leadership) -> Self {
+        let table = Estimates::default();
+        if !settings.estimates.enabled {
+            return table;
+        }
+        let weak = Arc::downgrade(&table.0);
+        let every = settings.estimates.refresh;
+        tokio::spawn(async move {
+            // The run last read (`None`: nothing read, or this replica led since).
+            let mut read: Option<i64> = None;
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                let table = Estimates(shared);
+                if leadership.scheduler().is_some() {
+                    read = None;
+                    continue;
+                }
+                match load(&db, read).await {
+                    Ok(None) => {}
+                    Ok(Some((at, jobs))) => {
+                        read = at;
+                        table.replace(at.and_then(|us| Utc.timestamp_micros(us).single()), jobs);
+                    }
+                    Err(e) => tracing::warn!(error = %e, "estimates: cannot read the leader's"),
+                }
+            }
+        });
+        table
+    }
+}
+
+/// The run `job_estimates` holds, unless it is the run `read` (`Ok(None)`): its
+/// instant (Unix microseconds; `None` when the table is empty) and its estimates.
+async fn load(
+    db: &Db,
+    read: Option<i64>,
+) -> Result<Option<(Option<i64>, HashMap<JobId, JobEstimate>)>, sea_orm::DbErr> {
+    let at = crate::store::estimates_computed_at(db).await?;
+    if at.is_some() && at == read {
+        return Ok(None);
+    }
+    let rows = match at {
+        Some(_) => crate::store::load_estimates(db).await?,
+        None => Vec::new(),
+    };
+    let jobs = rows
+        .into_iter()
+        .map(|r| {
+            let basis = match r.basis.as_str() {
+                "max_runtime" => Basis::MaxRuntime,
+                "learned" => Basis::Learned,
+                _ => Basis::Default,
+            };
+            (
+                r.job_id,
+                JobEstimate {
+                    start: Utc.timestamp_micros(r.start_us).single(),
+                    position: u64::try_from(r.position).ok(),
+                    basis,
+                },
+            )
+        })
+        .collect();
+    Ok(Some((at, jobs)))
+}
+
+/// The estimates a follower reads, as the leader writes them: the first `max` of
+/// `jobs` that have a start, in order of start (then position, then id).
+#[must_use]
+pub fn to_store(
+    jobs: &HashMap<JobId, JobEstimate>,
+    max: usize,
+) -> Vec<crate::store::StoredEstimate> {
+    let mut out: Vec<crate::store::StoredEstimate> = jobs
+        .iter()
+        .filter_map(|(id, e)| {
+            Some(crate::store::StoredEstimate {
+                job_id: *id,
+                start_us: e.start?.timestamp_micros(),
+                position: i64::try_from(e.position?).ok()?,
+                basis: e.basis.as_str().to_owned(),
+            })
+        })
+        .collect();
+    let key = |r: &crate::store::StoredEstimate| (r.start_us, r.position, r.job_id);
+    if out.len() > max {
+        out.select_nth_unstable_by_key(max, key);
+        out.truncate(max);
+    }
+    out.sort_unstable_by_key(key);
+    out
 }
 
 /// Most ledger cycles one forward run makes (one per instant a job is expected to
@@ -82,6 +191,10 @@ impl Estimates {
 /// cycle of the forward run costs about 55 µs here; at 10,000 users far more
 /// (BENCHMARKS.md, "Estimated starts"), so this bounds a refresh.
 pub const MAX_CYCLES: usize = 20_000;
+
+/// Most estimates one refresh writes for followers (`job_estimates`): the first in
+/// order of estimated start. Bounds the write and each follower's read.
+pub const PERSISTED: usize = 100_000;
 
 /// A refresh waits at least this many times as long as the last one took.
 const BUSY_SHARE: u32 = 10;
@@ -116,8 +229,14 @@ pub(crate) type Input = Result<
 
 /// Runs the refresh loop until `input` says the arbiter has stopped (this replica no
 /// longer leads). `input` asks the arbiter ([`crate::actors::arbiter::GetEstimateInput`]).
-pub(crate) async fn run<F, Fut>(settings: Arc<Settings>, db: Db, input: F, table: Estimates)
-where
+/// On PostgreSQL each refresh also writes `job_estimates` for followers, under `fence`.
+pub(crate) async fn run<F, Fut>(
+    settings: Arc<Settings>,
+    db: Db,
+    fence: crate::store::Fence,
+    input: F,
+    table: Estimates,
+) where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Input>,
 {
@@ -186,18 +305,38 @@ where
         let at = time(snapshot.now).unwrap_or_else(Utc::now);
         let snapshot_learned = learned.clone();
         let started = std::time::Instant::now();
+        let persist = db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
         let result = tokio::task::spawn_blocking(move || {
-            compute(snapshot, outstanding, &rows, &snapshot_learned, &params)
+            let jobs = compute(snapshot, outstanding, &rows, &snapshot_learned, &params);
+            let stored = if persist {
+                to_store(&jobs, PERSISTED)
+            } else {
+                Vec::new()
+            };
+            (jobs, stored)
         })
         .await;
         match result {
-            Ok(jobs) => {
+            Ok((jobs, stored)) => {
                 tracing::debug!(
                     jobs = jobs.len(),
                     seconds = started.elapsed().as_secs_f64(),
                     "estimates refreshed"
                 );
-                table.replace(at, jobs);
+                table.replace(Some(at), jobs);
+                if persist {
+                    let written =
+                        crate::store::save_estimates(&db, &fence, at.timestamp_micros(), &stored)
+                            .await;
+                    match written {
+                        Ok(()) => {}
+                        // Another replica leads: its own task writes.
+                        Err(e) if crate::store::is_fenced(&e) => return,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "estimates: cannot write them for followers");
+                        }
+                    }
+                }
                 took = began.elapsed();
             }
             Err(e) => tracing::error!(error = %e, "estimates: the forward run failed"),
@@ -326,4 +465,40 @@ pub fn compute(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the leader writes for followers: only estimated jobs, the first `max` by
+    /// start (then position, then id), in that order.
+    #[test]
+    fn the_stored_estimates_are_the_first_by_start() {
+        let id = |n: u128| uuid::Uuid::from_u128(n);
+        let t = |s: i64| Utc.timestamp_opt(s, 0).single();
+        let e = |start: Option<DateTime<Utc>>, position: Option<u64>| JobEstimate {
+            start,
+            position,
+            basis: Basis::Learned,
+        };
+        let jobs: HashMap<JobId, JobEstimate> = [
+            (id(1), e(t(300), Some(3))),
+            (id(2), e(t(100), Some(1))),
+            (id(3), e(None, None)),
+            (id(4), e(t(200), Some(2))),
+            (id(5), e(t(200), Some(1))),
+        ]
+        .into_iter()
+        .collect();
+        let all = to_store(&jobs, 10);
+        let order: Vec<_> = all.iter().map(|r| r.job_id).collect();
+        assert_eq!(order, vec![id(2), id(5), id(4), id(1)]);
+        assert_eq!(all[0].start_us, 100_000_000);
+        assert_eq!(all[0].position, 1);
+        assert_eq!(all[0].basis, "learned");
+        let first: Vec<_> = to_store(&jobs, 2).iter().map(|r| r.job_id).collect();
+        assert_eq!(first, vec![id(2), id(5)]);
+        assert!(to_store(&jobs, 0).is_empty());
+    }
 }

@@ -358,6 +358,7 @@ impl Scheduler {
         tokio::spawn(crate::estimates::run(
             settings.clone(),
             db.clone(),
+            scheduler.fence.clone(),
             move || {
                 let weak = weak.clone();
                 async move {

@@ -62,9 +62,11 @@ pub struct JobView {
     /// forward in virtual time from the live state (DESIGN §2, "Estimates"): running
     /// jobs ending as expected, nothing new submitted. Null when that run does not start
     /// it (its user or group is paused, a limit nothing running will lift, larger than
-    /// every cluster, beyond `estimates.horizon`), before the first run, on a replica
-    /// that does not lead, or when estimates are off. Refreshed every
-    /// `estimates.refresh` at most, so it may lag a change by that long.
+    /// every cluster, beyond `estimates.horizon` or the forward run's budget), before
+    /// the first run, or when estimates are off. Refreshed every `estimates.refresh` at
+    /// most, so it may lag a change by that long; a replica that does not lead (on
+    /// PostgreSQL) reads the leader's last run from the database, a refresh later, and
+    /// has it for the first 100,000 jobs in order of estimated start only.
     pub estimated_start: Option<DateTime<Utc>>,
     /// For a QUEUED job with an `estimated_start`: its 1-based place, in order of
     /// estimated start, among all waiting jobs that could use the same capacity (every
@@ -109,7 +111,7 @@ impl JobView {
         if self.status != JobStatus::Queued {
             return self;
         }
-        let Some(e) = state.scheduler().and_then(|s| s.estimates().get(&self.id)) else {
+        let Some(e) = state.estimates().get(&self.id) else {
             return self;
         };
         if e.start.is_some() {
