@@ -46,9 +46,10 @@ use crate::store::Db;
 /// One QUEUED job's estimate, as the API shows it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobEstimate {
-    /// When it is expected to start; `None` when the forward run does not start it
-    /// (paused user or group, a limit nothing running will lift, larger than every
-    /// cluster, beyond the horizon).
+    /// When it is expected to start (`None` only for an instant no time can show). A
+    /// job the forward run does not start (paused user or group, a limit nothing
+    /// running will lift, larger than every cluster, beyond the horizon or the cycle
+    /// budget) has no entry at all.
     pub start: Option<DateTime<Utc>>,
     /// 1-based place among the waiting jobs that could use the same capacity (a
     /// pool's, or the Ray clusters'), in order of estimated start; `None` with `start`.
@@ -57,7 +58,8 @@ pub struct JobEstimate {
     pub basis: Basis,
 }
 
-/// The table the API reads: every QUEUED job's estimate at the last forward run.
+/// The table the API reads: the estimate of every QUEUED job the last forward run
+/// started.
 #[derive(Clone, Default)]
 pub struct Estimates(Arc<RwLock<Table>>);
 
@@ -375,8 +377,9 @@ pub struct Params {
     pub default_max_runtime: Seconds,
 }
 
-/// The forward run on the arbiter's copy and the database's queues: every QUEUED job's
-/// estimate (pure; module doc).
+/// The forward run on the arbiter's copy and the database's queues: the estimate of
+/// every QUEUED job the run starts (pure; module doc); a job it does not start has no
+/// entry.
 #[must_use]
 pub fn compute(
     mut snapshot: crate::policy::preview::Snapshot,
@@ -448,21 +451,20 @@ pub fn compute(
             ..Limits::default()
         },
     );
-    let by_job = forward.by_job();
-    let mut out = HashMap::with_capacity(runs.len());
-    for u in &snapshot.users {
-        for j in &u.queue {
-            let basis = runs.get(&j.job_id).map_or(Basis::Default, |r| r.1);
-            let e = by_job.get(&j.job_id);
-            out.insert(
-                j.job_id,
-                JobEstimate {
-                    start: e.and_then(|e| time(e.start)),
-                    position: e.map(|e| e.position as u64),
-                    basis,
-                },
-            );
-        }
+    // Only the jobs the run started: the API shows nothing (not even the basis) for the
+    // others, and at 1,000,000 queued a refresh cut after 20,000 cycles starts ≈ 5 % of
+    // them (BENCHMARKS.md, issue 48), so keeping the rest cost ≈ 60 B a job for nothing.
+    let mut out = HashMap::with_capacity(forward.estimates.len());
+    for e in &forward.estimates {
+        let basis = runs.get(&e.job_id).map_or(Basis::Default, |r| r.1);
+        out.insert(
+            e.job_id,
+            JobEstimate {
+                start: time(e.start),
+                position: Some(e.position as u64),
+                basis,
+            },
+        );
     }
     out
 }
