@@ -29,7 +29,12 @@
 //! A follower keeps its own table ([`Estimates::follow`]): every `estimates.refresh` it
 //! reads the instant of the run `job_estimates` holds and, when it moved, every row;
 //! so a follower answers as the leader did at its last refresh, a refresh (and the
-//! read) later, and has no estimate for the jobs past the first [`PERSISTED`].
+//! read) later; for the jobs past the first [`PERSISTED`] it says only from when on
+//! they could start (the last written start).
+//!
+//! A job the forward run stopped before reaching (horizon, cycle budget) has no
+//! estimate, and [`Estimates::not_reached`] gives the instant it starts no sooner than
+//! (`estimated_after` in the API).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
@@ -67,6 +72,9 @@ pub struct Estimates(Arc<RwLock<Table>>);
 struct Table {
     at: Option<DateTime<Utc>>,
     jobs: HashMap<JobId, JobEstimate>,
+    /// The run stopped early (`estimates.horizon` or [`MAX_CYCLES`]): the jobs it did
+    /// not reach start no sooner than this.
+    not_before: Option<DateTime<Utc>>,
 }
 
 impl Estimates {
@@ -82,9 +90,33 @@ impl Estimates {
         self.0.read().ok()?.at
     }
 
-    fn replace(&self, at: Option<DateTime<Utc>>, jobs: HashMap<JobId, JobEstimate>) {
+    /// For a QUEUED job without an estimate, submitted at `submitted_at`: when the
+    /// last forward run stopped early (horizon or cycle budget) and the job was queued
+    /// by the run's instant (so the run had it and did not reach it), the instant it
+    /// starts no sooner than; else `None` (the run reached its end, so the job cannot
+    /// start as things stand, or the run did not have it).
+    #[must_use]
+    pub fn not_reached(&self, submitted_at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let t = self.0.read().ok()?;
+        let at = t.at?;
+        if submitted_at > at {
+            return None;
+        }
+        t.not_before
+    }
+
+    fn replace(
+        &self,
+        at: Option<DateTime<Utc>>,
+        jobs: HashMap<JobId, JobEstimate>,
+        not_before: Option<DateTime<Utc>>,
+    ) {
         if let Ok(mut t) = self.0.write() {
-            *t = Table { at, jobs };
+            *t = Table {
+                at,
+                jobs,
+                not_before,
+            };
         }
     }
 
@@ -114,9 +146,10 @@ impl Estimates {
                 }
                 match load(&db, read).await {
                     Ok(None) => {}
-                    Ok(Some((at, jobs))) => {
+                    Ok(Some((at, jobs, not_before))) => {
                         read = at;
-                        table.replace(at.and_then(|us| Utc.timestamp_micros(us).single()), jobs);
+                        let time = |us: i64| Utc.timestamp_micros(us).single();
+                        table.replace(at.and_then(time), jobs, not_before.and_then(time));
                     }
                     Err(e) => tracing::warn!(error = %e, "estimates: cannot read the leader's"),
                 }
@@ -126,12 +159,13 @@ impl Estimates {
     }
 }
 
-/// The run `job_estimates` holds, unless it is the run `read` (`Ok(None)`): its
-/// instant (Unix microseconds; `None` when the table is empty) and its estimates.
-async fn load(
-    db: &Db,
-    read: Option<i64>,
-) -> Result<Option<(Option<i64>, HashMap<JobId, JobEstimate>)>, sea_orm::DbErr> {
+/// What a follower reads: the run's instant (Unix microseconds; `None` when the table
+/// is empty), its estimates, and when it stopped early, the instant the jobs it did
+/// not reach start no sooner than (Unix microseconds).
+type Loaded = (Option<i64>, HashMap<JobId, JobEstimate>, Option<i64>);
+
+/// The run `job_estimates` holds, unless it is the run `read` (`Ok(None)`).
+async fn load(db: &Db, read: Option<i64>) -> Result<Option<Loaded>, sea_orm::DbErr> {
     let at = crate::store::estimates_computed_at(db).await?;
     if at.is_some() && at == read {
         return Ok(None);
@@ -140,6 +174,7 @@ async fn load(
         Some(_) => crate::store::load_estimates(db).await?,
         None => Vec::new(),
     };
+    let not_before = rows.iter().find_map(|r| r.not_before_us);
     let jobs = rows
         .into_iter()
         .map(|r| {
@@ -158,15 +193,18 @@ async fn load(
             )
         })
         .collect();
-    Ok(Some((at, jobs)))
+    Ok(Some((at, jobs, not_before)))
 }
 
 /// The estimates a follower reads, as the leader writes them: the first `max` of
-/// `jobs` that have a start, in order of start (then position, then id).
+/// `jobs` that have a start, in order of start (then position, then id), each with
+/// the run's `not_before` (Unix microseconds), or when some are left out, the last
+/// written one's start (the jobs left out start no sooner).
 #[must_use]
 pub fn to_store(
     jobs: &HashMap<JobId, JobEstimate>,
     max: usize,
+    not_before: Option<i64>,
 ) -> Vec<crate::store::StoredEstimate> {
     let mut out: Vec<crate::store::StoredEstimate> = jobs
         .iter()
@@ -176,15 +214,23 @@ pub fn to_store(
                 start_us: e.start?.timestamp_micros(),
                 position: i64::try_from(e.position?).ok()?,
                 basis: e.basis.as_str().to_owned(),
+                not_before_us: not_before,
             })
         })
         .collect();
     let key = |r: &crate::store::StoredEstimate| (r.start_us, r.position, r.job_id);
-    if out.len() > max {
+    let left_out = out.len() > max;
+    if left_out {
         out.select_nth_unstable_by_key(max, key);
         out.truncate(max);
     }
     out.sort_unstable_by_key(key);
+    if left_out {
+        let last = out.last().map(|r| r.start_us);
+        for r in &mut out {
+            r.not_before_us = last;
+        }
+    }
     out
 }
 
@@ -309,23 +355,25 @@ pub(crate) async fn run<F, Fut>(
         let started = std::time::Instant::now();
         let persist = db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
         let result = tokio::task::spawn_blocking(move || {
-            let jobs = compute(snapshot, outstanding, &rows, &snapshot_learned, &params);
+            let (jobs, not_before) =
+                compute(snapshot, outstanding, &rows, &snapshot_learned, &params);
+            let not_before = not_before.and_then(time);
             let stored = if persist {
-                to_store(&jobs, PERSISTED)
+                to_store(&jobs, PERSISTED, not_before.map(|t| t.timestamp_micros()))
             } else {
                 Vec::new()
             };
-            (jobs, stored)
+            (jobs, stored, not_before)
         })
         .await;
         match result {
-            Ok((jobs, stored)) => {
+            Ok((jobs, stored, not_before)) => {
                 tracing::debug!(
                     jobs = jobs.len(),
                     seconds = started.elapsed().as_secs_f64(),
                     "estimates refreshed"
                 );
-                table.replace(Some(at), jobs);
+                table.replace(Some(at), jobs, not_before);
                 if persist {
                     let written =
                         crate::store::save_estimates(&db, &fence, at.timestamp_micros(), &stored)
@@ -378,8 +426,9 @@ pub struct Params {
 }
 
 /// The forward run on the arbiter's copy and the database's queues: the estimate of
-/// every QUEUED job the run starts (pure; module doc); a job it does not start has no
-/// entry.
+/// every QUEUED job the run starts (pure; module doc; a job it does not start has no
+/// entry) and, when the budget stopped it, the instant the others start no sooner
+/// than (seconds; [`estimate::Forward::not_before`]).
 #[must_use]
 pub fn compute(
     mut snapshot: crate::policy::preview::Snapshot,
@@ -387,7 +436,7 @@ pub fn compute(
     rows: &[entity::job::Model],
     learned: &RunTimes,
     params: &Params,
-) -> HashMap<JobId, JobEstimate> {
+) -> (HashMap<JobId, JobEstimate>, Option<Seconds>) {
     let default_runtime = params.default_runtime;
     let granted: HashSet<JobId> = outstanding.iter().map(|o| o.job_id).collect();
     // Each job's expected run time and its basis.
@@ -466,7 +515,7 @@ pub fn compute(
             },
         );
     }
-    out
+    (out, forward.not_before)
 }
 
 #[cfg(test)]
@@ -493,14 +542,18 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let all = to_store(&jobs, 10);
+        let all = to_store(&jobs, 10, Some(7));
         let order: Vec<_> = all.iter().map(|r| r.job_id).collect();
         assert_eq!(order, vec![id(2), id(5), id(4), id(1)]);
         assert_eq!(all[0].start_us, 100_000_000);
         assert_eq!(all[0].position, 1);
         assert_eq!(all[0].basis, "learned");
-        let first: Vec<_> = to_store(&jobs, 2).iter().map(|r| r.job_id).collect();
-        assert_eq!(first, vec![id(2), id(5)]);
-        assert!(to_store(&jobs, 0).is_empty());
+        assert_eq!(all[0].not_before_us, Some(7));
+        let first = to_store(&jobs, 2, None);
+        let ids: Vec<_> = first.iter().map(|r| r.job_id).collect();
+        assert_eq!(ids, vec![id(2), id(5)]);
+        // The jobs left out start no sooner than the last written.
+        assert!(first.iter().all(|r| r.not_before_us == Some(200_000_000)));
+        assert!(to_store(&jobs, 0, None).is_empty());
     }
 }

@@ -3,7 +3,9 @@
 //! started: `job_id`, `start_us` (its estimated start, Unix microseconds), `position`
 //! (1-based, among the jobs that could use the same capacity), `basis` (`max_runtime`,
 //! `learned` or `default`) and `computed_us` (when the run's state was taken, Unix
-//! microseconds; the same in every row). The leader replaces the whole table in one
+//! microseconds; the same in every row), `not_before_us` (the run stopped early, at
+//! `estimates.horizon` or its cycle budget: the jobs it did not reach start no sooner
+//! than this, Unix microseconds; null when it ran to its end). The leader replaces the whole table in one
 //! transaction per refresh (on PostgreSQL only: on SQLite there are no followers),
 //! the first `estimates::PERSISTED` jobs in order of estimated start.
 
@@ -20,6 +22,7 @@ enum JobEstimates {
     Position,
     Basis,
     ComputedUs,
+    NotBeforeUs,
 }
 
 #[async_trait::async_trait]
@@ -55,6 +58,11 @@ impl MigrationTrait for Migration {
                         ColumnDef::new(JobEstimates::ComputedUs)
                             .big_integer()
                             .not_null(),
+                    )
+                    .col(
+                        ColumnDef::new(JobEstimates::NotBeforeUs)
+                            .big_integer()
+                            .null(),
                     )
                     .to_owned(),
             )

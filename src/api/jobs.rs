@@ -77,6 +77,13 @@ pub struct JobView {
     /// past runs of the same entrypoint) or `default` (`estimates.default_runtime`).
     #[schema(pattern = "^(max_runtime|learned|default)$")]
     pub estimate_basis: Option<String>,
+    /// For a QUEUED job without `estimated_start` because the forward run stopped
+    /// before reaching it (past `estimates.horizon`, or its cycle budget at a long
+    /// queue): the instant the run stopped looking at (RFC 3339); the job is expected
+    /// to start no sooner ("beyond the horizon"). Null when the run reached its end
+    /// (the job cannot start as things stand), for a job submitted after the run, and
+    /// for a job with an estimate.
+    pub estimated_after: Option<DateTime<Utc>>,
     /// For a job Ray runs: what it holds there now (its entrypoint's reservation, and
     /// the tasks and actors it started), by Ray's State API at the last poll; null
     /// when unknown (not running, or on a replica that does not lead). `resources`
@@ -111,7 +118,9 @@ impl JobView {
         if self.status != JobStatus::Queued {
             return self;
         }
-        let Some(e) = state.estimates().get(&self.id) else {
+        let table = state.estimates();
+        let Some(e) = table.get(&self.id) else {
+            self.estimated_after = table.not_reached(self.submitted_at);
             return self;
         };
         if e.start.is_some() {
@@ -164,6 +173,7 @@ impl JobView {
             estimated_start: None,
             position: None,
             estimate_basis: None,
+            estimated_after: None,
             attempt: j.attempt,
             preemptible: j.preemptible,
             preemptions: j.preemptions,

@@ -22,9 +22,12 @@ pub struct StoredEstimate {
     pub position: i64,
     /// Where its expected run time comes from.
     pub basis: String,
+    /// The run stopped early: the jobs it did not reach start no sooner than this,
+    /// Unix microseconds (the same in every row of a run).
+    pub not_before_us: Option<i64>,
 }
 
-/// Rows per `INSERT` (5 parameters each: 50,000 of PostgreSQL's 65,535).
+/// Rows per `INSERT` (6 parameters each: 60,000 of PostgreSQL's 65,535).
 const ROWS_PER_STATEMENT: usize = 10_000;
 
 fn placeholder(backend: DatabaseBackend, i: usize) -> String {
@@ -51,16 +54,17 @@ pub async fn save_estimates(
     txn.execute_unprepared("DELETE FROM job_estimates").await?;
     for chunk in rows.chunks(ROWS_PER_STATEMENT) {
         let mut sql = String::from(
-            "INSERT INTO job_estimates (job_id, start_us, position, basis, computed_us) VALUES ",
+            "INSERT INTO job_estimates (job_id, start_us, position, basis, computed_us, \
+             not_before_us) VALUES ",
         );
-        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 5);
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 6);
         for (k, r) in chunk.iter().enumerate() {
             if k > 0 {
                 sql.push_str(", ");
             }
-            let base = k * 5;
+            let base = k * 6;
             sql.push('(');
-            for c in 1..=5 {
+            for c in 1..=6 {
                 if c > 1 {
                     sql.push_str(", ");
                 }
@@ -72,6 +76,7 @@ pub async fn save_estimates(
             values.push(r.position.into());
             values.push(r.basis.clone().into());
             values.push(computed_us.into());
+            values.push(r.not_before_us.into());
         }
         txn.execute(Statement::from_sql_and_values(backend, sql, values))
             .await?;
@@ -101,7 +106,7 @@ pub async fn load_estimates(db: &Db) -> Result<Vec<StoredEstimate>, DbErr> {
     let rows = db
         .query_all(Statement::from_string(
             backend,
-            "SELECT job_id, start_us, position, basis FROM job_estimates",
+            "SELECT job_id, start_us, position, basis, not_before_us FROM job_estimates",
         ))
         .await?;
     rows.into_iter()
@@ -111,6 +116,7 @@ pub async fn load_estimates(db: &Db) -> Result<Vec<StoredEstimate>, DbErr> {
                 start_us: r.try_get("", "start_us")?,
                 position: r.try_get("", "position")?,
                 basis: r.try_get("", "basis")?,
+                not_before_us: r.try_get("", "not_before_us")?,
             })
         })
         .collect()

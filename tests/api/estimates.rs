@@ -254,6 +254,7 @@ async fn the_stored_estimates_are_replaced_whole_and_fenced() {
         start_us,
         position,
         basis: "max_runtime".into(),
+        not_before_us: None,
     };
     let lease = Duration::from_secs(4);
     let (term, _) = store::lease_acquire(&conn, "a", lease, Reclaim::Never)
@@ -271,7 +272,13 @@ async fn the_stored_estimates_are_replaced_whole_and_fenced() {
     store::save_estimates(&conn, &a, 7, &many).await.unwrap();
     assert_eq!(store::estimates_computed_at(&conn).await.unwrap(), Some(7));
     assert_eq!(store::load_estimates(&conn).await.unwrap().len(), 25_000);
-    let few = vec![row(1, 5, 1), row(2, 6, 2)];
+    let few = vec![
+        row(1, 5, 1),
+        StoredEstimate {
+            not_before_us: Some(99),
+            ..row(2, 6, 2)
+        },
+    ];
     store::save_estimates(&conn, &a, 8, &few).await.unwrap();
     let mut back = store::load_estimates(&conn).await.unwrap();
     back.sort_by_key(|r| r.position);
@@ -293,4 +300,95 @@ async fn the_stored_estimates_are_replaced_whole_and_fenced() {
     assert_eq!(store::estimates_computed_at(&conn).await.unwrap(), Some(8));
     assert_eq!(store::load_estimates(&conn).await.unwrap().len(), 2);
     conn.close().await.ok();
+}
+
+/// A job the forward run stops before reaching (past `estimates.horizon`) has no
+/// `estimated_start` but `estimated_after`: the instant the run stopped at, which it
+/// starts no sooner than; Ray's message says so. 2 CPUs, five 100-s jobs of one user,
+/// a horizon of 150 s: two run, two start when they end (+100 s), the fifth would start
+/// at +200 s.
+#[actix_web::test]
+async fn a_job_beyond_the_horizon_is_marked() {
+    let (server, _state) = fake_ray::start(2.0, |s| s.run_polls = 1_000_000).await;
+    let app = crate::helpers::app_with_cluster("fake", server.uri(), |s| {
+        s.estimates.refresh = Duration::from_secs(1);
+        s.estimates.horizon = Duration::from_secs(150);
+        s.scheduler.usage_half_life = Duration::ZERO;
+    })
+    .await;
+    until(10, "capacity known", || async {
+        let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 2.0).then_some(())
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let j = app
+            .submit(
+                "alice",
+                json!({"entrypoint": "sleep 100", "max_runtime_s": 100}),
+            )
+            .await;
+        ids.push(j["id"].as_str().unwrap().to_string());
+    }
+    let (running, queued) = until(
+        20,
+        "two running, three with an estimate or a mark",
+        || async {
+            let mut running = Vec::new();
+            let mut queued = Vec::new();
+            for id in &ids {
+                let v = app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await;
+                match v["status"].as_str() {
+                    Some("RUNNING") => running.push(v),
+                    Some("QUEUED")
+                        if !v["estimated_start"].is_null() || !v["estimated_after"].is_null() =>
+                    {
+                        queued.push(v)
+                    }
+                    _ => {}
+                }
+            }
+            (running.len() == 2 && queued.len() == 3).then_some((running, queued))
+        },
+    )
+    .await;
+    let last_end = running
+        .iter()
+        .map(|v| at(&v["started_at"]) + chrono::Duration::seconds(100))
+        .max()
+        .unwrap();
+    let estimated: Vec<&Value> = queued
+        .iter()
+        .filter(|v| !v["estimated_start"].is_null())
+        .collect();
+    let beyond: Vec<&Value> = queued
+        .iter()
+        .filter(|v| !v["estimated_after"].is_null())
+        .collect();
+    assert_eq!(estimated.len(), 2, "{queued:?}");
+    assert_eq!(beyond.len(), 1, "{queued:?}");
+    for v in &estimated {
+        assert!(v["estimated_after"].is_null(), "{v}");
+    }
+    let v = beyond[0];
+    assert!(
+        v["estimated_start"].is_null() && v["position"].is_null(),
+        "{v}"
+    );
+    // The jobs granted at the last end run 100 s more: the run stops at their end.
+    let after = at(&v["estimated_after"]);
+    let expected = last_end + chrono::Duration::seconds(100);
+    assert!(
+        (after - expected).num_milliseconds().abs() <= 2_000,
+        "after {after}, expected about {expected}"
+    );
+    let id = v["id"].as_str().unwrap();
+    let ray = app.get_json(&format!("/api/jobs/{id}"), SUBMITTER).await;
+    let message = ray["message"].as_str().unwrap();
+    assert!(
+        message.contains("expected to start after ")
+            && message.ends_with("(beyond what the estimates look ahead)"),
+        "{message}"
+    );
 }
