@@ -12,7 +12,13 @@
 //!   their windows, the clusters and the outstanding jobs, on a ledger holding 64-job
 //!   windows; beside it `copy with windows`, the what-if snapshot's copy
 //!   (`GetSnapshot`), which the estimates avoid;
-//! - `cycle`: one ledger cycle on the full clusters (grants nothing), for scale.
+//! - `cycle`: one ledger cycle on the full clusters (grants nothing), for scale;
+//! - `arbiter's cycle`: a job ends and a cycle grants its core again on the arbiter's
+//!   ledger, alone and then beside a forward run on another thread (the estimates on
+//!   and off, as far as the cycle is concerned).
+//!
+//! The forward run's line ends with a digest of every estimate, so that two builds can
+//! be shown to estimate alike.
 
 use std::time::Instant;
 
@@ -120,6 +126,25 @@ fn outstanding() -> Vec<Outstanding> {
         .collect()
 }
 
+/// A digest of every estimate (job, start, cluster, position) in order, so that two
+/// builds can be shown to estimate the same (FNV-1a over the fields' bytes).
+fn digest_of(estimates: &[fairshare::policy::estimate::Estimate]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for e in estimates {
+        eat(e.job_id.as_bytes());
+        eat(&e.start.to_bits().to_le_bytes());
+        eat(e.cluster.as_bytes());
+        eat(&(e.position as u64).to_le_bytes());
+    }
+    h
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
@@ -155,6 +180,7 @@ fn main() {
     let mut times = Vec::new();
     let mut started = 0;
     let mut cycles = 0;
+    let mut digest = 0;
     for _ in 0..runs {
         let t = Instant::now();
         let f = forward(
@@ -169,9 +195,10 @@ fn main() {
         times.push(t.elapsed().as_secs_f64());
         started = f.estimates.len();
         cycles = f.cycles;
+        digest = digest_of(&f.estimates);
     }
     println!(
-        "forward: {} users × {} queued, {} outstanding: {:.2} s (median of {runs}; {} jobs estimated, {} cycles)",
+        "forward: {} users × {} queued, {} outstanding: {:.2} s (median of {runs}; {} jobs estimated, {} cycles; estimates' digest {digest:016x})",
         users_n,
         PER_USER,
         out.len(),
@@ -243,4 +270,67 @@ fn main() {
         median(with_windows) * 1e3,
         median(cycle) * 1e3
     );
+
+    // The arbiter's cycle with the estimates off and on: a job ends and a cycle grants
+    // its core again, every 50 ms of wall time, on this thread, first alone, then while
+    // a forward run (what the estimates' task runs) goes on another thread. On a
+    // machine of 2 cores the second thread competes for the cores as the service's
+    // blocking thread does.
+    let mut ends: std::collections::VecDeque<JobId> = out.iter().map(|o| o.job_id).collect();
+    let mut t = NOW + 2.0;
+    let mut step = |ledger: &mut Ledger| {
+        t += 0.01;
+        let id = ends.pop_front().expect("a job to end");
+        let began = Instant::now();
+        ledger.end(t, id);
+        let r = ledger.cycle(t);
+        let took = began.elapsed().as_secs_f64();
+        ends.extend(r.grants.iter().map(|g| g.job_id));
+        took
+    };
+    let pause = std::time::Duration::from_millis(if quick { 5 } else { 50 });
+    let samples = if quick { 50 } else { 400 };
+    let mut alone = Vec::new();
+    for _ in 0..samples {
+        alone.push(step(&mut ledger));
+        std::thread::sleep(pause);
+    }
+    let background = {
+        let snapshot = snapshot.clone();
+        let out = out.clone();
+        std::thread::spawn(move || {
+            forward(
+                &snapshot,
+                &out,
+                |j| j.runtime_estimate.unwrap_or(3600.0),
+                Limits {
+                    max_cycles,
+                    ..Limits::default()
+                },
+            )
+            .estimates
+            .len()
+        })
+    };
+    let mut beside = Vec::new();
+    while !background.is_finished() && beside.len() < samples {
+        beside.push(step(&mut ledger));
+        std::thread::sleep(pause);
+    }
+    let _ = background.join();
+    let p99 = |mut xs: Vec<f64>| {
+        xs.sort_by(f64::total_cmp);
+        xs[(xs.len() * 99 / 100).min(xs.len().saturating_sub(1))]
+    };
+    if !beside.is_empty() {
+        println!(
+            "arbiter's cycle (a job ends, one is granted): alone median {:.3} ms, p99 {:.3} ms ({} cycles); beside a forward run median {:.3} ms, p99 {:.3} ms ({} cycles)",
+            median(alone.clone()) * 1e3,
+            p99(alone.clone()) * 1e3,
+            alone.len(),
+            median(beside.clone()) * 1e3,
+            p99(beside.clone()) * 1e3,
+            beside.len()
+        );
+    }
 }

@@ -166,6 +166,11 @@ impl Application {
             intake,
             shares: api::console::ShareHistory::start(leadership.clone()),
             sealer,
+            followed_estimates: crate::estimates::Estimates::follow(
+                db.clone(),
+                &settings,
+                leadership.clone(),
+            ),
         };
         let addr = listener.local_addr()?;
         // Idle connections outlive the clients' pools (server.keep_alive, issue 43 §8).

@@ -16,17 +16,32 @@
 //! 3. runs the policy forward ([`crate::policy::estimate::forward`]) on a blocking
 //!    thread, each job expected to run its `max_runtime_s`, else its user's and
 //!    entrypoint's decayed median, else `estimates.default_runtime`;
-//! 4. replaces the table the API reads ([`Estimates`]).
+//! 4. replaces the table the API reads ([`Estimates`]);
+//! 5. on PostgreSQL (where other replicas can follow), writes the first [`PERSISTED`]
+//!    estimates, in order of estimated start, to `job_estimates` in one transaction,
+//!    fenced by the leader's term ([`crate::store::save_estimates`]).
 //!
 //! Changes within one interval are thus taken together by one forward run, and the
 //! API never waits for one. The next refresh waits at least ten times as long as the
-//! last took, so refreshing costs at most a tenth of one core at any queue length. A follower has no table (estimates are null there).
+//! last took (the write included), so refreshing costs at most a tenth of one core at
+//! any queue length.
+//!
+//! A follower keeps its own table ([`Estimates::follow`]): every `estimates.refresh` it
+//! reads the instant of the run `job_estimates` holds and, when it moved, every row;
+//! so a follower answers as the leader did at its last refresh, a refresh (and the
+//! read) later; for the jobs past the first [`PERSISTED`] it says only from when on
+//! they could start (the last written start).
+//!
+//! A job the forward run stopped before reaching (horizon, cycle budget) has no
+//! estimate, and [`Estimates::not_reached`] gives the instant it starts no sooner than
+//! (`estimated_after` in the API).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, RwLock};
 
 use chrono::{DateTime, TimeZone, Utc};
 use entity::JobStatus;
+use sea_orm::ConnectionTrait;
 
 use crate::config::Settings;
 use crate::policy::estimate::{self, expected_run, Basis, Limits, RunTimes};
@@ -36,9 +51,10 @@ use crate::store::Db;
 /// One QUEUED job's estimate, as the API shows it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobEstimate {
-    /// When it is expected to start; `None` when the forward run does not start it
-    /// (paused user or group, a limit nothing running will lift, larger than every
-    /// cluster, beyond the horizon).
+    /// When it is expected to start (`None` only for an instant no time can show). A
+    /// job the forward run does not start (paused user or group, a limit nothing
+    /// running will lift, larger than every cluster, beyond the horizon or the cycle
+    /// budget) has no entry at all.
     pub start: Option<DateTime<Utc>>,
     /// 1-based place among the waiting jobs that could use the same capacity (a
     /// pool's, or the Ray clusters'), in order of estimated start; `None` with `start`.
@@ -47,7 +63,8 @@ pub struct JobEstimate {
     pub basis: Basis,
 }
 
-/// The table the API reads: every QUEUED job's estimate at the last forward run.
+/// The table the API reads: the estimate of every QUEUED job the last forward run
+/// started.
 #[derive(Clone, Default)]
 pub struct Estimates(Arc<RwLock<Table>>);
 
@@ -55,6 +72,9 @@ pub struct Estimates(Arc<RwLock<Table>>);
 struct Table {
     at: Option<DateTime<Utc>>,
     jobs: HashMap<JobId, JobEstimate>,
+    /// The run stopped early (`estimates.horizon` or [`MAX_CYCLES`]): the jobs it did
+    /// not reach start no sooner than this.
+    not_before: Option<DateTime<Utc>>,
 }
 
 impl Estimates {
@@ -70,11 +90,148 @@ impl Estimates {
         self.0.read().ok()?.at
     }
 
-    fn replace(&self, at: DateTime<Utc>, jobs: HashMap<JobId, JobEstimate>) {
+    /// For a QUEUED job without an estimate, submitted at `submitted_at`: when the
+    /// last forward run stopped early (horizon or cycle budget) and the job was queued
+    /// by the run's instant (so the run had it and did not reach it), the instant it
+    /// starts no sooner than; else `None` (the run reached its end, so the job cannot
+    /// start as things stand, or the run did not have it).
+    #[must_use]
+    pub fn not_reached(&self, submitted_at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let t = self.0.read().ok()?;
+        let at = t.at?;
+        if submitted_at > at {
+            return None;
+        }
+        t.not_before
+    }
+
+    fn replace(
+        &self,
+        at: Option<DateTime<Utc>>,
+        jobs: HashMap<JobId, JobEstimate>,
+        not_before: Option<DateTime<Utc>>,
+    ) {
         if let Ok(mut t) = self.0.write() {
-            *t = Table { at: Some(at), jobs };
+            *t = Table {
+                at,
+                jobs,
+                not_before,
+            };
         }
     }
+
+    /// A table a follower keeps from `job_estimates` (module doc): a task on the
+    /// current runtime reads it every `estimates.refresh` while this replica does not
+    /// lead, and stops once every copy of the table is dropped. Estimates off: an
+    /// empty table, no task.
+    pub fn follow(db: Db, settings: &Settings, leadership: crate::leadership::Leadership) -> Self {
+        let table = Estimates::default();
+        if !settings.estimates.enabled {
+            return table;
+        }
+        let weak = Arc::downgrade(&table.0);
+        let every = settings.estimates.refresh;
+        tokio::spawn(async move {
+            // The run last read (`None`: nothing read, or this replica led since).
+            let mut read: Option<i64> = None;
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                let table = Estimates(shared);
+                if leadership.scheduler().is_some() {
+                    read = None;
+                    continue;
+                }
+                match load(&db, read).await {
+                    Ok(None) => {}
+                    Ok(Some((at, jobs, not_before))) => {
+                        read = at;
+                        let time = |us: i64| Utc.timestamp_micros(us).single();
+                        table.replace(at.and_then(time), jobs, not_before.and_then(time));
+                    }
+                    Err(e) => tracing::warn!(error = %e, "estimates: cannot read the leader's"),
+                }
+            }
+        });
+        table
+    }
+}
+
+/// What a follower reads: the run's instant (Unix microseconds; `None` when the table
+/// is empty), its estimates, and when it stopped early, the instant the jobs it did
+/// not reach start no sooner than (Unix microseconds).
+type Loaded = (Option<i64>, HashMap<JobId, JobEstimate>, Option<i64>);
+
+/// The run `job_estimates` holds, unless it is the run `read` (`Ok(None)`).
+async fn load(db: &Db, read: Option<i64>) -> Result<Option<Loaded>, sea_orm::DbErr> {
+    let at = crate::store::estimates_computed_at(db).await?;
+    if at.is_some() && at == read {
+        return Ok(None);
+    }
+    let rows = match at {
+        Some(_) => crate::store::load_estimates(db).await?,
+        None => Vec::new(),
+    };
+    let not_before = rows.iter().find_map(|r| r.not_before_us);
+    let jobs = rows
+        .into_iter()
+        .map(|r| {
+            let basis = match r.basis.as_str() {
+                "max_runtime" => Basis::MaxRuntime,
+                "learned" => Basis::Learned,
+                _ => Basis::Default,
+            };
+            (
+                r.job_id,
+                JobEstimate {
+                    start: Utc.timestamp_micros(r.start_us).single(),
+                    position: u64::try_from(r.position).ok(),
+                    basis,
+                },
+            )
+        })
+        .collect();
+    Ok(Some((at, jobs, not_before)))
+}
+
+/// The estimates a follower reads, as the leader writes them: the first `max` of
+/// `jobs` that have a start, in order of start (then position, then id), each with
+/// the run's `not_before` (Unix microseconds), or when some are left out, the last
+/// written one's start (the jobs left out start no sooner).
+#[must_use]
+pub fn to_store(
+    jobs: &HashMap<JobId, JobEstimate>,
+    max: usize,
+    not_before: Option<i64>,
+) -> Vec<crate::store::StoredEstimate> {
+    let mut out: Vec<crate::store::StoredEstimate> = jobs
+        .iter()
+        .filter_map(|(id, e)| {
+            Some(crate::store::StoredEstimate {
+                job_id: *id,
+                start_us: e.start?.timestamp_micros(),
+                position: i64::try_from(e.position?).ok()?,
+                basis: e.basis.as_str().to_owned(),
+                not_before_us: not_before,
+            })
+        })
+        .collect();
+    let key = |r: &crate::store::StoredEstimate| (r.start_us, r.position, r.job_id);
+    let left_out = out.len() > max;
+    if left_out {
+        out.select_nth_unstable_by_key(max, key);
+        out.truncate(max);
+    }
+    out.sort_unstable_by_key(key);
+    if left_out {
+        let last = out.last().map(|r| r.start_us);
+        for r in &mut out {
+            r.not_before_us = last;
+        }
+    }
+    out
 }
 
 /// Most ledger cycles one forward run makes (one per instant a job is expected to
@@ -82,6 +239,10 @@ impl Estimates {
 /// cycle of the forward run costs about 55 µs here; at 10,000 users far more
 /// (BENCHMARKS.md, "Estimated starts"), so this bounds a refresh.
 pub const MAX_CYCLES: usize = 20_000;
+
+/// Most estimates one refresh writes for followers (`job_estimates`): the first in
+/// order of estimated start. Bounds the write and each follower's read.
+pub const PERSISTED: usize = 100_000;
 
 /// A refresh waits at least this many times as long as the last one took.
 const BUSY_SHARE: u32 = 10;
@@ -116,8 +277,14 @@ pub(crate) type Input = Result<
 
 /// Runs the refresh loop until `input` says the arbiter has stopped (this replica no
 /// longer leads). `input` asks the arbiter ([`crate::actors::arbiter::GetEstimateInput`]).
-pub(crate) async fn run<F, Fut>(settings: Arc<Settings>, db: Db, input: F, table: Estimates)
-where
+/// On PostgreSQL each refresh also writes `job_estimates` for followers, under `fence`.
+pub(crate) async fn run<F, Fut>(
+    settings: Arc<Settings>,
+    db: Db,
+    fence: crate::store::Fence,
+    input: F,
+    table: Estimates,
+) where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Input>,
 {
@@ -201,18 +368,40 @@ where
         let at = time(snapshot.now).unwrap_or_else(Utc::now);
         let snapshot_learned = learned.clone();
         let started = std::time::Instant::now();
+        let persist = db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
         let result = tokio::task::spawn_blocking(move || {
-            compute(snapshot, outstanding, &rows, &snapshot_learned, &params)
+            let (jobs, not_before) =
+                compute(snapshot, outstanding, &rows, &snapshot_learned, &params);
+            let not_before = not_before.and_then(time);
+            let stored = if persist {
+                to_store(&jobs, PERSISTED, not_before.map(|t| t.timestamp_micros()))
+            } else {
+                Vec::new()
+            };
+            (jobs, stored, not_before)
         })
         .await;
         match result {
-            Ok(jobs) => {
+            Ok((jobs, stored, not_before)) => {
                 tracing::debug!(
                     jobs = jobs.len(),
                     seconds = started.elapsed().as_secs_f64(),
                     "estimates refreshed"
                 );
-                table.replace(at, jobs);
+                table.replace(Some(at), jobs, not_before);
+                if persist {
+                    let written =
+                        crate::store::save_estimates(&db, &fence, at.timestamp_micros(), &stored)
+                            .await;
+                    match written {
+                        Ok(()) => {}
+                        // Another replica leads: its own task writes.
+                        Err(e) if crate::store::is_fenced(&e) => return,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "estimates: cannot write them for followers");
+                        }
+                    }
+                }
                 took = began.elapsed();
             }
             Err(e) => tracing::error!(error = %e, "estimates: the forward run failed"),
@@ -281,8 +470,10 @@ pub struct Params {
     pub default_max_runtime: Seconds,
 }
 
-/// The forward run on the arbiter's copy and the database's queues: every QUEUED job's
-/// estimate (pure; module doc).
+/// The forward run on the arbiter's copy and the database's queues: the estimate of
+/// every QUEUED job the run starts (pure; module doc; a job it does not start has no
+/// entry) and, when the budget stopped it, the instant the others start no sooner
+/// than (seconds; [`estimate::Forward::not_before`]).
 #[must_use]
 pub fn compute(
     mut snapshot: crate::policy::preview::Snapshot,
@@ -290,7 +481,7 @@ pub fn compute(
     rows: &[entity::job::Model],
     learned: &RunTimes,
     params: &Params,
-) -> HashMap<JobId, JobEstimate> {
+) -> (HashMap<JobId, JobEstimate>, Option<Seconds>) {
     let default_runtime = params.default_runtime;
     let granted: HashSet<JobId> = outstanding.iter().map(|o| o.job_id).collect();
     // Each job's expected run time and its basis.
@@ -354,23 +545,62 @@ pub fn compute(
             ..Limits::default()
         },
     );
-    let by_job = forward.by_job();
-    let mut out = HashMap::with_capacity(runs.len());
-    for u in &snapshot.users {
-        for j in &u.queue {
-            let basis = runs.get(&j.job_id).map_or(Basis::Default, |r| r.1);
-            let e = by_job.get(&j.job_id);
-            out.insert(
-                j.job_id,
-                JobEstimate {
-                    start: e.and_then(|e| time(e.start)),
-                    position: e.map(|e| e.position as u64),
-                    basis,
-                },
-            );
-        }
+    // Only the jobs the run started: the API shows nothing (not even the basis) for the
+    // others, and at 1,000,000 queued a refresh cut after 20,000 cycles starts ≈ 5 % of
+    // them (BENCHMARKS.md, issue 48), so keeping the rest cost ≈ 60 B a job for nothing.
+    let mut out = HashMap::with_capacity(forward.estimates.len());
+    for e in &forward.estimates {
+        let basis = runs.get(&e.job_id).map_or(Basis::Default, |r| r.1);
+        out.insert(
+            e.job_id,
+            JobEstimate {
+                start: time(e.start),
+                position: Some(e.position as u64),
+                basis,
+            },
+        );
     }
-    out
+    (out, forward.not_before)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the leader writes for followers: only estimated jobs, the first `max` by
+    /// start (then position, then id), in that order.
+    #[test]
+    fn the_stored_estimates_are_the_first_by_start() {
+        let id = |n: u128| uuid::Uuid::from_u128(n);
+        let t = |s: i64| Utc.timestamp_opt(s, 0).single();
+        let e = |start: Option<DateTime<Utc>>, position: Option<u64>| JobEstimate {
+            start,
+            position,
+            basis: Basis::Learned,
+        };
+        let jobs: HashMap<JobId, JobEstimate> = [
+            (id(1), e(t(300), Some(3))),
+            (id(2), e(t(100), Some(1))),
+            (id(3), e(None, None)),
+            (id(4), e(t(200), Some(2))),
+            (id(5), e(t(200), Some(1))),
+        ]
+        .into_iter()
+        .collect();
+        let all = to_store(&jobs, 10, Some(7));
+        let order: Vec<_> = all.iter().map(|r| r.job_id).collect();
+        assert_eq!(order, vec![id(2), id(5), id(4), id(1)]);
+        assert_eq!(all[0].start_us, 100_000_000);
+        assert_eq!(all[0].position, 1);
+        assert_eq!(all[0].basis, "learned");
+        assert_eq!(all[0].not_before_us, Some(7));
+        let first = to_store(&jobs, 2, None);
+        let ids: Vec<_> = first.iter().map(|r| r.job_id).collect();
+        assert_eq!(ids, vec![id(2), id(5)]);
+        // The jobs left out start no sooner than the last written.
+        assert!(first.iter().all(|r| r.not_before_us == Some(200_000_000)));
+        assert!(to_store(&jobs, 0, None).is_empty());
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod m20261213_000014_groups;
 mod m20261214_000015_pools;
 mod m20261215_000016_usage;
 mod m20261216_000017_usage_actual;
+mod m20261217_000018_job_estimates;
 
 pub use m20261210_000011_runtime_env_sealed::{
     runtime_env_digest, runtime_env_digest_text, unkeyed_digest_of_text,
@@ -50,6 +51,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261214_000015_pools::Migration),
             Box::new(m20261215_000016_usage::Migration),
             Box::new(m20261216_000017_usage_actual::Migration),
+            Box::new(m20261217_000018_job_estimates::Migration),
         ]
     }
 }

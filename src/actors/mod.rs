@@ -348,6 +348,7 @@ impl Scheduler {
         tokio::spawn(crate::estimates::run(
             settings.clone(),
             db.clone(),
+            scheduler.fence.clone(),
             move || {
                 let weak = weak.clone();
                 async move {

@@ -62,9 +62,11 @@ pub struct JobView {
     /// forward in virtual time from the live state (DESIGN §2, "Estimates"): running
     /// jobs ending as expected, nothing new submitted. Null when that run does not start
     /// it (its user or group is paused, a limit nothing running will lift, larger than
-    /// every cluster, beyond `estimates.horizon`), before the first run, on a replica
-    /// that does not lead, or when estimates are off. Refreshed every
-    /// `estimates.refresh` at most, so it may lag a change by that long.
+    /// every cluster, beyond `estimates.horizon` or the forward run's budget), before
+    /// the first run, or when estimates are off. Refreshed every `estimates.refresh` at
+    /// most, so it may lag a change by that long; a replica that does not lead (on
+    /// PostgreSQL) reads the leader's last run from the database, a refresh later, and
+    /// has it for the first 100,000 jobs in order of estimated start only.
     pub estimated_start: Option<DateTime<Utc>>,
     /// For a QUEUED job with an `estimated_start`: its 1-based place, in order of
     /// estimated start, among all waiting jobs that could use the same capacity (every
@@ -75,6 +77,13 @@ pub struct JobView {
     /// past runs of the same entrypoint) or `default` (`estimates.default_runtime`).
     #[schema(pattern = "^(max_runtime|learned|default)$")]
     pub estimate_basis: Option<String>,
+    /// For a QUEUED job without `estimated_start` because the forward run stopped
+    /// before reaching it (past `estimates.horizon`, or its cycle budget at a long
+    /// queue): the instant the run stopped looking at (RFC 3339); the job is expected
+    /// to start no sooner ("beyond the horizon"). Null when the run reached its end
+    /// (the job cannot start as things stand), for a job submitted after the run, and
+    /// for a job with an estimate.
+    pub estimated_after: Option<DateTime<Utc>>,
     /// For a job Ray runs: what it holds there now (its entrypoint's reservation, and
     /// the tasks and actors it started), by Ray's State API at the last poll; null
     /// when unknown (not running, or on a replica that does not lead). `resources`
@@ -109,7 +118,9 @@ impl JobView {
         if self.status != JobStatus::Queued {
             return self;
         }
-        let Some(e) = state.scheduler().and_then(|s| s.estimates().get(&self.id)) else {
+        let table = state.estimates();
+        let Some(e) = table.get(&self.id) else {
+            self.estimated_after = table.not_reached(self.submitted_at);
             return self;
         };
         if e.start.is_some() {
@@ -162,6 +173,7 @@ impl JobView {
             estimated_start: None,
             position: None,
             estimate_basis: None,
+            estimated_after: None,
             attempt: j.attempt,
             preemptible: j.preemptible,
             preemptions: j.preemptions,

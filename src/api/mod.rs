@@ -50,12 +50,24 @@ pub struct AppState {
     pub shares: console::ShareHistory,
     /// Seals each submission's runtime_env before intake stores it (DESIGN §6, "Secrets").
     pub sealer: Arc<crate::secrets::Sealer>,
+    /// The leader's estimates as `job_estimates` holds them, read while this replica
+    /// follows (DESIGN §2, "Estimates").
+    pub followed_estimates: crate::estimates::Estimates,
 }
 
 impl AppState {
     /// The scheduler's actors while this replica leads; `None` on a follower.
     pub fn scheduler(&self) -> Option<Scheduler> {
         self.leadership.scheduler()
+    }
+
+    /// The estimates this replica answers with: the leader's own table, or on a
+    /// follower the one it reads from the database.
+    pub fn estimates(&self) -> crate::estimates::Estimates {
+        match self.scheduler() {
+            Some(s) => s.estimates().clone(),
+            None => self.followed_estimates.clone(),
+        }
     }
 }
 

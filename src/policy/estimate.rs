@@ -40,7 +40,9 @@
 //!
 //! A job that never starts in the forward run (its user or group paused, at a limit
 //! that only its own running jobs ending would lift when none are, a job larger than
-//! every cluster, no healthy cluster, or past the budget) gets no estimate.
+//! every cluster, no healthy cluster, or past the budget) gets no estimate; when the
+//! budget stopped the run, [`Forward::not_before`] says from when on the jobs it did
+//! not reach could start.
 //!
 //! # Position
 //!
@@ -131,6 +133,11 @@ pub struct Forward {
     pub cycles: usize,
     /// The budget stopped it before every job started or nothing was left to end.
     pub cut: bool,
+    /// When the budget stopped it: an instant no job it did not start would start
+    /// before (the last cycle's instant when the cycles ran out; the next event's,
+    /// past the horizon, when the horizon stopped it). `None` when it ran to its end
+    /// (or `until` stopped it): a job not started then never starts as things stand.
+    pub not_before: Option<Seconds>,
 }
 
 impl Forward {
@@ -274,6 +281,7 @@ pub fn forward(
         }
         if out.cycles >= limits.max_cycles {
             out.cut = true;
+            out.not_before = Some(t);
             break;
         }
         let next_end = ends.peek().map(|Reverse((at, _, _))| at.0);
@@ -287,6 +295,7 @@ pub fn forward(
         };
         if next - now > limits.horizon {
             out.cut = true;
+            out.not_before = Some(next);
             break;
         }
         // Time never stands still: an end "at" `t` was taken this round.

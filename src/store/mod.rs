@@ -24,6 +24,7 @@ use sea_orm::{ConnectOptions, DbErr};
 use crate::config::DatabaseSettings;
 
 mod apply;
+mod estimates;
 mod events;
 mod groups;
 mod intake;
@@ -35,6 +36,7 @@ mod usage;
 mod users;
 
 pub use apply::{apply, apply_many, apply_with, is_fenced, Applied, Fence, Flush, FENCED};
+pub use estimates::{estimates_computed_at, load_estimates, save_estimates, StoredEstimate};
 pub use groups::{
     delete_group, get_group, join_group, list_groups, put_group, GroupError, GroupPatch, Joined,
 };

@@ -109,6 +109,290 @@ async fn every_waiting_job_gets_an_estimated_start_position_and_basis() {
     assert_eq!(ray["fairshare"]["estimate_basis"], "default");
 }
 
+/// Followers answer the leader's estimates (issue 48 §1): on PostgreSQL the leader
+/// writes each refresh's estimates to `job_estimates` and a follower reads them, so
+/// `GET /v1/jobs/{id}` and Ray's `/api/jobs/{id}` on the follower show what the leader
+/// shows (they were null there). Two replicas on one database, one fake Ray of 2 CPUs.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn a_follower_answers_the_leaders_estimates() {
+    use crate::helpers::{test_settings, Db, TestDb};
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let (server, _state) = fake_ray::start(2.0, |s| s.run_polls = 1_000_000).await;
+    let replica = |id: &'static str| {
+        let mut s = test_settings(&db.url);
+        s.leadership.replica_id = id.into();
+        s.leadership.lease = Duration::from_secs(2);
+        s.leadership.renew_every = Duration::from_millis(500);
+        s.clusters = vec![fairshare::config::ClusterSettings {
+            name: "fake".into(),
+            address: server.uri(),
+            ..Default::default()
+        }];
+        s.monitor.poll_interval = Duration::from_millis(100);
+        s.estimates.refresh = Duration::from_millis(300);
+        s.estimates.default_runtime = Duration::from_secs(3600);
+        s.scheduler.usage_half_life = Duration::ZERO;
+        async move {
+            let app = fairshare::Application::build(s)
+                .await
+                .expect("build replica");
+            let address = format!("http://127.0.0.1:{}", app.port());
+            let handle = app.handle();
+            actix_web::rt::spawn(app.run_until_stopped());
+            (address, handle)
+        }
+    };
+    let (a, a_handle) = replica("replica-a").await;
+    let (b, b_handle) = replica("replica-b").await;
+    let client = reqwest::Client::new();
+    let get = |base: &String, path: String| {
+        let client = client.clone();
+        let url = format!("{base}{path}");
+        async move {
+            let r = client.get(url).bearer_auth(SUBMITTER).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let leads = get(&a, "/v1/scheduler".into()).await;
+    assert_eq!(leads["leadership"]["is_leader"], true, "{leads}");
+    assert_eq!(
+        get(&b, "/v1/scheduler".into()).await["leadership"]["is_leader"],
+        false
+    );
+    until(10, "capacity known", || async {
+        let v = get(&a, "/v1/scheduler".into()).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 2.0).then_some(())
+    })
+    .await;
+    // Three 1-CPU jobs of at most 100 s through the follower: two run, one waits.
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let r = client
+            .post(format!("{b}/v1/jobs"))
+            .bearer_auth(SUBMITTER)
+            .json(&json!({"user": "alice", "entrypoint": "sleep 100", "max_runtime_s": 100}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        ids.push(
+            r.json::<Value>().await.unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let waiting = until(20, "two running, one waiting with an estimate", || async {
+        let mut queued = None;
+        let mut running = 0;
+        for id in &ids {
+            let v = get(&a, format!("/v1/jobs/{id}")).await;
+            match v["status"].as_str() {
+                Some("RUNNING") => running += 1,
+                Some("QUEUED") if !v["estimated_start"].is_null() => queued = Some(v),
+                _ => {}
+            }
+        }
+        (running == 2).then_some(queued).flatten()
+    })
+    .await;
+    let id = waiting["id"].as_str().unwrap().to_string();
+    // The follower shows the leader's estimate, a refresh later.
+    let on_b = until(10, "the follower's estimate", || async {
+        let v = get(&b, format!("/v1/jobs/{id}")).await;
+        (!v["estimated_start"].is_null()).then_some(v)
+    })
+    .await;
+    assert_eq!(on_b["status"], "QUEUED");
+    assert_eq!(
+        at(&on_b["estimated_start"]),
+        at(&waiting["estimated_start"]),
+        "{on_b} / {waiting}"
+    );
+    assert_eq!(on_b["position"], 1, "{on_b}");
+    assert_eq!(on_b["estimate_basis"], "max_runtime", "{on_b}");
+    // The list, and Ray's Jobs API's message, on the follower.
+    let list = get(&b, "/v1/jobs?user=alice&status=QUEUED".into()).await;
+    assert_eq!(list["jobs"][0]["estimate_basis"], "max_runtime", "{list}");
+    let ray = get(&b, format!("/api/jobs/{id}")).await;
+    let message = ray["message"].as_str().unwrap();
+    assert!(
+        message.contains("expected to start at about ")
+            && message.contains("(position 1 among the waiting jobs; run times by max_runtime)"),
+        "{message}"
+    );
+    a_handle.stop(true).await;
+    b_handle.stop(true).await;
+}
+
+/// `job_estimates` (DESIGN §6): a write replaces every row in one transaction, the
+/// rows read back as written, and a leader whose term has passed writes nothing.
+#[actix_web::test]
+#[cfg_attr(
+    not(fairshare_postgres),
+    ignore = "no PostgreSQL: set FAIRSHARE_TEST_POSTGRES_URL"
+)]
+async fn the_stored_estimates_are_replaced_whole_and_fenced() {
+    use crate::helpers::{Db, TestDb};
+    use fairshare::store::{self, Fence, Reclaim, StoredEstimate};
+    use sea_orm::ConnectionTrait;
+    let Some(db) = TestDb::new(Db::Postgres).await else {
+        return;
+    };
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    store::migrate(&conn).await.unwrap();
+    assert_eq!(store::estimates_computed_at(&conn).await.unwrap(), None);
+    let row = |n: u128, start_us: i64, position: i64| StoredEstimate {
+        job_id: uuid::Uuid::from_u128(n),
+        start_us,
+        position,
+        basis: "max_runtime".into(),
+        not_before_us: None,
+    };
+    let lease = Duration::from_secs(4);
+    let (term, _) = store::lease_acquire(&conn, "a", lease, Reclaim::Never)
+        .await
+        .unwrap()
+        .expect("the lease starts free");
+    let a = Fence::Term {
+        holder: "a".into(),
+        term,
+    };
+    // More rows than one statement takes.
+    let many: Vec<StoredEstimate> = (0..25_000)
+        .map(|n| row(n, 1_000 + n as i64, n as i64 + 1))
+        .collect();
+    store::save_estimates(&conn, &a, 7, &many).await.unwrap();
+    assert_eq!(store::estimates_computed_at(&conn).await.unwrap(), Some(7));
+    assert_eq!(store::load_estimates(&conn).await.unwrap().len(), 25_000);
+    let few = vec![
+        row(1, 5, 1),
+        StoredEstimate {
+            not_before_us: Some(99),
+            ..row(2, 6, 2)
+        },
+    ];
+    store::save_estimates(&conn, &a, 8, &few).await.unwrap();
+    let mut back = store::load_estimates(&conn).await.unwrap();
+    back.sort_by_key(|r| r.position);
+    assert_eq!(back, few);
+    assert_eq!(store::estimates_computed_at(&conn).await.unwrap(), Some(8));
+
+    // The lease lapses and b takes it: a's next write is refused and changes nothing.
+    conn.execute_unprepared("UPDATE leases SET expires_at = now() - interval '1 second'")
+        .await
+        .unwrap();
+    store::lease_acquire(&conn, "b", lease, Reclaim::Never)
+        .await
+        .unwrap()
+        .expect("a lapsed lease is taken");
+    let refused = store::save_estimates(&conn, &a, 9, &[row(3, 1, 1)])
+        .await
+        .unwrap_err();
+    assert!(store::is_fenced(&refused), "{refused}");
+    assert_eq!(store::estimates_computed_at(&conn).await.unwrap(), Some(8));
+    assert_eq!(store::load_estimates(&conn).await.unwrap().len(), 2);
+    conn.close().await.ok();
+}
+
+/// A job the forward run stops before reaching (past `estimates.horizon`) has no
+/// `estimated_start` but `estimated_after`: the instant the run stopped at, which it
+/// starts no sooner than; Ray's message says so. 2 CPUs, five 100-s jobs of one user,
+/// a horizon of 150 s: two run, two start when they end (+100 s), the fifth would start
+/// at +200 s.
+#[actix_web::test]
+async fn a_job_beyond_the_horizon_is_marked() {
+    let (server, _state) = fake_ray::start(2.0, |s| s.run_polls = 1_000_000).await;
+    let app = crate::helpers::app_with_cluster("fake", server.uri(), |s| {
+        s.estimates.refresh = Duration::from_secs(1);
+        s.estimates.horizon = Duration::from_secs(150);
+        s.scheduler.usage_half_life = Duration::ZERO;
+    })
+    .await;
+    until(10, "capacity known", || async {
+        let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 2.0).then_some(())
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let j = app
+            .submit(
+                "alice",
+                json!({"entrypoint": "sleep 100", "max_runtime_s": 100}),
+            )
+            .await;
+        ids.push(j["id"].as_str().unwrap().to_string());
+    }
+    let (running, queued) = until(
+        20,
+        "two running, three with an estimate or a mark",
+        || async {
+            let mut running = Vec::new();
+            let mut queued = Vec::new();
+            for id in &ids {
+                let v = app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await;
+                match v["status"].as_str() {
+                    Some("RUNNING") => running.push(v),
+                    Some("QUEUED")
+                        if !v["estimated_start"].is_null() || !v["estimated_after"].is_null() =>
+                    {
+                        queued.push(v)
+                    }
+                    _ => {}
+                }
+            }
+            (running.len() == 2 && queued.len() == 3).then_some((running, queued))
+        },
+    )
+    .await;
+    let last_end = running
+        .iter()
+        .map(|v| at(&v["started_at"]) + chrono::Duration::seconds(100))
+        .max()
+        .unwrap();
+    let estimated: Vec<&Value> = queued
+        .iter()
+        .filter(|v| !v["estimated_start"].is_null())
+        .collect();
+    let beyond: Vec<&Value> = queued
+        .iter()
+        .filter(|v| !v["estimated_after"].is_null())
+        .collect();
+    assert_eq!(estimated.len(), 2, "{queued:?}");
+    assert_eq!(beyond.len(), 1, "{queued:?}");
+    for v in &estimated {
+        assert!(v["estimated_after"].is_null(), "{v}");
+    }
+    let v = beyond[0];
+    assert!(
+        v["estimated_start"].is_null() && v["position"].is_null(),
+        "{v}"
+    );
+    // The jobs granted at the last end run 100 s more: the run stops at their end.
+    let after = at(&v["estimated_after"]);
+    let expected = last_end + chrono::Duration::seconds(100);
+    assert!(
+        (after - expected).num_milliseconds().abs() <= 2_000,
+        "after {after}, expected about {expected}"
+    );
+    let id = v["id"].as_str().unwrap();
+    let ray = app.get_json(&format!("/api/jobs/{id}"), SUBMITTER).await;
+    let message = ray["message"].as_str().unwrap();
+    assert!(
+        message.contains("expected to start after ")
+            && message.ends_with("(beyond what the estimates look ahead)"),
+        "{message}"
+    );
+}
+
 /// Inserts QUEUED jobs `(user, priority, submit second)` and one RUNNING job of
 /// `carol`; the intake's triggers keep `queue_counts`.
 async fn insert_queued(db: &sea_orm::DatabaseConnection, jobs: &[(String, i32, i64)]) {

@@ -81,6 +81,9 @@ class Job:
     position: Optional[int] = None
     #: Where its expected run time comes from: "max_runtime", "learned", "default".
     estimate_basis: Optional[str] = None
+    #: QUEUED job the estimates stopped before reaching (past their horizon): from
+    #: when on it could start; None otherwise.
+    estimated_after: Optional[datetime] = None
     attempt: Optional[int] = None
     preemptible: Optional[bool] = None
     preemptions: Optional[int] = None
@@ -114,6 +117,7 @@ class Job:
             finished_at=_time(d.get("finished_at")),
             lease_expires_at=_time(d.get("lease_expires_at")),
             estimated_start=_time(d.get("estimated_start")),
+            estimated_after=_time(d.get("estimated_after")),
         )
 
 

@@ -62,6 +62,8 @@ pub struct Estimated {
     pub position: Option<u64>,
     /// `estimate_basis`.
     pub basis: Option<String>,
+    /// `estimated_after`.
+    pub after: Option<DateTime<Utc>>,
 }
 
 impl Estimated {
@@ -71,6 +73,7 @@ impl Estimated {
             start: v.estimated_start,
             position: v.position,
             basis: v.estimate_basis.clone(),
+            after: v.estimated_after,
         }
     }
 }
@@ -78,7 +81,9 @@ impl Estimated {
 /// Ray's `JobDetails` of a row. `pending_reason`, `queue_position` and the estimate
 /// fill the message of a waiting job (Ray's `message` is the only free text Ray's
 /// clients show): "…; expected to start at about <RFC 3339> (position N among the
-/// waiting jobs; run times by <basis>)".
+/// waiting jobs; run times by <basis>)", or for a job the forward run stopped before
+/// reaching, "…; expected to start after <RFC 3339> (beyond what the estimates look
+/// ahead)".
 pub fn details(
     j: &job::Model,
     pending_reason: Option<&str>,
@@ -97,6 +102,11 @@ pub fn details(
                      run times by {})",
                     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                     estimated.basis.as_deref().unwrap_or("default")
+                ));
+            } else if let Some(t) = estimated.after {
+                waiting.push_str(&format!(
+                    "; expected to start after {} (beyond what the estimates look ahead)",
+                    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                 ));
             }
             // A preempted job says why it is waiting again (its message, DESIGN §3).
@@ -152,6 +162,7 @@ pub fn details(
             "estimated_start": estimated.start,
             "position": estimated.position,
             "estimate_basis": estimated.basis,
+            "estimated_after": estimated.after,
         },
     })
 }
@@ -615,6 +626,7 @@ mod tests {
             start: Some(at),
             position: Some(7),
             basis: Some("learned".into()),
+            after: None,
         };
         let d = details(&j, Some("waiting for capacity"), Some(2), &estimated);
         assert_eq!(
@@ -626,5 +638,17 @@ mod tests {
         assert_eq!(d["fairshare"]["estimate_basis"], "learned");
         assert_eq!(d["start_time"], now.timestamp_millis());
         assert_eq!(d["fairshare"]["status"], "QUEUED");
+        // Beyond what the forward run reached.
+        let beyond = Estimated {
+            after: Some(at),
+            ..Estimated::default()
+        };
+        let d = details(&j, Some("waiting for capacity"), Some(2), &beyond);
+        assert_eq!(
+            d["message"],
+            "queued in fairshare: waiting for capacity; expected to start after \
+             2026-12-06T10:00:00Z (beyond what the estimates look ahead)"
+        );
+        assert_eq!(d["fairshare"]["estimated_after"], "2026-12-06T10:00:00Z");
     }
 }

@@ -370,3 +370,38 @@ fn the_basis_is_max_runtime_then_learned_then_the_default() {
     assert_eq!(expected_run(None, None, 3600.0), (3600.0, Basis::Default));
     assert_eq!(Basis::MaxRuntime.as_str(), "max_runtime");
 }
+
+/// When the budget stops the run, `not_before` says from when the jobs it did not
+/// reach could start: the next event past the horizon, or the last cycle's instant
+/// when the cycles run out; a run that reaches its end has none.
+#[test]
+fn a_cut_run_says_from_when_the_rest_could_start() {
+    let s = snapshot(
+        0.0,
+        vec![user(
+            "q",
+            (0..5)
+                .map(|n| job(n, cpus(4.0), n as f64 - 10.0, 60.0))
+                .collect(),
+        )],
+        vec![cluster("k", cpus(4.0))],
+    );
+    let horizon = Limits {
+        horizon: 100.0,
+        ..Limits::default()
+    };
+    let f = forward(&s, &[], policy_run, horizon);
+    assert_eq!(f.estimates.len(), 2);
+    assert_eq!(f.not_before, Some(120.0));
+    let cycles = Limits {
+        max_cycles: 3,
+        ..Limits::default()
+    };
+    let f = forward(&s, &[], policy_run, cycles);
+    assert_eq!(starts(&f), [(0, 0.0, 1), (1, 60.0, 2), (2, 120.0, 3)]);
+    assert_eq!(f.not_before, Some(120.0));
+    let whole = forward(&s, &[], policy_run, Limits::default());
+    assert!(!whole.cut);
+    assert_eq!(whole.not_before, None);
+    assert_eq!(whole.estimates.len(), 5);
+}

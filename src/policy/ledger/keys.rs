@@ -75,6 +75,7 @@ impl Ledger {
             return Bound {
                 value: quantize_key(key),
                 slope: 0.0,
+                common: 0.0,
                 exact: true,
                 at: now,
             };
@@ -93,12 +94,16 @@ impl Ledger {
             }
         }
         let valid = |x: f64| x.is_finite() && x > 0.0;
+        // The age term's slope is the same for every user whose head's age has not
+        // saturated: the index keeps it exact (index.rs, "classes").
+        let mut common = 0.0;
         if valid(c.age_weight) && valid(c.max_age) {
             let unsaturated = a
                 .head()
                 .is_some_and(|j| !saturated(now - j.submitted_at, c.max_age));
             if unsaturated {
-                slope += c.age_weight / c.max_age;
+                common = c.age_weight / c.max_age;
+                slope += common;
             }
         }
         let scale = (a.share.abs() + h.abs() + a.usage.abs()) / w + c.age_weight.abs();
@@ -107,6 +112,7 @@ impl Ledger {
             value: key - margin,
             // Rounding of the slope itself.
             slope: slope * (1.0 + 1e-9),
+            common,
             exact: false,
             at: now,
         }
