@@ -659,7 +659,8 @@ function jobRow(j) {
     el("td", {}, j.cluster || "–"),
     // DESIGN §2 "Estimates": a QUEUED job's estimated start and its place among all
     // waiting jobs for the same capacity.
-    el("td", { class: "estimate" }, j.estimated_start ? `${time(j.estimated_start)} (#${j.position})` : "–"),
+    // A job the forward run did not reach: the instant it starts no sooner than.
+    el("td", { class: "estimate" }, j.estimated_start ? `${time(j.estimated_start)} (#${j.position})` : j.estimated_after ? `after ${time(j.estimated_after)}` : "–"),
   );
 }
 
@@ -704,7 +705,7 @@ async function refreshJob(id) {
     ["Queue position", j.queue_position || "–"],
     ...(j.status === "QUEUED"
       ? [
-          ["Expected start", el("span", { id: "job-estimate" }, j.estimated_start ? time(j.estimated_start) : "– (not estimated: it cannot start as things stand)")],
+          ["Expected start", el("span", { id: "job-estimate" }, j.estimated_start ? time(j.estimated_start) : j.estimated_after ? `not before ${time(j.estimated_after)} (beyond what the estimates look ahead)` : "– (not estimated: it cannot start as things stand, or it is past the jobs the estimates read)")],
           ["Position among waiting jobs", j.position || "–"],
           ["Run time expected from", j.estimate_basis ? { max_runtime: "its max_runtime_s", learned: "its user's past runs of this entrypoint", default: "the configured default" }[j.estimate_basis] : "–"],
         ]
