@@ -70,6 +70,24 @@ impl Sse {
         }
     }
 
+    /// The next `n` events, waiting for them up to `deadline` in all (a loaded machine
+    /// may take seconds), then none more within `quiet`.
+    async fn take(&mut self, n: usize, deadline: Duration, quiet: Duration) -> Vec<(i64, Value)> {
+        let until = tokio::time::Instant::now() + deadline;
+        let mut out = Vec::new();
+        while out.len() < n {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            match self.next(left).await {
+                Some(e) => out.push(e),
+                None => panic!("{} of {n} events within {deadline:?}: {out:?}", out.len()),
+            }
+        }
+        if let Some(extra) = self.next(quiet).await {
+            panic!("an event beyond the {n} expected: {extra:?} after {out:?}");
+        }
+        out
+    }
+
     /// Every event that comes until none has come for `quiet`.
     async fn drain(&mut self, quiet: Duration) -> Vec<(i64, Value)> {
         let mut out = Vec::new();
@@ -152,7 +170,7 @@ async fn the_stream_shows_only_the_user_or_job_asked_for(db: Db) {
 
     let mut alice = Sse::open(&app, "?user=alice&last_event_id=0", None).await;
     let jobs: Vec<Value> = alice
-        .drain(Duration::from_millis(700))
+        .take(3, Duration::from_secs(20), Duration::from_millis(300))
         .await
         .into_iter()
         .map(|(_, e)| {
@@ -167,7 +185,7 @@ async fn the_stream_shows_only_the_user_or_job_asked_for(db: Db) {
 
     let mut one = Sse::open(&app, &format!("?job={}&last_event_id=0", id_of(&b1)), None).await;
     let tos: Vec<Value> = one
-        .drain(Duration::from_millis(700))
+        .take(2, Duration::from_secs(20), Duration::from_millis(300))
         .await
         .into_iter()
         .map(|(_, e)| e["to"].clone())

@@ -702,7 +702,7 @@ async fn body_errors_name_the_field_and_what_it_must_be_in_plain_words(db: Db) {
             "/v1/jobs",
             job(r#""priority": 1e12"#),
             "priority",
-            "must be a whole number from -2147483648 to 2147483647, not 1000000000000",
+            "must be a whole number from -1000 to 1000, not 1000000000000",
         ),
         (
             "/v1/jobs",
@@ -726,13 +726,13 @@ async fn body_errors_name_the_field_and_what_it_must_be_in_plain_words(db: Db) {
             "/v1/jobs",
             job(r#""max_runtime_s": -1"#),
             "max_runtime_s",
-            "must be between 1 and 31536000",
+            "must be a whole number from 1 to 31536000, not -1",
         ),
         (
             "/v1/jobs",
             job(r#""max_runtime_s": "1h""#),
             "max_runtime_s",
-            r#"must be a whole number from -9007199254740992 to 9007199254740992, not the string "1h""#,
+            r#"must be a whole number from 1 to 31536000, not the string "1h""#,
         ),
         (
             "/v1/jobs",
@@ -744,7 +744,7 @@ async fn body_errors_name_the_field_and_what_it_must_be_in_plain_words(db: Db) {
             "/v1/scheduler/what-if",
             r#"{"limit": -3}"#.to_string(),
             "limit",
-            "must be a whole number from 0 to 4294967295, not -3",
+            "must be a whole number from 1 to 1000, not -3",
         ),
         (
             "/v1/scheduler/what-if",
