@@ -294,6 +294,17 @@ pub(super) struct AnchorState {
     /// Slurm: running jobs by expected end (start + estimate as [`time_key`]
     /// bits; `u64::MAX` without an estimate), then index.
     by_end: std::collections::BTreeSet<(u64, usize)>,
+    /// Armada: each user's fair share in cores as of the step's start
+    /// ([`Sim::armada_fair_shares`]), and the water-filling order kept between
+    /// steps (as the fairness bookkeeping keeps its own), with scratch arrays.
+    armada_shares: Vec<f64>,
+    armada_order: super::fairness::ShareOrder,
+    scratch_users: Vec<usize>,
+    scratch_weights: Vec<f64>,
+    scratch_demands: Vec<f64>,
+    scratch_adjusted: Vec<f64>,
+    /// Kueue: each user's share value as of the current preemption check.
+    kueue_shares: Vec<i64>,
 }
 
 impl AnchorState {
@@ -311,6 +322,7 @@ impl AnchorState {
             fair_tree_order: (0..users).collect(),
             preemptible_running: 0,
             by_end: std::collections::BTreeSet::new(),
+            ..AnchorState::default()
         }
     }
 }
@@ -416,6 +428,7 @@ impl Sim<'_> {
                 }
             }
             SimPolicy::Armada => {
+                // `armada_wants_eviction` leaves the fair shares the round uses.
                 if self.armada_wants_eviction() {
                     self.cycles += 1;
                     self.armada_round(now);
@@ -444,9 +457,9 @@ impl Sim<'_> {
 
     /// The users with queued jobs, in user order.
     fn queued_users(&self) -> Vec<usize> {
-        let mut users: Vec<usize> = self.heads.iter().map(|&(_, u)| u).collect();
-        users.sort_unstable();
-        users
+        (0..self.users.len())
+            .filter(|&u| !self.users[u].queue.is_empty())
+            .collect()
     }
 
     /// Slurm's fair-share factor of every user (classic or Fair Tree), from usage
@@ -643,8 +656,10 @@ impl Sim<'_> {
             .min()
             .unwrap_or(u64::MAX);
         let min_any = min_queued.min(min_evicted);
+        // The users with evicted jobs join those with queued ones (the order
+        // does not matter: the heap's entries differ in their user).
         for (u, list) in evicted.iter().enumerate() {
-            if !list.is_empty() && !users.contains(&u) {
+            if !list.is_empty() && self.users[u].queue.is_empty() {
                 users.push(u);
             }
         }
@@ -656,9 +671,8 @@ impl Sim<'_> {
                 heap.push(Reverse((k, u)));
             }
         }
-        while let Some(Reverse((popped, u))) = heap.pop() {
-            let Some((key, (from_evicted, j))) =
-                self.greedy_candidate(now, u, &mut cursor[u], evicted)
+        'pass: while let Some(Reverse((popped, u))) = heap.pop() {
+            let Some((key, mut pick)) = self.greedy_candidate(now, u, &mut cursor[u], evicted)
             else {
                 continue;
             };
@@ -668,20 +682,31 @@ impl Sim<'_> {
                 heap.push(Reverse((key, u)));
                 continue;
             }
-            if from_evicted {
-                let c = u64::from(self.jobs[j].cpus);
-                self.used_cores += c;
-                self.users[u].running_cores += c;
-                kept.push(j);
-                cursor[u].0 += 1;
-            } else {
-                self.anchor_start(j, now);
-            }
-            if self.free_cores() < min_any {
-                break;
-            }
-            if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
+            loop {
+                let (from_evicted, j) = pick;
+                if from_evicted {
+                    let c = u64::from(self.jobs[j].cpus);
+                    self.used_cores += c;
+                    self.users[u].running_cores += c;
+                    kept.push(j);
+                    cursor[u].0 += 1;
+                } else {
+                    self.anchor_start(j, now);
+                }
+                if self.free_cores() < min_any {
+                    break 'pass;
+                }
+                let Some((k, next)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) else {
+                    break;
+                };
+                // Still ahead of every other queue: taken at once (pushing it
+                // would pop it straight back, with the same candidate).
+                if heap.peek().is_none_or(|Reverse(top)| (k, u) < *top) {
+                    pick = next;
+                    continue;
+                }
                 heap.push(Reverse((k, u)));
+                break;
             }
         }
         kept
@@ -748,43 +773,61 @@ impl Sim<'_> {
     }
 
     /// Whether an Armada round should evict: some job may be preempted and some
-    /// user with queued jobs holds less than its fair share.
-    fn armada_wants_eviction(&self) -> bool {
-        if self.queued_jobs == 0
-            || !self
-                .anchor
-                .running
-                .iter()
-                .any(|&j| self.jobs[j].preemptible)
-        {
+    /// user with queued jobs holds less than its fair share. When it gets that
+    /// far it leaves the fair shares in `anchor.armada_shares` for the round.
+    fn armada_wants_eviction(&mut self) -> bool {
+        if self.queued_jobs == 0 || self.anchor.preemptible_running == 0 {
             return false;
         }
-        let shares = self.armada_fair_shares();
+        self.armada_fair_shares();
+        let shares = &self.anchor.armada_shares;
         self.heads
             .iter()
             .any(|&(_, u)| (self.users[u].running_cores as f64) < shares[u] - 1e-9)
     }
 
-    /// Each user's Armada fair share in cores: `max(adjusted, w / Σ w)` over the
-    /// users with demand (adjusted: water-filling capped at demand); 0 without.
-    fn armada_fair_shares(&self) -> Vec<f64> {
+    /// Each user's Armada fair share in cores, into `anchor.armada_shares`:
+    /// `max(adjusted, w / Σ w)` over the users with demand (adjusted:
+    /// water-filling capped at demand, [`crate::sim::stats::fair_shares`], here
+    /// with its order kept between steps); 0 without.
+    fn armada_fair_shares(&mut self) {
         let capacity = f64::from(self.config.capacity);
-        let active: Vec<usize> = (0..self.users.len())
-            .filter(|&u| self.users[u].running_cores + self.users[u].queued_cores > 0)
-            .collect();
-        let weights: Vec<f64> = active.iter().map(|&u| self.users[u].weight).collect();
-        let demands: Vec<f64> = active
-            .iter()
-            .map(|&u| (self.users[u].running_cores + self.users[u].queued_cores) as f64 / capacity)
-            .collect();
-        let mut adjusted = Vec::new();
-        crate::sim::stats::fair_shares(&weights, &demands, &mut adjusted);
-        let wsum: f64 = weights.iter().sum();
-        let mut out = vec![0.0; self.users.len()];
-        for (k, &u) in active.iter().enumerate() {
-            out[u] = capacity * adjusted[k].max(weights[k] / wsum);
+        let n = self.users.len();
+        let a = &mut self.anchor;
+        a.scratch_users.clear();
+        a.scratch_weights.clear();
+        a.scratch_demands.clear();
+        for (u, user) in self.users.iter().enumerate() {
+            let demand = user.running_cores + user.queued_cores;
+            if demand > 0 {
+                a.scratch_users.push(u);
+                a.scratch_weights.push(user.weight);
+                a.scratch_demands.push(demand as f64 / capacity);
+            }
         }
-        out
+        a.scratch_adjusted.clear();
+        a.scratch_adjusted.resize(a.scratch_demands.len(), 0.0);
+        let total: f64 = a.scratch_demands.iter().sum();
+        if total <= 1.0 {
+            a.scratch_adjusted.copy_from_slice(&a.scratch_demands);
+        } else {
+            let order =
+                a.armada_order
+                    .update(&a.scratch_users, &a.scratch_weights, &a.scratch_demands, n);
+            crate::sim::stats::fill_in_order(
+                &a.scratch_weights,
+                &a.scratch_demands,
+                order,
+                &mut a.scratch_adjusted,
+            );
+        }
+        let wsum: f64 = a.scratch_weights.iter().sum();
+        a.armada_shares.clear();
+        a.armada_shares.resize(n, 0.0);
+        for (k, &u) in a.scratch_users.iter().enumerate() {
+            let w = a.scratch_weights[k];
+            a.armada_shares[u] = capacity * a.scratch_adjusted[k].max(w / wsum);
+        }
     }
 
     /// One Armada round with eviction at `now`: evicts the preemptible jobs of
@@ -792,7 +835,7 @@ impl Sim<'_> {
     /// evicted and queued jobs in cost order, preempts the evicted jobs not
     /// scheduled again.
     fn armada_round(&mut self, now: Seconds) {
-        let shares = self.armada_fair_shares();
+        let shares = std::mem::take(&mut self.anchor.armada_shares);
         let mut evicted: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
         let mut all = Vec::new();
         for &j in &self.anchor.running {
@@ -823,6 +866,7 @@ impl Sim<'_> {
                 self.preempt(j, now);
             }
         }
+        self.anchor.armada_shares = shares;
     }
 
     /// Kueue fair sharing: the first head (in admission order) that fits nowhere
@@ -860,33 +904,55 @@ impl Sim<'_> {
         if heads.is_empty() {
             return false;
         }
-        heads.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
         let floor = heads.iter().map(|h| h.2).min().unwrap_or(i64::MAX);
+        // Each user's share, once (not once per running job).
+        let mut shares = std::mem::take(&mut self.anchor.kueue_shares);
+        shares.clear();
+        shares.extend(
+            (0..self.users.len()).map(|u| share(self, u, self.users[u].running_cores as f64)),
+        );
         // Candidates of the users that can be targets: preemptible jobs admitted
         // before now, most recent first.
         let mut by_user: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
+        // The users with candidates, and the cores of their candidates.
+        let mut targets_of: Vec<(usize, f64)> = Vec::new();
         for &j in &self.anchor.running {
             let job = &self.jobs[j];
-            if job.preemptible
-                && job.start.is_some_and(|s| s < now)
-                && share(self, job.user, self.users[job.user].running_cores as f64) >= floor
-            {
+            if job.preemptible && job.start.is_some_and(|s| s < now) && shares[job.user] >= floor {
                 by_user[job.user].push(j);
             }
         }
-        for list in &mut by_user {
-            list.sort_by(|&a, &b| {
+        for (u, list) in by_user.iter_mut().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            // Unique keys (the job index breaks ties): unstable is the same order.
+            list.sort_unstable_by(|&a, &b| {
                 self.jobs[b]
                     .start
                     .unwrap_or(0.0)
                     .total_cmp(&self.jobs[a].start.unwrap_or(0.0))
                     .then(b.cmp(&a))
             });
+            let cores: f64 = list.iter().map(|&k| f64::from(self.jobs[k].cpus)).sum();
+            targets_of.push((u, cores));
         }
         let held: Vec<f64> = self.users.iter().map(|u| u.running_cores as f64).collect();
         for (_, p, p_new) in heads {
             let j = self.users[p].queue[0];
             let c = f64::from(self.jobs[j].cpus);
+            // Every target is a candidate of another queue whose share is at
+            // least the preemptor's with its workload (both strategies): if all
+            // of those would not make room, `kueue_targets` finds none.
+            let room: f64 = targets_of
+                .iter()
+                .filter(|&&(v, _)| v != p && shares[v] >= p_new)
+                .map(|&(_, cores)| cores)
+                .sum();
+            if c > free + room + 1e-9 {
+                continue;
+            }
             if let Some(targets) = kueue_targets(
                 p,
                 c,
@@ -898,6 +964,7 @@ impl Sim<'_> {
                 |k| f64::from(self.jobs[k].cpus),
                 |k| self.jobs[k].user,
             ) {
+                self.anchor.kueue_shares = shares;
                 for v in targets {
                     self.preempt(v, now);
                 }
@@ -905,6 +972,7 @@ impl Sim<'_> {
                 return true;
             }
         }
+        self.anchor.kueue_shares = shares;
         false
     }
 }
@@ -929,13 +997,16 @@ pub fn kueue_targets(
     let mut held = held.to_vec();
     let mut free = free;
     let mut targets = Vec::new();
-    let mut left: Vec<Vec<usize>> = candidates.to_vec();
-    left[p].clear();
+    // Each queue's candidates not yet taken or set aside: `candidates[v][next[v]..]`
+    // (the preemptor's own queue is no target).
+    let mut next: Vec<usize> = vec![0; candidates.len()];
     let fits = |free: f64| need <= free + 1e-9;
     // Strategy 1: LessThanOrEqualToFinalShare, target queues by share, highest
     // first (ties: lower user index), re-ranked after each preemption.
     let mut retry: Vec<usize> = Vec::new();
-    let mut active: Vec<usize> = (0..left.len()).filter(|&u| !left[u].is_empty()).collect();
+    let mut active: Vec<usize> = (0..candidates.len())
+        .filter(|&u| u != p && !candidates[u].is_empty())
+        .collect();
     while !fits(free) {
         let Some((at, &v)) = active.iter().enumerate().max_by(|a, b| {
             share(*a.1, held[*a.1])
@@ -944,23 +1015,26 @@ pub fn kueue_targets(
         }) else {
             break;
         };
-        let found = left[v]
+        let left = &candidates[v][next[v]..];
+        let found = left
             .iter()
             .position(|&z| p_new <= share(v, held[v] - cpus(z)));
         match found {
             Some(i) => {
                 // Those before it stay candidates for strategy 2.
-                retry.extend(left[v].drain(..i));
-                let z = left[v].remove(0);
+                retry.extend_from_slice(&left[..i]);
+                let z = left[i];
+                next[v] += i + 1;
                 held[v] -= cpus(z);
                 free += cpus(z);
                 targets.push(z);
-                if left[v].is_empty() {
+                if next[v] == candidates[v].len() {
                     active.swap_remove(at);
                 }
             }
             None => {
-                retry.append(&mut left[v]);
+                retry.extend_from_slice(left);
+                next[v] = candidates[v].len();
                 active.swap_remove(at);
             }
         }
