@@ -291,6 +291,10 @@ pub(super) struct AnchorState {
     fair_tree_order: Vec<usize>,
     /// Running preemptible jobs.
     pub(super) preemptible_running: usize,
+    /// Per user, the cores of its running preemptible jobs (what an Armada
+    /// round could evict), and their sum.
+    preemptible_cores: Vec<u64>,
+    preemptible_cores_all: u64,
     /// Slurm: running jobs by expected end (start + estimate as [`time_key`]
     /// bits; `u64::MAX` without an estimate), then index.
     by_end: std::collections::BTreeSet<(u64, usize)>,
@@ -305,6 +309,12 @@ pub(super) struct AnchorState {
     scratch_adjusted: Vec<f64>,
     /// Kueue: each user's share value as of the current preemption check.
     kueue_shares: Vec<i64>,
+    /// Changes to what runs and what queues (starts, finishes, preemptions,
+    /// submits), counted; and, after an Armada step that changed nothing, the
+    /// count then and the cycles that step counted (`None`: the last step
+    /// changed something).
+    changes: u64,
+    idle_at: Option<(u64, u64)>,
 }
 
 impl AnchorState {
@@ -321,6 +331,8 @@ impl AnchorState {
             user_sizes: vec![std::collections::BTreeMap::new(); users],
             fair_tree_order: (0..users).collect(),
             preemptible_running: 0,
+            preemptible_cores: vec![0; users],
+            preemptible_cores_all: 0,
             by_end: std::collections::BTreeSet::new(),
             ..AnchorState::default()
         }
@@ -351,8 +363,10 @@ impl Sim<'_> {
     /// Records job `j` as running (`true`, started at `now`) or not (still
     /// holding its start).
     pub(super) fn anchor_running(&mut self, j: usize, running: bool, now: Seconds) {
+        self.anchor.changes += 1;
         let job = &self.jobs[j];
         let preemptible = job.preemptible;
+        let (u, cpus) = (job.user, u64::from(job.cpus));
         if matches!(
             self.config.policy,
             SimPolicy::SlurmMultifactor | SimPolicy::SlurmFairTree
@@ -373,8 +387,16 @@ impl Sim<'_> {
             a.running_pos[j] = a.running.len();
             a.running.push(j);
             a.preemptible_running += usize::from(preemptible);
+            if preemptible {
+                a.preemptible_cores[u] += cpus;
+                a.preemptible_cores_all += cpus;
+            }
         } else if let Some(&p) = a.running_pos.get(j).filter(|&&p| p != usize::MAX) {
             a.preemptible_running -= usize::from(preemptible);
+            if preemptible {
+                a.preemptible_cores[u] -= cpus;
+                a.preemptible_cores_all -= cpus;
+            }
             a.running.swap_remove(p);
             if let Some(&moved) = a.running.get(p) {
                 a.running_pos[moved] = p;
@@ -385,6 +407,7 @@ impl Sim<'_> {
 
     /// Counts a queued job of `cpus` cores in (`true`) or out.
     pub(super) fn anchor_queued(&mut self, u: usize, cpus: u32, queued: bool) {
+        self.anchor.changes += 1;
         fn count(sizes: &mut std::collections::BTreeMap<u32, usize>, cpus: u32, queued: bool) {
             if queued {
                 *sizes.entry(cpus).or_default() += 1;
@@ -427,31 +450,63 @@ impl Sim<'_> {
                     self.slurm_pass(now);
                 }
             }
-            SimPolicy::Armada => {
-                // `armada_wants_eviction` leaves the fair shares the round uses.
-                if self.armada_wants_eviction() {
-                    self.cycles += 1;
-                    self.armada_round(now);
-                } else if self.anchor_some_fits() {
-                    self.cycles += 1;
-                    self.greedy_pass(now, &mut Vec::new());
+            SimPolicy::Armada | SimPolicy::KueueFairSharing => {
+                // A step changes nothing at the state a step that changed
+                // nothing left: neither policy's decisions depend on the time
+                // (Kueue's candidates were admitted before now, and a step
+                // that changed nothing admitted none), only on what runs and
+                // what queues. Counted as that step was.
+                let changes = self.anchor.changes;
+                if let Some((at, counted)) = self.anchor.idle_at {
+                    if at == changes && self.scaler.is_none() {
+                        self.cycles += counted;
+                        return;
+                    }
                 }
+                let cycles = self.cycles;
+                if self.config.policy == SimPolicy::Armada {
+                    self.armada_step(now);
+                } else {
+                    loop {
+                        if self.anchor_some_fits() {
+                            self.cycles += 1;
+                            self.greedy_pass(now, &mut Vec::new());
+                        }
+                        if !self.kueue_preempt_once(now) {
+                            break;
+                        }
+                    }
+                }
+                self.anchor.idle_at =
+                    (self.anchor.changes == changes).then_some((changes, self.cycles - cycles));
             }
-            SimPolicy::KueueFairSharing => loop {
-                if self.anchor_some_fits() {
-                    self.cycles += 1;
-                    self.greedy_pass(now, &mut Vec::new());
-                }
-                if !self.kueue_preempt_once(now) {
-                    break;
-                }
-            },
             _ => {
                 if self.anchor_some_fits() {
                     self.cycles += 1;
                     self.greedy_pass(now, &mut Vec::new());
                 }
             }
+        }
+    }
+
+    /// One Armada step at `now`: an eviction round if some user waits below
+    /// its fair share, else the plain pass if a queued job fits.
+    fn armada_step(&mut self, now: Seconds) {
+        // `armada_wants_eviction` leaves the fair shares the round uses.
+        if self.armada_wants_eviction() {
+            self.cycles += 1;
+            let shares = std::mem::take(&mut self.anchor.armada_shares);
+            let plain = self.armada_round_is_plain(&shares);
+            self.anchor.armada_shares = shares;
+            if !plain {
+                self.armada_round(now);
+            } else if self.anchor_some_fits() {
+                let start_free = self.armada_round_start_free();
+                self.greedy_pass_from(now, &mut Vec::new(), Some(&start_free));
+            }
+        } else if self.anchor_some_fits() {
+            self.cycles += 1;
+            self.greedy_pass(now, &mut Vec::new());
         }
     }
 
@@ -635,6 +690,17 @@ impl Sim<'_> {
     /// `evicted` jobs, for Armada, before its queued ones). Returns the evicted
     /// jobs scheduled again.
     fn greedy_pass(&mut self, now: Seconds, evicted: &mut [Vec<usize>]) -> Vec<usize> {
+        self.greedy_pass_from(now, evicted, None)
+    }
+
+    /// [`Self::greedy_pass`], each user's first candidate chosen against
+    /// `start_free[u]` free cores instead of the free cores now (with `Some`).
+    fn greedy_pass_from(
+        &mut self,
+        now: Seconds,
+        evicted: &mut [Vec<usize>],
+        start_free: Option<&[u64]>,
+    ) -> Vec<usize> {
         let mut kept = Vec::new();
         let min_queued = self
             .anchor
@@ -667,7 +733,8 @@ impl Sim<'_> {
         let mut cursor: Vec<(usize, usize)> = vec![(0, 0); self.users.len()];
         let mut heap: BinaryHeap<Reverse<(Key, usize)>> = BinaryHeap::new();
         for u in users {
-            if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
+            let free = start_free.map_or(self.free_cores(), |f| f[u]);
+            if let Some((k, _)) = self.greedy_candidate_at(free, now, u, &mut cursor[u], evicted) {
                 heap.push(Reverse((k, u)));
             }
         }
@@ -721,7 +788,18 @@ impl Sim<'_> {
         cursor: &mut (usize, usize),
         evicted: &[Vec<usize>],
     ) -> Option<(Key, (bool, usize))> {
-        let free = self.free_cores();
+        self.greedy_candidate_at(self.free_cores(), now, u, cursor, evicted)
+    }
+
+    /// [`Self::greedy_candidate`] against `free` free cores.
+    fn greedy_candidate_at(
+        &self,
+        free: u64,
+        now: Seconds,
+        u: usize,
+        cursor: &mut (usize, usize),
+        evicted: &[Vec<usize>],
+    ) -> Option<(Key, (bool, usize))> {
         let mut pick = None;
         if let Some(list) = evicted.get(u) {
             while let Some(&j) = list.get(cursor.0) {
@@ -786,6 +864,46 @@ impl Sim<'_> {
             .any(|&(_, u)| (self.users[u].running_cores as f64) < shares[u] - 1e-9)
     }
 
+    /// Whether an Armada eviction round at this state provably places exactly
+    /// what the plain pass places and preempts nothing: every queued job's key
+    /// is above the key of every job the round evicts. The round's pass (the
+    /// smallest key first) then places every evicted job before any queued one,
+    /// each fitting, since the free cores are at least the evicted cores not yet
+    /// placed back; once all are back the state is the one before the round and
+    /// what follows is the plain pass (which places, at each turn, the queue
+    /// whose current key is the smallest, however stale its heap entry). A
+    /// queued job of user `u` has a key of at least `(h_u + c_u) / C / w_u`
+    /// (`c_u` its fewest queued cores, `h_u` what it holds, which the round
+    /// gives back in full), and none fits that asks for more than the free cores
+    /// plus every preemptible core; an evicted job of user `v` has a key of at
+    /// most `h_v / C / w_v`, over the users the round evicts (`shares`: the fair
+    /// shares it uses).
+    fn armada_round_is_plain(&self, shares: &[f64]) -> bool {
+        if self.queued_jobs == 0 || self.anchor.preemptible_running == 0 {
+            return true;
+        }
+        let capacity = f64::from(self.config.capacity);
+        let a = &self.anchor;
+        let top = self
+            .users
+            .iter()
+            .enumerate()
+            .filter(|&(u, user)| {
+                a.preemptible_cores[u] > 0
+                    && shares[u] > 0.0
+                    && user.running_cores as f64 / shares[u] > ARMADA_PROTECTED_FRACTION
+            })
+            .map(|(_, user)| user.running_cores as f64 / capacity / user.weight)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let most_free = self.free_cores() + a.preemptible_cores_all;
+        self.heads.iter().all(|&(_, u)| {
+            let least = self.user_min_queued(u);
+            let user = &self.users[u];
+            least > most_free
+                || (user.running_cores as f64 + least as f64) / capacity / user.weight > top
+        })
+    }
+
     /// Each user's Armada fair share in cores, into `anchor.armada_shares`:
     /// `max(adjusted, w / Σ w)` over the users with demand (adjusted:
     /// water-filling capped at demand, [`crate::sim::stats::fair_shares`], here
@@ -828,6 +946,60 @@ impl Sim<'_> {
             let w = a.scratch_weights[k];
             a.armada_shares[u] = capacity * a.scratch_adjusted[k].max(w / wsum);
         }
+    }
+
+    /// For a round [`Self::armada_round_is_plain`] found to place every
+    /// evicted job first, the free cores against which its pass chooses each
+    /// queued user's first candidate: all evicted jobs' cores free (the pass's
+    /// start) for a user the round does not evict; for one it does, the free
+    /// cores when its last evicted job is placed back, the evicted jobs being
+    /// placed in the order of their keys (each queue's keys increase).
+    fn armada_round_start_free(&self) -> Vec<u64> {
+        let capacity = f64::from(self.config.capacity);
+        let shares = &self.anchor.armada_shares;
+        let mut lists: Vec<Vec<(Key, usize, u64)>> = vec![Vec::new(); self.users.len()];
+        let mut all: Vec<usize> = Vec::new();
+        for &j in &self.anchor.running {
+            let job = &self.jobs[j];
+            let u = job.user;
+            let held = self.users[u].running_cores as f64;
+            if job.preemptible && shares[u] > 0.0 && held / shares[u] > ARMADA_PROTECTED_FRACTION {
+                all.push(j);
+            }
+        }
+        all.sort_unstable();
+        let mut base: Vec<u64> = self.users.iter().map(|u| u.running_cores).collect();
+        let mut evicted_cores = 0;
+        for &j in &all {
+            let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
+            base[u] -= c;
+            evicted_cores += c;
+        }
+        for &j in &all {
+            let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
+            base[u] += c;
+            let key = Key(
+                base[u] as f64 / capacity / self.users[u].weight,
+                u as f64,
+                j as u64,
+            );
+            lists[u].push((key, u, c));
+        }
+        let free = self.free_cores();
+        let mut start = vec![free + evicted_cores; self.users.len()];
+        for v in 0..self.users.len() {
+            let Some(&last) = lists[v].last() else {
+                continue;
+            };
+            let later: u64 = lists
+                .iter()
+                .flatten()
+                .filter(|e| (e.0, e.1) > (last.0, last.1))
+                .map(|e| e.2)
+                .sum();
+            start[v] = free + later;
+        }
+        start
     }
 
     /// One Armada round with eviction at `now`: evicts the preemptible jobs of
