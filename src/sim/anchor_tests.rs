@@ -531,6 +531,45 @@ fn armada_protects_a_queue_at_its_fair_share() {
     assert_eq!(starts(&outcome)[&5], 100.0);
 }
 
+/// A round the fast paths take, counted as the full round would be. Capacity 3,
+/// all preemptible, equal weights: a's jobs 1 (1 core, 1000 s) and 2 (1 core,
+/// 900 s) and b's job 3 (1 core, 50 s) at 0, c's jobs 4 (1 core, 10 s) and 5
+/// (3 cores, 10 s) at 5.
+/// - 0: nothing runs, the plain pass starts 1, 3, 2 (cycle 1).
+/// - 5: fair shares 1 core each (b's demand 1/3, then a and c 1/3 each); a holds
+///   2, so 1 and 2 are evicted; by cost a:1 (1/3, a before c), c:4 (1/3), then
+///   a:2 (2/3) no longer fits: job 2 is preempted (5 core-seconds lost) and its
+///   first run's finish, at 900, is stale (cycle 2).
+/// - 15: 4 ends; shares 1 each, nobody above: the round is the plain pass, which
+///   starts 2 (cycle 3).
+/// - 50: 3 ends; shares 1.5 each, a (2) above, c (0) below: the round evicts 1
+///   and 2 (keys up to 2/3), c's only job would have key 3/3 > 2/3, so all come
+///   back first and then nothing fits: no change (cycle 4).
+/// - 900: only the stale finish: the state the step at 50 left, skipped and
+///   counted as that step (cycle 5).
+/// - 915: 2 ends; shares a 1.5, c 2; nobody above, job 5 does not fit the 2 free
+///   cores (cycle 6).
+/// - 1000: 1 ends, nothing preemptible runs: the plain pass starts 5 (cycle 7).
+#[test]
+fn armada_counts_the_rounds_it_proves_change_nothing() {
+    let trace = vec![
+        job(1, 0.0, 1000.0, 1, "a"),
+        job(2, 0.0, 900.0, 1, "a"),
+        job(3, 0.0, 50.0, 1, "b"),
+        job(4, 5.0, 10.0, 1, "c"),
+        job(5, 5.0, 10.0, 3, "c"),
+    ];
+    let outcome = run(SimPolicy::Armada, 3, &trace, true);
+    expect(
+        &outcome,
+        &[(1, 0.0), (2, 15.0), (3, 0.0), (4, 5.0), (5, 1000.0)],
+    );
+    assert_eq!(outcome.preemptions, 1);
+    assert_eq!(outcome.lost_core_s, 5.0);
+    assert_eq!(outcome.steps, 8);
+    assert_eq!(outcome.cycles, 7);
+}
+
 // --- YuniKorn ---
 
 /// Capacity 1, everything 100 s. At 0 a sends job 1, b jobs 2 and 3: both hold
