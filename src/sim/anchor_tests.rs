@@ -177,6 +177,49 @@ fn slurm_fair_tree_serves_users_in_rank_order() {
     );
 }
 
+/// Where the two fair-share factors part (capacity 1, equal shares of 1/3): a
+/// ran 100 s, b 200 s, c then holds the core for 100,000 s, so a's and b's
+/// normalized usage are tiny (about 0.001 and 0.002 of everyone's). At 100,300 b's
+/// job 4 (submitted at 400) and a's job 5 (at 50,000) wait. Classic:
+/// `10000 · 2^(−U/S)` is about 9979 for a and 9959 for b, 21 points apart, while
+/// b's extra 49,600 s of age is worth 1000 · 49,600 / 604,800 = 82: b (about
+/// 10,123) goes before a (about 10,062). Fair Tree ranks the users by `S/U`: a
+/// first (factor 3/3: 10,083), b second (2/3: 6,831): a goes first. Before that:
+/// at 100 b's job 2 and c's job 3 have no usage and tie (10,000); b's submitted
+/// first.
+#[test]
+fn slurm_fair_tree_ranks_where_classic_lets_age_decide() {
+    let trace = vec![
+        job(1, 0.0, 100.0, 1, "a"),
+        job(2, 0.0, 200.0, 1, "b"),
+        job(3, 1.0, 100_000.0, 1, "c"),
+        job(4, 400.0, 10.0, 1, "b"),
+        job(5, 50_000.0, 10.0, 1, "a"),
+    ];
+    let classic = run(SimPolicy::SlurmMultifactor, 1, &trace, false);
+    expect(
+        &classic,
+        &[
+            (1, 0.0),
+            (2, 100.0),
+            (3, 300.0),
+            (4, 100_300.0),
+            (5, 100_310.0),
+        ],
+    );
+    let tree = run(SimPolicy::SlurmFairTree, 1, &trace, false);
+    expect(
+        &tree,
+        &[
+            (1, 0.0),
+            (2, 100.0),
+            (3, 300.0),
+            (5, 100_300.0),
+            (4, 100_310.0),
+        ],
+    );
+}
+
 // --- Kueue AFS ---
 
 /// Capacity 2. a: jobs 1–4 (1 core, 100 s) at 0; b: job 5 at 10. Jobs 1 and 2
@@ -355,7 +398,90 @@ fn kueue_targets_follow_the_two_strategies_and_give_back_what_is_not_needed() {
     assert_eq!(got, Some(vec![1]));
 }
 
+/// fillBackWorkloads: user 2 needs 2 cores, none free, 250 with them (capacity
+/// 8: `share(u, c) = floor(125 c)`). User 0 holds 6 cores (750); its candidates,
+/// newest first: job 0 (1 core), job 1 (2 cores). Strategy 1 takes job 0 (250 ≤
+/// share of 5 = 625): 1 free, not enough; then job 1 (250 ≤ share of 3 = 375): 3
+/// free. Given back, newest target first but never the last: without job 0 2
+/// cores are still free, enough: only job 1 is preempted.
+#[test]
+fn kueue_targets_give_back_a_target_the_preemptor_does_not_need() {
+    let cpus = [1.0, 2.0];
+    let users = [0, 0];
+    let got = kueue_targets(
+        2,
+        2.0,
+        0.0,
+        250,
+        &[6.0, 0.0, 0.0],
+        &[vec![0, 1], vec![], vec![]],
+        |_u, c| kueue_share(c, 8.0, 1.0),
+        |k| cpus[k],
+        |k| users[k],
+    );
+    assert_eq!(got, Some(vec![1]));
+}
+
 // --- Armada ---
+
+/// The DRF cost follows the weights: capacity 4, a holds 2 cores (job 1), b 1
+/// (job 2); at 10 each asks for the last core. Cost with the job, `cores / C / w`:
+/// equal weights, a 3/4, b 2/4: b's job 4 first (a's job 3 at 100). With a's
+/// weight 2, a's cost is 3/8 < 2/4: a's job 3 first (b's job 4 at 100).
+#[test]
+fn armada_queue_cost_divides_by_the_weight() {
+    let trace = vec![
+        job(1, 0.0, 100.0, 2, "a"),
+        job(2, 0.0, 100.0, 1, "b"),
+        job(3, 10.0, 100.0, 1, "a"),
+        job(4, 10.0, 100.0, 1, "b"),
+    ];
+    let equal = run(SimPolicy::Armada, 4, &trace, false);
+    expect(&equal, &[(1, 0.0), (2, 0.0), (4, 10.0), (3, 100.0)]);
+    let mut config = SimConfig::new(SimPolicy::Armada, 4);
+    config.weights.insert("a".to_owned(), 2.0);
+    let weighted = simulate(&trace, &config);
+    expect(&weighted, &[(1, 0.0), (2, 0.0), (3, 10.0), (4, 100.0)]);
+}
+
+/// Preemption to a weighted fair share: capacity 4, all preemptible, a (weight 3)
+/// runs jobs 1–4 (1 core, 100 s) from 0, b (weight 1) sends jobs 5 and 6 at 10.
+/// Water-filling: a's demand 1.0 and b's 0.5 both exceed `w · 1/4`, so a's share
+/// is 0.75 (3 cores), b's 0.25. a holds 4 > 3: all four evicted, rescheduled by
+/// cost with the job: a 1/12, 2/12, then a 3/12 and b 1/4 tie (a, first in queue
+/// order, wins), then b 1/4 against a 4/12: b's job 5. Full: job 4 is preempted
+/// (10 core-seconds lost). At 100 b (1 core held, share 2 of the then 3 cores of
+/// demand) is below its share but nobody is above: jobs 4 and 6 start at 100.
+#[test]
+fn armada_preempts_down_to_the_weighted_fair_share() {
+    let trace = vec![
+        job(1, 0.0, 100.0, 1, "a"),
+        job(2, 0.0, 100.0, 1, "a"),
+        job(3, 0.0, 100.0, 1, "a"),
+        job(4, 0.0, 100.0, 1, "a"),
+        job(5, 10.0, 100.0, 1, "b"),
+        job(6, 10.0, 100.0, 1, "b"),
+    ];
+    let mut config = SimConfig {
+        preemptible: Preemptible::All,
+        ..SimConfig::new(SimPolicy::Armada, 4)
+    };
+    config.weights.insert("a".to_owned(), 3.0);
+    let outcome = simulate(&trace, &config);
+    expect(
+        &outcome,
+        &[
+            (1, 0.0),
+            (2, 0.0),
+            (3, 0.0),
+            (4, 100.0),
+            (5, 10.0),
+            (6, 100.0),
+        ],
+    );
+    assert_eq!(outcome.preemptions, 1);
+    assert_eq!(outcome.lost_core_s, 10.0);
+}
 
 /// Capacity 4, all preemptible. a's jobs 1–4 (1 core, 100 s) at 0; b's jobs 5 and
 /// 6 at 10. Fair shares (demand-capped): 0.5 each; a holds 1.0 > 1.0 × 0.5, so
@@ -405,6 +531,45 @@ fn armada_protects_a_queue_at_its_fair_share() {
     assert_eq!(starts(&outcome)[&5], 100.0);
 }
 
+/// A round the fast paths take, counted as the full round would be. Capacity 3,
+/// all preemptible, equal weights: a's jobs 1 (1 core, 1000 s) and 2 (1 core,
+/// 900 s) and b's job 3 (1 core, 50 s) at 0, c's jobs 4 (1 core, 10 s) and 5
+/// (3 cores, 10 s) at 5.
+/// - 0: nothing runs, the plain pass starts 1, 3, 2 (cycle 1).
+/// - 5: fair shares 1 core each (b's demand 1/3, then a and c 1/3 each); a holds
+///   2, so 1 and 2 are evicted; by cost a:1 (1/3, a before c), c:4 (1/3), then
+///   a:2 (2/3) no longer fits: job 2 is preempted (5 core-seconds lost) and its
+///   first run's finish, at 900, is stale (cycle 2).
+/// - 15: 4 ends; shares 1 each, nobody above: the round is the plain pass, which
+///   starts 2 (cycle 3).
+/// - 50: 3 ends; shares 1.5 each, a (2) above, c (0) below: the round evicts 1
+///   and 2 (keys up to 2/3), c's only job would have key 3/3 > 2/3, so all come
+///   back first and then nothing fits: no change (cycle 4).
+/// - 900: only the stale finish: the state the step at 50 left, skipped and
+///   counted as that step (cycle 5).
+/// - 915: 2 ends; shares a 1.5, c 2; nobody above, job 5 does not fit the 2 free
+///   cores (cycle 6).
+/// - 1000: 1 ends, nothing preemptible runs: the plain pass starts 5 (cycle 7).
+#[test]
+fn armada_counts_the_rounds_it_proves_change_nothing() {
+    let trace = vec![
+        job(1, 0.0, 1000.0, 1, "a"),
+        job(2, 0.0, 900.0, 1, "a"),
+        job(3, 0.0, 50.0, 1, "b"),
+        job(4, 5.0, 10.0, 1, "c"),
+        job(5, 5.0, 10.0, 3, "c"),
+    ];
+    let outcome = run(SimPolicy::Armada, 3, &trace, true);
+    expect(
+        &outcome,
+        &[(1, 0.0), (2, 15.0), (3, 0.0), (4, 5.0), (5, 1000.0)],
+    );
+    assert_eq!(outcome.preemptions, 1);
+    assert_eq!(outcome.lost_core_s, 5.0);
+    assert_eq!(outcome.steps, 8);
+    assert_eq!(outcome.cycles, 7);
+}
+
 // --- YuniKorn ---
 
 /// Capacity 1, everything 100 s. At 0 a sends job 1, b jobs 2 and 3: both hold
@@ -440,6 +605,28 @@ fn yunikorn_orders_queues_by_allocated_over_guaranteed() {
     // With equal weights b (2 of 3) goes before a (3 of 3).
     let outcome = run(SimPolicy::YuniKorn, 6, &trace, false);
     expect(&outcome, &[(1, 0.0), (2, 0.0), (3, 10.0), (4, 100.0)]);
+}
+
+/// An ask that does not fit is skipped, not waited for: capacity 4, a's job 1 (2
+/// cores) and b's job 2 (1 core) run from 0. At 10 b asks for 2 cores (job 3)
+/// and 1 (job 4), a for 1 (job 5), one core free. b (1 of its 2 guaranteed:
+/// 0.5) goes before a (2 of 2: 1.0); its job 3 does not fit, its job 4 does: job
+/// 4 at 10. At 60 job 4 ends: b's job 3 still does not fit, a's job 5 does. At
+/// 100 jobs 1 and 2 end and job 3 starts.
+#[test]
+fn yunikorn_skips_an_ask_that_does_not_fit() {
+    let trace = vec![
+        job(1, 0.0, 100.0, 2, "a"),
+        job(2, 0.0, 100.0, 1, "b"),
+        job(3, 10.0, 50.0, 2, "b"),
+        job(4, 10.0, 50.0, 1, "b"),
+        job(5, 10.0, 50.0, 1, "a"),
+    ];
+    let outcome = run(SimPolicy::YuniKorn, 4, &trace, false);
+    expect(
+        &outcome,
+        &[(1, 0.0), (2, 0.0), (4, 10.0), (5, 60.0), (3, 100.0)],
+    );
 }
 
 /// YuniKorn never preempts, nor do the Slurm variants or Kueue AFS: with every

@@ -291,9 +291,30 @@ pub(super) struct AnchorState {
     fair_tree_order: Vec<usize>,
     /// Running preemptible jobs.
     pub(super) preemptible_running: usize,
+    /// Per user, the cores of its running preemptible jobs (what an Armada
+    /// round could evict), and their sum.
+    preemptible_cores: Vec<u64>,
+    preemptible_cores_all: u64,
     /// Slurm: running jobs by expected end (start + estimate as [`time_key`]
     /// bits; `u64::MAX` without an estimate), then index.
     by_end: std::collections::BTreeSet<(u64, usize)>,
+    /// Armada: each user's fair share in cores as of the step's start
+    /// ([`Sim::armada_fair_shares`]), and the water-filling order kept between
+    /// steps (as the fairness bookkeeping keeps its own), with scratch arrays.
+    armada_shares: Vec<f64>,
+    armada_order: super::fairness::ShareOrder,
+    scratch_users: Vec<usize>,
+    scratch_weights: Vec<f64>,
+    scratch_demands: Vec<f64>,
+    scratch_adjusted: Vec<f64>,
+    /// Kueue: each user's share value as of the current preemption check.
+    kueue_shares: Vec<i64>,
+    /// Changes to what runs and what queues (starts, finishes, preemptions,
+    /// submits), counted; and, after an Armada step that changed nothing, the
+    /// count then and the cycles that step counted (`None`: the last step
+    /// changed something).
+    changes: u64,
+    idle_at: Option<(u64, u64)>,
 }
 
 impl AnchorState {
@@ -310,7 +331,10 @@ impl AnchorState {
             user_sizes: vec![std::collections::BTreeMap::new(); users],
             fair_tree_order: (0..users).collect(),
             preemptible_running: 0,
+            preemptible_cores: vec![0; users],
+            preemptible_cores_all: 0,
             by_end: std::collections::BTreeSet::new(),
+            ..AnchorState::default()
         }
     }
 }
@@ -339,8 +363,10 @@ impl Sim<'_> {
     /// Records job `j` as running (`true`, started at `now`) or not (still
     /// holding its start).
     pub(super) fn anchor_running(&mut self, j: usize, running: bool, now: Seconds) {
+        self.anchor.changes += 1;
         let job = &self.jobs[j];
         let preemptible = job.preemptible;
+        let (u, cpus) = (job.user, u64::from(job.cpus));
         if matches!(
             self.config.policy,
             SimPolicy::SlurmMultifactor | SimPolicy::SlurmFairTree
@@ -361,8 +387,16 @@ impl Sim<'_> {
             a.running_pos[j] = a.running.len();
             a.running.push(j);
             a.preemptible_running += usize::from(preemptible);
+            if preemptible {
+                a.preemptible_cores[u] += cpus;
+                a.preemptible_cores_all += cpus;
+            }
         } else if let Some(&p) = a.running_pos.get(j).filter(|&&p| p != usize::MAX) {
             a.preemptible_running -= usize::from(preemptible);
+            if preemptible {
+                a.preemptible_cores[u] -= cpus;
+                a.preemptible_cores_all -= cpus;
+            }
             a.running.swap_remove(p);
             if let Some(&moved) = a.running.get(p) {
                 a.running_pos[moved] = p;
@@ -373,6 +407,7 @@ impl Sim<'_> {
 
     /// Counts a queued job of `cpus` cores in (`true`) or out.
     pub(super) fn anchor_queued(&mut self, u: usize, cpus: u32, queued: bool) {
+        self.anchor.changes += 1;
         fn count(sizes: &mut std::collections::BTreeMap<u32, usize>, cpus: u32, queued: bool) {
             if queued {
                 *sizes.entry(cpus).or_default() += 1;
@@ -415,24 +450,36 @@ impl Sim<'_> {
                     self.slurm_pass(now);
                 }
             }
-            SimPolicy::Armada => {
-                if self.armada_wants_eviction() {
-                    self.cycles += 1;
-                    self.armada_round(now);
-                } else if self.anchor_some_fits() {
-                    self.cycles += 1;
-                    self.greedy_pass(now, &mut Vec::new());
+            SimPolicy::Armada | SimPolicy::KueueFairSharing => {
+                // A step changes nothing at the state a step that changed
+                // nothing left: neither policy's decisions depend on the time
+                // (Kueue's candidates were admitted before now, and a step
+                // that changed nothing admitted none), only on what runs and
+                // what queues. Counted as that step was.
+                let changes = self.anchor.changes;
+                if let Some((at, counted)) = self.anchor.idle_at {
+                    if at == changes && self.scaler.is_none() {
+                        self.cycles += counted;
+                        return;
+                    }
                 }
+                let cycles = self.cycles;
+                if self.config.policy == SimPolicy::Armada {
+                    self.armada_step(now);
+                } else {
+                    loop {
+                        if self.anchor_some_fits() {
+                            self.cycles += 1;
+                            self.greedy_pass(now, &mut Vec::new());
+                        }
+                        if !self.kueue_preempt_once(now) {
+                            break;
+                        }
+                    }
+                }
+                self.anchor.idle_at =
+                    (self.anchor.changes == changes).then_some((changes, self.cycles - cycles));
             }
-            SimPolicy::KueueFairSharing => loop {
-                if self.anchor_some_fits() {
-                    self.cycles += 1;
-                    self.greedy_pass(now, &mut Vec::new());
-                }
-                if !self.kueue_preempt_once(now) {
-                    break;
-                }
-            },
             _ => {
                 if self.anchor_some_fits() {
                     self.cycles += 1;
@@ -442,11 +489,32 @@ impl Sim<'_> {
         }
     }
 
+    /// One Armada step at `now`: an eviction round if some user waits below
+    /// its fair share, else the plain pass if a queued job fits.
+    fn armada_step(&mut self, now: Seconds) {
+        // `armada_wants_eviction` leaves the fair shares the round uses.
+        if self.armada_wants_eviction() {
+            self.cycles += 1;
+            let shares = std::mem::take(&mut self.anchor.armada_shares);
+            let plain = self.armada_round_is_plain(&shares);
+            self.anchor.armada_shares = shares;
+            if !plain {
+                self.armada_round(now);
+            } else if self.anchor_some_fits() {
+                let start_free = self.armada_round_start_free();
+                self.greedy_pass_from(now, &mut Vec::new(), Some(&start_free));
+            }
+        } else if self.anchor_some_fits() {
+            self.cycles += 1;
+            self.greedy_pass(now, &mut Vec::new());
+        }
+    }
+
     /// The users with queued jobs, in user order.
     fn queued_users(&self) -> Vec<usize> {
-        let mut users: Vec<usize> = self.heads.iter().map(|&(_, u)| u).collect();
-        users.sort_unstable();
-        users
+        (0..self.users.len())
+            .filter(|&u| !self.users[u].queue.is_empty())
+            .collect()
     }
 
     /// Slurm's fair-share factor of every user (classic or Fair Tree), from usage
@@ -622,6 +690,17 @@ impl Sim<'_> {
     /// `evicted` jobs, for Armada, before its queued ones). Returns the evicted
     /// jobs scheduled again.
     fn greedy_pass(&mut self, now: Seconds, evicted: &mut [Vec<usize>]) -> Vec<usize> {
+        self.greedy_pass_from(now, evicted, None)
+    }
+
+    /// [`Self::greedy_pass`], each user's first candidate chosen against
+    /// `start_free[u]` free cores instead of the free cores now (with `Some`).
+    fn greedy_pass_from(
+        &mut self,
+        now: Seconds,
+        evicted: &mut [Vec<usize>],
+        start_free: Option<&[u64]>,
+    ) -> Vec<usize> {
         let mut kept = Vec::new();
         let min_queued = self
             .anchor
@@ -643,8 +722,10 @@ impl Sim<'_> {
             .min()
             .unwrap_or(u64::MAX);
         let min_any = min_queued.min(min_evicted);
+        // The users with evicted jobs join those with queued ones (the order
+        // does not matter: the heap's entries differ in their user).
         for (u, list) in evicted.iter().enumerate() {
-            if !list.is_empty() && !users.contains(&u) {
+            if !list.is_empty() && self.users[u].queue.is_empty() {
                 users.push(u);
             }
         }
@@ -652,13 +733,13 @@ impl Sim<'_> {
         let mut cursor: Vec<(usize, usize)> = vec![(0, 0); self.users.len()];
         let mut heap: BinaryHeap<Reverse<(Key, usize)>> = BinaryHeap::new();
         for u in users {
-            if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
+            let free = start_free.map_or(self.free_cores(), |f| f[u]);
+            if let Some((k, _)) = self.greedy_candidate_at(free, now, u, &mut cursor[u], evicted) {
                 heap.push(Reverse((k, u)));
             }
         }
-        while let Some(Reverse((popped, u))) = heap.pop() {
-            let Some((key, (from_evicted, j))) =
-                self.greedy_candidate(now, u, &mut cursor[u], evicted)
+        'pass: while let Some(Reverse((popped, u))) = heap.pop() {
+            let Some((key, mut pick)) = self.greedy_candidate(now, u, &mut cursor[u], evicted)
             else {
                 continue;
             };
@@ -668,20 +749,31 @@ impl Sim<'_> {
                 heap.push(Reverse((key, u)));
                 continue;
             }
-            if from_evicted {
-                let c = u64::from(self.jobs[j].cpus);
-                self.used_cores += c;
-                self.users[u].running_cores += c;
-                kept.push(j);
-                cursor[u].0 += 1;
-            } else {
-                self.anchor_start(j, now);
-            }
-            if self.free_cores() < min_any {
-                break;
-            }
-            if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
+            loop {
+                let (from_evicted, j) = pick;
+                if from_evicted {
+                    let c = u64::from(self.jobs[j].cpus);
+                    self.used_cores += c;
+                    self.users[u].running_cores += c;
+                    kept.push(j);
+                    cursor[u].0 += 1;
+                } else {
+                    self.anchor_start(j, now);
+                }
+                if self.free_cores() < min_any {
+                    break 'pass;
+                }
+                let Some((k, next)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) else {
+                    break;
+                };
+                // Still ahead of every other queue: taken at once (pushing it
+                // would pop it straight back, with the same candidate).
+                if heap.peek().is_none_or(|Reverse(top)| (k, u) < *top) {
+                    pick = next;
+                    continue;
+                }
                 heap.push(Reverse((k, u)));
+                break;
             }
         }
         kept
@@ -696,7 +788,18 @@ impl Sim<'_> {
         cursor: &mut (usize, usize),
         evicted: &[Vec<usize>],
     ) -> Option<(Key, (bool, usize))> {
-        let free = self.free_cores();
+        self.greedy_candidate_at(self.free_cores(), now, u, cursor, evicted)
+    }
+
+    /// [`Self::greedy_candidate`] against `free` free cores.
+    fn greedy_candidate_at(
+        &self,
+        free: u64,
+        now: Seconds,
+        u: usize,
+        cursor: &mut (usize, usize),
+        evicted: &[Vec<usize>],
+    ) -> Option<(Key, (bool, usize))> {
         let mut pick = None;
         if let Some(list) = evicted.get(u) {
             while let Some(&j) = list.get(cursor.0) {
@@ -748,43 +851,155 @@ impl Sim<'_> {
     }
 
     /// Whether an Armada round should evict: some job may be preempted and some
-    /// user with queued jobs holds less than its fair share.
-    fn armada_wants_eviction(&self) -> bool {
-        if self.queued_jobs == 0
-            || !self
-                .anchor
-                .running
-                .iter()
-                .any(|&j| self.jobs[j].preemptible)
-        {
+    /// user with queued jobs holds less than its fair share. When it gets that
+    /// far it leaves the fair shares in `anchor.armada_shares` for the round.
+    fn armada_wants_eviction(&mut self) -> bool {
+        if self.queued_jobs == 0 || self.anchor.preemptible_running == 0 {
             return false;
         }
-        let shares = self.armada_fair_shares();
+        self.armada_fair_shares();
+        let shares = &self.anchor.armada_shares;
         self.heads
             .iter()
             .any(|&(_, u)| (self.users[u].running_cores as f64) < shares[u] - 1e-9)
     }
 
-    /// Each user's Armada fair share in cores: `max(adjusted, w / Σ w)` over the
-    /// users with demand (adjusted: water-filling capped at demand); 0 without.
-    fn armada_fair_shares(&self) -> Vec<f64> {
-        let capacity = f64::from(self.config.capacity);
-        let active: Vec<usize> = (0..self.users.len())
-            .filter(|&u| self.users[u].running_cores + self.users[u].queued_cores > 0)
-            .collect();
-        let weights: Vec<f64> = active.iter().map(|&u| self.users[u].weight).collect();
-        let demands: Vec<f64> = active
-            .iter()
-            .map(|&u| (self.users[u].running_cores + self.users[u].queued_cores) as f64 / capacity)
-            .collect();
-        let mut adjusted = Vec::new();
-        crate::sim::stats::fair_shares(&weights, &demands, &mut adjusted);
-        let wsum: f64 = weights.iter().sum();
-        let mut out = vec![0.0; self.users.len()];
-        for (k, &u) in active.iter().enumerate() {
-            out[u] = capacity * adjusted[k].max(weights[k] / wsum);
+    /// Whether an Armada eviction round at this state provably places exactly
+    /// what the plain pass places and preempts nothing: every queued job's key
+    /// is above the key of every job the round evicts. The round's pass (the
+    /// smallest key first) then places every evicted job before any queued one,
+    /// each fitting, since the free cores are at least the evicted cores not yet
+    /// placed back; once all are back the state is the one before the round and
+    /// what follows is the plain pass (which places, at each turn, the queue
+    /// whose current key is the smallest, however stale its heap entry). A
+    /// queued job of user `u` has a key of at least `(h_u + c_u) / C / w_u`
+    /// (`c_u` its fewest queued cores, `h_u` what it holds, which the round
+    /// gives back in full), and none fits that asks for more than the free cores
+    /// plus every preemptible core; an evicted job of user `v` has a key of at
+    /// most `h_v / C / w_v`, over the users the round evicts (`shares`: the fair
+    /// shares it uses).
+    fn armada_round_is_plain(&self, shares: &[f64]) -> bool {
+        if self.queued_jobs == 0 || self.anchor.preemptible_running == 0 {
+            return true;
         }
-        out
+        let capacity = f64::from(self.config.capacity);
+        let a = &self.anchor;
+        let top = self
+            .users
+            .iter()
+            .enumerate()
+            .filter(|&(u, user)| {
+                a.preemptible_cores[u] > 0
+                    && shares[u] > 0.0
+                    && user.running_cores as f64 / shares[u] > ARMADA_PROTECTED_FRACTION
+            })
+            .map(|(_, user)| user.running_cores as f64 / capacity / user.weight)
+            .fold(f64::NEG_INFINITY, f64::max);
+        let most_free = self.free_cores() + a.preemptible_cores_all;
+        self.heads.iter().all(|&(_, u)| {
+            let least = self.user_min_queued(u);
+            let user = &self.users[u];
+            least > most_free
+                || (user.running_cores as f64 + least as f64) / capacity / user.weight > top
+        })
+    }
+
+    /// Each user's Armada fair share in cores, into `anchor.armada_shares`:
+    /// `max(adjusted, w / Σ w)` over the users with demand (adjusted:
+    /// water-filling capped at demand, [`crate::sim::stats::fair_shares`], here
+    /// with its order kept between steps); 0 without.
+    fn armada_fair_shares(&mut self) {
+        let capacity = f64::from(self.config.capacity);
+        let n = self.users.len();
+        let a = &mut self.anchor;
+        a.scratch_users.clear();
+        a.scratch_weights.clear();
+        a.scratch_demands.clear();
+        for (u, user) in self.users.iter().enumerate() {
+            let demand = user.running_cores + user.queued_cores;
+            if demand > 0 {
+                a.scratch_users.push(u);
+                a.scratch_weights.push(user.weight);
+                a.scratch_demands.push(demand as f64 / capacity);
+            }
+        }
+        a.scratch_adjusted.clear();
+        a.scratch_adjusted.resize(a.scratch_demands.len(), 0.0);
+        let total: f64 = a.scratch_demands.iter().sum();
+        if total <= 1.0 {
+            a.scratch_adjusted.copy_from_slice(&a.scratch_demands);
+        } else {
+            let order =
+                a.armada_order
+                    .update(&a.scratch_users, &a.scratch_weights, &a.scratch_demands, n);
+            crate::sim::stats::fill_in_order(
+                &a.scratch_weights,
+                &a.scratch_demands,
+                order,
+                &mut a.scratch_adjusted,
+            );
+        }
+        let wsum: f64 = a.scratch_weights.iter().sum();
+        a.armada_shares.clear();
+        a.armada_shares.resize(n, 0.0);
+        for (k, &u) in a.scratch_users.iter().enumerate() {
+            let w = a.scratch_weights[k];
+            a.armada_shares[u] = capacity * a.scratch_adjusted[k].max(w / wsum);
+        }
+    }
+
+    /// For a round [`Self::armada_round_is_plain`] found to place every
+    /// evicted job first, the free cores against which its pass chooses each
+    /// queued user's first candidate: all evicted jobs' cores free (the pass's
+    /// start) for a user the round does not evict; for one it does, the free
+    /// cores when its last evicted job is placed back, the evicted jobs being
+    /// placed in the order of their keys (each queue's keys increase).
+    fn armada_round_start_free(&self) -> Vec<u64> {
+        let capacity = f64::from(self.config.capacity);
+        let shares = &self.anchor.armada_shares;
+        let mut lists: Vec<Vec<(Key, usize, u64)>> = vec![Vec::new(); self.users.len()];
+        let mut all: Vec<usize> = Vec::new();
+        for &j in &self.anchor.running {
+            let job = &self.jobs[j];
+            let u = job.user;
+            let held = self.users[u].running_cores as f64;
+            if job.preemptible && shares[u] > 0.0 && held / shares[u] > ARMADA_PROTECTED_FRACTION {
+                all.push(j);
+            }
+        }
+        all.sort_unstable();
+        let mut base: Vec<u64> = self.users.iter().map(|u| u.running_cores).collect();
+        let mut evicted_cores = 0;
+        for &j in &all {
+            let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
+            base[u] -= c;
+            evicted_cores += c;
+        }
+        for &j in &all {
+            let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
+            base[u] += c;
+            let key = Key(
+                base[u] as f64 / capacity / self.users[u].weight,
+                u as f64,
+                j as u64,
+            );
+            lists[u].push((key, u, c));
+        }
+        let free = self.free_cores();
+        let mut start = vec![free + evicted_cores; self.users.len()];
+        for v in 0..self.users.len() {
+            let Some(&last) = lists[v].last() else {
+                continue;
+            };
+            let later: u64 = lists
+                .iter()
+                .flatten()
+                .filter(|e| (e.0, e.1) > (last.0, last.1))
+                .map(|e| e.2)
+                .sum();
+            start[v] = free + later;
+        }
+        start
     }
 
     /// One Armada round with eviction at `now`: evicts the preemptible jobs of
@@ -792,7 +1007,7 @@ impl Sim<'_> {
     /// evicted and queued jobs in cost order, preempts the evicted jobs not
     /// scheduled again.
     fn armada_round(&mut self, now: Seconds) {
-        let shares = self.armada_fair_shares();
+        let shares = std::mem::take(&mut self.anchor.armada_shares);
         let mut evicted: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
         let mut all = Vec::new();
         for &j in &self.anchor.running {
@@ -823,6 +1038,7 @@ impl Sim<'_> {
                 self.preempt(j, now);
             }
         }
+        self.anchor.armada_shares = shares;
     }
 
     /// Kueue fair sharing: the first head (in admission order) that fits nowhere
@@ -860,33 +1076,55 @@ impl Sim<'_> {
         if heads.is_empty() {
             return false;
         }
-        heads.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
+        heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
         let floor = heads.iter().map(|h| h.2).min().unwrap_or(i64::MAX);
+        // Each user's share, once (not once per running job).
+        let mut shares = std::mem::take(&mut self.anchor.kueue_shares);
+        shares.clear();
+        shares.extend(
+            (0..self.users.len()).map(|u| share(self, u, self.users[u].running_cores as f64)),
+        );
         // Candidates of the users that can be targets: preemptible jobs admitted
         // before now, most recent first.
         let mut by_user: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
+        // The users with candidates, and the cores of their candidates.
+        let mut targets_of: Vec<(usize, f64)> = Vec::new();
         for &j in &self.anchor.running {
             let job = &self.jobs[j];
-            if job.preemptible
-                && job.start.is_some_and(|s| s < now)
-                && share(self, job.user, self.users[job.user].running_cores as f64) >= floor
-            {
+            if job.preemptible && job.start.is_some_and(|s| s < now) && shares[job.user] >= floor {
                 by_user[job.user].push(j);
             }
         }
-        for list in &mut by_user {
-            list.sort_by(|&a, &b| {
+        for (u, list) in by_user.iter_mut().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            // Unique keys (the job index breaks ties): unstable is the same order.
+            list.sort_unstable_by(|&a, &b| {
                 self.jobs[b]
                     .start
                     .unwrap_or(0.0)
                     .total_cmp(&self.jobs[a].start.unwrap_or(0.0))
                     .then(b.cmp(&a))
             });
+            let cores: f64 = list.iter().map(|&k| f64::from(self.jobs[k].cpus)).sum();
+            targets_of.push((u, cores));
         }
         let held: Vec<f64> = self.users.iter().map(|u| u.running_cores as f64).collect();
         for (_, p, p_new) in heads {
             let j = self.users[p].queue[0];
             let c = f64::from(self.jobs[j].cpus);
+            // Every target is a candidate of another queue whose share is at
+            // least the preemptor's with its workload (both strategies): if all
+            // of those would not make room, `kueue_targets` finds none.
+            let room: f64 = targets_of
+                .iter()
+                .filter(|&&(v, _)| v != p && shares[v] >= p_new)
+                .map(|&(_, cores)| cores)
+                .sum();
+            if c > free + room + 1e-9 {
+                continue;
+            }
             if let Some(targets) = kueue_targets(
                 p,
                 c,
@@ -898,6 +1136,7 @@ impl Sim<'_> {
                 |k| f64::from(self.jobs[k].cpus),
                 |k| self.jobs[k].user,
             ) {
+                self.anchor.kueue_shares = shares;
                 for v in targets {
                     self.preempt(v, now);
                 }
@@ -905,6 +1144,7 @@ impl Sim<'_> {
                 return true;
             }
         }
+        self.anchor.kueue_shares = shares;
         false
     }
 }
@@ -929,13 +1169,16 @@ pub fn kueue_targets(
     let mut held = held.to_vec();
     let mut free = free;
     let mut targets = Vec::new();
-    let mut left: Vec<Vec<usize>> = candidates.to_vec();
-    left[p].clear();
+    // Each queue's candidates not yet taken or set aside: `candidates[v][next[v]..]`
+    // (the preemptor's own queue is no target).
+    let mut next: Vec<usize> = vec![0; candidates.len()];
     let fits = |free: f64| need <= free + 1e-9;
     // Strategy 1: LessThanOrEqualToFinalShare, target queues by share, highest
     // first (ties: lower user index), re-ranked after each preemption.
     let mut retry: Vec<usize> = Vec::new();
-    let mut active: Vec<usize> = (0..left.len()).filter(|&u| !left[u].is_empty()).collect();
+    let mut active: Vec<usize> = (0..candidates.len())
+        .filter(|&u| u != p && !candidates[u].is_empty())
+        .collect();
     while !fits(free) {
         let Some((at, &v)) = active.iter().enumerate().max_by(|a, b| {
             share(*a.1, held[*a.1])
@@ -944,23 +1187,26 @@ pub fn kueue_targets(
         }) else {
             break;
         };
-        let found = left[v]
+        let left = &candidates[v][next[v]..];
+        let found = left
             .iter()
             .position(|&z| p_new <= share(v, held[v] - cpus(z)));
         match found {
             Some(i) => {
                 // Those before it stay candidates for strategy 2.
-                retry.extend(left[v].drain(..i));
-                let z = left[v].remove(0);
+                retry.extend_from_slice(&left[..i]);
+                let z = left[i];
+                next[v] += i + 1;
                 held[v] -= cpus(z);
                 free += cpus(z);
                 targets.push(z);
-                if left[v].is_empty() {
+                if next[v] == candidates[v].len() {
                     active.swap_remove(at);
                 }
             }
             None => {
-                retry.append(&mut left[v]);
+                retry.extend_from_slice(left);
+                next[v] = candidates[v].len();
                 active.swap_remove(at);
             }
         }

@@ -29,7 +29,13 @@ pub(super) struct ShareOrder {
 impl ShareOrder {
     /// The water-filling order of this step's users with demand (`users[k]` with
     /// `weights[k]`, `demands[k]`, in user order), as indices into those arrays.
-    fn update(&mut self, users: &[usize], weights: &[f64], demands: &[f64], n: usize) -> &[usize] {
+    pub(super) fn update(
+        &mut self,
+        users: &[usize],
+        weights: &[f64],
+        demands: &[f64],
+        n: usize,
+    ) -> &[usize] {
         self.member.resize(n, false);
         self.at.resize(n, usize::MAX);
         self.ratio.resize(n, 0.0);
