@@ -297,6 +297,10 @@ pub(crate) async fn run<F, Fut>(
     // What the last run saw: QUEUED and outstanding ids with their statuses, and the
     // run times learned (unchanged: no new run is needed).
     let mut last_seen: Option<(u64, usize)> = None;
+    // The earliest start the last run estimated: once it has passed with the job still
+    // waiting, the estimates are stale however little else changed (a fresh tester's
+    // finding: a start in the past was shown for as long as nothing was submitted).
+    let mut due: Option<DateTime<Utc>> = None;
     // How long the last refresh took (reads and forward run): the next waits at least
     // ten times that, so refreshes take at most a tenth of one core however much is
     // queued.
@@ -348,14 +352,17 @@ pub(crate) async fn run<F, Fut>(
             }
         };
         // Unchanged since the last run (same jobs in the same states, the same queue
-        // lengths, nothing learned, same allocations): nothing to do.
+        // lengths, the same users', groups' and clusters' settings, nothing learned,
+        // same allocations) and no estimated start passed: nothing to do.
         let fingerprint = fingerprint(&rows, &outstanding) ^ {
             use std::hash::{Hash, Hasher};
             let mut h = std::collections::hash_map::DefaultHasher::new();
             counts.hash(&mut h);
+            settings_digest(&snapshot).hash(&mut h);
             h.finish()
         };
-        if learned_now == 0 && last_seen == Some((fingerprint, rows.len())) {
+        let passed = due.is_some_and(|t| t <= Utc::now());
+        if learned_now == 0 && !passed && last_seen == Some((fingerprint, rows.len())) {
             continue;
         }
         last_seen = Some((fingerprint, rows.len()));
@@ -388,6 +395,7 @@ pub(crate) async fn run<F, Fut>(
                     seconds = started.elapsed().as_secs_f64(),
                     "estimates refreshed"
                 );
+                due = jobs.values().filter_map(|e| e.start).min();
                 table.replace(Some(at), jobs, not_before);
                 if persist {
                     let written =
@@ -437,6 +445,34 @@ pub fn per_user_cap(queued: impl Iterator<Item = u64> + Clone, max_jobs: u64) ->
         }
     }
     Some(lo)
+}
+
+/// What of the arbiter's copy changes estimates besides the jobs: each user's weight,
+/// pause, limits and group, each group (its settings), each cluster's health and
+/// capacity (a fresh tester's finding: a pause, a weight, a limit or a cluster that
+/// shrank left the estimates as they were until the next submit). Allocations and
+/// usage are not in it: they move with the jobs, which the fingerprint has.
+fn settings_digest(snapshot: &crate::policy::preview::Snapshot) -> String {
+    let users: Vec<_> = snapshot
+        .users
+        .iter()
+        .map(|u| {
+            (
+                &u.user,
+                u.weight.to_bits(),
+                u.paused,
+                u.max_running_jobs,
+                format!("{:?}", u.max_resources),
+                &u.group,
+            )
+        })
+        .collect();
+    let clusters: Vec<_> = snapshot
+        .clusters
+        .iter()
+        .map(|c| (&c.name, c.healthy, format!("{:?}", c.total)))
+        .collect();
+    format!("{users:?}{clusters:?}{:?}", snapshot.groups)
 }
 
 /// A cheap digest of the jobs' ids and states and the outstanding jobs' charges.

@@ -518,3 +518,58 @@ fn the_estimates_read_is_each_users_first_k_jobs_in_queue_order_sqlite() {
 fn the_estimates_read_is_each_users_first_k_jobs_in_queue_order_postgres() {
     the_estimates_read_is_each_users_first_k_jobs_in_queue_order(crate::helpers::Db::Postgres);
 }
+
+/// A fresh tester's findings: estimates were refreshed only when jobs came, went or
+/// changed state; a start that passed stayed shown in the past, and a pause left a
+/// paused user's job with its estimate. Now a passed start and a change of a user's
+/// settings each bring a new run within the refresh interval.
+#[actix_web::test]
+async fn a_passed_start_or_a_pause_refreshes_the_estimates() {
+    let (server, _state) = fake_ray::start(1.0, |s| s.run_polls = 1_000_000).await;
+    let app = crate::helpers::app_with_cluster("fake", server.uri(), |s| {
+        s.estimates.refresh = Duration::from_secs(1);
+        s.estimates.default_runtime = Duration::from_secs(2);
+        s.scheduler.usage_half_life = Duration::ZERO;
+    })
+    .await;
+    until(10, "capacity known", || async {
+        let v = app.get_json("/v1/scheduler", SUBMITTER).await;
+        (v["clusters"][0]["capacity"]["cpu"] == 1.0).then_some(())
+    })
+    .await;
+    // alice's job runs (expected, by default, to end 2 s after it started: it does
+    // not); bob's waits behind it.
+    let a = app
+        .submit("alice", json!({"entrypoint": "sleep 100"}))
+        .await;
+    let a = a["id"].as_str().unwrap().to_string();
+    until(20, "alice's job running", || async {
+        let v = app.get_json(&format!("/v1/jobs/{a}"), SUBMITTER).await;
+        (v["status"] == "RUNNING").then_some(())
+    })
+    .await;
+    let b = app.submit("bob", json!({"entrypoint": "sleep 1"})).await;
+    let b = b["id"].as_str().unwrap().to_string();
+    let first = until(20, "bob's estimate", || async {
+        let v = app.get_json(&format!("/v1/jobs/{b}"), SUBMITTER).await;
+        (!v["estimated_start"].is_null()).then(|| at(&v["estimated_start"]))
+    })
+    .await;
+    // The estimated start passes with alice's job still running: a new run moves it
+    // to now, not left in the past.
+    until(20, "bob's estimate moved past the first one", || async {
+        let v = app.get_json(&format!("/v1/jobs/{b}"), SUBMITTER).await;
+        (!v["estimated_start"].is_null() && at(&v["estimated_start"]) > first).then_some(())
+    })
+    .await;
+    // Paused: bob's job cannot start as things stand, and says so within a refresh.
+    let resp = app
+        .post("/v1/users/bob/pause", crate::helpers::ADMIN, json!({}))
+        .await;
+    assert!(resp.status().is_success(), "{:?}", resp.text().await);
+    until(20, "bob's estimate gone once he is paused", || async {
+        let v = app.get_json(&format!("/v1/jobs/{b}"), SUBMITTER).await;
+        (v["status"] == "QUEUED" && v["estimated_start"].is_null()).then_some(())
+    })
+    .await;
+}
