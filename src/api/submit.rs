@@ -260,6 +260,14 @@ impl SubmitRequest {
                 None => return Ok(self),
             },
         };
+        // Longer than any size's name may be (the schema's 64): not echoed back (a fresh
+        // tester's finding: a 100,000-character name came back twice, 200 KB).
+        if name.chars().count() > 64 {
+            return Err(ApiError::invalid(
+                "size",
+                "must be at most 64 characters (a [[sizes]] name)",
+            ));
+        }
         let Some(size) = sizes.iter().find(|z| z.name == name) else {
             let known: Vec<&str> = sizes.iter().map(|z| z.name.as_str()).collect();
             return Err(ApiError::invalid(

@@ -225,7 +225,9 @@ pub fn query_of(p: UsageParams, now: i64) -> Result<UsageQuery, ApiError> {
         Some(s) => parse_time("to", s)?,
     };
     let from = match p.from.as_deref() {
-        None => to - DEFAULT_DAYS * 86_400,
+        // Not before the epoch, as a given `from` (a fresh tester's finding:
+        // `to=1970-01-01T00:00:00Z` answered a `from` in 1969).
+        None => (to - DEFAULT_DAYS * 86_400).max(0),
         Some(s) => parse_time("from", s)?,
     };
     // A range that ends at or before its start is empty (not an error: the rule spans
@@ -431,6 +433,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(last.to, LATEST);
+        let epoch = query_of(
+            params(None, Some("1970-01-01T00:00:00Z"), None),
+            1_765_000_000,
+        )
+        .unwrap();
+        assert_eq!((epoch.from, epoch.to), (0, 0));
         assert_eq!(ts(last.to).to_rfc3339(), "9999-01-01T00:00:00+00:00");
     }
 

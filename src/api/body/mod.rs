@@ -548,6 +548,23 @@ mod tests {
     use super::parse_json;
     use crate::api::error::ApiError;
 
+    /// A fresh tester's finding: an unknown size of 100,000 characters was echoed
+    /// back twice; a name longer than any size's is refused without it.
+    #[test]
+    fn a_size_name_longer_than_any_is_not_echoed() {
+        let long = "x".repeat(100_000);
+        let body = format!(r#"{{"user": "u", "entrypoint": "run", "size": "{long}"}}"#);
+        let req = parse_json::<crate::api::submit::SubmitRequest>(body.as_bytes(), false)
+            .expect("parses");
+        match req.with_size(&[]) {
+            Err(ApiError::Invalid { field, reason }) => {
+                assert_eq!(field, "size");
+                assert!(reason.len() < 200, "{} bytes", reason.len());
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
+
     /// A fresh tester's finding: a whole-number field said its Rust type's range
     /// ("from -2147483648 to 2147483647") where the documented one is narrower.
     /// Each field with a documented range now says that range, for a value out of it
