@@ -17,19 +17,33 @@ fn at(v: &Value) -> DateTime<Utc> {
         .with_timezone(&Utc)
 }
 
-#[actix_web::test]
-async fn every_waiting_job_gets_an_estimated_start_position_and_basis() {
-    // Jobs run until the test ends.
-    let (server, _state) = fake_ray::start(2.0, |s| s.run_polls = 1_000_000).await;
+/// A service on a fake Ray of `cpus` CPUs whose jobs run until the test ends,
+/// estimates refreshed every second, no decayed usage, `tune` applied last; returned
+/// once the cluster's capacity is known.
+async fn estimating_app(
+    cpus: f64,
+    tune: impl FnOnce(&mut fairshare::config::Settings),
+) -> (crate::helpers::TestApp, wiremock::MockServer) {
+    let (server, _state) = fake_ray::start(cpus, |s| s.run_polls = 1_000_000).await;
     let app = crate::helpers::app_with_cluster("fake", server.uri(), |s| {
         s.estimates.refresh = Duration::from_secs(1);
-        s.estimates.default_runtime = Duration::from_secs(3600);
         s.scheduler.usage_half_life = Duration::ZERO;
+        tune(s);
     })
     .await;
     until(10, "capacity known", || async {
         let v = app.get_json("/v1/scheduler", SUBMITTER).await;
-        (v["clusters"][0]["capacity"]["cpu"] == 2.0).then_some(())
+        (v["clusters"][0]["capacity"]["cpu"] == cpus).then_some(())
+    })
+    .await;
+    (app, server)
+}
+
+#[actix_web::test]
+async fn every_waiting_job_gets_an_estimated_start_position_and_basis() {
+    // Jobs run until the test ends.
+    let (app, _server) = estimating_app(2.0, |s| {
+        s.estimates.default_runtime = Duration::from_secs(3600);
     })
     .await;
     // alice: two 1-CPU jobs of at most 100 s start at once; a third (100 s) waits.
@@ -309,16 +323,8 @@ async fn the_stored_estimates_are_replaced_whole_and_fenced() {
 /// at +200 s.
 #[actix_web::test]
 async fn a_job_beyond_the_horizon_is_marked() {
-    let (server, _state) = fake_ray::start(2.0, |s| s.run_polls = 1_000_000).await;
-    let app = crate::helpers::app_with_cluster("fake", server.uri(), |s| {
-        s.estimates.refresh = Duration::from_secs(1);
+    let (app, _server) = estimating_app(2.0, |s| {
         s.estimates.horizon = Duration::from_secs(150);
-        s.scheduler.usage_half_life = Duration::ZERO;
-    })
-    .await;
-    until(10, "capacity known", || async {
-        let v = app.get_json("/v1/scheduler", SUBMITTER).await;
-        (v["clusters"][0]["capacity"]["cpu"] == 2.0).then_some(())
     })
     .await;
     let mut ids = Vec::new();
@@ -525,16 +531,8 @@ fn the_estimates_read_is_each_users_first_k_jobs_in_queue_order_postgres() {
 /// settings each bring a new run within the refresh interval.
 #[actix_web::test]
 async fn a_passed_start_or_a_pause_refreshes_the_estimates() {
-    let (server, _state) = fake_ray::start(1.0, |s| s.run_polls = 1_000_000).await;
-    let app = crate::helpers::app_with_cluster("fake", server.uri(), |s| {
-        s.estimates.refresh = Duration::from_secs(1);
+    let (app, _server) = estimating_app(1.0, |s| {
         s.estimates.default_runtime = Duration::from_secs(2);
-        s.scheduler.usage_half_life = Duration::ZERO;
-    })
-    .await;
-    until(10, "capacity known", || async {
-        let v = app.get_json("/v1/scheduler", SUBMITTER).await;
-        (v["clusters"][0]["capacity"]["cpu"] == 1.0).then_some(())
     })
     .await;
     // alice's job runs (expected, by default, to end 2 s after it started: it does
