@@ -300,10 +300,10 @@ fn pool_jobs_queue_for_their_pool_and_are_numbered_among_its_jobs() {
     assert_eq!(by[&id(3)].cluster, "ray");
 }
 
-/// The budget: `until` stops at that job's start, the horizon before anything past it.
-#[test]
-fn the_budget_stops_the_run() {
-    let s = snapshot(
+/// One user's five jobs, each of 60 s asking the whole 4-CPU cluster, submitted at
+/// −10, −9, … s: they run one after another.
+fn five_whole_cluster_jobs() -> Snapshot {
+    snapshot(
         0.0,
         vec![user(
             "q",
@@ -312,7 +312,13 @@ fn the_budget_stops_the_run() {
                 .collect(),
         )],
         vec![cluster("k", cpus(4.0))],
-    );
+    )
+}
+
+/// The budget: `until` stops at that job's start, the horizon before anything past it.
+#[test]
+fn the_budget_stops_the_run() {
+    let s = five_whole_cluster_jobs();
     let until = Limits {
         until: vec![id(2)],
         ..Limits::default()
@@ -376,16 +382,7 @@ fn the_basis_is_max_runtime_then_learned_then_the_default() {
 /// when the cycles run out; a run that reaches its end has none.
 #[test]
 fn a_cut_run_says_from_when_the_rest_could_start() {
-    let s = snapshot(
-        0.0,
-        vec![user(
-            "q",
-            (0..5)
-                .map(|n| job(n, cpus(4.0), n as f64 - 10.0, 60.0))
-                .collect(),
-        )],
-        vec![cluster("k", cpus(4.0))],
-    );
+    let s = five_whole_cluster_jobs();
     let horizon = Limits {
         horizon: 100.0,
         ..Limits::default()
