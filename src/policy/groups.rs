@@ -185,6 +185,24 @@ impl Tree {
         self.by_path.get(path).copied()
     }
 
+    /// The `max_resources` of the group at `path` and of each group above it, nearest
+    /// first, with their paths (none: `None`, a path not in the tree, or no caps).
+    pub fn caps_of<'a>(
+        &'a self,
+        path: Option<&str>,
+    ) -> impl Iterator<Item = (&'a str, &'a super::Resources)> + 'a {
+        let mut at = path.and_then(|p| self.index(p));
+        std::iter::from_fn(move || {
+            let i = at?;
+            at = self.parents[i];
+            Some(i)
+        })
+        .filter_map(|i| {
+            let g = &self.groups[i];
+            g.max_resources.as_ref().map(|m| (g.path.as_str(), m))
+        })
+    }
+
     /// The indexes from the top-level group down to the group at `path` (empty:
     /// `None`, or a path not in the tree, i.e. the root).
     #[must_use]

@@ -142,8 +142,9 @@
 //!
 //! - **Jobs that can never run do not block.** A job larger than every healthy
 //!   cluster's `total` ([`PendingReason::NoClusterLargeEnough`]), or larger on its
-//!   own than its user's `max_resources` ([`PendingReason::ExceedsMaxResources`]),
-//!   is stepped over inside its user's window: the next job becomes the
+//!   own than its user's `max_resources` ([`PendingReason::ExceedsMaxResources`])
+//!   or than that of its user's group or a group above it
+//!   ([`PendingReason::ExceedsGroupMaxResources`]), is stepped over inside its user's window: the next job becomes the
 //!   **effective head**. The reason is reported for each such job the cycle
 //!   steps over; jobs behind the effective head are not looked at (so a cycle's
 //!   cost does not grow with the windows' length).
@@ -368,6 +369,13 @@ pub enum PendingReason {
     /// start unless the limit is raised. It does not block the user's other
     /// jobs.
     ExceedsMaxResources,
+    /// The job alone requests more than the `max_resources` of `group` (the user's
+    /// group or one above it): it cannot start unless that limit is raised. It does
+    /// not block the user's other jobs.
+    ExceedsGroupMaxResources {
+        /// The group's path.
+        group: String,
+    },
     /// No healthy cluster could hold the job even when empty. It does not
     /// block the user's other jobs.
     NoClusterLargeEnough,
@@ -464,6 +472,11 @@ impl fmt::Display for PendingReason {
                 f,
                 "this job alone requests more than the user's resource limit (max_resources); \
                  it cannot start unless the limit is raised"
+            ),
+            PendingReason::ExceedsGroupMaxResources { group } => write!(
+                f,
+                "this job alone requests more than the resource limit of group {group} \
+                 (max_resources); it cannot start unless the limit is raised"
             ),
             PendingReason::NoClusterLargeEnough => write!(
                 f,

@@ -42,6 +42,8 @@ struct UserState<'a> {
     head_reason: Option<PendingReason>,
     /// The groups above the user, top first (empty: the root).
     groups: Vec<usize>,
+    /// Their `max_resources`, nearest group first, with their paths.
+    group_caps: Vec<(String, Resources)>,
 }
 
 /// The tree of groups during a cycle and what each group holds.
@@ -103,6 +105,10 @@ impl<'a> UserState<'a> {
             stepped: Vec::new(),
             head_reason: None,
             groups: tree.path_of(view.group.as_deref()),
+            group_caps: tree
+                .caps_of(view.group.as_deref())
+                .map(|(p, m)| (p.to_owned(), *m))
+                .collect(),
         };
         state.skip_unrunnable();
         state
@@ -111,7 +117,8 @@ impl<'a> UserState<'a> {
     /// Moves the cursor over jobs that can never run, giving each its reason.
     fn skip_unrunnable(&mut self) {
         while let Some(job) = self.view.queue.get(self.cursor) {
-            let Some(reason) = permanent_reason(job, self.view, self.totals) else {
+            let Some(reason) = permanent_reason(job, self.view, &self.group_caps, self.totals)
+            else {
                 break;
             };
             self.stepped.push((self.cursor, reason));
@@ -167,8 +174,8 @@ impl<'a> UserState<'a> {
     fn mark_paused(&mut self, why: &PendingReason) {
         self.head_reason = None;
         for (index, job) in self.view.queue.iter().enumerate().skip(self.cursor) {
-            let reason =
-                permanent_reason(job, self.view, self.totals).unwrap_or_else(|| why.clone());
+            let reason = permanent_reason(job, self.view, &self.group_caps, self.totals)
+                .unwrap_or_else(|| why.clone());
             self.stepped.push((index, reason));
         }
     }
@@ -259,10 +266,11 @@ impl Order {
 /// A reason `job` can never run as things stand, independent of other jobs:
 /// larger than the total of every healthy cluster it may run on (`totals`: name,
 /// pool, total; none healthy at all: never this reason) or, alone, than its user's
-/// `max_resources`.
+/// `max_resources`, or than one of its groups' (`group_caps`, nearest first).
 fn permanent_reason(
     job: &QueuedJob,
     view: &UserView,
+    group_caps: &[(String, Resources)],
     totals: &[(String, bool, Resources)],
 ) -> Option<PendingReason> {
     let place = job.pool.as_deref();
@@ -273,10 +281,17 @@ fn permanent_reason(
     if too_large {
         return Some(PendingReason::NoClusterLargeEnough);
     }
-    match &view.max_resources {
-        Some(max) if !job.resources.fits_cap(max) => Some(PendingReason::ExceedsMaxResources),
-        _ => None,
+    if let Some(max) = &view.max_resources {
+        if !job.resources.fits_cap(max) {
+            return Some(PendingReason::ExceedsMaxResources);
+        }
     }
+    group_caps
+        .iter()
+        .find(|(_, max)| !job.resources.fits_cap(max))
+        .map(|(group, _)| PendingReason::ExceedsGroupMaxResources {
+            group: group.clone(),
+        })
 }
 
 /// [`super::run_cycle`], computed the straightforward way.

@@ -16,6 +16,12 @@ impl Ledger {
         if let Some(last) = &mut self.last {
             last.grouped = None;
         }
+        // A group's `max_resources` decides which jobs can never run (the effective
+        // heads): every user is placed again.
+        let now = self.now;
+        for uid in 0..self.accounts.len() {
+            self.reindex(uid as Uid, now);
+        }
     }
 
     /// The tree of groups.

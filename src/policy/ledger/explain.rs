@@ -41,7 +41,10 @@ impl Ledger {
         let last = self.last.as_ref()?;
         let a = &self.accounts[uid as usize];
         let job = a.window.get(i)?;
-        let permanent = || permanent_reason(job, a.settings.max_resources.as_ref(), &self.totals);
+        let permanent = || {
+            let caps = self.tree.caps_of(a.settings.group.as_deref());
+            permanent_reason(job, a.settings.max_resources.as_ref(), caps, &self.totals)
+        };
         if i < a.cursor {
             return permanent();
         }

@@ -119,13 +119,16 @@ impl Ledger {
     }
 
     /// Moves the effective head past jobs that can never run (larger than every
-    /// healthy cluster, or alone over the user's `max_resources`), from the start.
+    /// healthy cluster, or alone over the user's or one of its groups'
+    /// `max_resources`), from the start.
     pub(super) fn skip_unrunnable(&mut self, uid: Uid, from: usize) {
         let totals = &self.totals;
+        let tree = &self.tree;
         let a = &mut self.accounts[uid as usize];
         let mut cursor = from;
         while let Some(job) = a.window.get(cursor) {
-            if permanent_reason(job, a.settings.max_resources.as_ref(), totals).is_none() {
+            let caps = tree.caps_of(a.settings.group.as_deref());
+            if permanent_reason(job, a.settings.max_resources.as_ref(), caps, totals).is_none() {
                 break;
             }
             cursor += 1;

@@ -637,10 +637,12 @@ pub(crate) type Totals = Vec<(String, bool, Resources)>;
 /// A reason `job` can never run as things stand, independent of other jobs:
 /// larger than the total of every healthy cluster it may run on (`totals`: its
 /// pool, or every cluster that is not a pool; none healthy at all: never this
-/// reason) or, alone, than its user's `max_resources`.
-pub(crate) fn permanent_reason(
+/// reason) or, alone, than its user's `max_resources` (`user_cap`) or than a cap of
+/// `group_caps` (its user's groups', nearest first, [`crate::policy::Tree::caps_of`]).
+pub(crate) fn permanent_reason<'a>(
     job: &QueuedJob,
-    max_resources: Option<&Resources>,
+    user_cap: Option<&Resources>,
+    mut group_caps: impl Iterator<Item = (&'a str, &'a Resources)>,
     totals: &[(String, bool, Resources)],
 ) -> Option<PendingReason> {
     let place = job.pool.as_deref();
@@ -651,8 +653,12 @@ pub(crate) fn permanent_reason(
     if too_large {
         return Some(PendingReason::NoClusterLargeEnough);
     }
-    match max_resources {
-        Some(max) if !job.resources.fits_cap(max) => Some(PendingReason::ExceedsMaxResources),
-        _ => None,
+    if user_cap.is_some_and(|max| !job.resources.fits_cap(max)) {
+        return Some(PendingReason::ExceedsMaxResources);
     }
+    group_caps
+        .find(|(_, max)| !job.resources.fits_cap(max))
+        .map(|(group, _)| PendingReason::ExceedsGroupMaxResources {
+            group: group.to_owned(),
+        })
 }

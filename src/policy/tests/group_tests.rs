@@ -140,6 +140,67 @@ fn a_group_limit_holds_for_all_its_users_together() {
     assert!(heads.iter().all(|h| reason(&out, *h) == Some(&limit)));
 }
 
+/// A job alone above its group's `max_resources`, or above that of a group over
+/// it, can never start: it is stepped over with its own reason, as a job over its
+/// user's cap is, and the user's next job runs (found by the estimates' property
+/// test: such a head blocked its user for ever, reported as `GroupMaxResources`,
+/// "it starts when some of its jobs finish"). Cluster of 8 cores; group `a` capped at
+/// 4 cores, `a/b` under it at 6: b1's 5-core job 100 exceeds `a`'s cap, its 7-core
+/// job 101 both (the nearest group is named, `a/b`); its 1-core job 102 runs. A cap
+/// raised by a new tree (the ledger's `set_groups`) lets job 100 run.
+#[test]
+fn a_job_alone_above_a_groups_cap_is_stepped_over() {
+    let mut a = group("a", 1.0);
+    a.max_resources = Some(cpus(4.0));
+    let mut b = group("a/b", 1.0);
+    b.max_resources = Some(cpus(6.0));
+    let groups = vec![a.clone(), b];
+    let users = vec![member("b1", "a/b").queue(vec![
+        job(100, cpus(5.0), 0.0),
+        job(101, cpus(7.0), 1.0),
+        job(102, cpus(1.0), 2.0),
+    ])];
+    let clusters = vec![cluster("c", cpus(8.0))];
+    let out = run_cycle_in(10.0, &plain(), &groups, &users, &clusters, None);
+    assert_eq!(granted(&out), [("b1", id(102))]);
+    assert_eq!(
+        reason(&out, id(100)),
+        Some(&PendingReason::ExceedsGroupMaxResources { group: "a".into() })
+    );
+    assert_eq!(
+        reason(&out, id(101)),
+        Some(&PendingReason::ExceedsGroupMaxResources {
+            group: "a/b".into()
+        })
+    );
+    // The straightforward cycle agrees.
+    let oracle = crate::policy::oracle::run_cycle_in(
+        10.0,
+        &plain(),
+        &crate::policy::Tree::new(&groups),
+        &users,
+        &[],
+        &clusters,
+        None,
+    );
+    assert_eq!(oracle.grants, out.grants);
+    assert_eq!(oracle.pending, out.pending);
+    // The ledger: a's cap raised to 8 and a/b's removed, job 100 (5 cores) runs; 101
+    // (7 cores) would take a to 13 cores and waits.
+    let mut ledger = Ledger::from_views(plain(), 10.0, &users, &clusters, None);
+    ledger.set_groups(&groups);
+    assert_eq!(ledger.cycle(10.0).grants.len(), 1);
+    a.max_resources = Some(cpus(8.0));
+    ledger.set_groups(&[a, group("a/b", 1.0)]);
+    let next = ledger.cycle(11.0);
+    let ids: Vec<JobId> = next.grants.iter().map(|g| g.job_id).collect();
+    assert_eq!(ids, [id(100)]);
+    assert_eq!(
+        ledger.reason("b1", id(101)),
+        Some(PendingReason::GroupMaxResources { group: "a".into() })
+    );
+}
+
 /// A ledger keeps groups between cycles: a job ending frees its group's share.
 #[test]
 fn the_ledger_keeps_groups_across_cycles() {
