@@ -75,6 +75,9 @@ struct Table {
     /// The run stopped early (`estimates.horizon` or [`MAX_CYCLES`]): the jobs it did
     /// not reach start no sooner than this.
     not_before: Option<DateTime<Utc>>,
+    /// What keeps a job from ever starting, as of the run's state: such a job has no
+    /// `not_before` either (a follower's table has none: it does not know the state).
+    bars: Option<estimate::Bars>,
 }
 
 impl Estimates {
@@ -90,16 +93,23 @@ impl Estimates {
         self.0.read().ok()?.at
     }
 
-    /// For a QUEUED job without an estimate, submitted at `submitted_at`: when the
-    /// last forward run stopped early (horizon or cycle budget) and the job was queued
-    /// by the run's instant (so the run had it and did not reach it), the instant it
-    /// starts no sooner than; else `None` (the run reached its end, so the job cannot
-    /// start as things stand, or the run did not have it).
+    /// For a QUEUED job without an estimate, `job` of `user` submitted at
+    /// `submitted_at`: when the last forward run stopped early (horizon or cycle
+    /// budget), the job was queued by the run's instant (so the run had it and did not
+    /// reach it, or cut it at `estimates.max_jobs`) and nothing keeps it from ever
+    /// starting ([`estimate::Bars`]: paused, a limit of 0, larger than every cluster),
+    /// the instant it starts no sooner than; else `None` (it cannot start as things
+    /// stand, or the run did not have it).
     #[must_use]
-    pub fn not_reached(&self, submitted_at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pub fn not_reached(
+        &self,
+        user: &str,
+        job: &QueuedJob,
+        submitted_at: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
         let t = self.0.read().ok()?;
         let at = t.at?;
-        if submitted_at > at {
+        if submitted_at > at || t.bars.as_ref().is_some_and(|b| b.never(user, job)) {
             return None;
         }
         t.not_before
@@ -110,12 +120,14 @@ impl Estimates {
         at: Option<DateTime<Utc>>,
         jobs: HashMap<JobId, JobEstimate>,
         not_before: Option<DateTime<Utc>>,
+        bars: Option<estimate::Bars>,
     ) {
         if let Ok(mut t) = self.0.write() {
             *t = Table {
                 at,
                 jobs,
                 not_before,
+                bars,
             };
         }
     }
@@ -149,7 +161,7 @@ impl Estimates {
                     Ok(Some((at, jobs, not_before))) => {
                         read = at;
                         let time = |us: i64| Utc.timestamp_micros(us).single();
-                        table.replace(at.and_then(time), jobs, not_before.and_then(time));
+                        table.replace(at.and_then(time), jobs, not_before.and_then(time), None);
                     }
                     Err(e) => tracing::warn!(error = %e, "estimates: cannot read the leader's"),
                 }
@@ -234,11 +246,12 @@ pub fn to_store(
     out
 }
 
-/// Most ledger cycles one forward run makes (one per instant a job is expected to
-/// end): jobs that would start later have no estimate. At 100 users × 100 queued a
-/// cycle of the forward run costs about 55 µs here; at 10,000 users far more
-/// (BENCHMARKS.md, "Estimated starts"), so this bounds a refresh.
-pub const MAX_CYCLES: usize = 20_000;
+/// Most ledger cycles one forward run makes, as a last resort: a run that reads
+/// `jobs` QUEUED and outstanding jobs needs at most [`estimate::cycles_needed`] of them,
+/// which `estimates.max_jobs` bounds (the refresh's cost is that cut's, DESIGN §2
+/// "Estimates"); this caps a run whose reads were not cut at all (`max_jobs` at its
+/// largest).
+pub const MAX_CYCLES: usize = 1_000_000;
 
 /// Most estimates one refresh writes for followers (`job_estimates`): the first in
 /// order of estimated start. Bounds the write and each follower's read.
@@ -376,6 +389,7 @@ pub(crate) async fn run<F, Fut>(
         let snapshot_learned = learned.clone();
         let started = std::time::Instant::now();
         let persist = db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
+        let bars = estimate::Bars::of(&snapshot);
         let result = tokio::task::spawn_blocking(move || {
             let (jobs, not_before) =
                 compute(snapshot, outstanding, &rows, &snapshot_learned, &params);
@@ -396,7 +410,7 @@ pub(crate) async fn run<F, Fut>(
                     "estimates refreshed"
                 );
                 due = jobs.values().filter_map(|e| e.start).min();
-                table.replace(Some(at), jobs, not_before);
+                table.replace(Some(at), jobs, not_before, Some(bars));
                 if persist {
                     let written =
                         crate::store::save_estimates(&db, &fence, at.timestamp_micros(), &stored)
@@ -553,6 +567,7 @@ pub fn compute(
     for (i, u) in snapshot.users.iter().enumerate() {
         by_user.insert(u.user.clone(), i);
     }
+    let waiting = queues.values().map(Vec::len).sum();
     for (user, queue) in queues {
         match by_user.get(user) {
             Some(&i) => snapshot.users[i].queue = queue,
@@ -577,12 +592,15 @@ pub fn compute(
         |j| runs.get(&j.job_id).map_or(default_runtime, |r| r.0),
         Limits {
             horizon: params.horizon,
-            max_cycles: MAX_CYCLES,
+            // Every job read is reached (or past the horizon): the cost is bounded by
+            // `estimates.max_jobs`'s cut of the reads, not by cutting the run (issue
+            // 48's decision, freshness against coverage: DESIGN §2 "Estimates").
+            max_cycles: estimate::cycles_needed(outstanding.len(), waiting).min(MAX_CYCLES),
             ..Limits::default()
         },
     );
     // Only the jobs the run started: the API shows nothing (not even the basis) for the
-    // others, and at 1,000,000 queued a refresh cut after 20,000 cycles starts ≈ 5 % of
+    // others, and at 1,000,000 queued a refresh reads at most `estimates.max_jobs` of
     // them (BENCHMARKS.md, issue 48), so keeping the rest cost ≈ 60 B a job for nothing.
     let mut out = HashMap::with_capacity(forward.estimates.len());
     for e in &forward.estimates {

@@ -112,23 +112,26 @@ pub struct JobView {
 }
 
 impl JobView {
-    /// Adds a QUEUED job's estimate from the last forward run, if there is one (a
-    /// read of the shared table, no message).
-    pub fn with_estimate(mut self, state: &AppState) -> Self {
-        if self.status != JobStatus::Queued {
-            return self;
-        }
+    /// The view of `j` with a QUEUED job's estimate from the last forward run, if
+    /// there is one (a read of the shared table, no message), or the instant it starts
+    /// no sooner than ([`crate::estimates::Estimates::not_reached`]).
+    pub fn estimated(j: job::Model, state: &AppState) -> Self {
+        let summary = (j.status == JobStatus::Queued).then(|| crate::actors::summary(&j));
+        let mut view = Self::from_model(j);
+        let Some(summary) = summary else {
+            return view;
+        };
         let table = state.estimates();
-        let Some(e) = table.get(&self.id) else {
-            self.estimated_after = table.not_reached(self.submitted_at);
-            return self;
+        let Some(e) = table.get(&view.id) else {
+            view.estimated_after = table.not_reached(&view.user, &summary, view.submitted_at);
+            return view;
         };
         if e.start.is_some() {
-            self.estimated_start = e.start;
-            self.position = e.position;
-            self.estimate_basis = Some(e.basis.as_str().to_owned());
+            view.estimated_start = e.start;
+            view.position = e.position;
+            view.estimate_basis = Some(e.basis.as_str().to_owned());
         }
-        self
+        view
     }
 
     /// The view of `j` without the queue fields.
@@ -333,7 +336,7 @@ pub(crate) async fn view(
     };
     let user_id = j.user_id.clone();
     let outstanding = j.status.is_outstanding();
-    let mut v = JobView::from_model(j).with_estimate(state);
+    let mut v = JobView::estimated(j, state);
     v.queue_position = position;
     v.pending_reason = lifecycle_reason;
     if let (true, Some(s)) = (outstanding, state.scheduler()) {
@@ -579,7 +582,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     Ok(HttpResponse::Ok().json(JobPage {
         jobs: jobs
             .into_iter()
-            .map(|j| JobView::from_model(j).with_estimate(&state))
+            .map(|j| JobView::estimated(j, &state))
             .collect(),
         next_after,
     }))

@@ -109,6 +109,73 @@ impl Default for Limits {
     }
 }
 
+/// What keeps a job from ever starting as things stand, whatever else runs or ends
+/// (the jobs the forward run can never start, module doc): its user paused or at a
+/// running-jobs limit of 0, a group above it paused or at a limit of 0, the job alone
+/// larger than its user's or such a group's `max_resources`, or larger than every
+/// healthy cluster it may run on ([`super::ledger::permanent_reason`]). Built from a
+/// snapshot, so that a job the forward run did not read (past `estimates.max_jobs`)
+/// is judged as one it read: neither gets an `estimated_after`.
+#[derive(Clone, Debug, Default)]
+pub struct Bars {
+    /// The healthy clusters and pools: name, whether a pool, total.
+    totals: super::ledger::Totals,
+    /// By user: barred whatever the job (paused, a limit of 0, or a group's), and the
+    /// caps a job alone must fit (its own and its groups').
+    users: HashMap<String, (bool, Vec<Resources>)>,
+}
+
+impl Bars {
+    /// The bars of `snapshot`'s users, groups and clusters.
+    #[must_use]
+    pub fn of(snapshot: &Snapshot) -> Bars {
+        let mut totals: super::ledger::Totals = snapshot
+            .clusters
+            .iter()
+            .filter(|c| c.healthy)
+            .map(|c| (c.name.clone(), c.pool, c.total))
+            .collect();
+        totals.sort_by(|a, b| a.0.cmp(&b.0));
+        let groups: HashMap<&str, &super::GroupView> = snapshot
+            .groups
+            .iter()
+            .map(|g| (g.path.as_str(), g))
+            .collect();
+        let users = snapshot
+            .users
+            .iter()
+            .map(|u| {
+                let mut barred = u.paused || u.max_running_jobs == 0;
+                let mut caps: Vec<Resources> = u.max_resources.into_iter().collect();
+                let mut path = u.group.as_deref();
+                while let Some(p) = path {
+                    if let Some(g) = groups.get(p) {
+                        barred |= g.paused || g.max_running_jobs == 0;
+                        caps.extend(g.max_resources);
+                    }
+                    path = super::groups::parent(p);
+                }
+                (u.user.clone(), (barred, caps))
+            })
+            .collect();
+        Bars { totals, users }
+    }
+
+    /// Whether `job` of `user` can never start as things stand (type doc). A user the
+    /// snapshot does not know is not barred.
+    #[must_use]
+    pub fn never(&self, user: &str, job: &QueuedJob) -> bool {
+        let (barred, caps) = match self.users.get(user) {
+            Some((barred, caps)) => (*barred, caps.as_slice()),
+            None => (false, &[][..]),
+        };
+        barred
+            || caps.iter().any(|cap| !job.resources.fits_cap(cap))
+            || super::ledger::permanent_reason(job, None, std::iter::empty(), &self.totals)
+                .is_some()
+    }
+}
+
 /// One queued job's estimated start.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Estimate {
@@ -146,6 +213,20 @@ impl Forward {
     pub fn by_job(&self) -> HashMap<JobId, &Estimate> {
         self.estimates.iter().map(|e| (e.job_id, e)).collect()
     }
+}
+
+/// The ledger cycles a forward run from `outstanding` jobs and `queued` QUEUED ones
+/// makes at most when nothing stops it: one at the start, then one per distinct event
+/// instant, each an expected end (at most one per job outstanding or started) or a
+/// head passing the starvation guard (at most one per queued job), and one more for
+/// the budget's check after the last cycle: `2 + outstanding + 2 × queued`. With it as
+/// [`Limits::max_cycles`] the budget never cuts a run (property test
+/// `an_uncut_run_starts_exactly_the_jobs_not_barred`).
+#[must_use]
+pub fn cycles_needed(outstanding: usize, queued: usize) -> usize {
+    2usize
+        .saturating_add(outstanding)
+        .saturating_add(queued.saturating_mul(2))
 }
 
 /// Seconds with a total order (`f64::total_cmp`), for the heap of ends.

@@ -52,7 +52,7 @@ fn outstanding_jobs() -> impl Strategy<Value = Vec<OutstandingJob>> {
     })
 }
 
-fn clusters() -> impl Strategy<Value = Vec<ClusterView>> {
+pub(super) fn clusters() -> impl Strategy<Value = Vec<ClusterView>> {
     let one = (
         prop::bool::weighted(0.85),
         resources(32, 4, 64),
@@ -163,7 +163,7 @@ fn user(index: usize) -> impl Strategy<Value = UserView> {
         )
 }
 
-fn users() -> impl Strategy<Value = Vec<UserView>> {
+pub(super) fn users() -> impl Strategy<Value = Vec<UserView>> {
     (0usize..=6).prop_flat_map(|n| (0..n).map(user).collect::<Vec<_>>())
 }
 
@@ -182,7 +182,7 @@ fn config_with_age() -> impl Strategy<Value = PolicyConfig> {
         })
 }
 
-fn config() -> impl Strategy<Value = PolicyConfig> {
+pub(super) fn config() -> impl Strategy<Value = PolicyConfig> {
     let qpu = crate::policy::custom::slot("QPU").expect("QPU is a valid custom name");
     (
         prop::sample::select(vec![0.0, 60.0, 3600.0]),

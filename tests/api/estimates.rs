@@ -320,13 +320,43 @@ async fn the_stored_estimates_are_replaced_whole_and_fenced() {
 /// `estimated_start` but `estimated_after`: the instant the run stopped at, which it
 /// starts no sooner than; Ray's message says so. 2 CPUs, five 100-s jobs of one user,
 /// a horizon of 150 s: two run, two start when they end (+100 s), the fifth would start
-/// at +200 s.
+/// at +200 s. A job that can never start as things stand is not marked (a fresh tester
+/// found a job larger than every cluster given `estimated_after`): bob's 2-CPU job once
+/// his `max_resources` is 1 CPU, and paused carol's.
 #[actix_web::test]
 async fn a_job_beyond_the_horizon_is_marked() {
     let (app, _server) = estimating_app(2.0, |s| {
         s.estimates.horizon = Duration::from_secs(150);
     })
     .await;
+    let r = app
+        .put(
+            "/v1/users/bob",
+            crate::helpers::ADMIN,
+            json!({"max_resources": {"cpu": 1}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = app
+        .put("/v1/users/carol", crate::helpers::ADMIN, json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let r = app
+        .post("/v1/users/carol/pause", crate::helpers::ADMIN, json!({}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let never = [
+        app.submit(
+            "bob",
+            json!({"entrypoint": "sleep 100", "max_runtime_s": 100, "resources": {"cpu": 2}}),
+        )
+        .await,
+        app.submit(
+            "carol",
+            json!({"entrypoint": "sleep 100", "max_runtime_s": 100}),
+        )
+        .await,
+    ];
     let mut ids = Vec::new();
     for _ in 0..5 {
         let j = app
@@ -397,6 +427,19 @@ async fn a_job_beyond_the_horizon_is_marked() {
             && message.ends_with("(beyond what the estimates look ahead)"),
         "{message}"
     );
+    for j in &never {
+        let v = app
+            .get_json(
+                &format!("/v1/jobs/{}", j["id"].as_str().unwrap()),
+                SUBMITTER,
+            )
+            .await;
+        assert_eq!(v["status"], "QUEUED", "{v}");
+        assert!(
+            v["estimated_start"].is_null() && v["estimated_after"].is_null(),
+            "{v}"
+        );
+    }
 }
 
 /// Inserts QUEUED jobs `(user, priority, submit second)` and one RUNNING job of

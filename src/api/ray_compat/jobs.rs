@@ -406,7 +406,7 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
     let out: Vec<JobDetails> = jobs
         .iter()
         .map(|j| {
-            let v = crate::api::jobs::JobView::from_model(j.clone()).with_estimate(&state);
+            let v = crate::api::jobs::JobView::estimated(j.clone(), &state);
             JobDetails::from_value(details(j, None, None, &Estimated::of(&v)))
         })
         .collect();

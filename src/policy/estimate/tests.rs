@@ -402,3 +402,154 @@ fn a_cut_run_says_from_when_the_rest_could_start() {
     assert_eq!(whole.not_before, None);
     assert_eq!(whole.estimates.len(), 5);
 }
+
+/// The bars, by hand: a paused user, a user at a running-jobs limit of 0, a user in a
+/// paused group's subgroup, a job alone above its group's `max_resources`, a job
+/// larger than every healthy cluster (an unhealthy larger one does not count), and a
+/// pool job too large for its pool are barred; a job that fits is not, nor one of a
+/// user the snapshot does not know.
+#[test]
+fn bars_name_the_jobs_that_never_start() {
+    let mut s = snapshot(
+        0.0,
+        vec![
+            UserView {
+                paused: true,
+                ..user("paused", vec![])
+            },
+            UserView {
+                max_running_jobs: 0,
+                ..user("zero", vec![])
+            },
+            UserView {
+                group: Some("p/q".into()),
+                ..user("under-paused", vec![])
+            },
+            UserView {
+                group: Some("capped".into()),
+                ..user("capped", vec![])
+            },
+            user("free", vec![]),
+        ],
+        vec![
+            cluster("k", cpus(4.0)),
+            ClusterView {
+                healthy: false,
+                ..cluster("big", cpus(64.0))
+            },
+            ClusterView {
+                pool: true,
+                ..cluster("pool", cpus(2.0))
+            },
+        ],
+    );
+    let mut paused = GroupView::new("p");
+    paused.paused = true;
+    let mut capped = GroupView::new("capped");
+    capped.max_resources = Some(cpus(2.0));
+    s.groups = vec![paused, GroupView::new("p/q"), capped];
+    let bars = Bars::of(&s);
+    let small = job(1, cpus(1.0), 0.0, 60.0);
+    let three = job(2, cpus(3.0), 0.0, 60.0);
+    let huge = job(3, cpus(5.0), 0.0, 60.0);
+    let pooled = |r| QueuedJob {
+        pool: Some("pool".into()),
+        ..job(4, r, 0.0, 60.0)
+    };
+    for u in ["paused", "zero", "under-paused"] {
+        assert!(bars.never(u, &small), "{u}");
+    }
+    assert!(!bars.never("capped", &small));
+    assert!(bars.never("capped", &three));
+    assert!(!bars.never("free", &three));
+    assert!(bars.never("free", &huge));
+    assert!(bars.never("unknown", &huge));
+    assert!(!bars.never("unknown", &small));
+    assert!(!bars.never("free", &pooled(cpus(2.0))));
+    assert!(bars.never("free", &pooled(cpus(3.0))));
+}
+
+mod bars_property {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::policy::proptests;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// With no other tenants' load, a forward run to its end starts exactly the
+        /// jobs the bars do not name (when some cluster is healthy): the bars are
+        /// what never lifts, over random users, groups (one paused, one at a
+        /// running-jobs limit of 0, one capped, one nested under the paused one),
+        /// clusters and pools.
+        #[test]
+        fn an_uncut_run_starts_exactly_the_jobs_not_barred(
+            users in proptests::users(),
+            clusters in proptests::clusters(),
+            config in proptests::config(),
+            picks in prop::collection::vec(0usize..6, 6),
+        ) {
+            let mut zero = GroupView::new("zero");
+            zero.max_running_jobs = 0;
+            let mut paused = GroupView::new("paused");
+            paused.paused = true;
+            let mut capped = GroupView::new("capped");
+            capped.max_resources = Some(Resources::new(4.0, 1.0, 8.0 * 1024.0 * 1024.0 * 1024.0));
+            let groups = vec![GroupView::new("g"), zero, paused, GroupView::new("paused/in"), capped];
+            let paths = [None, Some("g"), Some("zero"), Some("paused"), Some("paused/in"), Some("capped")];
+            let users: Vec<UserView> = users
+                .into_iter()
+                .zip(&picks)
+                .map(|(u, &p)| UserView { group: paths[p].map(str::to_owned), ..u })
+                .map(|mut u| {
+                    // A job asks for something (the API refuses one that does not).
+                    for j in &mut u.queue {
+                        if j.resources.cpu == 0.0 && j.resources.gpu == 0.0 && j.resources.custom == Resources::ZERO.custom {
+                            j.resources.cpu = 0.5;
+                        }
+                    }
+                    u
+                })
+                .collect();
+            // No other tenants' load: the clusters hold only what is outstanding, and
+            // the forward run starts from the queues alone.
+            let clusters: Vec<ClusterView> = clusters
+                .into_iter()
+                .map(|c| ClusterView {
+                    used_reported: Resources::ZERO,
+                    outstanding: Resources::ZERO,
+                    jobs: Vec::new(),
+                    ..c
+                })
+                .collect();
+            let s = Snapshot {
+                now: 1000.0,
+                config: PolicyConfig { licenses: crate::policy::Custom::EMPTY, ..config },
+                users,
+                clusters,
+                reservation: None,
+                groups,
+            };
+            let bars = Bars::of(&s);
+            let f = forward(&s, &[], policy_run, Limits::default());
+            prop_assert!(!f.cut);
+            // The cycle bound never cuts the run: the same run within it.
+            let queued = s.users.iter().map(|u| u.queue.len()).sum();
+            let bounded = Limits { max_cycles: cycles_needed(0, queued), ..Limits::default() };
+            prop_assert_eq!(&forward(&s, &[], policy_run, bounded), &f);
+            let started = f.by_job();
+            let healthy = s.clusters.iter().any(|c| c.healthy);
+            for u in &s.users {
+                for j in &u.queue {
+                    let barred = bars.never(&u.user, j);
+                    if barred {
+                        prop_assert!(!started.contains_key(&j.job_id), "{} {:?} barred but started", u.user, j);
+                    } else if healthy {
+                        prop_assert!(started.contains_key(&j.job_id), "{} {:?} not barred, never started", u.user, j);
+                    }
+                }
+            }
+        }
+    }
+}
