@@ -190,6 +190,7 @@ impl Application {
             .listen("fairshare-http", listener, move || {
                 let state = state.clone();
                 let app = App::new()
+                    .wrap(actix_web::middleware::from_fn(crate::api::head_as_get))
                     .wrap(actix_web::middleware::from_fn(
                         crate::api::host_guard::middleware,
                     ))

@@ -365,7 +365,8 @@ fn usage_command(a: UsageCli) -> ExitCode {
 
 /// A report as an aligned text table: core-hours, GPU-hours, GiB-hours held as
 /// declared, core-hours actually held (Ray's State API), jobs ended
-/// (succeeded/failed/stopped) and the median and p90 wait.
+/// (succeeded/failed/stopped), the median and p90 wait, and last each custom
+/// resource's hours held (`QPU=1.500`, in name order; `-` for none).
 fn usage_table(r: &crate::api::usage::UsageReport) -> String {
     let mut lines = vec![format!(
         "# {} to {}, by {} per {}",
@@ -374,18 +375,20 @@ fn usage_table(r: &crate::api::usage::UsageReport) -> String {
         r.by,
         r.step
     )];
-    lines.push(format!(
-        "{:<20} {:<24} {:>12} {:>10} {:>12} {:>12} {:>14} {:>9} {:>9}",
-        "start",
-        r.by,
-        "core_hours",
-        "gpu_hours",
-        "GiB_hours",
-        "actual_core_h",
-        "ok/failed/stop",
-        "wait_p50",
-        "wait_p90"
-    ));
+    lines.push(
+        format!(
+            "{:<20} {:<24} {:>12} {:>10} {:>12} {:>12} {:>14} {:>9} {:>9}",
+            "start",
+            r.by,
+            "core_hours",
+            "gpu_hours",
+            "GiB_hours",
+            "actual_core_h",
+            "ok/failed/stop",
+            "wait_p50",
+            "wait_p90",
+        ) + " custom_hours",
+    );
     let opt = |v: Option<i64>| v.map(|x| format!("{x}s")).unwrap_or_else(|| "-".into());
     for x in &r.rows {
         let key = if x.key.is_empty() {
@@ -393,20 +396,35 @@ fn usage_table(r: &crate::api::usage::UsageReport) -> String {
         } else {
             x.key.as_str()
         };
-        lines.push(format!(
-            "{:<20} {:<24} {:>12.3} {:>10.3} {:>12.3} {:>12.3} {:>14} {:>9} {:>9}",
-            x.start.format("%Y-%m-%dT%H:%MZ"),
-            key,
-            x.core_seconds / 3600.0,
-            x.gpu_seconds / 3600.0,
-            x.memory_byte_seconds / 3600.0 / 1_073_741_824.0,
-            x.actual.core_seconds / 3600.0,
-            format!("{}/{}/{}", x.jobs.succeeded, x.jobs.failed, x.jobs.stopped),
-            opt(x.wait_seconds.p50),
-            opt(x.wait_seconds.p90),
-        ));
+        lines.push(
+            format!(
+                "{:<20} {:<24} {:>12.3} {:>10.3} {:>12.3} {:>12.3} {:>14} {:>9} {:>9}",
+                x.start.format("%Y-%m-%dT%H:%MZ"),
+                key,
+                x.core_seconds / 3600.0,
+                x.gpu_seconds / 3600.0,
+                x.memory_byte_seconds / 3600.0 / 1_073_741_824.0,
+                x.actual.core_seconds / 3600.0,
+                format!("{}/{}/{}", x.jobs.succeeded, x.jobs.failed, x.jobs.stopped),
+                opt(x.wait_seconds.p50),
+                opt(x.wait_seconds.p90),
+            ) + " "
+                + &custom_hours(&x.custom_seconds),
+        );
     }
     lines.join("\n") + "\n"
+}
+
+/// Custom resource-seconds as hours, `name=hours` in name order, `-` for none.
+fn custom_hours(seconds: &std::collections::BTreeMap<String, f64>) -> String {
+    if seconds.is_empty() {
+        return "-".into();
+    }
+    seconds
+        .iter()
+        .map(|(name, s)| format!("{name}={:.3}", s / 3600.0))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A single-threaded tokio runtime for the commands that need no actix System.
@@ -658,6 +676,35 @@ fn write_trace(a: &TraceCli) -> anyhow::Result<String> {
 mod tests {
     use super::Cli;
     use clap::Parser;
+
+    /// The `usage` table shows each custom resource's hours (a fresh tester found them
+    /// left out): `QPU=1.500` for 5,400 QPU-seconds, `-` for a row with none.
+    #[test]
+    fn the_usage_table_shows_custom_resource_hours() {
+        let report: crate::api::usage::UsageReport = serde_json::from_value(serde_json::json!({
+            "from": "2026-12-01T00:00:00Z", "to": "2026-12-02T00:00:00Z", "step": "day",
+            "by": "user", "now": "2026-12-06T00:00:00Z",
+            "rows": [
+                {"start": "2026-12-01T00:00:00Z", "key": "ann", "core_seconds": 7200.0,
+                 "gpu_seconds": 0.0, "memory_byte_seconds": 0.0,
+                 "custom_seconds": {"QPU": 5400.0, "A": 36.0},
+                 "actual": {"core_seconds": 0.0, "gpu_seconds": 0.0, "memory_byte_seconds": 0.0},
+                 "jobs": {"succeeded": 1, "failed": 0, "stopped": 0},
+                 "wait_seconds": {"count": 1, "p50": 3, "p90": 3, "p99": 3}},
+                {"start": "2026-12-01T00:00:00Z", "key": "bob", "core_seconds": 3600.0,
+                 "gpu_seconds": 0.0, "memory_byte_seconds": 0.0, "custom_seconds": {},
+                 "actual": {"core_seconds": 0.0, "gpu_seconds": 0.0, "memory_byte_seconds": 0.0},
+                 "jobs": {"succeeded": 1, "failed": 0, "stopped": 0},
+                 "wait_seconds": {"count": 1, "p50": 3, "p90": 3, "p99": 3}}
+            ]
+        }))
+        .unwrap();
+        let table = super::usage_table(&report);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].ends_with(" custom_hours"), "{table}");
+        assert!(lines[2].ends_with(" A=0.010,QPU=1.500"), "{table}");
+        assert!(lines[3].ends_with(" -"), "{table}");
+    }
 
     /// The error clap gives for `args` after `fairshare simulate --trace t.swf`.
     fn simulate_error(args: &[&str]) -> String {

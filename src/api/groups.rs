@@ -114,13 +114,14 @@ fn action(tail: &str) -> Option<(&str, &str)> {
         .filter(|(_, a)| *a == "pause" || *a == "resume")
 }
 
-/// What the tail route allows: `POST` on `…/pause|resume`, else `GET, PUT, DELETE`.
+/// What the tail route allows: `POST` on `…/pause|resume`, else `GET, HEAD, PUT,
+/// DELETE`.
 fn allowed(tail: &str) -> ApiError {
     ApiError::MethodNotAllowed {
         allow: if action(tail).is_some() {
             "POST"
         } else {
-            "GET, PUT, DELETE"
+            "GET, HEAD, PUT, DELETE"
         },
     }
 }

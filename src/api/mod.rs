@@ -88,9 +88,26 @@ async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
     }
 }
 
+/// `HEAD` is `GET` without the body (RFC 9110 §9.3.2, as Ray's own aiohttp server
+/// answers it) on every route that takes `GET`: the request is routed as a `GET`, and
+/// actix-http, which read a `HEAD`, sends the answer's head (its `Content-Length`
+/// included) and no body. Innermost of the middleware, so that logs and metrics
+/// still say `HEAD`. (A fresh tester's finding: `HEAD /v1/usage` was 405, as was every
+/// route but the health probes and the console.)
+pub async fn head_as_get(
+    mut req: actix_web::dev::ServiceRequest,
+    next: actix_web::middleware::Next<impl actix_web::body::MessageBody>,
+) -> Result<actix_web::dev::ServiceResponse<impl actix_web::body::MessageBody>, actix_web::Error> {
+    if req.method() == actix_web::http::Method::HEAD {
+        req.head_mut().method = actix_web::http::Method::GET;
+    }
+    next.call(req).await
+}
+
 /// Registers every route. Each path is listed once here and once in the OpenAPI
 /// document (a test checks they agree). Any other method on a known path is 405 with
-/// an `Allow` header listing the ones it takes; `HEAD` works on the health probes.
+/// an `Allow` header listing the ones it takes; `HEAD` works wherever `GET` does
+/// ([`head_as_get`]).
 pub fn routes(cfg: &mut web::ServiceConfig) {
     let resource = |path: &str, allow: &'static str| {
         web::resource(path.to_string()).default_service(web::to(move || async move {
@@ -98,30 +115,30 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         }))
     };
     cfg.service(
-        resource("/v1/jobs", "GET, POST")
+        resource("/v1/jobs", "GET, HEAD, POST")
             .post(jobs::submit)
             .get(jobs::list),
     )
-    .service(resource("/v1/jobs/{id}", "GET").get(jobs::get))
+    .service(resource("/v1/jobs/{id}", "GET, HEAD").get(jobs::get))
     .service(resource("/v1/jobs/{id}/cancel", "POST").post(jobs::cancel))
-    .service(resource("/v1/jobs/{id}/logs", "GET").get(jobs::logs))
+    .service(resource("/v1/jobs/{id}/logs", "GET, HEAD").get(jobs::logs))
     .service(resource("/v1/jobs/{id}/started", "POST").post(admission::started))
     .service(resource("/v1/jobs/{id}/finished", "POST").post(admission::finished))
     .service(resource("/v1/jobs/{id}/release", "POST").post(admission::release))
     .service(resource("/v1/jobs/{id}/heartbeat", "POST").post(admission::heartbeat))
-    .service(resource("/v1/jobs/{id}/events", "GET").get(console::job_events))
+    .service(resource("/v1/jobs/{id}/events", "GET, HEAD").get(console::job_events))
     .service(resource("/v1/attempts/{submission_id}/{kind}", "POST").post(hints::hint))
-    .service(resource("/v1/shares", "GET").get(console::shares))
-    .service(resource("/v1/whoami", "GET").get(console::whoami))
-    .service(resource("/v1/users", "GET").get(users::list))
+    .service(resource("/v1/shares", "GET, HEAD").get(console::shares))
+    .service(resource("/v1/whoami", "GET, HEAD").get(console::whoami))
+    .service(resource("/v1/users", "GET, HEAD").get(users::list))
     .service(
-        resource("/v1/users/{id}", "GET, PUT")
+        resource("/v1/users/{id}", "GET, HEAD, PUT")
             .get(users::get)
             .put(users::put),
     )
     .service(resource("/v1/users/{id}/pause", "POST").post(users::pause))
     .service(resource("/v1/users/{id}/resume", "POST").post(users::resume))
-    .service(resource("/v1/groups", "GET").get(groups::list))
+    .service(resource("/v1/groups", "GET, HEAD").get(groups::list))
     // A group's path has slashes, sent as they are or as %2F: the route takes the
     // rest of the URL; `…/pause|resume` is that action (POST) on the group before it,
     // and each answers 405 with its own methods (groups::other_method).
@@ -133,23 +150,15 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .post(groups::post)
             .default_service(web::to(groups::other_method)),
     )
-    .service(resource("/v1/events", "GET").get(events::stream))
-    .service(resource("/v1/usage", "GET").get(usage::usage))
-    .service(resource("/v1/scheduler", "GET").get(system::scheduler))
+    .service(resource("/v1/events", "GET, HEAD").get(events::stream))
+    .service(resource("/v1/usage", "GET, HEAD").get(usage::usage))
+    .service(resource("/v1/scheduler", "GET, HEAD").get(system::scheduler))
     .service(resource("/v1/scheduler/what-if", "POST").post(what_if::what_if))
-    .service(resource("/openapi.json", "GET").get(openapi::document))
-    .service(resource("/metrics", "GET").get(system::metrics))
+    .service(resource("/openapi.json", "GET, HEAD").get(openapi::document))
+    .service(resource("/metrics", "GET, HEAD").get(system::metrics))
     // Uptime checks and load balancers probe with HEAD; actix sends no body for it.
-    .service(
-        resource("/healthz", "GET, HEAD")
-            .get(system::healthz)
-            .route(web::head().to(system::healthz)),
-    )
-    .service(
-        resource("/readyz", "GET, HEAD")
-            .get(system::readyz)
-            .route(web::head().to(system::readyz)),
-    )
+    .service(resource("/healthz", "GET, HEAD").get(system::healthz))
+    .service(resource("/readyz", "GET, HEAD").get(system::readyz))
     // The browser console's static files (not API routes: not in ROUTES or OpenAPI).
     .configure(ui::routes)
     // Ray's Jobs REST API for Ray's own clients (docs/ray-jobs-api.md).

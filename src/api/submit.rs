@@ -56,6 +56,17 @@ pub struct ResourcesIn {
     pub custom: Option<BTreeMap<String, f64>>,
 }
 
+impl ResourcesIn {
+    /// Whether it names any resource (an amount given, or a custom name).
+    #[must_use]
+    pub fn names_any(&self) -> bool {
+        self.cpu.is_some()
+            || self.gpu.is_some()
+            || self.memory_bytes.is_some()
+            || self.custom.as_ref().is_some_and(|c| !c.is_empty())
+    }
+}
+
 /// Checks the custom resources of a job (`field` names the map, `resources.custom`):
 /// at most [`MAX_CUSTOM`] names, each a valid custom Ray resource name
 /// ([`custom::check_name`]), each amount > 0 and valid as [`validate_amount`] says.
@@ -244,7 +255,9 @@ impl SubmitRequest {
     /// size together with `resources` (one or the other: a size is a contract of
     /// resources and of what is reported, and a job that changed them would be
     /// reported under a size it does not have), or `size` and the metadata key
-    /// naming two different sizes.
+    /// naming two different sizes. An empty `resources` (`{}`, or every field null)
+    /// names no resource and goes with a size, as an empty `entrypoint_resources` does
+    /// on Ray's Jobs API.
     pub fn with_size(mut self, sizes: &[crate::config::SizeSettings]) -> Result<Self, ApiError> {
         let key = crate::store::SIZE_KEY;
         let in_metadata = self.metadata.as_ref().and_then(|m| m.get(key)).cloned();
@@ -279,7 +292,7 @@ impl SubmitRequest {
                 },
             ));
         };
-        if self.resources.is_some() {
+        if self.resources.as_ref().is_some_and(ResourcesIn::names_any) {
             return Err(ApiError::invalid(
                 "size",
                 "give either size or resources, not both",

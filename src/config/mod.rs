@@ -159,16 +159,41 @@ pub struct SizeSettings {
 /// Bytes as an integer or a string with a unit: `B`, `KB`/`MB`/`GB`/`TB` (powers of
 /// 1000) or `KiB`/`MiB`/`GiB`/`TiB` (powers of 1024), e.g. `"16 GiB"`.
 pub fn deserialize_bytes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    use serde::de::Error as _;
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Either {
-        N(u64),
-        S(String),
+    d.deserialize_any(BytesVisitor)
+}
+
+/// Reads [`deserialize_bytes`]'s two forms and says which it expects for anything else
+/// (a fresh tester's finding: a negative or fractional number said "data did not
+/// match any variant of untagged enum Either").
+struct BytesVisitor;
+
+impl serde::de::Visitor<'_> for BytesVisitor {
+    type Value = u64;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(
+            "a whole number of bytes of 0 or more, or a string with a unit such as \"16 GiB\"",
+        )
     }
-    match Either::deserialize(d)? {
-        Either::N(n) => Ok(n),
-        Either::S(s) => parse_bytes(&s).map_err(D::Error::custom),
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u64, E> {
+        Ok(n)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u64, E> {
+        u64::try_from(n).map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(n), &self))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<u64, E> {
+        if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= i64::MAX as f64 {
+            Ok(n as u64)
+        } else {
+            Err(E::invalid_value(serde::de::Unexpected::Float(n), &self))
+        }
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<u64, E> {
+        parse_bytes(s).map_err(E::custom)
     }
 }
 

@@ -920,7 +920,43 @@ fn usage_retention_and_sizes_load_and_bad_ones_name_their_key() {
             "sizes[1].name",
             "duplicate",
         ),
-        (size("name = \"m\"\ncpu = -1"), "sizes[0].cpu", "0 or more"),
+        (size("name = \"m\"\ncpu = -1"), "sizes[0].cpu", ">= 0"),
+        // As a job's own resources would be refused (a fresh tester's findings).
+        (
+            size("name = \"m\"\ncpu = 0.00001"),
+            "sizes[0].cpu",
+            "4 decimal places",
+        ),
+        (
+            size("name = \"m\"\ncpu = 2000000"),
+            "sizes[0].cpu",
+            "at most 1000000",
+        ),
+        (
+            size("name = \"m\"\ncpu = 1\ngpu = 0.5\nmemory_bytes = \"9000 TiB\""),
+            "sizes[0].memory_bytes",
+            "9007199254740992",
+        ),
+        (
+            size("name = \"m\"\ncpu = 1\ncustom = { QPU = 0.123456 }"),
+            "sizes[0].custom.QPU",
+            "4 decimal places",
+        ),
+        (
+            size("name = \"m\"\ncpu = 1\nmemory_bytes = -1"),
+            "memory_bytes",
+            "a whole number of bytes",
+        ),
+        (
+            size("name = \"m\"\ncpu = 1\nmemory_bytes = 1.5"),
+            "memory_bytes",
+            "a whole number of bytes",
+        ),
+        (
+            size("name = \"m\"\ncpu = 1\nmemory_bytes = true"),
+            "memory_bytes",
+            "a whole number of bytes",
+        ),
         (size("name = \"m\""), "sizes[0]", "cpu > 0"),
         (
             size("name = \"m\"\ncpu = 1\nmemory_bytes = \"16 GB2\""),

@@ -585,29 +585,29 @@ impl Settings {
             if self.sizes[..i].iter().any(|o| o.name == z.name) {
                 return invalid(format!("sizes[{i}].name"), "duplicate size name".into());
             }
-            for (key, v) in [("cpu", z.cpu), ("gpu", z.gpu)] {
-                if !(v.is_finite() && v >= 0.0) {
-                    return invalid(
-                        format!("sizes[{i}].{key}"),
-                        format!("must be a finite number of 0 or more, not {v}"),
-                    );
-                }
+            // The rules of a job's own resources (`POST /v1/jobs`): a size no job
+            // may ask for would refuse every submission naming it (a fresh tester's
+            // finding: 0.00001 CPU, 2,000,000 CPU and 9000 TiB were taken at start).
+            let as_job = |e: crate::api::ApiError| match e {
+                crate::api::ApiError::Invalid { field, reason } => ConfigError::Invalid {
+                    key: format!(
+                        "sizes[{i}].{}",
+                        field.strip_prefix("resources.").unwrap_or(&field)
+                    ),
+                    reason,
+                },
+                other => ConfigError::Invalid {
+                    key: format!("sizes[{i}]"),
+                    reason: other.to_string(),
+                },
+            };
+            for (key, v) in [("resources.cpu", z.cpu), ("resources.gpu", z.gpu)] {
+                crate::api::submit::validate_amount(key, v).map_err(as_job)?;
             }
-            if z.memory_bytes > i64::MAX as u64 {
-                return invalid(format!("sizes[{i}].memory_bytes"), "is too large".into());
-            }
-            for (name, &amount) in &z.custom {
-                let key = format!("sizes[{i}].custom.{name}");
-                if !(amount.is_finite() && amount > 0.0) {
-                    return invalid(
-                        key,
-                        format!("must be a finite number above 0, not {amount}"),
-                    );
-                }
-                if let Err(e) = crate::policy::custom::slot(name) {
-                    return invalid(key, e.to_string());
-                }
-            }
+            crate::api::submit::check_memory_bytes("resources.memory_bytes", z.memory_bytes)
+                .map_err(as_job)?;
+            crate::api::submit::validate_custom("resources.custom", z.custom.clone())
+                .map_err(as_job)?;
             if z.cpu <= 0.0 && z.gpu <= 0.0 && z.custom.is_empty() {
                 return invalid(
                     format!("sizes[{i}]"),

@@ -119,7 +119,7 @@ async fn groups_are_created_read_changed_and_deleted_by_path(db: Db) {
     assert_eq!(r.status(), 403);
     let r = app.post("/v1/groups/ibm-q/nothing", ADMIN, json!({})).await;
     assert_eq!(r.status(), 405);
-    assert_eq!(r.headers()["allow"], "GET, PUT, DELETE");
+    assert_eq!(r.headers()["allow"], "GET, HEAD, PUT, DELETE");
     // `…/pause` and `…/resume` are the actions, never a group: POST only.
     let r = app.put("/v1/groups/ibm-q/pause", ADMIN, json!({})).await;
     assert_eq!(r.status(), 405);

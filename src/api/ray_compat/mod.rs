@@ -51,22 +51,22 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             Err::<HttpResponse, _>(pyjson::RayError(ApiError::MethodNotAllowed { allow }))
         }))
     };
-    cfg.service(resource("/api/version", "GET").get(jobs::version))
+    cfg.service(resource("/api/version", "GET, HEAD").get(jobs::version))
         .service(
-            resource("/api/jobs/", "GET, POST")
+            resource("/api/jobs/", "GET, HEAD, POST")
                 .post(jobs::submit)
                 .get(jobs::list),
         )
         .service(
-            resource("/api/jobs/{id}", "GET, DELETE")
+            resource("/api/jobs/{id}", "GET, HEAD, DELETE")
                 .get(jobs::get)
                 .delete(jobs::delete),
         )
         .service(resource("/api/jobs/{id}/stop", "POST").post(jobs::stop))
-        .service(resource("/api/jobs/{id}/logs", "GET").get(jobs::logs))
-        .service(resource("/api/jobs/{id}/logs/tail", "GET").get(tail::tail))
+        .service(resource("/api/jobs/{id}/logs", "GET, HEAD").get(jobs::logs))
+        .service(resource("/api/jobs/{id}/logs/tail", "GET, HEAD").get(tail::tail))
         .service(
-            resource("/api/packages/{protocol}/{name}", "GET, PUT")
+            resource("/api/packages/{protocol}/{name}", "GET, HEAD, PUT")
                 .get(packages::get)
                 .put(packages::put),
         );
