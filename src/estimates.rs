@@ -78,6 +78,43 @@ struct Table {
     /// What keeps a job from ever starting, as of the run's state: such a job has no
     /// `not_before` either (a follower's table has none: it does not know the state).
     bars: Option<estimate::Bars>,
+    /// The users whose queues the read cut at `estimates.max_jobs` ([`per_user_cap`]).
+    cut: Cut,
+}
+
+/// The users whose queues a refresh read only the first `k` jobs of: those jobs, and
+/// by user the latest estimated start among them, which the user's jobs past the cut
+/// (behind them in its queue) start no sooner than.
+#[derive(Default)]
+struct Cut {
+    read: HashSet<JobId>,
+    last: HashMap<String, DateTime<Utc>>,
+}
+
+impl Cut {
+    /// The cut of `rows` (the QUEUED and outstanding jobs read), for `users`, given the
+    /// run's estimates.
+    fn of(
+        rows: &[entity::job::Model],
+        users: &HashSet<String>,
+        jobs: &HashMap<JobId, JobEstimate>,
+    ) -> Cut {
+        let mut cut = Cut::default();
+        if users.is_empty() {
+            return cut;
+        }
+        for r in rows {
+            if r.status != JobStatus::Queued || !users.contains(&r.user_id) {
+                continue;
+            }
+            cut.read.insert(r.id);
+            if let Some(start) = jobs.get(&r.id).and_then(|e| e.start) {
+                let last = cut.last.entry(r.user_id.clone()).or_insert(start);
+                *last = (*last).max(start);
+            }
+        }
+        cut
+    }
 }
 
 impl Estimates {
@@ -94,11 +131,12 @@ impl Estimates {
     }
 
     /// For a QUEUED job without an estimate, `job` of `user` submitted at
-    /// `submitted_at`: when the last forward run stopped early (horizon or cycle
-    /// budget), the job was queued by the run's instant (so the run had it and did not
-    /// reach it, or cut it at `estimates.max_jobs`) and nothing keeps it from ever
-    /// starting ([`estimate::Bars`]: paused, a limit of 0, larger than every cluster),
-    /// the instant it starts no sooner than; else `None` (it cannot start as things
+    /// `submitted_at`, queued by the run's instant and not kept from ever starting
+    /// ([`estimate::Bars`]: paused, a limit of 0, larger than every cluster): the
+    /// instant it starts no sooner than, which is where the last forward run stopped
+    /// when it stopped early (horizon), else for a job past the read's cut at
+    /// `estimates.max_jobs` (not read, behind its user's first jobs) the latest
+    /// estimated start of its user's jobs read; else `None` (it cannot start as things
     /// stand, or the run did not have it).
     #[must_use]
     pub fn not_reached(
@@ -112,7 +150,11 @@ impl Estimates {
         if submitted_at > at || t.bars.as_ref().is_some_and(|b| b.never(user, job)) {
             return None;
         }
-        t.not_before
+        t.not_before.or_else(|| {
+            (!t.cut.read.contains(&job.job_id))
+                .then(|| t.cut.last.get(user).copied())
+                .flatten()
+        })
     }
 
     fn replace(
@@ -121,6 +163,7 @@ impl Estimates {
         jobs: HashMap<JobId, JobEstimate>,
         not_before: Option<DateTime<Utc>>,
         bars: Option<estimate::Bars>,
+        cut: Cut,
     ) {
         if let Ok(mut t) = self.0.write() {
             *t = Table {
@@ -128,6 +171,7 @@ impl Estimates {
                 jobs,
                 not_before,
                 bars,
+                cut,
             };
         }
     }
@@ -161,7 +205,13 @@ impl Estimates {
                     Ok(Some((at, jobs, not_before))) => {
                         read = at;
                         let time = |us: i64| Utc.timestamp_micros(us).single();
-                        table.replace(at.and_then(time), jobs, not_before.and_then(time), None);
+                        table.replace(
+                            at.and_then(time),
+                            jobs,
+                            not_before.and_then(time),
+                            None,
+                            Cut::default(),
+                        );
                     }
                     Err(e) => tracing::warn!(error = %e, "estimates: cannot read the leader's"),
                 }
@@ -390,6 +440,11 @@ pub(crate) async fn run<F, Fut>(
         let started = std::time::Instant::now();
         let persist = db.get_database_backend() == sea_orm::DatabaseBackend::Postgres;
         let bars = estimate::Bars::of(&snapshot);
+        let cut_users: HashSet<String> = counts
+            .iter()
+            .filter(|(_, n)| cut.is_some_and(|k| *n > k))
+            .map(|(u, _)| u.clone())
+            .collect();
         let result = tokio::task::spawn_blocking(move || {
             let (jobs, not_before) =
                 compute(snapshot, outstanding, &rows, &snapshot_learned, &params);
@@ -399,18 +454,19 @@ pub(crate) async fn run<F, Fut>(
             } else {
                 Vec::new()
             };
-            (jobs, stored, not_before)
+            let cut = Cut::of(&rows, &cut_users, &jobs);
+            (jobs, stored, not_before, cut)
         })
         .await;
         match result {
-            Ok((jobs, stored, not_before)) => {
+            Ok((jobs, stored, not_before, cut)) => {
                 tracing::debug!(
                     jobs = jobs.len(),
                     seconds = started.elapsed().as_secs_f64(),
                     "estimates refreshed"
                 );
                 due = jobs.values().filter_map(|e| e.start).min();
-                table.replace(Some(at), jobs, not_before, Some(bars));
+                table.replace(Some(at), jobs, not_before, Some(bars), cut);
                 if persist {
                     let written =
                         crate::store::save_estimates(&db, &fence, at.timestamp_micros(), &stored)

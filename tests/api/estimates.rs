@@ -614,3 +614,52 @@ async fn a_passed_start_or_a_pause_refreshes_the_estimates() {
     })
     .await;
 }
+
+/// A job past the read's cut at `estimates.max_jobs` (not read: behind its user's
+/// first `k` jobs) starts no sooner than the last of those: its `estimated_after` is
+/// that job's estimated start (before, it had no estimate and no mark at all when the
+/// run reached its end). 1 CPU, `max_jobs` 2: alice's first of five 100-s jobs runs,
+/// the read takes her next two (estimated at +100 s and +200 s); the fourth and fifth
+/// are marked "after" the +200 s start.
+#[actix_web::test]
+async fn a_job_past_the_read_cut_starts_no_sooner_than_its_users_last_read_job() {
+    let (app, _server) = estimating_app(1.0, |s| {
+        s.estimates.max_jobs = 2;
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let j = app
+            .submit(
+                "alice",
+                json!({"entrypoint": "sleep 100", "max_runtime_s": 100}),
+            )
+            .await;
+        ids.push(j["id"].as_str().unwrap().to_string());
+    }
+    let views = until(20, "one running, two estimated, two marked", || async {
+        let mut views = Vec::new();
+        for id in &ids {
+            views.push(app.get_json(&format!("/v1/jobs/{id}"), SUBMITTER).await);
+        }
+        let running = views.iter().filter(|v| v["status"] == "RUNNING").count();
+        let estimated = views
+            .iter()
+            .filter(|v| !v["estimated_start"].is_null())
+            .count();
+        let marked = views
+            .iter()
+            .filter(|v| !v["estimated_after"].is_null())
+            .count();
+        (running == 1 && estimated == 2 && marked == 2).then_some(views)
+    })
+    .await;
+    // Queue order is submit order: the second and third are read, the last two not.
+    assert_eq!(views[0]["status"], "RUNNING");
+    let third = at(&views[2]["estimated_start"]);
+    assert!(at(&views[1]["estimated_start"]) < third);
+    for v in &views[3..] {
+        assert!(v["estimated_start"].is_null(), "{v}");
+        assert_eq!(at(&v["estimated_after"]), third, "{v}");
+    }
+}
