@@ -88,7 +88,9 @@ async fn a_preemptible_job_is_stopped_for_a_user_below_its_share_and_succeeds_la
         fixed.push(j["id"].as_str().unwrap().to_string());
     }
     for id in &fixed {
-        eventually(60, "A's job RUNNING", || running(id.clone())).await;
+        // The head's first jobs: a cold start of its workers, 60 s was once too short
+        // in a full run beside other builds.
+        eventually(180, "A's job RUNNING", || running(id.clone())).await;
     }
     let b0 = svc.submit("b", "sleep 1", 1.0, json!({})).await;
     let b0 = b0["id"].as_str().unwrap().to_string();
