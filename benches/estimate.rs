@@ -159,6 +159,12 @@ fn main() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if quick { 100 } else { USERS });
+    // ESTIMATE_PER_USER: the queued jobs a run reads per user; the service reads each
+    // user's first `k` past `estimates.max_jobs` (20,000: k = 2 at 10,000 users).
+    let per_user = std::env::var("ESTIMATE_PER_USER")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(PER_USER);
     let max_cycles = std::env::var("ESTIMATE_MAX_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -171,7 +177,7 @@ fn main() {
     let snapshot = Snapshot {
         now: NOW,
         config: config(),
-        users: (0..users_n).map(|u| user(u, PER_USER)).collect(),
+        users: (0..users_n).map(|u| user(u, per_user)).collect(),
         clusters: clusters(),
         reservation: None,
         groups: Vec::new(),
@@ -200,7 +206,7 @@ fn main() {
     println!(
         "forward: {} users × {} queued, {} outstanding: {:.2} s (median of {runs}; {} jobs estimated, {} cycles; estimates' digest {digest:016x})",
         users_n,
-        PER_USER,
+        per_user,
         out.len(),
         median(times),
         started,
