@@ -14,6 +14,7 @@ use crate::store::StoreError;
 /// tables (a test checks `docs/gateway.md` lists each).
 pub const ERROR_CODES: &[&str] = &[
     "bad_json",
+    "bad_body",
     "unauthorized",
     "forbidden",
     "not_found",
@@ -38,6 +39,10 @@ pub enum ApiError {
     /// 400: the body is not JSON at all.
     #[error("request body is not valid JSON: {0}")]
     BadJson(String),
+    /// 400: the body's framing is broken (a malformed chunked encoding, a connection
+    /// that ended before the declared length): nothing of it can be read as sent.
+    #[error("request body cannot be read: {0}")]
+    BadBody(String),
     /// 401: no or unknown bearer token.
     #[error("missing or invalid bearer token")]
     Unauthorized,
@@ -147,6 +152,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             ApiError::BadJson(_) => "bad_json",
+            ApiError::BadBody(_) => "bad_body",
             ApiError::Unauthorized => "unauthorized",
             ApiError::Forbidden(_) | ApiError::CrossOrigin(_) | ApiError::BadSignature => {
                 "forbidden"
@@ -197,7 +203,7 @@ pub struct ErrorDetail {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
-            ApiError::BadJson(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadJson(_) | ApiError::BadBody(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) | ApiError::CrossOrigin(_) | ApiError::BadSignature => {
                 StatusCode::FORBIDDEN
@@ -318,6 +324,7 @@ mod tests {
         let id = uuid::Uuid::nil();
         let all = [
             ApiError::BadJson(String::new()),
+            ApiError::BadBody(String::new()),
             ApiError::Unauthorized,
             ApiError::Forbidden("x"),
             ApiError::CrossOrigin("x"),

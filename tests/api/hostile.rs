@@ -225,7 +225,7 @@ async fn a_declared_oversized_body_gets_413_without_waiting_for_it() {
     assert!(head.contains("payload_too_large"), "{head}");
 }
 
-/// A body that stops half-way is answered 408 once no bytes arrived for
+/// A broken chunked encoding is 400 `bad_body`. A body that stops half-way is answered 408 once no bytes arrived for
 /// `server.body_idle_timeout` and the connection is closed; one that keeps coming in
 /// slowly is not cut off (tester finding: such a request was never answered).
 #[actix_web::test]
@@ -260,6 +260,20 @@ async fn a_stalled_body_gets_408_and_the_connection_is_closed() {
             "{answer:.300}"
         );
     }
+
+    // A broken chunked encoding (a chunk size that is not hex) is 400 `bad_body`, not
+    // "not valid JSON" (a fresh tester's finding).
+    let answer = exchange(
+        &app,
+        format!(
+            "{}zz\r\n{{}}\r\n0\r\n\r\n",
+            head("Transfer-Encoding: chunked\r\n")
+        )
+        .as_bytes(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer:.300}");
+    assert!(answer.contains("bad_body"), "{answer:.300}");
 
     // A body that arrives in pieces, each within the idle timeout, is read whole.
     let addr = app.address.trim_start_matches("http://").to_string();

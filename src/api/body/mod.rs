@@ -67,8 +67,8 @@ pub fn check_json_content_type(req: &actix_web::HttpRequest) -> Result<(), ApiEr
 /// Errors: 413 over the limit; 408 when no bytes arrive for `idle`
 /// (`server.body_idle_timeout`: actix-web times out slow *headers*, not a body that
 /// stops half-way, which would otherwise hold its connection for ever; counted per
-/// read, so a large upload that keeps moving is not cut off); 400 when the body cannot
-/// be read.
+/// read, so a large upload that keeps moving is not cut off); 400 `bad_body` when the
+/// body cannot be read (its framing is broken).
 pub async fn read_body_limited(
     req: &actix_web::HttpRequest,
     mut payload: web::Payload,
@@ -93,7 +93,8 @@ pub async fn read_body_limited(
                 })
             }
             Ok(None) => return Ok(body.freeze()),
-            Ok(Some(Err(e))) => return Err(ApiError::BadJson(format!("cannot read body: {e}"))),
+            // A fresh tester's finding: a broken chunked encoding said "not valid JSON".
+            Ok(Some(Err(e))) => return Err(ApiError::BadBody(e.to_string())),
             Ok(Some(Ok(chunk))) => {
                 if body.len() + chunk.len() > limit {
                     return Err(ApiError::PayloadTooLarge { limit });
