@@ -225,7 +225,15 @@ pub fn slurm_priority(fair_share_factor: f64, wait_s: Seconds) -> f64 {
 /// `floor(1000 · cores / capacity / weight)` (KEP-1714, "Share value function").
 #[must_use]
 pub fn kueue_share(cores: f64, capacity: f64, weight: f64) -> i64 {
-    (1000.0 * cores / capacity / weight).floor() as i64
+    let x = 1000.0 * cores / capacity / weight;
+    // The same as `x.floor() as i64`: truncation is the floor from 0 up (and
+    // both saturate), and costs no call to `floor` (which x86-64 without SSE4.1
+    // makes one); NaN and negatives take `floor`.
+    if x >= 0.0 {
+        x as i64
+    } else {
+        x.floor() as i64
+    }
 }
 
 /// `x ← x·d + rate·scale·(1 − d)` with `d = 2^(−dt/half_life)`: exponential decay
@@ -309,6 +317,22 @@ pub(super) struct AnchorState {
     scratch_adjusted: Vec<f64>,
     /// Kueue: each user's share value as of the current preemption check.
     kueue_shares: Vec<i64>,
+    /// Per user, its running preemptible jobs, kept across steps: Armada's by
+    /// job index (what a round evicts, in the order it schedules them again);
+    /// Kueue fair sharing's by start, then job index (its candidates are these,
+    /// most recently admitted first, less those admitted at this instant).
+    preemptible_jobs: Vec<Vec<usize>>,
+    /// Scratch of the greedy pass and the Armada round, kept to spare their
+    /// allocations: each user's evicted jobs, cursors, the heap, the users,
+    /// per job whether a round placed it again, the evicted jobs it did not.
+    scratch_evicted: Vec<Vec<usize>>,
+    scratch_cursor: Vec<(usize, usize)>,
+    scratch_heap: BinaryHeap<Reverse<(Key, usize)>>,
+    scratch_pass_users: Vec<usize>,
+    kept: Vec<bool>,
+    scratch_lost: Vec<usize>,
+    /// Kueue: per user, how many of its candidates the current check has.
+    kueue_cands: Vec<usize>,
     /// Changes to what runs and what queues (starts, finishes, preemptions,
     /// submits), counted; and, after an Armada step that changed nothing, the
     /// count then and the cycles that step counted (`None`: the last step
@@ -334,6 +358,7 @@ impl AnchorState {
             preemptible_cores: vec![0; users],
             preemptible_cores_all: 0,
             by_end: std::collections::BTreeSet::new(),
+            preemptible_jobs: vec![Vec::new(); users],
             ..AnchorState::default()
         }
     }
@@ -382,6 +407,10 @@ impl Sim<'_> {
                 self.anchor.by_end.remove(&(key, j));
             }
         }
+        // Kueue's order: start (now, for a job starting), then job index.
+        let by_start = self.config.policy == SimPolicy::KueueFairSharing;
+        let start_of = |k: usize| self.jobs[k].start.unwrap_or(0.0);
+        let start = if running { now } else { start_of(j) };
         let a = &mut self.anchor;
         if running {
             a.running_pos[j] = a.running.len();
@@ -390,12 +419,32 @@ impl Sim<'_> {
             if preemptible {
                 a.preemptible_cores[u] += cpus;
                 a.preemptible_cores_all += cpus;
+                let list = &mut a.preemptible_jobs[u];
+                let at = if by_start {
+                    list.partition_point(|&k| {
+                        start_of(k).total_cmp(&start).then(k.cmp(&j)) == Ordering::Less
+                    })
+                } else {
+                    list.partition_point(|&k| k < j)
+                };
+                list.insert(at, j);
             }
         } else if let Some(&p) = a.running_pos.get(j).filter(|&&p| p != usize::MAX) {
             a.preemptible_running -= usize::from(preemptible);
             if preemptible {
                 a.preemptible_cores[u] -= cpus;
                 a.preemptible_cores_all -= cpus;
+                let list = &mut a.preemptible_jobs[u];
+                let at = if by_start {
+                    list.partition_point(|&k| {
+                        start_of(k).total_cmp(&start).then(k.cmp(&j)) == Ordering::Less
+                    })
+                } else {
+                    list.partition_point(|&k| k < j)
+                };
+                if list.get(at) == Some(&j) {
+                    list.remove(at);
+                }
             }
             a.running.swap_remove(p);
             if let Some(&moved) = a.running.get(p) {
@@ -470,7 +519,7 @@ impl Sim<'_> {
                     loop {
                         if self.anchor_some_fits() {
                             self.cycles += 1;
-                            self.greedy_pass(now, &mut Vec::new());
+                            self.greedy_pass(now);
                         }
                         if !self.kueue_preempt_once(now) {
                             break;
@@ -483,7 +532,7 @@ impl Sim<'_> {
             _ => {
                 if self.anchor_some_fits() {
                     self.cycles += 1;
-                    self.greedy_pass(now, &mut Vec::new());
+                    self.greedy_pass(now);
                 }
             }
         }
@@ -502,11 +551,11 @@ impl Sim<'_> {
                 self.armada_round(now);
             } else if self.anchor_some_fits() {
                 let start_free = self.armada_round_start_free();
-                self.greedy_pass_from(now, &mut Vec::new(), Some(&start_free));
+                self.greedy_pass_from(now, &[], Some(&start_free));
             }
         } else if self.anchor_some_fits() {
             self.cycles += 1;
-            self.greedy_pass(now, &mut Vec::new());
+            self.greedy_pass(now);
         }
     }
 
@@ -686,28 +735,32 @@ impl Sim<'_> {
     }
 
     /// The greedy pass of Kueue, Armada and YuniKorn at `now`: repeatedly the
-    /// queue first by the policy's key takes its first job that fits (its
-    /// `evicted` jobs, for Armada, before its queued ones). Returns the evicted
-    /// jobs scheduled again.
-    fn greedy_pass(&mut self, now: Seconds, evicted: &mut [Vec<usize>]) -> Vec<usize> {
-        self.greedy_pass_from(now, evicted, None)
+    /// queue first by the policy's key takes its first job that fits.
+    fn greedy_pass(&mut self, now: Seconds) {
+        self.greedy_pass_from(now, &[], None);
     }
 
-    /// [`Self::greedy_pass`], each user's first candidate chosen against
+    /// [`Self::greedy_pass`] with each user's `evicted` jobs (Armada) taken
+    /// before its queued ones, each one scheduled again marked in
+    /// `anchor.kept`; each user's first candidate chosen against
     /// `start_free[u]` free cores instead of the free cores now (with `Some`).
     fn greedy_pass_from(
         &mut self,
         now: Seconds,
-        evicted: &mut [Vec<usize>],
+        evicted: &[Vec<usize>],
         start_free: Option<&[u64]>,
-    ) -> Vec<usize> {
-        let mut kept = Vec::new();
+    ) {
         let min_queued = self
             .anchor
             .queued_sizes
             .first_key_value()
             .map_or(u64::MAX, |(&c, _)| u64::from(c));
-        let mut users = self.queued_users();
+        // The users with queued jobs (the order does not matter: the heap's
+        // entries differ in their user; user order, as ever).
+        let mut users = std::mem::take(&mut self.anchor.scratch_pass_users);
+        users.clear();
+        users.extend(self.heads.iter().map(|&(_, u)| u));
+        users.sort_unstable();
         if self.config.policy == SimPolicy::KueueAfs {
             for &u in &users {
                 self.anchor_touch(u, now);
@@ -722,17 +775,19 @@ impl Sim<'_> {
             .min()
             .unwrap_or(u64::MAX);
         let min_any = min_queued.min(min_evicted);
-        // The users with evicted jobs join those with queued ones (the order
-        // does not matter: the heap's entries differ in their user).
+        // The users with evicted jobs join those with queued ones.
         for (u, list) in evicted.iter().enumerate() {
             if !list.is_empty() && self.users[u].queue.is_empty() {
                 users.push(u);
             }
         }
         // Per user: next evicted index, next queue position.
-        let mut cursor: Vec<(usize, usize)> = vec![(0, 0); self.users.len()];
-        let mut heap: BinaryHeap<Reverse<(Key, usize)>> = BinaryHeap::new();
-        for u in users {
+        let mut cursor = std::mem::take(&mut self.anchor.scratch_cursor);
+        cursor.clear();
+        cursor.resize(self.users.len(), (0, 0));
+        let mut heap = std::mem::take(&mut self.anchor.scratch_heap);
+        heap.clear();
+        for &u in &users {
             let free = start_free.map_or(self.free_cores(), |f| f[u]);
             if let Some((k, _)) = self.greedy_candidate_at(free, now, u, &mut cursor[u], evicted) {
                 heap.push(Reverse((k, u)));
@@ -755,7 +810,7 @@ impl Sim<'_> {
                     let c = u64::from(self.jobs[j].cpus);
                     self.used_cores += c;
                     self.users[u].running_cores += c;
-                    kept.push(j);
+                    self.anchor.kept[j] = true;
                     cursor[u].0 += 1;
                 } else {
                     self.anchor_start(j, now);
@@ -776,7 +831,9 @@ impl Sim<'_> {
                 break;
             }
         }
-        kept
+        self.anchor.scratch_pass_users = users;
+        self.anchor.scratch_cursor = cursor;
+        self.anchor.scratch_heap = heap;
     }
 
     /// User `u`'s next job that fits the free cores (evicted ones first), moving
@@ -957,49 +1014,53 @@ impl Sim<'_> {
     fn armada_round_start_free(&self) -> Vec<u64> {
         let capacity = f64::from(self.config.capacity);
         let shares = &self.anchor.armada_shares;
-        let mut lists: Vec<Vec<(Key, usize, u64)>> = vec![Vec::new(); self.users.len()];
-        let mut all: Vec<usize> = Vec::new();
-        for &j in &self.anchor.running {
-            let job = &self.jobs[j];
-            let u = job.user;
-            let held = self.users[u].running_cores as f64;
-            if job.preemptible && shares[u] > 0.0 && held / shares[u] > ARMADA_PROTECTED_FRACTION {
-                all.push(j);
-            }
-        }
-        all.sort_unstable();
-        let mut base: Vec<u64> = self.users.iter().map(|u| u.running_cores).collect();
+        let evicts = |u: usize| self.armada_evicts(shares, u);
+        // Each evicted job's key when placed back (its user's keys increase
+        // along its jobs, in job order), its user and cores.
+        let mut keys: Vec<(Key, usize, u64)> = Vec::new();
         let mut evicted_cores = 0;
-        for &j in &all {
-            let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
-            base[u] -= c;
-            evicted_cores += c;
-        }
-        for &j in &all {
-            let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
-            base[u] += c;
-            let key = Key(
-                base[u] as f64 / capacity / self.users[u].weight,
-                u as f64,
-                j as u64,
-            );
-            lists[u].push((key, u, c));
+        for u in (0..self.users.len()).filter(|&u| evicts(u)) {
+            let mut base = self.users[u].running_cores - self.anchor.preemptible_cores[u];
+            evicted_cores += self.anchor.preemptible_cores[u];
+            for &j in &self.anchor.preemptible_jobs[u] {
+                let c = u64::from(self.jobs[j].cpus);
+                base += c;
+                let key = Key(
+                    base as f64 / capacity / self.users[u].weight,
+                    u as f64,
+                    j as u64,
+                );
+                keys.push((key, u, c));
+            }
         }
         let free = self.free_cores();
         let mut start = vec![free + evicted_cores; self.users.len()];
-        for v in 0..self.users.len() {
-            let Some(&last) = lists[v].last() else {
-                continue;
-            };
-            let later: u64 = lists
+        let mut from = 0;
+        while from < keys.len() {
+            // This user's jobs are `keys[from..to]`; its last is placed back
+            // when every job with a smaller (key, user) is.
+            let v = keys[from].1;
+            let to = from + keys[from..].iter().take_while(|e| e.1 == v).count();
+            let last = keys[to - 1];
+            let later: u64 = keys
                 .iter()
-                .flatten()
                 .filter(|e| (e.0, e.1) > (last.0, last.1))
                 .map(|e| e.2)
                 .sum();
             start[v] = free + later;
+            from = to;
         }
         start
+    }
+
+    /// Whether an Armada round evicts user `u`'s preemptible jobs: it has some
+    /// and holds more than `protectedFractionOfFairShare` of its fair share
+    /// (`shares`, cores).
+    fn armada_evicts(&self, shares: &[f64], u: usize) -> bool {
+        let held = self.users[u].running_cores as f64;
+        !self.anchor.preemptible_jobs[u].is_empty()
+            && shares[u] > 0.0
+            && held / shares[u] > ARMADA_PROTECTED_FRACTION
     }
 
     /// One Armada round with eviction at `now`: evicts the preemptible jobs of
@@ -1008,36 +1069,44 @@ impl Sim<'_> {
     /// scheduled again.
     fn armada_round(&mut self, now: Seconds) {
         let shares = std::mem::take(&mut self.anchor.armada_shares);
-        let mut evicted: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
-        let mut all = Vec::new();
-        for &j in &self.anchor.running {
-            let job = &self.jobs[j];
-            let u = job.user;
-            let held = self.users[u].running_cores as f64;
-            if job.preemptible && shares[u] > 0.0 && held / shares[u] > ARMADA_PROTECTED_FRACTION {
-                all.push(j);
+        let n = self.users.len();
+        // Per user, its evicted jobs in job order (Armada's scheduling order
+        // within a queue for equal priorities): all its running preemptible
+        // ones, decided on what each user holds before any is evicted.
+        let mut evicted = std::mem::take(&mut self.anchor.scratch_evicted);
+        evicted.resize_with(n, Vec::new);
+        for (u, list) in evicted.iter_mut().enumerate() {
+            list.clear();
+            if self.armada_evicts(&shares, u) {
+                list.extend_from_slice(&self.anchor.preemptible_jobs[u]);
             }
         }
-        // Within a queue: submit order (Armada's scheduling order for equal
-        // priorities).
-        all.sort_unstable();
-        for &j in &all {
+        for (u, list) in evicted.iter().enumerate() {
+            if !list.is_empty() {
+                let c = self.anchor.preemptible_cores[u];
+                self.used_cores -= c;
+                self.users[u].running_cores -= c;
+            }
+        }
+        self.anchor.kept.resize(self.jobs.len(), false);
+        self.greedy_pass_from(now, &evicted, None);
+        // The evicted jobs not scheduled again are preempted, in job order.
+        let mut lost = std::mem::take(&mut self.anchor.scratch_lost);
+        lost.clear();
+        for &j in evicted.iter().flatten() {
+            if !std::mem::take(&mut self.anchor.kept[j]) {
+                lost.push(j);
+            }
+        }
+        lost.sort_unstable();
+        for &j in &lost {
             let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
-            evicted[u].push(j);
-            self.used_cores -= c;
-            self.users[u].running_cores -= c;
+            self.used_cores += c;
+            self.users[u].running_cores += c;
+            self.preempt(j, now);
         }
-        let kept = self.greedy_pass(now, &mut evicted);
-        let mut kept_set = kept;
-        kept_set.sort_unstable();
-        for &j in &all {
-            if kept_set.binary_search(&j).is_err() {
-                let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
-                self.used_cores += c;
-                self.users[u].running_cores += c;
-                self.preempt(j, now);
-            }
-        }
+        self.anchor.scratch_lost = lost;
+        self.anchor.scratch_evicted = evicted;
         self.anchor.armada_shares = shares;
     }
 
@@ -1085,30 +1154,27 @@ impl Sim<'_> {
             (0..self.users.len()).map(|u| share(self, u, self.users[u].running_cores as f64)),
         );
         // Candidates of the users that can be targets: preemptible jobs admitted
-        // before now, most recent first.
-        let mut by_user: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
+        // before now, most recent first: the kept list (by start) read from
+        // its end, less those admitted now (at its end).
+        let mut cands = std::mem::take(&mut self.anchor.kueue_cands);
+        cands.clear();
+        cands.resize(self.users.len(), 0);
         // The users with candidates, and the cores of their candidates.
         let mut targets_of: Vec<(usize, f64)> = Vec::new();
-        for &j in &self.anchor.running {
-            let job = &self.jobs[j];
-            if job.preemptible && job.start.is_some_and(|s| s < now) && shares[job.user] >= floor {
-                by_user[job.user].push(j);
-            }
-        }
-        for (u, list) in by_user.iter_mut().enumerate() {
-            if list.is_empty() {
+        for (u, list) in self.anchor.preemptible_jobs.iter().enumerate() {
+            if list.is_empty() || shares[u] < floor {
                 continue;
             }
-            // Unique keys (the job index breaks ties): unstable is the same order.
-            list.sort_unstable_by(|&a, &b| {
-                self.jobs[b]
-                    .start
-                    .unwrap_or(0.0)
-                    .total_cmp(&self.jobs[a].start.unwrap_or(0.0))
-                    .then(b.cmp(&a))
-            });
-            let cores: f64 = list.iter().map(|&k| f64::from(self.jobs[k].cpus)).sum();
-            targets_of.push((u, cores));
+            let mut cores = self.anchor.preemptible_cores[u];
+            let mut len = list.len();
+            while len > 0 && self.jobs[list[len - 1]].start.is_none_or(|s| s >= now) {
+                len -= 1;
+                cores -= u64::from(self.jobs[list[len]].cpus);
+            }
+            cands[u] = len;
+            if len > 0 {
+                targets_of.push((u, cores as f64));
+            }
         }
         let held: Vec<f64> = self.users.iter().map(|u| u.running_cores as f64).collect();
         for (_, p, p_new) in heads {
@@ -1125,18 +1191,21 @@ impl Sim<'_> {
             if c > free + room + 1e-9 {
                 continue;
             }
-            if let Some(targets) = kueue_targets(
+            let lists = &self.anchor.preemptible_jobs;
+            if let Some(targets) = kueue_targets_in(
                 p,
                 c,
                 free,
                 p_new,
                 &held,
-                &by_user,
+                |v| cands[v],
+                |v, k| lists[v][cands[v] - 1 - k],
                 |u, cores| share(self, u, cores),
                 |k| f64::from(self.jobs[k].cpus),
                 |k| self.jobs[k].user,
             ) {
                 self.anchor.kueue_shares = shares;
+                self.anchor.kueue_cands = cands;
                 for v in targets {
                     self.preempt(v, now);
                 }
@@ -1145,6 +1214,7 @@ impl Sim<'_> {
             }
         }
         self.anchor.kueue_shares = shares;
+        self.anchor.kueue_cands = cands;
         false
     }
 }
@@ -1166,48 +1236,74 @@ pub fn kueue_targets(
     cpus: impl Fn(usize) -> f64,
     user: impl Fn(usize) -> usize,
 ) -> Option<Vec<usize>> {
+    kueue_targets_in(
+        p,
+        need,
+        free,
+        p_new,
+        held,
+        |v| candidates.get(v).map_or(0, Vec::len),
+        |v, k| candidates[v][k],
+        share,
+        cpus,
+        user,
+    )
+}
+
+/// [`kueue_targets`] with the candidates as `len(v)`, user `v`'s number (users
+/// `0..held.len()`), and `at(v, k)`, its `k`-th (most recently admitted first).
+#[allow(clippy::too_many_arguments)]
+fn kueue_targets_in(
+    p: usize,
+    need: f64,
+    free: f64,
+    p_new: i64,
+    held: &[f64],
+    len: impl Fn(usize) -> usize,
+    at: impl Fn(usize, usize) -> usize,
+    share: impl Fn(usize, f64) -> i64,
+    cpus: impl Fn(usize) -> f64,
+    user: impl Fn(usize) -> usize,
+) -> Option<Vec<usize>> {
+    let n = held.len();
     let mut held = held.to_vec();
     let mut free = free;
     let mut targets = Vec::new();
-    // Each queue's candidates not yet taken or set aside: `candidates[v][next[v]..]`
+    // Each queue's candidates not yet taken or set aside: `at(v, k)` for `k` in `next[v]..len(v)`
     // (the preemptor's own queue is no target).
-    let mut next: Vec<usize> = vec![0; candidates.len()];
+    let mut next: Vec<usize> = vec![0; n];
     let fits = |free: f64| need <= free + 1e-9;
     // Strategy 1: LessThanOrEqualToFinalShare, target queues by share, highest
     // first (ties: lower user index), re-ranked after each preemption.
     let mut retry: Vec<usize> = Vec::new();
-    let mut active: Vec<usize> = (0..candidates.len())
-        .filter(|&u| u != p && !candidates[u].is_empty())
-        .collect();
+    let mut active: Vec<usize> = (0..n).filter(|&u| u != p && len(u) > 0).collect();
     while !fits(free) {
-        let Some((at, &v)) = active.iter().enumerate().max_by(|a, b| {
+        let Some((place, &v)) = active.iter().enumerate().max_by(|a, b| {
             share(*a.1, held[*a.1])
                 .cmp(&share(*b.1, held[*b.1]))
                 .then(b.1.cmp(a.1))
         }) else {
             break;
         };
-        let left = &candidates[v][next[v]..];
-        let found = left
-            .iter()
-            .position(|&z| p_new <= share(v, held[v] - cpus(z)));
+        let (from, end) = (next[v], len(v));
+        let found = (from..end).find(|&k| p_new <= share(v, held[v] - cpus(at(v, k))));
         match found {
             Some(i) => {
                 // Those before it stay candidates for strategy 2.
-                retry.extend_from_slice(&left[..i]);
-                let z = left[i];
-                next[v] += i + 1;
+                retry.extend((from..i).map(|k| at(v, k)));
+                let z = at(v, i);
+                next[v] = i + 1;
                 held[v] -= cpus(z);
                 free += cpus(z);
                 targets.push(z);
-                if next[v] == candidates[v].len() {
-                    active.swap_remove(at);
+                if next[v] == end {
+                    active.swap_remove(place);
                 }
             }
             None => {
-                retry.extend_from_slice(left);
-                next[v] = candidates[v].len();
-                active.swap_remove(at);
+                retry.extend((from..end).map(|k| at(v, k)));
+                next[v] = end;
+                active.swap_remove(place);
             }
         }
     }
