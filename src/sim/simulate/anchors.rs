@@ -328,6 +328,9 @@ pub(super) struct AnchorState {
     scratch_evicted: Vec<Vec<usize>>,
     scratch_cursor: Vec<(usize, usize)>,
     scratch_heap: BinaryHeap<Reverse<(Key, usize)>>,
+    scratch_queued_heap: BinaryHeap<Reverse<(Key, usize)>>,
+    scratch_evicting: Vec<usize>,
+    scratch_left: Vec<u64>,
     scratch_pass_users: Vec<usize>,
     kept: Vec<bool>,
     scratch_lost: Vec<usize>,
@@ -793,6 +796,29 @@ impl Sim<'_> {
                 heap.push(Reverse((k, u)));
             }
         }
+        if self.config.policy != SimPolicy::Armada
+            || evicted.is_empty()
+            || self.armada_place_evicted_first(now, evicted, &mut heap, &mut cursor, min_any)
+        {
+            self.greedy_loop(now, evicted, &mut heap, &mut cursor, min_any);
+        }
+        self.anchor.scratch_pass_users = users;
+        self.anchor.scratch_cursor = cursor;
+        self.anchor.scratch_heap = heap;
+    }
+
+    /// The greedy pass from its heap on: pops the queue first by its key
+    /// (pushed back if its candidate changed and is no longer first), places
+    /// its candidate and the next ones while it stays first, until the free
+    /// cores are fewer than `min_any`.
+    fn greedy_loop(
+        &mut self,
+        now: Seconds,
+        evicted: &[Vec<usize>],
+        heap: &mut BinaryHeap<Reverse<(Key, usize)>>,
+        cursor: &mut [(usize, usize)],
+        min_any: u64,
+    ) {
         'pass: while let Some(Reverse((popped, u))) = heap.pop() {
             let Some((key, mut pick)) = self.greedy_candidate(now, u, &mut cursor[u], evicted)
             else {
@@ -831,9 +857,148 @@ impl Sim<'_> {
                 break;
             }
         }
-        self.anchor.scratch_pass_users = users;
-        self.anchor.scratch_cursor = cursor;
-        self.anchor.scratch_heap = heap;
+    }
+
+    /// Armada's key of user `u` with job `j` when it holds `held` cores
+    /// ([`Self::greedy_key`]'s, for a state to come).
+    fn armada_key_at(&self, u: usize, held: u64, j: usize) -> Key {
+        let capacity = f64::from(self.config.capacity);
+        let with = held as f64 + f64::from(self.jobs[j].cpus);
+        Key(with / capacity / self.users[u].weight, u as f64, j as u64)
+    }
+
+    /// The start of an Armada round's pass ([`Self::greedy_loop`] from the
+    /// heap of each user's first candidate, `evicted` jobs first), up to its
+    /// first queued job placed, in bulk. Until then every evicted job still
+    /// fits (the free cores are at least those of the evicted jobs not yet
+    /// placed back), so each evicted queue's entry is its next job and every
+    /// evicted job with a key below the smallest queued entry is placed
+    /// before it, in whatever order. The events that can place a queued job
+    /// are taken one by one as the pass takes them: the smallest queued entry
+    /// popped (its candidate chosen again against the free cores then), and an
+    /// evicted queue with queued jobs placing its last evicted job (its first
+    /// queued candidate chosen against the free cores then). At the first
+    /// queued job to be placed, `heap` is left as the pass has it, that job's
+    /// entry on top; `false` if the pass is over (the free cores fewer than
+    /// `min_any`).
+    fn armada_place_evicted_first(
+        &mut self,
+        now: Seconds,
+        evicted: &[Vec<usize>],
+        heap: &mut BinaryHeap<Reverse<(Key, usize)>>,
+        cursor: &mut [(usize, usize)],
+        min_any: u64,
+    ) -> bool {
+        // The queued entries; the evicted ones are each queue's next job.
+        let mut queued = std::mem::take(&mut self.anchor.scratch_queued_heap);
+        queued.clear();
+        queued.extend(
+            heap.drain()
+                .filter(|Reverse((_, u))| evicted[*u].is_empty()),
+        );
+        let mut evicting = std::mem::take(&mut self.anchor.scratch_evicting);
+        evicting.clear();
+        // Per evicted queue, the cores of its evicted jobs not yet placed back.
+        let mut left = std::mem::take(&mut self.anchor.scratch_left);
+        left.clear();
+        left.resize(self.users.len(), 0);
+        let mut left_all = 0;
+        for (u, list) in evicted.iter().enumerate() {
+            if !list.is_empty() {
+                evicting.push(u);
+                left[u] = list.iter().map(|&j| u64::from(self.jobs[j].cpus)).sum();
+                left_all += left[u];
+            }
+        }
+        let next_key = |sim: &Sim<'_>, v: usize, at: usize| {
+            evicted[v]
+                .get(at)
+                .map(|&j| sim.armada_key_at(v, sim.users[v].running_cores, j))
+        };
+        let mut going = true;
+        loop {
+            // The next event: the smallest queued entry, or the last evicted
+            // job of an evicted queue with queued jobs.
+            let mut event = queued.peek().map(|Reverse(e)| *e);
+            let mut last_of = None;
+            for &v in &evicting {
+                let list = &evicted[v];
+                if cursor[v].0 < list.len() && !self.users[v].queue.is_empty() {
+                    let &j = list.last().unwrap_or(&0);
+                    let held = self.users[v].running_cores + left[v] - u64::from(self.jobs[j].cpus);
+                    let at = (self.armada_key_at(v, held, j), v);
+                    if event.is_none_or(|e| at < e) {
+                        event = Some(at);
+                        last_of = Some(v);
+                    }
+                }
+            }
+            // Every evicted job up to it placed back.
+            let mut placed = false;
+            for &v in &evicting {
+                while let Some(&j) = evicted[v].get(cursor[v].0) {
+                    let key = self.armada_key_at(v, self.users[v].running_cores, j);
+                    if event.is_some_and(|e| (key, v) > e) {
+                        break;
+                    }
+                    let c = u64::from(self.jobs[j].cpus);
+                    self.used_cores += c;
+                    self.users[v].running_cores += c;
+                    self.anchor.kept[j] = true;
+                    cursor[v].0 += 1;
+                    left[v] -= c;
+                    left_all -= c;
+                    placed = true;
+                }
+            }
+            // The pass stops once the free cores are fewer than any job asks
+            // for, which the last evicted job placed back may make them.
+            if placed && left_all == 0 && self.free_cores() < min_any {
+                going = false;
+                break;
+            }
+            let Some((at_key, at_user)) = event else {
+                break;
+            };
+            if let Some(u) = last_of {
+                // Its first queued candidate, against the free cores now; taken
+                // at once if ahead of every other entry.
+                if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
+                    let top = evicting
+                        .iter()
+                        .filter_map(|&v| next_key(self, v, cursor[v].0).map(|key| (key, v)))
+                        .chain(queued.peek().map(|Reverse(e)| *e))
+                        .min();
+                    queued.push(Reverse((k, u)));
+                    if top.is_none_or(|top| (k, u) < top) {
+                        break;
+                    }
+                }
+            } else {
+                // The smallest queued entry popped: its candidate again; placed
+                // if its key did not grow.
+                queued.pop();
+                let q = at_user;
+                if let Some((k, _)) = self.greedy_candidate(now, q, &mut cursor[q], evicted) {
+                    queued.push(Reverse((k, q)));
+                    if k <= at_key {
+                        break;
+                    }
+                }
+            }
+        }
+        // The heap as the pass has it: the queued entries and each evicted
+        // queue's next job.
+        heap.extend(queued.drain());
+        for &v in &evicting {
+            if let Some(key) = next_key(self, v, cursor[v].0) {
+                heap.push(Reverse((key, v)));
+            }
+        }
+        self.anchor.scratch_queued_heap = queued;
+        self.anchor.scratch_evicting = evicting;
+        self.anchor.scratch_left = left;
+        going
     }
 
     /// User `u`'s next job that fits the free cores (evicted ones first), moving
