@@ -310,6 +310,9 @@ pub(super) struct AnchorState {
     /// ([`Sim::armada_fair_shares`]), and the water-filling order kept between
     /// steps (as the fairness bookkeeping keeps its own), with scratch arrays.
     armada_shares: Vec<f64>,
+    /// The demand changes counted when `armada_shares` was computed (the fair
+    /// shares depend on nothing else).
+    armada_shares_at: Option<u64>,
     armada_order: super::fairness::ShareOrder,
     scratch_users: Vec<usize>,
     scratch_weights: Vec<f64>,
@@ -331,6 +334,7 @@ pub(super) struct AnchorState {
     scratch_queued_heap: BinaryHeap<Reverse<(Key, usize)>>,
     scratch_evicting: Vec<usize>,
     scratch_left: Vec<u64>,
+    scratch_keys: Vec<(Option<Key>, Option<(Key, usize)>)>,
     scratch_pass_users: Vec<usize>,
     kept: Vec<bool>,
     scratch_lost: Vec<usize>,
@@ -554,7 +558,7 @@ impl Sim<'_> {
                 self.armada_round(now);
             } else if self.anchor_some_fits() {
                 let start_free = self.armada_round_start_free();
-                self.greedy_pass_from(now, &[], Some(&start_free));
+                self.greedy_pass_from(now, &[], &[], Some(&start_free));
             }
         } else if self.anchor_some_fits() {
             self.cycles += 1;
@@ -740,17 +744,19 @@ impl Sim<'_> {
     /// The greedy pass of Kueue, Armada and YuniKorn at `now`: repeatedly the
     /// queue first by the policy's key takes its first job that fits.
     fn greedy_pass(&mut self, now: Seconds) {
-        self.greedy_pass_from(now, &[], None);
+        self.greedy_pass_from(now, &[], &[], None);
     }
 
     /// [`Self::greedy_pass`] with each user's `evicted` jobs (Armada) taken
     /// before its queued ones, each one scheduled again marked in
-    /// `anchor.kept`; each user's first candidate chosen against
-    /// `start_free[u]` free cores instead of the free cores now (with `Some`).
+    /// `anchor.kept` (`evicting`: the users with evicted jobs, in user
+    /// order); each user's first candidate chosen against `start_free[u]` free
+    /// cores instead of the free cores now (with `Some`).
     fn greedy_pass_from(
         &mut self,
         now: Seconds,
         evicted: &[Vec<usize>],
+        evicting: &[usize],
         start_free: Option<&[u64]>,
     ) {
         let min_queued = self
@@ -771,22 +777,22 @@ impl Sim<'_> {
         }
         // Nothing can be placed once the free cores are fewer than any queued or
         // evicted job asks for.
-        let min_evicted = evicted
+        let min_evicted = evicting
             .iter()
-            .flatten()
+            .flat_map(|&u| &evicted[u])
             .map(|&j| u64::from(self.jobs[j].cpus))
             .min()
             .unwrap_or(u64::MAX);
         let min_any = min_queued.min(min_evicted);
         // The users with evicted jobs join those with queued ones.
-        for (u, list) in evicted.iter().enumerate() {
-            if !list.is_empty() && self.users[u].queue.is_empty() {
+        for &u in evicting {
+            if self.users[u].queue.is_empty() {
                 users.push(u);
             }
         }
-        // Per user: next evicted index, next queue position.
+        // Per user: next evicted index, next queue position (all 0 between
+        // passes: set back for the users of this one at its end).
         let mut cursor = std::mem::take(&mut self.anchor.scratch_cursor);
-        cursor.clear();
         cursor.resize(self.users.len(), (0, 0));
         let mut heap = std::mem::take(&mut self.anchor.scratch_heap);
         heap.clear();
@@ -797,10 +803,20 @@ impl Sim<'_> {
             }
         }
         if self.config.policy != SimPolicy::Armada
-            || evicted.is_empty()
-            || self.armada_place_evicted_first(now, evicted, &mut heap, &mut cursor, min_any)
+            || evicting.is_empty()
+            || self.armada_place_evicted_first(
+                now,
+                evicted,
+                evicting,
+                &mut heap,
+                &mut cursor,
+                min_any,
+            )
         {
             self.greedy_loop(now, evicted, &mut heap, &mut cursor, min_any);
+        }
+        for &u in &users {
+            cursor[u] = (0, 0);
         }
         self.anchor.scratch_pass_users = users;
         self.anchor.scratch_cursor = cursor;
@@ -885,6 +901,7 @@ impl Sim<'_> {
         &mut self,
         now: Seconds,
         evicted: &[Vec<usize>],
+        evicting: &[usize],
         heap: &mut BinaryHeap<Reverse<(Key, usize)>>,
         cursor: &mut [(usize, usize)],
         min_any: u64,
@@ -896,37 +913,44 @@ impl Sim<'_> {
             heap.drain()
                 .filter(|Reverse((_, u))| evicted[*u].is_empty()),
         );
-        let mut evicting = std::mem::take(&mut self.anchor.scratch_evicting);
-        evicting.clear();
         // Per evicted queue, the cores of its evicted jobs not yet placed back.
         let mut left = std::mem::take(&mut self.anchor.scratch_left);
-        left.clear();
         left.resize(self.users.len(), 0);
         let mut left_all = 0;
-        for (u, list) in evicted.iter().enumerate() {
-            if !list.is_empty() {
-                evicting.push(u);
-                left[u] = list.iter().map(|&j| u64::from(self.jobs[j].cpus)).sum();
-                left_all += left[u];
-            }
+        for &u in evicting {
+            left[u] = evicted[u]
+                .iter()
+                .map(|&j| u64::from(self.jobs[j].cpus))
+                .sum();
+            left_all += left[u];
         }
         let next_key = |sim: &Sim<'_>, v: usize, at: usize| {
             evicted[v]
                 .get(at)
                 .map(|&j| sim.armada_key_at(v, sim.users[v].running_cores, j))
         };
+        // Per evicted queue (as `evicting`): its next job's key, and with
+        // queued jobs its last one's (as it will be, its cores placed back
+        // before it: the same all along).
+        let mut keys = std::mem::take(&mut self.anchor.scratch_keys);
+        keys.clear();
+        for &v in evicting {
+            let list = &evicted[v];
+            let last = (!self.users[v].queue.is_empty()).then(|| {
+                let &j = list.last().unwrap_or(&0);
+                let held = self.users[v].running_cores + left[v] - u64::from(self.jobs[j].cpus);
+                (self.armada_key_at(v, held, j), v)
+            });
+            keys.push((next_key(self, v, cursor[v].0), last));
+        }
         let mut going = true;
         loop {
             // The next event: the smallest queued entry, or the last evicted
             // job of an evicted queue with queued jobs.
             let mut event = queued.peek().map(|Reverse(e)| *e);
             let mut last_of = None;
-            for &v in &evicting {
-                let list = &evicted[v];
-                if cursor[v].0 < list.len() && !self.users[v].queue.is_empty() {
-                    let &j = list.last().unwrap_or(&0);
-                    let held = self.users[v].running_cores + left[v] - u64::from(self.jobs[j].cpus);
-                    let at = (self.armada_key_at(v, held, j), v);
+            for (&v, &(next, last)) in evicting.iter().zip(&keys) {
+                if let (Some(_), Some(at)) = (next, last) {
                     if event.is_none_or(|e| at < e) {
                         event = Some(at);
                         last_of = Some(v);
@@ -935,12 +959,12 @@ impl Sim<'_> {
             }
             // Every evicted job up to it placed back.
             let mut placed = false;
-            for &v in &evicting {
-                while let Some(&j) = evicted[v].get(cursor[v].0) {
-                    let key = self.armada_key_at(v, self.users[v].running_cores, j);
+            for (&v, (next, _)) in evicting.iter().zip(keys.iter_mut()) {
+                while let Some(key) = *next {
                     if event.is_some_and(|e| (key, v) > e) {
                         break;
                     }
+                    let j = evicted[v][cursor[v].0];
                     let c = u64::from(self.jobs[j].cpus);
                     self.used_cores += c;
                     self.users[v].running_cores += c;
@@ -949,6 +973,7 @@ impl Sim<'_> {
                     left[v] -= c;
                     left_all -= c;
                     placed = true;
+                    *next = next_key(self, v, cursor[v].0);
                 }
             }
             // The pass stops once the free cores are fewer than any job asks
@@ -966,7 +991,8 @@ impl Sim<'_> {
                 if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
                     let top = evicting
                         .iter()
-                        .filter_map(|&v| next_key(self, v, cursor[v].0).map(|key| (key, v)))
+                        .zip(&keys)
+                        .filter_map(|(&v, &(next, _))| next.map(|key| (key, v)))
                         .chain(queued.peek().map(|Reverse(e)| *e))
                         .min();
                     queued.push(Reverse((k, u)));
@@ -990,13 +1016,13 @@ impl Sim<'_> {
         // The heap as the pass has it: the queued entries and each evicted
         // queue's next job.
         heap.extend(queued.drain());
-        for &v in &evicting {
-            if let Some(key) = next_key(self, v, cursor[v].0) {
+        for (&v, &(next, _)) in evicting.iter().zip(&keys) {
+            if let Some(key) = next {
                 heap.push(Reverse((key, v)));
             }
         }
+        self.anchor.scratch_keys = keys;
         self.anchor.scratch_queued_heap = queued;
-        self.anchor.scratch_evicting = evicting;
         self.anchor.scratch_left = left;
         going
     }
@@ -1131,6 +1157,10 @@ impl Sim<'_> {
     /// water-filling capped at demand, [`crate::sim::stats::fair_shares`], here
     /// with its order kept between steps); 0 without.
     fn armada_fair_shares(&mut self) {
+        if self.anchor.armada_shares_at == Some(self.demand_changes) {
+            return;
+        }
+        self.anchor.armada_shares_at = Some(self.demand_changes);
         let capacity = f64::from(self.config.capacity);
         let n = self.users.len();
         let a = &mut self.anchor;
@@ -1240,25 +1270,27 @@ impl Sim<'_> {
         // ones, decided on what each user holds before any is evicted.
         let mut evicted = std::mem::take(&mut self.anchor.scratch_evicted);
         evicted.resize_with(n, Vec::new);
-        for (u, list) in evicted.iter_mut().enumerate() {
-            list.clear();
-            if self.armada_evicts(&shares, u) {
-                list.extend_from_slice(&self.anchor.preemptible_jobs[u]);
-            }
+        let mut evicting = std::mem::take(&mut self.anchor.scratch_evicting);
+        for &u in &evicting {
+            evicted[u].clear();
         }
-        for (u, list) in evicted.iter().enumerate() {
-            if !list.is_empty() {
+        evicting.clear();
+        for u in 0..n {
+            // Each user's lot depends on what it held before any eviction.
+            if self.armada_evicts(&shares, u) {
+                evicting.push(u);
+                evicted[u].extend_from_slice(&self.anchor.preemptible_jobs[u]);
                 let c = self.anchor.preemptible_cores[u];
                 self.used_cores -= c;
                 self.users[u].running_cores -= c;
             }
         }
         self.anchor.kept.resize(self.jobs.len(), false);
-        self.greedy_pass_from(now, &evicted, None);
+        self.greedy_pass_from(now, &evicted, &evicting, None);
         // The evicted jobs not scheduled again are preempted, in job order.
         let mut lost = std::mem::take(&mut self.anchor.scratch_lost);
         lost.clear();
-        for &j in evicted.iter().flatten() {
+        for &j in evicting.iter().flat_map(|&u| &evicted[u]) {
             if !std::mem::take(&mut self.anchor.kept[j]) {
                 lost.push(j);
             }
@@ -1272,6 +1304,7 @@ impl Sim<'_> {
         }
         self.anchor.scratch_lost = lost;
         self.anchor.scratch_evicted = evicted;
+        self.anchor.scratch_evicting = evicting;
         self.anchor.armada_shares = shares;
     }
 
