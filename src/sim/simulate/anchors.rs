@@ -1322,10 +1322,16 @@ impl Sim<'_> {
         // gathered (most steps stop here).
         // `floor` is monotone: the largest share is the share of the largest
         // cores / weight.
-        let top = (0..self.users.len()).max_by(|&a, &b| {
-            let ratio = |u: usize| self.users[u].running_cores as f64 / self.users[u].weight;
-            ratio(a).total_cmp(&ratio(b))
-        });
+        // (The last of equals, as `max_by`, each ratio computed once.)
+        let mut top = None;
+        let mut best = 0.0;
+        for (u, user) in self.users.iter().enumerate() {
+            let ratio = user.running_cores as f64 / user.weight;
+            if top.is_none() || ratio.total_cmp(&best) != Ordering::Less {
+                best = ratio;
+                top = Some(u);
+            }
+        }
         let max_share = top.map_or(i64::MIN, |u| {
             share(self, u, self.users[u].running_cores as f64)
         });
@@ -1345,12 +1351,17 @@ impl Sim<'_> {
         }
         heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
         let floor = heads.iter().map(|h| h.2).min().unwrap_or(i64::MAX);
-        // Each user's share, once (not once per running job).
+        // Each user's share, once (not once per running job), for the users
+        // with preemptible jobs (no other is read).
         let mut shares = std::mem::take(&mut self.anchor.kueue_shares);
         shares.clear();
-        shares.extend(
-            (0..self.users.len()).map(|u| share(self, u, self.users[u].running_cores as f64)),
-        );
+        shares.extend((0..self.users.len()).map(|u| {
+            if self.anchor.preemptible_jobs[u].is_empty() {
+                i64::MIN
+            } else {
+                share(self, u, self.users[u].running_cores as f64)
+            }
+        }));
         // Candidates of the users that can be targets: preemptible jobs admitted
         // before now, most recent first: the kept list (by start) read from
         // its end, less those admitted now (at its end).
@@ -1475,12 +1486,17 @@ fn kueue_targets_in(
     // first (ties: lower user index), re-ranked after each preemption.
     let mut retry: Vec<usize> = Vec::new();
     let mut active: Vec<usize> = (0..n).filter(|&u| u != p && len(u) > 0).collect();
+    // Each active queue's share at what it holds, kept as that changes.
+    let mut shares: Vec<i64> = vec![0; n];
+    for &u in &active {
+        shares[u] = share(u, held[u]);
+    }
     while !fits(free) {
-        let Some((place, &v)) = active.iter().enumerate().max_by(|a, b| {
-            share(*a.1, held[*a.1])
-                .cmp(&share(*b.1, held[*b.1]))
-                .then(b.1.cmp(a.1))
-        }) else {
+        let Some((place, &v)) = active
+            .iter()
+            .enumerate()
+            .max_by(|a, b| shares[*a.1].cmp(&shares[*b.1]).then(b.1.cmp(a.1)))
+        else {
             break;
         };
         let (from, end) = (next[v], len(v));
@@ -1492,6 +1508,7 @@ fn kueue_targets_in(
                 let z = at(v, i);
                 next[v] = i + 1;
                 held[v] -= cpus(z);
+                shares[v] = share(v, held[v]);
                 free += cpus(z);
                 targets.push(z);
                 if next[v] == end {
