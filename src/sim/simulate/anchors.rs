@@ -275,6 +275,10 @@ impl Ord for Key {
     }
 }
 
+/// An evicted queue's keys in the bulk start of an Armada round: its next
+/// job's, and (with queued jobs) its last one's with its user.
+type EvictedKeys = (Option<Key>, Option<(Key, usize)>);
+
 /// The anchors' state kept across the run.
 #[derive(Debug, Default)]
 pub(super) struct AnchorState {
@@ -334,7 +338,7 @@ pub(super) struct AnchorState {
     scratch_queued_heap: BinaryHeap<Reverse<(Key, usize)>>,
     scratch_evicting: Vec<usize>,
     scratch_left: Vec<u64>,
-    scratch_keys: Vec<(Option<Key>, Option<(Key, usize)>)>,
+    scratch_keys: Vec<EvictedKeys>,
     scratch_pass_users: Vec<usize>,
     kept: Vec<bool>,
     scratch_lost: Vec<usize>,
@@ -1275,11 +1279,11 @@ impl Sim<'_> {
             evicted[u].clear();
         }
         evicting.clear();
-        for u in 0..n {
+        for (u, list) in evicted.iter_mut().enumerate() {
             // Each user's lot depends on what it held before any eviction.
             if self.armada_evicts(&shares, u) {
                 evicting.push(u);
-                evicted[u].extend_from_slice(&self.anchor.preemptible_jobs[u]);
+                list.extend_from_slice(&self.anchor.preemptible_jobs[u]);
                 let c = self.anchor.preemptible_cores[u];
                 self.used_cores -= c;
                 self.users[u].running_cores -= c;
