@@ -225,7 +225,15 @@ pub fn slurm_priority(fair_share_factor: f64, wait_s: Seconds) -> f64 {
 /// `floor(1000 · cores / capacity / weight)` (KEP-1714, "Share value function").
 #[must_use]
 pub fn kueue_share(cores: f64, capacity: f64, weight: f64) -> i64 {
-    (1000.0 * cores / capacity / weight).floor() as i64
+    let x = 1000.0 * cores / capacity / weight;
+    // The same as `x.floor() as i64`: truncation is the floor from 0 up (and
+    // both saturate), and costs no call to `floor` (which x86-64 without SSE4.1
+    // makes one); NaN and negatives take `floor`.
+    if x >= 0.0 {
+        x as i64
+    } else {
+        x.floor() as i64
+    }
 }
 
 /// `x ← x·d + rate·scale·(1 − d)` with `d = 2^(−dt/half_life)`: exponential decay
@@ -267,6 +275,10 @@ impl Ord for Key {
     }
 }
 
+/// An evicted queue's keys in the bulk start of an Armada round: its next
+/// job's, and (with queued jobs) its last one's with its user.
+type EvictedKeys = (Option<Key>, Option<(Key, usize)>);
+
 /// The anchors' state kept across the run.
 #[derive(Debug, Default)]
 pub(super) struct AnchorState {
@@ -302,6 +314,9 @@ pub(super) struct AnchorState {
     /// ([`Sim::armada_fair_shares`]), and the water-filling order kept between
     /// steps (as the fairness bookkeeping keeps its own), with scratch arrays.
     armada_shares: Vec<f64>,
+    /// The demand changes counted when `armada_shares` was computed (the fair
+    /// shares depend on nothing else).
+    armada_shares_at: Option<u64>,
     armada_order: super::fairness::ShareOrder,
     scratch_users: Vec<usize>,
     scratch_weights: Vec<f64>,
@@ -309,6 +324,26 @@ pub(super) struct AnchorState {
     scratch_adjusted: Vec<f64>,
     /// Kueue: each user's share value as of the current preemption check.
     kueue_shares: Vec<i64>,
+    /// Per user, its running preemptible jobs, kept across steps: Armada's by
+    /// job index (what a round evicts, in the order it schedules them again);
+    /// Kueue fair sharing's by start, then job index (its candidates are these,
+    /// most recently admitted first, less those admitted at this instant).
+    preemptible_jobs: Vec<Vec<usize>>,
+    /// Scratch of the greedy pass and the Armada round, kept to spare their
+    /// allocations: each user's evicted jobs, cursors, the heap, the users,
+    /// per job whether a round placed it again, the evicted jobs it did not.
+    scratch_evicted: Vec<Vec<usize>>,
+    scratch_cursor: Vec<(usize, usize)>,
+    scratch_heap: BinaryHeap<Reverse<(Key, usize)>>,
+    scratch_queued_heap: BinaryHeap<Reverse<(Key, usize)>>,
+    scratch_evicting: Vec<usize>,
+    scratch_left: Vec<u64>,
+    scratch_keys: Vec<EvictedKeys>,
+    scratch_pass_users: Vec<usize>,
+    kept: Vec<bool>,
+    scratch_lost: Vec<usize>,
+    /// Kueue: per user, how many of its candidates the current check has.
+    kueue_cands: Vec<usize>,
     /// Changes to what runs and what queues (starts, finishes, preemptions,
     /// submits), counted; and, after an Armada step that changed nothing, the
     /// count then and the cycles that step counted (`None`: the last step
@@ -334,6 +369,7 @@ impl AnchorState {
             preemptible_cores: vec![0; users],
             preemptible_cores_all: 0,
             by_end: std::collections::BTreeSet::new(),
+            preemptible_jobs: vec![Vec::new(); users],
             ..AnchorState::default()
         }
     }
@@ -382,6 +418,10 @@ impl Sim<'_> {
                 self.anchor.by_end.remove(&(key, j));
             }
         }
+        // Kueue's order: start (now, for a job starting), then job index.
+        let by_start = self.config.policy == SimPolicy::KueueFairSharing;
+        let start_of = |k: usize| self.jobs[k].start.unwrap_or(0.0);
+        let start = if running { now } else { start_of(j) };
         let a = &mut self.anchor;
         if running {
             a.running_pos[j] = a.running.len();
@@ -390,12 +430,32 @@ impl Sim<'_> {
             if preemptible {
                 a.preemptible_cores[u] += cpus;
                 a.preemptible_cores_all += cpus;
+                let list = &mut a.preemptible_jobs[u];
+                let at = if by_start {
+                    list.partition_point(|&k| {
+                        start_of(k).total_cmp(&start).then(k.cmp(&j)) == Ordering::Less
+                    })
+                } else {
+                    list.partition_point(|&k| k < j)
+                };
+                list.insert(at, j);
             }
         } else if let Some(&p) = a.running_pos.get(j).filter(|&&p| p != usize::MAX) {
             a.preemptible_running -= usize::from(preemptible);
             if preemptible {
                 a.preemptible_cores[u] -= cpus;
                 a.preemptible_cores_all -= cpus;
+                let list = &mut a.preemptible_jobs[u];
+                let at = if by_start {
+                    list.partition_point(|&k| {
+                        start_of(k).total_cmp(&start).then(k.cmp(&j)) == Ordering::Less
+                    })
+                } else {
+                    list.partition_point(|&k| k < j)
+                };
+                if list.get(at) == Some(&j) {
+                    list.remove(at);
+                }
             }
             a.running.swap_remove(p);
             if let Some(&moved) = a.running.get(p) {
@@ -470,7 +530,7 @@ impl Sim<'_> {
                     loop {
                         if self.anchor_some_fits() {
                             self.cycles += 1;
-                            self.greedy_pass(now, &mut Vec::new());
+                            self.greedy_pass(now);
                         }
                         if !self.kueue_preempt_once(now) {
                             break;
@@ -483,7 +543,7 @@ impl Sim<'_> {
             _ => {
                 if self.anchor_some_fits() {
                     self.cycles += 1;
-                    self.greedy_pass(now, &mut Vec::new());
+                    self.greedy_pass(now);
                 }
             }
         }
@@ -502,11 +562,11 @@ impl Sim<'_> {
                 self.armada_round(now);
             } else if self.anchor_some_fits() {
                 let start_free = self.armada_round_start_free();
-                self.greedy_pass_from(now, &mut Vec::new(), Some(&start_free));
+                self.greedy_pass_from(now, &[], &[], Some(&start_free));
             }
         } else if self.anchor_some_fits() {
             self.cycles += 1;
-            self.greedy_pass(now, &mut Vec::new());
+            self.greedy_pass(now);
         }
     }
 
@@ -686,28 +746,34 @@ impl Sim<'_> {
     }
 
     /// The greedy pass of Kueue, Armada and YuniKorn at `now`: repeatedly the
-    /// queue first by the policy's key takes its first job that fits (its
-    /// `evicted` jobs, for Armada, before its queued ones). Returns the evicted
-    /// jobs scheduled again.
-    fn greedy_pass(&mut self, now: Seconds, evicted: &mut [Vec<usize>]) -> Vec<usize> {
-        self.greedy_pass_from(now, evicted, None)
+    /// queue first by the policy's key takes its first job that fits.
+    fn greedy_pass(&mut self, now: Seconds) {
+        self.greedy_pass_from(now, &[], &[], None);
     }
 
-    /// [`Self::greedy_pass`], each user's first candidate chosen against
-    /// `start_free[u]` free cores instead of the free cores now (with `Some`).
+    /// [`Self::greedy_pass`] with each user's `evicted` jobs (Armada) taken
+    /// before its queued ones, each one scheduled again marked in
+    /// `anchor.kept` (`evicting`: the users with evicted jobs, in user
+    /// order); each user's first candidate chosen against `start_free[u]` free
+    /// cores instead of the free cores now (with `Some`).
     fn greedy_pass_from(
         &mut self,
         now: Seconds,
-        evicted: &mut [Vec<usize>],
+        evicted: &[Vec<usize>],
+        evicting: &[usize],
         start_free: Option<&[u64]>,
-    ) -> Vec<usize> {
-        let mut kept = Vec::new();
+    ) {
         let min_queued = self
             .anchor
             .queued_sizes
             .first_key_value()
             .map_or(u64::MAX, |(&c, _)| u64::from(c));
-        let mut users = self.queued_users();
+        // The users with queued jobs (the order does not matter: the heap's
+        // entries differ in their user; user order, as ever).
+        let mut users = std::mem::take(&mut self.anchor.scratch_pass_users);
+        users.clear();
+        users.extend(self.heads.iter().map(|&(_, u)| u));
+        users.sort_unstable();
         if self.config.policy == SimPolicy::KueueAfs {
             for &u in &users {
                 self.anchor_touch(u, now);
@@ -715,29 +781,64 @@ impl Sim<'_> {
         }
         // Nothing can be placed once the free cores are fewer than any queued or
         // evicted job asks for.
-        let min_evicted = evicted
+        let min_evicted = evicting
             .iter()
-            .flatten()
+            .flat_map(|&u| &evicted[u])
             .map(|&j| u64::from(self.jobs[j].cpus))
             .min()
             .unwrap_or(u64::MAX);
         let min_any = min_queued.min(min_evicted);
-        // The users with evicted jobs join those with queued ones (the order
-        // does not matter: the heap's entries differ in their user).
-        for (u, list) in evicted.iter().enumerate() {
-            if !list.is_empty() && self.users[u].queue.is_empty() {
+        // The users with evicted jobs join those with queued ones.
+        for &u in evicting {
+            if self.users[u].queue.is_empty() {
                 users.push(u);
             }
         }
-        // Per user: next evicted index, next queue position.
-        let mut cursor: Vec<(usize, usize)> = vec![(0, 0); self.users.len()];
-        let mut heap: BinaryHeap<Reverse<(Key, usize)>> = BinaryHeap::new();
-        for u in users {
+        // Per user: next evicted index, next queue position (all 0 between
+        // passes: set back for the users of this one at its end).
+        let mut cursor = std::mem::take(&mut self.anchor.scratch_cursor);
+        cursor.resize(self.users.len(), (0, 0));
+        let mut heap = std::mem::take(&mut self.anchor.scratch_heap);
+        heap.clear();
+        for &u in &users {
             let free = start_free.map_or(self.free_cores(), |f| f[u]);
             if let Some((k, _)) = self.greedy_candidate_at(free, now, u, &mut cursor[u], evicted) {
                 heap.push(Reverse((k, u)));
             }
         }
+        if self.config.policy != SimPolicy::Armada
+            || evicting.is_empty()
+            || self.armada_place_evicted_first(
+                now,
+                evicted,
+                evicting,
+                &mut heap,
+                &mut cursor,
+                min_any,
+            )
+        {
+            self.greedy_loop(now, evicted, &mut heap, &mut cursor, min_any);
+        }
+        for &u in &users {
+            cursor[u] = (0, 0);
+        }
+        self.anchor.scratch_pass_users = users;
+        self.anchor.scratch_cursor = cursor;
+        self.anchor.scratch_heap = heap;
+    }
+
+    /// The greedy pass from its heap on: pops the queue first by its key
+    /// (pushed back if its candidate changed and is no longer first), places
+    /// its candidate and the next ones while it stays first, until the free
+    /// cores are fewer than `min_any`.
+    fn greedy_loop(
+        &mut self,
+        now: Seconds,
+        evicted: &[Vec<usize>],
+        heap: &mut BinaryHeap<Reverse<(Key, usize)>>,
+        cursor: &mut [(usize, usize)],
+        min_any: u64,
+    ) {
         'pass: while let Some(Reverse((popped, u))) = heap.pop() {
             let Some((key, mut pick)) = self.greedy_candidate(now, u, &mut cursor[u], evicted)
             else {
@@ -755,7 +856,7 @@ impl Sim<'_> {
                     let c = u64::from(self.jobs[j].cpus);
                     self.used_cores += c;
                     self.users[u].running_cores += c;
-                    kept.push(j);
+                    self.anchor.kept[j] = true;
                     cursor[u].0 += 1;
                 } else {
                     self.anchor_start(j, now);
@@ -776,7 +877,158 @@ impl Sim<'_> {
                 break;
             }
         }
-        kept
+    }
+
+    /// Armada's key of user `u` with job `j` when it holds `held` cores
+    /// ([`Self::greedy_key`]'s, for a state to come).
+    fn armada_key_at(&self, u: usize, held: u64, j: usize) -> Key {
+        let capacity = f64::from(self.config.capacity);
+        let with = held as f64 + f64::from(self.jobs[j].cpus);
+        Key(with / capacity / self.users[u].weight, u as f64, j as u64)
+    }
+
+    /// The start of an Armada round's pass ([`Self::greedy_loop`] from the
+    /// heap of each user's first candidate, `evicted` jobs first), up to its
+    /// first queued job placed, in bulk. Until then every evicted job still
+    /// fits (the free cores are at least those of the evicted jobs not yet
+    /// placed back), so each evicted queue's entry is its next job and every
+    /// evicted job with a key below the smallest queued entry is placed
+    /// before it, in whatever order. The events that can place a queued job
+    /// are taken one by one as the pass takes them: the smallest queued entry
+    /// popped (its candidate chosen again against the free cores then), and an
+    /// evicted queue with queued jobs placing its last evicted job (its first
+    /// queued candidate chosen against the free cores then). At the first
+    /// queued job to be placed, `heap` is left as the pass has it, that job's
+    /// entry on top; `false` if the pass is over (the free cores fewer than
+    /// `min_any`).
+    fn armada_place_evicted_first(
+        &mut self,
+        now: Seconds,
+        evicted: &[Vec<usize>],
+        evicting: &[usize],
+        heap: &mut BinaryHeap<Reverse<(Key, usize)>>,
+        cursor: &mut [(usize, usize)],
+        min_any: u64,
+    ) -> bool {
+        // The queued entries; the evicted ones are each queue's next job.
+        let mut queued = std::mem::take(&mut self.anchor.scratch_queued_heap);
+        queued.clear();
+        queued.extend(
+            heap.drain()
+                .filter(|Reverse((_, u))| evicted[*u].is_empty()),
+        );
+        // Per evicted queue, the cores of its evicted jobs not yet placed back.
+        let mut left = std::mem::take(&mut self.anchor.scratch_left);
+        left.resize(self.users.len(), 0);
+        let mut left_all = 0;
+        for &u in evicting {
+            left[u] = evicted[u]
+                .iter()
+                .map(|&j| u64::from(self.jobs[j].cpus))
+                .sum();
+            left_all += left[u];
+        }
+        let next_key = |sim: &Sim<'_>, v: usize, at: usize| {
+            evicted[v]
+                .get(at)
+                .map(|&j| sim.armada_key_at(v, sim.users[v].running_cores, j))
+        };
+        // Per evicted queue (as `evicting`): its next job's key, and with
+        // queued jobs its last one's (as it will be, its cores placed back
+        // before it: the same all along).
+        let mut keys = std::mem::take(&mut self.anchor.scratch_keys);
+        keys.clear();
+        for &v in evicting {
+            let list = &evicted[v];
+            let last = (!self.users[v].queue.is_empty()).then(|| {
+                let &j = list.last().unwrap_or(&0);
+                let held = self.users[v].running_cores + left[v] - u64::from(self.jobs[j].cpus);
+                (self.armada_key_at(v, held, j), v)
+            });
+            keys.push((next_key(self, v, cursor[v].0), last));
+        }
+        let mut going = true;
+        loop {
+            // The next event: the smallest queued entry, or the last evicted
+            // job of an evicted queue with queued jobs.
+            let mut event = queued.peek().map(|Reverse(e)| *e);
+            let mut last_of = None;
+            for (&v, &(next, last)) in evicting.iter().zip(&keys) {
+                if let (Some(_), Some(at)) = (next, last) {
+                    if event.is_none_or(|e| at < e) {
+                        event = Some(at);
+                        last_of = Some(v);
+                    }
+                }
+            }
+            // Every evicted job up to it placed back.
+            let mut placed = false;
+            for (&v, (next, _)) in evicting.iter().zip(keys.iter_mut()) {
+                while let Some(key) = *next {
+                    if event.is_some_and(|e| (key, v) > e) {
+                        break;
+                    }
+                    let j = evicted[v][cursor[v].0];
+                    let c = u64::from(self.jobs[j].cpus);
+                    self.used_cores += c;
+                    self.users[v].running_cores += c;
+                    self.anchor.kept[j] = true;
+                    cursor[v].0 += 1;
+                    left[v] -= c;
+                    left_all -= c;
+                    placed = true;
+                    *next = next_key(self, v, cursor[v].0);
+                }
+            }
+            // The pass stops once the free cores are fewer than any job asks
+            // for, which the last evicted job placed back may make them.
+            if placed && left_all == 0 && self.free_cores() < min_any {
+                going = false;
+                break;
+            }
+            let Some((at_key, at_user)) = event else {
+                break;
+            };
+            if let Some(u) = last_of {
+                // Its first queued candidate, against the free cores now; taken
+                // at once if ahead of every other entry.
+                if let Some((k, _)) = self.greedy_candidate(now, u, &mut cursor[u], evicted) {
+                    let top = evicting
+                        .iter()
+                        .zip(&keys)
+                        .filter_map(|(&v, &(next, _))| next.map(|key| (key, v)))
+                        .chain(queued.peek().map(|Reverse(e)| *e))
+                        .min();
+                    queued.push(Reverse((k, u)));
+                    if top.is_none_or(|top| (k, u) < top) {
+                        break;
+                    }
+                }
+            } else {
+                // The smallest queued entry popped: its candidate again; placed
+                // if its key did not grow.
+                queued.pop();
+                let q = at_user;
+                if let Some((k, _)) = self.greedy_candidate(now, q, &mut cursor[q], evicted) {
+                    queued.push(Reverse((k, q)));
+                    if k <= at_key {
+                        break;
+                    }
+                }
+            }
+        }
+        // The heap as the pass has it: the queued entries and each evicted
+        // queue's next job.
+        heap.extend(queued.drain());
+        for (&v, &(next, _)) in evicting.iter().zip(&keys) {
+            if let Some(key) = next {
+                heap.push(Reverse((key, v)));
+            }
+        }
+        self.anchor.scratch_keys = keys;
+        self.anchor.scratch_queued_heap = queued;
+        self.anchor.scratch_left = left;
+        going
     }
 
     /// User `u`'s next job that fits the free cores (evicted ones first), moving
@@ -909,6 +1161,10 @@ impl Sim<'_> {
     /// water-filling capped at demand, [`crate::sim::stats::fair_shares`], here
     /// with its order kept between steps); 0 without.
     fn armada_fair_shares(&mut self) {
+        if self.anchor.armada_shares_at == Some(self.demand_changes) {
+            return;
+        }
+        self.anchor.armada_shares_at = Some(self.demand_changes);
         let capacity = f64::from(self.config.capacity);
         let n = self.users.len();
         let a = &mut self.anchor;
@@ -957,49 +1213,53 @@ impl Sim<'_> {
     fn armada_round_start_free(&self) -> Vec<u64> {
         let capacity = f64::from(self.config.capacity);
         let shares = &self.anchor.armada_shares;
-        let mut lists: Vec<Vec<(Key, usize, u64)>> = vec![Vec::new(); self.users.len()];
-        let mut all: Vec<usize> = Vec::new();
-        for &j in &self.anchor.running {
-            let job = &self.jobs[j];
-            let u = job.user;
-            let held = self.users[u].running_cores as f64;
-            if job.preemptible && shares[u] > 0.0 && held / shares[u] > ARMADA_PROTECTED_FRACTION {
-                all.push(j);
-            }
-        }
-        all.sort_unstable();
-        let mut base: Vec<u64> = self.users.iter().map(|u| u.running_cores).collect();
+        let evicts = |u: usize| self.armada_evicts(shares, u);
+        // Each evicted job's key when placed back (its user's keys increase
+        // along its jobs, in job order), its user and cores.
+        let mut keys: Vec<(Key, usize, u64)> = Vec::new();
         let mut evicted_cores = 0;
-        for &j in &all {
-            let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
-            base[u] -= c;
-            evicted_cores += c;
-        }
-        for &j in &all {
-            let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
-            base[u] += c;
-            let key = Key(
-                base[u] as f64 / capacity / self.users[u].weight,
-                u as f64,
-                j as u64,
-            );
-            lists[u].push((key, u, c));
+        for u in (0..self.users.len()).filter(|&u| evicts(u)) {
+            let mut base = self.users[u].running_cores - self.anchor.preemptible_cores[u];
+            evicted_cores += self.anchor.preemptible_cores[u];
+            for &j in &self.anchor.preemptible_jobs[u] {
+                let c = u64::from(self.jobs[j].cpus);
+                base += c;
+                let key = Key(
+                    base as f64 / capacity / self.users[u].weight,
+                    u as f64,
+                    j as u64,
+                );
+                keys.push((key, u, c));
+            }
         }
         let free = self.free_cores();
         let mut start = vec![free + evicted_cores; self.users.len()];
-        for v in 0..self.users.len() {
-            let Some(&last) = lists[v].last() else {
-                continue;
-            };
-            let later: u64 = lists
+        let mut from = 0;
+        while from < keys.len() {
+            // This user's jobs are `keys[from..to]`; its last is placed back
+            // when every job with a smaller (key, user) is.
+            let v = keys[from].1;
+            let to = from + keys[from..].iter().take_while(|e| e.1 == v).count();
+            let last = keys[to - 1];
+            let later: u64 = keys
                 .iter()
-                .flatten()
                 .filter(|e| (e.0, e.1) > (last.0, last.1))
                 .map(|e| e.2)
                 .sum();
             start[v] = free + later;
+            from = to;
         }
         start
+    }
+
+    /// Whether an Armada round evicts user `u`'s preemptible jobs: it has some
+    /// and holds more than `protectedFractionOfFairShare` of its fair share
+    /// (`shares`, cores).
+    fn armada_evicts(&self, shares: &[f64], u: usize) -> bool {
+        let held = self.users[u].running_cores as f64;
+        !self.anchor.preemptible_jobs[u].is_empty()
+            && shares[u] > 0.0
+            && held / shares[u] > ARMADA_PROTECTED_FRACTION
     }
 
     /// One Armada round with eviction at `now`: evicts the preemptible jobs of
@@ -1008,36 +1268,47 @@ impl Sim<'_> {
     /// scheduled again.
     fn armada_round(&mut self, now: Seconds) {
         let shares = std::mem::take(&mut self.anchor.armada_shares);
-        let mut evicted: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
-        let mut all = Vec::new();
-        for &j in &self.anchor.running {
-            let job = &self.jobs[j];
-            let u = job.user;
-            let held = self.users[u].running_cores as f64;
-            if job.preemptible && shares[u] > 0.0 && held / shares[u] > ARMADA_PROTECTED_FRACTION {
-                all.push(j);
+        let n = self.users.len();
+        // Per user, its evicted jobs in job order (Armada's scheduling order
+        // within a queue for equal priorities): all its running preemptible
+        // ones, decided on what each user holds before any is evicted.
+        let mut evicted = std::mem::take(&mut self.anchor.scratch_evicted);
+        evicted.resize_with(n, Vec::new);
+        let mut evicting = std::mem::take(&mut self.anchor.scratch_evicting);
+        for &u in &evicting {
+            evicted[u].clear();
+        }
+        evicting.clear();
+        for (u, list) in evicted.iter_mut().enumerate() {
+            // Each user's lot depends on what it held before any eviction.
+            if self.armada_evicts(&shares, u) {
+                evicting.push(u);
+                list.extend_from_slice(&self.anchor.preemptible_jobs[u]);
+                let c = self.anchor.preemptible_cores[u];
+                self.used_cores -= c;
+                self.users[u].running_cores -= c;
             }
         }
-        // Within a queue: submit order (Armada's scheduling order for equal
-        // priorities).
-        all.sort_unstable();
-        for &j in &all {
+        self.anchor.kept.resize(self.jobs.len(), false);
+        self.greedy_pass_from(now, &evicted, &evicting, None);
+        // The evicted jobs not scheduled again are preempted, in job order.
+        let mut lost = std::mem::take(&mut self.anchor.scratch_lost);
+        lost.clear();
+        for &j in evicting.iter().flat_map(|&u| &evicted[u]) {
+            if !std::mem::take(&mut self.anchor.kept[j]) {
+                lost.push(j);
+            }
+        }
+        lost.sort_unstable();
+        for &j in &lost {
             let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
-            evicted[u].push(j);
-            self.used_cores -= c;
-            self.users[u].running_cores -= c;
+            self.used_cores += c;
+            self.users[u].running_cores += c;
+            self.preempt(j, now);
         }
-        let kept = self.greedy_pass(now, &mut evicted);
-        let mut kept_set = kept;
-        kept_set.sort_unstable();
-        for &j in &all {
-            if kept_set.binary_search(&j).is_err() {
-                let (u, c) = (self.jobs[j].user, u64::from(self.jobs[j].cpus));
-                self.used_cores += c;
-                self.users[u].running_cores += c;
-                self.preempt(j, now);
-            }
-        }
+        self.anchor.scratch_lost = lost;
+        self.anchor.scratch_evicted = evicted;
+        self.anchor.scratch_evicting = evicting;
         self.anchor.armada_shares = shares;
     }
 
@@ -1055,10 +1326,16 @@ impl Sim<'_> {
         // gathered (most steps stop here).
         // `floor` is monotone: the largest share is the share of the largest
         // cores / weight.
-        let top = (0..self.users.len()).max_by(|&a, &b| {
-            let ratio = |u: usize| self.users[u].running_cores as f64 / self.users[u].weight;
-            ratio(a).total_cmp(&ratio(b))
-        });
+        // (The last of equals, as `max_by`, each ratio computed once.)
+        let mut top = None;
+        let mut best = 0.0;
+        for (u, user) in self.users.iter().enumerate() {
+            let ratio = user.running_cores as f64 / user.weight;
+            if top.is_none() || ratio.total_cmp(&best) != Ordering::Less {
+                best = ratio;
+                top = Some(u);
+            }
+        }
         let max_share = top.map_or(i64::MIN, |u| {
             share(self, u, self.users[u].running_cores as f64)
         });
@@ -1078,37 +1355,39 @@ impl Sim<'_> {
         }
         heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
         let floor = heads.iter().map(|h| h.2).min().unwrap_or(i64::MAX);
-        // Each user's share, once (not once per running job).
+        // Each user's share, once (not once per running job), for the users
+        // with preemptible jobs (no other is read).
         let mut shares = std::mem::take(&mut self.anchor.kueue_shares);
         shares.clear();
-        shares.extend(
-            (0..self.users.len()).map(|u| share(self, u, self.users[u].running_cores as f64)),
-        );
+        shares.extend((0..self.users.len()).map(|u| {
+            if self.anchor.preemptible_jobs[u].is_empty() {
+                i64::MIN
+            } else {
+                share(self, u, self.users[u].running_cores as f64)
+            }
+        }));
         // Candidates of the users that can be targets: preemptible jobs admitted
-        // before now, most recent first.
-        let mut by_user: Vec<Vec<usize>> = vec![Vec::new(); self.users.len()];
+        // before now, most recent first: the kept list (by start) read from
+        // its end, less those admitted now (at its end).
+        let mut cands = std::mem::take(&mut self.anchor.kueue_cands);
+        cands.clear();
+        cands.resize(self.users.len(), 0);
         // The users with candidates, and the cores of their candidates.
         let mut targets_of: Vec<(usize, f64)> = Vec::new();
-        for &j in &self.anchor.running {
-            let job = &self.jobs[j];
-            if job.preemptible && job.start.is_some_and(|s| s < now) && shares[job.user] >= floor {
-                by_user[job.user].push(j);
-            }
-        }
-        for (u, list) in by_user.iter_mut().enumerate() {
-            if list.is_empty() {
+        for (u, list) in self.anchor.preemptible_jobs.iter().enumerate() {
+            if list.is_empty() || shares[u] < floor {
                 continue;
             }
-            // Unique keys (the job index breaks ties): unstable is the same order.
-            list.sort_unstable_by(|&a, &b| {
-                self.jobs[b]
-                    .start
-                    .unwrap_or(0.0)
-                    .total_cmp(&self.jobs[a].start.unwrap_or(0.0))
-                    .then(b.cmp(&a))
-            });
-            let cores: f64 = list.iter().map(|&k| f64::from(self.jobs[k].cpus)).sum();
-            targets_of.push((u, cores));
+            let mut cores = self.anchor.preemptible_cores[u];
+            let mut len = list.len();
+            while len > 0 && self.jobs[list[len - 1]].start.is_none_or(|s| s >= now) {
+                len -= 1;
+                cores -= u64::from(self.jobs[list[len]].cpus);
+            }
+            cands[u] = len;
+            if len > 0 {
+                targets_of.push((u, cores as f64));
+            }
         }
         let held: Vec<f64> = self.users.iter().map(|u| u.running_cores as f64).collect();
         for (_, p, p_new) in heads {
@@ -1125,18 +1404,21 @@ impl Sim<'_> {
             if c > free + room + 1e-9 {
                 continue;
             }
-            if let Some(targets) = kueue_targets(
+            let lists = &self.anchor.preemptible_jobs;
+            if let Some(targets) = kueue_targets_in(
                 p,
                 c,
                 free,
                 p_new,
                 &held,
-                &by_user,
+                |v| cands[v],
+                |v, k| lists[v][cands[v] - 1 - k],
                 |u, cores| share(self, u, cores),
                 |k| f64::from(self.jobs[k].cpus),
                 |k| self.jobs[k].user,
             ) {
                 self.anchor.kueue_shares = shares;
+                self.anchor.kueue_cands = cands;
                 for v in targets {
                     self.preempt(v, now);
                 }
@@ -1145,6 +1427,7 @@ impl Sim<'_> {
             }
         }
         self.anchor.kueue_shares = shares;
+        self.anchor.kueue_cands = cands;
         false
     }
 }
@@ -1166,48 +1449,80 @@ pub fn kueue_targets(
     cpus: impl Fn(usize) -> f64,
     user: impl Fn(usize) -> usize,
 ) -> Option<Vec<usize>> {
+    kueue_targets_in(
+        p,
+        need,
+        free,
+        p_new,
+        held,
+        |v| candidates.get(v).map_or(0, Vec::len),
+        |v, k| candidates[v][k],
+        share,
+        cpus,
+        user,
+    )
+}
+
+/// [`kueue_targets`] with the candidates as `len(v)`, user `v`'s number (users
+/// `0..held.len()`), and `at(v, k)`, its `k`-th (most recently admitted first).
+#[allow(clippy::too_many_arguments)]
+fn kueue_targets_in(
+    p: usize,
+    need: f64,
+    free: f64,
+    p_new: i64,
+    held: &[f64],
+    len: impl Fn(usize) -> usize,
+    at: impl Fn(usize, usize) -> usize,
+    share: impl Fn(usize, f64) -> i64,
+    cpus: impl Fn(usize) -> f64,
+    user: impl Fn(usize) -> usize,
+) -> Option<Vec<usize>> {
+    let n = held.len();
     let mut held = held.to_vec();
     let mut free = free;
     let mut targets = Vec::new();
-    // Each queue's candidates not yet taken or set aside: `candidates[v][next[v]..]`
+    // Each queue's candidates not yet taken or set aside: `at(v, k)` for `k` in `next[v]..len(v)`
     // (the preemptor's own queue is no target).
-    let mut next: Vec<usize> = vec![0; candidates.len()];
+    let mut next: Vec<usize> = vec![0; n];
     let fits = |free: f64| need <= free + 1e-9;
     // Strategy 1: LessThanOrEqualToFinalShare, target queues by share, highest
     // first (ties: lower user index), re-ranked after each preemption.
     let mut retry: Vec<usize> = Vec::new();
-    let mut active: Vec<usize> = (0..candidates.len())
-        .filter(|&u| u != p && !candidates[u].is_empty())
-        .collect();
+    let mut active: Vec<usize> = (0..n).filter(|&u| u != p && len(u) > 0).collect();
+    // Each active queue's share at what it holds, kept as that changes.
+    let mut shares: Vec<i64> = vec![0; n];
+    for &u in &active {
+        shares[u] = share(u, held[u]);
+    }
     while !fits(free) {
-        let Some((at, &v)) = active.iter().enumerate().max_by(|a, b| {
-            share(*a.1, held[*a.1])
-                .cmp(&share(*b.1, held[*b.1]))
-                .then(b.1.cmp(a.1))
-        }) else {
+        let Some((place, &v)) = active
+            .iter()
+            .enumerate()
+            .max_by(|a, b| shares[*a.1].cmp(&shares[*b.1]).then(b.1.cmp(a.1)))
+        else {
             break;
         };
-        let left = &candidates[v][next[v]..];
-        let found = left
-            .iter()
-            .position(|&z| p_new <= share(v, held[v] - cpus(z)));
+        let (from, end) = (next[v], len(v));
+        let found = (from..end).find(|&k| p_new <= share(v, held[v] - cpus(at(v, k))));
         match found {
             Some(i) => {
                 // Those before it stay candidates for strategy 2.
-                retry.extend_from_slice(&left[..i]);
-                let z = left[i];
-                next[v] += i + 1;
+                retry.extend((from..i).map(|k| at(v, k)));
+                let z = at(v, i);
+                next[v] = i + 1;
                 held[v] -= cpus(z);
+                shares[v] = share(v, held[v]);
                 free += cpus(z);
                 targets.push(z);
-                if next[v] == candidates[v].len() {
-                    active.swap_remove(at);
+                if next[v] == end {
+                    active.swap_remove(place);
                 }
             }
             None => {
-                retry.extend_from_slice(left);
-                next[v] = candidates[v].len();
-                active.swap_remove(at);
+                retry.extend((from..end).map(|k| at(v, k)));
+                next[v] = end;
+                active.swap_remove(place);
             }
         }
     }

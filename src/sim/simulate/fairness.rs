@@ -126,49 +126,14 @@ impl Sim<'_> {
             return;
         }
         let capacity = f64::from(self.config.capacity);
-        self.scratch_users.clear();
-        self.scratch_weights.clear();
-        self.scratch_demands.clear();
-        let mut capped_demand = 0u64;
-        for (u, user) in self.users.iter().enumerate() {
-            let demand = user.running_cores + user.queued_cores;
-            if demand > 0 {
-                self.scratch_users.push(u);
-                self.scratch_weights.push(user.weight);
-                self.scratch_demands.push(demand as f64 / capacity);
-                capped_demand += demand.min(u64::from(self.config.capacity));
-            }
+        // The users with demand, their demands and fair shares depend only on
+        // the demands, which only submits and finishes change: kept until one
+        // does.
+        if self.snapshot_demands_at != Some(self.demand_changes) {
+            self.snapshot_demands_at = Some(self.demand_changes);
+            self.snapshot_capped_demand = self.demands_and_fair_shares();
         }
-        let contended = queued && capped_demand > u64::from(self.config.capacity);
-        // `stats::fair_shares`, with the order kept between steps.
-        self.scratch_fair.clear();
-        let total: f64 = self.scratch_demands.iter().sum();
-        if !self.tree.is_empty() {
-            // Hierarchical: a user's fair share is its group's, divided.
-            let entries: Vec<(Vec<usize>, f64, f64)> = self
-                .scratch_users
-                .iter()
-                .zip(self.scratch_weights.iter().zip(&self.scratch_demands))
-                .map(|(&u, (&w, &d))| (self.user_paths[u].clone(), w, d))
-                .collect();
-            self.scratch_fair = crate::policy::groups::fair_shares(&self.tree, &entries);
-        } else if total <= 1.0 {
-            self.scratch_fair.extend_from_slice(&self.scratch_demands);
-        } else {
-            self.scratch_fair.resize(self.scratch_demands.len(), 0.0);
-            let order = self.share_order.update(
-                &self.scratch_users,
-                &self.scratch_weights,
-                &self.scratch_demands,
-                self.users.len(),
-            );
-            fill_in_order(
-                &self.scratch_weights,
-                &self.scratch_demands,
-                order,
-                &mut self.scratch_fair,
-            );
-        }
+        let contended = queued && self.snapshot_capped_demand > u64::from(self.config.capacity);
         let mut error = 0.0;
         let mut backlogged_hold = false;
         // The water level λ (fair / weight of the users it does not cap): each
@@ -223,6 +188,56 @@ impl Sim<'_> {
                 series.points.push(SharePoint { t, actual, fair });
             }
         }
+    }
+
+    /// The users with demand, their weights, demands and fair shares (as
+    /// [`crate::sim::stats::fair_shares`], or the groups'), into the scratch
+    /// arrays; the demand capped at the capacity, summed.
+    fn demands_and_fair_shares(&mut self) -> u64 {
+        let capacity = f64::from(self.config.capacity);
+        self.scratch_users.clear();
+        self.scratch_weights.clear();
+        self.scratch_demands.clear();
+        let mut capped_demand = 0u64;
+        for (u, user) in self.users.iter().enumerate() {
+            let demand = user.running_cores + user.queued_cores;
+            if demand > 0 {
+                self.scratch_users.push(u);
+                self.scratch_weights.push(user.weight);
+                self.scratch_demands.push(demand as f64 / capacity);
+                capped_demand += demand.min(u64::from(self.config.capacity));
+            }
+        }
+        // `stats::fair_shares`, with the order kept between steps.
+        self.scratch_fair.clear();
+        let total: f64 = self.scratch_demands.iter().sum();
+        if !self.tree.is_empty() {
+            // Hierarchical: a user's fair share is its group's, divided.
+            let entries: Vec<(Vec<usize>, f64, f64)> = self
+                .scratch_users
+                .iter()
+                .zip(self.scratch_weights.iter().zip(&self.scratch_demands))
+                .map(|(&u, (&w, &d))| (self.user_paths[u].clone(), w, d))
+                .collect();
+            self.scratch_fair = crate::policy::groups::fair_shares(&self.tree, &entries);
+        } else if total <= 1.0 {
+            self.scratch_fair.extend_from_slice(&self.scratch_demands);
+        } else {
+            self.scratch_fair.resize(self.scratch_demands.len(), 0.0);
+            let order = self.share_order.update(
+                &self.scratch_users,
+                &self.scratch_weights,
+                &self.scratch_demands,
+                self.users.len(),
+            );
+            fill_in_order(
+                &self.scratch_weights,
+                &self.scratch_demands,
+                order,
+                &mut self.scratch_fair,
+            );
+        }
+        capped_demand
     }
 
     pub(super) fn into_outcome(self, too_large: Vec<u64>) -> SimOutcome {

@@ -215,6 +215,13 @@ struct Sim<'c> {
     scratch_fair: Vec<f64>,
     scratch_ratios: Vec<f64>,
     share_order: fairness::ShareOrder,
+    /// Submits and finishes so far: what each user's demand (running and
+    /// queued cores) depends on (a start or a preemption moves cores between
+    /// the two); and the count when the snapshot's demands and fair shares
+    /// were last computed, with their capped demand.
+    demand_changes: u64,
+    snapshot_demands_at: Option<u64>,
+    snapshot_capped_demand: u64,
     /// The groups (empty: none) and each user's path in the tree.
     tree: Tree,
     user_paths: Vec<Vec<usize>>,
@@ -407,6 +414,9 @@ fn run_sim(
         scratch_fair: Vec::new(),
         scratch_ratios: Vec::new(),
         share_order: fairness::ShareOrder::default(),
+        demand_changes: 0,
+        snapshot_demands_at: None,
+        snapshot_capped_demand: 0,
         tree,
         user_paths,
         estimating: estimating
@@ -492,6 +502,7 @@ impl Sim<'_> {
     fn submit(&mut self, j: usize) {
         let job = &self.jobs[j];
         let (u, cpus, submit) = (job.user, job.cpus, job.submit);
+        self.demand_changes += 1;
         let user = &mut self.users[u];
         if user.queue.is_empty() {
             self.heads.insert((time_key(submit), u));
@@ -663,6 +674,7 @@ impl Sim<'_> {
         if let Some(scaler) = &mut self.scaler {
             scaler.release(j, job.cpus);
         }
+        self.demand_changes += 1;
         let user = &mut self.users[u];
         user.running_cores -= cpus;
         user.running_jobs -= 1;
