@@ -570,6 +570,20 @@ fn order_from_scratch(
             let mut levels = Vec::new();
             let mut above: Vec<&GroupView> = groups.iter().filter(|g| under(g, state)).collect();
             above.sort_by_key(|g| g.path.len());
+            // The effective head: the first job that can ever run (one cluster: it fits
+            // the capacity, and alone within every cap of the groups above).
+            let can_run = |j: &&QueuedJob| {
+                j.resources.fits_within(&capacity)
+                    && above
+                        .iter()
+                        .all(|g| g.max_resources.is_none_or(|m| j.resources.fits_cap(&m)))
+            };
+            let view = views.iter().find(|v| &v.user == name).unwrap();
+            let head_at = view
+                .queue
+                .iter()
+                .find(can_run)
+                .map_or(f64::INFINITY, |j| j.submitted_at);
             for g in above {
                 let (held, usage) = users
                     .iter()
@@ -580,8 +594,6 @@ fn order_from_scratch(
                 let key = fair_share_key(dominant_share(&held, &capacity), usage, g.weight);
                 levels.push((quantize_key(key), f64::NEG_INFINITY, g.path.clone()));
             }
-            let view = views.iter().find(|v| &v.user == name).unwrap();
-            let head_at = view.queue.first().map_or(f64::INFINITY, |j| j.submitted_at);
             levels.push((quantize_key(state.key), head_at, name.clone()));
             (levels, name.clone())
         })
