@@ -187,6 +187,7 @@ impl Estimates {
         }
         let weak = Arc::downgrade(&table.0);
         let every = settings.estimates.refresh;
+        let settings_default_max_running = settings.scheduler.default_max_running_jobs;
         tokio::spawn(async move {
             // The run last read (`None`: nothing read, or this replica led since).
             let mut read: Option<i64> = None;
@@ -215,6 +216,22 @@ impl Estimates {
                     }
                     Err(e) => tracing::warn!(error = %e, "estimates: cannot read the leader's"),
                 }
+                // The bars as stored, read at every tick while a mark can be shown (a
+                // fresh tester's finding: a follower marked a paused user's job "after
+                // the horizon"); clusters' totals are not stored, so a job too large
+                // for every cluster is not judged here.
+                if table.0.read().is_ok_and(|t| t.not_before.is_some()) {
+                    match stored_bars(&db, &settings_default_max_running).await {
+                        Ok(bars) => {
+                            if let Ok(mut t) = table.0.write() {
+                                t.bars = Some(bars);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "estimates: cannot read the users and groups")
+                        }
+                    }
+                }
             }
         });
         table
@@ -227,6 +244,39 @@ impl Estimates {
 type Loaded = (Option<i64>, HashMap<JobId, JobEstimate>, Option<i64>);
 
 /// The run `job_estimates` holds, unless it is the run `read` (`Ok(None)`).
+/// The bars of the stored users and groups (no clusters: not stored), for a replica
+/// that does not lead. `default_max_running`: `scheduler.default_max_running_jobs`.
+pub async fn stored_bars(
+    db: &Db,
+    default_max_running: &u32,
+) -> Result<estimate::Bars, sea_orm::DbErr> {
+    let users: Vec<UserView> = crate::store::list_users(db)
+        .await?
+        .iter()
+        .map(|u| UserView {
+            user: u.id.clone(),
+            weight: u.weight,
+            paused: u.paused,
+            max_running_jobs: u
+                .max_running_jobs
+                .map_or(*default_max_running, |v| v.max(0) as u32),
+            max_resources: u.max_resources.as_ref().map(crate::actors::resource_cap),
+            outstanding_jobs: 0,
+            allocation: crate::policy::Resources::ZERO,
+            usage: 0.0,
+            usage_at: 0.0,
+            group: crate::store::group_of(u).map(str::to_owned),
+            queue: Vec::new(),
+        })
+        .collect();
+    let groups: Vec<crate::policy::GroupView> = crate::store::list_groups(db)
+        .await?
+        .iter()
+        .map(crate::actors::group_view)
+        .collect();
+    Ok(estimate::Bars::new(&users, &groups, &[]))
+}
+
 async fn load(db: &Db, read: Option<i64>) -> Result<Option<Loaded>, sea_orm::DbErr> {
     let at = crate::store::estimates_computed_at(db).await?;
     if at.is_some() && at == read {

@@ -35,6 +35,7 @@ use uuid::Uuid;
 
 use arbiter::FairShareArbiter;
 pub use arbiter::Known;
+pub(crate) use arbiter::{group_view, resource_cap};
 use dispatcher::Dispatcher;
 use messages::{
     DispatcherHandle, Enqueue, Halt, MonitorHandle, QueueFactory, QueuePlace, RemoveQueued,

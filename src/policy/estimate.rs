@@ -129,20 +129,27 @@ impl Bars {
     /// The bars of `snapshot`'s users, groups and clusters.
     #[must_use]
     pub fn of(snapshot: &Snapshot) -> Bars {
-        let mut totals: super::ledger::Totals = snapshot
-            .clusters
+        Bars::new(&snapshot.users, &snapshot.groups, &snapshot.clusters)
+    }
+
+    /// The bars of `users` (their settings; queues unused), `groups` and `clusters`
+    /// (none: no job is judged too large, as a replica that does not lead knows no
+    /// cluster's total).
+    #[must_use]
+    pub fn new(
+        users: &[super::UserView],
+        groups: &[super::GroupView],
+        clusters: &[super::ClusterView],
+    ) -> Bars {
+        let mut totals: super::ledger::Totals = clusters
             .iter()
             .filter(|c| c.healthy)
             .map(|c| (c.name.clone(), c.pool, c.total))
             .collect();
         totals.sort_by(|a, b| a.0.cmp(&b.0));
-        let groups: HashMap<&str, &super::GroupView> = snapshot
-            .groups
-            .iter()
-            .map(|g| (g.path.as_str(), g))
-            .collect();
-        let users = snapshot
-            .users
+        let groups: HashMap<&str, &super::GroupView> =
+            groups.iter().map(|g| (g.path.as_str(), g)).collect();
+        let users = users
             .iter()
             .map(|u| {
                 let mut barred = u.paused || u.max_running_jobs == 0;

@@ -663,3 +663,95 @@ async fn a_job_past_the_read_cut_starts_no_sooner_than_its_users_last_read_job()
         assert_eq!(at(&v["estimated_after"]), third, "{v}");
     }
 }
+
+/// A replica that does not lead judges the bars from the stored users and groups (a
+/// fresh tester found a follower marking a paused user's job "after the horizon"):
+/// a paused user, a user under a paused group's subgroup, a user at a limit of 0, a
+/// job alone over its user's or its group's cap are barred; a free user's job is not.
+async fn a_follower_judges_the_bars_from_the_stored_users_and_groups(which: crate::helpers::Db) {
+    use fairshare::store::{self, GroupPatch, UserPatch};
+    let Some(db) = crate::helpers::TestDb::new(which).await else {
+        return;
+    };
+    let conn = sea_orm::Database::connect(&db.url).await.unwrap();
+    store::migrate(&conn).await.unwrap();
+    let group = |paused: bool, cap: Option<serde_json::Value>| GroupPatch {
+        paused: Some(paused),
+        max_resources: Some(cap),
+        ..GroupPatch::default()
+    };
+    store::put_group(&conn, "p", group(true, None), true)
+        .await
+        .unwrap();
+    store::put_group(&conn, "p/q", group(false, None), true)
+        .await
+        .unwrap();
+    store::put_group(&conn, "capped", group(false, Some(json!({"cpu": 2}))), true)
+        .await
+        .unwrap();
+    let user = |patch: UserPatch| patch;
+    for (id, patch) in [
+        (
+            "paused",
+            user(UserPatch {
+                paused: Some(true),
+                ..UserPatch::default()
+            }),
+        ),
+        (
+            "under",
+            user(UserPatch {
+                group: Some(Some("p/q".into())),
+                ..UserPatch::default()
+            }),
+        ),
+        (
+            "zero",
+            user(UserPatch {
+                max_running_jobs: Some(Some(0)),
+                ..UserPatch::default()
+            }),
+        ),
+        (
+            "own-cap",
+            user(UserPatch {
+                max_resources: Some(Some(json!({"cpu": 1}))),
+                ..UserPatch::default()
+            }),
+        ),
+        (
+            "in-capped",
+            user(UserPatch {
+                group: Some(Some("capped".into())),
+                ..UserPatch::default()
+            }),
+        ),
+        ("free", UserPatch::default()),
+    ] {
+        store::upsert_user(&conn, id, patch).await.unwrap();
+    }
+    let bars = fairshare::estimates::stored_bars(&conn, &100)
+        .await
+        .unwrap();
+    let job = |cpu: f64| fairshare::policy::QueuedJob {
+        job_id: uuid::Uuid::from_u128(1),
+        resources: fairshare::policy::Resources::new(cpu, 0.0, 0.0),
+        priority: 0,
+        submitted_at: 0.0,
+        runtime_estimate: None,
+        preemptible: false,
+        preemptions: 0,
+        pool: None,
+    };
+    for u in ["paused", "under", "zero"] {
+        assert!(bars.never(u, &job(1.0)), "{u}");
+    }
+    assert!(!bars.never("own-cap", &job(1.0)));
+    assert!(bars.never("own-cap", &job(1.5)));
+    assert!(!bars.never("in-capped", &job(2.0)));
+    assert!(bars.never("in-capped", &job(3.0)));
+    // No cluster totals on a follower: nothing is judged too large.
+    assert!(!bars.never("free", &job(100_000.0)));
+    conn.close().await.ok();
+}
+crate::both_databases!(a_follower_judges_the_bars_from_the_stored_users_and_groups);

@@ -20,7 +20,7 @@ pub struct GetGroupState;
 
 /// A stored group as the policy takes it: a missing limit is no limit; a
 /// `max_resources` key that is missing caps nothing (as users').
-pub(super) fn group_view(g: &entity::group::Model) -> GroupView {
+pub(crate) fn group_view(g: &entity::group::Model) -> GroupView {
     GroupView {
         path: g.path.clone(),
         weight: g.weight,

@@ -21,6 +21,7 @@ mod recovery;
 mod report;
 mod what_if;
 
+pub(crate) use groups::group_view;
 pub use groups::GetGroupState;
 pub use recovery::{EnqueueMany, Recovered, RecoveredOutstanding};
 pub use report::{
@@ -89,7 +90,7 @@ impl ClusterSizes {
 
 /// A stored `max_resources` (`{"cpu": .., "gpu": .., "memory_bytes": ..}`, a user's
 /// or a group's) as the policy takes it; a missing key caps nothing.
-fn resource_cap(v: &serde_json::Value) -> Resources {
+pub(crate) fn resource_cap(v: &serde_json::Value) -> Resources {
     let cap = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
     Resources::new(
         cap("cpu").unwrap_or(f64::INFINITY),
