@@ -84,7 +84,9 @@ struct Table {
 
 /// The users whose queues a refresh read only the first `k` jobs of: those jobs, and
 /// by user the latest estimated start among them, which the user's jobs past the cut
-/// (behind them in its queue) start no sooner than.
+/// (behind them in its queue) start no sooner than; the run's instant for a user none
+/// of whose jobs read has an estimate (a fresh tester found a job behind a barred one
+/// shown as if it could never start, and it started).
 #[derive(Default)]
 struct Cut {
     read: HashSet<JobId>,
@@ -98,6 +100,7 @@ impl Cut {
         rows: &[entity::job::Model],
         users: &HashSet<String>,
         jobs: &HashMap<JobId, JobEstimate>,
+        at: DateTime<Utc>,
     ) -> Cut {
         let mut cut = Cut::default();
         if users.is_empty() {
@@ -108,10 +111,9 @@ impl Cut {
                 continue;
             }
             cut.read.insert(r.id);
-            if let Some(start) = jobs.get(&r.id).and_then(|e| e.start) {
-                let last = cut.last.entry(r.user_id.clone()).or_insert(start);
-                *last = (*last).max(start);
-            }
+            let start = jobs.get(&r.id).and_then(|e| e.start).unwrap_or(at);
+            let last = cut.last.entry(r.user_id.clone()).or_insert(start);
+            *last = (*last).max(start);
         }
         cut
     }
@@ -504,7 +506,7 @@ pub(crate) async fn run<F, Fut>(
             } else {
                 Vec::new()
             };
-            let cut = Cut::of(&rows, &cut_users, &jobs);
+            let cut = Cut::of(&rows, &cut_users, &jobs, at);
             (jobs, stored, not_before, cut)
         })
         .await;

@@ -755,3 +755,50 @@ async fn a_follower_judges_the_bars_from_the_stored_users_and_groups(which: crat
     conn.close().await.ok();
 }
 crate::both_databases!(a_follower_judges_the_bars_from_the_stored_users_and_groups);
+
+/// A job past the read's cut behind only jobs without an estimate (here one that can
+/// never start) is marked from the run's instant, not left looking as if it never
+/// starts (a fresh tester's finding: it had nothing, and started). 2 CPUs, cx capped at
+/// 1 CPU, `max_jobs` 1: job A (1 CPU) runs, B (2 CPUs, over the cap) is read and barred,
+/// C (1 CPU) is past the cut.
+#[actix_web::test]
+async fn a_job_past_the_cut_behind_a_barred_one_is_still_marked() {
+    let (app, _server) = estimating_app(2.0, |s| {
+        s.estimates.max_jobs = 1;
+    })
+    .await;
+    let r = app
+        .put(
+            "/v1/users/cx",
+            crate::helpers::ADMIN,
+            json!({"max_resources": {"cpu": 1}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let mut ids = Vec::new();
+    for cpu in [1, 2, 1] {
+        let j = app
+            .submit(
+                "cx",
+                json!({"entrypoint": "sleep 100", "max_runtime_s": 100, "resources": {"cpu": cpu}}),
+            )
+            .await;
+        ids.push(j["id"].as_str().unwrap().to_string());
+    }
+    let c = until(20, "C marked", || async {
+        let v = app
+            .get_json(&format!("/v1/jobs/{}", ids[2]), SUBMITTER)
+            .await;
+        (!v["estimated_after"].is_null()).then_some(v)
+    })
+    .await;
+    assert_eq!(c["status"], "QUEUED", "{c}");
+    assert!(c["estimated_start"].is_null(), "{c}");
+    let b = app
+        .get_json(&format!("/v1/jobs/{}", ids[1]), SUBMITTER)
+        .await;
+    assert!(
+        b["estimated_start"].is_null() && b["estimated_after"].is_null(),
+        "{b}"
+    );
+}
