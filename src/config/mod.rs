@@ -207,27 +207,39 @@ pub fn parse_bytes(text: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size such as \"16 GiB\""))?;
-    let mult: f64 = match unit.trim() {
-        "" | "B" => 1.0,
-        "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        "KiB" => 1024.0,
-        "MiB" => 1024.0 * 1024.0,
-        "GiB" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+    let not_a_size = || format!("{text:?} is not a size such as \"16 GiB\"");
+    let mult: u128 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
         u => {
             return Err(format!(
                 "{u:?} is not a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
             ))
         }
     };
-    let bytes = (n * mult).round();
-    if !bytes.is_finite() || bytes < 0.0 || bytes > i64::MAX as f64 {
+    // Exactly, in integers: `int.frac × mult` must be a whole number of bytes (a fresh
+    // tester's finding: "0.3 B" and "1.0000001 KiB" were truncated to 0 and 1024).
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if (int.is_empty() && frac.is_empty()) || frac.contains('.') || int.len() + frac.len() > 30 {
+        return Err(not_a_size());
+    }
+    let digits: u128 = format!("0{int}{frac}").parse().map_err(|_| not_a_size())?;
+    let scale = 10u128.pow(frac.len() as u32);
+    let scaled = digits
+        .checked_mul(mult)
+        .ok_or_else(|| format!("{text:?} is too large"))?;
+    if scaled % scale != 0 {
+        return Err(format!("{text:?} is not a whole number of bytes"));
+    }
+    let bytes = scaled / scale;
+    if bytes > i64::MAX as u128 {
         return Err(format!("{text:?} is too large"));
     }
     Ok(bytes as u64)

@@ -989,6 +989,20 @@ fn usage_retention_and_sizes_load_and_bad_ones_name_their_key() {
     assert_eq!(parse_bytes("512 MiB"), Ok(512 << 20));
     assert_eq!(parse_bytes("2TB"), Ok(2_000_000_000_000));
     assert!(parse_bytes("lots").is_err());
+    // Exactly, or refused (a fresh tester's finding: truncated before).
+    assert_eq!(parse_bytes("1.5 GiB"), Ok(3 << 29));
+    assert_eq!(parse_bytes("0.5KB"), Ok(500));
+    assert_eq!(parse_bytes("1024"), Ok(1024));
+    assert_eq!(parse_bytes(".5 GB"), Ok(500_000_000));
+    for bad in [
+        "0.3 B",
+        "1.0000001 KiB",
+        "1.2.3 GB",
+        ". GB",
+        "99999999999 TiB",
+    ] {
+        assert!(parse_bytes(bad).is_err(), "{bad}");
+    }
 }
 
 /// `estimates.max_jobs` (issue 43 §7): 20,000 by default, 0 refused naming it.
