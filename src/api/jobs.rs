@@ -434,11 +434,15 @@ pub async fn submit(
             "a token confined to one user cannot choose its group",
         ));
     }
-    let mut new = request.with_size(&state.settings.sizes)?.into_new_job()?;
+    let blame = request.size_blame();
+    let mut new = request
+        .with_size(&state.settings.sizes)?
+        .into_new_job()
+        .map_err(&blame)?;
     who.check_pool(new.pool.as_deref())?;
     // Uploaded packages are the submitter's own (Ray's Jobs API, issue 31).
     super::ray_compat::packages::pin(&state, &who, &mut new.runtime_env).await?;
-    match accept(&state, &who, new).await? {
+    match accept(&state, &who, new).await.map_err(&blame)? {
         Accepted::Created(j, position) => {
             let v = view(&state, j, Fresh::Created(position)).await?;
             Ok(HttpResponse::Created().json(v))

@@ -310,6 +310,31 @@ impl SubmitRequest {
         Ok(self)
     }
 
+    /// For a job that names a size (`size` or the metadata key): an error about its
+    /// resources, which the client did not send, is about the size: it names `size`
+    /// (on Ray's API `metadata.fairshare.size`) and says which resource (a fresh
+    /// tester's finding: a size too large for every cluster answered "resources.cpu").
+    #[must_use]
+    pub fn size_blame(&self) -> impl Fn(ApiError) -> ApiError {
+        let key = crate::store::SIZE_KEY;
+        let size = self
+            .size
+            .clone()
+            .or_else(|| self.metadata.as_ref().and_then(|m| m.get(key)).cloned())
+            .filter(|n| n.chars().count() <= 64);
+        move |e| match (&size, e) {
+            (Some(name), ApiError::Invalid { field, reason })
+                if field == "resources" || field.starts_with("resources.") =>
+            {
+                ApiError::Invalid {
+                    field: "size".into(),
+                    reason: format!("size {name:?} asks {field}: {reason}"),
+                }
+            }
+            (_, e) => e,
+        }
+    }
+
     /// Parses a `POST /v1/jobs` body: the typed parse ([`parse_json`]), then its
     /// numbers as written ([`SUBMIT_NUMBERS`]). Errors: 400 not JSON, 422 naming the
     /// field.

@@ -683,13 +683,22 @@ async fn sizes_stand_for_resources_and_are_reported(which: Db) {
     settings.pools[0]
         .capacity
         .insert("memory_bytes".into(), 64.0 * 1024.0 * 1024.0 * 1024.0);
-    settings.sizes = vec![fairshare::config::SizeSettings {
-        name: "m".into(),
-        cpu: 2.0,
-        gpu: 0.0,
-        memory_bytes: 1 << 30,
-        custom: BTreeMap::from([("clusters".to_string(), 1.0)]),
-    }];
+    settings.sizes = vec![
+        fairshare::config::SizeSettings {
+            name: "m".into(),
+            cpu: 2.0,
+            gpu: 0.0,
+            memory_bytes: 1 << 30,
+            custom: BTreeMap::from([("clusters".to_string(), 1.0)]),
+        },
+        fairshare::config::SizeSettings {
+            name: "xl".into(),
+            cpu: 100_000.0,
+            gpu: 0.0,
+            memory_bytes: 0,
+            custom: BTreeMap::from([("clusters".to_string(), 1.0)]),
+        },
+    ];
     let app = start_on(db, settings).await;
     let v = app.submit("sam", json!({"pool": "gw", "size": "m"})).await;
     assert_eq!(v["resources"]["cpu"], 2.0, "{v}");
@@ -698,6 +707,12 @@ async fn sizes_stand_for_resources_and_are_reported(which: Db) {
     assert_eq!(v["metadata"]["fairshare.size"], "m", "{v}");
     let id = v["id"].as_str().unwrap().to_string();
     for (body, field) in [
+        (
+            json!({"user": "sam", "entrypoint": "x", "pool": "gw", "size": "xxl"}),
+            "size",
+        ),
+        // Too large for the pool: the error names the size the client sent, not
+        // `resources.cpu` (a fresh tester's finding).
         (
             json!({"user": "sam", "entrypoint": "x", "pool": "gw", "size": "xl"}),
             "size",
@@ -737,6 +752,11 @@ async fn sizes_stand_for_resources_and_are_reported(which: Db) {
                    "fairshare.pool": "gw", "fairshare.size": "nope"}}),
             "metadata.fairshare.size",
         ),
+        (
+            json!({"entrypoint": "x", "metadata": {"fairshare.user": "ray-sam",
+                   "fairshare.pool": "gw", "fairshare.size": "xl"}}),
+            "metadata.fairshare.size",
+        ),
     ] {
         let resp = app.post("/api/jobs/", SUBMITTER, body).await;
         assert!(resp.status().is_client_error(), "{}", resp.status());
@@ -747,7 +767,7 @@ async fn sizes_stand_for_resources_and_are_reported(which: Db) {
     let doc = app.get_json("/openapi.json", SUBMITTER).await;
     assert_eq!(
         doc["components"]["schemas"]["SubmitRequest"]["properties"]["size"]["enum"],
-        json!(["m"])
+        json!(["m", "xl"])
     );
     // Usage per size.
     let j = until_status(&app, &id, "ADMITTED").await;

@@ -371,15 +371,23 @@ pub async fn submit(
         },
         other => other,
     };
-    let mut new = request
-        .into_submit(user, &rules.default_resources)?
+    let submit = request
+        .into_submit(user, &rules.default_resources)
+        .map_err(&rename)?;
+    let blame = submit.size_blame();
+    let mut new = submit
         .with_size(&state.settings.sizes)
         .and_then(crate::api::submit::SubmitRequest::into_new_job)
-        .map_err(rename)?;
-    who.check_pool(new.pool.as_deref()).map_err(rename)?;
+        .map_err(&blame)
+        .map_err(&rename)?;
+    who.check_pool(new.pool.as_deref()).map_err(&rename)?;
     // The packages the runtime_env names are the submitter's own uploads.
     super::packages::pin(&state, &who, &mut new.runtime_env).await?;
-    let j = accept(&state, &who, new).await.map_err(rename)?.into_job();
+    let j = accept(&state, &who, new)
+        .await
+        .map_err(&blame)
+        .map_err(&rename)?
+        .into_job();
     let sid = submission_id_of(&j);
     Ok(pyjson::ok(&Submitted {
         job_id: &sid,
