@@ -117,14 +117,28 @@ pub fn document_json_for(sizes: &[crate::config::SizeSettings]) -> serde_json::V
     schemas["SubmitRequest"]["properties"]["user"]["pattern"] = json!(user_id_pattern());
     // A named size: one of the configured names (none configured: no value is
     // valid), and not together with `resources` (`api::submit::SubmitRequest::with_size`).
-    let names: Vec<&str> = sizes.iter().map(|z| z.name.as_str()).collect();
+    // `null` is no size (a fresh tester's finding: the document refused `"size": null`
+    // and `resources: {}` beside a size, which the service takes).
+    let mut names: Vec<serde_json::Value> = sizes.iter().map(|z| json!(z.name)).collect();
+    names.push(serde_json::Value::Null);
     let size = &mut schemas["SubmitRequest"]["properties"]["size"];
-    if names.is_empty() {
-        size["not"] = json!({});
-    } else {
-        size["enum"] = json!(names);
-    }
-    schemas["SubmitRequest"]["not"] = json!({"required": ["size", "resources"]});
+    size["enum"] = json!(names);
+    // Refused: a size (a string) beside resources that name any resource (an amount, or
+    // a custom name); an empty `resources`, or one of nulls, goes with a size.
+    let named =
+        |k: &str, schema: serde_json::Value| json!({"required": [k], "properties": {(k): schema}});
+    schemas["SubmitRequest"]["not"] = json!({
+        "required": ["size", "resources"],
+        "properties": {
+            "size": {"type": "string"},
+            "resources": {"anyOf": [
+                named("cpu", json!({"type": "number"})),
+                named("gpu", json!({"type": "number"})),
+                named("memory_bytes", json!({"type": "integer"})),
+                named("custom", json!({"type": "object", "minProperties": 1})),
+            ]},
+        },
+    });
     schemas["UserUpdate"]["properties"]["display_name"]["pattern"] =
         json!(super::user_id::display_name_pattern());
     schemas["UserUpdate"]["properties"]["group"]["pattern"] = json!(GROUP_PATH_PATTERN);

@@ -767,7 +767,7 @@ async fn sizes_stand_for_resources_and_are_reported(which: Db) {
     let doc = app.get_json("/openapi.json", SUBMITTER).await;
     assert_eq!(
         doc["components"]["schemas"]["SubmitRequest"]["properties"]["size"]["enum"],
-        json!(["m", "xl"])
+        json!(["m", "xl", null])
     );
     // Usage per size.
     let j = until_status(&app, &id, "ADMITTED").await;
