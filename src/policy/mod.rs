@@ -487,6 +487,13 @@ impl fmt::Display for PendingReason {
                 f,
                 "the group {group} is paused; its users' jobs wait until an admin resumes it"
             ),
+            // A limit of 0 lets nothing run: said so, not as if jobs finishing would help
+            // (a fresh tester's finding).
+            PendingReason::GroupMaxRunningJobs { group, limit: 0 } => write!(
+                f,
+                "group {group} lets none of its users' jobs run (max_running_jobs 0); \
+                 they wait until an admin raises the limit"
+            ),
             PendingReason::GroupMaxRunningJobs { group, limit } => write!(
                 f,
                 "the users of group {group} already have {limit} {} dispatched or running, \

@@ -707,3 +707,29 @@ proptest! {
         }
     }
 }
+
+/// A group's running-job limit of 0 says that nothing of its users runs until an
+/// admin raises it, not that its users "already have 0 jobs" (a fresh tester's
+/// finding); a limit above 0 keeps the count.
+#[test]
+fn a_group_limit_of_zero_says_nothing_runs_until_it_is_raised() {
+    let zero = PendingReason::GroupMaxRunningJobs {
+        group: "z".into(),
+        limit: 0,
+    }
+    .to_string();
+    assert_eq!(
+        zero,
+        "group z lets none of its users' jobs run (max_running_jobs 0); they wait until an \
+         admin raises the limit"
+    );
+    let two = PendingReason::GroupMaxRunningJobs {
+        group: "z".into(),
+        limit: 2,
+    }
+    .to_string();
+    assert!(
+        two.starts_with("the users of group z already have 2 jobs"),
+        "{two}"
+    );
+}
