@@ -314,7 +314,6 @@ impl SubmitRequest {
     /// resources, which the client did not send, is about the size: it names `size`
     /// (on Ray's API `metadata.fairshare.size`) and says which resource (a fresh
     /// tester's finding: a size too large for every cluster answered "resources.cpu").
-    #[must_use]
     pub fn size_blame(&self) -> impl Fn(ApiError) -> ApiError {
         let key = crate::store::SIZE_KEY;
         let size = self
