@@ -332,8 +332,6 @@ pub(super) struct AnchorState {
     kueue_by_ratio: std::collections::BTreeSet<(i64, usize)>,
     kueue_dirty: Vec<usize>,
     kueue_is_dirty: Vec<bool>,
-    /// Kueue: scratch of each user's cores for `kueue_targets_in`.
-    kueue_held: Vec<f64>,
     /// Per user, its running preemptible jobs, kept across steps: Armada's by
     /// job index (what a round evicts, in the order it schedules them again);
     /// Kueue fair sharing's by start, then job index (its candidates are these,
@@ -1398,9 +1396,6 @@ impl Sim<'_> {
                 targets_of.push((u, cores as f64));
             }
         }
-        // Each user's cores, gathered for the first head that may find room.
-        let mut held = std::mem::take(&mut self.anchor.kueue_held);
-        held.clear();
         for (_, p, p_new) in heads {
             let j = self.users[p].queue[0];
             let c = f64::from(self.jobs[j].cpus);
@@ -1415,16 +1410,13 @@ impl Sim<'_> {
             if c > free + room + 1e-9 {
                 continue;
             }
-            if held.is_empty() {
-                held.extend(self.users.iter().map(|u| u.running_cores as f64));
-            }
             let lists = &self.anchor.preemptible_jobs;
             if let Some(targets) = kueue_targets_in(
                 p,
                 c,
                 free,
                 p_new,
-                &held,
+                |v| self.users[v].running_cores as f64,
                 targets_of.iter().map(|&(v, _)| v),
                 |v| cands[v],
                 |v, k| lists[v][cands[v] - 1 - k],
@@ -1433,7 +1425,6 @@ impl Sim<'_> {
             ) {
                 self.anchor.kueue_share_now = shares;
                 self.anchor.kueue_cands = cands;
-                self.anchor.kueue_held = held;
                 for v in targets {
                     self.preempt(v, now);
                 }
@@ -1443,7 +1434,6 @@ impl Sim<'_> {
         }
         self.anchor.kueue_share_now = shares;
         self.anchor.kueue_cands = cands;
-        self.anchor.kueue_held = held;
         false
     }
 
@@ -1507,7 +1497,7 @@ pub fn kueue_targets(
         need,
         free,
         p_new,
-        held,
+        |v| held[v],
         0..held.len(),
         |v| candidates.get(v).map_or(0, Vec::len),
         |v, k| candidates[v][k],
@@ -1516,52 +1506,52 @@ pub fn kueue_targets(
     )
 }
 
-/// [`kueue_targets`] with the candidates as `len(v)`, user `v`'s number (users
-/// `0..held.len()`; every user with some among `queues`), and `at(v, k)`, its
-/// `k`-th (most recently admitted first; each of user `v`).
+/// [`kueue_targets`] with the cores held as `held(v)`, the candidates as
+/// `len(v)`, user `v`'s number (every user with some among `queues`), and
+/// `at(v, k)`, its `k`-th (most recently admitted first; each of user `v`).
 #[allow(clippy::too_many_arguments)]
 fn kueue_targets_in(
     p: usize,
     need: f64,
     free: f64,
     p_new: i64,
-    held: &[f64],
+    held: impl Fn(usize) -> f64,
     queues: impl Iterator<Item = usize>,
     len: impl Fn(usize) -> usize,
     at: impl Fn(usize, usize) -> usize,
     share: impl Fn(usize, f64) -> i64,
     cpus: impl Fn(usize) -> f64,
 ) -> Option<Vec<usize>> {
-    let n = held.len();
-    let mut held = held.to_vec();
+    // The queues that may give targets (the preemptor's own queue is no
+    // target); every per-queue array below is over them, by place in `act`.
+    let act: Vec<usize> = queues.filter(|&u| u != p && len(u) > 0).collect();
+    let mut held: Vec<f64> = act.iter().map(|&v| held(v)).collect();
     let mut free = free;
     let mut targets = Vec::new();
-    // Each queue's candidates not yet taken or set aside: `at(v, k)` for `k` in `next[v]..len(v)`
-    // (the preemptor's own queue is no target).
-    let mut next: Vec<usize> = vec![0; n];
+    // Each queue's candidates not yet taken or set aside: `at(v, k)` for `k` in
+    // `next[i]..len(v)`, `v = act[i]`.
+    let mut next: Vec<usize> = vec![0; act.len()];
     let fits = |free: f64| need <= free + 1e-9;
     // Strategy 1: LessThanOrEqualToFinalShare, target queues by share, highest
     // first (ties: lower user index), re-ranked after each preemption.
     let mut retry: Vec<usize> = Vec::new();
     // Per queue, where its first candidate set aside is in `retry`
     // (`usize::MAX`: none), and the queues with one.
-    let mut first_retry: Vec<usize> = vec![usize::MAX; n];
+    let mut first_retry: Vec<usize> = vec![usize::MAX; act.len()];
     let mut retry_queues: Vec<usize> = Vec::new();
-    let mut active: Vec<usize> = queues.filter(|&u| u != p && len(u) > 0).collect();
+    let mut active: Vec<usize> = (0..act.len()).collect();
     // Each active queue's share at what it holds, kept as that changes.
-    let mut shares: Vec<i64> = vec![0; n];
-    for &u in &active {
-        shares[u] = share(u, held[u]);
-    }
+    let mut shares: Vec<i64> = act.iter().zip(&held).map(|(&v, &h)| share(v, h)).collect();
     while !fits(free) {
-        let Some((place, &v)) = active
-            .iter()
-            .enumerate()
-            .max_by(|a, b| shares[*a.1].cmp(&shares[*b.1]).then(b.1.cmp(a.1)))
-        else {
+        let Some((place, &q)) = active.iter().enumerate().max_by(|a, b| {
+            shares[*a.1]
+                .cmp(&shares[*b.1])
+                .then(act[*b.1].cmp(&act[*a.1]))
+        }) else {
             break;
         };
-        let (from, end) = (next[v], len(v));
+        let v = act[q];
+        let (from, end) = (next[q], len(v));
         // The share left is monotone in the cores taken away (as `kueue_share`
         // is in the cores held): a job at least as large as one that failed
         // fails too, without its share computed.
@@ -1571,7 +1561,7 @@ fn kueue_targets_in(
             if c >= fails_from {
                 return false;
             }
-            let ok = p_new <= share(v, held[v] - c);
+            let ok = p_new <= share(v, held[q] - c);
             if !ok {
                 fails_from = c;
             }
@@ -1580,28 +1570,28 @@ fn kueue_targets_in(
         match found {
             Some(i) => {
                 // Those before it stay candidates for strategy 2.
-                if from < i && first_retry[v] == usize::MAX {
-                    first_retry[v] = retry.len();
-                    retry_queues.push(v);
+                if from < i && first_retry[q] == usize::MAX {
+                    first_retry[q] = retry.len();
+                    retry_queues.push(q);
                 }
                 retry.extend((from..i).map(|k| at(v, k)));
                 let z = at(v, i);
-                next[v] = i + 1;
-                held[v] -= cpus(z);
-                shares[v] = share(v, held[v]);
+                next[q] = i + 1;
+                held[q] -= cpus(z);
+                shares[q] = share(v, held[q]);
                 free += cpus(z);
                 targets.push(z);
-                if next[v] == end {
+                if next[q] == end {
                     active.swap_remove(place);
                 }
             }
             None => {
-                if from < end && first_retry[v] == usize::MAX {
-                    first_retry[v] = retry.len();
-                    retry_queues.push(v);
+                if from < end && first_retry[q] == usize::MAX {
+                    first_retry[q] = retry.len();
+                    retry_queues.push(q);
                 }
                 retry.extend((from..end).map(|k| at(v, k)));
-                next[v] = end;
+                next[q] = end;
                 active.swap_remove(place);
             }
         }
@@ -1611,14 +1601,18 @@ fn kueue_targets_in(
         // The queues with candidates set aside (each candidate of its own
         // queue), and each one's first.
         let mut queues = retry_queues;
-        queues.sort_by(|&a, &b| share(b, held[b]).cmp(&share(a, held[a])).then(a.cmp(&b)));
-        for v in queues {
+        queues.sort_by(|&a, &b| {
+            share(act[b], held[b])
+                .cmp(&share(act[a], held[a]))
+                .then(act[a].cmp(&act[b]))
+        });
+        for q in queues {
             if fits(free) {
                 break;
             }
-            if p_new < share(v, held[v]) {
-                if let Some(&z) = retry.get(first_retry[v]) {
-                    held[v] -= cpus(z);
+            if p_new < share(act[q], held[q]) {
+                if let Some(&z) = retry.get(first_retry[q]) {
+                    held[q] -= cpus(z);
                     free += cpus(z);
                     targets.push(z);
                 }
