@@ -322,8 +322,16 @@ pub(super) struct AnchorState {
     scratch_weights: Vec<f64>,
     scratch_demands: Vec<f64>,
     scratch_adjusted: Vec<f64>,
-    /// Kueue: each user's share value as of the current preemption check.
-    kueue_shares: Vec<i64>,
+    /// Kueue fair sharing, kept across preemption checks: each user's share
+    /// value at what it holds and its cores / weight as [`total_key`] (`None`:
+    /// not yet computed), the users by that key (the largest share is the
+    /// last's), and the users whose cores changed since (`kueue_dirty`, marked
+    /// in `kueue_is_dirty`).
+    kueue_share_now: Vec<i64>,
+    kueue_ratio: Vec<Option<i64>>,
+    kueue_by_ratio: std::collections::BTreeSet<(i64, usize)>,
+    kueue_dirty: Vec<usize>,
+    kueue_is_dirty: Vec<bool>,
     /// Per user, its running preemptible jobs, kept across steps: Armada's by
     /// job index (what a round evicts, in the order it schedules them again);
     /// Kueue fair sharing's by start, then job index (its candidates are these,
@@ -423,6 +431,16 @@ impl Sim<'_> {
         let start_of = |k: usize| self.jobs[k].start.unwrap_or(0.0);
         let start = if running { now } else { start_of(j) };
         let a = &mut self.anchor;
+        if by_start {
+            // What `u` holds changes (after this call): its share is computed
+            // again at the next check.
+            if let Some(dirty) = a.kueue_is_dirty.get_mut(u) {
+                if !*dirty {
+                    *dirty = true;
+                    a.kueue_dirty.push(u);
+                }
+            }
+        }
         if running {
             a.running_pos[j] = a.running.len();
             a.running.push(j);
@@ -1326,19 +1344,14 @@ impl Sim<'_> {
         // gathered (most steps stop here).
         // `floor` is monotone: the largest share is the share of the largest
         // cores / weight.
-        // (The last of equals, as `max_by`, each ratio computed once.)
-        let mut top = None;
-        let mut best = 0.0;
-        for (u, user) in self.users.iter().enumerate() {
-            let ratio = user.running_cores as f64 / user.weight;
-            if top.is_none() || ratio.total_cmp(&best) != Ordering::Less {
-                best = ratio;
-                top = Some(u);
-            }
-        }
-        let max_share = top.map_or(i64::MIN, |u| {
-            share(self, u, self.users[u].running_cores as f64)
-        });
+        // (The last of equals, as `max_by`: the last of the users kept by
+        // ratio, then user.)
+        self.kueue_update_shares();
+        let a = &self.anchor;
+        let max_share = a
+            .kueue_by_ratio
+            .last()
+            .map_or(i64::MIN, |&(_, u)| a.kueue_share_now[u]);
         let free = self.free_cores() as f64;
         let mut heads: Vec<(Key, usize, i64)> = self
             .heads
@@ -1346,8 +1359,11 @@ impl Sim<'_> {
             .filter_map(|&(_, u)| {
                 let j = self.users[u].queue[0];
                 let c = f64::from(self.jobs[j].cpus);
+                if c <= free {
+                    return None;
+                }
                 let p_new = share(self, u, self.users[u].running_cores as f64 + c);
-                (c > free && p_new <= max_share).then(|| (self.greedy_key(now, u, j), u, p_new))
+                (p_new <= max_share).then(|| (self.greedy_key(now, u, j), u, p_new))
             })
             .collect();
         if heads.is_empty() {
@@ -1355,17 +1371,8 @@ impl Sim<'_> {
         }
         heads.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(&b.1)));
         let floor = heads.iter().map(|h| h.2).min().unwrap_or(i64::MAX);
-        // Each user's share, once (not once per running job), for the users
-        // with preemptible jobs (no other is read).
-        let mut shares = std::mem::take(&mut self.anchor.kueue_shares);
-        shares.clear();
-        shares.extend((0..self.users.len()).map(|u| {
-            if self.anchor.preemptible_jobs[u].is_empty() {
-                i64::MIN
-            } else {
-                share(self, u, self.users[u].running_cores as f64)
-            }
-        }));
+        // Each user's share, kept (not once per running job).
+        let shares = std::mem::take(&mut self.anchor.kueue_share_now);
         // Candidates of the users that can be targets: preemptible jobs admitted
         // before now, most recent first: the kept list (by start) read from
         // its end, less those admitted now (at its end).
@@ -1389,7 +1396,6 @@ impl Sim<'_> {
                 targets_of.push((u, cores as f64));
             }
         }
-        let held: Vec<f64> = self.users.iter().map(|u| u.running_cores as f64).collect();
         for (_, p, p_new) in heads {
             let j = self.users[p].queue[0];
             let c = f64::from(self.jobs[j].cpus);
@@ -1410,14 +1416,14 @@ impl Sim<'_> {
                 c,
                 free,
                 p_new,
-                &held,
+                |v| self.users[v].running_cores as f64,
+                targets_of.iter().map(|&(v, _)| v),
                 |v| cands[v],
                 |v, k| lists[v][cands[v] - 1 - k],
                 |u, cores| share(self, u, cores),
                 |k| f64::from(self.jobs[k].cpus),
-                |k| self.jobs[k].user,
             ) {
-                self.anchor.kueue_shares = shares;
+                self.anchor.kueue_share_now = shares;
                 self.anchor.kueue_cands = cands;
                 for v in targets {
                     self.preempt(v, now);
@@ -1426,17 +1432,54 @@ impl Sim<'_> {
                 return true;
             }
         }
-        self.anchor.kueue_shares = shares;
+        self.anchor.kueue_share_now = shares;
         self.anchor.kueue_cands = cands;
         false
     }
+
+    /// Brings Kueue's kept shares and ratios to what each user holds now: every
+    /// user's at the first check, then those whose cores changed.
+    fn kueue_update_shares(&mut self) {
+        let capacity = f64::from(self.config.capacity);
+        let a = &mut self.anchor;
+        let n = self.users.len();
+        if a.kueue_is_dirty.len() != n {
+            a.kueue_is_dirty = vec![true; n];
+            a.kueue_dirty = (0..n).collect();
+            a.kueue_share_now = vec![0; n];
+            a.kueue_ratio = vec![None; n];
+            a.kueue_by_ratio.clear();
+        }
+        for &u in &a.kueue_dirty {
+            let user = &self.users[u];
+            let cores = user.running_cores as f64;
+            let ratio = total_key(cores / user.weight);
+            if a.kueue_ratio[u] != Some(ratio) {
+                if let Some(old) = a.kueue_ratio[u] {
+                    a.kueue_by_ratio.remove(&(old, u));
+                }
+                a.kueue_by_ratio.insert((ratio, u));
+                a.kueue_ratio[u] = Some(ratio);
+            }
+            a.kueue_share_now[u] = kueue_share(cores, capacity, user.weight);
+            a.kueue_is_dirty[u] = false;
+        }
+        a.kueue_dirty.clear();
+    }
+}
+
+/// `x` as an integer in the order of [`f64::total_cmp`] (its own mapping).
+fn total_key(x: f64) -> i64 {
+    let bits = x.to_bits() as i64;
+    bits ^ ((((bits >> 63) as u64) >> 1) as i64)
 }
 
 /// Kueue's `fairPreemptions` for a preemptor of user `p` needing `need` cores with
 /// `free` free, its share with the workload `p_new`: `held` cores per user,
 /// `candidates` per user (job indices, most recently admitted first), `share(u,
 /// cores)` (thousandths, [`kueue_share`]),
-/// `cpus(job)`, `user(job)`. The targets, or `None` if it cannot fit.
+/// `cpus(job)`, `user(job)` (each of `candidates[v]` is user `v`'s, so it is
+/// not called). The targets, or `None` if it cannot fit.
 #[allow(clippy::too_many_arguments)]
 pub fn kueue_targets(
     p: usize,
@@ -1447,98 +1490,129 @@ pub fn kueue_targets(
     candidates: &[Vec<usize>],
     share: impl Fn(usize, f64) -> i64,
     cpus: impl Fn(usize) -> f64,
-    user: impl Fn(usize) -> usize,
+    _user: impl Fn(usize) -> usize,
 ) -> Option<Vec<usize>> {
     kueue_targets_in(
         p,
         need,
         free,
         p_new,
-        held,
+        |v| held[v],
+        0..held.len(),
         |v| candidates.get(v).map_or(0, Vec::len),
         |v, k| candidates[v][k],
         share,
         cpus,
-        user,
     )
 }
 
-/// [`kueue_targets`] with the candidates as `len(v)`, user `v`'s number (users
-/// `0..held.len()`), and `at(v, k)`, its `k`-th (most recently admitted first).
+/// [`kueue_targets`] with the cores held as `held(v)`, the candidates as
+/// `len(v)`, user `v`'s number (every user with some among `queues`), and
+/// `at(v, k)`, its `k`-th (most recently admitted first; each of user `v`).
 #[allow(clippy::too_many_arguments)]
 fn kueue_targets_in(
     p: usize,
     need: f64,
     free: f64,
     p_new: i64,
-    held: &[f64],
+    held: impl Fn(usize) -> f64,
+    queues: impl Iterator<Item = usize>,
     len: impl Fn(usize) -> usize,
     at: impl Fn(usize, usize) -> usize,
     share: impl Fn(usize, f64) -> i64,
     cpus: impl Fn(usize) -> f64,
-    user: impl Fn(usize) -> usize,
 ) -> Option<Vec<usize>> {
-    let n = held.len();
-    let mut held = held.to_vec();
+    // The queues that may give targets (the preemptor's own queue is no
+    // target); every per-queue array below is over them, by place in `act`.
+    let act: Vec<usize> = queues.filter(|&u| u != p && len(u) > 0).collect();
+    let mut held: Vec<f64> = act.iter().map(|&v| held(v)).collect();
     let mut free = free;
     let mut targets = Vec::new();
-    // Each queue's candidates not yet taken or set aside: `at(v, k)` for `k` in `next[v]..len(v)`
-    // (the preemptor's own queue is no target).
-    let mut next: Vec<usize> = vec![0; n];
+    // Each queue's candidates not yet taken or set aside: `at(v, k)` for `k` in
+    // `next[i]..len(v)`, `v = act[i]`.
+    let mut next: Vec<usize> = vec![0; act.len()];
     let fits = |free: f64| need <= free + 1e-9;
     // Strategy 1: LessThanOrEqualToFinalShare, target queues by share, highest
     // first (ties: lower user index), re-ranked after each preemption.
     let mut retry: Vec<usize> = Vec::new();
-    let mut active: Vec<usize> = (0..n).filter(|&u| u != p && len(u) > 0).collect();
+    // Per queue, where its first candidate set aside is in `retry`
+    // (`usize::MAX`: none), and the queues with one.
+    let mut first_retry: Vec<usize> = vec![usize::MAX; act.len()];
+    let mut retry_queues: Vec<usize> = Vec::new();
+    let mut active: Vec<usize> = (0..act.len()).collect();
     // Each active queue's share at what it holds, kept as that changes.
-    let mut shares: Vec<i64> = vec![0; n];
-    for &u in &active {
-        shares[u] = share(u, held[u]);
-    }
+    let mut shares: Vec<i64> = act.iter().zip(&held).map(|(&v, &h)| share(v, h)).collect();
     while !fits(free) {
-        let Some((place, &v)) = active
-            .iter()
-            .enumerate()
-            .max_by(|a, b| shares[*a.1].cmp(&shares[*b.1]).then(b.1.cmp(a.1)))
-        else {
+        let Some((place, &q)) = active.iter().enumerate().max_by(|a, b| {
+            shares[*a.1]
+                .cmp(&shares[*b.1])
+                .then(act[*b.1].cmp(&act[*a.1]))
+        }) else {
             break;
         };
-        let (from, end) = (next[v], len(v));
-        let found = (from..end).find(|&k| p_new <= share(v, held[v] - cpus(at(v, k))));
+        let v = act[q];
+        let (from, end) = (next[q], len(v));
+        // The share left is monotone in the cores taken away (as `kueue_share`
+        // is in the cores held): a job at least as large as one that failed
+        // fails too, without its share computed.
+        let mut fails_from = f64::INFINITY;
+        let found = (from..end).find(|&k| {
+            let c = cpus(at(v, k));
+            if c >= fails_from {
+                return false;
+            }
+            let ok = p_new <= share(v, held[q] - c);
+            if !ok {
+                fails_from = c;
+            }
+            ok
+        });
         match found {
             Some(i) => {
                 // Those before it stay candidates for strategy 2.
+                if from < i && first_retry[q] == usize::MAX {
+                    first_retry[q] = retry.len();
+                    retry_queues.push(q);
+                }
                 retry.extend((from..i).map(|k| at(v, k)));
                 let z = at(v, i);
-                next[v] = i + 1;
-                held[v] -= cpus(z);
-                shares[v] = share(v, held[v]);
+                next[q] = i + 1;
+                held[q] -= cpus(z);
+                shares[q] = share(v, held[q]);
                 free += cpus(z);
                 targets.push(z);
-                if next[v] == end {
+                if next[q] == end {
                     active.swap_remove(place);
                 }
             }
             None => {
+                if from < end && first_retry[q] == usize::MAX {
+                    first_retry[q] = retry.len();
+                    retry_queues.push(q);
+                }
                 retry.extend((from..end).map(|k| at(v, k)));
-                next[v] = end;
+                next[q] = end;
                 active.swap_remove(place);
             }
         }
     }
     if !fits(free) {
         // Strategy 2: LessThanInitialShare, once per queue, by share.
-        let mut queues: Vec<usize> = retry.iter().map(|&z| user(z)).collect();
-        queues.sort_unstable();
-        queues.dedup();
-        queues.sort_by(|&a, &b| share(b, held[b]).cmp(&share(a, held[a])).then(a.cmp(&b)));
-        for v in queues {
+        // The queues with candidates set aside (each candidate of its own
+        // queue), and each one's first.
+        let mut queues = retry_queues;
+        queues.sort_by(|&a, &b| {
+            share(act[b], held[b])
+                .cmp(&share(act[a], held[a]))
+                .then(act[a].cmp(&act[b]))
+        });
+        for q in queues {
             if fits(free) {
                 break;
             }
-            if p_new < share(v, held[v]) {
-                if let Some(&z) = retry.iter().find(|&&z| user(z) == v) {
-                    held[v] -= cpus(z);
+            if p_new < share(act[q], held[q]) {
+                if let Some(&z) = retry.get(first_retry[q]) {
+                    held[q] -= cpus(z);
                     free += cpus(z);
                     targets.push(z);
                 }
