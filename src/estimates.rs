@@ -604,16 +604,9 @@ fn fingerprint(rows: &[entity::job::Model], outstanding: &[estimate::Outstanding
     for r in rows {
         r.id.hash(&mut h);
         r.status.as_str().hash(&mut h);
-        // A job granted again in the same state (a pool job whose lease lapsed and was
-        // admitted anew) starts a new run: its estimates move (a fresh tester saw
-        // them stale by the time between the two grants).
-        r.attempt.hash(&mut h);
-        r.dispatched_at.map(|t| t.timestamp_micros()).hash(&mut h);
-        r.started_at.map(|t| t.timestamp_micros()).hash(&mut h);
     }
     for o in outstanding {
         o.job_id.hash(&mut h);
-        o.started_at.to_bits().hash(&mut h);
         for x in o.resources.components() {
             x.to_bits().hash(&mut h);
         }
@@ -735,24 +728,6 @@ pub fn compute(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A job granted again in the same state (a pool job re-admitted after its lease
-    /// lapsed) changes the fingerprint, so the estimates are run again (a fresh
-    /// tester saw them stale until the old start passed).
-    #[test]
-    fn a_new_grant_of_the_same_job_changes_the_fingerprint() {
-        let o = |started_at: f64| estimate::Outstanding {
-            job_id: JobId::from_u128(1),
-            user: "u".into(),
-            cluster: "gw".into(),
-            resources: crate::policy::Resources::new(1.0, 0.0, 0.0),
-            expected_end: None,
-            started_at,
-            end: started_at + 120.0,
-        };
-        assert_eq!(fingerprint(&[], &[o(10.0)]), fingerprint(&[], &[o(10.0)]));
-        assert_ne!(fingerprint(&[], &[o(10.0)]), fingerprint(&[], &[o(75.0)]));
-    }
 
     /// What the leader writes for followers: only estimated jobs, the first `max` by
     /// start (then position, then id), in that order.
