@@ -430,6 +430,16 @@ impl Sim<'_> {
         let by_start = self.config.policy == SimPolicy::KueueFairSharing;
         let start_of = |k: usize| self.jobs[k].start.unwrap_or(0.0);
         let start = if running { now } else { start_of(j) };
+        // Where `j` stands in its user's list of running preemptible jobs.
+        let place = |list: &[usize]| {
+            if by_start {
+                list.partition_point(|&k| {
+                    start_of(k).total_cmp(&start).then(k.cmp(&j)) == Ordering::Less
+                })
+            } else {
+                list.partition_point(|&k| k < j)
+            }
+        };
         let a = &mut self.anchor;
         if by_start {
             // What `u` holds changes (after this call): its share is computed
@@ -449,13 +459,7 @@ impl Sim<'_> {
                 a.preemptible_cores[u] += cpus;
                 a.preemptible_cores_all += cpus;
                 let list = &mut a.preemptible_jobs[u];
-                let at = if by_start {
-                    list.partition_point(|&k| {
-                        start_of(k).total_cmp(&start).then(k.cmp(&j)) == Ordering::Less
-                    })
-                } else {
-                    list.partition_point(|&k| k < j)
-                };
+                let at = place(list);
                 list.insert(at, j);
             }
         } else if let Some(&p) = a.running_pos.get(j).filter(|&&p| p != usize::MAX) {
@@ -464,13 +468,7 @@ impl Sim<'_> {
                 a.preemptible_cores[u] -= cpus;
                 a.preemptible_cores_all -= cpus;
                 let list = &mut a.preemptible_jobs[u];
-                let at = if by_start {
-                    list.partition_point(|&k| {
-                        start_of(k).total_cmp(&start).then(k.cmp(&j)) == Ordering::Less
-                    })
-                } else {
-                    list.partition_point(|&k| k < j)
-                };
+                let at = place(list);
                 if list.get(at) == Some(&j) {
                     list.remove(at);
                 }
