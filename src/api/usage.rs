@@ -294,21 +294,43 @@ pub fn report_of(q: &UsageQuery, now: i64, rows: Vec<UsageRow>) -> UsageReport {
     }
 }
 
-/// Whether the request's `Accept` prefers CSV (`text/csv` listed before any JSON).
+/// Whether the request's `Accept` prefers CSV to JSON (RFC 9110 §12.5.1): each type's
+/// quality is that of the most specific range matching it (`text/csv`, `text/*`, `*/*`;
+/// `application/json`, `application/*`, `*/*`); CSV when its quality is above 0 and
+/// above JSON's, or equal to it with `text/csv` listed before `application/json`.
+/// Anything else, an `Accept` that does not parse or one that accepts neither, gets JSON
+/// (the default, rather than 406).
 fn wants_csv(req: &HttpRequest) -> bool {
-    let Some(a) = req
-        .headers()
-        .get(actix_web::http::header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-    else {
+    use actix_web::http::header::{Accept, Header, Quality};
+    let Ok(accept) = Accept::parse(req) else {
         return false;
     };
-    let a = a.to_ascii_lowercase();
-    match (a.find("text/csv"), a.find("application/json")) {
-        (Some(c), Some(j)) => c < j,
-        (Some(_), None) => true,
-        _ => false,
-    }
+    // The quality of the most specific range matching `type/subtype`, and where the
+    // exact type is listed (for ties).
+    let quality = |type_: &str, subtype: &str| {
+        let mut best: Option<(u8, Quality)> = None;
+        let mut listed = None;
+        for (i, item) in accept.0.iter().enumerate() {
+            let (t, s) = (item.item.type_().as_str(), item.item.subtype().as_str());
+            let specificity = match (t == type_, s == subtype) {
+                (true, true) => 2,
+                (true, false) if s == "*" => 1,
+                _ if t == "*" && s == "*" => 0,
+                _ => continue,
+            };
+            if specificity == 2 {
+                listed.get_or_insert(i);
+            }
+            if best.is_none_or(|(b, _)| specificity > b) {
+                best = Some((specificity, item.quality));
+            }
+        }
+        (best.map_or(Quality::ZERO, |(_, q)| q), listed)
+    };
+    let (csv, csv_at) = quality("text", "csv");
+    let (json, json_at) = quality("application", "json");
+    csv > Quality::ZERO
+        && (csv > json || (csv == json && csv_at.is_some_and(|c| json_at.is_none_or(|j| c < j))))
 }
 
 /// A CSV field: quoted when it holds a comma, quote or line break; a leading `=`, `+`,
@@ -381,6 +403,37 @@ mod tests {
             by: None,
             step: step.map(Into::into),
             user: None,
+        }
+    }
+
+    /// `Accept` with q-values: a quality of 0 refuses a type, the higher quality wins,
+    /// the most specific range gives a type its quality, ties go to the first listed.
+    #[test]
+    fn csv_is_chosen_by_the_accept_headers_qualities() {
+        let wants = |accept: Option<&str>| {
+            let mut req = actix_web::test::TestRequest::default();
+            if let Some(a) = accept {
+                req = req.insert_header(("accept", a));
+            }
+            wants_csv(&req.to_http_request())
+        };
+        for (accept, csv) in [
+            (None, false),
+            (Some("text/csv"), true),
+            (Some("text/csv;q=0"), false),
+            (Some("text/csv; q=0, application/json"), false),
+            (Some("text/csv, application/json"), true),
+            (Some("application/json, text/csv"), false),
+            (Some("application/json;q=0.5, text/csv"), true),
+            (Some("text/csv;q=0.4, application/json;q=0.5"), false),
+            (Some("text/*"), true),
+            (Some("text/*, text/csv;q=0"), false),
+            (Some("*/*"), false),
+            (Some("*/*;q=0.1, text/csv"), true),
+            (Some("text/html"), false),
+            (Some("not a media type"), false),
+        ] {
+            assert_eq!(wants(accept), csv, "Accept: {accept:?}");
         }
     }
 
