@@ -166,11 +166,10 @@ impl Application {
             intake,
             shares: api::console::ShareHistory::start(leadership.clone()),
             sealer,
-            followed_estimates: crate::estimates::Estimates::follow(
-                db.clone(),
-                &settings,
-                leadership.clone(),
-            ),
+            followed_estimates: crate::estimates::Estimates::follow(db.clone(), &settings, {
+                let leadership = leadership.clone();
+                move || leadership.scheduler().is_some()
+            }),
         };
         let addr = listener.local_addr()?;
         // Idle connections outlive the clients' pools (server.keep_alive, issue 43 §8).

@@ -180,9 +180,9 @@ impl Estimates {
 
     /// A table a follower keeps from `job_estimates` (module doc): a task on the
     /// current runtime reads it every `estimates.refresh` while this replica does not
-    /// lead, and stops once every copy of the table is dropped. Estimates off: an
-    /// empty table, no task.
-    pub fn follow(db: Db, settings: &Settings, leadership: crate::leadership::Leadership) -> Self {
+    /// lead (`leads` says whether it does: the leader's table is its own), and stops
+    /// once every copy of the table is dropped. Estimates off: an empty table, no task.
+    pub fn follow(db: Db, settings: &Settings, leads: impl Fn() -> bool + Send + 'static) -> Self {
         let table = Estimates::default();
         if !settings.estimates.enabled {
             return table;
@@ -199,7 +199,7 @@ impl Estimates {
                     return;
                 };
                 let table = Estimates(shared);
-                if leadership.scheduler().is_some() {
+                if leads() {
                     read = None;
                     continue;
                 }
@@ -262,7 +262,7 @@ pub async fn stored_bars(
             max_running_jobs: u
                 .max_running_jobs
                 .map_or(*default_max_running, |v| v.max(0) as u32),
-            max_resources: u.max_resources.as_ref().map(crate::actors::resource_cap),
+            max_resources: u.max_resources.as_ref().map(crate::store::resource_cap),
             outstanding_jobs: 0,
             allocation: crate::policy::Resources::ZERO,
             usage: 0.0,
@@ -274,7 +274,7 @@ pub async fn stored_bars(
     let groups: Vec<crate::policy::GroupView> = crate::store::list_groups(db)
         .await?
         .iter()
-        .map(crate::actors::group_view)
+        .map(crate::store::group_view)
         .collect();
     Ok(estimate::Bars::new(&users, &groups, &[]))
 }
@@ -656,7 +656,7 @@ pub fn compute(
         if r.status == JobStatus::Queued {
             // Granted since the database was read: outstanding in the copy.
             if !granted.contains(&r.id) {
-                let mut q = crate::actors::summary(r);
+                let mut q = crate::store::summary(r);
                 q.runtime_estimate.get_or_insert(params.default_max_runtime);
                 queues.entry(&r.user_id).or_default().push(q);
             }

@@ -17,7 +17,8 @@
 //! - [`secrets`] (public): runtime_envs sealed at rest (AES-256-GCM, rotating keys).
 //! - [`store`] (public): repository functions over SeaORM; `store::apply` is the only
 //!   writer of job status, the intake writer (`store/intake/`) commits submissions in
-//!   batches. It imports no HTTP layer.
+//!   batches; and a row as the policy takes it (a queued job's summary, a group, a
+//!   resource cap), for the actors and the estimates alike. It imports no HTTP layer.
 //! - `actors` (private): the actix actors — one `UserQueue` per user, the
 //!   `FairShareArbiter`, the `Dispatcher`, the `RayCapacityMonitor` — which carry
 //!   messages between the pure parts and the world; [`Scheduler`] is their handle.
@@ -33,6 +34,9 @@
 //!   formatter.
 //! - [`sim`] (public): SWF traces (read, and seeded synthetic ones written), the
 //!   discrete-event simulator and baselines, live replay.
+//! - [`estimates`] (public): the estimated start of every waiting job, refreshed off
+//!   the arbiter's cycle by a task the scheduler starts (it imports no actor); a
+//!   follower reads the leader's from `job_estimates`.
 //! - [`leadership`] (public): the lease among replicas on PostgreSQL, fencing terms,
 //!   the followers' hand-over to the leader and the leader's catch-up; the SQLite
 //!   single-replica lock.

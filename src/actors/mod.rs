@@ -35,7 +35,6 @@ use uuid::Uuid;
 
 use arbiter::FairShareArbiter;
 pub use arbiter::Known;
-pub(crate) use arbiter::{group_view, resource_cap};
 use dispatcher::Dispatcher;
 use messages::{
     DispatcherHandle, Enqueue, Halt, MonitorHandle, QueueFactory, QueuePlace, RemoveQueued,
@@ -43,7 +42,6 @@ use messages::{
 };
 use monitor::book::Origin;
 use monitor::RayCapacityMonitor;
-pub use user_queue::summary;
 use user_queue::UserQueue;
 
 use crate::config::Settings;
@@ -218,7 +216,7 @@ pub(crate) fn tell_arbiter_pool_job(
     if job.status == JobStatus::Queued {
         requeued.do_send(messages::Requeued {
             user: job.user_id.clone(),
-            job: summary(job),
+            job: store::summary(job),
             held: false,
         });
     } else if job.status.is_terminal() {
@@ -409,7 +407,11 @@ impl Scheduler {
     /// A QUEUED row as the arbiter takes it; a retiring attempt is followed.
     fn recovered_queued(&self, j: &job::Model) -> (String, crate::policy::QueuedJob, bool) {
         self.follow_retiring(j);
-        (j.user_id.clone(), summary(j), j.retiring_attempt.is_some())
+        (
+            j.user_id.clone(),
+            store::summary(j),
+            j.retiring_attempt.is_some(),
+        )
     }
 
     /// Has the monitor follow a QUEUED job's retiring attempt, if it has one.
@@ -452,7 +454,7 @@ impl Scheduler {
     pub async fn job_submitted(&self, j: &job::Model) {
         self.arbiter.do_send(Enqueue {
             user: j.user_id.clone(),
-            job: summary(j),
+            job: store::summary(j),
             held: false,
         });
     }
@@ -740,7 +742,7 @@ impl Scheduler {
                 JobStatus::Queued => self.arbiter.do_send(arbiter::RequeuedElsewhere {
                     requeued: messages::Requeued {
                         user: j.user_id.clone(),
-                        job: summary(j),
+                        job: store::summary(j),
                         held: false,
                     },
                     attempt: u32::try_from(j.attempt).unwrap_or(1),

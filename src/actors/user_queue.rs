@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use actix::{Actor, Context, Handler};
-use entity::job;
 
 use super::messages::{
     ArbiterHandle, Compact, Demand, Dispatch, DispatcherHandle, EnqueueBatch, Grant, GrantDeclined,
@@ -34,24 +33,6 @@ const COMPACT_FROM: usize = 64;
 /// machine of BENCHMARKS.md), which a finish → dispatch path of a few milliseconds
 /// cannot afford more. Longer queues are rebuilt once recovery is done ([`Compact`]).
 const COMPACT_UP_TO: usize = 16_384;
-
-/// The policy's summary of a job row: resources in cores/GPUs/bytes, submit time in
-/// seconds since the Unix epoch.
-pub fn summary(j: &job::Model) -> QueuedJob {
-    QueuedJob {
-        job_id: j.id,
-        resources: crate::store::resources_of(j),
-        priority: j.priority,
-        submitted_at: j.submitted_at.timestamp_micros() as f64 / 1e6,
-        // `None` here means "the configured default": the arbiter fills it in.
-        runtime_estimate: j.max_runtime_s.map(|s| s as f64),
-        // A pool job is preempted too: its runner is asked to stop it (DESIGN §3,
-        // "Admission").
-        preemptible: j.preemptible,
-        preemptions: u32::try_from(j.preemptions).unwrap_or(0),
-        pool: j.pool.clone(),
-    }
-}
 
 /// A queued job as the queue keeps it beside its key: what [`QueuedJob`] has beyond
 /// the key, in 40 bytes, so that a job costs 72 bytes in a B-tree leaf (BENCHMARKS.md,

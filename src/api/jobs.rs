@@ -116,7 +116,7 @@ impl JobView {
     /// there is one (a read of the shared table, no message), or the instant it starts
     /// no sooner than ([`crate::estimates::Estimates::not_reached`]).
     pub fn estimated(j: job::Model, state: &AppState) -> Self {
-        let summary = (j.status == JobStatus::Queued).then(|| crate::actors::summary(&j));
+        let summary = (j.status == JobStatus::Queued).then(|| crate::store::summary(&j));
         let mut view = Self::from_model(j);
         let Some(summary) = summary else {
             return view;

@@ -1,7 +1,7 @@
 //! Reads of jobs: one job and its events, the filtered list, the QUEUED jobs that
 //! recovery streams (row by row, or on SQLite in packed pages), a job's queue
-//! position, the unfinished jobs per user and status, and a row's resources as the
-//! policy counts them.
+//! position, the unfinished jobs per user and status, and a row's custom resources
+//! ([`custom_of`]).
 
 use chrono::{DateTime, Utc};
 use entity::{job, job_event, JobStatus};
@@ -451,32 +451,6 @@ pub async fn queue_position(db: &Db, j: &job::Model) -> Result<u64, DbErr> {
         .count(db)
         .await?;
     Ok(ahead + 1)
-}
-
-/// A job row's request as the policy counts it: cores, GPUs, bytes and its custom
-/// resources ([`custom_of`]; the one place a row's resources are converted; a
-/// negative byte count, which intake never stores, counts as 0).
-///
-/// Custom names are registered ([`crate::policy::custom::slot`]). A name that cannot
-/// be (the process already knows [`crate::policy::custom::MAX_CUSTOM`] others, which
-/// takes a restart after the clusters' names changed) makes the request fit nowhere:
-/// its cores count as NaN, which never fits ([`crate::policy::Resources`]), so the job
-/// waits (no cluster large enough) rather than going to Ray without its resource.
-pub fn resources_of(j: &job::Model) -> crate::policy::Resources {
-    use crate::policy::custom::Custom;
-    let mut r = crate::policy::Resources::new(j.cpu, j.gpu, j.memory_bytes.max(0) as f64);
-    let custom = custom_of(j);
-    if custom.is_empty() {
-        return r;
-    }
-    match Custom::from_names(custom.iter().map(|(n, &x)| (n.as_str(), x))) {
-        Ok(c) => r.custom = c,
-        Err(e) => {
-            tracing::warn!(job_id = %j.id, error = %e, "a job's custom resource cannot be counted; it waits");
-            r.cpu = f64::NAN;
-        }
-    }
-    r
 }
 
 /// A job row's custom resources by name (`jobs.custom_resources`); empty when it has

@@ -13,7 +13,8 @@
 //! as a feed, and the wake-up on commit), `lease` (the lease's SQL and `NOTIFY`), `groups` (the tree of groups and users'
 //! membership), and
 //! `ray_api` (what Ray's Jobs API needs beyond `/v1`), `sealed` (stored runtime_envs
-//! brought to the configured keys at start), all re-exported here.
+//! brought to the configured keys at start), and `policy_rows` (a row as the policy
+//! takes it, for the actors and the estimates alike), all re-exported here.
 
 use std::time::Duration;
 
@@ -30,6 +31,7 @@ mod groups;
 mod intake;
 mod jobs;
 mod lease;
+mod policy_rows;
 mod ray_api;
 mod sealed;
 mod usage;
@@ -43,9 +45,8 @@ pub use groups::{
 pub use jobs::{
     custom_column, custom_of, get_job, job_events, jobs_with_ids, jobs_with_status, lapsed_leases,
     list_jobs, outstanding_with_stop, overdue_pool_preemptions, partial as job_row,
-    pool_status_counts, queue_position, queued_page_sqlite, queued_per_user, resources_of,
-    status_counts, stream_queued, stream_queued_pages_sqlite, succeeded_since,
-    waiting_and_outstanding, JobFilter,
+    pool_status_counts, queue_position, queued_page_sqlite, queued_per_user, status_counts,
+    stream_queued, stream_queued_pages_sqlite, succeeded_since, waiting_and_outstanding, JobFilter,
 };
 pub use lease::{
     fence_holds, lease_acquire, lease_release, lease_renew, lease_state, notify, LeaseState,
@@ -71,6 +72,8 @@ pub use intake::{
     batch_len, payload_differences, submit_batch, submit_batch_with, submit_job, Intake,
     IntakeWriter, NewJob, MAX_BATCH, MAX_BATCH_BYTES,
 };
+pub use policy_rows::resources_of;
+pub(crate) use policy_rows::{group_view, resource_cap, summary};
 
 pub use ray_api::{
     delete_job, jobs_by_external_id, package_content, package_digest, package_digest_of,

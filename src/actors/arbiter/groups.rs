@@ -18,18 +18,6 @@ use crate::views::LiveGroup;
 #[rtype(result = "Option<HashMap<String, LiveGroup>>")]
 pub struct GetGroupState;
 
-/// A stored group as the policy takes it: a missing limit is no limit; a
-/// `max_resources` key that is missing caps nothing (as users').
-pub(crate) fn group_view(g: &entity::group::Model) -> GroupView {
-    GroupView {
-        path: g.path.clone(),
-        weight: g.weight,
-        paused: g.paused,
-        max_running_jobs: g.max_running_jobs.map_or(u32::MAX, |v| v.max(0) as u32),
-        max_resources: g.max_resources.as_ref().map(super::resource_cap),
-    }
-}
-
 impl FairShareArbiter {
     /// Each user's fair share (users the arbiter knows with queued or outstanding
     /// jobs; the others have none): with groups, the tree's division
@@ -94,7 +82,7 @@ impl Handler<SetGroups> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: SetGroups, ctx: &mut Context<Self>) {
-        let mut groups: Vec<GroupView> = msg.groups.iter().map(group_view).collect();
+        let mut groups: Vec<GroupView> = msg.groups.iter().map(crate::store::group_view).collect();
         groups.sort_by(|a, b| a.path.cmp(&b.path));
         if self.ledger.tree().groups() == groups.as_slice() {
             return;

@@ -21,7 +21,6 @@ mod recovery;
 mod report;
 mod what_if;
 
-pub(crate) use groups::group_view;
 pub use groups::GetGroupState;
 pub use recovery::{EnqueueMany, Recovered, RecoveredOutstanding};
 pub use report::{
@@ -86,17 +85,6 @@ impl ClusterSizes {
             *s = sizes;
         }
     }
-}
-
-/// A stored `max_resources` (`{"cpu": .., "gpu": .., "memory_bytes": ..}`, a user's
-/// or a group's) as the policy takes it; a missing key caps nothing.
-pub(crate) fn resource_cap(v: &serde_json::Value) -> Resources {
-    let cap = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
-    Resources::new(
-        cap("cpu").unwrap_or(f64::INFINITY),
-        cap("gpu").unwrap_or(f64::INFINITY),
-        cap("memory_bytes").unwrap_or(f64::INFINITY),
-    )
 }
 
 /// A map keyed by job id, hashed cheaply ([`crate::policy::ledger::JobHasher`]).
@@ -360,7 +348,7 @@ impl FairShareArbiter {
                 .max_running_jobs
                 .map(|v| v.max(0) as u32)
                 .unwrap_or(self.settings.scheduler.default_max_running_jobs),
-            max_resources: u.max_resources.as_ref().map(resource_cap),
+            max_resources: u.max_resources.as_ref().map(crate::store::resource_cap),
             group: crate::store::group_of(u).map(str::to_owned),
         };
         self.ledger.set_user(now, &u.id, settings);

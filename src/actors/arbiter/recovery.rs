@@ -40,7 +40,7 @@ impl Handler<RecoveredOutstanding> for FairShareArbiter {
     type Result = ();
 
     fn handle(&mut self, msg: RecoveredOutstanding, _: &mut Context<Self>) {
-        let mut groups: Vec<_> = msg.groups.iter().map(super::groups::group_view).collect();
+        let mut groups: Vec<_> = msg.groups.iter().map(crate::store::group_view).collect();
         groups.sort_by(|a, b| a.path.cmp(&b.path));
         self.ledger.set_groups(&groups);
         for u in &msg.users {
@@ -50,7 +50,7 @@ impl Handler<RecoveredOutstanding> for FairShareArbiter {
         let now = unix_now();
         for j in msg.outstanding {
             if let Some(cluster) = j.cluster.clone() {
-                let summary = crate::actors::user_queue::summary(&j);
+                let summary = crate::store::summary(&j);
                 let granted_at = j
                     .dispatched_at
                     .or(j.started_at)

@@ -147,10 +147,9 @@ impl Dispatcher {
                     });
                 return;
             }
-            Applied::Refused(job, _) if job.status == entity::JobStatus::Queued => Some((
-                super::user_queue::summary(&job),
-                job.retiring_attempt.is_some(),
-            )),
+            Applied::Refused(job, _) if job.status == entity::JobStatus::Queued => {
+                Some((store::summary(&job), job.retiring_attempt.is_some()))
+            }
             _ => None,
         };
         let held = requeue.as_ref().is_some_and(|(_, held)| *held);
@@ -411,12 +410,12 @@ pub(crate) fn after(cluster: &str, job_id: JobId, user: &str, landed: &Landed) -
             if !held {
                 then.push(Then::Unreachable(cluster.to_string()));
             }
-            then.push(ended(Some(super::user_queue::summary(job)), held));
+            then.push(ended(Some(store::summary(job)), held));
             then
         }
         // Not the cluster's fault: no back-off; held, so this leader does not grant it
         // again.
-        Landed::Withheld(job) => vec![ended(Some(super::user_queue::summary(job)), true)],
+        Landed::Withheld(job) => vec![ended(Some(store::summary(job)), true)],
         Landed::Ended => vec![ended(None, false)],
     }
 }

@@ -12,10 +12,9 @@ use super::followed::{ClusterPoll, Outcome, StrayFound, UsageNow};
 pub(crate) use super::followed::{Followed, Retiring, Stray};
 pub(crate) use crate::actors::messages::Origin;
 use crate::actors::messages::QueuePlace;
-use crate::actors::user_queue::summary;
 use crate::lifecycle::RayCall;
 use crate::policy::{JobId, QueuedJob, Resources};
-use crate::store::{resources_of, Applied};
+use crate::store::{resources_of, summary, Applied};
 
 /// How long an attempt dispatched behind its watcher may be seen RUNNING by the poll
 /// with no notification from the watcher before it counts as a missed notification
