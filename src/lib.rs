@@ -25,10 +25,13 @@
 //! - `ray` (private): the Ray Jobs REST client and the one place Ray's answers are
 //!   classified.
 //! - `api` (private): actix-web routes, auth, errors, OpenAPI, and Ray's Jobs REST API
-//!   under `/api/` (`api::ray_compat`); `views` (private): what the scheduler shows,
+//!   under `/api/` (`api::ray_compat`); the checks and body shapes several routes
+//!   share have one home each (`api::validate`, `api::shapes`), which the routes
+//!   import instead of each other; `views` (private): what the scheduler shows,
 //!   shared by `actors` and `api`.
-//! - [`config`] (public): typed settings (the sections, their checks), importing no
-//!   HTTP layer; `user_id` (private): what a user id may be, the one rule the
+//! - [`config`] (public): typed settings (the sections, their checks), importing of
+//!   the HTTP layer only `api::validate` and its errors (a `[[sizes]]` entry is held
+//!   to a job's rules); `user_id` (private): what a user id may be, the one rule the
 //!   configuration and `api` share; [`telemetry`] (public): `tracing` setup;
 //!   `metrics` (private): Prometheus metrics; `errors` (private): the cause-chain
 //!   formatter.

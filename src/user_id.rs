@@ -1,6 +1,6 @@
 //! What a user id may be, in one place, below both the configuration and the HTTP
 //! layer: [`problem`] is the whole rule (not empty, at most [`MAX_USER_LEN`]
-//! characters, no refused character, not `.` or `..`). `api::submit::validate_user_id`
+//! characters, no refused character, not `.` or `..`). `api::validate::validate_user_id`
 //! (every route that takes a user id: `POST /v1/jobs`, `/v1/users/{id}`, the `user`
 //! filters, what-if's user keys, Ray's `metadata["fairshare.user"]`) and the
 //! `auth.tokens[].user` check of the configuration both ask it, and `api::user_id`
@@ -63,7 +63,7 @@ pub fn first_refused(id: &str) -> Option<char> {
 }
 
 /// Why a user id is refused, if it is: the reason the configuration gives for
-/// `auth.tokens[].user`, and the API's 422 reason (`api::submit::validate_user_id`).
+/// `auth.tokens[].user`, and the API's 422 reason (`api::validate::validate_user_id`).
 pub fn problem(id: &str) -> Option<String> {
     if id.is_empty() {
         return Some("must not be empty".into());

@@ -110,7 +110,7 @@ async fn join_group(state: &AppState, j: &job::Model) {
     else {
         return;
     };
-    if super::groups::check_path("group", group).is_err() {
+    if super::validate::check_path("group", group).is_err() {
         tracing::info!(
             group,
             "the job's group is not a group path; the user stays where it is"

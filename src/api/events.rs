@@ -27,7 +27,7 @@ use uuid::Uuid;
 
 use super::body::parse_query;
 use super::error::{ApiError, ErrorBody};
-use super::submit::validate_user_id;
+use super::validate::validate_user_id;
 use super::AppState;
 use crate::config::Role;
 use crate::events::Reader;

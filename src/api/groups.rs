@@ -21,8 +21,8 @@ use utoipa::ToSchema;
 use super::body::numbers::{self, Written};
 use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
-use super::jobs::ResourcesOut;
-use super::users::{check_resource_limit, check_weight, Empty, ResourceLimit, MAX_JOB_LIMIT};
+use super::shapes::{Empty, ResourceLimit, ResourcesOut};
+use super::validate::{check_path, check_resource_limit, check_weight, MAX_JOB_LIMIT};
 use super::AppState;
 use crate::config::Role;
 use crate::store::{self, GroupError, GroupPatch};
@@ -88,25 +88,6 @@ pub const GROUP_NUMBERS: &[(&str, Written)] = &[
     ("max_resources.memory_bytes", Written::Whole),
     ("max_running_jobs", Written::Whole),
 ];
-
-/// Segments no group path has: `.` and `..`, which a URL cannot carry as they are,
-/// and the actions' names, so that `…/pause` is always the action.
-const RESERVED: [&str; 4] = [".", "..", "pause", "resume"];
-
-/// Checks a group path (422 naming `field`): the policy's rule
-/// ([`crate::policy::groups::check_path`]), and none of the [`RESERVED`] segments.
-pub(crate) fn check_path(field: &str, path: &str) -> Result<(), ApiError> {
-    crate::policy::groups::check_path(path).map_err(|e| ApiError::invalid(field, e.to_string()))?;
-    if path.split('/').any(|s| RESERVED.contains(&s)) {
-        return Err(ApiError::invalid(
-            field,
-            format!(
-                "{path:?} is not a group path: a segment may not be \".\", \"..\", \"pause\" or \"resume\""
-            ),
-        ));
-    }
-    Ok(())
-}
 
 /// The group and the action of a URL tail `…/pause` or `…/resume`.
 fn action(tail: &str) -> Option<(&str, &str)> {

@@ -10,9 +10,9 @@ use uuid::Uuid;
 use super::accept::{accept, Accepted};
 use super::body::{parse_query, read_body};
 use super::error::{ApiError, ErrorBody};
-pub use super::submit::{
-    validate_amount, validate_external_id, validate_user_id, ResourcesIn, SubmitRequest,
-};
+use super::shapes::ResourcesOut;
+use super::submit::SubmitRequest;
+use super::validate::{validate_external_id, validate_user_id};
 use super::AppState;
 use crate::actors::{Cancelled, Scheduler};
 use crate::config::Role;
@@ -21,9 +21,6 @@ use crate::store::{self, JobFilter};
 /// Default and largest page size of `GET /v1/jobs`.
 pub const DEFAULT_PAGE: u64 = 100;
 pub const MAX_PAGE: u64 = 1000;
-
-/// Resources as stored and shown: cores, GPUs, whole bytes.
-pub use crate::views::Amounts as ResourcesOut;
 
 /// A job as the API shows it. `runtime_env` is not shown: it may hold secrets.
 #[derive(Debug, Serialize, ToSchema)]

@@ -17,12 +17,14 @@ pub mod line_limit;
 pub mod openapi;
 pub mod ray_compat;
 pub mod request_id;
+pub mod shapes;
 pub mod submit;
 pub mod system;
 pub mod ui;
 pub mod usage;
 pub mod user_id;
 pub mod users;
+pub mod validate;
 pub mod what_if;
 
 use std::sync::Arc;

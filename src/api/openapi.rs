@@ -6,7 +6,7 @@ use serde_json::json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{console, error, groups, jobs, system, users, what_if};
+use super::{console, error, groups, jobs, shapes, submit, system, users, what_if};
 
 struct BearerAuth;
 
@@ -36,9 +36,9 @@ impl Modify for BearerAuth {
         super::usage::usage,
     ),
     components(schemas(
-        error::ErrorBody, error::ErrorDetail, jobs::SubmitRequest, jobs::ResourcesIn, crate::views::Amounts,
-        jobs::JobView, jobs::JobPage, jobs::LogsView, users::UserView, users::UserUpdate, users::ResourceLimit,
-        users::Empty, groups::GroupView, groups::GroupUpdate, jobs::JobStatusName, system::Health, crate::views::SchedulerView,
+        error::ErrorBody, error::ErrorDetail, submit::SubmitRequest, submit::ResourcesIn, crate::views::Amounts,
+        jobs::JobView, jobs::JobPage, jobs::LogsView, users::UserView, users::UserUpdate, shapes::ResourceLimit,
+        shapes::Empty, groups::GroupView, groups::GroupUpdate, jobs::JobStatusName, system::Health, crate::views::SchedulerView,
         what_if::WhatIfRequest, what_if::WhatIfView,
         console::JobEventsView, console::ShareHistoryView, console::WhoAmI,
         super::hints::HintAnswer,
@@ -68,7 +68,7 @@ pub fn document_json_for(sizes: &[crate::config::SizeSettings]) -> serde_json::V
         {"required": ["custom"], "properties": {"custom": {"type": "object", "minProperties": 1}}},
     ]);
     // Custom resources: at most 8, named as Ray names resources (not its built-in
-    // ones nor a node's), amounts > 0 (`api::submit::validate_custom`).
+    // ones nor a node's), amounts > 0 (`api::validate::validate_custom`).
     schemas["ResourcesIn"]["properties"]["custom"]["maxProperties"] =
         json!(crate::policy::custom::MAX_CUSTOM);
     schemas["ResourcesIn"]["properties"]["custom"]["propertyNames"] = json!({
@@ -208,7 +208,7 @@ pub fn document_json_for(sizes: &[crate::config::SizeSettings]) -> serde_json::V
     doc
 }
 
-/// JSON Schema pattern of a group path (`api::groups::check_path`): 1 to 8 segments of
+/// JSON Schema pattern of a group path (`api::validate::check_path`): 1 to 8 segments of
 /// 1–64 characters `A-Z a-z 0-9 _ . -` joined by `/`, none of them `.`, `..`,
 /// `pause` or `resume`.
 pub const GROUP_PATH_PATTERN: &str =
@@ -218,7 +218,7 @@ pub const GROUP_PATH_PATTERN: &str =
 /// hold them; the API refuses them in every string).
 const NO_NUL: &str = r"^[^\x00]*$";
 
-/// A user id's pattern, as on every route that takes one (`api::submit::validate_user_id`):
+/// A user id's pattern, as on every route that takes one (`api::validate::validate_user_id`):
 /// built from the rule itself (`crate::user_id`), so that the two cannot drift.
 fn user_id_pattern() -> &'static str {
     super::user_id::pattern()

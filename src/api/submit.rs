@@ -1,22 +1,23 @@
-//! The body of `POST /v1/jobs` and its checks: limits, user ids, resource amounts, and
-//! the conversion into the store's [`NewJob`].
+//! The body of `POST /v1/jobs` and its checks: its limits, its fields (the checks
+//! other routes share, user ids and resource amounts among them, are in
+//! [`super::validate`]), and the conversion into the store's [`NewJob`].
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::body::numbers::{self, Written, MAX_WHOLE};
+use super::body::numbers::{self, Written};
 use super::body::{object, parse_json, whole};
 use super::error::ApiError;
-use crate::policy::custom::{self, MAX_CUSTOM};
+use super::validate::{
+    check_memory_bytes, validate_amount, validate_custom, validate_external_id, validate_user_id,
+};
 use crate::store::NewJob;
 
 /// Longest accepted entrypoint, in bytes (Ray passes it to a shell; 64 KiB is far more
 /// than any real command line).
 pub const MAX_ENTRYPOINT_BYTES: usize = 65_536;
-/// Longest accepted external id, in characters.
-pub const MAX_EXTERNAL_ID_LEN: usize = 256;
 /// Accepted priority range (higher runs first within the user's queue).
 pub const PRIORITY_RANGE: std::ops::RangeInclusive<i32> = -1000..=1000;
 /// Most metadata entries, and longest key and value, in characters.
@@ -27,8 +28,6 @@ pub const MAX_METADATA_VALUE_LEN: usize = 4096;
 pub const MAX_RUNTIME_ENV_BYTES: usize = 262_144;
 /// Longest accepted max_runtime_s: one year, in seconds.
 pub const MAX_RUNTIME_S: i64 = 31_536_000;
-/// Largest accepted resource request per job: cores and GPUs (well past any cluster).
-pub const MAX_CORES: f64 = 1.0e6;
 /// Resources a job asks for. Absent fields take their defaults.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -65,37 +64,6 @@ impl ResourcesIn {
             || self.memory_bytes.is_some()
             || self.custom.as_ref().is_some_and(|c| !c.is_empty())
     }
-}
-
-/// Checks the custom resources of a job (`field` names the map, `resources.custom`):
-/// at most [`MAX_CUSTOM`] names, each a valid custom Ray resource name
-/// ([`custom::check_name`]), each amount > 0 and valid as [`validate_amount`] says.
-/// Names are not registered here (a client's names never take one of the process's
-/// slots; [`crate::api::accept`] refuses a name no cluster reports). Errors: 422
-/// naming the map, or `field.NAME`.
-pub fn validate_custom(
-    field: &str,
-    custom: BTreeMap<String, f64>,
-) -> Result<BTreeMap<String, f64>, ApiError> {
-    if custom.len() > MAX_CUSTOM {
-        return Err(ApiError::invalid(
-            field,
-            format!("at most {MAX_CUSTOM} custom resources"),
-        ));
-    }
-    let mut out = BTreeMap::new();
-    for (name, amount) in custom {
-        let at = format!("{field}.{name}");
-        custom::check_name(&name).map_err(|e| ApiError::invalid(at.clone(), e.to_string()))?;
-        // `+ 0.0` turns a -0.0 into 0.0.
-        let amount = amount + 0.0;
-        validate_amount(&at, amount)?;
-        if amount <= 0.0 {
-            return Err(ApiError::invalid(at, "must be > 0"));
-        }
-        out.insert(name, amount);
-    }
-    Ok(out)
 }
 
 /// `POST /v1/jobs` body.
@@ -160,71 +128,6 @@ pub struct SubmitRequest {
     pub size: Option<String>,
 }
 
-/// Checks a user id (also used by the users API): the rule of [`crate::user_id`], which
-/// the configuration's `auth.tokens[].user` and the OpenAPI pattern share. Errors: 422
-/// naming `field`, with the rule's reason.
-pub fn validate_user_id(field: &str, user: &str) -> Result<(), ApiError> {
-    match crate::user_id::problem(user) {
-        Some(why) => Err(ApiError::invalid(field, why)),
-        None => Ok(()),
-    }
-}
-
-/// Checks an `external_id` (a submission's, or the job list's filter): 1 to
-/// [`MAX_EXTERNAL_ID_LEN`] characters, no NUL. Errors: 422 naming `field`.
-pub fn validate_external_id(field: &str, ext: &str) -> Result<(), ApiError> {
-    if ext.is_empty() || ext.chars().count() > MAX_EXTERNAL_ID_LEN {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be 1 to {MAX_EXTERNAL_ID_LEN} characters"),
-        ));
-    }
-    if ext.contains('\0') {
-        return Err(ApiError::invalid(field, "must not contain NUL characters"));
-    }
-    Ok(())
-}
-
-/// Ray's resource granularity: fractional amounts have at most 4 decimal places
-/// (Ray refuses `num_cpus` finer than 0.0001). Whether `v` is the double nearest a
-/// decimal of at most 4 places, exactly: Rust's
-/// `Display` of a double is the shortest decimal that reads back as it (without an
-/// exponent), and a decimal of at most 4 places within [`MAX_CORES`] has at most 11
-/// significant digits, so it is its double's shortest decimal. No tolerance: `0.3`
-/// and `0.0001` pass, `0.3000000001` and `0.30000000000000004` (`0.1 + 0.2`) do not.
-/// The body's text is checked too ([`numbers::check`]), which also refuses what no
-/// double shows (`0.30000000000000001` reads as `0.3`).
-pub fn at_most_4_decimals(v: f64) -> bool {
-    let shown = v.abs().to_string();
-    shown
-        .split_once('.')
-        .is_none_or(|(_, decimals)| decimals.len() <= 4)
-}
-
-/// Checks a resource amount: finite, >= 0, at most [`MAX_CORES`], with at most 4
-/// decimal places ([`at_most_4_decimals`]).
-pub fn validate_amount(field: &str, v: f64) -> Result<(), ApiError> {
-    if !v.is_finite() {
-        return Err(ApiError::invalid(field, "must be a finite number"));
-    }
-    if v < 0.0 {
-        return Err(ApiError::invalid(field, "must be >= 0"));
-    }
-    if v > MAX_CORES {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be at most {MAX_CORES}"),
-        ));
-    }
-    if !at_most_4_decimals(v) {
-        return Err(ApiError::invalid(
-            field,
-            "must have at most 4 decimal places (Ray's resource precision is 0.0001)",
-        ));
-    }
-    Ok(())
-}
-
 /// The numbers of a `POST /v1/jobs` body checked as written ([`numbers::check`]).
 pub const SUBMIT_NUMBERS: &[(&str, Written)] = &[
     ("resources.cpu", Written::Resource),
@@ -235,18 +138,6 @@ pub const SUBMIT_NUMBERS: &[(&str, Written)] = &[
     ("max_runtime_s", Written::Whole),
     ("runtime_env", Written::Integers64),
 ];
-
-/// Checks `memory_bytes` (`field` names it): at most [`MAX_WHOLE`] (2^53), which the
-/// body's text is held to as well; the column's `i64`. Errors: 422 naming `field`.
-pub fn check_memory_bytes(field: &str, bytes: u64) -> Result<i64, ApiError> {
-    if bytes > MAX_WHOLE {
-        return Err(ApiError::invalid(
-            field,
-            crate::api::body::numbers::too_large(),
-        ));
-    }
-    i64::try_from(bytes).map_err(|_| ApiError::invalid(field, "is too large"))
-}
 
 impl SubmitRequest {
     /// Resolves a named size (`size`, or `metadata["fairshare.size"]` as Ray's Jobs

@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 
 use super::body::parse_query;
 use super::error::{ApiError, ErrorBody};
-use super::submit::validate_user_id;
+use super::validate::validate_user_id;
 use super::AppState;
 use crate::config::Role;
 use crate::store::{self, UsageBy, UsageQuery, UsageRow, UsageStep};

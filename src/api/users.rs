@@ -11,40 +11,15 @@ use utoipa::ToSchema;
 use super::body::numbers::{self, Written};
 use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
-use super::jobs::{validate_amount, validate_user_id, ResourcesOut};
+use super::shapes::{Empty, ResourceLimit, ResourcesOut};
+use super::validate::{
+    check_max_running, check_path, check_resource_limit, check_weight, validate_user_id,
+    MAX_JOB_LIMIT,
+};
 use super::AppState;
 use crate::config::Role;
 use crate::store::{self, UserPatch};
 use crate::views::LiveUser;
-
-/// Largest accepted weight (weights are relative; 1e6 to 1 is already extreme).
-pub const MAX_WEIGHT: f64 = 1.0e6;
-/// Smallest accepted weight: keys `(share + usage) / weight` stay finite and printable.
-pub const MIN_WEIGHT: f64 = 1.0e-6;
-/// Largest accepted per-user job limits.
-pub const MAX_JOB_LIMIT: i32 = 1_000_000;
-
-/// A cap on a user's allocation; an absent resource is not capped.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, ToSchema, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct ResourceLimit {
-    /// Cores: 0 to 1e6, at most 4 decimal places.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
-    pub cpu: Option<f64>,
-    /// GPUs: 0 to 1e6, at most 4 decimal places.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0.0, maximum = 1000000.0, multiple_of = 0.0001)]
-    pub gpu: Option<f64>,
-    /// Bytes, a whole number from 0 to 2^53.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "whole::opt"
-    )]
-    #[schema(minimum = 0, maximum = 9007199254740992_u64)]
-    pub memory_bytes: Option<u64>,
-}
 
 /// `PUT /v1/users/{id}` body. Absent fields stay as they are; `null` puts a field
 /// back to its default: weight 1, the configured job limits, no resource cap.
@@ -89,11 +64,6 @@ pub struct UserUpdate {
     #[schema(value_type = Option<String>, min_length = 1)]
     pub group: Option<Option<String>>,
 }
-
-/// `POST /v1/users/{id}/pause|resume` body: nothing, or `{}`.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Empty {}
 
 /// A user: settings from the database, live fair-share state from the arbiter.
 #[derive(Debug, Serialize, ToSchema)]
@@ -255,49 +225,6 @@ pub async fn get(
     Ok(HttpResponse::Ok().json(user_view(&state, u, &counts)))
 }
 
-/// Checks a weight (`field` names it in the 422): finite, 1e-6 to 1e6.
-pub(crate) fn check_weight(field: &str, w: f64) -> Result<(), ApiError> {
-    if !w.is_finite() || w < MIN_WEIGHT {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be a finite number >= {MIN_WEIGHT}"),
-        ));
-    }
-    if w > MAX_WEIGHT {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be at most {MAX_WEIGHT}"),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks a `max_running_jobs` value: 1 to [`MAX_JOB_LIMIT`].
-pub(crate) fn check_max_running(field: &str, n: i32) -> Result<(), ApiError> {
-    if !(1..=MAX_JOB_LIMIT).contains(&n) {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be between 1 and {MAX_JOB_LIMIT}, or null for the default"),
-        ));
-    }
-    Ok(())
-}
-
-/// Checks a `max_resources` value; `field` is its name (`max_resources`), the 422
-/// names the component (`max_resources.cpu`).
-pub(crate) fn check_resource_limit(field: &str, limit: &ResourceLimit) -> Result<(), ApiError> {
-    if let Some(c) = limit.cpu {
-        validate_amount(&format!("{field}.cpu"), c)?;
-    }
-    if let Some(g) = limit.gpu {
-        validate_amount(&format!("{field}.gpu"), g)?;
-    }
-    if let Some(m) = limit.memory_bytes {
-        super::submit::check_memory_bytes(&format!("{field}.memory_bytes"), m)?;
-    }
-    Ok(())
-}
-
 /// The numbers of a `PUT /v1/users/{id}` body checked as written ([`numbers::check`]).
 pub const UPDATE_NUMBERS: &[(&str, Written)] = &[
     ("max_resources.cpu", Written::Resource),
@@ -346,7 +273,7 @@ impl UserUpdate {
             }
         }
         if let Some(Some(g)) = &self.group {
-            super::groups::check_path("group", g)?;
+            check_path("group", g)?;
         }
         Ok(UserPatch {
             // null: back to the default, as null puts a limit back to the default.

@@ -15,8 +15,11 @@ use uuid::Uuid;
 use super::body::numbers::{self, Written};
 use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
-use super::jobs::validate_amount;
-use super::users::{check_max_running, check_resource_limit, check_weight, ResourceLimit};
+use super::shapes::ResourceLimit;
+use super::validate::{
+    check_max_running, check_memory_bytes, check_path, check_resource_limit, check_weight,
+    validate_amount, validate_user_id, MAX_JOB_LIMIT,
+};
 use super::AppState;
 use crate::config::Role;
 use crate::policy::preview::{
@@ -217,7 +220,7 @@ impl WhatIfRequest {
         let mut change = Change::default();
         for (id, u) in self.users {
             // A key that cannot be a user id is a bad field, not an unknown user.
-            crate::api::submit::validate_user_id(&format!("users.{id}"), &id)?;
+            validate_user_id(&format!("users.{id}"), &id)?;
             let field = |f: &str| format!("users.{id}.{f}");
             if let Some(Some(w)) = u.weight {
                 check_weight(&field("weight"), w)?;
@@ -254,7 +257,7 @@ impl WhatIfRequest {
                         None => None,
                         Some(None) => Some(None),
                         Some(Some(path)) => {
-                            super::groups::check_path(&field("group"), &path)?;
+                            check_path(&field("group"), &path)?;
                             Some(Some(path))
                         }
                     },
@@ -262,7 +265,7 @@ impl WhatIfRequest {
             );
         }
         for (path, g) in self.groups {
-            super::groups::check_path(&format!("groups.{path}"), &path)?;
+            check_path(&format!("groups.{path}"), &path)?;
             let field = |f: &str| format!("groups.{path}.{f}");
             if let Some(Some(w)) = g.weight {
                 check_weight(&field("weight"), w)?;
@@ -271,12 +274,12 @@ impl WhatIfRequest {
                 None => None,
                 Some(None) => Some(u32::MAX),
                 Some(Some(n)) => {
-                    if !(0..=super::users::MAX_JOB_LIMIT).contains(&n) {
+                    if !(0..=MAX_JOB_LIMIT).contains(&n) {
                         return Err(ApiError::invalid(
                             field("max_running_jobs"),
                             format!(
                                 "must be between 0 and {}, or null for no cap",
-                                super::users::MAX_JOB_LIMIT
+                                MAX_JOB_LIMIT
                             ),
                         ));
                     }
@@ -303,7 +306,7 @@ impl WhatIfRequest {
                         }
                     }
                     if let Some(m) = cap.memory_bytes {
-                        super::submit::check_memory_bytes(&field("capacity.memory_bytes"), m)?;
+                        check_memory_bytes(&field("capacity.memory_bytes"), m)?;
                     }
                     Some(cap)
                 }

@@ -602,11 +602,11 @@ impl Settings {
                 },
             };
             for (key, v) in [("resources.cpu", z.cpu), ("resources.gpu", z.gpu)] {
-                crate::api::submit::validate_amount(key, v).map_err(as_job)?;
+                crate::api::validate::validate_amount(key, v).map_err(as_job)?;
             }
-            crate::api::submit::check_memory_bytes("resources.memory_bytes", z.memory_bytes)
+            crate::api::validate::check_memory_bytes("resources.memory_bytes", z.memory_bytes)
                 .map_err(as_job)?;
-            crate::api::submit::validate_custom("resources.custom", z.custom.clone())
+            crate::api::validate::validate_custom("resources.custom", z.custom.clone())
                 .map_err(as_job)?;
             if z.cpu <= 0.0 && z.gpu <= 0.0 && z.custom.is_empty() {
                 return invalid(

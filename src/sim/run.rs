@@ -187,7 +187,7 @@ pub enum SimError {
 }
 
 /// Reads a weights file: a JSON object mapping user id to a weight from
-/// [`crate::api::users::MIN_WEIGHT`] to [`crate::api::users::MAX_WEIGHT`] (the
+/// [`crate::api::validate::MIN_WEIGHT`] to [`crate::api::validate::MAX_WEIGHT`] (the
 /// service's range), e.g. `{"u62": 2, "u7": 0.5}`.
 ///
 /// Errors: the file cannot be read, is not such an object, or a weight is out of
@@ -200,7 +200,7 @@ pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
     let weights: BTreeMap<String, f64> = serde_json::from_str(&text)
         .map_err(|e| fail(format!("expected a JSON object of user → weight: {e}")))?;
-    use crate::api::users::{MAX_WEIGHT, MIN_WEIGHT};
+    use crate::api::validate::{MAX_WEIGHT, MIN_WEIGHT};
     if let Some((user, w)) = weights
         .iter()
         .find(|(_, w)| !(MIN_WEIGHT..=MAX_WEIGHT).contains(*w))

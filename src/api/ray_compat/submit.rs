@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use crate::api::body::numbers::Written;
 use crate::api::body::whole;
-use crate::api::jobs::{ResourcesIn, SubmitRequest};
+use crate::api::submit::{ResourcesIn, SubmitRequest};
 use crate::api::ApiError;
 
 /// The numbers of Ray's submit body checked as written
