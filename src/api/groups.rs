@@ -22,7 +22,7 @@ use super::body::numbers::{self, Written};
 use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
 use super::shapes::{Empty, ResourceLimit, ResourcesOut};
-use super::validate::{check_path, check_resource_limit, check_weight, MAX_JOB_LIMIT};
+use super::validate::{check_group_max_running, check_path, check_resource_limit, check_weight};
 use super::AppState;
 use crate::config::Role;
 use crate::store::{self, GroupError, GroupPatch};
@@ -259,12 +259,7 @@ impl GroupUpdate {
             check_weight("weight", w)?;
         }
         if let Some(Some(n)) = self.max_running_jobs {
-            if !(0..=MAX_JOB_LIMIT).contains(&n) {
-                return Err(ApiError::invalid(
-                    "max_running_jobs",
-                    format!("must be between 0 and {MAX_JOB_LIMIT}, or null for no cap"),
-                ));
-            }
+            check_group_max_running("max_running_jobs", n)?;
         }
         if let Some(Some(limit)) = &self.max_resources {
             check_resource_limit("max_resources", limit)?;

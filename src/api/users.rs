@@ -13,8 +13,7 @@ use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
 use super::shapes::{Empty, ResourceLimit, ResourcesOut};
 use super::validate::{
-    check_max_running, check_path, check_resource_limit, check_weight, validate_user_id,
-    MAX_JOB_LIMIT,
+    check_job_limit, check_path, check_resource_limit, check_weight, validate_user_id,
 };
 use super::AppState;
 use crate::config::Role;
@@ -240,15 +239,10 @@ impl UserUpdate {
             check_weight("weight", w)?;
         }
         if let Some(Some(n)) = self.max_running_jobs {
-            check_max_running("max_running_jobs", n)?;
+            check_job_limit("max_running_jobs", n)?;
         }
         if let Some(Some(n)) = self.max_queued_jobs {
-            if !(1..=MAX_JOB_LIMIT).contains(&n) {
-                return Err(ApiError::invalid(
-                    "max_queued_jobs",
-                    format!("must be between 1 and {MAX_JOB_LIMIT}, or null for the default"),
-                ));
-            }
+            check_job_limit("max_queued_jobs", n)?;
         }
         if let Some(Some(limit)) = &self.max_resources {
             check_resource_limit("max_resources", limit)?;

@@ -147,12 +147,25 @@ pub(crate) fn check_weight(field: &str, w: f64) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Checks a `max_running_jobs` value: 1 to [`MAX_JOB_LIMIT`].
-pub(crate) fn check_max_running(field: &str, n: i32) -> Result<(), ApiError> {
+/// Checks a user's job limit (`max_running_jobs`, `max_queued_jobs`; `field` names
+/// it): 1 to [`MAX_JOB_LIMIT`].
+pub(crate) fn check_job_limit(field: &str, n: i32) -> Result<(), ApiError> {
     if !(1..=MAX_JOB_LIMIT).contains(&n) {
         return Err(ApiError::invalid(
             field,
             format!("must be between 1 and {MAX_JOB_LIMIT}, or null for the default"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a group's `max_running_jobs` (`field` names it): 0 to [`MAX_JOB_LIMIT`] (a
+/// group's cap may be 0, a user's limit may not).
+pub(crate) fn check_group_max_running(field: &str, n: i32) -> Result<(), ApiError> {
+    if !(0..=MAX_JOB_LIMIT).contains(&n) {
+        return Err(ApiError::invalid(
+            field,
+            format!("must be between 0 and {MAX_JOB_LIMIT}, or null for no cap"),
         ));
     }
     Ok(())

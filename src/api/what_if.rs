@@ -17,8 +17,8 @@ use super::body::{object, parse_json, read_body, whole};
 use super::error::{ApiError, ErrorBody};
 use super::shapes::ResourceLimit;
 use super::validate::{
-    check_max_running, check_memory_bytes, check_path, check_resource_limit, check_weight,
-    validate_amount, validate_user_id, MAX_JOB_LIMIT,
+    check_group_max_running, check_job_limit, check_memory_bytes, check_path, check_resource_limit,
+    check_weight, validate_amount, validate_user_id,
 };
 use super::AppState;
 use crate::config::Role;
@@ -229,7 +229,7 @@ impl WhatIfRequest {
                 None => None,
                 Some(None) => Some(default_running),
                 Some(Some(n)) => {
-                    check_max_running(&field("max_running_jobs"), n)?;
+                    check_job_limit(&field("max_running_jobs"), n)?;
                     Some(n as u32)
                 }
             };
@@ -274,15 +274,7 @@ impl WhatIfRequest {
                 None => None,
                 Some(None) => Some(u32::MAX),
                 Some(Some(n)) => {
-                    if !(0..=MAX_JOB_LIMIT).contains(&n) {
-                        return Err(ApiError::invalid(
-                            field("max_running_jobs"),
-                            format!(
-                                "must be between 0 and {}, or null for no cap",
-                                MAX_JOB_LIMIT
-                            ),
-                        ));
-                    }
+                    check_group_max_running(&field("max_running_jobs"), n)?;
                     Some(n as u32)
                 }
             };
