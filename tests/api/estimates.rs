@@ -423,8 +423,8 @@ async fn a_job_beyond_the_horizon_is_marked() {
     let ray = app.get_json(&format!("/api/jobs/{id}"), SUBMITTER).await;
     let message = ray["message"].as_str().unwrap();
     assert!(
-        message.contains("expected to start after ")
-            && message.ends_with("(beyond what the estimates look ahead)"),
+        message.contains("expected to start no sooner than ")
+            && message.ends_with("(the estimates stopped before this job)"),
         "{message}"
     );
     for j in &never {

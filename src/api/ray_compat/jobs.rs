@@ -82,8 +82,8 @@ impl Estimated {
 /// fill the message of a waiting job (Ray's `message` is the only free text Ray's
 /// clients show): "…; expected to start at about <RFC 3339> (position N among the
 /// waiting jobs; run times by <basis>)", or for a job the forward run stopped before
-/// reaching, "…; expected to start after <RFC 3339> (beyond what the estimates look
-/// ahead)".
+/// reaching (its horizon, or a queue read only to its first jobs), "…; expected to
+/// start no sooner than <RFC 3339> (the estimates stopped before this job)".
 pub fn details(
     j: &job::Model,
     pending_reason: Option<&str>,
@@ -105,7 +105,7 @@ pub fn details(
                 ));
             } else if let Some(t) = estimated.after {
                 waiting.push_str(&format!(
-                    "; expected to start after {} (beyond what the estimates look ahead)",
+                    "; expected to start no sooner than {} (the estimates stopped before this job)",
                     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                 ));
             }
@@ -654,8 +654,8 @@ mod tests {
         let d = details(&j, Some("waiting for capacity"), Some(2), &beyond);
         assert_eq!(
             d["message"],
-            "queued in fairshare: waiting for capacity; expected to start after \
-             2026-12-06T10:00:00Z (beyond what the estimates look ahead)"
+            "queued in fairshare: waiting for capacity; expected to start no sooner than \
+             2026-12-06T10:00:00Z (the estimates stopped before this job)"
         );
         assert_eq!(d["fairshare"]["estimated_after"], "2026-12-06T10:00:00Z");
     }
