@@ -505,7 +505,14 @@ pub fn run() -> ExitCode {
             if let Some(v) = a.preempt_shortfall {
                 args.preemption.shortfall = v;
             }
-            let preempt_flags: Vec<&str> = [
+            let fairshare_flags: Vec<&str> = [
+                ("--half-life", a.half_life.is_some()),
+                ("--starvation-guard", a.starvation_guard.is_some()),
+                ("--starvation-runs", a.starvation_runs.is_some()),
+                ("--no-backfill", a.no_backfill),
+                ("--age-weight", a.age_weight.is_some()),
+                ("--max-age", a.max_age.is_some()),
+                ("--max-running-jobs", a.max_running_jobs.is_some()),
                 ("--preempt-after", a.preempt_after.is_some()),
                 ("--preempt-min-runtime", a.preempt_min_runtime.is_some()),
                 ("--preempt-max-per-job", a.preempt_max_per_job.is_some()),
@@ -516,7 +523,7 @@ pub fn run() -> ExitCode {
             .into_iter()
             .filter_map(|(flag, given)| given.then_some(flag))
             .collect();
-            for note in crate::sim::run::ineffective(&args, &preempt_flags) {
+            for note in crate::sim::run::ineffective(&args, &fairshare_flags) {
                 say!("fairshare simulate: note: {note}");
             }
             if a.autoscale {

@@ -281,6 +281,38 @@ fn kueue_afs_orders_by_decayed_usage_not_by_age() {
     assert!(b < a);
 }
 
+/// A LocalQueue's `fairSharing.weight` divides its usage ("a queue with weight 2 will
+/// be treated as if it used half as many resources", Kueue's admission fair sharing
+/// page; a fresh tester found the weights ignored). Capacity 2: a holds 2 cores over
+/// 0–100, b 2 cores over 100–150; at 150 a's job 3 and b's job 4 wait. By the formula
+/// a's usage is about twice b's (2·100 against 2·50 core-seconds, decayed): equal
+/// weights, b first; a's weight 1.5, a's usage over 1.5 is still above b's; a's
+/// weight 3, below: a first.
+#[test]
+fn kueue_afs_divides_a_local_queues_usage_by_its_weight() {
+    let trace = vec![
+        job(1, 0.0, 100.0, 2, "a"),
+        job(2, 100.0, 50.0, 2, "b"),
+        job(3, 120.0, 10.0, 2, "a"),
+        job(4, 121.0, 10.0, 2, "b"),
+    ];
+    let with_weight = |w: f64| {
+        let mut config = SimConfig::new(SimPolicy::KueueAfs, 2);
+        config.weights.insert("a".to_owned(), w);
+        simulate(&trace, &config)
+    };
+    let b_first = [(1, 0.0), (2, 100.0), (4, 150.0), (3, 160.0)];
+    let a_first = [(1, 0.0), (2, 100.0), (3, 150.0), (4, 160.0)];
+    expect(&run(SimPolicy::KueueAfs, 2, &trace, false), &b_first);
+    expect(&with_weight(1.5), &b_first);
+    expect(&with_weight(3.0), &a_first);
+    // The usages at 150, by the formula: 1.5 < a / b < 3.
+    let d = |dt: f64| (-dt / KUEUE_AFS_HALF_LIFE_S).exp2();
+    let a = 2.0 * (1.0 - d(100.0)) * d(50.0);
+    let b = 2.0 * (1.0 - d(50.0));
+    assert!((1.5..3.0).contains(&(a / b)), "{}", a / b);
+}
+
 // --- Kueue fair sharing ---
 
 #[test]

@@ -223,6 +223,55 @@ pub struct UserReport {
     pub above_share: bool,
 }
 
+/// The settings `config`'s policy reads, as a run's header gives them: fairshare's
+/// knobs, the gateway loop's seed, an anchor's documented defaults
+/// ([`crate::sim::simulate::anchors::settings`]), nothing for FIFO (a tester took
+/// fairshare's knobs in a FIFO header for FIFO's).
+fn settings_of(config: &SimConfig) -> String {
+    match config.policy {
+        SimPolicy::FairShare => format!(
+            "half-life {} s, starvation guard {} (or {} × the typical run time), backfill {}, \
+             age weight {} (max age {} s), seed {}",
+            config.half_life_s,
+            if config.starvation_guard_s.is_finite() {
+                format!("{} s", config.starvation_guard_s)
+            } else {
+                "off".to_owned()
+            },
+            config.starvation_runs,
+            if config.backfill { "on" } else { "off" },
+            config.age_weight,
+            config.max_age_s,
+            config.seed
+        ),
+        SimPolicy::GatewayLoop => format!("seed {}", config.seed),
+        SimPolicy::Fifo => String::new(),
+        anchor => crate::sim::simulate::anchors::settings(anchor),
+    }
+}
+
+/// The fairshare policy's knobs in a [`Report`] of a fairshare run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FairshareKnobs {
+    /// Half-life of decayed usage, seconds.
+    pub half_life_s: f64,
+    /// Starvation guard, seconds; `null` in JSON when disabled.
+    pub starvation_guard_s: Option<f64>,
+    /// Typical run times a head may wait before it is starved, when shorter than
+    /// the guard (0: the guard alone).
+    pub starvation_runs: f64,
+    /// Backfill on.
+    pub backfill: bool,
+    /// Weight of the age term.
+    pub age_weight: f64,
+    /// Age at which the age term saturates, seconds.
+    pub max_age_s: f64,
+    /// Cap on running jobs per user; `null` when unlimited.
+    pub max_running_jobs: Option<u32>,
+    /// Preemption's knobs.
+    pub preemption: crate::policy::PreemptionConfig,
+}
+
 /// The report of one simulation run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
@@ -232,31 +281,21 @@ pub struct Report {
     pub policy: SimPolicy,
     /// Cores of the simulated cluster.
     pub capacity_cores: u32,
-    /// Half-life of decayed usage, seconds (fairshare).
-    pub half_life_s: f64,
-    /// Starvation guard, seconds (fairshare); `null` in JSON when disabled.
-    pub starvation_guard_s: Option<f64>,
-    /// Typical run times a head may wait before it is starved, when shorter than
-    /// the guard (fairshare; 0: the guard alone).
-    #[serde(default)]
-    pub starvation_runs: f64,
-    /// Backfill on (fairshare).
-    pub backfill: bool,
-    /// Weight of the age term (fairshare).
-    pub age_weight: f64,
-    /// Age at which the age term saturates, seconds (fairshare).
-    pub max_age_s: f64,
-    /// Cap on running jobs per user (fairshare); `null` when unlimited.
-    pub max_running_jobs: Option<u32>,
+    /// The policy's settings as its header gives them (an anchor's are its project's
+    /// documented defaults, [`crate::sim::simulate::anchors::settings`]).
+    pub settings: String,
+    /// The fairshare policy's knobs, for a fairshare run only (absent in JSON for the
+    /// other policies, which read none of them: a tester found fairshare's half-life
+    /// and backfill recorded for a Slurm run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fairshare: Option<FairshareKnobs>,
     /// Seed of the gateway loop's random order.
     pub seed: u64,
-    /// Which jobs could be preempted (fairshare).
+    /// Which jobs could be preempted (fairshare, kueue-fair, armada).
     pub preemptible: crate::sim::simulate::Preemptible,
     /// Groups (`--groups`): none, or the trace's group field.
     #[serde(default)]
     pub groups: crate::sim::simulate::SimGroups,
-    /// Preemption's knobs (fairshare).
-    pub preemption: crate::policy::PreemptionConfig,
     /// Numbers for the whole run.
     pub overall: Overall,
     /// Per user, most jobs first (ties by user id).
@@ -453,17 +492,20 @@ impl Report {
             trace: trace.to_owned(),
             policy: outcome.policy,
             capacity_cores: outcome.capacity,
-            half_life_s: config.half_life_s,
-            starvation_guard_s: Some(config.starvation_guard_s).filter(|g| g.is_finite()),
-            starvation_runs: config.starvation_runs,
-            backfill: config.backfill,
-            age_weight: config.age_weight,
-            max_age_s: config.max_age_s,
-            max_running_jobs: Some(config.max_running_jobs).filter(|&m| m != u32::MAX),
+            settings: settings_of(config),
+            fairshare: (outcome.policy == SimPolicy::FairShare).then(|| FairshareKnobs {
+                half_life_s: config.half_life_s,
+                starvation_guard_s: Some(config.starvation_guard_s).filter(|g| g.is_finite()),
+                starvation_runs: config.starvation_runs,
+                backfill: config.backfill,
+                age_weight: config.age_weight,
+                max_age_s: config.max_age_s,
+                max_running_jobs: Some(config.max_running_jobs).filter(|&m| m != u32::MAX),
+                preemption: config.preemption.clone(),
+            }),
             seed: config.seed,
             preemptible: config.preemptible,
             groups: config.groups,
-            preemption: config.preemption.clone(),
             overall,
             users,
         };
@@ -502,26 +544,10 @@ impl Report {
     pub fn to_table(&self) -> String {
         let o = &self.overall;
         let mut out = String::new();
-        let guard = self
-            .starvation_guard_s
-            .map_or_else(|| "off".to_owned(), |g| format!("{g} s"));
-        // The knobs the run's policy reads: FIFO reads none, the gateway loop its
-        // seed (a tester took fairshare's knobs in a FIFO header for FIFO's).
-        let knobs = match self.policy {
-            SimPolicy::FairShare => format!(
-                ", half-life {} s, starvation guard {} (or {} × the typical run time), backfill {}, \
-                 age weight {} (max age {} s), seed {}",
-                self.half_life_s,
-                guard,
-                self.starvation_runs,
-                if self.backfill { "on" } else { "off" },
-                self.age_weight,
-                self.max_age_s,
-                self.seed
-            ),
-            SimPolicy::GatewayLoop => format!(", seed {}", self.seed),
-            SimPolicy::Fifo => String::new(),
-            anchor => format!(", {}", crate::sim::simulate::anchors::settings(anchor)),
+        let knobs = if self.settings.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", self.settings)
         };
         let _ = writeln!(
             out,

@@ -107,25 +107,71 @@ pub fn parse_seconds_or_off(text: &str) -> Result<f64, String> {
     crate::config::parse_or_off(text).map(|d| d.map_or(f64::INFINITY, |d| d.as_secs_f64()))
 }
 
-/// Notes on flags that can have no effect in the run `args` describes
-/// (`preempt_flags`: the `--preempt-*` flags given, by name): a tester took a run
-/// with `--preempt-after` but the default `--preemptible none` for a measure of
-/// preemption.
+/// Notes on flags that can have no effect in the run `args` describes (`flags`: the
+/// fairshare policy's own flags given, by name: `--half-life`, `--starvation-guard`,
+/// `--starvation-runs`, `--no-backfill`, `--age-weight`, `--max-age`,
+/// `--max-running-jobs` and the `--preempt-*` flags). A tester took a run with
+/// `--preempt-after` but the default `--preemptible none` for a measure of
+/// preemption; another set `--half-life` for `--policy slurm`, which runs with
+/// Slurm's documented settings (its header says which).
 #[must_use]
-pub fn ineffective(args: &SimulateArgs, preempt_flags: &[&str]) -> Vec<String> {
+pub fn ineffective(args: &SimulateArgs, flags: &[&str]) -> Vec<String> {
     let mut notes = Vec::new();
-    let others: Vec<&str> = preempt_flags
+    let list = |flags: &[&str]| {
+        format!(
+            "{} {}",
+            flags.join(", "),
+            if flags.len() == 1 { "has" } else { "have" }
+        )
+    };
+    // Without --policy every run's header says its settings; fairshare's are these.
+    match args.policy {
+        Some(policy) if policy != SimPolicy::FairShare && !flags.is_empty() => {
+            notes.push(format!(
+                "{} no effect with --policy {}: {} the fairshare policy only; {}",
+                list(flags),
+                policy.name(),
+                if flags.len() == 1 {
+                    "it sets"
+                } else {
+                    "they set"
+                },
+                if policy.is_anchor() {
+                    format!(
+                        "{} runs with its project's documented settings (in its header)",
+                        policy.name()
+                    )
+                } else {
+                    format!("{} reads none of them", policy.name())
+                }
+            ));
+        }
+        _ => {}
+    }
+    let preempt: Vec<&str> = flags
+        .iter()
+        .copied()
+        .filter(|f| f.starts_with("--preempt-"))
+        .collect();
+    let fairshare_runs = args.policy.is_none_or(|p| p == SimPolicy::FairShare);
+    let others: Vec<&str> = preempt
         .iter()
         .copied()
         .filter(|&f| f != "--preempt-after")
         .collect();
-    if !args.preemption.after.is_finite() && !others.is_empty() {
+    if !fairshare_runs {
+        // Said above: none of them acts.
+    } else if !args.preemption.after.is_finite() && !others.is_empty() {
         notes.push(format!(
-            "--preempt-after off turns preemption off: {} {} no effect",
-            others.join(", "),
-            if others.len() == 1 { "has" } else { "have" }
+            "--preempt-after off turns fairshare's preemption off: {} no effect{}",
+            list(&others),
+            if args.policy.is_none() {
+                " (kueue-fair and armada preempt by their own rules)"
+            } else {
+                ""
+            }
         ));
-    } else if !preempt_flags.is_empty() && args.preemptible == Preemptible::None {
+    } else if !preempt.is_empty() && args.preemptible == Preemptible::None {
         notes.push(
             "the --preempt-* flags have no effect with --preemptible none (the default); \
              give --preemptible all or a fraction such as 0.5"
@@ -347,17 +393,33 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
         ("--trace", Some(&args.trace)),
         ("--weights", args.weights.as_ref()),
     ];
-    let outputs = [
-        ("--report", args.report.as_ref()),
-        ("--plot", args.plot.as_ref()),
-    ];
+    // Every file the run writes: the report, the plot, and without --policy each other
+    // policy's plot beside it (`STEM-POLICY.svg`, which a tester wrote over the trace).
+    let mut outputs: Vec<(String, PathBuf)> = Vec::new();
+    if let Some(report) = &args.report {
+        outputs.push(("--report".to_owned(), report.clone()));
+    }
+    if let Some(plot) = &args.plot {
+        outputs.push(("--plot".to_owned(), plot.clone()));
+        if args.policy.is_none() {
+            for policy in SimPolicy::ALL
+                .into_iter()
+                .filter(|&p| p != SimPolicy::FairShare)
+            {
+                outputs.push((
+                    format!("--plot's {} plot", policy.name()),
+                    policy_plot_path(plot, policy),
+                ));
+            }
+        }
+    }
     for (i, (out_flag, out)) in outputs.iter().enumerate() {
-        let Some(out) = out else { continue };
-        let others = inputs.iter().chain(&outputs[i + 1..]);
-        if let Some((flag, _)) = others
-            .filter_map(|(flag, p)| p.map(|p| (flag, p)))
-            .find(|(_, p)| same_file(out, p))
-        {
+        let clash = inputs
+            .iter()
+            .filter_map(|&(flag, p)| p.map(|p| (flag.to_owned(), p)))
+            .chain(outputs[i + 1..].iter().map(|(flag, p)| (flag.clone(), p)))
+            .find(|(_, p)| same_file(out, p));
+        if let Some((flag, _)) = clash {
             return Err(SimError::Invalid {
                 name: "output file",
                 reason: format!(

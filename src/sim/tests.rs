@@ -456,6 +456,31 @@ fn run_simulate_writes_report_and_plot() {
     assert_eq!(json["runs"].as_array().unwrap().len(), SimPolicy::ALL.len());
     assert_eq!(json["capacity_cores"], 2);
     assert_eq!(json["runs"][0]["users"][1]["weight"], 3.0);
+    // Each run records the settings its policy read: fairshare's knobs only on the
+    // fairshare run (a tester found fairshare's half-life on a Slurm run).
+    for run in json["runs"].as_array().unwrap() {
+        let fairshare = run["policy"] == "fairshare";
+        assert_eq!(
+            run.get("fairshare").is_some(),
+            fairshare,
+            "{}",
+            run["policy"]
+        );
+        assert!(run.get("half_life_s").is_none());
+        if run["policy"] == "slurm" {
+            assert!(run["settings"]
+                .as_str()
+                .unwrap()
+                .contains("PriorityDecayHalfLife 604800 s"));
+        }
+        if fairshare {
+            assert_eq!(run["fairshare"]["half_life_s"], 86_400.0);
+            assert!(run["settings"]
+                .as_str()
+                .unwrap()
+                .starts_with("half-life 86400 s"));
+        }
+    }
     let svg = std::fs::read_to_string(dir.join("plot.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("u1 actual"));
 
@@ -543,9 +568,52 @@ fn flags_that_cannot_act_are_noted() {
     );
     args.preemption.after = 600.0;
     args.policy = Some(SimPolicy::Fifo);
+    assert_eq!(
+        ineffective(&args, &[]),
+        [
+            "only fairshare, kueue-fair and armada preempt: --preemptible has no effect \
+          with --policy fifo"
+        ]
+    );
+    // Fairshare's own flags with another policy (a tester's `--preempt-after off`
+    // with kueue-fair read "turns preemption off", and 578 jobs were preempted;
+    // `--half-life` with slurm changed nothing and said nothing).
     let notes = ineffective(&args, &budget);
-    assert_eq!(notes.len(), 1);
-    assert!(notes[0].contains("--policy fifo"), "{notes:?}");
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0].contains("--preempt-budget has no effect with --policy fifo"));
+    args.policy = Some(SimPolicy::KueueFairSharing);
+    args.preemption.after = f64::INFINITY;
+    assert_eq!(
+        ineffective(&args, &["--preempt-after", "--preempt-budget"]),
+        [
+            "--preempt-after, --preempt-budget have no effect with --policy kueue-fair: they \
+          set the fairshare policy only; kueue-fair runs with its project's documented \
+          settings (in its header)"
+        ]
+    );
+    args.policy = Some(SimPolicy::SlurmMultifactor);
+    args.preemptible = Preemptible::None;
+    assert_eq!(
+        ineffective(&args, &["--half-life", "--no-backfill"]),
+        [
+            "--half-life, --no-backfill have no effect with --policy slurm: they set the \
+          fairshare policy only; slurm runs with its project's documented settings (in \
+          its header)"
+        ]
+    );
+    args.policy = Some(SimPolicy::FairShare);
+    assert!(ineffective(&args, &["--half-life"]).is_empty());
+    // Every policy: `--preempt-after off` is fairshare's only.
+    args.policy = None;
+    let notes = ineffective(
+        &args,
+        &["--half-life", "--preempt-after", "--preempt-budget"],
+    );
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("(kueue-fair and armada preempt by their own rules)"),
+        "{notes:?}"
+    );
 }
 
 /// The issue-10 S/L scenario on a synthetic trace: 4 cores, guard 4 s,
@@ -676,6 +744,7 @@ fn an_output_over_an_input_or_the_other_output_is_refused() {
     let trace = args.trace.clone();
     let link = dir.path().join("link.svg");
     std::os::unix::fs::symlink(&trace, &link).unwrap();
+    std::os::unix::fs::symlink(&trace, dir.path().join("t-fifo.svg")).unwrap();
     let weights = dir.path().join("w.json");
     std::fs::write(&weights, r#"{"1": 2}"#).unwrap();
     let out = dir.path().join("out");
@@ -684,6 +753,14 @@ fn an_output_over_an_input_or_the_other_output_is_refused() {
         (Some(trace.clone()), None, "--trace"),
         (Some(weights.clone()), None, "--weights"),
         (Some(out.clone()), Some(out.clone()), "--plot"),
+        // Without --policy each other policy's plot goes beside --plot's
+        // (`STEM-POLICY.svg`): over the trace, or over the report.
+        (None, Some(dir.path().join("t.svg")), "--plot's fifo plot"),
+        (
+            Some(dir.path().join("q-slurm.svg")),
+            Some(dir.path().join("q.svg")),
+            "--plot's slurm plot",
+        ),
     ] {
         args.weights = Some(weights.clone());
         args.report = report;

@@ -42,7 +42,9 @@
 //!   `keps/4136-admission-fair-sharing`; the admission fair sharing page): one
 //!   ClusterQueue with `admissionScope: UsageBasedAdmissionFairSharing`, one
 //!   LocalQueue per user; pending workloads sorted by their LocalQueue's usage,
-//!   then priority (all equal), then creation time; `BestEffortFIFO`: a workload
+//!   over its `fairSharing.weight` (the user's weight: "a queue with weight 2 will be
+//!   treated as if it used half as many resources"), then priority (all equal),
+//!   then creation time; `BestEffortFIFO`: a workload
 //!   that does not fit does not block the ones after it. Usage is the decayed
 //!   average of the cores the LocalQueue's admitted workloads hold,
 //!   `h ← h·2^(−Δt/T) + cores·(1 − 2^(−Δt/T))`, with `usageHalfLifeTime`
@@ -1100,8 +1102,8 @@ impl Sim<'_> {
         let held = user.running_cores as f64;
         let with = held + f64::from(job.cpus);
         match self.config.policy {
-            // LocalQueue usage, then creation time.
-            SimPolicy::KueueAfs => Key(self.anchor.usage[u], job.submit, j as u64),
+            // LocalQueue usage over its `fairSharing.weight`, then creation time.
+            SimPolicy::KueueAfs => Key(self.anchor.usage[u] / user.weight, job.submit, j as u64),
             // Share with the workload admitted, then creation time.
             SimPolicy::KueueFairSharing => Key(
                 kueue_share(with, capacity, user.weight) as f64,
