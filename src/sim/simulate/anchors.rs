@@ -1214,6 +1214,21 @@ impl Sim<'_> {
         self.anchor.armada_shares_at = Some(self.demand_changes);
         let capacity = f64::from(self.config.capacity);
         let n = self.users.len();
+        if self.tree.is_empty() {
+            // Without groups the fairness snapshot's fair shares are these
+            // (the same users, weights and demands, the same water-filling):
+            // computed once for both.
+            self.update_demands();
+            let a = &mut self.anchor;
+            let wsum: f64 = self.scratch_weights.iter().sum();
+            a.armada_shares.clear();
+            a.armada_shares.resize(n, 0.0);
+            for (k, &u) in self.scratch_users.iter().enumerate() {
+                let w = self.scratch_weights[k];
+                a.armada_shares[u] = capacity * self.scratch_fair[k].max(w / wsum);
+            }
+            return;
+        }
         let a = &mut self.anchor;
         a.scratch_users.clear();
         a.scratch_weights.clear();
