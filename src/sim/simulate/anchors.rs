@@ -1429,13 +1429,14 @@ impl Sim<'_> {
         // Candidates of the users that can be targets: preemptible jobs admitted
         // before now, most recent first: the kept list (by start) read from
         // its end, less those admitted now (at its end).
+        // (Set for the users with candidates, the only ones read.)
         let mut cands = std::mem::take(&mut self.anchor.kueue_cands);
-        cands.clear();
         cands.resize(self.users.len(), 0);
         // The users with candidates, and the cores of their candidates.
         let mut targets_of: Vec<(usize, f64)> = Vec::new();
-        for (u, list) in self.anchor.preemptible_jobs.iter().enumerate() {
-            if list.is_empty() || shares[u] < floor {
+        for &u in &self.anchor.preemptible_users {
+            let list = &self.anchor.preemptible_jobs[u];
+            if shares[u] < floor {
                 continue;
             }
             let mut cores = self.anchor.preemptible_cores[u];
