@@ -825,14 +825,23 @@ impl Sim<'_> {
         cursor.resize(self.users.len(), (0, 0));
         let mut heap = std::mem::take(&mut self.anchor.scratch_heap);
         heap.clear();
+        // An Armada round's bulk start takes the queued users' entries apart
+        // (`anchor.scratch_queued_heap`) and gives each evicted queue its next
+        // evicted job's (which fits: every evicted core is free).
+        let bulk = self.config.policy == SimPolicy::Armada && !evicting.is_empty();
+        let mut queued = std::mem::take(&mut self.anchor.scratch_queued_heap);
+        queued.clear();
         for &u in &users {
+            if bulk && !evicted[u].is_empty() {
+                continue;
+            }
             let free = start_free.map_or(self.free_cores(), |f| f[u]);
             if let Some((k, _)) = self.greedy_candidate_at(free, now, u, &mut cursor[u], evicted) {
-                heap.push(Reverse((k, u)));
+                if bulk { &mut queued } else { &mut heap }.push(Reverse((k, u)));
             }
         }
-        if self.config.policy != SimPolicy::Armada
-            || evicting.is_empty()
+        self.anchor.scratch_queued_heap = queued;
+        if !bulk
             || self.armada_place_evicted_first(
                 now,
                 evicted,
@@ -923,7 +932,8 @@ impl Sim<'_> {
     }
 
     /// The start of an Armada round's pass ([`Self::greedy_loop`] from the
-    /// heap of each user's first candidate, `evicted` jobs first), up to its
+    /// heap of each user's first candidate, `evicted` jobs first: the queued
+    /// users' in `anchor.scratch_queued_heap`, `heap` empty), up to its
     /// first queued job placed, in bulk. Until then every evicted job still
     /// fits (the free cores are at least those of the evicted jobs not yet
     /// placed back), so each evicted queue's entry is its next job and every
@@ -949,13 +959,9 @@ impl Sim<'_> {
         cursor: &mut [(usize, usize)],
         min_queued: u64,
     ) -> bool {
-        // The queued entries; the evicted ones are each queue's next job.
+        // The queued entries (`heap` is empty); the evicted ones are each
+        // queue's next job.
         let mut queued = std::mem::take(&mut self.anchor.scratch_queued_heap);
-        queued.clear();
-        queued.extend(
-            heap.drain()
-                .filter(|Reverse((_, u))| evicted[*u].is_empty()),
-        );
         // Per evicted queue, the cores of its evicted jobs not yet placed back
         // (at first all its running preemptible ones).
         let mut left = std::mem::take(&mut self.anchor.scratch_left);
