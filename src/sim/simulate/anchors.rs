@@ -1422,7 +1422,10 @@ impl Sim<'_> {
                     return None;
                 }
                 let p_new = share(self, u, self.users[u].running_cores as f64 + c);
-                (p_new <= max_share).then(|| (self.greedy_key(now, u, j), u, p_new))
+                // Its admission key ([`Self::greedy_key`]): the share with it
+                // admitted, `p_new`, then creation time.
+                (p_new <= max_share)
+                    .then(|| (Key(p_new as f64, self.jobs[j].submit, j as u64), u, p_new))
             })
             .collect();
         if heads.is_empty() {
