@@ -278,8 +278,8 @@ impl Ord for Key {
 }
 
 /// An evicted queue's keys in the bulk start of an Armada round: its next
-/// job's, and (with queued jobs) its last one's with its user.
-type EvictedKeys = (Option<Key>, Option<(Key, usize)>);
+/// job's, its last one's, and whether it has queued jobs.
+type EvictedKeys = (Option<Key>, Key, bool);
 
 /// The anchors' state kept across the run.
 #[derive(Debug, Default)]
@@ -309,6 +309,9 @@ pub(super) struct AnchorState {
     /// round could evict), and their sum.
     preemptible_cores: Vec<u64>,
     preemptible_cores_all: u64,
+    /// The users with running preemptible jobs, in user order (the only ones
+    /// an Armada round can evict or a Kueue check can take targets from).
+    preemptible_users: Vec<usize>,
     /// Slurm: running jobs by expected end (start + estimate as [`time_key`]
     /// bits; `u64::MAX` without an estimate), then index.
     by_end: std::collections::BTreeSet<(u64, usize)>,
@@ -351,6 +354,9 @@ pub(super) struct AnchorState {
     scratch_keys: Vec<EvictedKeys>,
     scratch_pass_users: Vec<usize>,
     kept: Vec<bool>,
+    /// Per evicted user, how many of its evicted jobs (a prefix) the bulk
+    /// start of an Armada round placed back (not marked in `kept`).
+    scratch_prefix: Vec<usize>,
     scratch_lost: Vec<usize>,
     /// Kueue: per user, how many of its candidates the current check has.
     kueue_cands: Vec<usize>,
@@ -463,6 +469,11 @@ impl Sim<'_> {
                 let list = &mut a.preemptible_jobs[u];
                 let at = place(list);
                 list.insert(at, j);
+                if list.len() == 1 {
+                    let users = &mut a.preemptible_users;
+                    let at = users.partition_point(|&v| v < u);
+                    users.insert(at, u);
+                }
             }
         } else if let Some(&p) = a.running_pos.get(j).filter(|&&p| p != usize::MAX) {
             a.preemptible_running -= usize::from(preemptible);
@@ -473,6 +484,13 @@ impl Sim<'_> {
                 let at = place(list);
                 if list.get(at) == Some(&j) {
                     list.remove(at);
+                    if list.is_empty() {
+                        let users = &mut a.preemptible_users;
+                        let at = users.partition_point(|&v| v < u);
+                        if users.get(at) == Some(&u) {
+                            users.remove(at);
+                        }
+                    }
                 }
             }
             a.running.swap_remove(p);
@@ -797,15 +815,6 @@ impl Sim<'_> {
                 self.anchor_touch(u, now);
             }
         }
-        // Nothing can be placed once the free cores are fewer than any queued or
-        // evicted job asks for.
-        let min_evicted = evicting
-            .iter()
-            .flat_map(|&u| &evicted[u])
-            .map(|&j| u64::from(self.jobs[j].cpus))
-            .min()
-            .unwrap_or(u64::MAX);
-        let min_any = min_queued.min(min_evicted);
         // The users with evicted jobs join those with queued ones.
         for &u in evicting {
             if self.users[u].queue.is_empty() {
@@ -818,23 +827,42 @@ impl Sim<'_> {
         cursor.resize(self.users.len(), (0, 0));
         let mut heap = std::mem::take(&mut self.anchor.scratch_heap);
         heap.clear();
+        // An Armada round's bulk start takes the queued users' entries apart
+        // (`anchor.scratch_queued_heap`) and gives each evicted queue its next
+        // evicted job's (which fits: every evicted core is free).
+        let bulk = self.config.policy == SimPolicy::Armada && !evicting.is_empty();
+        let mut queued = std::mem::take(&mut self.anchor.scratch_queued_heap);
+        queued.clear();
         for &u in &users {
+            if bulk && !evicted[u].is_empty() {
+                continue;
+            }
             let free = start_free.map_or(self.free_cores(), |f| f[u]);
             if let Some((k, _)) = self.greedy_candidate_at(free, now, u, &mut cursor[u], evicted) {
-                heap.push(Reverse((k, u)));
+                if bulk { &mut queued } else { &mut heap }.push(Reverse((k, u)));
             }
         }
-        if self.config.policy != SimPolicy::Armada
-            || evicting.is_empty()
+        self.anchor.scratch_queued_heap = queued;
+        if !bulk
             || self.armada_place_evicted_first(
                 now,
                 evicted,
                 evicting,
                 &mut heap,
                 &mut cursor,
-                min_any,
+                min_queued,
             )
         {
+            // Nothing can be placed once the free cores are fewer than any
+            // queued job or evicted job not yet placed or passed over asks for
+            // (those only grow fewer).
+            let min_evicted = evicting
+                .iter()
+                .flat_map(|&u| &evicted[u][cursor[u].0..])
+                .map(|&j| u64::from(self.jobs[j].cpus))
+                .min()
+                .unwrap_or(u64::MAX);
+            let min_any = min_queued.min(min_evicted);
             self.greedy_loop(now, evicted, &mut heap, &mut cursor, min_any);
         }
         for &u in &users {
@@ -906,19 +934,24 @@ impl Sim<'_> {
     }
 
     /// The start of an Armada round's pass ([`Self::greedy_loop`] from the
-    /// heap of each user's first candidate, `evicted` jobs first), up to its
+    /// heap of each user's first candidate, `evicted` jobs first: the queued
+    /// users' in `anchor.scratch_queued_heap`, `heap` empty), up to its
     /// first queued job placed, in bulk. Until then every evicted job still
     /// fits (the free cores are at least those of the evicted jobs not yet
     /// placed back), so each evicted queue's entry is its next job and every
     /// evicted job with a key below the smallest queued entry is placed
-    /// before it, in whatever order. The events that can place a queued job
+    /// before it, in whatever order; a queue whose last job's key is below it
+    /// has all of them placed at once (its keys increase along its jobs).
+    /// The events that can place a queued job
     /// are taken one by one as the pass takes them: the smallest queued entry
     /// popped (its candidate chosen again against the free cores then), and an
     /// evicted queue with queued jobs placing its last evicted job (its first
     /// queued candidate chosen against the free cores then). At the first
     /// queued job to be placed, `heap` is left as the pass has it, that job's
-    /// entry on top; `false` if the pass is over (the free cores fewer than
-    /// `min_any`).
+    /// entry on top; `false` if the pass is over (every evicted job placed
+    /// back, the free cores fewer than `min_queued`). Each evicted queue's
+    /// jobs placed back here (a prefix of them, not marked in `anchor.kept`)
+    /// are counted in `anchor.scratch_prefix`.
     fn armada_place_evicted_first(
         &mut self,
         now: Seconds,
@@ -926,24 +959,18 @@ impl Sim<'_> {
         evicting: &[usize],
         heap: &mut BinaryHeap<Reverse<(Key, usize)>>,
         cursor: &mut [(usize, usize)],
-        min_any: u64,
+        min_queued: u64,
     ) -> bool {
-        // The queued entries; the evicted ones are each queue's next job.
+        // The queued entries (`heap` is empty); the evicted ones are each
+        // queue's next job.
         let mut queued = std::mem::take(&mut self.anchor.scratch_queued_heap);
-        queued.clear();
-        queued.extend(
-            heap.drain()
-                .filter(|Reverse((_, u))| evicted[*u].is_empty()),
-        );
-        // Per evicted queue, the cores of its evicted jobs not yet placed back.
+        // Per evicted queue, the cores of its evicted jobs not yet placed back
+        // (at first all its running preemptible ones).
         let mut left = std::mem::take(&mut self.anchor.scratch_left);
         left.resize(self.users.len(), 0);
         let mut left_all = 0;
         for &u in evicting {
-            left[u] = evicted[u]
-                .iter()
-                .map(|&j| u64::from(self.jobs[j].cpus))
-                .sum();
+            left[u] = self.anchor.preemptible_cores[u];
             left_all += left[u];
         }
         let next_key = |sim: &Sim<'_>, v: usize, at: usize| {
@@ -951,19 +978,18 @@ impl Sim<'_> {
                 .get(at)
                 .map(|&j| sim.armada_key_at(v, sim.users[v].running_cores, j))
         };
-        // Per evicted queue (as `evicting`): its next job's key, and with
-        // queued jobs its last one's (as it will be, its cores placed back
-        // before it: the same all along).
+        // Per evicted queue (as `evicting`): its next job's key, its last
+        // one's (as it will be, its cores placed back before it: the same all
+        // along), and whether it has queued jobs.
         let mut keys = std::mem::take(&mut self.anchor.scratch_keys);
         keys.clear();
         for &v in evicting {
             let list = &evicted[v];
-            let last = (!self.users[v].queue.is_empty()).then(|| {
-                let &j = list.last().unwrap_or(&0);
-                let held = self.users[v].running_cores + left[v] - u64::from(self.jobs[j].cpus);
-                (self.armada_key_at(v, held, j), v)
-            });
-            keys.push((next_key(self, v, cursor[v].0), last));
+            let &j = list.last().unwrap_or(&0);
+            let held = self.users[v].running_cores + left[v] - u64::from(self.jobs[j].cpus);
+            let last = self.armada_key_at(v, held, j);
+            let queues = !self.users[v].queue.is_empty();
+            keys.push((next_key(self, v, cursor[v].0), last, queues));
         }
         let mut going = true;
         loop {
@@ -971,36 +997,45 @@ impl Sim<'_> {
             // job of an evicted queue with queued jobs.
             let mut event = queued.peek().map(|Reverse(e)| *e);
             let mut last_of = None;
-            for (&v, &(next, last)) in evicting.iter().zip(&keys) {
-                if let (Some(_), Some(at)) = (next, last) {
-                    if event.is_none_or(|e| at < e) {
-                        event = Some(at);
-                        last_of = Some(v);
-                    }
+            for (&v, &(next, last, queues)) in evicting.iter().zip(&keys) {
+                if next.is_some() && queues && event.is_none_or(|e| (last, v) < e) {
+                    event = Some((last, v));
+                    last_of = Some(v);
                 }
             }
             // Every evicted job up to it placed back.
             let mut placed = false;
-            for (&v, (next, _)) in evicting.iter().zip(keys.iter_mut()) {
+            for (&v, (next, last, _)) in evicting.iter().zip(keys.iter_mut()) {
                 while let Some(key) = *next {
                     if event.is_some_and(|e| (key, v) > e) {
+                        break;
+                    }
+                    placed = true;
+                    if event.is_none_or(|e| (*last, v) <= e) {
+                        // All the rest at once.
+                        let c = left[v];
+                        self.used_cores += c;
+                        self.users[v].running_cores += c;
+                        cursor[v].0 = evicted[v].len();
+                        left[v] = 0;
+                        left_all -= c;
+                        *next = None;
                         break;
                     }
                     let j = evicted[v][cursor[v].0];
                     let c = u64::from(self.jobs[j].cpus);
                     self.used_cores += c;
                     self.users[v].running_cores += c;
-                    self.anchor.kept[j] = true;
                     cursor[v].0 += 1;
                     left[v] -= c;
                     left_all -= c;
-                    placed = true;
                     *next = next_key(self, v, cursor[v].0);
                 }
             }
-            // The pass stops once the free cores are fewer than any job asks
-            // for, which the last evicted job placed back may make them.
-            if placed && left_all == 0 && self.free_cores() < min_any {
+            // The pass stops once every evicted job is back and the free cores
+            // are fewer than any queued job asks for, which the last evicted
+            // job placed back may make them.
+            if placed && left_all == 0 && self.free_cores() < min_queued {
                 going = false;
                 break;
             }
@@ -1014,7 +1049,7 @@ impl Sim<'_> {
                     let top = evicting
                         .iter()
                         .zip(&keys)
-                        .filter_map(|(&v, &(next, _))| next.map(|key| (key, v)))
+                        .filter_map(|(&v, &(next, _, _))| next.map(|key| (key, v)))
                         .chain(queued.peek().map(|Reverse(e)| *e))
                         .min();
                     queued.push(Reverse((k, u)));
@@ -1038,11 +1073,15 @@ impl Sim<'_> {
         // The heap as the pass has it: the queued entries and each evicted
         // queue's next job.
         heap.extend(queued.drain());
-        for (&v, &(next, _)) in evicting.iter().zip(&keys) {
+        let mut prefix = std::mem::take(&mut self.anchor.scratch_prefix);
+        prefix.resize(self.users.len(), 0);
+        for (&v, &(next, _, _)) in evicting.iter().zip(&keys) {
+            prefix[v] = cursor[v].0;
             if let Some(key) = next {
                 heap.push(Reverse((key, v)));
             }
         }
+        self.anchor.scratch_prefix = prefix;
         self.anchor.scratch_keys = keys;
         self.anchor.scratch_queued_heap = queued;
         self.anchor.scratch_left = left;
@@ -1154,14 +1193,12 @@ impl Sim<'_> {
         }
         let capacity = f64::from(self.config.capacity);
         let a = &self.anchor;
-        let top = self
-            .users
+        let top = a
+            .preemptible_users
             .iter()
-            .enumerate()
+            .map(|&u| (u, &self.users[u]))
             .filter(|&(u, user)| {
-                a.preemptible_cores[u] > 0
-                    && shares[u] > 0.0
-                    && user.running_cores as f64 / shares[u] > ARMADA_PROTECTED_FRACTION
+                shares[u] > 0.0 && user.running_cores as f64 / shares[u] > ARMADA_PROTECTED_FRACTION
             })
             .map(|(_, user)| user.running_cores as f64 / capacity / user.weight)
             .fold(f64::NEG_INFINITY, f64::max);
@@ -1185,6 +1222,21 @@ impl Sim<'_> {
         self.anchor.armada_shares_at = Some(self.demand_changes);
         let capacity = f64::from(self.config.capacity);
         let n = self.users.len();
+        if self.tree.is_empty() {
+            // Without groups the fairness snapshot's fair shares are these
+            // (the same users, weights and demands, the same water-filling):
+            // computed once for both.
+            self.update_demands();
+            let a = &mut self.anchor;
+            let wsum: f64 = self.scratch_weights.iter().sum();
+            a.armada_shares.clear();
+            a.armada_shares.resize(n, 0.0);
+            for (k, &u) in self.scratch_users.iter().enumerate() {
+                let w = self.scratch_weights[k];
+                a.armada_shares[u] = capacity * self.scratch_fair[k].max(w / wsum);
+            }
+            return;
+        }
         let a = &mut self.anchor;
         a.scratch_users.clear();
         a.scratch_weights.clear();
@@ -1236,7 +1288,7 @@ impl Sim<'_> {
         // along its jobs, in job order), its user and cores.
         let mut keys: Vec<(Key, usize, u64)> = Vec::new();
         let mut evicted_cores = 0;
-        for u in (0..self.users.len()).filter(|&u| evicts(u)) {
+        for &u in self.anchor.preemptible_users.iter().filter(|&&u| evicts(u)) {
             let mut base = self.users[u].running_cores - self.anchor.preemptible_cores[u];
             evicted_cores += self.anchor.preemptible_cores[u];
             for &j in &self.anchor.preemptible_jobs[u] {
@@ -1297,24 +1349,33 @@ impl Sim<'_> {
             evicted[u].clear();
         }
         evicting.clear();
-        for (u, list) in evicted.iter_mut().enumerate() {
-            // Each user's lot depends on what it held before any eviction.
-            if self.armada_evicts(&shares, u) {
-                evicting.push(u);
-                list.extend_from_slice(&self.anchor.preemptible_jobs[u]);
-                let c = self.anchor.preemptible_cores[u];
-                self.used_cores -= c;
-                self.users[u].running_cores -= c;
-            }
+        // Each user's lot depends on what it held before any eviction.
+        evicting.extend(
+            self.anchor
+                .preemptible_users
+                .iter()
+                .copied()
+                .filter(|&u| self.armada_evicts(&shares, u)),
+        );
+        for &u in &evicting {
+            evicted[u].extend_from_slice(&self.anchor.preemptible_jobs[u]);
+            let c = self.anchor.preemptible_cores[u];
+            self.used_cores -= c;
+            self.users[u].running_cores -= c;
         }
         self.anchor.kept.resize(self.jobs.len(), false);
         self.greedy_pass_from(now, &evicted, &evicting, None);
-        // The evicted jobs not scheduled again are preempted, in job order.
+        // The evicted jobs not scheduled again are preempted, in job order
+        // (those the round's bulk start placed back, a prefix of each queue's,
+        // are not marked).
         let mut lost = std::mem::take(&mut self.anchor.scratch_lost);
         lost.clear();
-        for &j in evicting.iter().flat_map(|&u| &evicted[u]) {
-            if !std::mem::take(&mut self.anchor.kept[j]) {
-                lost.push(j);
+        let prefix = &self.anchor.scratch_prefix;
+        for &u in &evicting {
+            for &j in &evicted[u][prefix[u]..] {
+                if !std::mem::take(&mut self.anchor.kept[j]) {
+                    lost.push(j);
+                }
             }
         }
         lost.sort_unstable();
@@ -1363,7 +1424,10 @@ impl Sim<'_> {
                     return None;
                 }
                 let p_new = share(self, u, self.users[u].running_cores as f64 + c);
-                (p_new <= max_share).then(|| (self.greedy_key(now, u, j), u, p_new))
+                // Its admission key ([`Self::greedy_key`]): the share with it
+                // admitted, `p_new`, then creation time.
+                (p_new <= max_share)
+                    .then(|| (Key(p_new as f64, self.jobs[j].submit, j as u64), u, p_new))
             })
             .collect();
         if heads.is_empty() {
@@ -1376,13 +1440,14 @@ impl Sim<'_> {
         // Candidates of the users that can be targets: preemptible jobs admitted
         // before now, most recent first: the kept list (by start) read from
         // its end, less those admitted now (at its end).
+        // (Set for the users with candidates, the only ones read.)
         let mut cands = std::mem::take(&mut self.anchor.kueue_cands);
-        cands.clear();
         cands.resize(self.users.len(), 0);
         // The users with candidates, and the cores of their candidates.
         let mut targets_of: Vec<(usize, f64)> = Vec::new();
-        for (u, list) in self.anchor.preemptible_jobs.iter().enumerate() {
-            if list.is_empty() || shares[u] < floor {
+        for &u in &self.anchor.preemptible_users {
+            let list = &self.anchor.preemptible_jobs[u];
+            if shares[u] < floor {
                 continue;
             }
             let mut cores = self.anchor.preemptible_cores[u];

@@ -108,6 +108,14 @@ impl Sim<'_> {
 
     /// Computes the fairness metrics of the state after the step at `t`.
     pub(super) fn take_snapshot(&mut self, t: Seconds) {
+        // The snapshot depends only on what runs and what queues: after a step
+        // that changed neither (the stale finish of a preempted run, a wake-up
+        // that started nothing) it is the one before. (An autoscaled cluster's
+        // nodes change between events: taken afresh there.)
+        if self.scaler.is_none() && self.snapshot_at == Some(self.state_changes) {
+            return;
+        }
+        self.snapshot_at = Some(self.state_changes);
         let queued = self.queued_jobs > 0;
         self.over_users.clear();
         self.snapshot = Snapshot {
@@ -126,13 +134,7 @@ impl Sim<'_> {
             return;
         }
         let capacity = f64::from(self.config.capacity);
-        // The users with demand, their demands and fair shares depend only on
-        // the demands, which only submits and finishes change: kept until one
-        // does.
-        if self.snapshot_demands_at != Some(self.demand_changes) {
-            self.snapshot_demands_at = Some(self.demand_changes);
-            self.snapshot_capped_demand = self.demands_and_fair_shares();
-        }
+        self.update_demands();
         let contended = queued && self.snapshot_capped_demand > u64::from(self.config.capacity);
         let mut error = 0.0;
         let mut backlogged_hold = false;
@@ -187,6 +189,17 @@ impl Sim<'_> {
             if changed {
                 series.points.push(SharePoint { t, actual, fair });
             }
+        }
+    }
+
+    /// Brings the users with demand, their demands and fair shares (the
+    /// scratch arrays of [`Self::demands_and_fair_shares`]) up to date: they
+    /// depend only on the demands, which only submits and finishes change, so
+    /// they are kept until one does.
+    pub(super) fn update_demands(&mut self) {
+        if self.snapshot_demands_at != Some(self.demand_changes) {
+            self.snapshot_demands_at = Some(self.demand_changes);
+            self.snapshot_capped_demand = self.demands_and_fair_shares();
         }
     }
 

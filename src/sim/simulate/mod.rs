@@ -221,6 +221,10 @@ struct Sim<'c> {
     /// were last computed, with their capped demand.
     demand_changes: u64,
     snapshot_demands_at: Option<u64>,
+    /// Submits, starts, preemptions and finishes so far (what the snapshot
+    /// depends on), and the count when the snapshot was last taken.
+    state_changes: u64,
+    snapshot_at: Option<u64>,
     snapshot_capped_demand: u64,
     /// The groups (empty: none) and each user's path in the tree.
     tree: Tree,
@@ -416,6 +420,8 @@ fn run_sim(
         share_order: fairness::ShareOrder::default(),
         demand_changes: 0,
         snapshot_demands_at: None,
+        state_changes: 0,
+        snapshot_at: None,
         snapshot_capped_demand: 0,
         tree,
         user_paths,
@@ -503,6 +509,7 @@ impl Sim<'_> {
         let job = &self.jobs[j];
         let (u, cpus, submit) = (job.user, job.cpus, job.submit);
         self.demand_changes += 1;
+        self.state_changes += 1;
         let user = &mut self.users[u];
         if user.queue.is_empty() {
             self.heads.insert((time_key(submit), u));
@@ -580,6 +587,7 @@ impl Sim<'_> {
 
     /// Starts job `j` (already removed from its user's queue) at `now`.
     fn start(&mut self, j: usize, now: Seconds) {
+        self.state_changes += 1;
         if self.anchored {
             self.anchor_touch(self.jobs[j].user, now);
             self.anchor_queued(self.jobs[j].user, self.jobs[j].cpus, false);
@@ -622,6 +630,7 @@ impl Sim<'_> {
         if job.start.take().is_none() {
             return;
         }
+        self.state_changes += 1;
         // A run granted on an autoscaled cluster that no node held yet lost nothing.
         let ran_from = job.run_start.take().unwrap_or(now);
         job.preemptions += 1;
@@ -654,6 +663,7 @@ impl Sim<'_> {
     }
 
     fn finish(&mut self, j: usize, now: Seconds) {
+        self.state_changes += 1;
         if self.anchored {
             self.anchor_touch(self.jobs[j].user, now);
             self.anchor_running(j, false, now);
