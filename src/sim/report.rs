@@ -618,12 +618,13 @@ impl Report {
             vec![
                 "p95 wait, users at or below / above their share".to_owned(),
                 format!(
-                    "{} / {} ({} users above)",
+                    "{} / {} ({} users above, by {}'s run)",
                     o.p95_wait_below_share_s
                         .map_or_else(|| "-".to_owned(), |p| format!("{p:.1} s")),
                     o.p95_wait_above_share_s
                         .map_or_else(|| "-".to_owned(), |p| format!("{p:.1} s")),
-                    o.users_above_share
+                    o.users_above_share,
+                    o.share_groups_from.name()
                 ),
             ],
             vec![
