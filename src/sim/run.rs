@@ -199,7 +199,7 @@ pub enum SimError {
     /// Neither `--cpus` nor the trace's `MaxProcs` gives a capacity of at
     /// least 1 core.
     #[error(
-        "no capacity: the trace {0} has no MaxProcs header of a whole number ≥ 1; give --cpus"
+        "no capacity: the trace {0} has no MaxProcs header of a whole number from 1 to 4294967295 (cores); give --cpus"
     )]
     NoCapacity(String),
     /// A setting is out of range.
@@ -561,8 +561,17 @@ pub fn run_simulate(args: &SimulateArgs) -> Result<String, SimError> {
         }
         None => {
             let comparison = compare(&name, trace.skipped, &trace.jobs, &config);
+            // What was not simulated, said here too (fairshare's table below has it).
+            let unparsed = if trace.skipped > 0 {
+                format!(
+                    " ({} trace lines were not SWF jobs and were skipped)",
+                    trace.skipped
+                )
+            } else {
+                String::new()
+            };
             text.push_str(&format!(
-                "{name}: {} jobs on {capacity} cores, all policies\n",
+                "{name}: {} jobs on {capacity} cores{unparsed}, all policies\n",
                 trace.jobs.len()
             ));
             if let Some(a) = &args.autoscale {

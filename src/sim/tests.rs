@@ -518,6 +518,31 @@ fn args_for(text: &str, cpus: u32) -> (tempfile::TempDir, SimulateArgs) {
     (dir, args)
 }
 
+/// Lines that are not SWF jobs (a run time of 1e300, a tester's) are said in the
+/// header of a run of every policy too, not only in fairshare's table below it; a
+/// MaxProcs beyond 2^32 − 1 is named as out of range, not as missing.
+#[test]
+fn skipped_lines_are_said_in_every_policys_header() {
+    let (_dir, args) = args_for(
+        "1 0 0 10 1 -1 -1 1 60 -1 1 1 1 -1 -1 1 -1 -1\n2 0 0 1e300 1 -1 -1 1 60 -1 1 1 1 -1 -1 1 -1 -1\n",
+        2,
+    );
+    let text = crate::sim::run_simulate(&args).unwrap();
+    assert!(
+        text.lines().next().unwrap().contains(
+            "1 jobs on 2 cores (1 trace lines were not SWF jobs and were skipped), all policies"
+        ),
+        "{text}"
+    );
+    let (_dir, mut args) = args_for(
+        "; MaxProcs: 99999999999999\n1 0 0 10 1 -1 -1 1 60 -1 1 1 1 -1 -1 1 -1 -1\n",
+        2,
+    );
+    args.cpus = None;
+    let err = crate::sim::run_simulate(&args).unwrap_err().to_string();
+    assert!(err.contains("a whole number from 1 to 4294967295"), "{err}");
+}
+
 #[test]
 fn a_file_with_no_swf_job_is_an_error_not_an_empty_report() {
     let (_dir, args) = args_for("hello\nthis is not a trace\n", 10);
