@@ -175,28 +175,31 @@ struct SimulateCli {
     /// kueue-fair, armada, yunikorn (default: compare all nine).
     #[arg(long)]
     policy: Option<crate::sim::SimPolicy>,
-    /// Half-life of decayed usage, e.g. "1h"; "0s" turns history off (default: the
-    /// service's scheduler.usage_half_life).
+    /// Half-life of decayed usage (fairshare policy; the anchors use their projects'
+    /// own), e.g. "1h"; "0s" turns history off (default: the service's
+    /// scheduler.usage_half_life).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     half_life: Option<std::time::Duration>,
-    /// Starvation guard, e.g. "5m"; "off" (or "none", "inf") disables it (no reservation) (default: the
-    /// service's scheduler.starvation_guard).
+    /// Starvation guard (fairshare policy), e.g. "5m"; "off" (or "none", "inf")
+    /// disables it (no reservation) (default: the service's scheduler.starvation_guard).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::sim::run::parse_seconds_or_off)]
     starvation_guard: Option<f64>,
     /// Typical run times (geometric mean of recent jobs' run times) a head may wait
-    /// before it gets the reservation, when shorter than the guard; 0 turns it off
-    /// (default: the service's scheduler.starvation_runs).
+    /// before it gets the reservation, when shorter than the guard (fairshare policy);
+    /// 0 turns this rule off, leaving the guard alone (default: the service's
+    /// scheduler.starvation_runs).
     #[arg(long, allow_hyphen_values = true)]
     starvation_runs: Option<f64>,
-    /// Strict fair-share order: stop at the first head that does not fit.
+    /// Strict fair-share order (fairshare policy): stop at the first head that does not
+    /// fit.
     #[arg(long)]
     no_backfill: bool,
     /// Weight of the age term (fairshare policy), in dominant-share units (default:
     /// the service's scheduler.age_weight).
     #[arg(long, allow_hyphen_values = true)]
     age_weight: Option<f64>,
-    /// Age at which the age term saturates, e.g. "1day" (default: the service's
-    /// scheduler.max_age).
+    /// Age at which the age term saturates (fairshare policy), e.g. "1day" (default:
+    /// the service's scheduler.max_age).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     max_age: Option<std::time::Duration>,
     /// Cap on each user's running jobs (fairshare policy), at least 1.
@@ -218,33 +221,36 @@ struct SimulateCli {
     #[arg(long, allow_hyphen_values = true, default_value = "none")]
     preemptible: crate::sim::simulate::Preemptible,
     /// Groups of users: none, or swf (the trace's group field, 13; each group
-    /// weight 1). Fairshare's order and every policy's fair shares become
-    /// hierarchical.
+    /// weight 1). Fairshare's order and every policy's fair shares (the measure)
+    /// become hierarchical; the anchors' order stays flat (their hierarchies are not
+    /// modelled).
     #[arg(long, default_value = "none")]
     groups: crate::sim::simulate::SimGroups,
-    /// A head may preempt once it has waited this long, e.g. "10m"; "off" (or "none", "inf") disables
-    /// preemption (default: the service's preemption.after).
+    /// A head may preempt once it has waited this long (fairshare policy; kueue-fair and
+    /// armada preempt by their own rules), e.g. "10m"; "off" (or "none", "inf") turns
+    /// fairshare's preemption off (default: the service's preemption.after).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::sim::run::parse_seconds_or_off)]
     preempt_after: Option<f64>,
-    /// Jobs that have run less than this are never preempted, e.g. "2m" (default: the
-    /// service's preemption.min_runtime).
+    /// Jobs that have run less than this are never preempted by fairshare, e.g. "2m"
+    /// (default: the service's preemption.min_runtime).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     preempt_min_runtime: Option<std::time::Duration>,
-    /// A job is preempted at most this many times (default: the service's
+    /// A job is preempted at most this many times by fairshare (default: the service's
     /// preemption.max_per_job).
     #[arg(long, allow_hyphen_values = true)]
     preempt_max_per_job: Option<u32>,
-    /// At most this fraction of the capacity is preempted per interval, 0 to 1; one
+    /// At most this fraction of the capacity is preempted by fairshare per interval, 0 to 1; one
     /// head's victims may exceed it when nothing was preempted within the interval
-    /// (so 0 does not turn preemption off; --preempt-after off does) (default: the
+    /// (so 0 does not turn its preemption off; --preempt-after off does) (default: the
     /// service's preemption.budget).
     #[arg(long, allow_hyphen_values = true)]
     preempt_budget: Option<f64>,
-    /// The window of the budget, e.g. "5m" (default: the service's preemption.interval).
+    /// The window of fairshare's preemption budget, e.g. "5m" (default: the service's
+    /// preemption.interval).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     preempt_interval: Option<std::time::Duration>,
-    /// Also preempt under the shortfall rule: true or false (default: the service's
-    /// preemption.shortfall).
+    /// fairshare also preempts under the shortfall rule: true or false (default: the
+    /// service's preemption.shortfall).
     #[arg(long)]
     preempt_shortfall: Option<bool>,
     /// Simulate an autoscaling Ray cluster instead of a fixed one (needs --node-type;

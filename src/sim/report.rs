@@ -229,21 +229,51 @@ pub struct UserReport {
 /// fairshare's knobs in a FIFO header for FIFO's).
 fn settings_of(config: &SimConfig) -> String {
     match config.policy {
-        SimPolicy::FairShare => format!(
-            "half-life {} s, starvation guard {} (or {} × the typical run time), backfill {}, \
-             age weight {} (max age {} s), seed {}",
-            config.half_life_s,
-            if config.starvation_guard_s.is_finite() {
-                format!("{} s", config.starvation_guard_s)
+        SimPolicy::FairShare => {
+            let guard = match (
+                config.starvation_guard_s.is_finite(),
+                config.starvation_runs > 0.0,
+            ) {
+                (true, true) => format!(
+                    "{} s (or {} × the typical run time)",
+                    config.starvation_guard_s, config.starvation_runs
+                ),
+                (true, false) => format!("{} s", config.starvation_guard_s),
+                (false, _) => "off".to_owned(),
+            };
+            let cap = if config.max_running_jobs == u32::MAX {
+                String::new()
             } else {
-                "off".to_owned()
-            },
-            config.starvation_runs,
-            if config.backfill { "on" } else { "off" },
-            config.age_weight,
-            config.max_age_s,
-            config.seed
-        ),
+                format!(
+                    ", at most {} running jobs per user",
+                    config.max_running_jobs
+                )
+            };
+            let p = &config.preemption;
+            let preemption = match config.preemptible {
+                crate::sim::simulate::Preemptible::None => String::new(),
+                _ if !p.after.is_finite() => ", preemption off".to_owned(),
+                _ => format!(
+                    ", preemption after {} s (min runtime {} s, at most {} per job, budget {} \
+                     per {} s, shortfall {})",
+                    p.after,
+                    p.min_runtime,
+                    p.max_per_job,
+                    p.budget,
+                    p.interval,
+                    if p.shortfall { "on" } else { "off" }
+                ),
+            };
+            format!(
+                "half-life {} s, starvation guard {guard}, backfill {}, age weight {} (max age \
+                 {} s){cap}{preemption}, seed {}",
+                config.half_life_s,
+                if config.backfill { "on" } else { "off" },
+                config.age_weight,
+                config.max_age_s,
+                config.seed
+            )
+        }
         SimPolicy::GatewayLoop => format!("seed {}", config.seed),
         SimPolicy::Fifo => String::new(),
         anchor => crate::sim::simulate::anchors::settings(anchor),
@@ -555,9 +585,14 @@ impl Report {
             self.trace,
             self.policy,
             self.capacity_cores,
-            match self.groups {
-                crate::sim::simulate::SimGroups::None => "",
-                crate::sim::simulate::SimGroups::Swf => ", groups from the trace (SWF field 13)",
+            match (self.groups, self.policy.is_anchor()) {
+                (crate::sim::simulate::SimGroups::None, _) => "",
+                (crate::sim::simulate::SimGroups::Swf, false) =>
+                    ", groups from the trace (SWF field 13)",
+                // A second tester: the anchors' order ignored the groups the header named.
+                (crate::sim::simulate::SimGroups::Swf, true) =>
+                    ", groups from the trace (SWF field 13) in the fair shares measured; \
+                     its order is flat (its hierarchy is not modelled)",
             }
         );
         if let Some(a) = &o.autoscale {

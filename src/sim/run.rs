@@ -161,20 +161,38 @@ pub fn ineffective(args: &SimulateArgs, flags: &[&str]) -> Vec<String> {
         .collect();
     if !fairshare_runs {
         // Said above: none of them acts.
-    } else if !args.preemption.after.is_finite() && !others.is_empty() {
-        notes.push(format!(
-            "--preempt-after off turns fairshare's preemption off: {} no effect{}",
-            list(&others),
-            if args.policy.is_none() {
-                " (kueue-fair and armada preempt by their own rules)"
-            } else {
-                ""
-            }
-        ));
+    } else if !args.preemption.after.is_finite() {
+        // Every policy runs: kueue-fair and armada go on preempting (a tester read
+        // "turns preemption off" and counted 578 preemptions).
+        let anchors_preempt = args.policy.is_none()
+            && args.preemptible != Preemptible::None
+            && preempt.contains(&"--preempt-after");
+        let anchors = " (kueue-fair and armada preempt by their own rules)";
+        if !others.is_empty() {
+            notes.push(format!(
+                "--preempt-after off turns fairshare's preemption off: {} no effect{}",
+                list(&others),
+                if anchors_preempt { anchors } else { "" }
+            ));
+        } else if anchors_preempt {
+            notes.push(format!(
+                "--preempt-after off turns fairshare's preemption off only{anchors}"
+            ));
+        }
     } else if !preempt.is_empty() && args.preemptible == Preemptible::None {
         notes.push(
             "the --preempt-* flags have no effect with --preemptible none (the default); \
              give --preemptible all or a fraction such as 0.5"
+                .to_owned(),
+        );
+    }
+    if args.groups == crate::sim::simulate::SimGroups::Swf
+        && args.policy.is_none_or(SimPolicy::is_anchor)
+    {
+        notes.push(
+            "--groups swf: the fair shares measured and fairshare's order follow the groups; \
+             the anchors' order stays flat (Slurm's Fair Tree accounts, Kueue's cohorts and \
+             YuniKorn's queues are not modelled)"
                 .to_owned(),
         );
     }
@@ -260,13 +278,26 @@ pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
 }
 
 /// Whether `a` and `b` name one file: the same path, the same name in the same
-/// (canonical) folder, or, when both exist, the same device and inode (a symbolic
-/// or hard link). Used to refuse an output that would overwrite an input or another
+/// (canonical) folder once symbolic links are followed (to where they point, even
+/// where nothing is yet), or, when both exist, the same device and inode (a hard
+/// link). Used to refuse an output that would overwrite an input or another
 /// output (a tester's `--plot` over the trace, `--weights-out` over `--out`).
 #[must_use]
 pub fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
+    // A symbolic link is followed to where it points even when nothing is there yet
+    // (a dangling link to another output let the report overwrite a plot); at most 40
+    // links, as the kernel's own limit.
     let resolve = |p: &Path| {
+        let mut p = p.to_path_buf();
+        for _ in 0..40 {
+            let Ok(target) = std::fs::read_link(&p) else {
+                break;
+            };
+            p = p
+                .parent()
+                .map_or_else(|| target.clone(), |dir| dir.join(&target));
+        }
         let folder = p
             .parent()
             .filter(|d| !d.as_os_str().is_empty())

@@ -584,7 +584,16 @@ fn flags_that_cannot_act_are_noted() {
     );
     // `--preempt-after off` beside other `--preempt-*` flags.
     args.preemption.after = f64::INFINITY;
+    assert_eq!(
+        ineffective(&args, &["--preempt-after"]),
+        [
+            "--preempt-after off turns fairshare's preemption off only (kueue-fair and armada \
+          preempt by their own rules)"
+        ]
+    );
+    args.policy = Some(SimPolicy::FairShare);
     assert!(ineffective(&args, &["--preempt-after"]).is_empty());
+    args.policy = None;
     let notes = ineffective(&args, &["--preempt-after", "--preempt-budget"]);
     assert_eq!(notes.len(), 1);
     assert!(
@@ -630,6 +639,7 @@ fn flags_that_cannot_act_are_noted() {
     assert!(ineffective(&args, &["--half-life"]).is_empty());
     // Every policy: `--preempt-after off` is fairshare's only.
     args.policy = None;
+    args.preemptible = Preemptible::All;
     let notes = ineffective(
         &args,
         &["--half-life", "--preempt-after", "--preempt-budget"],
@@ -750,6 +760,19 @@ fn groups_from_the_trace_share_by_group_first() {
     assert!(!report(&simulate(&trace, &flat), &flat)
         .to_table()
         .contains("groups"));
+    // An anchor's header says its order does not follow the groups.
+    let anchor = SimConfig {
+        policy: SimPolicy::SlurmFairTree,
+        ..grouped.clone()
+    };
+    assert!(report(&simulate(&trace, &anchor), &anchor)
+        .to_table()
+        .lines()
+        .next()
+        .unwrap()
+        .ends_with(
+            "in the fair shares measured; its order is flat (its hierarchy is not modelled)"
+        ));
     let fifo = simulate(
         &trace,
         &SimConfig {
@@ -770,6 +793,7 @@ fn an_output_over_an_input_or_the_other_output_is_refused() {
     let link = dir.path().join("link.svg");
     std::os::unix::fs::symlink(&trace, &link).unwrap();
     std::os::unix::fs::symlink(&trace, dir.path().join("t-fifo.svg")).unwrap();
+    std::os::unix::fs::symlink("d-fifo.svg", dir.path().join("dang.json")).unwrap();
     let weights = dir.path().join("w.json");
     std::fs::write(&weights, r#"{"1": 2}"#).unwrap();
     let out = dir.path().join("out");
@@ -785,6 +809,13 @@ fn an_output_over_an_input_or_the_other_output_is_refused() {
             Some(dir.path().join("q-slurm.svg")),
             Some(dir.path().join("q.svg")),
             "--plot's slurm plot",
+        ),
+        // A dangling link to another output is that output (a second tester's
+        // report went into the fifo plot through one).
+        (
+            Some(dir.path().join("dang.json")),
+            Some(dir.path().join("d.svg")),
+            "--plot's fifo plot",
         ),
     ] {
         args.weights = Some(weights.clone());
@@ -959,4 +990,60 @@ fn the_quickstarts_half_life_is_the_default_at_the_replays_time_scale() {
     assert!(scaled.2 < 0.15, "u62 starved {:.3}", scaled.2);
     assert!(scaled.4 < 0.15, "the most starved user {:.3}", scaled.4);
     assert!(scaled.2 <= whole_run.2 && scaled.3 <= whole_run.3);
+}
+
+/// fairshare's settings name every knob it ran with: its running-jobs cap and its
+/// preemption (a second tester found both missing), and no "(or 0 × the typical run
+/// time)" when that rule is off.
+#[test]
+fn fairshares_settings_name_every_knob_it_ran_with() {
+    use crate::sim::simulate::Preemptible;
+    let trace = vec![job(1, 0.0, 10.0, 1, "a")];
+    let mut config = SimConfig::new(SimPolicy::FairShare, 2);
+    config.max_running_jobs = 1;
+    config.starvation_runs = 0.0;
+    config.preemptible = Preemptible::All;
+    config.preemption.after = f64::INFINITY;
+    let settings = report(&simulate(&trace, &config), &config).settings;
+    assert!(!settings.contains("typical run time"), "{settings}");
+    assert!(
+        settings.contains(", at most 1 running jobs per user, preemption off, seed 42"),
+        "{settings}"
+    );
+    config.preemption.after = 600.0;
+    let settings = report(&simulate(&trace, &config), &config).settings;
+    assert!(
+        settings.contains(", preemption after 600 s (min runtime "),
+        "{settings}"
+    );
+    config.preemptible = Preemptible::None;
+    let settings = report(&simulate(&trace, &config), &config).settings;
+    assert!(!settings.contains("preemption"), "{settings}");
+}
+
+/// `--groups swf` with an anchor is said to leave the anchor's order flat (a second
+/// tester found every anchor's schedule the same with and without groups).
+#[test]
+fn groups_with_an_anchor_are_said_to_leave_its_order_flat() {
+    use crate::sim::run::ineffective;
+    let mut args = crate::sim::SimulateArgs::new("t.swf".into());
+    args.groups = crate::sim::simulate::SimGroups::Swf;
+    let flat = |notes: Vec<String>| {
+        notes
+            .iter()
+            .any(|n| n.contains("the anchors' order stays flat"))
+    };
+    assert!(
+        flat(ineffective(&args, &[])),
+        "every policy, anchors among them"
+    );
+    args.policy = Some(SimPolicy::Armada);
+    assert!(flat(ineffective(&args, &[])));
+    for policy in [SimPolicy::FairShare, SimPolicy::Fifo] {
+        args.policy = Some(policy);
+        assert!(!flat(ineffective(&args, &[])), "{policy}");
+    }
+    args.groups = crate::sim::simulate::SimGroups::None;
+    args.policy = Some(SimPolicy::Armada);
+    assert!(!flat(ineffective(&args, &[])));
 }
