@@ -107,8 +107,15 @@ pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
 /// Parses SWF text.
 pub fn parse(reader: impl BufRead) -> std::io::Result<Trace> {
     let mut trace = Trace::default();
-    for line in reader.lines() {
+    for (i, line) in reader.lines().enumerate() {
         let line = line?;
+        // A byte order mark before the first line (an editor's) is not part of it: it
+        // hid a MaxProcs header from a tester.
+        let line = if i == 0 {
+            line.trim_start_matches('\u{feff}')
+        } else {
+            &line
+        };
         let line = line.trim();
         if line.is_empty() {
             continue;
@@ -209,5 +216,16 @@ mod tests {
         let t = read_trace(&path).unwrap();
         assert_eq!(t.max_procs, Some(1728));
         assert_eq!(t.jobs.len() + t.skipped, 19_760);
+    }
+
+    /// A UTF-8 byte order mark before the header does not hide it.
+    #[test]
+    fn a_byte_order_mark_does_not_hide_the_header() {
+        let t = parse(
+            "\u{feff}; MaxProcs: 64\n1 0 0 10 1 -1 -1 1 60 -1 1 1 1 -1 -1 1 -1 -1\n".as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(t.max_procs, Some(64));
+        assert_eq!(t.jobs.len(), 1);
     }
 }
