@@ -1238,17 +1238,13 @@ impl Sim<'_> {
             return;
         }
         let a = &mut self.anchor;
-        a.scratch_users.clear();
-        a.scratch_weights.clear();
-        a.scratch_demands.clear();
-        for (u, user) in self.users.iter().enumerate() {
-            let demand = user.running_cores + user.queued_cores;
-            if demand > 0 {
-                a.scratch_users.push(u);
-                a.scratch_weights.push(user.weight);
-                a.scratch_demands.push(demand as f64 / capacity);
-            }
-        }
+        super::fairness::gather_demands(
+            &self.users,
+            self.config.capacity,
+            &mut a.scratch_users,
+            &mut a.scratch_weights,
+            &mut a.scratch_demands,
+        );
         a.scratch_adjusted.clear();
         a.scratch_adjusted.resize(a.scratch_demands.len(), 0.0);
         let total: f64 = a.scratch_demands.iter().sum();

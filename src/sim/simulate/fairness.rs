@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use super::{JobOutcome, SharePoint, Sim, SimOutcome, Snapshot};
+use super::{JobOutcome, SharePoint, Sim, SimOutcome, Snapshot, UserState};
 use crate::policy::Seconds;
 use crate::sim::stats::{fill_in_order, jain_index};
 
@@ -207,20 +207,13 @@ impl Sim<'_> {
     /// [`crate::sim::stats::fair_shares`], or the groups'), into the scratch
     /// arrays; the demand capped at the capacity, summed.
     fn demands_and_fair_shares(&mut self) -> u64 {
-        let capacity = f64::from(self.config.capacity);
-        self.scratch_users.clear();
-        self.scratch_weights.clear();
-        self.scratch_demands.clear();
-        let mut capped_demand = 0u64;
-        for (u, user) in self.users.iter().enumerate() {
-            let demand = user.running_cores + user.queued_cores;
-            if demand > 0 {
-                self.scratch_users.push(u);
-                self.scratch_weights.push(user.weight);
-                self.scratch_demands.push(demand as f64 / capacity);
-                capped_demand += demand.min(u64::from(self.config.capacity));
-            }
-        }
+        let capped_demand = gather_demands(
+            &self.users,
+            self.config.capacity,
+            &mut self.scratch_users,
+            &mut self.scratch_weights,
+            &mut self.scratch_demands,
+        );
         // `stats::fair_shares`, with the order kept between steps.
         self.scratch_fair.clear();
         let total: f64 = self.scratch_demands.iter().sum();
@@ -300,4 +293,31 @@ impl Sim<'_> {
         outcome.autoscale = self.scaler.map(|s| s.into_outcome(&ran));
         outcome
     }
+}
+
+/// The users with demand (running and queued cores) in `users`, their weights and
+/// demands as a fraction of `capacity` (cores), into `ids`, `weights` and `demands`
+/// (cleared first); returns the demands capped at the capacity, summed (cores). The
+/// input of the water-filling fair shares, for the fairness snapshot and Armada's.
+pub(super) fn gather_demands(
+    users: &[UserState],
+    capacity: u32,
+    ids: &mut Vec<usize>,
+    weights: &mut Vec<f64>,
+    demands: &mut Vec<f64>,
+) -> u64 {
+    ids.clear();
+    weights.clear();
+    demands.clear();
+    let mut capped_demand = 0u64;
+    for (u, user) in users.iter().enumerate() {
+        let demand = user.running_cores + user.queued_cores;
+        if demand > 0 {
+            ids.push(u);
+            weights.push(user.weight);
+            demands.push(demand as f64 / f64::from(capacity));
+            capped_demand += demand.min(u64::from(capacity));
+        }
+    }
+    capped_demand
 }
