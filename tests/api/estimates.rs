@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::fake_ray;
-use crate::helpers::{until, SUBMITTER};
+use crate::helpers::{until, TestApp, SUBMITTER};
 
 fn at(v: &Value) -> DateTime<Utc> {
     DateTime::parse_from_rfc3339(v.as_str().unwrap_or_else(|| panic!("a time: {v}")))
@@ -23,7 +23,7 @@ fn at(v: &Value) -> DateTime<Utc> {
 async fn estimating_app(
     cpus: f64,
     tune: impl FnOnce(&mut fairshare::config::Settings),
-) -> (crate::helpers::TestApp, wiremock::MockServer) {
+) -> (TestApp, wiremock::MockServer) {
     let (server, _state) = fake_ray::start(cpus, |s| s.run_polls = 1_000_000).await;
     let app = crate::helpers::app_with_cluster("fake", server.uri(), |s| {
         s.estimates.refresh = Duration::from_secs(1);
@@ -39,6 +39,21 @@ async fn estimating_app(
     (app, server)
 }
 
+/// Submits `n` jobs of `user`, each `sleep 100` with `max_runtime_s` 100 (so estimated
+/// to run 100 s); their ids in order.
+async fn submit_sleepers(app: &TestApp, user: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::new();
+    for _ in 0..n {
+        let j = app
+            .submit(
+                user,
+                json!({"entrypoint": "sleep 100", "max_runtime_s": 100}),
+            )
+            .await;
+        ids.push(j["id"].as_str().unwrap().to_string());
+    }
+    ids
+}
 #[actix_web::test]
 async fn every_waiting_job_gets_an_estimated_start_position_and_basis() {
     // Jobs run until the test ends.
@@ -48,16 +63,7 @@ async fn every_waiting_job_gets_an_estimated_start_position_and_basis() {
     .await;
     // alice: two 1-CPU jobs of at most 100 s start at once; a third (100 s) waits.
     // bob: a job with no max_runtime_s (the default, an hour) waits.
-    let mut alice = Vec::new();
-    for _ in 0..3 {
-        let j = app
-            .submit(
-                "alice",
-                json!({"entrypoint": "sleep 100", "max_runtime_s": 100}),
-            )
-            .await;
-        alice.push(j["id"].as_str().unwrap().to_string());
-    }
+    let alice = submit_sleepers(&app, "alice", 3).await;
     let running: Vec<Value> = until(20, "alice's first two jobs running", || async {
         let mut out = Vec::new();
         for id in &alice[..2] {
@@ -357,16 +363,7 @@ async fn a_job_beyond_the_horizon_is_marked() {
         )
         .await,
     ];
-    let mut ids = Vec::new();
-    for _ in 0..5 {
-        let j = app
-            .submit(
-                "alice",
-                json!({"entrypoint": "sleep 100", "max_runtime_s": 100}),
-            )
-            .await;
-        ids.push(j["id"].as_str().unwrap().to_string());
-    }
+    let ids = submit_sleepers(&app, "alice", 5).await;
     let (running, queued) = until(
         20,
         "two running, three with an estimate or a mark",
@@ -627,16 +624,7 @@ async fn a_job_past_the_read_cut_starts_no_sooner_than_its_users_last_read_job()
         s.estimates.max_jobs = 2;
     })
     .await;
-    let mut ids = Vec::new();
-    for _ in 0..5 {
-        let j = app
-            .submit(
-                "alice",
-                json!({"entrypoint": "sleep 100", "max_runtime_s": 100}),
-            )
-            .await;
-        ids.push(j["id"].as_str().unwrap().to_string());
-    }
+    let ids = submit_sleepers(&app, "alice", 5).await;
     let views = until(20, "one running, two estimated, two marked", || async {
         let mut views = Vec::new();
         for id in &ids {
