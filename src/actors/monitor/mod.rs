@@ -8,7 +8,8 @@
 //! announced, and stops the step asks for go to the dispatcher. A stop that Ray has not
 //! carried out is asked again every [`followed::STOP_RETRY`]. Clusters are unhealthy after
 //! `monitor.failure_threshold` failed polls in a row, or for a growing hold after a
-//! dispatch found them not ready, and healthy again when they answer; an unreachable
+//! dispatch found them not ready while their polls answer, and healthy again when they
+//! answer (`health`); an unreachable
 //! cluster is logged at `warn` at once and then at most every
 //! `monitor.unreachable_warn_every`.
 
@@ -23,6 +24,7 @@ use futures_util::future::join_all;
 pub(crate) mod book;
 mod followed;
 pub(crate) mod growth;
+mod health;
 mod hint;
 pub(crate) mod poll;
 
@@ -39,25 +41,8 @@ use crate::ray::{error_chain, RayClient, RayError};
 use crate::store::{Db, Fence};
 use crate::views::NotificationsView;
 use book::{Book, Effect, NoticeState, Retiring};
+use health::Health;
 use poll::{poll_cluster, ClusterPoll};
-
-#[derive(Clone, Debug, Default)]
-struct Health {
-    healthy: bool,
-    failures: u32,
-    total: Resources,
-    /// Unhealthy at least until then (a dispatch found the cluster not ready).
-    hold_until: Option<Instant>,
-    hold: Duration,
-    last_warned: Option<Instant>,
-    /// Why the last poll failed (shown while the cluster is unhealthy).
-    last_error: Option<String>,
-    /// Not polled before then: Ray refused this service's authentication (issue 45
-    /// §1; each refused poll doubles the wait, `monitor.unhealthy_backoff` up to
-    /// `unhealthy_backoff_max`).
-    poll_hold_until: Option<Instant>,
-    poll_hold: Duration,
-}
 
 /// Run one poll of every cluster now (tests and the interval both use it).
 #[derive(Message)]
@@ -438,7 +423,6 @@ impl RayCapacityMonitor {
 
     /// Health, logging and the capacity message for one cluster's poll.
     fn apply_health(&mut self, r: &ClusterPoll) -> Option<Resources> {
-        let threshold = self.settings.monitor.failure_threshold;
         let warn_every = self.settings.monitor.unreachable_warn_every;
         let address = self
             .clients
@@ -453,34 +437,25 @@ impl RayCapacityMonitor {
         };
         let used = match (&r.usage, error) {
             (Ok(u), None) => {
-                health.failures = 0;
-                health.last_error = None;
-                health.poll_hold_until = None;
-                health.poll_hold = Duration::ZERO;
+                health.poll_answered(Instant::now());
                 health.total = u.total;
                 if let Some(g) = self.growth.get_mut(&r.name) {
                     g.nodes_starting = u.nodes_starting;
                 }
-                health.healthy = health.hold_until.is_none_or(|t| Instant::now() >= t);
                 if health.healthy {
                     health.last_warned = None;
                 }
                 Some(u.used)
             }
             (_, error) => {
-                health.failures = health.failures.saturating_add(1);
-                health.last_error = error.clone();
                 let refused = matches!(&r.usage, Err(RayError::Unauthorized { .. }))
                     || matches!(&r.jobs, Err(RayError::Unauthorized { .. }));
-                if refused {
-                    let m = &self.settings.monitor;
-                    health.poll_hold =
-                        (health.poll_hold * 2).clamp(m.unhealthy_backoff, m.unhealthy_backoff_max);
-                    health.poll_hold_until = Some(Instant::now() + health.poll_hold);
-                }
-                if health.failures >= threshold {
-                    health.healthy = false;
-                }
+                health.poll_failed(
+                    Instant::now(),
+                    error.clone(),
+                    refused,
+                    &self.settings.monitor,
+                );
                 if health.last_warned.is_none_or(|t| t.elapsed() >= warn_every) {
                     health.last_warned = Some(Instant::now());
                     tracing::warn!(cluster = %r.name, %address, failures = health.failures,
@@ -847,23 +822,9 @@ impl Handler<ClusterUnreachable> for RayCapacityMonitor {
 
     fn handle(&mut self, msg: ClusterUnreachable, ctx: &mut Context<Self>) {
         let m = &self.settings.monitor;
-        let threshold = m.failure_threshold;
         let h = self.health.entry(msg.cluster.clone()).or_default();
-        // A hold that is still running, or ended within the longest hold, doubles;
-        // otherwise it starts again from the configured backoff.
-        let recent = h
-            .hold_until
-            .is_some_and(|t| Instant::now() < t || t.elapsed() < m.unhealthy_backoff_max);
-        h.hold = if recent {
-            (h.hold * 2).clamp(m.unhealthy_backoff, m.unhealthy_backoff_max)
-        } else {
-            m.unhealthy_backoff
-        };
-        h.hold_until = Some(Instant::now() + h.hold);
-        h.failures = h.failures.max(threshold);
-        if h.healthy {
-            h.healthy = false;
-            tracing::warn!(cluster = %msg.cluster, hold_ms = h.hold.as_millis() as u64,
+        if h.dispatch_failed(Instant::now(), m) {
+            tracing::warn!(cluster = %msg.cluster, hold_ms = h.hold().as_millis() as u64,
                 "cluster marked unhealthy: a dispatch found it not ready");
             self.arbiter.capacity.do_send(CapacityChanged {
                 cluster: msg.cluster,
