@@ -604,6 +604,11 @@ fn fingerprint(rows: &[entity::job::Model], outstanding: &[estimate::Outstanding
     for r in rows {
         r.id.hash(&mut h);
         r.status.as_str().hash(&mut h);
+        // A job granted again in the same state between two reads (a pool job whose
+        // lease lapsed, QUEUED again with attempt + 1, and admitted anew) starts a new
+        // run: its end moves, and with it the estimates behind it (a fresh tester saw
+        // them stale by the time between the two grants).
+        r.attempt.hash(&mut h);
     }
     for o in outstanding {
         o.job_id.hash(&mut h);

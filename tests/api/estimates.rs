@@ -790,3 +790,62 @@ async fn a_job_past_the_cut_behind_a_barred_one_is_still_marked() {
         "{b}"
     );
 }
+
+/// A pool job whose runner stays silent lapses and is admitted again (QUEUED with
+/// attempt + 1, then ADMITTED with a new `dispatched_at`, within one cycle): the job
+/// queued behind it is estimated from the new grant, not the old one. Both are
+/// alice's (her queue's order decides which is admitted again); each asks the pool's
+/// one slot for `max_runtime_s` 1000, so the second's estimated start is the first's
+/// `dispatched_at` + 1000 s. Before, the refresh saw the same jobs in the same
+/// states and kept the estimate of the first grant (a fresh tester's finding).
+#[actix_web::test]
+async fn a_pool_job_admitted_again_moves_the_estimates_behind_it() {
+    let app = crate::helpers::spawn_app_with(crate::helpers::Db::Sqlite, |s| {
+        s.pools = vec![fairshare::config::PoolSettings {
+            name: "gw".into(),
+            capacity: std::collections::BTreeMap::from([("clusters".to_string(), 1.0)]),
+        }];
+        s.admission.lease = Duration::from_secs(3);
+        s.estimates.refresh = Duration::from_secs(1);
+        s.scheduler.usage_half_life = Duration::ZERO;
+    })
+    .await
+    .expect("SQLite is always there");
+    let body = json!({"entrypoint": "run", "pool": "gw", "max_runtime_s": 1000,
+        "resources": {"cpu": 0, "custom": {"clusters": 1}}});
+    let first = app.submit("alice", body.clone()).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let second = app.submit("alice", body).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let job = |id: &str| {
+        let path = format!("/v1/jobs/{id}");
+        let app = &app;
+        async move { app.get_json(&path, SUBMITTER).await }
+    };
+    // No runner reports: the lease lapses every 3 s and the job is admitted again.
+    until(
+        60,
+        "the second job estimated from the first's new grant",
+        || async {
+            let before = job(&first).await;
+            let behind = job(&second).await;
+            let after = job(&first).await;
+            let settled = before["attempt"].as_i64() >= Some(2)
+                && before["status"] == "ADMITTED"
+                && before["attempt"] == after["attempt"]
+                && !behind["estimated_start"].is_null();
+            // Within a millisecond: instants pass through f64 seconds.
+            let off = settled.then(|| {
+                at(&behind["estimated_start"])
+                    - (at(&before["dispatched_at"]) + chrono::Duration::seconds(1000))
+            });
+            off.is_some_and(|d| d.abs() <= chrono::Duration::milliseconds(1))
+                .then_some(())
+        },
+    )
+    .await;
+}
