@@ -404,13 +404,13 @@ fn usage_table(r: &crate::api::usage::UsageReport) -> String {
         };
         lines.push(
             format!(
-                "{:<20} {:<24} {:>12.3} {:>10.3} {:>12.3} {:>12.3} {:>14} {:>9} {:>9}",
+                "{:<20} {:<24} {:>12} {:>10} {:>12} {:>12} {:>14} {:>9} {:>9}",
                 x.start.format("%Y-%m-%dT%H:%MZ"),
                 key,
-                x.core_seconds / 3600.0,
-                x.gpu_seconds / 3600.0,
-                x.memory_byte_seconds / 3600.0 / 1_073_741_824.0,
-                x.actual.core_seconds / 3600.0,
+                hours(x.core_seconds),
+                hours(x.gpu_seconds),
+                hours(x.memory_byte_seconds / 1_073_741_824.0),
+                hours(x.actual.core_seconds),
                 format!("{}/{}/{}", x.jobs.succeeded, x.jobs.failed, x.jobs.stopped),
                 opt(x.wait_seconds.p50),
                 opt(x.wait_seconds.p90),
@@ -421,6 +421,19 @@ fn usage_table(r: &crate::api::usage::UsageReport) -> String {
     lines.join("\n") + "\n"
 }
 
+/// Seconds of something held as hours with three decimals; an amount above 0 that
+/// would show as `0.000` (under about 1.8 s) shows as `<0.001`, so that a short job's use
+/// is not read as none (a tester's finding: a 1-s job showed 0.000 core-hours).
+fn hours(seconds: f64) -> String {
+    let h = seconds / 3600.0;
+    let shown = format!("{h:.3}");
+    if h > 0.0 && shown == "0.000" {
+        "<0.001".into()
+    } else {
+        shown
+    }
+}
+
 /// Custom resource-seconds as hours, `name=hours` in name order, `-` for none.
 fn custom_hours(seconds: &std::collections::BTreeMap<String, f64>) -> String {
     if seconds.is_empty() {
@@ -428,7 +441,7 @@ fn custom_hours(seconds: &std::collections::BTreeMap<String, f64>) -> String {
     }
     seconds
         .iter()
-        .map(|(name, s)| format!("{name}={:.3}", s / 3600.0))
+        .map(|(name, s)| format!("{name}={}", hours(*s)))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -717,6 +730,19 @@ mod tests {
         assert!(lines[1].ends_with(" custom_hours"), "{table}");
         assert!(lines[2].ends_with(" A=0.010,QPU=1.500"), "{table}");
         assert!(lines[3].ends_with(" -"), "{table}");
+    }
+
+    /// Hours with three decimals; what is above 0 never shows as none.
+    #[test]
+    fn hours_above_zero_never_show_as_zero() {
+        assert_eq!(super::hours(0.0), "0.000");
+        assert_eq!(super::hours(1.0), "<0.001");
+        assert_eq!(super::hours(1.79), "<0.001");
+        assert_eq!(super::hours(1.81), "0.001");
+        assert_eq!(super::hours(5400.0), "1.500");
+        for s in [1e-9, 0.5, 1.0, 1.7, 1.8, 2.0, 3.6, 36.0] {
+            assert!(super::hours(s) != "0.000", "{s} s");
+        }
     }
 
     /// The error clap gives for `args` after `fairshare simulate --trace t.swf`.
