@@ -10,8 +10,9 @@
 //!   doubled while such failures go on (a hold running, or ended within the longest
 //!   hold), up to `monitor.unhealthy_backoff_max`.
 //! - Once the polls fail too, the outage is theirs to judge: a failed poll drops the
-//!   hold, and a dispatch that fails while the last poll failed sets none, so the
-//!   first poll that answers ends the outage. Before, every job in flight when Ray
+//!   hold (its length is remembered for the doubling), and a dispatch that fails
+//!   while the last poll failed sets none, so the first poll that answers ends the
+//!   outage. Before, every job in flight when Ray
 //!   went down doubled the hold as its retries gave up (1, 2, 4, 8, 16 s), and the
 //!   hold outlasted the outage: `scripts/chaos` once saw the first dispatch 13.5 s
 //!   after Ray answered again (bound 1.25 s).
@@ -35,6 +36,9 @@ pub(super) struct Health {
     /// Unhealthy at least until then (a dispatch found the cluster not ready).
     hold_until: Option<Instant>,
     hold: Duration,
+    /// When the last hold ended or ends, dropped or not: a failure within the longest
+    /// hold of it doubles the next hold.
+    last_hold_end: Option<Instant>,
     pub(super) last_warned: Option<Instant>,
     /// Why the last poll failed (shown while the cluster is unhealthy); `None` when
     /// the last poll answered.
@@ -87,7 +91,7 @@ impl Health {
             // A hold that is still running, or ended within the longest hold,
             // doubles; otherwise it starts again from the configured backoff.
             let recent = self
-                .hold_until
+                .last_hold_end
                 .is_some_and(|t| now < t || now.duration_since(t) < m.unhealthy_backoff_max);
             self.hold = if recent {
                 (self.hold * 2).clamp(m.unhealthy_backoff, m.unhealthy_backoff_max)
@@ -95,6 +99,7 @@ impl Health {
                 m.unhealthy_backoff
             };
             self.hold_until = Some(now + self.hold);
+            self.last_hold_end = self.hold_until;
         }
         self.failures = self.failures.max(m.failure_threshold);
         std::mem::replace(&mut self.healthy, false)
@@ -186,6 +191,26 @@ mod tests {
                 assert!(h.healthy, "{before_polls} before, {during} during");
             }
         }
+    }
+
+    /// A hold dropped by a failed poll is still remembered: a dispatch failing again
+    /// soon after the polls answer doubles it (a cluster that keeps refusing
+    /// submissions is not tried every second).
+    #[test]
+    fn a_dropped_hold_still_doubles_the_next() {
+        let m = settings();
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut h = healthy();
+        h.dispatch_failed(t0, &m);
+        h.dispatch_failed(t0, &m);
+        assert_eq!(h.hold(), s(2));
+        h.poll_failed(t0 + s(1), None, false, &m);
+        assert_eq!(h.hold(), Duration::ZERO);
+        h.poll_answered(t0 + s(1));
+        assert!(h.healthy, "the dropped hold no longer holds it");
+        h.dispatch_failed(t0 + s(5), &m);
+        assert_eq!(h.hold(), s(4));
     }
 
     /// One failed poll is below the threshold of 2; the second makes it unhealthy;
