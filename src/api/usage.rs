@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use actix_web::{web, HttpRequest, HttpResponse};
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Timelike, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -189,16 +189,28 @@ const LATEST: i64 = 253_370_764_800;
 
 /// An RFC 3339 time from 1970-01-01T00:00:00Z to [`LATEST`], in seconds since the
 /// epoch; 422 naming `field` otherwise.
+///
+/// A fraction of a second is taken and dropped (usage is kept in whole seconds), but
+/// not past [`LATEST`] (`9999-01-01T00:00:00.5Z` is refused); second 60 is taken only
+/// where RFC 3339 allows a leap second, at 23:59:60 UTC (chrono reads it anywhere; a
+/// tester's `02:00:60Z` was taken as `02:00:59Z`).
 fn parse_time(field: &str, s: &str) -> Result<i64, ApiError> {
-    let t = DateTime::parse_from_rfc3339(s)
-        .map(|t| t.timestamp())
-        .map_err(|_| {
-            ApiError::invalid(
-                field,
-                "must be an RFC 3339 time such as 2026-12-01T00:00:00Z",
-            )
-        })?;
-    if (0..=LATEST).contains(&t) {
+    let parsed = DateTime::parse_from_rfc3339(s).map_err(|_| {
+        ApiError::invalid(
+            field,
+            "must be an RFC 3339 time such as 2026-12-01T00:00:00Z",
+        )
+    })?;
+    let utc = parsed.with_timezone(&Utc);
+    if utc.nanosecond() >= 1_000_000_000 && (utc.hour(), utc.minute()) != (23, 59) {
+        return Err(ApiError::invalid(
+            field,
+            "has second 60, a leap second, which RFC 3339 allows only at 23:59:60 UTC",
+        ));
+    }
+    let t = utc.timestamp();
+    let past_latest = t == LATEST && utc.timestamp_subsec_nanos() > 0;
+    if (0..=LATEST).contains(&t) && !past_latest {
         Ok(t)
     } else {
         Err(ApiError::invalid(
@@ -476,6 +488,31 @@ mod tests {
             field(params(Some("1969-12-31T23:59:59Z"), None, None)),
             "from"
         );
+        // Past the latest by a fraction (a tester's finding: it was taken).
+        assert_eq!(
+            field(params(None, Some("9999-01-01T00:00:00.5Z"), None)),
+            "to"
+        );
+        // Second 60 anywhere but 23:59 UTC (chrono reads it anywhere).
+        assert_eq!(
+            field(params(Some("2026-12-01T02:00:60Z"), None, None)),
+            "from"
+        );
+        assert_eq!(
+            field(params(Some("2026-12-01T01:59:60+01:00"), None, None)),
+            "from"
+        );
+        // A leap second where one can be, and a fraction, are taken (whole seconds).
+        let leap = query_of(
+            params(
+                Some("2016-12-31T23:59:60Z"),
+                Some("2016-12-31T23:59:59.75Z"),
+                None,
+            ),
+            1_765_000_000,
+        )
+        .unwrap();
+        assert_eq!(ts(leap.from).to_rfc3339(), "2016-12-31T00:00:00+00:00");
         let last = query_of(
             params(
                 Some("9998-12-01T00:00:00Z"),
