@@ -132,6 +132,18 @@ impl Estimates {
         self.0.read().ok()?.at
     }
 
+    /// Whether the last forward run's state keeps `job` of `user` from ever starting
+    /// ([`estimate::Bars::never`]: a pause, a limit of 0, a cap it alone exceeds, no
+    /// healthy cluster large enough); `false` before the first run.
+    #[must_use]
+    pub fn never(&self, user: &str, job: &QueuedJob) -> bool {
+        self.0
+            .read()
+            .ok()
+            .and_then(|t| t.bars.as_ref().map(|b| b.never(user, job)))
+            .unwrap_or(false)
+    }
+
     /// For a QUEUED job without an estimate, `job` of `user` submitted at
     /// `submitted_at`, queued by the run's instant and not kept from ever starting
     /// ([`estimate::Bars`]: paused, a limit of 0, larger than every cluster): the

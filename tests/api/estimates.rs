@@ -123,7 +123,7 @@ async fn every_waiting_job_gets_an_estimated_start_position_and_basis() {
     let message = ray["message"].as_str().unwrap();
     assert!(
         message.contains("expected to start at about ")
-            && message.contains("(position 1 among the waiting jobs; run times by default)"),
+            && message.contains("(position 1 among the waiting jobs; this job's run time by default, each job ahead's by its own)"),
         "{message}"
     );
     assert_eq!(ray["fairshare"]["estimate_basis"], "default");
@@ -245,7 +245,7 @@ async fn a_follower_answers_the_leaders_estimates() {
     let message = ray["message"].as_str().unwrap();
     assert!(
         message.contains("expected to start at about ")
-            && message.contains("(position 1 among the waiting jobs; run times by max_runtime)"),
+            && message.contains("(position 1 among the waiting jobs; this job's run time by max_runtime, each job ahead's by its own)"),
         "{message}"
     );
     a_handle.stop(true).await;
@@ -436,6 +436,32 @@ async fn a_job_beyond_the_horizon_is_marked() {
             v["estimated_start"].is_null() && v["estimated_after"].is_null(),
             "{v}"
         );
+    }
+    // Ray's job list says of them that they cannot start as things stand (it said
+    // "waiting for its fair-share turn" of bob's job over his limit: a tester's
+    // finding), and of the waiting ones no such thing; each job's page names its bar.
+    let list = app.get_json("/api/jobs/", SUBMITTER).await;
+    let message_of = |id: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["submission_id"] == id)
+            .map(|d| d["message"].as_str().unwrap_or("").to_string())
+            .unwrap_or_else(|| panic!("{id} in the list: {list}"))
+    };
+    for (j, bar) in never.iter().zip(["limit", "paused"]) {
+        let id = j["id"].as_str().unwrap();
+        let listed = message_of(id);
+        assert!(
+            listed.starts_with("queued in fairshare: it cannot start as things stand"),
+            "{listed}"
+        );
+        let own = app.get_json(&format!("/api/jobs/{id}"), SUBMITTER).await;
+        assert!(own["message"].as_str().unwrap().contains(bar), "{own}");
+    }
+    for v in &queued {
+        let listed = message_of(v["id"].as_str().unwrap());
+        assert!(!listed.contains("cannot start"), "{listed}");
     }
 }
 

@@ -81,7 +81,9 @@ impl Estimated {
 /// Ray's `JobDetails` of a row. `pending_reason`, `queue_position` and the estimate
 /// fill the message of a waiting job (Ray's `message` is the only free text Ray's
 /// clients show): "…; expected to start at about <RFC 3339> (position N among the
-/// waiting jobs; run times by <basis>)", or for a job the forward run stopped before
+/// waiting jobs; this job's run time by <basis>, each job ahead's by its own)" (the
+/// basis is the job's own: a tester read "run times by max_runtime" as every run time
+/// behind the estimate), or for a job the forward run stopped before
 /// reaching (its horizon, or a queue read only to its first jobs), "…; expected to
 /// start no sooner than <RFC 3339> (the estimates stopped before this job)".
 pub fn details(
@@ -99,7 +101,7 @@ pub fn details(
             if let (Some(t), Some(p)) = (estimated.start, estimated.position) {
                 waiting.push_str(&format!(
                     "; expected to start at about {} (position {p} among the waiting jobs; \
-                     run times by {})",
+                     this job's run time by {}, each job ahead's by its own)",
                     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
                     estimated.basis.as_deref().unwrap_or("default")
                 ));
@@ -395,6 +397,11 @@ pub async fn submit(
     }))
 }
 
+/// What the list says of a QUEUED job that cannot start as things stand (the job's own
+/// `GET /api/jobs/{id}` names the bar).
+const LIST_BARRED: &str = "it cannot start as things stand (a pause, a limit, or no \
+    cluster large enough: GET /api/jobs/<id> says which)";
+
 /// `GET /api/jobs/`: the newest [`LIST_LIMIT`] jobs as Ray's `JobDetails` (the token's
 /// user's only, for a token with a user), from the database.
 pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpResponse, RayError> {
@@ -415,7 +422,17 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
         .iter()
         .map(|j| {
             let v = crate::api::jobs::JobView::estimated(j.clone(), &state);
-            JobDetails::from_value(details(j, None, None, &Estimated::of(&v)))
+            // The list asks nobody why each job waits; a job the estimates' state keeps
+            // from ever starting says so rather than "waiting for its fair-share turn"
+            // (a tester's finding: the list said that of a job over its user's limit).
+            let barred = j.status == JobStatus::Queued
+                && v.estimated_start.is_none()
+                && v.estimated_after.is_none()
+                && state
+                    .estimates()
+                    .never(&j.user_id, &crate::store::summary(j));
+            let reason = barred.then_some(LIST_BARRED);
+            JobDetails::from_value(details(j, reason, None, &Estimated::of(&v)))
         })
         .collect();
     Ok(pyjson::ok(&out))
@@ -640,7 +657,8 @@ mod tests {
         assert_eq!(
             d["message"],
             "queued in fairshare: waiting for capacity; expected to start at about \
-             2026-12-06T10:00:00Z (position 7 among the waiting jobs; run times by learned)"
+             2026-12-06T10:00:00Z (position 7 among the waiting jobs; this job's run time by \
+             learned, each job ahead's by its own)"
         );
         assert_eq!(d["fairshare"]["position"], 7);
         assert_eq!(d["fairshare"]["estimate_basis"], "learned");
