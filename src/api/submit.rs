@@ -142,7 +142,8 @@ pub const SUBMIT_NUMBERS: &[(&str, Written)] = &[
 impl SubmitRequest {
     /// Resolves a named size (`size`, or `metadata["fairshare.size"]` as Ray's Jobs
     /// API gives it) into the request's resources, and records it in the metadata
-    /// (where usage finds it). Errors (422 naming `size`): a size not in `sizes`, a
+    /// (where usage finds it). Errors (422 naming `size`, or `metadata.fairshare.size`
+    /// when only the metadata names it): a size not in `sizes`, a
     /// size together with `resources` (one or the other: a size is a contract of
     /// resources and of what is reported, and a job that changed them would be
     /// reported under a size it does not have), or `size` and the metadata key
@@ -151,6 +152,7 @@ impl SubmitRequest {
     /// on Ray's Jobs API.
     pub fn with_size(mut self, sizes: &[crate::config::SizeSettings]) -> Result<Self, ApiError> {
         let key = crate::store::SIZE_KEY;
+        let field = self.size_field();
         let in_metadata = self.metadata.as_ref().and_then(|m| m.get(key)).cloned();
         let name = match (self.size.take(), in_metadata) {
             (Some(a), Some(b)) if a != b => {
@@ -168,14 +170,14 @@ impl SubmitRequest {
         // tester's finding: a 100,000-character name came back twice, 200 KB).
         if name.chars().count() > 64 {
             return Err(ApiError::invalid(
-                "size",
+                &field,
                 "must be at most 64 characters (a [[sizes]] name)",
             ));
         }
         let Some(size) = sizes.iter().find(|z| z.name == name) else {
             let known: Vec<&str> = sizes.iter().map(|z| z.name.as_str()).collect();
             return Err(ApiError::invalid(
-                "size",
+                &field,
                 if known.is_empty() {
                     format!("no size {name:?}: none is configured ([[sizes]])")
                 } else {
@@ -185,7 +187,7 @@ impl SubmitRequest {
         };
         if self.resources.as_ref().is_some_and(ResourcesIn::names_any) {
             return Err(ApiError::invalid(
-                "size",
+                &field,
                 "give either size or resources, not both",
             ));
         }
@@ -201,12 +203,24 @@ impl SubmitRequest {
         Ok(self)
     }
 
+    /// Where the request names its size: `size`, else `metadata.fairshare.size` (a
+    /// client that set only the metadata key, as the Python client's `metadata=` does,
+    /// is told about the field it sent: a fresh tester's finding).
+    fn size_field(&self) -> String {
+        if self.size.is_some() {
+            "size".into()
+        } else {
+            format!("metadata.{}", crate::store::SIZE_KEY)
+        }
+    }
+
     /// For a job that names a size (`size` or the metadata key): an error about its
     /// resources, which the client did not send, is about the size: it names `size`
     /// (on Ray's API `metadata.fairshare.size`) and says which resource (a fresh
     /// tester's finding: a size too large for every cluster answered "resources.cpu").
     pub fn size_blame(&self) -> impl Fn(ApiError) -> ApiError {
         let key = crate::store::SIZE_KEY;
+        let blamed = self.size_field();
         let size = self
             .size
             .clone()
@@ -217,7 +231,7 @@ impl SubmitRequest {
                 if field == "resources" || field.starts_with("resources.") =>
             {
                 ApiError::Invalid {
-                    field: "size".into(),
+                    field: blamed.clone(),
                     reason: format!("size {name:?} asks {field}: {reason}"),
                 }
             }

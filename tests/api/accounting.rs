@@ -725,6 +725,20 @@ async fn sizes_stand_for_resources_and_are_reported(which: Db) {
             json!({"user": "sam", "entrypoint": "x", "pool": "gw", "size": "m", "metadata": {"fairshare.size": "s"}}),
             "size",
         ),
+        // On /v1 with only the metadata key (as the Python client's `metadata=` sends
+        // it): the field named is the one sent (a fresh tester's finding: `size`).
+        (
+            json!({"user": "sam", "entrypoint": "x", "pool": "gw", "metadata": {"fairshare.size": "nosuch"}}),
+            "metadata.fairshare.size",
+        ),
+        (
+            json!({"user": "sam", "entrypoint": "x", "pool": "gw", "metadata": {"fairshare.size": "m"}, "resources": {"cpu": 3}}),
+            "metadata.fairshare.size",
+        ),
+        (
+            json!({"user": "sam", "entrypoint": "x", "pool": "gw", "metadata": {"fairshare.size": "xl"}}),
+            "metadata.fairshare.size",
+        ),
     ] {
         let r = app.post("/v1/jobs", SUBMITTER, body).await;
         assert_error(r, 422, "invalid_field", Some(field)).await;
