@@ -128,6 +128,7 @@ class Client:
         preemptible: Optional[bool] = None,
         custom: Optional[Dict[str, float]] = None,
         pool: Optional[str] = None,
+        size: Optional[str] = None,
     ) -> Job:
         """``POST /v1/jobs``. ``preemptible``: the job may be stopped and queued again
         for a user below its fair share (``None``: the user's default). ``external_id`` is the idempotency key (per user): pass
@@ -137,7 +138,9 @@ class Client:
         ``FairshareError`` ``idempotency_key_reused`` (422). ``pool``: a ``[[pools]]``
         name: the job is admitted there for a runner outside the service to start
         (issue 30; ask for what the pool counts, e.g. ``cpu=0, custom={"clusters":
-        1}``)."""
+        1}``). ``size``: a ``[[sizes]]`` name instead of ``cpu``/``gpu``/
+        ``memory_bytes``/``custom`` (both: ``FairshareError`` 422 naming ``size``);
+        the job asks for the size's resources and its usage is reported under it."""
         body: Dict[str, Any] = {
             "user": user,
             "entrypoint": entrypoint,
@@ -157,6 +160,7 @@ class Client:
             ("max_runtime_s", max_runtime_s),
             ("preemptible", preemptible),
             ("pool", pool),
+            ("size", size),
         ):
             if v is not None:
                 body[k] = v
@@ -245,6 +249,28 @@ class Client:
         """``POST /v1/jobs/{id}/release``: give the admission back without running the
         job (it is QUEUED again, attempt + 1, at its old place)."""
         return self._report(job_id, "release", {}, attempt)
+
+    # -- usage --------------------------------------------------------------------
+
+    def usage(
+        self,
+        *,
+        by: Optional[str] = None,
+        step: Optional[str] = None,
+        from_: Optional[str] = None,
+        to: Optional[str] = None,
+    ) -> Dict[str, Any]:
+        """``GET /v1/usage``: what was held, per ``by`` (``user``, the default,
+        ``group``, ``cluster`` or ``size``) and ``step`` (``hour``, ``day``, the
+        default, or ``month``) from ``from_`` to ``to`` (RFC 3339; default the last 30
+        days up to now). The report as the service sends it (``UsageReport`` in
+        ``/openapi.json``): ``from``, ``to``, ``by``, ``step``, ``now`` and ``rows``,
+        each with ``start``, ``key``, ``core_seconds``, ``gpu_seconds``,
+        ``memory_byte_seconds``, ``custom_seconds``, ``actual``, ``jobs`` (ended, by
+        final status) and ``wait_seconds`` percentiles. A bad parameter raises
+        ``FairshareError`` 422 naming it."""
+        params = {k: v for k, v in (("by", by), ("step", step), ("from", from_), ("to", to)) if v is not None}
+        return self._request("GET", "/v1/usage", params=params).json()
 
     # -- users (admin token for changes) ----------------------------------------
 

@@ -109,6 +109,10 @@ token = "{ADMIN}"
 role = "admin"
 [secrets]
 runtime_env_keys = ["KioqKioqKioqKioqKioqKioqKioqKioqKioqKioqKio="]
+[[sizes]]
+name = "s"
+cpu = 1
+memory_bytes = "1 GiB"
 [[webhooks]]
 name = "gateway"
 url = "{webhook_url}"

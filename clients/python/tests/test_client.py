@@ -61,6 +61,28 @@ def test_submit_is_idempotent_by_external_id_and_get_shows_the_job(fs, admin):
     assert admin.update_user("alice", group=None).group is None
 
 
+def test_a_named_size_stands_for_resources_and_usage_is_reported(fs):
+    job = fs.submit("sally", "python s.py", size="s")
+    assert (job.resources.cpu, job.resources.memory_bytes) == (1.0, 1 << 30)
+    assert job.metadata == {"fairshare.size": "s"}
+    with pytest.raises(FairshareError) as e:
+        fs.submit("sally", "python s.py", size="s", cpu=2)
+    assert (e.value.status, e.value.details.get("field")) == (422, "size")
+    with pytest.raises(FairshareError) as e:
+        fs.submit("sally", "python s.py", size="nosuch")
+    assert (e.value.status, e.value.details.get("field")) == (422, "size")
+    # Cancelled while queued: one job ended STOPPED, nothing held.
+    fs.cancel(job.id)
+    report = fs.usage(by="size", step="day")
+    assert (report["by"], report["step"]) == ("size", "day")
+    rows = [r for r in report["rows"] if r["key"] == "s"]
+    assert sum(r["jobs"]["stopped"] for r in rows) == 1, report
+    assert sum(r["core_seconds"] for r in rows) == 0
+    with pytest.raises(FairshareError) as e:
+        fs.usage(by="week")
+    assert (e.value.status, e.value.details.get("field")) == (422, "by")
+
+
 def test_list_iterates_every_page_newest_first(fs):
     ids = [fs.submit("pager", f"echo {i}").id for i in range(5)]
     listed = [j.id for j in fs.list(user="pager", page_size=2)]
