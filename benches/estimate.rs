@@ -62,16 +62,12 @@ fn queue(u: usize, len: usize) -> Vec<QueuedJob> {
     (0..len)
         .map(|i| {
             let id = job_id(u, i);
-            QueuedJob {
-                job_id: id,
-                resources: Resources::new(1.0, 0.0, 0.0),
-                priority: 0,
-                submitted_at: NOW - 3600.0 + (u * PER_USER + i) as f64 * 1e-3,
-                runtime_estimate: Some(run_of(id.as_u128())),
-                preemptible: false,
-                preemptions: 0,
-                pool: None,
-            }
+            QueuedJob::new(
+                id,
+                Resources::new(1.0, 0.0, 0.0),
+                NOW - 3600.0 + (u * PER_USER + i) as f64 * 1e-3,
+            )
+            .with_runtime_estimate(run_of(id.as_u128()))
         })
         .collect()
 }

@@ -57,15 +57,13 @@ fn job_id(user: usize, i: usize) -> JobId {
 fn window(u: usize, users: usize, at: f64) -> Vec<QueuedJob> {
     let per_user = QUEUED / users;
     (0..per_user.min(WINDOW))
-        .map(|i| QueuedJob {
-            job_id: job_id(u, i),
-            resources: Resources::new(1.0, 0.0, 0.0),
-            priority: 0,
-            submitted_at: at + (u * per_user + i) as f64 * 1e-6,
-            runtime_estimate: Some(600.0),
-            preemptible: false,
-            preemptions: 0,
-            pool: None,
+        .map(|i| {
+            QueuedJob::new(
+                job_id(u, i),
+                Resources::new(1.0, 0.0, 0.0),
+                at + (u * per_user + i) as f64 * 1e-6,
+            )
+            .with_runtime_estimate(600.0)
         })
         .collect()
 }

@@ -29,10 +29,10 @@
 //!   share have one home each (`api::validate`, `api::shapes`), which the routes
 //!   import instead of each other; `views` (private): what the scheduler shows,
 //!   shared by `actors` and `api`.
-//! - [`config`] (public): typed settings (the sections, their checks), importing of
-//!   the HTTP layer only `api::validate` and its errors (a `[[sizes]]` entry is held
-//!   to a job's rules); `user_id` (private): what a user id may be, the one rule the
-//!   configuration and `api` share; [`telemetry`] (public): `tracing` setup;
+//! - [`config`] (public): typed settings (the sections, their checks), importing no
+//!   HTTP layer; `user_id` (private): what a user id may be, and `resources_check`
+//!   (private): what a job may ask for, the rules the configuration (a `[[sizes]]`
+//!   entry is held to a job's) and `api` share; [`telemetry`] (public): `tracing` setup;
 //!   `metrics` (private): Prometheus metrics; `errors` (private): the cause-chain
 //!   formatter.
 //! - [`sim`] (public): SWF traces (read, and seeded synthetic ones written), the
@@ -66,6 +66,7 @@ mod mac;
 mod metrics;
 pub mod policy;
 mod ray;
+mod resources_check;
 pub mod secrets;
 pub mod sim;
 pub mod store;

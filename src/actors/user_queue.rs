@@ -517,16 +517,12 @@ mod tests {
     }
 
     fn job(n: u128, priority: i32) -> QueuedJob {
-        QueuedJob {
-            job_id: JobId::from_u128(n),
-            resources: Resources::new(1.0, 0.0, 0.0),
-            priority,
-            submitted_at: 1_700_000_000.0 + n as f64 / 1e3,
-            runtime_estimate: None,
-            preemptible: false,
-            preemptions: 0,
-            pool: None,
-        }
+        QueuedJob::new(
+            JobId::from_u128(n),
+            Resources::new(1.0, 0.0, 0.0),
+            1_700_000_000.0 + n as f64 / 1e3,
+        )
+        .with_priority(priority)
     }
 
     fn grant(n: u128) -> Grant {

@@ -1,20 +1,19 @@
 //! The checks of what a request says that more than one route makes, in one home: user
 //! ids, external ids, resource amounts and custom resources, `memory_bytes`, weights,
 //! job limits, resource caps and group paths. Each refuses with a 422 naming the field
-//! it was given. The route modules (and the configuration's `[[sizes]]`, held to a
-//! job's rules) import them from here, and this module imports no route.
+//! it was given. The route modules import them from here, and this module imports no
+//! route. The resource checks are [`crate::resources_check`]'s, which the
+//! configuration's `[[sizes]]` share (a size is held to a job's rules); here they
+//! become 422s.
 
 use std::collections::BTreeMap;
 
-use super::body::numbers::MAX_WHOLE;
 use super::error::ApiError;
 use super::shapes::ResourceLimit;
-use crate::policy::custom::{self, MAX_CUSTOM};
+use crate::resources_check::{self, Refusal};
 
 /// Longest accepted external id, in characters.
 pub const MAX_EXTERNAL_ID_LEN: usize = 256;
-/// Largest accepted resource request per job: cores and GPUs (well past any cluster).
-pub const MAX_CORES: f64 = 1.0e6;
 /// Largest accepted weight (weights are relative; 1e6 to 1 is already extreme).
 pub const MAX_WEIGHT: f64 = 1.0e6;
 /// Smallest accepted weight: keys `(share + usage) / weight` stay finite and printable.
@@ -47,87 +46,35 @@ pub fn validate_external_id(field: &str, ext: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Ray's resource granularity: fractional amounts have at most 4 decimal places
-/// (Ray refuses `num_cpus` finer than 0.0001). Whether `v` is the double nearest a
-/// decimal of at most 4 places, exactly: Rust's
-/// `Display` of a double is the shortest decimal that reads back as it (without an
-/// exponent), and a decimal of at most 4 places within [`MAX_CORES`] has at most 11
-/// significant digits, so it is its double's shortest decimal. No tolerance: `0.3`
-/// and `0.0001` pass, `0.3000000001` and `0.30000000000000004` (`0.1 + 0.2`) do not.
-/// The body's text is checked too ([`super::body::numbers::check`]), which also refuses what no
-/// double shows (`0.30000000000000001` reads as `0.3`).
-pub fn at_most_4_decimals(v: f64) -> bool {
-    let shown = v.abs().to_string();
-    shown
-        .split_once('.')
-        .is_none_or(|(_, decimals)| decimals.len() <= 4)
+/// A shared check's refusal as the API's 422, naming the field it was given as.
+fn refused(r: Refusal) -> ApiError {
+    ApiError::invalid(r.field, r.reason)
 }
 
-/// Checks a resource amount: finite, >= 0, at most [`MAX_CORES`], with at most 4
-/// decimal places ([`at_most_4_decimals`]).
+/// Checks a resource amount: finite, >= 0, at most
+/// [`MAX_CORES`](resources_check::MAX_CORES), with at most 4 decimal places
+/// ([`resources_check::check_amount`]). Errors: 422 naming `field`.
 pub fn validate_amount(field: &str, v: f64) -> Result<(), ApiError> {
-    if !v.is_finite() {
-        return Err(ApiError::invalid(field, "must be a finite number"));
-    }
-    if v < 0.0 {
-        return Err(ApiError::invalid(field, "must be >= 0"));
-    }
-    if v > MAX_CORES {
-        return Err(ApiError::invalid(
-            field,
-            format!("must be at most {MAX_CORES}"),
-        ));
-    }
-    if !at_most_4_decimals(v) {
-        return Err(ApiError::invalid(
-            field,
-            "must have at most 4 decimal places (Ray's resource precision is 0.0001)",
-        ));
-    }
-    Ok(())
+    resources_check::check_amount(field, v).map_err(refused)
 }
 
-/// Checks `memory_bytes` (`field` names it): at most [`MAX_WHOLE`] (2^53), which the
-/// body's text is held to as well; the column's `i64`. Errors: 422 naming `field`.
+/// Checks `memory_bytes` (`field` names it): at most
+/// [`MAX_WHOLE`](resources_check::MAX_WHOLE) (2^53), which the body's text is held to
+/// as well; the column's `i64` ([`resources_check::check_memory_bytes`]). Errors: 422
+/// naming `field`.
 pub fn check_memory_bytes(field: &str, bytes: u64) -> Result<i64, ApiError> {
-    if bytes > MAX_WHOLE {
-        return Err(ApiError::invalid(
-            field,
-            crate::api::body::numbers::too_large(),
-        ));
-    }
-    i64::try_from(bytes).map_err(|_| ApiError::invalid(field, "is too large"))
+    resources_check::check_memory_bytes(field, bytes).map_err(refused)
 }
 
 /// Checks the custom resources of a job (`field` names the map, `resources.custom`):
-/// at most [`MAX_CUSTOM`] names, each a valid custom Ray resource name
-/// ([`custom::check_name`]), each amount > 0 and valid as [`validate_amount`] says.
-/// Names are not registered here (a client's names never take one of the process's
-/// slots; [`crate::api::accept`] refuses a name no cluster reports). Errors: 422
-/// naming the map, or `field.NAME`.
+/// [`resources_check::check_custom`]. Names are not registered here (a client's names
+/// never take one of the process's slots; [`crate::api::accept`] refuses a name no
+/// cluster reports). Errors: 422 naming the map, or `field.NAME`.
 pub fn validate_custom(
     field: &str,
     custom: BTreeMap<String, f64>,
 ) -> Result<BTreeMap<String, f64>, ApiError> {
-    if custom.len() > MAX_CUSTOM {
-        return Err(ApiError::invalid(
-            field,
-            format!("at most {MAX_CUSTOM} custom resources"),
-        ));
-    }
-    let mut out = BTreeMap::new();
-    for (name, amount) in custom {
-        let at = format!("{field}.{name}");
-        custom::check_name(&name).map_err(|e| ApiError::invalid(at.clone(), e.to_string()))?;
-        // `+ 0.0` turns a -0.0 into 0.0.
-        let amount = amount + 0.0;
-        validate_amount(&at, amount)?;
-        if amount <= 0.0 {
-            return Err(ApiError::invalid(at, "must be > 0"));
-        }
-        out.insert(name, amount);
-    }
-    Ok(out)
+    resources_check::check_custom(field, custom).map_err(refused)
 }
 
 /// Checks a weight (`field` names it in the 422): finite, 1e-6 to 1e6.

@@ -4,6 +4,7 @@
 //! a public address) are refused here, naming their key.
 
 use super::{ConfigError, Settings};
+use crate::resources_check::{check_amount, check_custom, check_memory_bytes, Refusal};
 
 impl Settings {
     /// Every check, in order; the first that fails names its key.
@@ -588,26 +589,15 @@ impl Settings {
             // The rules of a job's own resources (`POST /v1/jobs`): a size no job
             // may ask for would refuse every submission naming it (a fresh tester's
             // finding: 0.00001 CPU, 2,000,000 CPU and 9000 TiB were taken at start).
-            let as_job = |e: crate::api::ApiError| match e {
-                crate::api::ApiError::Invalid { field, reason } => ConfigError::Invalid {
-                    key: format!(
-                        "sizes[{i}].{}",
-                        field.strip_prefix("resources.").unwrap_or(&field)
-                    ),
-                    reason,
-                },
-                other => ConfigError::Invalid {
-                    key: format!("sizes[{i}]"),
-                    reason: other.to_string(),
-                },
+            let as_size = |r: Refusal| ConfigError::Invalid {
+                key: r.field,
+                reason: r.reason,
             };
-            for (key, v) in [("resources.cpu", z.cpu), ("resources.gpu", z.gpu)] {
-                crate::api::validate::validate_amount(key, v).map_err(as_job)?;
-            }
-            crate::api::validate::check_memory_bytes("resources.memory_bytes", z.memory_bytes)
-                .map_err(as_job)?;
-            crate::api::validate::validate_custom("resources.custom", z.custom.clone())
-                .map_err(as_job)?;
+            let key = |k: &str| format!("sizes[{i}].{k}");
+            check_amount(&key("cpu"), z.cpu).map_err(as_size)?;
+            check_amount(&key("gpu"), z.gpu).map_err(as_size)?;
+            check_memory_bytes(&key("memory_bytes"), z.memory_bytes).map_err(as_size)?;
+            check_custom(&key("custom"), z.custom.clone()).map_err(as_size)?;
             if z.cpu <= 0.0 && z.gpu <= 0.0 && z.custom.is_empty() {
                 return invalid(
                     format!("sizes[{i}]"),

@@ -267,6 +267,50 @@ pub struct QueuedJob {
     pub pool: Option<String>,
 }
 
+impl QueuedJob {
+    /// Job `job_id` asking for `resources` (cores, GPUs, bytes, custom amounts),
+    /// submitted at `submitted_at` (seconds: Unix epoch time in the service, since
+    /// the trace start in the simulator). The rest as a plain submission has it:
+    /// priority 0, no runtime estimate, not preemptible, never preempted, no pool.
+    #[must_use]
+    pub fn new(job_id: JobId, resources: Resources, submitted_at: Seconds) -> Self {
+        Self {
+            job_id,
+            resources,
+            priority: 0,
+            submitted_at,
+            runtime_estimate: None,
+            preemptible: false,
+            preemptions: 0,
+            pool: None,
+        }
+    }
+
+    /// The job with priority `priority` (higher first within its user's queue).
+    #[must_use]
+    pub fn with_priority(self, priority: i32) -> Self {
+        Self { priority, ..self }
+    }
+
+    /// The job expected to run `seconds` once started.
+    #[must_use]
+    pub fn with_runtime_estimate(self, seconds: Seconds) -> Self {
+        Self {
+            runtime_estimate: Some(seconds),
+            ..self
+        }
+    }
+
+    /// The job bound to the pool `pool`.
+    #[must_use]
+    pub fn with_pool(self, pool: impl Into<String>) -> Self {
+        Self {
+            pool: Some(pool.into()),
+            ..self
+        }
+    }
+}
+
 /// One user's fair-share state at the start of a cycle.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct UserView {

@@ -403,16 +403,7 @@ mod tests {
     }
 
     fn job(n: u128, at: f64) -> QueuedJob {
-        QueuedJob {
-            job_id: uuid::Uuid::from_u128(n),
-            resources: Resources::new(1.0, 0.0, 0.0),
-            priority: 0,
-            submitted_at: at,
-            runtime_estimate: None,
-            preemptible: false,
-            preemptions: 0,
-            pool: None,
-        }
+        QueuedJob::new(uuid::Uuid::from_u128(n), Resources::new(1.0, 0.0, 0.0), at)
     }
 
     fn user(name: &str, ids: std::ops::Range<u128>) -> UserView {

@@ -111,14 +111,14 @@ fn queue(user: usize) -> impl Strategy<Value = Vec<QueuedJob>> {
         jobs.into_iter()
             .enumerate()
             .map(|(j, (resources, at, priority, estimate, pool))| QueuedJob {
-                job_id: JobId::from_u128((user as u128) << 64 | j as u128),
-                resources,
                 priority,
-                submitted_at: f64::from(at),
                 runtime_estimate: estimate.map(f64::from),
-                preemptible: false,
-                preemptions: 0,
                 pool,
+                ..QueuedJob::new(
+                    JobId::from_u128((user as u128) << 64 | j as u128),
+                    resources,
+                    f64::from(at),
+                )
             })
             .collect()
     })

@@ -21,16 +21,7 @@ fn cpus(n: f64) -> Resources {
 }
 
 fn job(n: u128, resources: Resources, submitted_at: Seconds) -> QueuedJob {
-    QueuedJob {
-        job_id: id(n),
-        resources,
-        priority: 0,
-        submitted_at,
-        runtime_estimate: None,
-        preemptible: false,
-        preemptions: 0,
-        pool: None,
-    }
+    QueuedJob::new(id(n), resources, submitted_at)
 }
 
 /// `job` with a runtime estimate of `estimate` seconds.

@@ -747,15 +747,12 @@ async fn a_follower_judges_the_bars_from_the_stored_users_and_groups(which: crat
     let bars = fairshare::estimates::stored_bars(&conn, &100)
         .await
         .unwrap();
-    let job = |cpu: f64| fairshare::policy::QueuedJob {
-        job_id: uuid::Uuid::from_u128(1),
-        resources: fairshare::policy::Resources::new(cpu, 0.0, 0.0),
-        priority: 0,
-        submitted_at: 0.0,
-        runtime_estimate: None,
-        preemptible: false,
-        preemptions: 0,
-        pool: None,
+    let job = |cpu: f64| {
+        fairshare::policy::QueuedJob::new(
+            uuid::Uuid::from_u128(1),
+            fairshare::policy::Resources::new(cpu, 0.0, 0.0),
+            0.0,
+        )
     };
     for u in ["paused", "under", "zero"] {
         assert!(bars.never(u, &job(1.0)), "{u}");

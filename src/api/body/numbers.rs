@@ -14,12 +14,9 @@ use std::collections::BTreeMap;
 use serde_json::value::RawValue;
 
 use crate::api::error::ApiError;
-
-/// Every whole number from 0 up to this one (2^53) is exact as a double, which is
-/// how the policy, the console's JavaScript and most JSON clients read a number;
-/// above it they are not (`2^53 + 1` reads as `2^53`). The bound of every
-/// integer field: `memory_bytes` (8 PiB) and the small ones alike.
-pub const MAX_WHOLE: u64 = 1 << 53;
+// The bound of every integer field, and its reason, live with the resource rules
+// (`memory_bytes` is held to it in the configuration too).
+pub use crate::resources_check::{too_large, MAX_WHOLE};
 
 /// Most decimal places of a resource amount: Ray's precision, 0.0001.
 pub const RESOURCE_DECIMALS: i64 = 4;
@@ -89,15 +86,6 @@ fn decimal(text: &str) -> Option<Decimal> {
         digits: significant.to_string(),
         exponent: if significant.is_empty() { 0 } else { exponent },
     })
-}
-
-/// The reason given for a whole number beyond [`MAX_WHOLE`] in magnitude, however
-/// it was found (as written, as parsed, as stored).
-pub fn too_large() -> String {
-    format!(
-        "must be at most {MAX_WHOLE} in magnitude (2^53: whole numbers above it are not \
-         exact as doubles)"
-    )
 }
 
 /// The first integer literal (no fraction, no exponent) in the JSON text `json`

@@ -15,16 +15,7 @@ fn cpus(n: f64) -> Resources {
 /// Job `n` of `resources`, submitted at `at`, whose policy estimate and expected run
 /// time are both `run` seconds.
 fn job(n: u128, resources: Resources, at: Seconds, run: Seconds) -> QueuedJob {
-    QueuedJob {
-        job_id: id(n),
-        resources,
-        priority: 0,
-        submitted_at: at,
-        runtime_estimate: Some(run),
-        preemptible: false,
-        preemptions: 0,
-        pool: None,
-    }
+    QueuedJob::new(id(n), resources, at).with_runtime_estimate(run)
 }
 
 fn user(name: &str, queue: Vec<QueuedJob>) -> UserView {
@@ -452,10 +443,7 @@ fn bars_name_the_jobs_that_never_start() {
     let small = job(1, cpus(1.0), 0.0, 60.0);
     let three = job(2, cpus(3.0), 0.0, 60.0);
     let huge = job(3, cpus(5.0), 0.0, 60.0);
-    let pooled = |r| QueuedJob {
-        pool: Some("pool".into()),
-        ..job(4, r, 0.0, 60.0)
-    };
+    let pooled = |r| job(4, r, 0.0, 60.0).with_pool("pool");
     for u in ["paused", "zero", "under-paused"] {
         assert!(bars.never(u, &small), "{u}");
     }

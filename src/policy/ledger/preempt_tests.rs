@@ -15,16 +15,7 @@ fn id(n: u128) -> JobId {
 }
 
 fn queued(n: u128, cores: f64, at: Seconds) -> QueuedJob {
-    QueuedJob {
-        job_id: id(n),
-        resources: cpu(cores),
-        priority: 0,
-        submitted_at: at,
-        runtime_estimate: None,
-        preemptible: false,
-        preemptions: 0,
-        pool: None,
-    }
+    QueuedJob::new(id(n), cpu(cores), at)
 }
 
 /// Preempt after 60 s, any run time, once per job, the whole capacity per minute.

@@ -159,14 +159,13 @@ fn replay_in(config: &PolicyConfig, groups: &[GroupView], ops: &[Op]) -> Result<
                     .map(|&(resources, ago, priority, estimate)| {
                         next_job += 1;
                         QueuedJob {
-                            job_id: JobId::from_u128(next_job),
-                            resources,
                             priority,
-                            submitted_at: now - f64::from(ago),
                             runtime_estimate: estimate.map(f64::from),
-                            preemptible: false,
-                            preemptions: 0,
-                            pool: None,
+                            ..QueuedJob::new(
+                                JobId::from_u128(next_job),
+                                resources,
+                                now - f64::from(ago),
+                            )
                         }
                     })
                     .collect();
@@ -175,14 +174,12 @@ fn replay_in(config: &PolicyConfig, groups: &[GroupView], ops: &[Op]) -> Result<
             Op::Push(u, resources, ago, estimate) => {
                 next_job += 1;
                 let job = QueuedJob {
-                    job_id: JobId::from_u128(next_job),
-                    resources: *resources,
-                    priority: 0,
-                    submitted_at: now - f64::from(*ago),
                     runtime_estimate: estimate.map(f64::from),
-                    preemptible: false,
-                    preemptions: 0,
-                    pool: None,
+                    ..QueuedJob::new(
+                        JobId::from_u128(next_job),
+                        *resources,
+                        now - f64::from(*ago),
+                    )
                 };
                 ledger.push_queued(now, &format!("u{u}"), job);
             }
@@ -430,15 +427,13 @@ fn busy(n: usize, config: &PolicyConfig) -> Ledger {
         let name = format!("u{u:06}");
         ledger.set_usage(now, &name, (u % 97) as f64 * 1e-3, now - 10.0);
         let window = (0..4)
-            .map(|i| QueuedJob {
-                job_id: JobId::from_u128((u as u128) << 32 | i),
-                resources: Resources::new(1.0, 0.0, 0.0),
-                priority: 0,
-                submitted_at: now - 1000.0 + u as f64 * 1e-3 + i as f64,
-                runtime_estimate: Some(600.0),
-                preemptible: false,
-                preemptions: 0,
-                pool: None,
+            .map(|i| {
+                QueuedJob::new(
+                    JobId::from_u128((u as u128) << 32 | i),
+                    Resources::new(1.0, 0.0, 0.0),
+                    now - 1000.0 + u as f64 * 1e-3 + i as f64,
+                )
+                .with_runtime_estimate(600.0)
             })
             .collect();
         ledger.set_window(now, &name, window);
@@ -500,16 +495,10 @@ fn a_cycle_that_passes_a_wide_head_over_reserves_for_it_reading_a_few_users() {
     ledger.set_window(
         100_001.0,
         &first,
-        vec![QueuedJob {
-            job_id: wide,
-            resources: Resources::new(2.0, 0.0, 0.0),
-            priority: 0,
-            submitted_at: 99_000.0,
-            runtime_estimate: Some(600.0),
-            preemptible: false,
-            preemptions: 0,
-            pool: None,
-        }],
+        vec![
+            QueuedJob::new(wide, Resources::new(2.0, 0.0, 0.0), 99_000.0)
+                .with_runtime_estimate(600.0),
+        ],
     );
     ledger.end(100_002.0, JobId::from_u128(1 << 100 | 7));
     let users = ledger.user_views();
@@ -587,15 +576,12 @@ fn withheld_growth_is_granted_in_fair_order_over_every_job_queued_meanwhile() {
     );
     let jobs = |user: u128, n: u128, at: f64| -> Vec<QueuedJob> {
         (0..n)
-            .map(|i| QueuedJob {
-                job_id: JobId::from_u128(user << 32 | i),
-                resources: Resources::new(1.0, 0.0, 0.0),
-                priority: 0,
-                submitted_at: at + i as f64 * 0.01,
-                runtime_estimate: None,
-                preemptible: false,
-                preemptions: 0,
-                pool: None,
+            .map(|i| {
+                QueuedJob::new(
+                    JobId::from_u128(user << 32 | i),
+                    Resources::new(1.0, 0.0, 0.0),
+                    at + i as f64 * 0.01,
+                )
             })
             .collect()
     };

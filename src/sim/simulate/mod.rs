@@ -711,14 +711,14 @@ impl Sim<'_> {
 /// whether (and how often) it may be and was preempted.
 fn queued_job(j: usize, job: &SimJob) -> QueuedJob {
     QueuedJob {
-        job_id: ledger_id(j),
-        resources: Resources::new(f64::from(job.cpus), 0.0, 0.0),
-        priority: 0,
-        submitted_at: job.submit,
         runtime_estimate: job.estimate,
         preemptible: job.preemptible,
         preemptions: job.preemptions,
-        pool: None,
+        ..QueuedJob::new(
+            ledger_id(j),
+            Resources::new(f64::from(job.cpus), 0.0, 0.0),
+            job.submit,
+        )
     }
 }
 
