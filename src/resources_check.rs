@@ -91,9 +91,15 @@ pub fn check_memory_bytes(field: &str, bytes: u64) -> Result<i64, Refusal> {
     i64::try_from(bytes).map_err(|_| Refusal::new(field, "is too large"))
 }
 
+/// fairshare's own resources, which a custom resource may not be named after: a pool's
+/// `capacity` and a size name them beside custom ones, and a job asking `custom.cpu`
+/// asked for a resource no cluster reports (a tester's size `custom = { cpu = 2 }`
+/// passed the start-up checks and no job could use it).
+pub const OWN: [&str; 3] = ["cpu", "gpu", "memory_bytes"];
+
 /// Checks the custom resources of a job (`field` names the map, `resources.custom`):
 /// at most [`MAX_CUSTOM`] names, each a valid custom Ray resource name
-/// ([`custom::check_name`]), each amount > 0 and valid as [`check_amount`] says.
+/// ([`custom::check_name`]) and none of fairshare's own ([`OWN`]), each amount > 0 and valid as [`check_amount`] says.
 /// Names are not registered here (a client's names never take one of the process's
 /// slots; the API refuses a name no cluster reports). Refuses naming the map, or
 /// `field.NAME`; gives the map back with each -0.0 as 0.0.
@@ -111,6 +117,16 @@ pub fn check_custom(
     for (name, amount) in custom {
         let at = format!("{field}.{name}");
         custom::check_name(&name).map_err(|e| Refusal::new(at.clone(), e.to_string()))?;
+        if OWN.contains(&name.as_str()) {
+            return Err(Refusal::new(
+                at,
+                format!(
+                    "{name:?} is one of fairshare's own resources ({}): give it as \
+                     {name}, not as a custom resource",
+                    OWN.join(", ")
+                ),
+            ));
+        }
         // `+ 0.0` turns a -0.0 into 0.0.
         let amount = amount + 0.0;
         check_amount(&at, amount)?;
@@ -120,4 +136,28 @@ pub fn check_custom(
         out.insert(name, amount);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A custom resource named after one of fairshare's own is refused naming it;
+    /// Ray's own names are refused by [`custom::check_name`]; others pass.
+    #[test]
+    fn a_custom_resource_may_not_take_a_built_in_name() {
+        for name in ["cpu", "gpu", "memory_bytes", "CPU", "memory"] {
+            let e = check_custom(
+                "resources.custom",
+                BTreeMap::from([(name.to_string(), 1.0)]),
+            )
+            .unwrap_err();
+            assert_eq!(e.field, format!("resources.custom.{name}"), "{e:?}");
+        }
+        let ok = check_custom(
+            "resources.custom",
+            BTreeMap::from([("QPU".to_string(), 1.0)]),
+        );
+        assert_eq!(ok.unwrap()["QPU"], 1.0);
+    }
 }

@@ -968,6 +968,13 @@ fn usage_retention_and_sizes_load_and_bad_ones_name_their_key() {
             "sizes[0].custom.CPU",
             "CPU",
         ),
+        // fairshare's own resource as a custom one: no job could use the size (a
+        // fresh tester's finding: it passed the start-up checks).
+        (
+            size("name = \"m\"\ncpu = 1\ncustom = { cpu = 2 }"),
+            "sizes[0].custom.cpu",
+            "fairshare's own resources",
+        ),
         (
             "[usage]\nhourly_retention = \"500days\"\n".to_string(),
             "usage.hourly_retention",

@@ -184,6 +184,22 @@ async fn custom_resources_no_cluster_has_are_refused_at_submit(db: Db) {
         v["error"]["message"].as_str().unwrap().contains("TPU"),
         "{v}"
     );
+    // fairshare's own resource named as a custom one: refused for what it is, not
+    // as a resource no cluster reports (the same check refuses such a [[sizes]]).
+    let r = submit(json!({"custom": {"cpu": 1}})).await;
+    assert_eq!(r.status(), 422);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["details"]["field"], "resources.custom.cpu",
+        "{v}"
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("fairshare's own resources"),
+        "{v}"
+    );
     let r = submit(json!({"custom": {"QPU": 3}})).await;
     assert_eq!(r.status(), 422);
     let v: Value = r.json().await.unwrap();
