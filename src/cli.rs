@@ -206,7 +206,7 @@ struct SimulateCli {
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     max_running_jobs: Option<u32>,
     /// A JSON file holding an object of user -> weight, 1e-6 to 1e6 as in the service,
-    /// e.g. {"u62": 2}.
+    /// each user once, e.g. {"u62": 2}.
     #[arg(long)]
     weights: Option<PathBuf>,
     /// Only the first N jobs.

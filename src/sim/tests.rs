@@ -507,6 +507,33 @@ fn run_simulate_writes_report_and_plot() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A weights file that gives one user twice is refused naming the user and both
+/// lines (a tester's was taken, the last weight winning), also when the second is
+/// spelt with an escape; each user once is read as before.
+#[test]
+fn a_weights_file_giving_a_user_twice_is_refused_naming_both_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let weights = dir.path().join("w.json");
+    std::fs::write(&weights, "{\n  \"u1\": 2,\n  \"u2\": 1,\n  \"u1\": 4\n}\n").unwrap();
+    let error = load_weights(&weights).unwrap_err().to_string();
+    assert!(
+        error.contains("w.json") && error.contains("\"u1\" is given twice, on lines 2 and 4"),
+        "{error}"
+    );
+    std::fs::write(&weights, "{\"u7\": 2, \"u8\": 1,\n\"\\u00757\": 0.5}").unwrap();
+    let error = load_weights(&weights).unwrap_err().to_string();
+    assert!(
+        error.contains("\"u7\" is given twice, on lines 1 and 2"),
+        "{error}"
+    );
+    std::fs::write(&weights, "{\"u1\": 2, \"u2\": 0.5}").unwrap();
+    let read = load_weights(&weights).unwrap();
+    assert_eq!(
+        read,
+        BTreeMap::from([("u1".into(), 2.0), ("u2".into(), 0.5)])
+    );
+}
+
 /// `simulate`'s arguments for a trace file holding `text` (kept while the
 /// directory lives) on `cpus` cores.
 fn args_for(text: &str, cpus: u32) -> (tempfile::TempDir, SimulateArgs) {
