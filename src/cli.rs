@@ -263,7 +263,7 @@ struct SimulateCli {
     #[arg(long, requires = "node_type", conflicts_with = "cpus")]
     autoscale: bool,
     /// A worker node type of the autoscaling cluster, repeatable: "cpus=N,max=M" with
-    /// optional "min=K" (default 0) and "name=TEXT" (default cpu-N), e.g.
+    /// optional "min=K" (default 0) and "name=TEXT" (default cpu-N), each key once, e.g.
     /// "cpus=32,min=1,max=54,name=worker" (KubeRay: a workerGroupSpecs item's num-cpus,
     /// minReplicas, maxReplicas).
     #[arg(long = "node-type", value_name = "SPEC", requires = "autoscale")]
@@ -825,6 +825,17 @@ mod tests {
         ]);
         assert!(
             error.contains("--start-delay") && error.contains("negative"),
+            "{error}"
+        );
+    }
+
+    /// A key given twice in one `--node-type` value is refused naming the flag and
+    /// the key (the last one won).
+    #[test]
+    fn a_node_type_key_given_twice_is_refused_naming_the_flag_and_key() {
+        let error = simulate_error(&["--autoscale", "--node-type", "cpus=4,cpus=8,max=2"]);
+        assert!(
+            error.contains("--node-type") && error.contains("cpus is given twice"),
             "{error}"
         );
     }
