@@ -125,7 +125,7 @@ struct TraceCli {
 // Negative values reach their parsers, as in `TraceCli`.
 #[command(allow_negative_numbers = true)]
 struct ReplayCli {
-    /// SWF trace, plain or .gz.
+    /// SWF trace, plain or gzip (a name ending in .gz must be gzip).
     #[arg(long)]
     trace: PathBuf,
     /// Base URL of the service, e.g. http://127.0.0.1:8080.
@@ -165,7 +165,7 @@ struct ReplayCli {
 // Negative values reach their parsers, as in `TraceCli`.
 #[command(allow_negative_numbers = true)]
 struct SimulateCli {
-    /// SWF trace, plain or .gz.
+    /// SWF trace, plain or gzip (a name ending in .gz must be gzip).
     #[arg(long)]
     trace: PathBuf,
     /// Capacity in cores, at least 1 (default: the trace header's MaxProcs).
