@@ -99,7 +99,9 @@ struct TraceCli {
     /// Number of jobs.
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u64).range(1..))]
     jobs: u64,
-    /// Number of users.
+    /// Number of users, the population each batch's user is drawn from by the shape's
+    /// activity: with few batches some draw no job (the trace's header and this
+    /// command's message then say how many it has), so it may exceed --jobs.
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     users: u32,
     /// Cores of the cluster the trace is made for (its MaxProcs).
@@ -885,6 +887,38 @@ mod tests {
         let error = super::write_trace(&a).unwrap_err().to_string();
         assert!(error.contains("same file"), "{error}");
         assert!(!out.exists(), "nothing written");
+    }
+
+    /// `trace` with more users than jobs writes the trace and says how many users it
+    /// has, as it does for fewer users drawn when jobs ≥ users (a tester found the
+    /// first refused "every user has at least one job", which the second disproved).
+    #[test]
+    fn trace_says_how_many_users_drew_a_job_and_allows_more_users_than_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("t.swf");
+        let argv = ["fairshare", "trace", "--jobs", "1", "--users", "5"];
+        let Ok(Cli {
+            command: super::Command::Trace(a),
+        }) = Cli::try_parse_from(argv.iter().copied().chain([
+            "--cores",
+            "8",
+            "--out",
+            out.to_str().unwrap(),
+        ]))
+        else {
+            panic!("the arguments parse");
+        };
+        let text = super::write_trace(&a).unwrap();
+        assert!(
+            text.starts_with("1 jobs by 1 users")
+                && text.contains("(5 users asked for; the others drew no job)"),
+            "{text}"
+        );
+        let written = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            written.contains("; Note: 1 of the 5 users asked for drew a job"),
+            "{written}"
+        );
     }
 
     /// Negative numbers reach the flag's own check (which names the flag and its
