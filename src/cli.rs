@@ -200,8 +200,9 @@ struct SimulateCli {
     /// the service's scheduler.age_weight).
     #[arg(long, allow_hyphen_values = true)]
     age_weight: Option<f64>,
-    /// Age at which the age term saturates (fairshare policy), e.g. "1day" (default:
-    /// the service's scheduler.max_age).
+    /// Age at which the age term saturates (fairshare policy), e.g. "1day"; "0s" turns
+    /// the age term off, as --age-weight 0 does and as scheduler.max_age = "0s" does in
+    /// the service (default: the service's scheduler.max_age).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     max_age: Option<std::time::Duration>,
     /// Cap on each user's running jobs (fairshare policy), at least 1.
