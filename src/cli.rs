@@ -99,7 +99,9 @@ struct TraceCli {
     /// Number of jobs.
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u64).range(1..))]
     jobs: u64,
-    /// Number of users.
+    /// Number of users, the population each batch's user is drawn from by the shape's
+    /// activity: with few batches some draw no job (the trace's header and this
+    /// command's message then say how many it has), so it may exceed --jobs.
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     users: u32,
     /// Cores of the cluster the trace is made for (its MaxProcs).
@@ -125,7 +127,7 @@ struct TraceCli {
 // Negative values reach their parsers, as in `TraceCli`.
 #[command(allow_negative_numbers = true)]
 struct ReplayCli {
-    /// SWF trace, plain or .gz.
+    /// SWF trace, plain or gzip (a name ending in .gz must be gzip).
     #[arg(long)]
     trace: PathBuf,
     /// Base URL of the service, e.g. http://127.0.0.1:8080.
@@ -165,7 +167,7 @@ struct ReplayCli {
 // Negative values reach their parsers, as in `TraceCli`.
 #[command(allow_negative_numbers = true)]
 struct SimulateCli {
-    /// SWF trace, plain or .gz.
+    /// SWF trace, plain or gzip (a name ending in .gz must be gzip).
     #[arg(long)]
     trace: PathBuf,
     /// Capacity in cores, at least 1 (default: the trace header's MaxProcs).
@@ -198,15 +200,16 @@ struct SimulateCli {
     /// the service's scheduler.age_weight).
     #[arg(long, allow_hyphen_values = true)]
     age_weight: Option<f64>,
-    /// Age at which the age term saturates (fairshare policy), e.g. "1day" (default:
-    /// the service's scheduler.max_age).
+    /// Age at which the age term saturates (fairshare policy), e.g. "1day"; "0s" turns
+    /// the age term off, as --age-weight 0 does and as scheduler.max_age = "0s" does in
+    /// the service (default: the service's scheduler.max_age).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::config::parse_bounded)]
     max_age: Option<std::time::Duration>,
     /// Cap on each user's running jobs (fairshare policy), at least 1.
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u32).range(1..))]
     max_running_jobs: Option<u32>,
     /// A JSON file holding an object of user -> weight, 1e-6 to 1e6 as in the service,
-    /// e.g. {"u62": 2}.
+    /// each user once, e.g. {"u62": 2}.
     #[arg(long)]
     weights: Option<PathBuf>,
     /// Only the first N jobs.
@@ -263,7 +266,7 @@ struct SimulateCli {
     #[arg(long, requires = "node_type", conflicts_with = "cpus")]
     autoscale: bool,
     /// A worker node type of the autoscaling cluster, repeatable: "cpus=N,max=M" with
-    /// optional "min=K" (default 0) and "name=TEXT" (default cpu-N), e.g.
+    /// optional "min=K" (default 0) and "name=TEXT" (default cpu-N), each key once, e.g.
     /// "cpus=32,min=1,max=54,name=worker" (KubeRay: a workerGroupSpecs item's num-cpus,
     /// minReplicas, maxReplicas).
     #[arg(long = "node-type", value_name = "SPEC", requires = "autoscale")]
@@ -829,6 +832,17 @@ mod tests {
         );
     }
 
+    /// A key given twice in one `--node-type` value is refused naming the flag and
+    /// the key (the last one won).
+    #[test]
+    fn a_node_type_key_given_twice_is_refused_naming_the_flag_and_key() {
+        let error = simulate_error(&["--autoscale", "--node-type", "cpus=4,cpus=8,max=2"]);
+        assert!(
+            error.contains("--node-type") && error.contains("cpus is given twice"),
+            "{error}"
+        );
+    }
+
     /// A duration flag given no value before the next flag names both (it said the
     /// flag was a negative duration).
     #[test]
@@ -874,6 +888,38 @@ mod tests {
         let error = super::write_trace(&a).unwrap_err().to_string();
         assert!(error.contains("same file"), "{error}");
         assert!(!out.exists(), "nothing written");
+    }
+
+    /// `trace` with more users than jobs writes the trace and says how many users it
+    /// has, as it does for fewer users drawn when jobs ≥ users (a tester found the
+    /// first refused "every user has at least one job", which the second disproved).
+    #[test]
+    fn trace_says_how_many_users_drew_a_job_and_allows_more_users_than_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("t.swf");
+        let argv = ["fairshare", "trace", "--jobs", "1", "--users", "5"];
+        let Ok(Cli {
+            command: super::Command::Trace(a),
+        }) = Cli::try_parse_from(argv.iter().copied().chain([
+            "--cores",
+            "8",
+            "--out",
+            out.to_str().unwrap(),
+        ]))
+        else {
+            panic!("the arguments parse");
+        };
+        let text = super::write_trace(&a).unwrap();
+        assert!(
+            text.starts_with("1 jobs by 1 users")
+                && text.contains("(5 users asked for; the others drew no job)"),
+            "{text}"
+        );
+        let written = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            written.contains("; Note: 1 of the 5 users asked for drew a job"),
+            "{written}"
+        );
     }
 
     /// Negative numbers reach the flag's own check (which names the flag and its

@@ -287,6 +287,24 @@ fn node_type_specs_parse_and_bad_ones_name_the_key() {
     assert!(c.validate().unwrap_err().contains("--node-type"));
 }
 
+/// A key given twice in one `--node-type` value is refused naming it (a tester's
+/// `cpus=4,cpus=8` was taken, the last winning), whichever the key.
+#[test]
+fn a_node_type_key_given_twice_is_refused_naming_it() {
+    for (spec, key) in [
+        ("cpus=4,cpus=8,max=2", "cpus"),
+        ("cpus=4,max=2,max=3", "max"),
+        ("min=1,cpus=4,max=2, min=0", "min"),
+        ("cpus=4,max=2,name=a,name=b", "name"),
+    ] {
+        let e = spec.parse::<NodeType>().unwrap_err();
+        assert!(
+            e.contains(&format!("{key} is given twice in node type {spec:?}")),
+            "{spec}: {e}"
+        );
+    }
+}
+
 /// Checks the model's invariants on one run: per type never more than `max` nodes
 /// (starting or up); every job ran on a node that was up for its whole run; on every
 /// node the jobs running never held more than its cores; every job that fits ran.

@@ -264,9 +264,16 @@ fn settings_of(config: &SimConfig) -> String {
                     if p.shortfall { "on" } else { "off" }
                 ),
             };
+            // A max age of 0 turns the age term off (PolicyConfig::max_age): said, since
+            // "age weight 0.05 (max age 0 s)" read as a term that saturates at once.
+            let age_off = if config.max_age_s == 0.0 {
+                ": age term off"
+            } else {
+                ""
+            };
             format!(
                 "half-life {} s, starvation guard {guard}, backfill {}, age weight {} (max age \
-                 {} s){cap}{preemption}, seed {}",
+                 {} s{age_off}){cap}{preemption}, seed {}",
                 config.half_life_s,
                 if config.backfill { "on" } else { "off" },
                 config.age_weight,

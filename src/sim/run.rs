@@ -252,10 +252,11 @@ pub enum SimError {
 
 /// Reads a weights file: a JSON object mapping user id to a weight from
 /// [`crate::api::validate::MIN_WEIGHT`] to [`crate::api::validate::MAX_WEIGHT`] (the
-/// service's range), e.g. `{"u62": 2, "u7": 0.5}`.
+/// service's range), e.g. `{"u62": 2, "u7": 0.5}`, each user once.
 ///
-/// Errors: the file cannot be read, is not such an object, or a weight is out of
-/// that range (a tester's weight of 1e155 made Jain's index NaN).
+/// Errors: the file cannot be read, is not such an object, names a user twice (a
+/// tester's file did, and the last weight silently won), or a weight is out of that
+/// range (a tester's weight of 1e155 made Jain's index NaN).
 pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
     let fail = |reason: String| SimError::Weights {
         path: path.display().to_string(),
@@ -264,6 +265,11 @@ pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
     let weights: BTreeMap<String, f64> = serde_json::from_str(&text)
         .map_err(|e| fail(format!("expected a JSON object of user → weight: {e}")))?;
+    if let Some((user, first, second)) = repeated_key(&text) {
+        return Err(fail(format!(
+            "user {user:?} is given twice, on lines {first} and {second}; give each user once"
+        )));
+    }
     use crate::api::validate::{MAX_WEIGHT, MIN_WEIGHT};
     if let Some((user, w)) = weights
         .iter()
@@ -275,6 +281,39 @@ pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
         )));
     }
     Ok(weights)
+}
+
+/// The first key given twice in `text`, a JSON object whose values are all numbers
+/// (serde_json has checked it), with the lines (from 1) where it is given first and
+/// second. In such a document every string is a key; each is decoded, so `"u1"` and
+/// `"\u00751"` are one user. serde_json keeps the last of a repeated key and says
+/// nothing, hence this.
+fn repeated_key(text: &str) -> Option<(String, usize, usize)> {
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let bytes = text.as_bytes();
+    let (mut i, mut line) = (0, 1);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\n' => line += 1,
+            b'"' => {
+                // A JSON string holds no raw newline; `"` and `\` are ASCII, never
+                // inside a multi-byte character, so `start..=i` is on char boundaries.
+                let start = i;
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                let key: String = serde_json::from_str(text.get(start..=i)?).ok()?;
+                if let Some(&first) = seen.get(&key) {
+                    return Some((key, first, line));
+                }
+                seen.insert(key, line);
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Whether `a` and `b` name one file: the same path, the same name in the same

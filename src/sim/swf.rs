@@ -1,6 +1,6 @@
 //! Reading Standard Workload Format traces (Feitelson et al., the Parallel Workloads
 //! Archive's SWF: <https://www.cs.huji.ac.il/labs/parallel/workload/swf.html>), plain or
-//! gzip-compressed.
+//! gzip-compressed (by content; a name ending in `.gz` must be gzip: [`read_trace`]).
 //!
 //! One job a line, 18 whitespace-separated fields, `;` header comments. Used fields
 //! (1-based): 1 job number, 2 submit time (s), 3 wait time (s), 4 run time (s),
@@ -81,12 +81,24 @@ pub enum TraceError {
     // printed twice in an error chain ("os error 2: os error 2").
     #[error("cannot read trace {path}: {cause}")]
     Io { path: String, cause: std::io::Error },
+    /// The name ends in `.gz` but the content does not start as gzip does.
+    #[error(
+        "trace {path} is not gzip: its name ends in .gz but it does not start with gzip's \
+         magic bytes 1f 8b (a plain SWF file needs a name without .gz)"
+    )]
+    NotGzip { path: String },
 }
 
-/// Reads a trace from `path`; gzip is detected by its magic bytes.
+/// Reads a trace from `path`; gzip is detected by its magic bytes, and a name ending
+/// in `.gz` (any case) must be gzip.
 ///
-/// Errors: the file cannot be opened or decompressed. Malformed lines are counted in
-/// [`Trace::skipped`], not errors.
+/// A `.gz` that is not gzip is refused rather than read as text: the name says what
+/// the file should be, so one that is not (a download's error page, a file
+/// half-written or renamed by mistake) is most likely the wrong file, and read as
+/// text it could still yield jobs (a tester's plain text named `.gz` ran).
+///
+/// Errors: the file cannot be opened or decompressed, or is named `.gz` and is not
+/// gzip. Malformed lines are counted in [`Trace::skipped`], not errors.
 pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
     let io = |cause| TraceError::Io {
         path: path.display().to_string(),
@@ -95,8 +107,17 @@ pub fn read_trace(path: &Path) -> Result<Trace, TraceError> {
     let mut file = std::fs::File::open(path).map_err(io)?;
     let mut magic = [0u8; 2];
     let n = file.read(&mut magic).map_err(io)?;
+    let gzip = n == 2 && magic == [0x1f, 0x8b];
+    let named_gz = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"));
+    if named_gz && !gzip {
+        return Err(TraceError::NotGzip {
+            path: path.display().to_string(),
+        });
+    }
     let file = std::fs::File::open(path).map_err(io)?;
-    let reader: Box<dyn Read> = if n == 2 && magic == [0x1f, 0x8b] {
+    let reader: Box<dyn Read> = if gzip {
         Box::new(flate2::read::MultiGzDecoder::new(file))
     } else {
         Box::new(file)
@@ -216,6 +237,32 @@ mod tests {
         let t = read_trace(&path).unwrap();
         assert_eq!(t.max_procs, Some(1728));
         assert_eq!(t.jobs.len() + t.skipped, 19_760);
+    }
+
+    /// A trace whose name ends in `.gz` but which is not gzip is refused, naming it
+    /// (a tester's plain text named `.gz` was read as plain text); gzip is still
+    /// recognised by its content under any name.
+    #[test]
+    fn a_trace_named_gz_that_is_not_gzip_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = "; MaxProcs: 4\n1 0 0 10 1 -1 -1 1 60 -1 1 1 1 -1 -1 1 -1 -1\n";
+        for name in ["t.swf.gz", "T.SWF.GZ", "empty.gz"] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, if name == "empty.gz" { "" } else { text }).unwrap();
+            let error = read_trace(&path).unwrap_err().to_string();
+            assert!(
+                error.contains(&format!("{} is not gzip", path.display())),
+                "{name}: {error}"
+            );
+        }
+        let plain = dir.path().join("t.swf");
+        std::fs::write(&plain, text).unwrap();
+        assert_eq!(read_trace(&plain).unwrap().jobs.len(), 1);
+        let gzipped = dir.path().join("gzip-named-plainly.swf");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gz, text.as_bytes()).unwrap();
+        std::fs::write(&gzipped, gz.finish().unwrap()).unwrap();
+        assert_eq!(read_trace(&gzipped).unwrap().jobs.len(), 1);
     }
 
     /// A UTF-8 byte order mark before the header does not hide it.

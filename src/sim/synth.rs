@@ -15,11 +15,15 @@
 //!
 //! Which user sends a batch is drawn by **activity**: Zipf (user `k` of `U` with
 //! weight `1/k`, the heavy-tailed activity of real logs) unless the shape says
-//! otherwise. Sizes: a batch is 1 core with probability 0.4, else `2^k` cores with
-//! `k` uniform in `1..=log2(C/16)` (at most `C/16`). Base run times are
-//! log-uniform in [60 s, 12 h]. Batches arrive as a Poisson process whose rate
-//! makes the **offered load** `Σ cpus·run / (C · span)` equal to `load` (default
-//! [`DEFAULT_LOAD`]); times are whole seconds, the first batch at 0.
+//! otherwise. `U` is the population drawn from, not a count the trace must reach:
+//! with fewer batches than users, or in Zipf's tail, some users draw no batch (200
+//! jobs, about 50 batches, for 200 users of `weighted`, seed 1, have 52), and the
+//! header then says how many did. Giving every user a job would flatten the shapes'
+//! activity and change every seeded trace. Sizes: a batch is 1 core with probability
+//! 0.4, else `2^k` cores with `k` uniform in `1..=log2(C/16)` (at most `C/16`). Base
+//! run times are log-uniform in [60 s, 12 h]. Batches arrive as a Poisson process
+//! whose rate makes the **offered load** `Σ cpus·run / (C · span)` equal to `load`
+//! (default [`DEFAULT_LOAD`]); times are whole seconds, the first batch at 0.
 //!
 //! # Shapes ([`Shape`])
 //!
@@ -149,8 +153,9 @@ pub struct SynthSpec {
     pub shape: Shape,
     /// Number of jobs, at least 1.
     pub jobs: usize,
-    /// Number of users, at least 1 (user ids `u1` … `uU`; with few batches some
-    /// may send none).
+    /// Number of users, at least 1 (user ids `u1` … `uU`): the population each
+    /// batch's user is drawn from; with few batches some send none, and more users
+    /// than jobs is allowed for the same reason.
     pub users: u32,
     /// The cluster's cores `C` (the header's `MaxProcs`), at least 1.
     pub cores: u32,
@@ -205,8 +210,8 @@ struct Batch {
 /// Generates the trace `spec` describes (module doc).
 ///
 /// # Errors
-/// No jobs, users or cores, more than [`MAX_JOBS`] jobs or [`MAX_USERS`] users or
-/// more users than jobs, a load that is not finite and positive, or one so low
+/// No jobs, users or cores, more than [`MAX_JOBS`] jobs or [`MAX_USERS`] users, a
+/// load that is not finite and positive, or one so low
 /// that the trace would span more than 100 years (its submit times would not be
 /// times: `--load 1e-300` once wrote 300-digit ones).
 pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
@@ -225,13 +230,6 @@ pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
         return Err(InvalidSpec(format!(
             "{} users is more than {MAX_USERS} (--users)",
             spec.users
-        )));
-    }
-    if spec.users as usize > spec.jobs {
-        return Err(InvalidSpec(format!(
-            "{} users for {} jobs: every user has at least one job, so --users may \
-             not exceed --jobs",
-            spec.users, spec.jobs
         )));
     }
     if !(spec.load.is_finite() && spec.load > 0.0) {
@@ -283,7 +281,7 @@ pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
             .collect(),
         _ => BTreeMap::new(),
     };
-    let header = vec![
+    let mut header = vec![
         "Version: 2.2".to_owned(),
         format!(
             "Computer: fairshare synthetic trace, shape {}, seed {}",
@@ -293,9 +291,24 @@ pub fn generate(spec: &SynthSpec) -> Result<SynthTrace, InvalidSpec> {
             "Note: fairshare trace --shape {} --jobs {} --users {} --cores {} --load {} --seed {}",
             spec.shape, spec.jobs, spec.users, spec.cores, spec.load, spec.seed
         ),
-        format!("MaxJobs: {}", spec.jobs),
-        format!("MaxProcs: {}", spec.cores),
     ];
+    // Users are drawn per batch (module doc): say how many the trace has when some drew
+    // none (a tester counted 52 users in a trace of 200), and nothing otherwise, so a
+    // trace with every user is written as before.
+    let drawn = batches
+        .iter()
+        .map(|b| b.user)
+        .collect::<std::collections::BTreeSet<u32>>()
+        .len();
+    if drawn < spec.users as usize {
+        header.push(format!(
+            "Note: {drawn} of the {} users asked for drew a job (a batch's user is drawn \
+             by activity; the others have none)",
+            spec.users
+        ));
+    }
+    header.push(format!("MaxJobs: {}", spec.jobs));
+    header.push(format!("MaxProcs: {}", spec.cores));
     Ok(SynthTrace {
         jobs,
         max_procs: spec.cores,
@@ -568,6 +581,37 @@ mod tests {
         assert_eq!(weighted.weights["u4"], 4.0);
     }
 
+    /// Users are drawn per batch by the shape's activity, so a trace may have fewer
+    /// users than asked for (a tester's 200 jobs for 200 users had 52); its header
+    /// says how many it has, and more users than jobs is the same case, not refused.
+    #[test]
+    fn the_header_says_how_many_users_drew_a_job() {
+        let users_in = |trace: &SynthTrace| {
+            let users: std::collections::BTreeSet<&str> =
+                trace.jobs.iter().map(|j| j.user.as_str()).collect();
+            users.len()
+        };
+        let few = generate(&SynthSpec::new(Shape::Weighted, 200, 200, 64, 1)).unwrap();
+        let drawn = users_in(&few);
+        assert!(drawn < 200, "{drawn}");
+        let note = format!("Note: {drawn} of the 200 users asked for drew a job");
+        assert!(
+            few.header.iter().any(|l| l.starts_with(&note)),
+            "{:?}",
+            few.header
+        );
+        let one = generate(&SynthSpec::new(Shape::Zipf, 1, 5, 64, 1)).unwrap();
+        assert_eq!((one.jobs.len(), users_in(&one)), (1, 1));
+        assert!(one
+            .header
+            .iter()
+            .any(|l| l.starts_with("Note: 1 of the 5 users asked for drew a job")));
+        // Every user drew a job: the header has no such note (and is as before).
+        let all = generate(&spec(Shape::Equal)).unwrap();
+        assert_eq!(users_in(&all), 40);
+        assert_eq!(all.header.len(), 5, "{:?}", all.header);
+    }
+
     #[test]
     fn a_spec_out_of_range_is_refused() {
         assert!(generate(&SynthSpec {
@@ -590,7 +634,7 @@ mod tests {
             ..spec(Shape::Zipf)
         })
         .is_err());
-        for (jobs, users) in [(MAX_JOBS + 1, 1), (10, 11), (MAX_JOBS, MAX_USERS + 1)] {
+        for (jobs, users) in [(MAX_JOBS + 1, 1), (MAX_JOBS, MAX_USERS + 1)] {
             let error = generate(&SynthSpec {
                 jobs,
                 users,

@@ -507,6 +507,72 @@ fn run_simulate_writes_report_and_plot() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A weights file that gives one user twice is refused naming the user and both
+/// lines (a tester's was taken, the last weight winning), also when the second is
+/// spelt with an escape; each user once is read as before.
+#[test]
+fn a_weights_file_giving_a_user_twice_is_refused_naming_both_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let weights = dir.path().join("w.json");
+    std::fs::write(&weights, "{\n  \"u1\": 2,\n  \"u2\": 1,\n  \"u1\": 4\n}\n").unwrap();
+    let error = load_weights(&weights).unwrap_err().to_string();
+    assert!(
+        error.contains("w.json") && error.contains("\"u1\" is given twice, on lines 2 and 4"),
+        "{error}"
+    );
+    std::fs::write(&weights, "{\"u7\": 2, \"u8\": 1,\n\"\\u00757\": 0.5}").unwrap();
+    let error = load_weights(&weights).unwrap_err().to_string();
+    assert!(
+        error.contains("\"u7\" is given twice, on lines 1 and 2"),
+        "{error}"
+    );
+    std::fs::write(&weights, "{\"u1\": 2, \"u2\": 0.5}").unwrap();
+    let read = load_weights(&weights).unwrap();
+    assert_eq!(
+        read,
+        BTreeMap::from([("u1".into(), 2.0), ("u2".into(), 0.5)])
+    );
+}
+
+/// `--max-age 0s` turns fairshare's age term off, as `--age-weight 0` does (the
+/// policy's meaning of 0, and the service's `scheduler.max_age`), and the run's
+/// header says so: a tester read "age weight 0.05 (max age 0 s)" as an age term
+/// that saturates at once.
+#[test]
+fn a_max_age_of_zero_turns_the_age_term_off_and_the_header_says_so() {
+    let spec = crate::sim::synth::SynthSpec {
+        load: 1.5,
+        ..crate::sim::synth::SynthSpec::new(crate::sim::synth::Shape::Zipf, 2_000, 40, 64, 7)
+    };
+    let jobs = crate::sim::synth::generate(&spec).unwrap().jobs;
+    let run = |tweak: &dyn Fn(&mut SimConfig)| {
+        let mut c = SimConfig::new(SimPolicy::FairShare, 64);
+        tweak(&mut c);
+        starts(&simulate(&jobs, &c))
+    };
+    let zero_age = run(&|c| c.max_age_s = 0.0);
+    assert_eq!(zero_age, run(&|c| c.age_weight = 0.0));
+    assert_ne!(zero_age, run(&|_| {}), "the age term acts on this trace");
+
+    let (_dir, mut args) = args_for("1 0 0 10 1 -1 -1 1 60 -1 1 1 1 -1 -1 1 -1 -1\n", 2);
+    args.policy = Some(SimPolicy::FairShare);
+    args.max_age_s = 0.0;
+    let text = run_simulate(&args).unwrap();
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains("age weight 0.05 (max age 0 s: age term off)"),
+        "{text}"
+    );
+    args.max_age_s = 86_400.0;
+    let text = run_simulate(&args).unwrap();
+    assert!(
+        text.contains("age weight 0.05 (max age 86400 s),"),
+        "{text}"
+    );
+}
+
 /// `simulate`'s arguments for a trace file holding `text` (kept while the
 /// directory lives) on `cpus` cores.
 fn args_for(text: &str, cpus: u32) -> (tempfile::TempDir, SimulateArgs) {

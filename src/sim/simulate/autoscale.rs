@@ -71,7 +71,7 @@ impl FromStr for NodeType {
     type Err = String;
 
     /// `cpus=N,max=M` with optional `min=K` (default 0) and `name=TEXT` (default
-    /// `cpu-N`), in any order, e.g. `cpus=32,min=1,max=50,name=worker`.
+    /// `cpu-N`), in any order, each key once, e.g. `cpus=32,min=1,max=50,name=worker`.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (mut cpus, mut min, mut max, mut name) = (None, 0u32, None, None);
         let number = |key: &str, value: &str| {
@@ -79,11 +79,21 @@ impl FromStr for NodeType {
                 format!("{key}={value:?} in node type {s:?}: expected a whole number ≥ 0")
             })
         };
+        // A key given twice is refused: `cpus=4,cpus=8` took the last (a tester's
+        // finding), and which one was meant cannot be known.
+        let mut given: Vec<&str> = Vec::new();
         for part in s.split(',').filter(|p| !p.trim().is_empty()) {
             let (key, value) = part.split_once('=').ok_or_else(|| {
                 format!("{part:?} in node type {s:?}: expected KEY=VALUE (cpus, min, max, name)")
             })?;
-            match key.trim() {
+            let key = key.trim();
+            if given.contains(&key) {
+                return Err(format!(
+                    "{key} is given twice in node type {s:?}: give each key once"
+                ));
+            }
+            given.push(key);
+            match key {
                 "cpus" => cpus = Some(number("cpus", value)?),
                 "min" => min = number("min", value)?,
                 "max" => max = Some(number("max", value)?),
