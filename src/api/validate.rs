@@ -14,10 +14,7 @@ use crate::resources_check::{self, Refusal};
 
 /// Longest accepted external id, in characters.
 pub const MAX_EXTERNAL_ID_LEN: usize = 256;
-/// Largest accepted weight (weights are relative; 1e6 to 1 is already extreme).
-pub const MAX_WEIGHT: f64 = 1.0e6;
-/// Smallest accepted weight: keys `(share + usage) / weight` stay finite and printable.
-pub const MIN_WEIGHT: f64 = 1.0e-6;
+pub use crate::policy::{MAX_WEIGHT, MIN_WEIGHT};
 /// Largest accepted per-user job limits.
 pub const MAX_JOB_LIMIT: i32 = 1_000_000;
 

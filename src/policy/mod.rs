@@ -210,6 +210,14 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use custom::Custom;
+
+/// Largest weight a user may have (weights are relative; 1e6 to 1 is already
+/// extreme). The API refuses others (422 naming `weight`), the simulator's weights file
+/// too.
+pub const MAX_WEIGHT: f64 = 1.0e6;
+/// Smallest weight a user may have: keys `(share + usage) / weight` stay finite and
+/// printable.
+pub const MIN_WEIGHT: f64 = 1.0e-6;
 pub use cycle::{run_cycle, run_cycle_in};
 pub(crate) use fit::tightest;
 pub use fit::{admits, best_fit, fits_some_cluster, short_of};

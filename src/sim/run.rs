@@ -251,7 +251,7 @@ pub enum SimError {
 }
 
 /// Reads a weights file: a JSON object mapping user id to a weight from
-/// [`crate::api::validate::MIN_WEIGHT`] to [`crate::api::validate::MAX_WEIGHT`] (the
+/// [`crate::policy::MIN_WEIGHT`] to [`crate::policy::MAX_WEIGHT`] (the
 /// service's range), e.g. `{"u62": 2, "u7": 0.5}`, each user once.
 ///
 /// Errors: the file cannot be read, is not such an object, names a user twice (a
@@ -270,7 +270,7 @@ pub fn load_weights(path: &Path) -> Result<BTreeMap<String, f64>, SimError> {
             "user {user:?} is given twice, on lines {first} and {second}; give each user once"
         )));
     }
-    use crate::api::validate::{MAX_WEIGHT, MIN_WEIGHT};
+    use crate::policy::{MAX_WEIGHT, MIN_WEIGHT};
     if let Some((user, w)) = weights
         .iter()
         .find(|(_, w)| !(MIN_WEIGHT..=MAX_WEIGHT).contains(*w))
