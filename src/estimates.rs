@@ -5,7 +5,7 @@
 //! and, when the queues or the outstanding jobs changed since its last run:
 //!
 //! 1. asks the arbiter for a copy of what the policy holds **without the windows**
-//!    ([`crate::actors::arbiter::GetEstimateInput`]: users' settings, allocations and
+//!    (`actors::arbiter::GetEstimateInput`: users' settings, allocations and
 //!    decayed usage, clusters, reservation, groups, the knobs with the guard in force,
 //!    the outstanding jobs): O(users + outstanding), the only part that runs on the
 //!    arbiter;
@@ -403,7 +403,7 @@ pub(crate) type Input = Result<
 >;
 
 /// Runs the refresh loop until `input` says the arbiter has stopped (this replica no
-/// longer leads). `input` asks the arbiter ([`crate::actors::arbiter::GetEstimateInput`]).
+/// longer leads). `input` asks the arbiter (`actors::arbiter::GetEstimateInput`).
 /// On PostgreSQL each refresh also writes `job_estimates` for followers, under `fence`.
 pub(crate) async fn run<F, Fut>(
     settings: Arc<Settings>,

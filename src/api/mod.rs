@@ -170,7 +170,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     .default_service(web::to(not_found));
 }
 
-/// Every path [`routes`] registers, for the OpenAPI completeness test.
+/// Every path `api::routes` registers, for the OpenAPI completeness test.
 pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/v1/jobs"),
     ("get", "/v1/jobs"),

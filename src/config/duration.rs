@@ -28,7 +28,8 @@ pub(super) fn bounded(d: Duration) -> Result<Duration, String> {
 /// `inf`. One list for the service's configuration and the simulator's flags.
 pub const OFF_WORDS: [&str; 3] = ["off", "none", "inf"];
 
-/// Parses a humantime duration (at most [`MAX`]) or one of [`OFF_WORDS`] (`None`).
+/// Parses a humantime duration (at most [`MAX`]) or one of `OFF_WORDS` (`None`): `off`,
+/// `none` or `inf`, in any case.
 ///
 /// # Errors
 /// Neither: the message says what was expected.

@@ -113,7 +113,7 @@ impl Default for Limits {
 /// (the jobs the forward run can never start, module doc): its user paused or at a
 /// running-jobs limit of 0, a group above it paused or at a limit of 0, the job alone
 /// larger than its user's or such a group's `max_resources`, or larger than every
-/// healthy cluster it may run on ([`super::ledger::permanent_reason`]). Built from a
+/// healthy cluster it may run on (`ledger::permanent_reason`). Built from a
 /// snapshot, so that a job the forward run did not read (past `estimates.max_jobs`)
 /// is judged as one it read: neither gets an `estimated_after`.
 #[derive(Clone, Debug, Default)]

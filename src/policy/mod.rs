@@ -383,7 +383,7 @@ pub struct PolicyConfig {
     /// Licenses (`[[licenses]]`; Slurm's licenses): custom resources with one count
     /// shared by every cluster rather than a capacity per cluster, e.g. "at most 4
     /// jobs hold a session on the quantum backend at once". A slot with a count
-    /// above 0 is a license ([`licenses`](self::licenses)); empty: none.
+    /// above 0 is a license (module `policy::licenses`); empty: none.
     #[serde(default)]
     pub licenses: Custom,
 }

@@ -43,7 +43,7 @@ pub async fn delete_job(db: &Db, id: Uuid) -> Result<bool, DbErr> {
 }
 
 /// The hex SHA-256 of a package's content: its name on the clusters
-/// ([`crate::ray::packages::cluster_uri`]).
+/// (`ray::packages::cluster_uri`).
 pub fn package_digest_of(content: &[u8]) -> String {
     use sha2::Digest;
     let d = sha2::Sha256::digest(content);
@@ -119,7 +119,7 @@ pub async fn package_digest(db: &Db, owner: &str, uri: &str) -> Result<Option<St
 }
 
 /// The content of the package a cluster-side URI names
-/// ([`crate::ray::packages::cluster_uri`]: `gcs://_ray_pkg_fs_<digest>.zip`), from any
+/// (`ray::packages::cluster_uri`: `gcs://_ray_pkg_fs_<digest>.zip`), from any
 /// owner's row with that digest (the content is the same by construction). `None` for
 /// any other URI: a package is only ever sent under the name of its content.
 pub async fn package_content(db: &Db, uri: &str) -> Result<Option<Vec<u8>>, DbErr> {

@@ -140,7 +140,7 @@ pub struct Sums {
     /// Jobs that ended STOPPED.
     pub stopped: u64,
     /// Waits of the jobs that ended (and were granted): counts per bin of
-    /// [`WAIT_BOUNDS`].
+    /// `WAIT_BOUNDS` (bounds 1 s, 5 s, 10 s … a day; the last bin: a day or more).
     pub waits: [u64; WAIT_BINS],
     /// The longest of those waits, seconds.
     pub wait_max: i64,

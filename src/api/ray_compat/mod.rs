@@ -72,7 +72,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         );
 }
 
-/// Every `/api/` route [`routes`] registers, as `(method, path)`; listed in
+/// Every `/api/` route `api::ray_compat::routes` registers, as `(method, path)`; listed in
 /// `docs/ray-jobs-api.md` (not in `/openapi.json`, which describes `/v1`).
 pub const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/version"),

@@ -208,7 +208,7 @@ impl JobDetails {
 }
 
 /// An error of a `/api/` route: fairshare's JSON error body, written as Ray writes
-/// JSON ([`to_vec`]); status and headers (`Allow`, `Retry-After`) as [`ApiError`]'s.
+/// JSON ([`to_vec`]); status and headers (`Allow`, `Retry-After`) as `ApiError`'s.
 #[derive(Debug)]
 pub struct RayError(pub ApiError);
 

@@ -62,8 +62,8 @@
 //!
 //! # Layout
 //!
-//! [`plan`] (what is submitted), `client` (HTTP with retries), [`driver`]
-//! (submitting on schedule and following the jobs), [`output`] (records and the
+//! `plan` (what is submitted), `client` (HTTP with retries), `driver`
+//! (submitting on schedule and following the jobs), `output` (records and the
 //! table); the statistics are [`super::stats`], shared with the simulator.
 
 use std::path::PathBuf;

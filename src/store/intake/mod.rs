@@ -39,7 +39,7 @@ pub use writer::IntakeWriter;
 
 /// Most submissions committed in one transaction. Bounded so that one transaction
 /// stays short (a few milliseconds) and within SQLite's 32,766 bound parameters per
-/// statement once split into chunks of [`sqlite::ROWS_PER_STATEMENT`].
+/// statement once split into chunks of `intake::sqlite::ROWS_PER_STATEMENT`.
 pub const MAX_BATCH: usize = 1024;
 
 /// Most bytes of jobs ([`NewJob::approx_bytes`]) committed in one transaction, beyond
@@ -275,7 +275,7 @@ pub async fn submit_batch(
 }
 
 /// [`submit_batch`], on PostgreSQL trying the batch in one round trip first or not
-/// (`one_round_trip`, see [`postgres`]): each answer with a created job's queue
+/// (`one_round_trip`, see `intake::postgres`): each answer with a created job's queue
 /// position, and in how many round trips the batch committed (2 on SQLite; 0 if it
 /// failed or went one submission at a time). Answers and rows are the same either
 /// way; the tests hold the two ways to that.
