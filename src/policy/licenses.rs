@@ -14,6 +14,8 @@
 //! and a preemption's victims count only licenses held by jobs on the same cluster
 //! as coming free; and licenses are not reserved (a job backfilled on another
 //! cluster may take a license a reserved job waits for).
+//!
+//! [`PolicyConfig::licenses`]: super::PolicyConfig::licenses
 
 use super::{Custom, Resources};
 

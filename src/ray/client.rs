@@ -176,6 +176,9 @@ pub(crate) fn google_style(name: &str) -> String {
 /// (`accelerator_type:…`), and a valid name ([`custom::check_name`]). New names are
 /// registered; once the registry is full ([`custom::MAX_CUSTOM`] names) a new one is
 /// skipped, with one warning per process.
+///
+/// [`custom::check_name`]: crate::policy::custom::check_name
+/// [`custom::MAX_CUSTOM`]: crate::policy::custom::MAX_CUSTOM
 pub(crate) fn custom_slot(name: &str) -> Option<usize> {
     use crate::policy::custom;
     if is_builtin(name) || name.contains("_group_") {
@@ -347,6 +350,8 @@ impl RayClient {
     /// A 500 whose text says "already exists" (Ray's answer to a duplicate
     /// `submission_id`) is `Ok(SubmitOutcome::AlreadyExists)`. Does not retry; see
     /// [`submit_idempotent`].
+    ///
+    /// [`submit_idempotent`]: super::submit_idempotent
     pub async fn submit(&self, job: &SubmitJob) -> Result<SubmitOutcome, RayError> {
         let body = SubmitBody {
             entrypoint: &job.entrypoint,

@@ -51,6 +51,8 @@ pub enum RayError {
     ///
     /// `status` is 0 only from [`RayClient::new`]: the address is unusable and no
     /// request was sent.
+    ///
+    /// [`RayClient::new`]: super::RayClient::new
     #[error("Ray refused the request with HTTP {status}: {message}")]
     Client {
         /// HTTP status code (0: invalid address, nothing sent).
@@ -197,6 +199,8 @@ pub(super) fn truncate_tail(text: &str, max: usize) -> String {
 /// | 408, 429 | [`RayError::Client`], retryable | back to QUEUED after the budget |
 /// | other 4xx (400, 413, 422, …) | [`RayError::Client`], final | FAILED with Ray's message |
 /// | other 5xx | [`RayError::Server`], retryable | back to QUEUED after the budget |
+///
+/// [`RayClient::submit`]: super::RayClient::submit
 pub fn classify(endpoint: &str, status: StatusCode, body: &str) -> RayError {
     let route_missing = matches!(status.as_u16(), 404 | 405 | 501);
     if route_missing && endpoint.ends_with('/') {

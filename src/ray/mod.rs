@@ -66,6 +66,8 @@ const TRACEBACK_HEADER: &str = "Traceback (most recent call last):";
 /// An amount of each resource the scheduler tracks: the policy's [`Resources`] (CPU
 /// in cores, GPU in devices, memory in bytes — Ray's `memory` resource, not the
 /// object store), one type from the policy to Ray.
+///
+/// [`Resources`]: crate::policy::Resources
 pub use crate::policy::Resources as RayResources;
 
 /// Capacity and usage of a whole Ray cluster, as reported by `GET /api/cluster_status`.

@@ -1,7 +1,7 @@
 //! Usage accounting (issue 48, DESIGN §4 "Usage" and §6 "Usage rollup"): what each
 //! job held on a cluster or pool, summed per hour into `usage_rollup_hourly` and
 //! `usage_custom_hourly` and per day into `usage_rollup` and `usage_custom`, in the
-//! transaction of the step that ends the hold ([`super::apply`]), and the report over
+//! transaction of the step that ends the hold ([`super::apply()`]), and the report over
 //! any range read back from those sums, the jobs still holding resources, and the
 //! ended jobs' waits.
 //!
@@ -570,7 +570,7 @@ async fn record_rows<C: ConnectionTrait>(
 
 /// Writes `holds` and `ended` jobs (key, final status, Unix seconds, wait in seconds)
 /// into the rollup
-/// in one transaction, as [`super::apply`] does for the steps it writes: for tools
+/// in one transaction, as [`super::apply()`] does for the steps it writes: for tools
 /// that load history (`scripts/bench-usage`) and tests.
 pub async fn record_usage(
     db: &Db,
@@ -669,7 +669,7 @@ fn actual_since(hold: &Hold, reading: Option<&Reading>) -> (i64, Rate) {
     }
 }
 
-/// The end of a job's hold, for what it actually held (in [`super::apply`]'s
+/// The end of a job's hold, for what it actually held (in [`super::apply()`]'s
 /// transaction, after its job row): its `job_actual` row goes, and the stretch since
 /// its last reading, at that reading (or its whole hold as declared, without one),
 /// is added to `deltas`. `hold`: the hold that ends (`None`: it held nothing).
@@ -703,7 +703,7 @@ pub(crate) async fn end_actual<C: ConnectionTrait>(
 /// holding resources whose reading differs from what it held until now (its last
 /// reading, else what it declared), the stretch since then is added to the rollup's
 /// actual columns and `job_actual` says the new reading holds from `at`. One
-/// transaction, fenced like [`super::apply`] (a stale leader writes nothing); jobs
+/// transaction, fenced like [`super::apply()`] (a stale leader writes nothing); jobs
 /// locked in (user, id) order, as [`super::apply_many`] locks them. Returns how many
 /// jobs' readings changed.
 pub async fn record_actual(

@@ -89,6 +89,8 @@ pub(crate) type Uid = u32;
 /// A user's place in fair-share order at one instant: the quantized key
 /// ([`quantize_key`]), then the effective head's submit time (older first; `+∞`
 /// without a head), then the name. Smaller is served first.
+///
+/// [`quantize_key`]: crate::policy::quantize_key
 #[derive(Clone, Debug)]
 pub(crate) struct Rank {
     pub key: f64,

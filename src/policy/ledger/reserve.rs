@@ -14,6 +14,8 @@ impl Ledger {
 
     /// The best-fit room whose free capacity holds `request`: the smallest
     /// [`leftover`], ties to the earlier (smaller name).
+    ///
+    /// [`leftover`]: crate::policy::fit::leftover
     pub(super) fn best_fit_room(rooms: &[Room], request: &Resources) -> Option<usize> {
         tightest(
             request,

@@ -199,6 +199,8 @@ pub struct SimConfig {
     pub autoscale: Option<super::Autoscale>,
     /// Users whose actual and fair share over time are recorded in
     /// [`SimOutcome::series`] (for plots).
+    ///
+    /// [`SimOutcome::series`]: super::SimOutcome::series
     #[serde(skip)]
     pub record_shares_for: Vec<String>,
 }

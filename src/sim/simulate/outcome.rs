@@ -99,7 +99,7 @@ pub struct SimOutcome {
     /// ∫ fairness error dt over queued time (the definition before issue 10,
     /// which called all queued time contended), for comparison.
     pub queued_error_integral: f64,
-    /// Seconds of contention (see [`super::report`]): some user is backlogged
+    /// Seconds of contention (see [`crate::sim::report`]): some user is backlogged
     /// and the users' demands, each capped at the capacity, sum to more than
     /// the capacity.
     pub contended_s: Seconds,
@@ -124,6 +124,8 @@ pub struct SimOutcome {
     /// Core-seconds of the runs preemption cut short: work lost.
     pub lost_core_s: f64,
     /// Shares over time of [`SimConfig::record_shares_for`].
+    ///
+    /// [`SimConfig::record_shares_for`]: super::SimConfig::record_shares_for
     pub series: Vec<ShareSeries>,
     /// Per user (as [`SimOutcome::users`]): over the contended time in which it
     /// had demand, its demand (cores of its running and queued jobs / capacity)
