@@ -142,11 +142,11 @@ impl Hints {
     }
 }
 
-/// The watcher's Python: leave the shell's session (`setsid`); POST argv[2]; if the
+/// The watcher's Python: leave the shell's session (`setsid`); POST `argv[2]`; if the
 /// answer says `"stop":true` (the attempt was cancelled, or is no longer the job's
 /// current one), end the entrypoint (SIGTERM to its process group, which Ray makes it
 /// lead; where it leads none, to the shell and its children) and stop; else wait for
-/// process argv[1] (the entrypoint's shell) to exit, and POST argv[3]. Where
+/// process `argv[1]` (the entrypoint's shell) to exit, and POST `argv[3]`. Where
 /// `os.pidfd_open` is missing (Python before 3.9, Linux before 5.3) it polls the
 /// shell's pid every 50 ms; a shell already gone counts as ended. Never fails the
 /// job: every error is swallowed.

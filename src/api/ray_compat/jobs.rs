@@ -80,12 +80,12 @@ impl Estimated {
 
 /// Ray's `JobDetails` of a row. `pending_reason`, `queue_position` and the estimate
 /// fill the message of a waiting job (Ray's `message` is the only free text Ray's
-/// clients show): "…; expected to start at about <RFC 3339> (position N among the
-/// waiting jobs; this job's run time by <basis>, each job ahead's by its own)" (the
+/// clients show): "…; expected to start at about \<RFC 3339\> (position N among the
+/// waiting jobs; this job's run time by \<basis\>, each job ahead's by its own)" (the
 /// basis is the job's own: a tester read "run times by max_runtime" as every run time
 /// behind the estimate), or for a job the forward run stopped before
 /// reaching (its horizon, or a queue read only to its first jobs), "…; expected to
-/// start no sooner than <RFC 3339> (the estimates stopped before this job)".
+/// start no sooner than \<RFC 3339\> (the estimates stopped before this job)".
 pub fn details(
     j: &job::Model,
     pending_reason: Option<&str>,
