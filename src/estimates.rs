@@ -215,8 +215,24 @@ impl Estimates {
                     read = None;
                     continue;
                 }
+                // The bars as stored, read at every tick (a fresh tester's findings: a
+                // follower marked a paused user's job "after the horizon", and its Ray
+                // job list said such a job waited for its turn); clusters' totals are
+                // not stored, so a job too large for every cluster is not judged here.
+                // One read of the users and groups a refresh, O(users).
+                let bars = match stored_bars(&db, &settings_default_max_running).await {
+                    Ok(bars) => Some(bars),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "estimates: cannot read the users and groups");
+                        None
+                    }
+                };
                 match load(&db, read).await {
-                    Ok(None) => {}
+                    Ok(None) => {
+                        if let (Some(bars), Ok(mut t)) = (bars, table.0.write()) {
+                            t.bars = Some(bars);
+                        }
+                    }
                     Ok(Some((at, jobs, not_before))) => {
                         read = at;
                         let time = |us: i64| Utc.timestamp_micros(us).single();
@@ -224,27 +240,11 @@ impl Estimates {
                             at.and_then(time),
                             jobs,
                             not_before.and_then(time),
-                            None,
+                            bars,
                             Cut::default(),
                         );
                     }
                     Err(e) => tracing::warn!(error = %e, "estimates: cannot read the leader's"),
-                }
-                // The bars as stored, read at every tick while a mark can be shown (a
-                // fresh tester's finding: a follower marked a paused user's job "after
-                // the horizon"); clusters' totals are not stored, so a job too large
-                // for every cluster is not judged here.
-                if table.0.read().is_ok_and(|t| t.not_before.is_some()) {
-                    match stored_bars(&db, &settings_default_max_running).await {
-                        Ok(bars) => {
-                            if let Ok(mut t) = table.0.write() {
-                                t.bars = Some(bars);
-                            }
-                        }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "estimates: cannot read the users and groups")
-                        }
-                    }
                 }
             }
         });

@@ -121,8 +121,9 @@ pub fn check_custom(
             return Err(Refusal::new(
                 at,
                 format!(
-                    "{name:?} is one of fairshare's own resources ({}): give it as \
-                     {name}, not as a custom resource",
+                    "{name:?} is one of fairshare's own resources ({}), not a custom \
+                     one: ask for it as such (on Ray's Jobs API entrypoint_num_cpus, \
+                     entrypoint_num_gpus, entrypoint_memory)",
                     OWN.join(", ")
                 ),
             ));

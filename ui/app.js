@@ -705,7 +705,7 @@ async function refreshJob(id) {
     ["Queue position", j.queue_position || "–"],
     ...(j.status === "QUEUED"
       ? [
-          ["Expected start", el("span", { id: "job-estimate" }, j.estimated_start ? time(j.estimated_start) : j.estimated_after ? `not before ${time(j.estimated_after)} (beyond what the estimates look ahead)` : "– (not estimated: it cannot start as things stand, or it is past the jobs the estimates read)")],
+          ["Expected start", el("span", { id: "job-estimate" }, j.estimated_start ? time(j.estimated_start) : j.estimated_after ? `not before ${time(j.estimated_after)} (the estimates stopped before this job: their horizon, or past the jobs they read)` : "– (not estimated: it cannot start as things stand, or it is past the jobs the estimates read)")],
           ["Position among waiting jobs", j.position || "–"],
           ["Run time expected from", j.estimate_basis ? { max_runtime: "its max_runtime_s", learned: "its user's past runs of this entrypoint", default: "the configured default" }[j.estimate_basis] : "–"],
         ]

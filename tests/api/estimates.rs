@@ -248,6 +248,57 @@ async fn a_follower_answers_the_leaders_estimates() {
             && message.contains("(position 1 among the waiting jobs; this job's run time by max_runtime, each job ahead's by its own)"),
         "{message}"
     );
+    // A paused user's job, in Ray's job list on the follower: it cannot start as
+    // things stand (a fresh tester's finding: the follower's list said it waited for
+    // its turn, the leader's did not); alice's waiting job says no such thing.
+    let r = client
+        .put(format!("{a}/v1/users/paula"))
+        .bearer_auth(crate::helpers::ADMIN)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = client
+        .post(format!("{a}/v1/users/paula/pause"))
+        .bearer_auth(crate::helpers::ADMIN)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{:?}", r.text().await);
+    let r = client
+        .post(format!("{b}/v1/jobs"))
+        .bearer_auth(SUBMITTER)
+        .json(&json!({"user": "paula", "entrypoint": "sleep 1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let paula = r.json::<Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let message_in = |list: &Value, id: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["submission_id"] == id)
+            .map(|d| d["message"].as_str().unwrap_or("").to_string())
+            .unwrap_or_default()
+    };
+    let list = until(
+        10,
+        "the follower's list says paula's job cannot start",
+        || async {
+            let list = get(&b, "/api/jobs/".into()).await;
+            message_in(&list, &paula)
+                .starts_with("queued in fairshare: it cannot start as things stand")
+                .then_some(list)
+        },
+    )
+    .await;
+    assert!(!message_in(&list, &id).contains("cannot start"), "{list}");
     a_handle.stop(true).await;
     b_handle.stop(true).await;
 }
@@ -453,7 +504,8 @@ async fn a_job_beyond_the_horizon_is_marked() {
         let id = j["id"].as_str().unwrap();
         let listed = message_of(id);
         assert!(
-            listed.starts_with("queued in fairshare: it cannot start as things stand"),
+            listed.starts_with("queued in fairshare: it cannot start as things stand")
+                && listed.contains(&format!("GET /api/jobs/{id} says which")),
             "{listed}"
         );
         let own = app.get_json(&format!("/api/jobs/{id}"), SUBMITTER).await;

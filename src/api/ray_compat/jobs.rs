@@ -397,10 +397,15 @@ pub async fn submit(
     }))
 }
 
-/// What the list says of a QUEUED job that cannot start as things stand (the job's own
-/// `GET /api/jobs/{id}` names the bar).
-const LIST_BARRED: &str = "it cannot start as things stand (a pause, a limit, or no \
-    cluster large enough: GET /api/jobs/<id> says which)";
+/// What the list says of a QUEUED job that cannot start as things stand: the job's own
+/// `GET /api/jobs/{submission id}` names the bar.
+fn list_barred(j: &job::Model) -> String {
+    format!(
+        "it cannot start as things stand (a pause, a limit, or no cluster large enough: \
+         GET /api/jobs/{} says which)",
+        submission_id_of(j)
+    )
+}
 
 /// `GET /api/jobs/`: the newest [`LIST_LIMIT`] jobs as Ray's `JobDetails` (the token's
 /// user's only, for a token with a user), from the database.
@@ -431,8 +436,8 @@ pub async fn list(state: web::Data<AppState>, req: HttpRequest) -> Result<HttpRe
                 && state
                     .estimates()
                     .never(&j.user_id, &crate::store::summary(j));
-            let reason = barred.then_some(LIST_BARRED);
-            JobDetails::from_value(details(j, reason, None, &Estimated::of(&v)))
+            let reason = barred.then(|| list_barred(j));
+            JobDetails::from_value(details(j, reason.as_deref(), None, &Estimated::of(&v)))
         })
         .collect();
     Ok(pyjson::ok(&out))
