@@ -73,7 +73,9 @@ pub enum UsageStepName {
 pub struct UsageReport {
     /// Start of the range as answered (rounded down to the step).
     pub from: DateTime<Utc>,
-    /// End of the range, exclusive, as answered (rounded up to the step).
+    /// End of the range, exclusive, as answered (rounded up to the step); for a range
+    /// asked to end at or before its start, equal to `from`: the empty range answered,
+    /// with no rows (not the `to` asked: a tester read that as a value nobody asked).
     pub to: DateTime<Utc>,
     /// `hour`, `day` or `month`.
     pub step: String,
