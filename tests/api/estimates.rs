@@ -17,6 +17,14 @@ fn at(v: &Value) -> DateTime<Utc> {
         .with_timezone(&Utc)
 }
 
+/// The `message` of job `id` (its submission id) in Ray's job list `list`, if listed.
+fn listed_message(list: &Value, id: &str) -> Option<String> {
+    list.as_array()?
+        .iter()
+        .find(|d| d["submission_id"] == id)
+        .map(|d| d["message"].as_str().unwrap_or("").to_string())
+}
+
 /// A service on a fake Ray of `cpus` CPUs whose jobs run until the test ends,
 /// estimates refreshed every second, no decayed usage, `tune` applied last; returned
 /// once the cluster's capacity is known.
@@ -279,26 +287,24 @@ async fn a_follower_answers_the_leaders_estimates() {
         .as_str()
         .unwrap()
         .to_string();
-    let message_in = |list: &Value, id: &str| {
-        list.as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["submission_id"] == id)
-            .map(|d| d["message"].as_str().unwrap_or("").to_string())
-            .unwrap_or_default()
-    };
     let list = until(
         10,
         "the follower's list says paula's job cannot start",
         || async {
             let list = get(&b, "/api/jobs/".into()).await;
-            message_in(&list, &paula)
+            listed_message(&list, &paula)
+                .unwrap_or_default()
                 .starts_with("queued in fairshare: it cannot start as things stand")
                 .then_some(list)
         },
     )
     .await;
-    assert!(!message_in(&list, &id).contains("cannot start"), "{list}");
+    assert!(
+        !listed_message(&list, &id)
+            .unwrap_or_default()
+            .contains("cannot start"),
+        "{list}"
+    );
     a_handle.stop(true).await;
     b_handle.stop(true).await;
 }
@@ -492,14 +498,8 @@ async fn a_job_beyond_the_horizon_is_marked() {
     // "waiting for its fair-share turn" of bob's job over his limit: a tester's
     // finding), and of the waiting ones no such thing; each job's page names its bar.
     let list = app.get_json("/api/jobs/", SUBMITTER).await;
-    let message_of = |id: &str| {
-        list.as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["submission_id"] == id)
-            .map(|d| d["message"].as_str().unwrap_or("").to_string())
-            .unwrap_or_else(|| panic!("{id} in the list: {list}"))
-    };
+    let message_of =
+        |id: &str| listed_message(&list, id).unwrap_or_else(|| panic!("{id} in the list: {list}"));
     for (j, bar) in never.iter().zip(["limit", "paused"]) {
         let id = j["id"].as_str().unwrap();
         let listed = message_of(id);
