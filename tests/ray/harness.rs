@@ -3,7 +3,7 @@
 //! project's `.venv/bin/ray` (`scripts/setup-ray` makes it).
 
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -82,7 +82,8 @@ pub struct RayHead {
     pub dashboard: String,
     /// Ray's token authentication token, for a head started with it.
     pub token: Option<String>,
-    _dir: tempfile::TempDir,
+    /// The head's temp dir: Ray's session and logs, the launcher's output.
+    dir: tempfile::TempDir,
 }
 
 impl RayHead {
@@ -150,14 +151,14 @@ impl RayHead {
             .env("RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S", "0")
             .env("RAY_JOB_START_TIMEOUT_SECONDS", "60")
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(launcher_log(dir.path()))
             .spawn()
             .expect("start ray");
         RayHead {
             child,
             dashboard: format!("http://127.0.0.1:{dash}"),
             token: token.map(str::to_string),
-            _dir: dir,
+            dir,
         }
     }
 
@@ -191,14 +192,14 @@ impl RayHead {
             .arg("--job-start-timeout=60")
             .env("FAIRSHARE_RAY_BIN", ray)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(launcher_log(dir.path()))
             .spawn()
             .expect("start scripts/ray-autoscaling-head");
         RayHead {
             child,
             dashboard: format!("http://127.0.0.1:{dash}"),
             token: None,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -245,6 +246,23 @@ impl RayHead {
         }
     }
 
+    /// Whether this head has gone away: its launcher (`ray start --block`, which ends
+    /// the whole head when any of its processes dies) has exited, or its dashboard
+    /// refuses connections.
+    pub fn gone(&mut self) -> bool {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return true;
+        }
+        let addr = self.dashboard.trim_start_matches("http://");
+        std::net::TcpStream::connect(addr).is_err()
+    }
+
+    /// The last lines of this head's logs and its launcher's output (as printed when a
+    /// test fails with the head up).
+    pub fn logs(&self) -> String {
+        log_tails(self.dir.path())
+    }
+
     /// Ray's own job list, as `GET /api/jobs/` answers it (one object per job).
     pub async fn job_list(&self) -> Vec<serde_json::Value> {
         let list: serde_json::Value = self
@@ -277,6 +295,19 @@ impl RayHead {
 impl Drop for RayHead {
     fn drop(&mut self) {
         let pid = self.child.id();
+        if std::thread::panicking() {
+            // Before the SIGTERM: whether the head had already gone (`ray start --block`
+            // ends the whole head when any of its processes dies) and what Ray logged.
+            let state = match self.child.try_wait() {
+                Ok(Some(status)) => format!("had already exited ({status})"),
+                _ => "was still running".to_string(),
+            };
+            eprintln!(
+                "--- the Ray head at {} {state}; its logs' last lines:\n{}",
+                self.dashboard,
+                self.logs()
+            );
+        }
         let _ = Command::new("kill")
             .args(["-TERM", "--", &format!("-{pid}")])
             .status();
@@ -297,6 +328,61 @@ impl Drop for RayHead {
             .status();
         let _ = self.child.wait();
     }
+}
+
+/// A file in the head's dir for what `ray start` (or the autoscaling launcher) prints:
+/// Ray says there which of its processes died when it ends a `--block` head.
+fn launcher_log(dir: &Path) -> Stdio {
+    std::fs::File::create(dir.join("launcher.log"))
+        .map(Stdio::from)
+        .unwrap_or_else(|_| Stdio::null())
+}
+
+/// Ray's logs most telling when a head goes away in a test, found under `dir` (a head's
+/// temp dir holds `session_*/logs/`, an autoscaling head's under `t/`): the last 15
+/// lines of the launcher's output and of each of them. Printed when a test fails.
+fn log_tails(dir: &Path) -> String {
+    const NAMES: [&str; 8] = [
+        "launcher.log",
+        "monitor.err",
+        "monitor.log",
+        "dashboard.err",
+        "dashboard.log",
+        "raylet.err",
+        "gcs_server.err",
+        "dashboard_agent.log",
+    ];
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            // session_latest is a link to the session's own dir: read that one once.
+            if path.is_symlink() {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else if NAMES
+                .iter()
+                .any(|n| path.file_name().is_some_and(|f| f == *n))
+            {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    let mut out = String::new();
+    for path in found {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(15)..];
+        out.push_str(&format!("== {}\n{}\n", path.display(), tail.join("\n")));
+    }
+    out
 }
 
 /// Whether any process of process group `pgid` is still there (`kill -0`).
