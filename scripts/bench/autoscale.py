@@ -113,6 +113,12 @@ class Cluster:
             time.sleep(0.2)
         if group_alive(self.proc.pid):
             os.killpg(self.proc.pid, 9)
+        # The job drivers Ray leaves (scripts/stop-ray-drivers says why).
+        try:
+            gcs = open(os.path.join(self.dir, "gcs")).read().strip()
+            subprocess.run([os.path.join(ROOT, "scripts", "stop-ray-drivers"), gcs])
+        except OSError:
+            pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -84,6 +84,9 @@ pub struct RayHead {
     pub token: Option<String>,
     /// The head's temp dir: Ray's session and logs, the launcher's output.
     dir: tempfile::TempDir,
+    /// The head's GCS address, `127.0.0.1:PORT`, when this harness chose it (an
+    /// autoscaling head's launcher writes it into `dir/gcs`).
+    gcs: Option<String>,
 }
 
 impl RayHead {
@@ -115,6 +118,7 @@ impl RayHead {
             .tempdir_in("/tmp")
             .unwrap();
         let dash = free_port();
+        let gcs = format!("127.0.0.1:{}", free_port());
         let bin_dir = ray.parent().unwrap().to_path_buf();
         let path = format!(
             "{}:{}",
@@ -137,7 +141,7 @@ impl RayHead {
                 "--disable-usage-stats",
             ])
             .arg(format!("--num-cpus={cpus}"))
-            .arg(format!("--port={}", free_port()))
+            .arg(format!("--port={}", gcs.rsplit(':').next().unwrap()))
             .arg("--dashboard-host=127.0.0.1")
             .arg(format!("--dashboard-port={dash}"))
             .arg(format!("--ray-client-server-port={}", free_port()))
@@ -159,6 +163,7 @@ impl RayHead {
             dashboard: format!("http://127.0.0.1:{dash}"),
             token: token.map(str::to_string),
             dir,
+            gcs: Some(gcs),
         }
     }
 
@@ -200,6 +205,7 @@ impl RayHead {
             dashboard: format!("http://127.0.0.1:{dash}"),
             token: None,
             dir,
+            gcs: None,
         }
     }
 
@@ -312,6 +318,7 @@ impl Drop for RayHead {
             .args(["-TERM", "--", &format!("-{pid}")])
             .status();
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut stopped = false;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
                 // The rest of the group (an autoscaling head's worker raylets) ends
@@ -319,14 +326,31 @@ impl Drop for RayHead {
                 while Instant::now() < deadline && group_alive(pid) {
                     std::thread::sleep(Duration::from_millis(100));
                 }
-                return;
+                stopped = true;
+                break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let _ = Command::new("kill")
-            .args(["-KILL", "--", &format!("-{pid}")])
+        if !stopped {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .status();
+            let _ = self.child.wait();
+        }
+        let gcs = self.gcs.clone().or_else(|| {
+            std::fs::read_to_string(self.dir.path().join("gcs"))
+                .ok()
+                .map(|s| s.trim().to_string())
+        });
+        // Ray does not end a job's driver with the head (scripts/stop-ray-drivers says
+        // why): a test's leftover drivers would run on into the next tests.
+        if let Some(gcs) = gcs {
+            let _ = Command::new(
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/stop-ray-drivers"),
+            )
+            .arg(gcs)
             .status();
-        let _ = self.child.wait();
+        }
     }
 }
 
