@@ -110,8 +110,9 @@ pub struct UsageRowView {
     pub actual: ActualUse,
     /// Jobs that ended in the step, by final status.
     pub jobs: EndedJobs,
-    /// Waits (seconds from submit to the job's last grant) of the jobs that ended in
-    /// the step and were granted.
+    /// Waits of the jobs that ended in the step and were granted: seconds queued
+    /// before the job's last grant (from submit, and from each return to the queue, to
+    /// the next grant; what it held between is not a wait).
     pub wait_seconds: Waits,
 }
 

@@ -402,9 +402,12 @@ async fn apply_in(
             usage::end_actual(txn, id, hold.as_ref(), deltas).await?;
         }
         if step.to.is_terminal() {
-            let wait = current
-                .dispatched_at
-                .map(|d| d.timestamp() - current.submitted_at.timestamp());
+            // The time queued before its last grant (a job granted more than once
+            // held resources between its waits); none if never granted.
+            let wait = match current.dispatched_at {
+                Some(_) => Some(usage::queued_before(txn, &current).await?),
+                None => None,
+            };
             deltas.ended(
                 &usage::key_of(&current, &group),
                 step.to,

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Datelike, TimeZone, Utc};
-use entity::{job, user, JobStatus};
+use entity::{job, job_event, user, JobStatus};
 use sea_orm::{
     AccessMode, ColumnTrait, ConnectionTrait, DatabaseBackend, DbErr, EntityTrait, IsolationLevel,
     QueryFilter, QueryOrder, QuerySelect, Statement, TransactionTrait, Value,
@@ -249,8 +249,8 @@ impl Sums {
         }
     }
 
-    /// One job that ended in `status`, after a wait of `wait` seconds from submit to
-    /// its last grant (`None`: never granted).
+    /// One job that ended in `status`, after a wait of `wait` seconds queued before
+    /// its last grant ([`queued_before`]; `None`: never granted).
     pub fn ended(status: JobStatus, wait: Option<i64>) -> Sums {
         let mut s = Sums::default();
         if let Some(w) = wait {
@@ -326,7 +326,7 @@ impl Deltas {
     }
 
     /// Adds a job that ended in `status` at `at` (Unix seconds) after waiting `wait`
-    /// seconds for its last grant (`None`: never granted).
+    /// seconds queued before its last grant (`None`: never granted).
     pub(crate) fn ended(&mut self, key: &Key, status: JobStatus, at: i64, wait: Option<i64>) {
         for span in [HOUR, DAY] {
             let bucket = at.div_euclid(span) * span;
@@ -823,6 +823,55 @@ fn milli(x: f64) -> i64 {
     }
 }
 
+/// How long job `job` waited in the queue before its last grant, whole seconds: from
+/// its submit, and from each return to the queue (a release, a lapsed lease, a pending
+/// timeout, a preemption, a dispatch Ray was not ready for), to the next move out of
+/// QUEUED, `floor` of both ends as holds are counted. What it held in between is not a
+/// wait; for a job granted once this is its grant less its submit. Read from its
+/// `job_events` rows (kept while the job lives; one indexed read of a few rows). The
+/// caller asks only of a job that was granted (`dispatched_at` set: nothing moved it
+/// back to the queue since).
+pub(crate) async fn queued_before<C: ConnectionTrait>(
+    conn: &C,
+    job: &job::Model,
+) -> Result<i64, DbErr> {
+    let moves: Vec<(Option<JobStatus>, JobStatus, DateTime<Utc>)> = job_event::Entity::find()
+        .select_only()
+        .columns([
+            job_event::Column::FromStatus,
+            job_event::Column::ToStatus,
+            job_event::Column::At,
+        ])
+        .filter(job_event::Column::JobId.eq(job.id))
+        .order_by_asc(job_event::Column::Id)
+        .into_tuple()
+        .all(conn)
+        .await?;
+    Ok(queued_seconds(job.submitted_at, &moves))
+}
+
+/// The fold of [`queued_before`] over a job's moves `(from, to, at)` in order, from its
+/// submit at `submitted` (queued from then: its intake row, from nothing to QUEUED,
+/// changes nothing).
+fn queued_seconds(
+    submitted: DateTime<Utc>,
+    moves: &[(Option<JobStatus>, JobStatus, DateTime<Utc>)],
+) -> i64 {
+    let mut since = Some(submitted.timestamp());
+    let mut queued = 0;
+    for (_, to, at) in moves {
+        match (since, *to == JobStatus::Queued) {
+            (None, true) => since = Some(at.timestamp()),
+            (Some(s), false) => {
+                queued += (at.timestamp() - s).max(0);
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    queued
+}
+
 /// The group path of `user` (`""`: the root, or no such user).
 pub(crate) async fn group_path<C: ConnectionTrait>(
     conn: &C,
@@ -1279,6 +1328,48 @@ pub async fn prune(db: &Db, now: i64, hourly_keep: i64, daily_keep: i64) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job's wait is its time QUEUED before its last grant, each stretch `floor` of
+    /// both ends; what it held between (an earlier attempt's run, a dispatch Ray was
+    /// not ready for) is not a wait.
+    #[test]
+    fn a_wait_is_the_time_queued_before_the_last_grant() {
+        use JobStatus as S;
+        let t = |s: i64, ms: u32| Utc.timestamp_opt(s, ms * 1_000_000).unwrap();
+        let submitted = t(100, 900);
+        // Granted once: grant less submit, whole seconds at both ends.
+        let once = [
+            (None, S::Queued, t(100, 900)),
+            (Some(S::Queued), S::Dispatching, t(103, 100)),
+            (Some(S::Dispatching), S::Pending, t(104, 0)),
+            (Some(S::Pending), S::Running, t(105, 0)),
+            (Some(S::Running), S::Succeeded, t(200, 0)),
+        ];
+        assert_eq!(queued_seconds(submitted, &once), 3);
+        // Ran 100 s, preempted back to the queue, waited 7 s, ran again: 3 + 7.
+        let again = [
+            (None, S::Queued, t(100, 900)),
+            (Some(S::Queued), S::Dispatching, t(103, 100)),
+            (Some(S::Dispatching), S::Running, t(104, 0)),
+            (Some(S::Running), S::Queued, t(204, 500)),
+            (Some(S::Queued), S::Dispatching, t(211, 400)),
+            (Some(S::Dispatching), S::Running, t(212, 0)),
+            (Some(S::Running), S::Succeeded, t(300, 0)),
+        ];
+        assert_eq!(queued_seconds(submitted, &again), 3 + 7);
+        // A pool job released and admitted again within the same second: 0 more.
+        let pool = [
+            (None, S::Queued, t(100, 900)),
+            (Some(S::Queued), S::Admitted, t(100, 950)),
+            (Some(S::Admitted), S::Queued, t(150, 100)),
+            (Some(S::Queued), S::Admitted, t(150, 200)),
+            (Some(S::Admitted), S::Running, t(151, 0)),
+            (Some(S::Running), S::Failed, t(160, 0)),
+        ];
+        assert_eq!(queued_seconds(submitted, &pool), 0);
+        // No intake row (it changes nothing either way): from the submit.
+        assert_eq!(queued_seconds(submitted, &once[1..]), 3);
+    }
 
     #[test]
     fn split_cuts_at_span_boundaries() {

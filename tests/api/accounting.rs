@@ -495,6 +495,30 @@ async fn held_seconds(app: &TestApp, id: &str) -> i64 {
     held
 }
 
+/// Seconds a job waited in the queue before its last grant, from its timeline: from its
+/// submit, and from each move back into QUEUED, to the next move out of it (whole
+/// seconds at both ends, as the rollup counts). What it held between is not a wait.
+async fn queued_seconds(app: &TestApp, id: &str) -> i64 {
+    let submitted = secs(&job(app, id).await["submitted_at"]);
+    let v = app
+        .get_json(&format!("/v1/jobs/{id}/events"), SUBMITTER)
+        .await;
+    let mut queued = 0;
+    let mut since = Some(submitted);
+    for e in v["events"].as_array().unwrap() {
+        let at = secs(&e["at"]);
+        match (since, e["to"] == "QUEUED") {
+            (None, true) => since = Some(at),
+            (Some(s), false) => {
+                queued += at - s;
+                since = None;
+            }
+            _ => {}
+        }
+    }
+    queued
+}
+
 /// Waits until the clock has moved to the next whole second after `t`.
 async fn past(t: i64) {
     until(5, "the next second", || async {
@@ -587,6 +611,16 @@ async fn usage_of_real_jobs_survives_a_restart(which: Db) {
         .map(|r| r["wait_seconds"]["count"].as_u64().unwrap())
         .sum();
     assert_eq!(waits, 2);
+    // Alice's wait is her time queued, not her first attempt's hold (at least a second:
+    // she was released only once the clock had passed her first grant's second).
+    let queued_a = queued_seconds(&app, &a).await;
+    let alice_row = rows.iter().find(|r| r["key"] == alice.as_str()).unwrap();
+    assert_eq!(alice_row["wait_seconds"]["count"], 1, "{alice_row}");
+    assert_eq!(alice_row["wait_seconds"]["p99"], queued_a, "{alice_row}");
+    assert!(
+        secs(&ja["dispatched_at"]) - secs(&ja["submitted_at"]) > queued_a,
+        "her last grant less her submit counts her first hold too"
+    );
     // By cluster: the same total, all on the pool.
     let by_cluster = app
         .get_json(
