@@ -250,7 +250,7 @@ impl Sums {
     }
 
     /// One job that ended in `status`, after a wait of `wait` seconds queued before
-    /// its last grant ([`queued_before`]; `None`: never granted).
+    /// its last grant (see `queued_before`; `None`: never granted).
     pub fn ended(status: JobStatus, wait: Option<i64>) -> Sums {
         let mut s = Sums::default();
         if let Some(w) = wait {

@@ -574,10 +574,55 @@ async fn a_whole_number_too_large_for_an_integer_names_the_bound() {
             assert_eq!(e["error"]["details"]["field"], field, "{e}");
             let reason = e["error"]["details"]["reason"].as_str().unwrap();
             assert!(
-                reason.starts_with("must be at most 9007199254740992 in magnitude (2^53"),
+                reason.starts_with("must be at most 9007199254740992 in magnitude (2^53")
+                    || reason.starts_with("must be a whole number from 0 to 9007199254740992"),
                 "{path} {n}: {reason}"
             );
             assert!(!reason.contains("floating point"), "{path} {n}: {reason}");
+        }
+    }
+}
+
+/// Stop 50's tester: a whole number past 2^63 (`1e20`, `99999999999999999999`, read
+/// as doubles) in a field with a documented range got the 2^53 reason, where
+/// `9007199254740993` or `2e9` got the field's range (DESIGN §4: a whole-number field
+/// with a documented range says that range, not its type's). Every size says the range.
+#[actix_web::test]
+async fn a_huge_whole_number_in_a_ranged_field_says_the_fields_range() {
+    let Some(app) = spawn_app_with(Db::Sqlite, |_| {}).await else {
+        return;
+    };
+    for n in ["1e20", "99999999999999999999", "9007199254740993", "2e9"] {
+        let cases = [
+            (
+                "post",
+                "/v1/jobs",
+                format!(r#"{{"user":"n","entrypoint":"e","max_runtime_s":{n}}}"#),
+                "max_runtime_s",
+                "must be a whole number from 1 to 31536000",
+            ),
+            (
+                "post",
+                "/v1/jobs",
+                format!(r#"{{"user":"n","entrypoint":"e","priority":{n}}}"#),
+                "priority",
+                "must be a whole number from -1000 to 1000",
+            ),
+            (
+                "put",
+                "/v1/users/n",
+                format!(r#"{{"max_running_jobs":{n}}}"#),
+                "max_running_jobs",
+                "must be a whole number from 1 to",
+            ),
+        ];
+        for (method, path, body, field, range) in cases {
+            let resp = send_as_written(&app, method, path, &body).await;
+            assert_eq!(resp.status(), 422, "{path} {body}");
+            let e: Value = resp.json().await.unwrap();
+            assert_eq!(e["error"]["details"]["field"], field, "{e}");
+            let reason = e["error"]["details"]["reason"].as_str().unwrap();
+            assert!(reason.starts_with(range), "{path} {n}: {reason}");
         }
     }
 }

@@ -429,10 +429,13 @@ pub mod whole {
                     if v.is_finite() && v.fract() == 0.0 && v.abs() < 9.3e18 {
                         Self::fit(v as i128)
                     } else if v.is_finite() && v.fract() == 0.0 {
-                        // A whole number too large for an integer (`18446744073709551616`
-                        // reads as a double): say so, as the bound of every whole-number
-                        // field (`numbers::MAX_WHOLE`), not "expected a whole number".
-                        Err(E::custom(super::numbers::too_large()))
+                        // A whole number too large for an integer (`18446744073709551616`,
+                        // `1e20` read as doubles): out of this field's range, which it
+                        // says (DESIGN §4), not "expected a whole number".
+                        Err(E::custom(format!(
+                            "must be {}, not {v:e}",
+                            super::whole_range(B::MIN, B::MAX)
+                        )))
                     } else {
                         Err(E::invalid_value(de::Unexpected::Float(v), &self))
                     }
