@@ -293,7 +293,10 @@ fn processes_running(args: &[&str]) -> usize {
 /// in a session of its own, outside the head's process group, and does not end it with
 /// the head (measured on Ray 2.60: a `sleep 91` driver alive 24 s after its head had
 /// stopped); a test's leftover drivers would run on into the next tests. [`RayHead`]'s
-/// drop ends them, as `scripts/ray-head stop` does.
+/// drop ends them, as `scripts/ray-head stop` does. The driver here runs its command
+/// with an empty environment (`env -i`), as a fresh tester did: the shell Ray starts
+/// has the head's `RAY_ADDRESS`, the `sleep` it runs has not, and the head's stop ends
+/// the shell only; its process group, found before the stop, is ended whole.
 #[tokio::test]
 #[cfg_attr(
     not(fairshare_ray),
@@ -308,7 +311,10 @@ async fn a_head_stopped_while_a_job_runs_leaves_no_driver_behind() {
     let r = head
         .client()
         .post(format!("{}/api/jobs/", head.dashboard))
-        .json(&json!({"entrypoint": driver.join(" "), "submission_id": "left-behind"}))
+        .json(
+            &json!({"entrypoint": format!("env -i {}", driver.join(" ")),
+                       "submission_id": "left-behind"}),
+        )
         .send()
         .await
         .unwrap();

@@ -317,6 +317,25 @@ impl Drop for RayHead {
         let _ = Command::new("kill")
             .args(["-TERM", "--", &format!("-{pid}")])
             .status();
+        // Ray does not end a job's driver with the head (scripts/stop-ray-drivers says
+        // why): a test's leftover drivers would run on into the next tests. Found
+        // while the head runs (stopping, Ray ends a driver's shell, not its children).
+        let gcs = self.gcs.clone().or_else(|| {
+            std::fs::read_to_string(self.dir.path().join("gcs"))
+                .ok()
+                .map(|s| s.trim().to_string())
+        });
+        let drivers = gcs.as_ref().map(|gcs| {
+            let found = Command::new(stop_ray_drivers())
+                .args(["--find", gcs])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            found
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        });
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut stopped = false;
         while Instant::now() < deadline {
@@ -337,21 +356,18 @@ impl Drop for RayHead {
                 .status();
             let _ = self.child.wait();
         }
-        let gcs = self.gcs.clone().or_else(|| {
-            std::fs::read_to_string(self.dir.path().join("gcs"))
-                .ok()
-                .map(|s| s.trim().to_string())
-        });
-        // Ray does not end a job's driver with the head (scripts/stop-ray-drivers says
-        // why): a test's leftover drivers would run on into the next tests.
-        if let Some(gcs) = gcs {
-            let _ = Command::new(
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/stop-ray-drivers"),
-            )
-            .arg(gcs)
-            .status();
+        if let (Some(gcs), Some(drivers)) = (gcs, drivers) {
+            let _ = Command::new(stop_ray_drivers())
+                .arg(gcs)
+                .args(drivers)
+                .status();
         }
     }
+}
+
+/// `scripts/stop-ray-drivers`.
+fn stop_ray_drivers() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/stop-ray-drivers")
 }
 
 /// A file in the head's dir for what `ray start` (or the autoscaling launcher) prints:
