@@ -42,6 +42,7 @@ from common import free_port, call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LAUNCHER = os.path.join(ROOT, "scripts", "ray-autoscaling-head")
+STOP_DRIVERS = os.path.join(ROOT, "scripts", "stop-ray-drivers")
 BIN = os.environ.get("FAIRSHARE_BIN") or os.path.join(
     ROOT, os.environ.get("CARGO_TARGET_DIR") or "target", "release", "fairshare")
 JOBS = int(os.environ.get("BENCH_JOBS", "4"))
@@ -98,6 +99,15 @@ class Cluster:
                 if j.get("submission_id")}
 
     def stop(self):
+        # The job drivers Ray leaves (scripts/stop-ray-drivers says why), found while
+        # the head runs, ended once it has stopped.
+        drivers, gcs = [], None
+        try:
+            gcs = open(os.path.join(self.dir, "gcs")).read().strip()
+            drivers = subprocess.run([STOP_DRIVERS, "--find", gcs], capture_output=True,
+                                     text=True).stdout.split()
+        except OSError:
+            pass
         try:
             os.killpg(self.proc.pid, 15)
         except ProcessLookupError:
@@ -113,12 +123,8 @@ class Cluster:
             time.sleep(0.2)
         if group_alive(self.proc.pid):
             os.killpg(self.proc.pid, 9)
-        # The job drivers Ray leaves (scripts/stop-ray-drivers says why).
-        try:
-            gcs = open(os.path.join(self.dir, "gcs")).read().strip()
-            subprocess.run([os.path.join(ROOT, "scripts", "stop-ray-drivers"), gcs])
-        except OSError:
-            pass
+        if gcs:
+            subprocess.run([STOP_DRIVERS, gcs] + drivers)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
