@@ -314,9 +314,6 @@ impl Drop for RayHead {
                 self.logs()
             );
         }
-        let _ = Command::new("kill")
-            .args(["-TERM", "--", &format!("-{pid}")])
-            .status();
         // Ray does not end a job's driver with the head (scripts/stop-ray-drivers says
         // why): a test's leftover drivers would run on into the next tests. Found
         // while the head runs (stopping, Ray ends a driver's shell, not its children).
@@ -336,6 +333,9 @@ impl Drop for RayHead {
                 .map(str::to_string)
                 .collect::<Vec<_>>()
         });
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{pid}")])
+            .status();
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut stopped = false;
         while Instant::now() < deadline {
